@@ -1,0 +1,52 @@
+#pragma once
+// The TCPStore-compatible key-value server: single-threaded, on the caller's io_context. Hosted
+// in-process by an agent, or standalone as `ddprund`.
+//
+// Each connection speaks the dialect its first bytes announce (see wire_protocol.hpp). Bad input costs
+// only the connection that sent it, with one log line: a malformed frame, a length over Limits, an
+// unknown opcode, a client that does not read its replies (more than max_pending_output_bytes queued),
+// a partial request that stalls longer than partial_request_timeout, a missed keep-alive.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "ddprun/rendezvous/key_value_store.hpp"
+#include "ddprun/rendezvous/wire_protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+struct ServerOptions {
+  std::string host;   // empty: every address (IPv6 dual-stack where the host has IPv6, else IPv4)
+  uint16_t port = 0;  // 0: the OS picks a free port; port() tells which
+  wire::Limits limits;
+  size_t max_connections = 16384;  // beyond it a new connection is accepted and closed at once
+  size_t max_pending_output_bytes = 256 * 1024 * 1024;
+  std::chrono::milliseconds partial_request_timeout{60'000};
+};
+
+class StoreServer {
+ public:
+  // Binds and listens before returning, so the port is held from then on (never probed and
+  // released). Throws StoreError when the address cannot be bound. Serving starts right away, on `io`.
+  StoreServer(boost::asio::io_context& io, ServerOptions options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  uint16_t port() const;
+  // Stops accepting and closes every connection. Call it on the io_context's thread.
+  void stop();
+
+  size_t connection_count() const;
+  KeyValueStore& store();
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,90 @@
+// ddprund: the standalone rendezvous store daemon. Foreground; logs to stderr; prints the bound port
+// alone on the first line of stdout (useful with --port 0); exits 0 on SIGTERM or SIGINT.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/store_server.hpp"
+
+namespace {
+
+// Every connection costs a descriptor; take all the process may have.
+void raise_descriptor_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using ddprun::rendezvous::ServerOptions;
+  ServerOptions options;
+  std::string log_level = "info";
+  uint64_t partial_timeout_ms = options.partial_request_timeout.count();
+
+  CLI::App app{"ddprund: TCPStore-compatible rendezvous store daemon"};
+  app.add_option("--host", options.host, "Address to listen on (default: every address)");
+  app.add_option("--port", options.port, "Port to listen on; 0 picks a free one")->required();
+  app.add_option("--max-connections", options.max_connections, "Open connections at most")
+      ->capture_default_str();
+  app.add_option("--max-key-bytes", options.limits.max_key_bytes, "Longest key accepted")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", options.limits.max_value_bytes, "Largest value accepted")
+      ->capture_default_str();
+  app.add_option("--max-keys-per-request", options.limits.max_keys_per_request,
+                 "Most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET")
+      ->capture_default_str();
+  app.add_option("--max-pending-output-bytes", options.max_pending_output_bytes,
+                 "Replies queued for a client that does not read them, at most")
+      ->capture_default_str();
+  app.add_option("--partial-request-timeout-ms", partial_timeout_ms,
+                 "Close a connection stalled in the middle of a request after this long")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "ddprund: " << e.what() << '\n';
+    return 2;
+  }
+  options.partial_request_timeout = std::chrono::milliseconds(partial_timeout_ms);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprund"));
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprund] [%l] %v");
+  raise_descriptor_limit();
+
+  boost::asio::io_context io(1);
+  try {
+    ddprun::rendezvous::StoreServer server(io, options);
+    std::cout << server.port() << std::endl;
+    spdlog::info("listening on {}:{}", options.host.empty() ? "*" : options.host, server.port());
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](boost::system::error_code ec, int signo) {
+      if (ec) return;
+      spdlog::info("received signal {}, shutting down with {} connections open", signo,
+                   server.connection_count());
+      server.stop();
+      io.stop();
+    });
+    io.run();
+  } catch (const ddprun::rendezvous::StoreError& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,25 @@
+#pragma once
+// What the server and its connections share. Connections hold it by shared_ptr, so handlers that run
+// after StoreServer is gone still find it.
+#include <unordered_set>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "ddprun/rendezvous/store_server.hpp"
+
+namespace ddprun::rendezvous {
+
+class StoreConnection;
+
+struct StoreServer::State {
+  State(boost::asio::io_context& io, ServerOptions opts) : options(std::move(opts)), acceptor(io) {}
+
+  ServerOptions options;
+  boost::asio::ip::tcp::acceptor acceptor;
+  KeyValueStore store;
+  std::unordered_set<StoreConnection*> connections;
+  uint16_t port = 0;
+  bool stopped = false;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,289 @@
+#include "store_connection.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using wire::Op;
+
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+std::string describe(const asio::ip::tcp::socket& s) {
+  boost::system::error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "an unknown peer";
+  return fmt::format("{}:{}", ep.address().to_string(), ep.port());
+}
+
+}  // namespace
+
+StoreConnection::StoreConnection(std::shared_ptr<StoreServer::State> state,
+                                 asio::ip::tcp::socket socket)
+    : state_(std::move(state)),
+      socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      peer_name_(describe(socket_)),
+      parser_(state_->options.limits),
+      last_rx_(Clock::now()) {}
+
+void StoreConnection::start() {
+  state_->connections.insert(this);
+  asio::co_spawn(socket_.get_executor(), read_loop(), asio::detached);
+}
+
+asio::awaitable<void> StoreConnection::read_loop() {
+  auto self = shared_from_this();
+  std::unique_ptr<char[]> buf(new char[kReadChunk]);
+  size_t have = 0;
+  for (;;) {
+    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.get() + have, kReadChunk - have),
+                                                    asio::as_tuple(asio::use_awaitable));
+    if (closed_) co_return;
+    if (ec) {
+      if (ec == asio::error::eof && parser_.idle()) {
+        close("");
+      } else if (ec == asio::error::eof) {
+        close("closed in the middle of a request");
+      } else {
+        close(ec.message());
+      }
+      co_return;
+    }
+    last_rx_ = Clock::now();
+    have += n;
+    size_t pos = 0;
+    batching_ = true;
+    while (!closed_ && !closing_) {
+      pos += parser_.consume({buf.get() + pos, have - pos});
+      if (parser_.failed()) {
+        close(parser_.error());
+        break;
+      }
+      if (!parser_.has_request()) break;
+      wire::Request req = parser_.take_request();
+      if (!handle(req)) break;
+    }
+    batching_ = false;
+    if (closed_) co_return;
+    // Fewer than 9 bytes can be left over (part of a scalar); keep them for the next read.
+    std::memmove(buf.get(), buf.get() + pos, have - pos);
+    have -= pos;
+    flush();
+    arm_timer();
+  }
+}
+
+bool StoreConnection::handle(wire::Request& req) {
+  KeyValueStore& store = state_->store;
+  const bool legacy = parser_.dialect() == wire::Dialect::kLegacy;
+  if (watch_only_ && req.op != Op::kWatch && req.op != Op::kWatchKey) {
+    close(fmt::format("sent {} on a watch connection", wire::op_name(req.op)));
+    return false;
+  }
+  try {
+    switch (req.op) {
+      case Op::kValidate:
+        if (req.u32 != wire::kValidationMagic) {
+          close(fmt::format("VALIDATE with the wrong magic number {:#x}", req.u32));
+          return false;
+        }
+        break;
+      case Op::kSet:
+        store.set(req.key, std::move(req.value));
+        break;
+      case Op::kSetOwned:
+        store.set(req.key, std::move(req.value), this);
+        break;
+      case Op::kCompareSet:
+        wire::put_bytes(out_, store.compare_set(req.key, req.value, std::move(req.desired)));
+        break;
+      case Op::kGet:
+        if (const std::string* v = store.get(req.key)) {
+          wire::put_bytes(out_, *v);
+        } else if (legacy) {
+          // torch's legacy server drops a client that GETs a missing key; its clients WAIT first.
+          close(fmt::format("GET of missing key '{}'", req.key));
+          return false;
+        } else {
+          wire::put_bytes(out_, {});
+        }
+        break;
+      case Op::kAdd:
+        wire::put_i64(out_, store.add(req.key, req.number));
+        break;
+      case Op::kCheck:
+        wire::put_u8(out_, store.check(req.keys) ? wire::kCheckReady : wire::kCheckNotReady);
+        break;
+      case Op::kWait:
+        if (store.wait(req.keys, *this)) wire::put_u8(out_, wire::kStopWaiting);
+        break;
+      case Op::kGetNumKeys:
+        wire::put_i64(out_, static_cast<int64_t>(store.size()));
+        break;
+      case Op::kDeleteKey:
+        wire::put_i64(out_, store.erase(req.key) ? 1 : 0);
+        break;
+      case Op::kAppend:
+        store.append(req.key, req.value);
+        break;
+      case Op::kMultiGet:
+        for (const auto& k : req.keys) {
+          const std::string* v = store.get(k);
+          wire::put_bytes(out_, v ? std::string_view(*v) : std::string_view{});
+        }
+        break;
+      case Op::kMultiSet:
+        for (size_t i = 0; i < req.keys.size(); ++i) store.set(req.keys[i], std::move(req.values[i]));
+        break;
+      case Op::kCancelWait:
+        store.cancel_wait(*this);
+        wire::put_u8(out_, wire::kWaitCanceled);
+        break;
+      case Op::kPing:
+        wire::put_u32(out_, req.u32);
+        break;
+      case Op::kQueuePush:
+        store.queue_push(req.key, std::move(req.value));
+        break;
+      case Op::kQueuePop: {
+        auto [len, value] = store.queue_pop(req.key);
+        wire::put_i64(out_, len);
+        if (value) wire::put_bytes(out_, *value);
+        break;
+      }
+      case Op::kQueueLen:
+        wire::put_i64(out_, store.queue_len(req.key));
+        break;
+      case Op::kListKeys: {
+        const auto keys = store.keys();
+        wire::put_i64(out_, static_cast<int64_t>(keys.size()));
+        for (const auto& k : keys) wire::put_bytes(out_, k);
+        break;
+      }
+      case Op::kBarrier:
+        if (store.barrier(req.key, req.number, *this)) wire::put_u8(out_, wire::kStopWaiting);
+        break;
+      case Op::kWatchKey:
+      case Op::kWatch:
+        if (req.op == Op::kWatch && req.mode > static_cast<uint8_t>(wire::WatchMode::kPrefix)) {
+          close(fmt::format("WATCH with unknown mode {}", req.mode));
+          return false;
+        }
+        watch_only_ = true;
+        store.watch(*this, static_cast<wire::WatchMode>(req.mode), req.key, req.op == Op::kWatchKey);
+        break;
+      case Op::kKeepAlive:
+        if (req.number < 0) {
+          close(fmt::format("KEEPALIVE with a negative timeout {}", req.number));
+          return false;
+        }
+        keepalive_ = std::chrono::milliseconds(req.number);
+        wire::put_u8(out_, wire::kKeepAliveOk);
+        break;
+    }
+  } catch (const std::invalid_argument& e) {
+    close(e.what());
+    return false;
+  }
+  if (out_.size() > state_->options.max_pending_output_bytes) {
+    close("does not read its replies");
+    return false;
+  }
+  return true;
+}
+
+void StoreConnection::deliver(std::string_view bytes) {
+  if (closed_ || closing_) return;
+  out_.append(bytes);
+  if (out_.size() + inflight_.size() > state_->options.max_pending_output_bytes) {
+    // Closing drops this peer from the store, which is iterating over its peers right now.
+    closing_ = true;
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this()] { self->close("does not read its replies"); });
+    return;
+  }
+  if (!batching_) flush();
+}
+
+void StoreConnection::flush() {
+  if (writing_ || out_.empty() || closed_) return;
+  writing_ = true;
+  inflight_.swap(out_);
+  out_.clear();
+  asio::async_write(socket_, asio::buffer(inflight_),
+                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                      self->writing_ = false;
+                      self->inflight_.clear();
+                      if (self->closed_) return;
+                      if (ec) {
+                        self->close(ec.message());
+                        return;
+                      }
+                      self->flush();
+                    });
+}
+
+std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline() const {
+  std::optional<Clock::time_point> deadline;
+  if (keepalive_.count() > 0) deadline = last_rx_ + keepalive_;
+  if (!parser_.idle()) {
+    const auto stall = last_rx_ + state_->options.partial_request_timeout;
+    deadline = deadline ? std::min(*deadline, stall) : stall;
+  }
+  return deadline;
+}
+
+void StoreConnection::arm_timer() {
+  if (timer_armed_ || closed_) return;
+  const auto deadline = next_deadline();
+  if (!deadline) return;
+  timer_armed_ = true;
+  // The deadline moves with every read; rather than re-arming per read, the timer re-checks when it
+  // fires and sleeps again until the current deadline.
+  timer_.expires_at(*deadline);
+  timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    self->timer_armed_ = false;
+    if (ec || self->closed_) return;
+    const auto deadline = self->next_deadline();
+    if (!deadline) return;
+    const auto now = Clock::now();
+    if (now < *deadline) {
+      self->arm_timer();
+      return;
+    }
+    if (self->keepalive_.count() > 0 && now >= self->last_rx_ + self->keepalive_) {
+      self->close(fmt::format("missed its keep-alive of {} ms", self->keepalive_.count()));
+    } else {
+      self->close(fmt::format("stalled in the middle of a request for {} ms",
+                              self->state_->options.partial_request_timeout.count()));
+    }
+  });
+}
+
+void StoreConnection::close(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  if (!reason.empty()) spdlog::warn("store: dropping connection from {}: {}", peer_name_, reason);
+  state_->store.drop_peer(*this);
+  state_->connections.erase(this);
+  boost::system::error_code ec;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  timer_.cancel();
+}
+
+}  // namespace ddprun::rendezvous

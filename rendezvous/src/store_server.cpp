@@ -1,0 +1,120 @@
+#include "ddprun/rendezvous/store_server.hpp"
+
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/rendezvous/errors.hpp"
+#include "server_state.hpp"
+#include "store_connection.hpp"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+void open_and_bind(tcp::acceptor& acceptor, const tcp::endpoint& ep) {
+  acceptor.open(ep.protocol());
+  acceptor.set_option(tcp::acceptor::reuse_address(true));
+  if (ep.protocol() == tcp::v6()) acceptor.set_option(asio::ip::v6_only(false));
+  acceptor.bind(ep);
+  acceptor.listen(asio::socket_base::max_listen_connections);
+}
+
+void bind_listener(tcp::acceptor& acceptor, const ServerOptions& o) {
+  if (o.host.empty()) {
+    try {
+      open_and_bind(acceptor, tcp::endpoint(tcp::v6(), o.port));
+      return;
+    } catch (const boost::system::system_error&) {
+      if (acceptor.is_open()) acceptor.close();
+    }
+    open_and_bind(acceptor, tcp::endpoint(tcp::v4(), o.port));
+    return;
+  }
+  tcp::resolver resolver(acceptor.get_executor());
+  auto results = resolver.resolve(o.host, std::to_string(o.port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service);
+  boost::system::system_error last(asio::error::host_not_found);
+  for (const auto& r : results) {
+    try {
+      open_and_bind(acceptor, r.endpoint());
+      return;
+    } catch (const boost::system::system_error& e) {
+      if (acceptor.is_open()) acceptor.close();
+      last = e;
+    }
+  }
+  throw last;
+}
+
+asio::awaitable<void> accept_loop(std::shared_ptr<StoreServer::State> state) {
+  asio::steady_timer backoff(state->acceptor.get_executor());
+  for (;;) {
+    auto [ec, socket] = co_await state->acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+    if (state->stopped) co_return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) co_return;
+      // Out of descriptors or a transient error: back off briefly instead of spinning.
+      spdlog::warn("store: accept failed: {}", ec.message());
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    if (state->connections.size() >= state->options.max_connections) {
+      boost::system::error_code ignored;
+      auto ep = socket.remote_endpoint(ignored);
+      spdlog::warn("store: refusing connection from {}:{}: {} connections are open (the limit)",
+                   ep.address().to_string(), ep.port(), state->connections.size());
+      socket.close(ignored);
+      continue;
+    }
+    boost::system::error_code opt_ec;
+    socket.set_option(tcp::no_delay(true), opt_ec);
+    // Kernel keep-alive reaps peers whose host vanished without closing (half-open connections).
+    socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
+    std::make_shared<StoreConnection>(state, std::move(socket))->start();
+  }
+}
+
+}  // namespace
+
+StoreServer::StoreServer(asio::io_context& io, ServerOptions options)
+    : state_(std::make_shared<State>(io, std::move(options))) {
+  try {
+    bind_listener(state_->acceptor, state_->options);
+  } catch (const boost::system::system_error& e) {
+    throw StoreError(fmt::format("cannot listen on {}:{}: {}",
+                                 state_->options.host.empty() ? "*" : state_->options.host,
+                                 state_->options.port, e.code().message()));
+  }
+  state_->port = state_->acceptor.local_endpoint().port();
+  asio::co_spawn(io, accept_loop(state_), asio::detached);
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+uint16_t StoreServer::port() const { return state_->port; }
+
+void StoreServer::stop() {
+  if (state_->stopped) return;
+  state_->stopped = true;
+  boost::system::error_code ec;
+  state_->acceptor.close(ec);
+  std::vector<StoreConnection*> open(state_->connections.begin(), state_->connections.end());
+  for (StoreConnection* c : open) c->close("");
+}
+
+size_t StoreServer::connection_count() const { return state_->connections.size(); }
+
+KeyValueStore& StoreServer::store() { return state_->store; }
+
+}  // namespace ddprun::rendezvous
