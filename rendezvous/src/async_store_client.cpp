@@ -16,19 +16,21 @@ namespace asio = boost::asio;
 using wire::Request;
 using Clock = std::chrono::steady_clock;
 
-// Marks the client busy for one operation and sets its deadline. An operation that does not reach
-// done() (an exception in the middle of a reply) closes the connection: the stream position is lost.
+// Marks the client busy for one operation and sets its deadline. An operation that sent bytes but
+// does not reach done() (an exception in the middle of a reply) closes the connection: the stream
+// position is lost.
 class AsyncStoreClient::Op {
  public:
   Op(AsyncStoreClient& c, Ms timeout) : c_(c) {
     if (c.busy_) throw std::logic_error("AsyncStoreClient: one operation at a time");
     c.busy_ = true;
+    c.sent_ = false;
     c.socket_->set_deadline(Clock::now() + timeout);
   }
   explicit Op(AsyncStoreClient& c) : Op(c, c.options_.timeout) {}
   ~Op() {
     c_.busy_ = false;
-    if (!done_) c_.socket_->close();
+    if (!done_ && c_.sent_) c_.socket_->close();
   }
   void done() { done_ = true; }
 
@@ -92,6 +94,7 @@ Request AsyncStoreClient::request(wire::Op op, std::string_view key) const {
 asio::awaitable<void> AsyncStoreClient::send(const Request& req) {
   wbuf_.clear();
   wire::encode_request(req, options_.dialect, wbuf_);
+  sent_ = true;
   co_await socket_->write(wbuf_);
 }
 

@@ -204,9 +204,10 @@ size_t RequestParser::consume(std::string_view in) {
     }
   }
 
-  // Reads a u64 length and starts a string field of at most `limit` bytes into `target`.
-  const auto begin_string = [&](std::string& target, size_t limit, const char* what) {
-    uint64_t len = 0;
+  // Reads a string's u64 length prefix and checks it against `limit`; false when more bytes are
+  // needed or the length is refused.
+  uint64_t len = 0;
+  const auto read_length = [&](size_t limit, const char* what) {
     if (!read_scalar(&len, 8)) return false;
     if (len > limit) {
       return fail(fmt::format("{} {} of {} bytes exceeds the limit of {}", op_name(req_.op), what,
@@ -216,11 +217,14 @@ size_t RequestParser::consume(std::string_view in) {
       return fail(fmt::format("{} request exceeds the limit of {} bytes", op_name(req_.op),
                               limits_.max_request_bytes));
     }
+    return true;
+  };
+  // Starts filling `target` with the `len` bytes announced by read_length().
+  const auto begin_string = [&](std::string& target) {
     target.reserve(std::min<uint64_t>(len, 64 * 1024));
     string_target_ = &target;
     string_left_ = len;
     in_string_ = true;
-    return true;
   };
 
   for (;;) {
@@ -273,13 +277,16 @@ size_t RequestParser::consume(std::string_view in) {
         ++step_;
         break;
       case Field::kKey:
-        if (!begin_string(req_.key, limits_.max_key_bytes, "key")) return pos;
+        if (!read_length(limits_.max_key_bytes, "key")) return pos;
+        begin_string(req_.key);
         break;
       case Field::kValue:
-        if (!begin_string(req_.value, limits_.max_value_bytes, "value")) return pos;
+        if (!read_length(limits_.max_value_bytes, "value")) return pos;
+        begin_string(req_.value);
         break;
       case Field::kDesired:
-        if (!begin_string(req_.desired, limits_.max_value_bytes, "value")) return pos;
+        if (!read_length(limits_.max_value_bytes, "value")) return pos;
+        begin_string(req_.desired);
         break;
       case Field::kKeyList:
       case Field::kKeyValueList: {
@@ -303,11 +310,11 @@ size_t RequestParser::consume(std::string_view in) {
           break;
         }
         if (pairs && req_.keys.size() > req_.values.size()) {
-          req_.values.emplace_back();
-          if (!begin_string(req_.values.back(), limits_.max_value_bytes, "value")) return pos;
+          if (!read_length(limits_.max_value_bytes, "value")) return pos;
+          begin_string(req_.values.emplace_back());
         } else {
-          req_.keys.emplace_back();
-          if (!begin_string(req_.keys.back(), limits_.max_key_bytes, "key")) return pos;
+          if (!read_length(limits_.max_key_bytes, "key")) return pos;
+          begin_string(req_.keys.emplace_back());
         }
         break;
       }

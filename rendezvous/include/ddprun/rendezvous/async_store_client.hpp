@@ -98,6 +98,7 @@ class AsyncStoreClient {
   ClientOptions options_;
   std::string wbuf_;
   bool busy_ = false;
+  bool sent_ = false;  // the current operation has started writing its request
 };
 
 }  // namespace ddprun::rendezvous

@@ -68,6 +68,8 @@ class KeyValueStore {
   void drop_peer(StorePeer& peer);
 
   size_t owned_key_count() const;
+  // Peers with a pending WAIT or BARRIER.
+  size_t waiter_count() const { return waiters_.size(); }
 
  private:
   struct Entry {

@@ -1,0 +1,153 @@
+// ddprun's extensions: keys bound to a connection's lifetime, keep-alive, and watches.
+#include <future>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/rendezvous/store_watch.hpp"
+#include "server_thread.hpp"
+
+using namespace ddprun::rendezvous;
+using ddprun::testing::ServerThread;
+using namespace std::chrono_literals;
+using wire::WatchEvent;
+using wire::WatchMode;
+
+TEST_CASE("session: an owned key vanishes when its connection closes", "[session]") {
+  ServerThread server;
+  StoreClient observer("127.0.0.1", server.port());
+  StoreWatch watch("127.0.0.1", server.port());
+  {
+    StoreClient owner("127.0.0.1", server.port());
+    owner.set_owned("members/a", "alive");
+    owner.set("permanent", "1");
+    CHECK(observer.get("members/a") == "alive");
+    CHECK(watch.add(WatchMode::kKey, "members/a").size() == 1);
+  }
+  const auto e = watch.next(5s);
+  CHECK(e.event == WatchEvent::kKeyDeleted);
+  CHECK(e.key == "members/a");
+  CHECK(e.old_value == "alive");
+  CHECK_FALSE(observer.check({"members/a"}));
+  CHECK(observer.get("permanent") == "1");
+}
+
+TEST_CASE("session: a connection that misses its keep-alive loses its keys", "[session]") {
+  ServerThread server;
+  StoreWatch watch("127.0.0.1", server.port());
+  StoreClient owner("127.0.0.1", server.port());
+  owner.set_owned("members/b", "alive");
+  REQUIRE(owner.ping(1) == 1);
+  REQUIRE(watch.add(WatchMode::kPrefix, "members/").size() == 1);
+  const auto start = std::chrono::steady_clock::now();
+  owner.keepalive(200ms);
+  // The owner now stays silent, as a partitioned agent would.
+  const auto e = watch.next(5s);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(e.event == WatchEvent::kKeyDeleted);
+  CHECK(e.key == "members/b");
+  CHECK(elapsed >= 200ms);
+  CHECK(elapsed < 2s);
+  CHECK_THROWS_AS(owner.ping(1), StoreConnectionError);
+}
+
+TEST_CASE("session: pings keep a keep-alive connection and its keys", "[session]") {
+  ServerThread server;
+  StoreClient owner("127.0.0.1", server.port());
+  owner.set_owned("members/c", "alive");
+  owner.keepalive(300ms);
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  uint32_t n = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    ++n;
+    REQUIRE(owner.ping(n) == n);
+    std::this_thread::sleep_for(50ms);  // the heartbeat period under test, not synchronisation
+  }
+  StoreClient observer("127.0.0.1", server.port());
+  CHECK(observer.check({"members/c"}));
+}
+
+TEST_CASE("session: a plain write makes an owned key permanent", "[session]") {
+  ServerThread server;
+  StoreClient observer("127.0.0.1", server.port());
+  {
+    StoreClient owner("127.0.0.1", server.port());
+    owner.set_owned("k", "owned");
+    REQUIRE(owner.ping(1) == 1);  // a round trip orders this connection's writes before others'
+    observer.set("k", "taken over");
+    REQUIRE(observer.ping(1) == 1);
+  }
+  REQUIRE(server.eventually([](StoreServer& s) { return s.connection_count() == 1; }));
+  CHECK(observer.get("k") == "taken over");
+}
+
+TEST_CASE("session: SET_OWNED from another connection moves the ownership", "[session]") {
+  ServerThread server;
+  StoreClient observer("127.0.0.1", server.port());
+  auto second = std::make_unique<StoreClient>("127.0.0.1", server.port());
+  {
+    StoreClient first("127.0.0.1", server.port());
+    first.set_owned("leader", "first");
+    REQUIRE(first.ping(1) == 1);
+    second->set_owned("leader", "second");
+    REQUIRE(second->ping(1) == 1);
+  }
+  REQUIRE(server.eventually([](StoreServer& s) { return s.connection_count() == 2; }));
+  CHECK(observer.get("leader") == "second");
+  second.reset();
+  REQUIRE(server.eventually([](StoreServer& s) { return s.store().owned_key_count() == 0; }));
+  CHECK_FALSE(observer.check({"leader"}));
+}
+
+TEST_CASE("session: a key watch reports create, update and delete with values", "[session]") {
+  ServerThread server;
+  StoreWatch watch("127.0.0.1", server.port());
+  CHECK(watch.add(WatchMode::kKey, "w").empty());
+  StoreClient c("127.0.0.1", server.port());
+  c.set("w", "1");
+  c.add("w", 1);
+  c.set("unrelated", "x");
+  c.delete_key("w");
+  auto e = watch.next(5s);
+  CHECK((e.event == WatchEvent::kKeyCreated && e.new_value == "1"));
+  e = watch.next(5s);
+  CHECK((e.event == WatchEvent::kKeyUpdated && e.old_value == "1" && e.new_value == "2"));
+  e = watch.next(5s);
+  CHECK((e.event == WatchEvent::kKeyDeleted && e.old_value == "2" && e.key == "w"));
+  CHECK_THROWS_AS(watch.next(100ms), StoreTimeout);
+}
+
+TEST_CASE("session: a prefix watch starts with a snapshot and misses nothing after it",
+          "[session]") {
+  ServerThread server;
+  StoreClient c("127.0.0.1", server.port());
+  c.set("job/b", "2");
+  c.set("job/a", "1");
+  c.set("other", "0");
+  REQUIRE(c.ping(1) == 1);
+  StoreWatch watch("127.0.0.1", server.port());
+  const auto snapshot = watch.add(WatchMode::kPrefix, "job/");
+  REQUIRE(snapshot.size() == 2);
+  CHECK((snapshot[0].key == "job/a" && snapshot[0].new_value == "1"));
+  CHECK((snapshot[1].key == "job/b" && snapshot[1].new_value == "2"));
+  CHECK(snapshot[0].event == WatchEvent::kExisting);
+  c.set("job/c", "3");
+  c.set("other", "1");
+  const auto e = watch.next(5s);
+  CHECK((e.event == WatchEvent::kKeyCreated && e.key == "job/c"));
+  CHECK_THROWS_AS(watch.next(100ms), StoreTimeout);
+}
+
+TEST_CASE("session: one watch connection carries several watches", "[session]") {
+  ServerThread server;
+  StoreWatch watch("127.0.0.1", server.port());
+  watch.add(WatchMode::kKey, "a");
+  watch.add(WatchMode::kKey, "b");
+  StoreClient c("127.0.0.1", server.port());
+  c.set("b", "1");
+  c.set("a", "2");
+  CHECK(watch.next(5s).key == "b");
+  CHECK(watch.next(5s).key == "a");
+}
