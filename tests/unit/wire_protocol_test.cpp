@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include "ddprun/rendezvous/wire_protocol.hpp"
+#include "parse_chunked.hpp"
 
 using namespace ddprun::rendezvous::wire;
+using ddprun::testing::parse_chunked;
 
 namespace {
 
@@ -20,28 +22,6 @@ std::string le64(uint64_t v) { return std::string(reinterpret_cast<const char*>(
 std::string encode(const Request& r, Dialect d) {
   std::string out;
   encode_request(r, d, out);
-  return out;
-}
-
-// Parses every request in `data`, fed in chunks of `chunk` bytes, as a server does.
-std::vector<Request> parse_all(const std::string& data, size_t chunk, RequestParser& parser) {
-  std::vector<Request> out;
-  std::string pending;
-  size_t fed = 0;
-  while (fed < data.size() || !pending.empty()) {
-    const size_t n = std::min(chunk, data.size() - fed);
-    pending.append(data, fed, n);
-    fed += n;
-    size_t pos = 0;
-    for (;;) {
-      pos += parser.consume(std::string_view(pending).substr(pos));
-      if (parser.failed()) return out;
-      if (!parser.has_request()) break;
-      out.push_back(parser.take_request());
-    }
-    pending.erase(0, pos);
-    if (n == 0) break;
-  }
   return out;
 }
 
@@ -62,7 +42,7 @@ TEST_CASE("codec: legacy SET is byte-exact with torch 1.13's client", "[codec]")
   CHECK(encode(make(Op::kSet, "/ab", "xy"), Dialect::kLegacy) == expected);
 
   RequestParser parser;
-  auto reqs = parse_all(expected, expected.size(), parser);
+  auto reqs = parse_chunked(expected, expected.size(), parser);
   REQUIRE(reqs.size() == 1);
   CHECK(parser.dialect() == Dialect::kLegacy);
   CHECK(reqs[0].op == Op::kSet);
@@ -79,7 +59,7 @@ TEST_CASE("codec: modern handshake is VALIDATE with the magic then PING", "[code
   CHECK(encode(ping, Dialect::kModern) == bytes({13, 0x04, 0x03, 0x02, 0x01}));
 
   RequestParser parser;
-  auto reqs = parse_all(encode(validate, Dialect::kModern) + encode(ping, Dialect::kModern), 64, parser);
+  auto reqs = parse_chunked(encode(validate, Dialect::kModern) + encode(ping, Dialect::kModern), 64, parser);
   REQUIRE(reqs.size() == 2);
   CHECK(parser.dialect() == Dialect::kModern);
   CHECK(reqs[0].op == Op::kValidate);
@@ -138,7 +118,7 @@ TEST_CASE("codec: every request round-trips through any chunking", "[codec]") {
   for (size_t chunk : {size_t{1}, size_t{3}, size_t{7}, size_t{4096}, wire.size()}) {
     INFO("chunk " << chunk);
     RequestParser parser;
-    auto got = parse_all(wire, chunk, parser);
+    auto got = parse_chunked(wire, chunk, parser);
     REQUIRE_FALSE(parser.failed());
     REQUIRE(got.size() == reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -153,7 +133,7 @@ TEST_CASE("codec: a first byte of 0 without the magic is a legacy SET", "[codec]
   const std::string frame = encode(make(Op::kSet, "/x", "1"), Dialect::kLegacy);
   CHECK(parser.consume(frame.substr(0, 4)) == 0);  // not decidable yet: bytes stay with the caller
   CHECK(parser.dialect() == Dialect::kUnknown);
-  auto reqs = parse_all(frame, frame.size(), parser);
+  auto reqs = parse_chunked(frame, frame.size(), parser);
   REQUIRE(reqs.size() == 1);
   CHECK(parser.dialect() == Dialect::kLegacy);
 }
@@ -196,7 +176,7 @@ TEST_CASE("codec: an unknown opcode fails the connection", "[codec]") {
   CHECK(legacy.failed());
 
   RequestParser modern;
-  CHECK(parse_all(bytes({0x00, 0xCE, 0xF7, 0x85, 0x3C, 19}), 6, modern).size() == 1);
+  CHECK(parse_chunked(bytes({0x00, 0xCE, 0xF7, 0x85, 0x3C, 19}), 6, modern).size() == 1);
   CHECK(modern.failed());
   CHECK_THAT(modern.error(), Catch::Contains("unknown opcode 19"));
 }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what is missing, builds, runs the libFuzzer target
+# for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop).
+# Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+
+jobs=$(nproc)
+build=${DDPRUN_BUILD_DIR:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_BUILD_TESTS=ON
+cmake --build "$build" -j "$jobs"
+
+# The frame parser under libFuzzer with ASan and UBSan (clang-only, so it has its own build).
+fuzz_build=${build}-fuzz
+cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
+  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+cmake --build "$fuzz_build" -j "$jobs"
+corpus=$(mktemp -d)
+trap 'rm -rf "$corpus"' EXIT
+echo "fuzz: wire_parser_fuzz for ${DDPRUN_FUZZ_SECONDS:-30} s"
+if ! "$fuzz_build/tests/fuzz/wire_parser_fuzz" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
+  "$corpus" >"$corpus/fuzz.log" 2>&1; then
+  tail -n 60 "$corpus/fuzz.log"
+  echo "fuzz: wire_parser_fuzz FAILED" >&2
+  exit 1
+fi
+grep -E '^Done' "$corpus/fuzz.log"
+
+cd "$build"
+ctest --output-on-failure -j "$jobs" --timeout 300
