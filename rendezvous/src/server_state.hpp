@@ -2,6 +2,7 @@
 // What the server and its connections share. Connections hold it by shared_ptr, so handlers that run
 // after StoreServer is gone still find it.
 #include <unordered_set>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 
@@ -19,6 +20,8 @@ struct StoreServer::State {
   KeyValueStore store;
   std::unordered_set<StoreConnection*> connections;
   uint16_t port = 0;
+  // Connections read into this one buffer in turn (the server is single-threaded).
+  std::vector<char> read_buffer = std::vector<char>(256 * 1024);
   bool stopped = false;
 };
 

@@ -1,9 +1,11 @@
 #include "store_connection.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <array>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -20,7 +22,6 @@ using wire::Op;
 
 namespace {
 
-constexpr size_t kReadChunk = 64 * 1024;
 
 std::string describe(const asio::ip::tcp::socket& s) {
   boost::system::error_code ec;
@@ -41,47 +42,60 @@ StoreConnection::StoreConnection(std::shared_ptr<StoreServer::State> state,
       last_rx_(Clock::now()) {}
 
 void StoreConnection::start() {
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);
   state_->connections.insert(this);
   asio::co_spawn(socket_.get_executor(), read_loop(), asio::detached);
 }
 
 asio::awaitable<void> StoreConnection::read_loop() {
   auto self = shared_from_this();
-  std::unique_ptr<char[]> buf(new char[kReadChunk]);
-  size_t have = 0;
+  std::vector<char>& buf = state_->read_buffer;
   for (;;) {
-    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.get() + have, kReadChunk - have),
-                                                    asio::as_tuple(asio::use_awaitable));
+    auto [wait_ec] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                                                 asio::as_tuple(asio::use_awaitable));
     if (closed_) co_return;
-    if (ec) {
-      if (ec == asio::error::eof && parser_.idle()) {
-        close("");
-      } else if (ec == asio::error::eof) {
-        close("closed in the middle of a request");
-      } else {
-        close(ec.message());
-      }
+    if (wait_ec) {
+      close(wait_ec.message());
       co_return;
     }
-    last_rx_ = Clock::now();
-    have += n;
-    size_t pos = 0;
-    batching_ = true;
-    while (!closed_ && !closing_) {
-      pos += parser_.consume({buf.get() + pos, have - pos});
-      if (parser_.failed()) {
-        close(parser_.error());
-        break;
+    // Drain what the socket holds. Nothing below suspends, so the shared buffer is this
+    // connection's until the loop ends; only the leftover bytes of a partial scalar are kept.
+    for (;;) {
+      std::memcpy(buf.data(), carry_, carry_size_);
+      boost::system::error_code ec;
+      const size_t n = socket_.read_some(
+          asio::buffer(buf.data() + carry_size_, buf.size() - carry_size_), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+      if (ec) {
+        if (ec != asio::error::eof) {
+          close(ec.message());
+        } else {
+          close(parser_.idle() && carry_size_ == 0 ? "" : "closed in the middle of a request");
+        }
+        co_return;
       }
-      if (!parser_.has_request()) break;
-      wire::Request req = parser_.take_request();
-      if (!handle(req)) break;
+      last_rx_ = Clock::now();
+      const size_t have = carry_size_ + n;
+      size_t pos = 0;
+      batching_ = true;
+      while (!closed_ && !closing_) {
+        pos += parser_.consume({buf.data() + pos, have - pos});
+        if (parser_.failed()) {
+          close(parser_.error());
+          break;
+        }
+        if (!parser_.has_request()) break;
+        wire::Request req = parser_.take_request();
+        if (!handle(req)) break;
+      }
+      batching_ = false;
+      if (closed_) co_return;
+      carry_size_ = have - pos;
+      assert(carry_size_ <= sizeof carry_);  // RequestParser leaves less than one scalar
+      std::memcpy(carry_, buf.data() + pos, carry_size_);
+      if (have < buf.size()) break;  // a short read: the socket is drained
     }
-    batching_ = false;
-    if (closed_) co_return;
-    // Fewer than 9 bytes can be left over (part of a scalar); keep them for the next read.
-    std::memmove(buf.get(), buf.get() + pos, have - pos);
-    have -= pos;
     flush();
     arm_timer();
   }

@@ -1,7 +1,8 @@
 #pragma once
 // One client connection of the store server: reads and decodes requests, applies them to the
 // KeyValueStore, and writes replies. Replies produced while one read's batch of requests is handled
-// go out in one write.
+// go out in one write. Reads go into the server's shared buffer once the socket is readable, so an
+// idle connection holds no read buffer, only the few bytes of a scalar split across reads.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -41,6 +42,8 @@ class StoreConnection final : public StorePeer,
   boost::asio::steady_timer timer_;
   std::string peer_name_;
   wire::RequestParser parser_;
+  char carry_[8] = {};
+  size_t carry_size_ = 0;
   std::string out_;
   std::string inflight_;
   bool writing_ = false;

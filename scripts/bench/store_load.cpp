@@ -1,0 +1,153 @@
+// Load generator for TCPStore servers (ddprund or torch's), using ddprun's C++ client on one thread.
+//
+//   store_load ops     --port P --dialect legacy|modern --connections N --seconds S
+//       N connections each loop set/get/add of 64-byte values on their own keys; prints ops/s.
+//   store_load connect --port P --dialect legacy|modern --connections N
+//       N clients connect at once and each does one set and one get; prints milliseconds until the
+//       last is served.
+//   store_load hold    --port P --dialect legacy|modern --connections N
+//       opens N idle connections, prints "ready", and holds them until stdin closes.
+//   store_load fill    --port P --dialect legacy|modern --keys K
+//       sets K keys of 64-byte values; prints "done".
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include "ddprun/rendezvous/async_store_client.hpp"
+
+namespace asio = boost::asio;
+using namespace ddprun::rendezvous;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Config {
+  uint16_t port = 0;
+  std::string dialect = "modern";
+  int connections = 1;
+  int keys = 0;
+  double seconds = 2.0;
+  ClientOptions options() const {
+    ClientOptions o;
+    o.dialect = dialect == "legacy" ? wire::Dialect::kLegacy : wire::Dialect::kModern;
+    o.timeout = std::chrono::seconds(60);
+    return o;
+  }
+};
+
+asio::awaitable<std::unique_ptr<AsyncStoreClient>> connect(const Config& cfg) {
+  co_return co_await AsyncStoreClient::connect(co_await asio::this_coro::executor, "127.0.0.1",
+                                               cfg.port, cfg.options());
+}
+
+asio::awaitable<void> ops_loop(const Config& cfg, int index, Clock::time_point end,
+                               std::atomic<long>& ops) {
+  auto c = co_await connect(cfg);
+  const std::string key = "load/" + std::to_string(index);
+  const std::string counter = key + "/n";
+  const std::string value(64, 'v');
+  long n = 0;
+  while (Clock::now() < end) {
+    for (int i = 0; i < 50; ++i) {
+      co_await c->set(key, value);
+      co_await c->get(key);
+      co_await c->add(counter, 1);
+    }
+    n += 150;
+  }
+  ops += n;
+}
+
+asio::awaitable<void> connect_once(const Config& cfg, int index, std::atomic<int>& served) {
+  auto c = co_await connect(cfg);
+  const std::string key = "conn/" + std::to_string(index);
+  co_await c->set(key, "x");
+  if (co_await c->get(key) == "x") ++served;
+}
+
+asio::awaitable<void> hold(const Config& cfg, std::vector<std::unique_ptr<AsyncStoreClient>>& held) {
+  held.push_back(co_await connect(cfg));
+}
+
+asio::awaitable<void> fill(const Config& cfg) {
+  auto c = co_await connect(cfg);
+  const std::string value(64, 'v');
+  for (int i = 0; i < cfg.keys; ++i) co_await c->set("fill/" + std::to_string(i), value);
+  co_await c->num_keys();  // a round trip: every SET before it has been applied
+}
+
+template <class Make>
+void run_all(int n, Make make) {
+  asio::io_context io(1);
+  std::atomic<int> failures{0};
+  for (int i = 0; i < n; ++i) {
+    asio::co_spawn(io, make(i), [&](std::exception_ptr e) {
+      if (!e) return;
+      if (failures++ == 0) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          std::cerr << "store_load: " << ex.what() << '\n';
+        }
+      }
+    });
+  }
+  io.run();
+  if (failures > 0) {
+    std::cerr << "store_load: " << failures << " clients failed\n";
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"store_load: load generator for TCPStore servers"};
+  app.require_subcommand(1);
+  for (auto* sub : {app.add_subcommand("ops"), app.add_subcommand("connect"),
+                    app.add_subcommand("hold"), app.add_subcommand("fill")}) {
+    sub->add_option("--port", cfg.port)->required();
+    sub->add_option("--dialect", cfg.dialect)->check(CLI::IsMember({"legacy", "modern"}));
+    sub->add_option("--connections", cfg.connections);
+    sub->add_option("--seconds", cfg.seconds);
+    sub->add_option("--keys", cfg.keys);
+  }
+  CLI11_PARSE(app, argc, argv);
+  const std::string mode = app.get_subcommands().front()->get_name();
+
+  if (mode == "ops") {
+    std::atomic<long> ops{0};
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(cfg.seconds));
+    run_all(cfg.connections, [&](int i) { return ops_loop(cfg, i, end, ops); });
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    std::cout << static_cast<long>(ops / secs) << '\n';
+  } else if (mode == "connect") {
+    std::atomic<int> served{0};
+    const auto start = Clock::now();
+    run_all(cfg.connections, [&](int i) { return connect_once(cfg, i, served); });
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (served != cfg.connections) return 1;
+    std::cout << ms.count() << '\n';
+  } else if (mode == "hold") {
+    std::vector<std::unique_ptr<AsyncStoreClient>> held;
+    run_all(cfg.connections, [&](int) { return hold(cfg, held); });
+    std::cout << "ready" << std::endl;
+    std::string line;
+    while (std::getline(std::cin, line)) {
+    }
+  } else {
+    run_all(1, [&](int) { return fill(cfg); });
+    std::cout << "done" << std::endl;
+  }
+  return 0;
+}
