@@ -117,6 +117,11 @@ bool KeyValueStore::erase(const std::string& key) {
   return true;
 }
 
+void KeyValueStore::clear() {
+  for (const auto& k : keys()) erase(k);
+  queues_.clear();
+}
+
 std::vector<std::string> KeyValueStore::keys() const {
   std::vector<std::string> out;
   out.reserve(data_.size());

@@ -40,6 +40,8 @@ class KeyValueStore {
   int64_t add(const std::string& key, int64_t delta);
   void append(const std::string& key, std::string_view value);
   bool erase(const std::string& key);
+  // Erases every key and queue (watchers see each deletion). Waits, watches and peers stay.
+  void clear();
   size_t size() const { return data_.size(); }
   std::vector<std::string> keys() const;
 

@@ -1,0 +1,31 @@
+#pragma once
+// The failure summary printed when a worker group fails, in torchrun's layout (reference/torchrun.md
+// 3.6), with sub-second times and the cause of a signal death spelled out.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/error_file.hpp"
+
+namespace ddprun::agent {
+
+struct WorkerFailure {
+  int local_rank = 0;
+  int rank = 0;
+  int pid = 0;
+  int exitcode = 0;  // > 0: exit status; < 0: killed by signal -exitcode
+  std::chrono::system_clock::time_point time;  // when the agent saw the exit
+  std::string error_file;                      // the path when the worker wrote one, else empty
+  std::optional<ErrorRecord> error;
+  bool sigkill_sent_by_ddprun = false;
+};
+
+// The root cause is the earliest failure; the others are listed under "Failures".
+std::string format_failure_summary(const std::string& entrypoint, const std::string& host,
+                                   const std::vector<WorkerFailure>& failures);
+
+// The one-line description used in the summary's traceback field and in logs.
+std::string describe_failure(const WorkerFailure& f);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,46 @@
+#pragma once
+// Copies a worker's teed stream from its pipe to the log file as it arrives and to the console with a
+// per-worker prefix, whole lines only (a final unterminated line is completed at EOF).
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+namespace ddprun::agent {
+
+class LogPump : public std::enable_shared_from_this<LogPump> {
+ public:
+  // Takes ownership of `pipe_fd`. Create with std::make_shared: pending reads hold the pump alive. `file_path` empty: no file; `console_fd` < 0: no console.
+  LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path, int console_fd,
+          std::string prefix);
+  ~LogPump();
+  LogPump(const LogPump&) = delete;
+  LogPump& operator=(const LogPump&) = delete;
+
+  // Pumps until EOF, then calls `on_eof` (on the io_context).
+  void start(std::function<void()> on_eof);
+  // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives its
+  // worker must not hold the agent up).
+  void finish();
+  bool done() const { return done_; }
+
+ private:
+  void read_more();
+  void emit(const char* data, size_t n);
+  void complete();
+
+  boost::asio::posix::stream_descriptor pipe_;
+  std::FILE* file_ = nullptr;
+  int console_fd_;
+  std::string prefix_;
+  std::vector<char> buf_;
+  std::string partial_;  // console text after the last newline
+  bool done_ = false;
+  std::function<void()> on_eof_;
+};
+
+}  // namespace ddprun::agent

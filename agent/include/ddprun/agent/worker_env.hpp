@@ -1,0 +1,39 @@
+#pragma once
+// The environment contract between the agent and a worker (torchrun's, reference/torchrun.md 2.1).
+#include <string>
+
+#include "ddprun/agent/environment.hpp"
+
+namespace ddprun::agent {
+
+// Where one worker stands in the job.
+struct WorkerIdentity {
+  int local_rank = 0;
+  int rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int role_rank = 0;
+  int role_world_size = 1;
+};
+
+// What every worker of one attempt shares.
+struct AttemptEnvironment {
+  std::string role = "default";
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id = "none";
+  bool use_agent_store = true;
+  bool virtual_local_rank = false;
+};
+
+// The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, ... , TORCHELASTIC_*, both spellings of
+// the NCCL async error handling switch (TORCH_NCCL_ for torch >= 2.2, NCCL_ for 1.13; the agent's own
+// values win), and CUDA_VISIBLE_DEVICES narrowed to one device with virtual_local_rank.
+Environment worker_environment(const Environment& agent_env, const AttemptEnvironment& attempt,
+                               const WorkerIdentity& id, const std::string& error_file);
+
+}  // namespace ddprun::agent

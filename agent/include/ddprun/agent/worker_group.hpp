@@ -1,0 +1,81 @@
+#pragma once
+// One attempt of the local worker group: start every worker, watch them by event, and stop the rest
+// at the first failure (or on request): the stop signal to each process group, SIGKILL after the
+// shutdown timeout, and every wait bounded.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddprun/agent/failure_summary.hpp"
+#include "ddprun/agent/worker_env.hpp"
+#include "ddprun/agent/worker_process.hpp"
+
+namespace ddprun::agent {
+
+class LogPump;
+
+// Where a teed stream goes besides its pipe.
+struct TeeTarget {
+  std::string file;      // the log file
+  int console_fd = -1;   // STDOUT_FILENO / STDERR_FILENO, or -1 when filtered out
+};
+
+struct WorkerLaunch {
+  WorkerIdentity id;
+  SpawnSpec spawn;  // StreamTarget::kPipe streams are teed to the targets below
+  TeeTarget tee_out;
+  TeeTarget tee_err;
+  std::string prefix;      // console prefix of teed lines
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+};
+
+struct GroupResult {
+  enum class State { kSucceeded, kFailed, kStopped };
+  State state = State::kSucceeded;
+  std::vector<WorkerFailure> failures;  // the workers that failed on their own (not those ddprun stopped)
+  int stop_signal = 0;                  // kStopped: the signal forwarded
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout);
+  ~WorkerGroup();
+
+  // Runs one attempt to its end. Workers whose exec fails count as failures with exit code 127.
+  boost::asio::awaitable<GroupResult> run(std::vector<WorkerLaunch> launches);
+  // Forwards `signo` to every running worker's process group; run() then ends with kStopped once
+  // they exit (SIGKILL after the shutdown timeout). A second call kills them at once.
+  void stop(int signo);
+  bool active() const { return active_; }
+
+ private:
+  void on_exit(size_t index, const ExitStatus& status);
+  void begin_stopping(int signo);
+  void kill_survivors();
+  void wake();
+
+  boost::asio::io_context& io_;
+  std::chrono::milliseconds shutdown_timeout_;
+  boost::asio::steady_timer wake_;
+  boost::asio::steady_timer kill_timer_;
+  bool woken_ = false;
+  bool active_ = false;
+  std::vector<WorkerLaunch> launches_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;
+  std::vector<std::shared_ptr<LogPump>> pumps_;
+  std::vector<bool> stopped_by_us_;
+  size_t running_ = 0;
+  size_t open_pumps_ = 0;
+  bool stopping_ = false;
+  bool sigkill_sent_ = false;
+  int stop_signal_ = 0;
+  std::vector<WorkerFailure> failures_;
+};
+
+}  // namespace ddprun::agent

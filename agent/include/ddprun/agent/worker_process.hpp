@@ -1,0 +1,75 @@
+#pragma once
+// One worker process: spawned into its own process group, bound to the agent's life, its exit
+// observed as an event on the agent's io_context (a pidfd becomes readable), never by polling.
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include "ddprun/agent/environment.hpp"
+
+namespace ddprun::agent {
+
+// Where a worker's stdout or stderr goes.
+struct StreamTarget {
+  enum class Kind { kInherit, kFile, kPipe, kDevNull };
+  Kind kind = Kind::kInherit;
+  std::string path;  // kFile: created or truncated
+};
+
+struct SpawnSpec {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  Environment env;
+  StreamTarget out;
+  StreamTarget err;
+};
+
+struct ExitStatus {
+  int code = 0;  // >= 0: exit status; < 0: killed by signal -code
+  std::chrono::system_clock::time_point time;
+};
+
+class WorkerProcess {
+ public:
+  // Forks and execs. The child leads a new process group and gets SIGKILL if the agent dies
+  // (PR_SET_PDEATHSIG, checked against a race with the agent's death). Throws std::system_error when
+  // a pipe or fork fails. An exec failure is not thrown: the process exits 127 and exec_error() says why.
+  WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec);
+  // Kills the process group if the process is still running and reaps it.
+  ~WorkerProcess();
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return running_; }
+  const std::string& exec_error() const { return exec_error_; }
+
+  // Calls `on_exit` once, on the io_context, when the process has exited. Any process it left behind
+  // in its group is killed before the exit is reported: a worker's helpers never outlive it.
+  void watch_exit(std::function<void(const ExitStatus&)> on_exit);
+  // Sends `signo` to the worker's process group; a no-op once it has exited.
+  void signal_group(int signo);
+
+  // The read end of a kPipe stream (or -1). The caller takes ownership.
+  int take_stdout_pipe() { return std::exchange(stdout_pipe_, -1); }
+  int take_stderr_pipe() { return std::exchange(stderr_pipe_, -1); }
+
+ private:
+  void reap(int wait_status);
+
+  pid_t pid_ = -1;
+  bool running_ = false;
+  std::string exec_error_;
+  int stdout_pipe_ = -1;
+  int stderr_pipe_ = -1;
+  boost::asio::posix::stream_descriptor pidfd_;
+  std::function<void(const ExitStatus&)> on_exit_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,44 @@
+#include "ddprun/agent/signals.hpp"
+
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+
+std::vector<int> parse_signal_list(const std::string& text) {
+  static const std::pair<const char*, int> kForwardable[] = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string name = text.substr(start, comma - start);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    bool found = false;
+    for (const auto& [n, v] : kForwardable) {
+      if (name == n) {
+        out.push_back(v);
+        found = true;
+      }
+    }
+    if (!found) {
+      throw std::invalid_argument(fmt::format(
+          "--signals_to_handle: '{}' is not one of SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2",
+          name));
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string signal_name(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
+}
+
+}  // namespace ddprun::agent

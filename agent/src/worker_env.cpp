@@ -1,0 +1,61 @@
+#include "ddprun/agent/worker_env.hpp"
+
+#include <vector>
+
+namespace ddprun::agent {
+namespace {
+
+std::string value_or(const Environment& env, const std::string& name, std::string fallback) {
+  auto it = env.find(name);
+  return it == env.end() ? std::move(fallback) : it->second;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = std::min(s.find(',', start), s.size());
+    out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Environment worker_environment(const Environment& agent_env, const AttemptEnvironment& attempt,
+                               const WorkerIdentity& id, const std::string& error_file) {
+  Environment env = agent_env;
+  env["RANK"] = std::to_string(id.rank);
+  env["GROUP_RANK"] = std::to_string(id.group_rank);
+  env["ROLE_RANK"] = std::to_string(id.role_rank);
+  env["ROLE_NAME"] = attempt.role;
+  env["LOCAL_WORLD_SIZE"] = std::to_string(id.local_world_size);
+  env["WORLD_SIZE"] = std::to_string(id.world_size);
+  env["GROUP_WORLD_SIZE"] = std::to_string(id.group_world_size);
+  env["ROLE_WORLD_SIZE"] = std::to_string(id.role_world_size);
+  env["MASTER_ADDR"] = attempt.master_addr;
+  env["MASTER_PORT"] = std::to_string(attempt.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(attempt.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
+  env["TORCHELASTIC_USE_AGENT_STORE"] = attempt.use_agent_store ? "True" : "False";
+  env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = value_or(agent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  env["NCCL_ASYNC_ERROR_HANDLING"] = value_or(agent_env, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (attempt.virtual_local_rank) {
+    env["LOCAL_RANK"] = "0";
+    auto visible = agent_env.find("CUDA_VISIBLE_DEVICES");
+    if (visible != agent_env.end() && !visible->second.empty()) {
+      const auto devices = split_commas(visible->second);
+      env["CUDA_VISIBLE_DEVICES"] = devices[id.local_rank % devices.size()];
+    } else {
+      env["CUDA_VISIBLE_DEVICES"] = std::to_string(id.local_rank);
+    }
+  } else {
+    env["LOCAL_RANK"] = std::to_string(id.local_rank);
+  }
+  return env;
+}
+
+}  // namespace ddprun::agent

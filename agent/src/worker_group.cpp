@@ -1,0 +1,170 @@
+#include "ddprun/agent/worker_group.hpp"
+
+#include <csignal>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/agent/log_pump.hpp"
+
+namespace ddprun::agent {
+namespace {
+// How long teed output may keep arriving after every worker has exited (a stray process that left
+// the worker's process group may hold the pipe).
+constexpr auto kPumpDrain = std::chrono::seconds(2);
+}  // namespace
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout)
+    : io_(io), shutdown_timeout_(shutdown_timeout), wake_(io), kill_timer_(io) {}
+
+WorkerGroup::~WorkerGroup() {
+  for (auto& p : pumps_) p->finish();
+}
+
+void WorkerGroup::wake() {
+  woken_ = true;
+  wake_.cancel();
+}
+
+boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
+  launches_ = std::move(launches);
+  workers_.clear();
+  pumps_.clear();
+  failures_.clear();
+  stopped_by_us_.assign(launches_.size(), false);
+  running_ = open_pumps_ = 0;
+  stopping_ = sigkill_sent_ = false;
+  stop_signal_ = 0;
+  active_ = true;
+
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    const WorkerLaunch& l = launches_[i];
+    try {
+      workers_.push_back(std::make_unique<WorkerProcess>(io_, l.spawn));
+    } catch (const std::system_error& e) {
+      // The machine refused a process: stop what started and report it like a failed worker.
+      spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
+      WorkerFailure f;
+      f.local_rank = l.id.local_rank;
+      f.rank = l.id.rank;
+      f.exitcode = 127;
+      f.time = std::chrono::system_clock::now();
+      f.error = ErrorRecord{e.what(), {}, {}, {}};
+      failures_.push_back(std::move(f));
+      begin_stopping(SIGTERM);
+      break;
+    }
+    ++running_;
+    WorkerProcess& w = *workers_.back();
+    for (auto [fd, target] : {std::pair{w.take_stdout_pipe(), &l.tee_out},
+                              std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
+      if (fd < 0) continue;
+      auto pump = std::make_shared<LogPump>(io_, fd, target->file, target->console_fd, l.prefix);
+      ++open_pumps_;
+      pump->start([this] {
+        --open_pumps_;
+        wake();
+      });
+      pumps_.push_back(std::move(pump));
+    }
+    w.watch_exit([this, i](const ExitStatus& s) { on_exit(i, s); });
+  }
+
+  boost::asio::steady_timer drain(io_);
+  bool draining = false;
+  while (running_ > 0 || open_pumps_ > 0) {
+    if (running_ == 0 && !draining) {
+      draining = true;
+      drain.expires_after(kPumpDrain);
+      drain.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        for (auto& p : pumps_) p->finish();
+      });
+    }
+    if (!woken_) {
+      wake_.expires_at(boost::asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    }
+    woken_ = false;
+  }
+  drain.cancel();
+  kill_timer_.cancel();
+  active_ = false;
+
+  GroupResult result;
+  result.failures = std::move(failures_);
+  result.stop_signal = stop_signal_;
+  if (stop_signal_ != 0) {
+    result.state = GroupResult::State::kStopped;
+  } else if (!result.failures.empty()) {
+    result.state = GroupResult::State::kFailed;
+  }
+  workers_.clear();
+  pumps_.clear();
+  co_return result;
+}
+
+void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
+  --running_;
+  const WorkerLaunch& l = launches_[index];
+  const WorkerProcess& w = *workers_[index];
+  if (status.code != 0 && !stopped_by_us_[index]) {
+    WorkerFailure f;
+    f.local_rank = l.id.local_rank;
+    f.rank = l.id.rank;
+    f.pid = w.pid();
+    f.exitcode = status.code;
+    f.time = status.time;
+    f.sigkill_sent_by_ddprun = sigkill_sent_;
+    if (!w.exec_error().empty()) {
+      f.error = ErrorRecord{w.exec_error(), {}, {}, {}};
+    } else if ((f.error = read_error_file(l.error_file))) {
+      f.error_file = l.error_file;
+    }
+    spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank, f.rank,
+                 f.pid, f.exitcode);
+    failures_.push_back(std::move(f));
+    if (!stopping_) begin_stopping(SIGTERM);
+  }
+  wake();
+}
+
+void WorkerGroup::begin_stopping(int signo) {
+  stopping_ = true;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!workers_[i]->running()) continue;
+    stopped_by_us_[i] = true;
+    workers_[i]->signal_group(signo);
+  }
+  kill_timer_.expires_after(shutdown_timeout_);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) kill_survivors();
+  });
+}
+
+void WorkerGroup::kill_survivors() {
+  sigkill_sent_ = true;
+  for (auto& w : workers_) {
+    if (!w->running()) continue;
+    spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL", w->pid());
+    w->signal_group(SIGKILL);
+  }
+}
+
+void WorkerGroup::stop(int signo) {
+  if (!active_) return;
+  if (stop_signal_ != 0) {
+    kill_survivors();  // asked twice: do not wait for the grace period
+    return;
+  }
+  stop_signal_ = signo;
+  if (!stopping_) {
+    begin_stopping(signo);
+    return;
+  }
+  // Already stopping after a failure: pass the user's signal on as well.
+  for (auto& w : workers_) w->signal_group(signo);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,68 @@
+#pragma once
+// Everything `ddprun` was asked to do, parsed and validated from its command line and the PET_*
+// environment fallbacks (the command line wins), with torchrun's names and defaults.
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/environment.hpp"
+
+namespace ddprun::launcher {
+
+// A malformed or unsupported command line. The CLI prints it as one line and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// -h/--help was given; the CLI prints cli_help() and exits 0.
+struct HelpRequested {};
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string nproc_per_node = "1";  // as given: an integer, auto, cpu or gpu
+  int nproc = 1;                     // resolved
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;  // accepted for compatibility; ddprun reacts to events
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: a fresh /tmp/torchelastic_* folder
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // 29500 for the static backend when not given; 0 lets the OS pick
+  std::string local_addr;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::optional<int> shutdown_timeout;  // seconds; default TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
+  bool virtual_local_rank = false;
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+};
+
+// Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
+// Throws UsageError with a one-line message, or HelpRequested.
+LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env);
+
+// The text `ddprun --help` prints.
+std::string cli_help();
+
+// Exit statuses of `ddprun`, documented in --help and README.
+constexpr int kExitSuccess = 0;
+constexpr int kExitWorkerFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitLaunchError = 3;
+// Shut down by signal N (forwarded to the workers first): 128 + N.
+
+}  // namespace ddprun::launcher
