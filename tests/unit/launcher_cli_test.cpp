@@ -1,0 +1,135 @@
+#include <catch2/catch.hpp>
+
+#include "ddprun/launcher/agent_config.hpp"
+#include "ddprun/launcher/launch_config.hpp"
+
+using namespace ddprun::launcher;
+using ddprun::agent::Environment;
+
+namespace {
+LaunchConfig parse(std::vector<std::string> args, Environment env = {}) {
+  return parse_command_line(args, env);
+}
+}  // namespace
+
+TEST_CASE("cli: dash and underscore spellings are the same flag", "[cli]") {
+  const auto a = parse({"--nproc_per_node=3", "--max_restarts", "2", "--rdzv_id=j", "train.py"});
+  const auto b = parse({"--nproc-per-node", "3", "--max-restarts=2", "--rdzv-id", "j", "train.py"});
+  CHECK(a.nproc == 3);
+  CHECK(b.nproc == 3);
+  CHECK(a.max_restarts == 2);
+  CHECK(b.max_restarts == 2);
+  CHECK(a.rdzv_id == b.rdzv_id);
+}
+
+TEST_CASE("cli: PET_ variables are fallbacks and the command line wins", "[cli]") {
+  const Environment env = {{"PET_NPROC_PER_NODE", "4"}, {"PET_MAX_RESTARTS", "3"},
+                           {"PET_STANDALONE", "1"},     {"PET_ROLE", "trainer"}};
+  const auto from_env = parse({"train.py"}, env);
+  CHECK(from_env.nproc == 4);
+  CHECK(from_env.max_restarts == 3);
+  CHECK(from_env.standalone);
+  CHECK(from_env.role == "trainer");
+  const auto overridden = parse({"--nproc_per_node=2", "--role=x", "train.py"}, env);
+  CHECK(overridden.nproc == 2);
+  CHECK(overridden.role == "x");
+}
+
+TEST_CASE("cli: a boolean PET_ variable must be an integer, as in torchrun", "[cli]") {
+  CHECK_THROWS_AS(parse({"train.py"}, {{"PET_STANDALONE", "true"}}), UsageError);
+  CHECK_FALSE(parse({"train.py"}, {{"PET_NO_PYTHON", "0"}}).no_python);
+}
+
+TEST_CASE("cli: the script's own arguments pass untouched", "[cli]") {
+  const auto c = parse({"--nproc_per_node=2", "train.py", "--lr", "0.1", "-m", "--nproc_per_node=9"});
+  CHECK(c.training_script == "train.py");
+  CHECK(c.training_script_args == std::vector<std::string>{"--lr", "0.1", "-m", "--nproc_per_node=9"});
+  CHECK(c.nproc == 2);
+}
+
+TEST_CASE("cli: defaults match torchrun's", "[cli]") {
+  const auto c = parse({"train.py"});
+  CHECK(c.nproc == 1);
+  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_id == "none");
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port == 29500);
+  CHECK(c.role == "default");
+  CHECK(c.signals_to_handle == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK_FALSE(c.shutdown_timeout.has_value());
+}
+
+TEST_CASE("cli: standalone is a single-node c10d job on a free port with a fresh run id", "[cli]") {
+  const auto a = parse({"--standalone", "train.py"});
+  const auto b = parse({"--standalone", "train.py"});
+  CHECK(a.rdzv_backend == "c10d");
+  CHECK(a.rdzv_endpoint == "localhost:0");
+  CHECK(a.rdzv_id != b.rdzv_id);
+  const auto agent = make_agent_config(a, {}, nullptr);
+  CHECK(agent.store_port == 0);
+}
+
+TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--nproc_per_node=0", "t.py"}, "must be positive"},
+      {{"--nproc_per_node=two", "t.py"}, "invalid value 'two'"},
+      {{"--nnodes=3:2", "t.py"}, "MIN:MAX"},
+      {{"--max_restarts=-1", "t.py"}, "must not be negative"},
+      {{"--master_port=70000", "t.py"}, "not a TCP port"},
+      {{"--redirects=4", "t.py"}, "0-3"},
+      {{"--tee=0:1,0x", "t.py"}, "expected rank:value"},
+      {{"--signals_to_handle=SIGKILL", "t.py"}, "SIGKILL"},
+      {{"--rdzv_conf=joint_timeout=5", "t.py"}, "unknown key 'joint_timeout'"},
+      {{"--start_method=thread", "t.py"}, "invalid choice"},
+      {{"--no_python", "-m", "t.py"}, "at the same time"},
+      {{"--bogus", "t.py"}, "unrecognized argument: --bogus"},
+      {{"--nproc_per_node=2"}, "training_script"},
+  };
+  for (const auto& [args, message] : bad) {
+    INFO(args.front());
+    try {
+      parse(args);
+      FAIL("accepted");
+    } catch (const UsageError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(message));
+      CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("cli: what this version does not run yet is refused with the reason", "[cli]") {
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "t.py"}), Catch::Contains("not implemented yet"));
+  CHECK_THROWS_WITH(parse({"--nnodes=1:4", "t.py"}), Catch::Contains("multi-node"));
+  CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "t.py"}), Catch::Contains("not implemented yet"));
+  CHECK_THROWS_WITH(parse({"--rdzv_backend=zookeeper", "t.py"}), Catch::Contains("unknown backend"));
+}
+
+TEST_CASE("cli: per-rank stream maps take ranks of any width", "[cli]") {
+  const auto c = parse({"--nproc_per_node=12", "--tee=0:3,11:1", "t.py"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  CHECK(a.tee[0] == ddprun::agent::Std::kAll);
+  CHECK(a.tee[11] == ddprun::agent::Std::kOut);
+  CHECK(a.tee[5] == ddprun::agent::Std::kNone);
+}
+
+TEST_CASE("cli: python entry points run as PYTHON_EXEC -u [-m] script", "[cli]") {
+  auto a = make_agent_config(parse({"-m", "pkg.train", "--x"}), {{"PYTHON_EXEC", "/opt/py"}}, nullptr);
+  CHECK(a.entrypoint == std::vector<std::string>{"/opt/py", "-u", "-m", "pkg.train", "--x"});
+  a = make_agent_config(parse({"--no_python", "/bin/echo", "hi"}), {}, nullptr);
+  CHECK(a.entrypoint == std::vector<std::string>{"/bin/echo", "hi"});
+  a = make_agent_config(parse({"t.py"}), {}, nullptr);
+  CHECK(a.entrypoint == std::vector<std::string>{"python3", "-u", "t.py"});
+}
+
+TEST_CASE("cli: OMP_NUM_THREADS is set to 1 with torchrun's notice only when unset", "[cli]") {
+  std::string notice;
+  auto a = make_agent_config(parse({"--nproc_per_node=2", "t.py"}), {}, &notice);
+  CHECK(a.env.at("OMP_NUM_THREADS") == "1");
+  CHECK_THAT(notice, Catch::Contains("Setting OMP_NUM_THREADS"));
+  notice.clear();
+  a = make_agent_config(parse({"--nproc_per_node=2", "t.py"}), {{"OMP_NUM_THREADS", "4"}}, &notice);
+  CHECK(a.env.at("OMP_NUM_THREADS") == "4");
+  CHECK(notice.empty());
+  a = make_agent_config(parse({"t.py"}), {}, &notice);
+  CHECK_FALSE(a.env.contains("OMP_NUM_THREADS"));
+}
