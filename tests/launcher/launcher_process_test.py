@@ -1,0 +1,250 @@
+"""ddprun as a user runs it: real worker processes, real signals, real PyTorch (Debian's torch 1.13).
+
+    launcher_process_test.py DDPRUN CASE     (CASE: one of the functions named case_*)
+"""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+TORCHRUN_REF = os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-ref")
+PY = "/usr/bin/python3"
+DDPRUN = None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args, timeout=120, env=None, **kw):
+    return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON_EXEC": PY, **(env or {})}, **kw)
+
+
+def wait_for(predicate, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead for our purposes
+        return f.read().split()[2] != "Z"
+
+
+# --- environment parity -----------------------------------------------------------------------
+
+DUMP_ENV = ("import os,json,sys; "
+            "json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK']), 'w'))")
+# What ddprun adds on purpose: newer torch's names (torch 1.13's torchrun predates them).
+DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+
+
+def worker_envs(launcher, flags, nproc):
+    out = tempfile.mkdtemp()
+    cmd = [*launcher, *flags, "--no_python", PY, "-c", DUMP_ENV, out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert r.returncode == 0, (cmd, r.stderr)
+    envs = {}
+    for rank in range(nproc):
+        with open(os.path.join(out, str(rank))) as f:
+            envs[rank] = json.load(f)
+    return envs
+
+
+def case_env_parity():
+    flag_sets = [
+        (["--nproc_per_node=2"], 2, set()),
+        (["--nproc_per_node=3", "--role=trainer", "--max_restarts=2", "--rdzv_id=job7"], 3, set()),
+        (["--nproc_per_node=1", "--master_addr=localhost"], 1, set()),
+        # torch 1.13 gave c10d workers their own store on a port it probed; ddprun always shares the
+        # agent's store (newer torchrun's behaviour), so these differ by design.
+        (["--standalone", "--nproc_per_node=2"], 2,
+         {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"}),
+    ]
+    for flags, nproc, differs in flag_sets:
+        port_flags = [] if "--standalone" in flags else [f"--master_port={free_port()}"]
+        ref = worker_envs(["bash", TORCHRUN_REF, "--monitor_interval=0.1"], flags + port_flags, nproc)
+        port_flags = [] if "--standalone" in flags else [f"--master_port={free_port()}"]
+        ours = worker_envs([DDPRUN], flags + port_flags, nproc)
+        for rank in range(nproc):
+            t, d = ref[rank], ours[rank]
+            for key in set(t) | set(d):
+                if key in differs or key == "MASTER_PORT" or key in DDPRUN_EXTRAS and key not in t:
+                    continue
+                if key == "TORCHELASTIC_ERROR_FILE":
+                    # Paths differ by temp folder; the layout must not.
+                    assert t[key].split("/")[-3:] == d[key].split("/")[-3:], (t[key], d[key])
+                    assert os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(
+                        d[key])))).startswith(d["TORCHELASTIC_RUN_ID"] + "_"), d[key]
+                    continue
+                assert t.get(key) == d.get(key), (flags, rank, key, t.get(key), d.get(key))
+            assert d["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    print("env parity with torchrun (torch 1.13) for", len(flag_sets), "flag sets: passed")
+
+
+# --- real PyTorch training ---------------------------------------------------------------------
+
+def check_training(args, env=None):
+    result = tempfile.mktemp(suffix=".json")
+    r = run(["--standalone", "--nproc_per_node=2", *args], env={"RESULT_FILE": result, **(env or {})})
+    assert r.returncode == 0, r.stderr
+    with open(result) as f:
+        res = json.load(f)
+    assert res["world"] == 2
+    assert res["identical"], "replicas diverged"
+    assert res["losses"][-1] < 0.5 * res["losses"][0], res["losses"][::10]
+    return res
+
+
+def case_ddp_training():
+    script = os.path.join(WORKLOADS, "ddp_train.py")
+    res = check_training([script])
+    check_training(["-m", "ddp_train"], env={"PYTHONPATH": WORKLOADS})
+    check_training(["--no_python", PY, script])
+    print(f"DDP (gloo) under ddprun: loss {res['losses'][0]:.3f} -> {res['losses'][-1]:.4f}, "
+          "replicas bit-identical; script, -m and --no_python: passed")
+
+
+# --- failures, restarts, signals ----------------------------------------------------------------
+
+def case_restart_rescues_one_failure():
+    logs = tempfile.mkdtemp()
+    fail_once = "import os,sys; sys.exit(3 if os.environ['TORCHELASTIC_RESTART_COUNT']=='0' and os.environ['RANK']=='1' else 0)"
+    r = run(["--nproc_per_node=2", "--standalone", "--max_restarts=1", f"--log_dir={logs}",
+             "--no_python", PY, "-c", fail_once])
+    assert r.returncode == 0, r.stderr
+    attempts = sorted(os.path.basename(p) for p in glob.glob(f"{logs}/*/attempt_*"))
+    assert attempts == ["attempt_0", "attempt_1"], attempts
+    assert "restarting it (1 of 1 restarts)" in r.stderr, r.stderr
+    r = run(["--nproc_per_node=2", "--standalone", "--no_python", PY, "-c", fail_once])
+    assert r.returncode == 1, r.returncode
+    print("a failed worker is restarted with --max_restarts 1, and fails the job without: passed")
+
+
+def case_failure_summary_reads_error_file():
+    r = run(["--nproc_per_node=2", "--standalone", "--shutdown_timeout=5",
+             os.path.join(WORKLOADS, "record_failure.py")])
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    err = r.stderr
+    root = err.index("Root Cause (first observed failure):")
+    assert "record_failure.py" in err and "FAILED" in err, err
+    assert "rank      : 1 (local_rank: 1)" in err[root:], err
+    assert "exitcode  : 1" in err[root:], err
+    assert "ValueError: learning rate must be positive, got -1" in err[root:], err
+    assert "/attempt_0/1/error.json" in err[root:], err
+    print("failure summary names rank, exit code and the @record error message: passed")
+
+
+def case_sigterm_ignoring_worker_is_killed():
+    d = tempfile.mkdtemp()
+    start = time.monotonic()
+    r = run(["--nproc_per_node=2", "--standalone", "--shutdown_timeout=1", "--no_python", PY,
+             os.path.join(WORKLOADS, "signal_probe.py"), d, "--ignore-term", "--fail-rank0"],
+            timeout=60)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 1, r.stderr
+    assert "did not exit within the shutdown timeout: sending SIGKILL" in r.stderr, r.stderr
+    assert elapsed < 20, elapsed
+    pid1 = int(open(os.path.join(d, "ready.1")).read())
+    assert not pid_alive(pid1)
+    print(f"a worker ignoring SIGTERM is SIGKILLed after the grace period ({elapsed:.1f}s): passed")
+
+
+def signal_case(sig, expect):
+    d = tempfile.mkdtemp()
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--standalone", "--no_python", PY,
+                          os.path.join(WORKLOADS, "signal_probe.py"), d],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: all(os.path.exists(os.path.join(d, f"ready.{r}")) for r in range(2)),
+             "workers ready")
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + sig, (p.returncode, err)
+    for rank in range(2):
+        with open(os.path.join(d, f"got.{rank}")) as f:
+            assert f.read() == expect
+
+
+def case_signals_reach_workers():
+    signal_case(signal.SIGTERM, "SIGTERM")
+    signal_case(signal.SIGINT, "SIGINT")
+    print("SIGTERM and SIGINT to ddprun reach every worker; exit status 128+N: passed")
+
+
+def case_sigkill_of_ddprun_leaves_no_worker():
+    d = tempfile.mkdtemp()
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=3", "--standalone", "--no_python", PY,
+                          os.path.join(WORKLOADS, "signal_probe.py"), d],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: all(os.path.exists(os.path.join(d, f"ready.{r}")) for r in range(3)),
+             "workers ready")
+    pids = [int(open(os.path.join(d, f"ready.{r}")).read()) for r in range(3)]
+    p.kill()
+    p.wait(timeout=10)
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids), "workers to die with ddprun", 10)
+    print("SIGKILL of ddprun leaves no worker alive: passed")
+
+
+def case_bad_flags_exit_2():
+    for args in (["--nproc_per_node=abc", "x.py"], ["--bogus", "x.py"], ["--nnodes=2", "x.py"], []):
+        r = run(args, timeout=10)
+        assert r.returncode == 2, (args, r.returncode)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ddprun: error: "), (args, r.stderr)
+    r = run(["--help"], timeout=10)
+    assert r.returncode == 0 and "Exit status" in r.stdout
+    print("bad flags: exit status 2 and one line: passed")
+
+
+def case_log_layout_and_tee():
+    logs = tempfile.mkdtemp()
+    prog = "import os,sys; r=os.environ['RANK']; print('out', r); print('err', r, file=sys.stderr)"
+    r = run(["--nproc_per_node=2", "--standalone", f"--log_dir={logs}", "--redirects=1", "--tee=2",
+             "--no_python", PY, "-c", prog])
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = glob.glob(f"{logs}/*_*")
+    for rank in range(2):
+        base = os.path.join(run_dir, "attempt_0", str(rank))
+        assert open(os.path.join(base, "stdout.log")).read() == f"out {rank}\n"
+        assert open(os.path.join(base, "stderr.log")).read() == f"err {rank}\n"
+        assert f"[default{rank}]:err {rank}\n" in r.stderr, r.stderr
+        assert f"out {rank}" not in r.stdout  # redirected only
+    r = run(["--nproc_per_node=12", "--standalone", "--tee=3", "--local_ranks_filter=11",
+             "--role=w", "--no_python", PY, "-c", prog])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[w11]:out 11\n", r.stdout
+    assert "[w11]:err 11\n" in r.stderr and "[w3]" not in r.stderr, r.stderr
+    r = run(["--nproc_per_node=1", "--standalone", "--tee=1", "--no_python", PY, "-c",
+             "import sys; sys.stdout.write('partial line without newline')"],
+            env={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}|${rank}> "})
+    assert r.stdout == "<default|0> partial line without newline\n", repr(r.stdout)
+    print("log folders, -r/-t, per-rank prefixes, local_ranks_filter, whole lines: passed")
+
+
+def case_missing_executable_is_a_clear_failure():
+    r = run(["--nproc_per_node=1", "--standalone", "--no_python", "/nonexistent/trainer"])
+    assert r.returncode == 1, r.returncode
+    assert "cannot execute '/nonexistent/trainer': No such file or directory" in r.stderr, r.stderr
+    print("a missing executable fails the job with the reason: passed")
+
+
+if __name__ == "__main__":
+    DDPRUN = os.path.abspath(sys.argv[1])
+    globals()["case_" + sys.argv[2]]()
