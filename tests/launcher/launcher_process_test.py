@@ -54,6 +54,8 @@ DUMP_ENV = ("import os,json,sys; "
             "json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK']), 'w'))")
 # What ddprun adds on purpose: newer torch's names (torch 1.13's torchrun predates them).
 DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+# Set by the bash wrapper that runs the reference torchrun, not by torchrun.
+SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
 
 
 def worker_envs(launcher, flags, nproc):
@@ -86,7 +88,8 @@ def case_env_parity():
         for rank in range(nproc):
             t, d = ref[rank], ours[rank]
             for key in set(t) | set(d):
-                if key in differs or key == "MASTER_PORT" or key in DDPRUN_EXTRAS and key not in t:
+                if key in differs or key in SHELL_ARTIFACTS or key == "MASTER_PORT" or (
+                        key in DDPRUN_EXTRAS and key not in t):
                     continue
                 if key == "TORCHELASTIC_ERROR_FILE":
                     # Paths differ by temp folder; the layout must not.

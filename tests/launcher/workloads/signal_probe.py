@@ -23,6 +23,11 @@ with open(os.path.join(out, f"pid.{rank}"), "w") as f:
     f.write(str(os.getpid()))
 os.rename(os.path.join(out, f"pid.{rank}"), os.path.join(out, f"ready.{rank}"))
 if "--fail-rank0" in sys.argv and rank == "0":
+    # Fail only once rank 1 is set up to ignore SIGTERM, so that the grace period is what ends it.
+    import time
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(out, "ready.1")) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(5)
 signal.alarm(60)  # a bound for the test: SIGALRM's default action ends the process
 while True:
