@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <functional>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
@@ -41,16 +41,19 @@ std::string host_name() {
 std::string line_prefix(const Environment& env, const std::string& role, const WorkerIdentity& id) {
   auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
   std::string out = it != env.end() ? it->second : "[${role_name}${local_rank}]:";
-  const std::pair<std::string, std::string> vars[] = {{"${role_name}", role},
-                                                      {"${rank}", std::to_string(id.rank)},
-                                                      {"${local_rank}", std::to_string(id.local_rank)}};
+  const std::pair<std::string, std::string> vars[] = {
+      {"${role_name}", role},
+      {"${rank}", std::to_string(id.rank)},
+      {"${local_rank}", std::to_string(id.local_rank)}};
   for (const auto& [name, value] : vars) {
-    for (size_t pos; (pos = out.find(name)) != std::string::npos;) out.replace(pos, name.size(), value);
+    for (size_t pos; (pos = out.find(name)) != std::string::npos;)
+      out.replace(pos, name.size(), value);
   }
   return out;
 }
 
-// The stream plan of one standard stream of one worker: tee beats redirect beats the console filter.
+// The stream plan of one standard stream of one worker: tee beats redirect beats the console
+// filter.
 StreamTarget plan_stream(bool tee, bool redirect, bool on_console, const fs::path& file,
                          TeeTarget& tee_target, int console_fd) {
   if (tee) {
@@ -144,7 +147,8 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   fs::path run_dir;
   std::unique_ptr<rendezvous::StoreServer> store;
   try {
-    const std::string base = cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
+    const std::string base =
+        cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
     fs::create_directories(base);
     run_dir = make_temp_dir((fs::path(base) / (cfg.run_id + "_XXXXXX")).string());
     rendezvous::ServerOptions options;

@@ -39,7 +39,8 @@ std::optional<ErrorRecord> read_error_file(const std::string& path) {
     return r;
   }
   if (m.is_object()) {
-    if (m.contains("message") && m["message"].is_string()) r.message = m["message"].get<std::string>();
+    if (m.contains("message") && m["message"].is_string())
+      r.message = m["message"].get<std::string>();
     if (m.contains("errorCode")) {
       if (auto code = as_long(m["errorCode"])) r.error_code = static_cast<int>(*code);
     }

@@ -13,7 +13,8 @@ namespace {
 
 std::string format_time(std::chrono::system_clock::time_point t) {
   const auto secs = std::chrono::system_clock::to_time_t(t);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
   std::tm tm{};
   localtime_r(&secs, &tm);
   char buf[32];
@@ -48,10 +49,12 @@ std::string describe_failure(const WorkerFailure& f) {
   }
   if (f.exitcode < 0) {
     const int signo = -f.exitcode;
-    std::string text = fmt::format("Signal {} ({}) received by PID {}", signo, signal_name(signo), f.pid);
+    std::string text =
+        fmt::format("Signal {} ({}) received by PID {}", signo, signal_name(signo), f.pid);
     if (signo == 9 && !f.sigkill_sent_by_ddprun) {
-      text += "; ddprun did not send it: the kernel's out-of-memory killer is the usual sender "
-              "(see `dmesg | grep -i oom`)";
+      text +=
+          "; ddprun did not send it: the kernel's out-of-memory killer is the usual sender "
+          "(see `dmesg | grep -i oom`)";
     }
     return text;
   }

@@ -41,16 +41,16 @@ void LogPump::start(std::function<void()> on_eof) {
 }
 
 void LogPump::read_more() {
-  pipe_.async_read_some(boost::asio::buffer(buf_), [self = shared_from_this()](
-                                                       boost::system::error_code ec, size_t n) {
-    if (self->done_) return;
-    if (n > 0) self->emit(self->buf_.data(), n);
-    if (ec) {
-      self->complete();
-      return;
-    }
-    self->read_more();
-  });
+  pipe_.async_read_some(boost::asio::buffer(buf_),
+                        [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                          if (self->done_) return;
+                          if (n > 0) self->emit(self->buf_.data(), n);
+                          if (ec) {
+                            self->complete();
+                            return;
+                          }
+                          self->read_more();
+                        });
 }
 
 void LogPump::emit(const char* data, size_t n) {

@@ -40,8 +40,8 @@ std::vector<Std> parse_std_spec(const std::string& text, int nproc) {
     }
     const int rank = parse_int(item.substr(0, colon), text);
     if (rank >= nproc) {
-      throw std::invalid_argument(
-          fmt::format("--redirects/--tee '{}': local rank {} but only {} workers", text, rank, nproc));
+      throw std::invalid_argument(fmt::format(
+          "--redirects/--tee '{}': local rank {} but only {} workers", text, rank, nproc));
     }
     out[rank] = to_std(item.substr(colon + 1), text);
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);

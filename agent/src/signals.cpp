@@ -27,9 +27,10 @@ std::vector<int> parse_signal_list(const std::string& text) {
       }
     }
     if (!found) {
-      throw std::invalid_argument(fmt::format(
-          "--signals_to_handle: '{}' is not one of SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2",
-          name));
+      throw std::invalid_argument(
+          fmt::format("--signals_to_handle: '{}' is not one of SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
+                      "SIGUSR1, SIGUSR2",
+                      name));
     }
     start = comma + 1;
   }

@@ -41,7 +41,8 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
   env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = attempt.use_agent_store ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = value_or(agent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] =
+      value_or(agent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   env["NCCL_ASYNC_ERROR_HANDLING"] = value_or(agent_env, "NCCL_ASYNC_ERROR_HANDLING", "1");
   if (attempt.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";

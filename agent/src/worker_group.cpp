@@ -2,9 +2,9 @@
 
 #include <csignal>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/agent/log_pump.hpp"
 
@@ -122,8 +122,8 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
     } else if ((f.error = read_error_file(l.error_file))) {
       f.error_file = l.error_file;
     }
-    spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank, f.rank,
-                 f.pid, f.exitcode);
+    spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank,
+                 f.rank, f.pid, f.exitcode);
     failures_.push_back(std::move(f));
     if (!stopping_) begin_stopping(SIGTERM);
   }
@@ -147,7 +147,8 @@ void WorkerGroup::kill_survivors() {
   sigkill_sent_ = true;
   for (auto& w : workers_) {
     if (!w->running()) continue;
-    spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL", w->pid());
+    spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL",
+                 w->pid());
     w->signal_group(SIGKILL);
   }
 }

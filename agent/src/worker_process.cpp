@@ -20,8 +20,8 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-// Opens what a stream target needs before fork(); returns the fd the child dup2()s (or -1 to inherit),
-// and for kPipe the parent's read end in `read_end`.
+// Opens what a stream target needs before fork(); returns the fd the child dup2()s (or -1 to
+// inherit), and for kPipe the parent's read end in `read_end`.
 int open_target(const StreamTarget& t, int& read_end) {
   switch (t.kind) {
     case StreamTarget::Kind::kInherit:
@@ -54,7 +54,8 @@ void close_fd(int& fd) {
 }  // namespace
 
 WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec) : pidfd_(io) {
-  // Everything the child touches is prepared here: after fork() only async-signal-safe calls remain.
+  // Everything the child touches is prepared here: after fork() only async-signal-safe calls
+  // remain.
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -79,7 +80,8 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec)
     sigset_t all;
     sigemptyset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
-    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::signal(s, SIG_DFL);
+    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+      ::signal(s, SIG_DFL);
     if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
     ::execvpe(argv[0], argv.data(), envp.data());

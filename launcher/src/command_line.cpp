@@ -4,8 +4,8 @@
 #include <random>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
@@ -14,8 +14,9 @@
 namespace ddprun::launcher {
 namespace {
 
-// One torchrun option: its spellings, argparse's dest (which names the PET_ variable), and where the
-// raw text goes. Values are kept as text and converted once, so PET_* goes through the same checks.
+// One torchrun option: its spellings, argparse's dest (which names the PET_ variable), and where
+// the raw text goes. Values are kept as text and converted once, so PET_* goes through the same
+// checks.
 struct ValueOption {
   const char* names;
   const char* dest;
@@ -66,7 +67,8 @@ void parse_nnodes(const std::string& text, LaunchConfig& c) {
     c.max_nodes = parse_number<int>(text.substr(colon + 1), "--nnodes");
   }
   if (c.min_nodes <= 0 || c.max_nodes < c.min_nodes) {
-    throw UsageError(fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
+    throw UsageError(
+        fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
   }
 }
 
@@ -96,7 +98,8 @@ int resolve_nproc(const std::string& text) {
     return gpus > 0 ? gpus : cpus;
   }
   const int n = parse_number<int>(text, "--nproc_per_node");
-  if (n <= 0) throw UsageError(fmt::format("argument --nproc_per_node: must be positive, got {}", n));
+  if (n <= 0)
+    throw UsageError(fmt::format("argument --nproc_per_node: must be positive, got {}", n));
   return n;
 }
 
@@ -109,9 +112,9 @@ std::string random_run_id() {
 // The rdzv_conf keys torchrun reads; others are refused so that typos do not pass silently.
 void check_rdzv_conf(const std::string& text) {
   static const std::vector<std::string> kKnown = {
-      "join_timeout",   "last_call_timeout",    "close_timeout",     "read_timeout",
-      "is_host",        "keep_alive_interval",  "keep_alive_max_attempt", "heartbeat_timeout",
-      "timeout",        "store_type"};
+      "join_timeout", "last_call_timeout",   "close_timeout",          "read_timeout",
+      "is_host",      "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout",
+      "timeout",      "store_type"};
   if (text.empty()) return;
   size_t start = 0;
   while (start <= text.size()) {
@@ -131,22 +134,24 @@ void check_rdzv_conf(const std::string& text) {
 
 }  // namespace
 
-LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env) {
+LaunchConfig parse_command_line(const std::vector<std::string>& args,
+                                const agent::Environment& env) {
   LaunchConfig c;
   std::string nnodes = "1:1", max_restarts = "0", monitor_interval = "0.1", node_rank = "0";
   std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
   std::string dup_stdout, dup_stderr;
   const std::vector<ValueOption> values = {
       {"--nnodes", "nnodes", "Number of nodes, N or MIN:MAX", &nnodes},
-      {"--nproc_per_node,--nproc-per-node", "nproc_per_node", "Workers per node: N, auto, cpu or gpu",
-       &c.nproc_per_node},
+      {"--nproc_per_node,--nproc-per-node", "nproc_per_node",
+       "Workers per node: N, auto, cpu or gpu", &c.nproc_per_node},
       {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "Rendezvous backend", &c.rdzv_backend},
       {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "Rendezvous endpoint host[:port]",
        &c.rdzv_endpoint},
       {"--rdzv_id,--rdzv-id", "rdzv_id", "Job id", &c.rdzv_id},
-      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "Rendezvous configuration k1=v1,k2=v2", &c.rdzv_conf},
-      {"--max_restarts,--max-restarts", "max_restarts", "Restarts of the worker group before failing",
-       &max_restarts},
+      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "Rendezvous configuration k1=v1,k2=v2",
+       &c.rdzv_conf},
+      {"--max_restarts,--max-restarts", "max_restarts",
+       "Restarts of the worker group before failing", &max_restarts},
       {"--monitor_interval,--monitor-interval", "monitor_interval",
        "Accepted for compatibility: ddprun watches workers by event", &monitor_interval},
       {"--start_method,--start-method", "start_method", "spawn, fork or forkserver (compatibility)",
@@ -157,7 +162,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
       {"--log_dir,--log-dir", "log_dir", "Base folder for worker logs and error files", &c.log_dir},
       {"-r,--redirects", "redirects", "Redirect std streams to log files: 0-3 or rank:value,...",
        &c.redirects},
-      {"-t,--tee", "tee", "Tee std streams to log files and console: 0-3 or rank:value,...", &c.tee},
+      {"-t,--tee", "tee", "Tee std streams to log files and console: 0-3 or rank:value,...",
+       &c.tee},
       {"--local_ranks_filter,--local-ranks-filter", "local_ranks_filter",
        "Local ranks whose output is shown on the console, e.g. 0,1", &c.local_ranks_filter},
       {"--duplicate_stdout_filters,--duplicate-stdout-filters", "duplicate_stdout_filters",
@@ -167,8 +173,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
       {"--node_rank,--node-rank", "node_rank", "Rank of this node (static backend)", &node_rank},
       {"--master_addr,--master-addr", "master_addr", "Address of the rank-0 node (static backend)",
        &c.master_addr},
-      {"--master_port,--master-port", "master_port", "Store port (static backend); 0 lets the OS pick",
-       &master_port},
+      {"--master_port,--master-port", "master_port",
+       "Store port (static backend); 0 lets the OS pick", &master_port},
       {"--local_addr,--local-addr", "local_addr", "Address of this node", &c.local_addr},
       {"--signals_to_handle,--signals-to-handle", "signals_to_handle",
        "Signals forwarded to the workers", &c.signals_to_handle},
@@ -190,7 +196,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   CLI::App app{"ddprun"};
   app.prefix_command();  // everything from the training script on belongs to the script
   std::vector<std::pair<CLI::Option*, const ValueOption*>> value_opts;
-  for (const auto& v : values) value_opts.emplace_back(app.add_option(v.names, *v.text, v.help), &v);
+  for (const auto& v : values)
+    value_opts.emplace_back(app.add_option(v.names, *v.text, v.help), &v);
   std::vector<std::pair<CLI::Option*, const FlagOption*>> flag_opts;
   for (const auto& f : flags) flag_opts.emplace_back(app.add_flag(f.names, *f.value, f.help), &f);
   // Python's plugin mechanisms; parsed so that the refusal can say why.
@@ -244,7 +251,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   }
   if (!shutdown_timeout.empty()) {
     c.shutdown_timeout = parse_number<int>(shutdown_timeout, "--shutdown_timeout");
-    if (*c.shutdown_timeout < 0) throw UsageError("argument --shutdown_timeout: must not be negative");
+    if (*c.shutdown_timeout < 0)
+      throw UsageError("argument --shutdown_timeout: must not be negative");
   }
   if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
     throw UsageError(fmt::format(
@@ -262,17 +270,20 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   check_rdzv_conf(c.rdzv_conf);
 
   if (c.no_python && c.module) {
-    throw UsageError("don't use both the '--no_python' flag and the '--module' flag at the same time");
+    throw UsageError(
+        "don't use both the '--no_python' flag and the '--module' flag at the same time");
   }
   if (event_log_handler != "null") {
     throw UsageError("--event_log_handler: only 'null' is supported (events go to ddprun's log)");
   }
   if (logs_specs_opt->count() > 0) {
-    throw UsageError("--logs_specs names a Python entry point; ddprun uses torchrun's default layout");
+    throw UsageError(
+        "--logs_specs names a Python entry point; ddprun uses torchrun's default layout");
   }
   if (numa_opt->count() > 0) throw UsageError("--numa_binding is not implemented yet");
   if (!dup_stdout.empty() || !dup_stderr.empty()) {
-    throw UsageError("--duplicate_stdout_filters/--duplicate_stderr_filters are not implemented yet");
+    throw UsageError(
+        "--duplicate_stdout_filters/--duplicate_stderr_filters are not implemented yet");
   }
 
   if (c.standalone) {
@@ -284,7 +295,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
     throw UsageError(fmt::format("--rdzv_backend={} is not implemented yet", c.rdzv_backend));
   }
   if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d") {
-    throw UsageError(fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", c.rdzv_backend));
+    throw UsageError(
+        fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", c.rdzv_backend));
   }
   if (c.max_nodes > 1) {
     throw UsageError(fmt::format(

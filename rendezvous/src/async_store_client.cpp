@@ -53,7 +53,8 @@ asio::awaitable<std::unique_ptr<AsyncStoreClient>> AsyncStoreClient::connect(
   if (options.dialect == wire::Dialect::kUnknown) {
     throw std::invalid_argument("AsyncStoreClient needs a dialect");
   }
-  std::unique_ptr<AsyncStoreClient> c(new AsyncStoreClient(ex, std::move(host), port, std::move(options)));
+  std::unique_ptr<AsyncStoreClient> c(
+      new AsyncStoreClient(ex, std::move(host), port, std::move(options)));
   co_await c->open();
   co_return c;
 }
@@ -72,8 +73,8 @@ asio::awaitable<void> AsyncStoreClient::open() {
   co_await socket_->write(wbuf_);
   if (co_await socket_->read_u32() != nonce) {
     socket_->close();
-    throw StoreConnectionError(fmt::format("{} did not answer PING like a TCPStore server",
-                                           socket_->endpoint_name()));
+    throw StoreConnectionError(
+        fmt::format("{} did not answer PING like a TCPStore server", socket_->endpoint_name()));
   }
 }
 

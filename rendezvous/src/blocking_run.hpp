@@ -1,7 +1,7 @@
 #pragma once
 // Runs one awaitable to completion on a private io_context and returns its result or rethrows its
-// exception. Handlers that outlive the operation (a client's idle watchdog timer) stay queued without
-// blocking the caller.
+// exception. Handlers that outlive the operation (a client's idle watchdog timer) stay queued
+// without blocking the caller.
 #include <chrono>
 #include <future>
 

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/errors.hpp"
 
@@ -58,12 +58,13 @@ void ClientSocket::arm_watchdog() {
 }
 
 void ClientSocket::fail(const boost::system::error_code& ec, const char* what) {
-  const bool timed_out = expired_ || (ec == asio::error::operation_aborted && Clock::now() >= deadline_);
+  const bool timed_out =
+      expired_ || (ec == asio::error::operation_aborted && Clock::now() >= deadline_);
   // A timeout leaves the connection open: whether the stream is still in step is the caller's call.
   if (timed_out) throw StoreTimeout(fmt::format("{} timed out", what));
   close();
-  throw StoreConnectionError(
-      fmt::format("{} on the store connection to {} failed: {}", what, endpoint_name_, ec.message()));
+  throw StoreConnectionError(fmt::format("{} on the store connection to {} failed: {}", what,
+                                         endpoint_name_, ec.message()));
 }
 
 asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t port,
@@ -71,10 +72,12 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
   endpoint_name_ = fmt::format("{}:{}", host, port);
   set_deadline(deadline);
   tcp::resolver resolver(socket_.get_executor());
-  auto [rec, endpoints] = co_await resolver.async_resolve(
-      host, std::to_string(port), tcp::resolver::numeric_service, asio::as_tuple(asio::use_awaitable));
+  auto [rec, endpoints] =
+      co_await resolver.async_resolve(host, std::to_string(port), tcp::resolver::numeric_service,
+                                      asio::as_tuple(asio::use_awaitable));
   if (rec) {
-    throw StoreConnectionError(fmt::format("cannot resolve store host '{}': {}", host, rec.message()));
+    throw StoreConnectionError(
+        fmt::format("cannot resolve store host '{}': {}", host, rec.message()));
   }
   asio::steady_timer backoff(socket_.get_executor());
   auto delay = std::chrono::milliseconds(5);
@@ -82,7 +85,8 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
   for (;;) {
     io_pending_ = true;
     arm_watchdog();
-    auto [ec, ep] = co_await asio::async_connect(socket_, endpoints, asio::as_tuple(asio::use_awaitable));
+    auto [ec, ep] =
+        co_await asio::async_connect(socket_, endpoints, asio::as_tuple(asio::use_awaitable));
     io_pending_ = false;
     if (!ec) break;
     last_error = ec.message();
@@ -104,7 +108,8 @@ asio::awaitable<void> ClientSocket::write(const std::string& bytes) {
   if (!socket_.is_open()) throw StoreConnectionError("the store connection is closed");
   io_pending_ = true;
   arm_watchdog();
-  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
+  auto [ec, n] =
+      co_await asio::async_write(socket_, asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
   io_pending_ = false;
   if (ec) fail(ec, "write");
 }
@@ -120,8 +125,9 @@ asio::awaitable<void> ClientSocket::fill(size_t need) {
   while (rend_ < need) {
     io_pending_ = true;
     arm_watchdog();
-    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
-                                                    asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] =
+        co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+                                         asio::as_tuple(asio::use_awaitable));
     io_pending_ = false;
     if (ec) fail(ec, "read");
     rend_ += n;
@@ -153,8 +159,9 @@ asio::awaitable<std::string> ClientSocket::read_bytes(uint64_t max_bytes) {
   const auto len = static_cast<uint64_t>(co_await read_i64());
   if (len > max_bytes) {
     close();
-    throw StoreConnectionError(fmt::format(
-        "the store at {} sent a value of {} bytes, more than the limit of {}", endpoint_name_, len, max_bytes));
+    throw StoreConnectionError(
+        fmt::format("the store at {} sent a value of {} bytes, more than the limit of {}",
+                    endpoint_name_, len, max_bytes));
   }
   std::string out;
   const size_t buffered = std::min<uint64_t>(len, rend_ - rpos_);
@@ -165,8 +172,9 @@ asio::awaitable<std::string> ClientSocket::read_bytes(uint64_t max_bytes) {
     out.resize(len);
     io_pending_ = true;
     arm_watchdog();
-    auto [ec, n] = co_await asio::async_read(socket_, asio::buffer(out.data() + buffered, len - buffered),
-                                             asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] =
+        co_await asio::async_read(socket_, asio::buffer(out.data() + buffered, len - buffered),
+                                  asio::as_tuple(asio::use_awaitable));
     io_pending_ = false;
     if (ec) fail(ec, "read");
   }

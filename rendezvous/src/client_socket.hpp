@@ -1,6 +1,7 @@
 #pragma once
-// A client's TCP connection with buffered reads and one deadline for all I/O. The deadline is enforced
-// by a watchdog timer that is re-armed only when it fires, so an operation costs no timer syscalls.
+// A client's TCP connection with buffered reads and one deadline for all I/O. The deadline is
+// enforced by a watchdog timer that is re-armed only when it fires, so an operation costs no timer
+// syscalls.
 #include <chrono>
 #include <cstdint>
 #include <memory>

@@ -1,15 +1,15 @@
-// ddprund: the standalone rendezvous store daemon. Foreground; logs to stderr; prints the bound port
-// alone on the first line of stdout (useful with --port 0); exits 0 on SIGTERM or SIGINT.
+// ddprund: the standalone rendezvous store daemon. Foreground; logs to stderr; prints the bound
+// port alone on the first line of stdout (useful with --port 0); exits 0 on SIGTERM or SIGINT.
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <iostream>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/store_server.hpp"

@@ -85,7 +85,8 @@ const std::string* KeyValueStore::get(const std::string& key) const {
 int64_t KeyValueStore::add(const std::string& key, int64_t delta) {
   auto it = data_.find(key);
   int64_t sum = delta;
-  if (it != data_.end() && __builtin_add_overflow(parse_decimal(key, it->second.value), delta, &sum)) {
+  if (it != data_.end() &&
+      __builtin_add_overflow(parse_decimal(key, it->second.value), delta, &sum)) {
     throw std::invalid_argument("ADD on key '" + key + "' overflows a 64-bit integer");
   }
   set(key, std::to_string(sum));

@@ -1,6 +1,6 @@
 #pragma once
-// What the server and its connections share. Connections hold it by shared_ptr, so handlers that run
-// after StoreServer is gone still find it.
+// What the server and its connections share. Connections hold it by shared_ptr, so handlers that
+// run after StoreServer is gone still find it.
 #include <unordered_set>
 #include <vector>
 

@@ -15,18 +15,22 @@ T StoreClient::run(boost::asio::awaitable<T> op) {
 }
 
 StoreClient::StoreClient(const std::string& host, uint16_t port, ClientOptions options)
-    : client_(run_blocking(io_, AsyncStoreClient::connect(io_.get_executor(), host, port,
-                                                          std::move(options)))) {}
+    : client_(run_blocking(
+          io_, AsyncStoreClient::connect(io_.get_executor(), host, port, std::move(options)))) {}
 
 StoreClient::~StoreClient() = default;
 
-void StoreClient::set(std::string_view key, std::string_view value) { run(client_->set(key, value)); }
+void StoreClient::set(std::string_view key, std::string_view value) {
+  run(client_->set(key, value));
+}
 std::string StoreClient::get(std::string_view key) { return run(client_->get(key)); }
 std::string StoreClient::compare_set(std::string_view key, std::string_view expected,
                                      std::string_view desired) {
   return run(client_->compare_set(key, expected, desired));
 }
-int64_t StoreClient::add(std::string_view key, int64_t delta) { return run(client_->add(key, delta)); }
+int64_t StoreClient::add(std::string_view key, int64_t delta) {
+  return run(client_->add(key, delta));
+}
 bool StoreClient::check(const std::vector<std::string>& keys) { return run(client_->check(keys)); }
 void StoreClient::wait(const std::vector<std::string>& keys, std::optional<Ms> timeout) {
   run(client_->wait(keys, timeout));

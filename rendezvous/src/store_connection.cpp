@@ -1,27 +1,26 @@
 #include "store_connection.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <array>
+#include <cassert>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 using wire::Op;
 
 namespace {
-
 
 std::string describe(const asio::ip::tcp::socket& s) {
   boost::system::error_code ec;
@@ -64,8 +63,8 @@ asio::awaitable<void> StoreConnection::read_loop() {
     for (;;) {
       std::memcpy(buf.data(), carry_, carry_size_);
       boost::system::error_code ec;
-      const size_t n = socket_.read_some(
-          asio::buffer(buf.data() + carry_size_, buf.size() - carry_size_), ec);
+      const size_t n =
+          socket_.read_some(asio::buffer(buf.data() + carry_size_, buf.size() - carry_size_), ec);
       if (ec == asio::error::would_block || ec == asio::error::try_again) break;
       if (ec) {
         if (ec != asio::error::eof) {
@@ -161,7 +160,8 @@ bool StoreConnection::handle(wire::Request& req) {
         }
         break;
       case Op::kMultiSet:
-        for (size_t i = 0; i < req.keys.size(); ++i) store.set(req.keys[i], std::move(req.values[i]));
+        for (size_t i = 0; i < req.keys.size(); ++i)
+          store.set(req.keys[i], std::move(req.values[i]));
         break;
       case Op::kCancelWait:
         store.cancel_wait(*this);
@@ -198,7 +198,8 @@ bool StoreConnection::handle(wire::Request& req) {
           return false;
         }
         watch_only_ = true;
-        store.watch(*this, static_cast<wire::WatchMode>(req.mode), req.key, req.op == Op::kWatchKey);
+        store.watch(*this, static_cast<wire::WatchMode>(req.mode), req.key,
+                    req.op == Op::kWatchKey);
         break;
       case Op::kKeepAlive:
         if (req.number < 0) {

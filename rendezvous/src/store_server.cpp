@@ -2,14 +2,14 @@
 
 #include <vector>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "server_state.hpp"

@@ -15,8 +15,10 @@ AsyncStoreWatch::AsyncStoreWatch(asio::any_io_executor ex, ClientOptions options
 
 AsyncStoreWatch::~AsyncStoreWatch() = default;
 
-asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(
-    asio::any_io_executor ex, std::string host, uint16_t port, ClientOptions options) {
+asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(asio::any_io_executor ex,
+                                                                           std::string host,
+                                                                           uint16_t port,
+                                                                           ClientOptions options) {
   std::unique_ptr<AsyncStoreWatch> w(new AsyncStoreWatch(ex, std::move(options)));
   co_await w->socket_->connect(host, port, Clock::now() + w->options_.timeout);
   wire::Request validate;
@@ -28,7 +30,8 @@ asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(
 }
 
 asio::awaitable<WatchEventRecord> AsyncStoreWatch::read_frame(Ms first_byte_timeout) {
-  // Timing out before a frame starts leaves the connection in step; in the middle of one, it does not.
+  // Timing out before a frame starts leaves the connection in step; in the middle of one, it does
+  // not.
   socket_->set_deadline(Clock::now() + first_byte_timeout);
   const uint8_t event = co_await socket_->read_u8();
   socket_->set_deadline(Clock::now() + options_.timeout);
@@ -83,8 +86,8 @@ asio::awaitable<WatchEventRecord> AsyncStoreWatch::next(std::optional<Ms> timeou
 }
 
 StoreWatch::StoreWatch(const std::string& host, uint16_t port, ClientOptions options)
-    : watch_(run_blocking(io_, AsyncStoreWatch::connect(io_.get_executor(), host, port,
-                                                        std::move(options)))) {}
+    : watch_(run_blocking(
+          io_, AsyncStoreWatch::connect(io_.get_executor(), host, port, std::move(options)))) {}
 StoreWatch::~StoreWatch() = default;
 std::vector<WatchEventRecord> StoreWatch::add(wire::WatchMode mode, std::string_view key) {
   return run_blocking(io_, watch_->add(mode, key));

@@ -12,8 +12,8 @@
 namespace ddprun::rendezvous::wire {
 namespace {
 
-// The fields of each operation's request, in wire order. Parser and encoder both walk this table, so
-// a frame layout is written down exactly once.
+// The fields of each operation's request, in wire order. Parser and encoder both walk this table,
+// so a frame layout is written down exactly once.
 enum class Field : uint8_t {
   kU8,            // Request::mode
   kU32,           // Request::u32
@@ -76,14 +76,14 @@ Layout layout_of(Op op) {
   return {};
 }
 
-constexpr std::array<Op, 9> kLegacyOps = {Op::kSet,   Op::kCompareSet, Op::kGet,
-                                          Op::kAdd,   Op::kCheck,      Op::kWait,
-                                          Op::kGetNumKeys, Op::kWatchKey, Op::kDeleteKey};
+constexpr std::array<Op, 9> kLegacyOps = {Op::kSet,        Op::kCompareSet, Op::kGet,
+                                          Op::kAdd,        Op::kCheck,      Op::kWait,
+                                          Op::kGetNumKeys, Op::kWatchKey,   Op::kDeleteKey};
 constexpr std::array<Op, 19> kModernOps = {
-    Op::kValidate,  Op::kSet,      Op::kCompareSet, Op::kGet,        Op::kAdd,
-    Op::kCheck,     Op::kWait,     Op::kGetNumKeys, Op::kDeleteKey,  Op::kAppend,
-    Op::kMultiGet,  Op::kMultiSet, Op::kCancelWait, Op::kPing,       Op::kQueuePush,
-    Op::kQueuePop,  Op::kQueueLen, Op::kListKeys,   Op::kBarrier};
+    Op::kValidate, Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,
+    Op::kCheck,    Op::kWait,     Op::kGetNumKeys, Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet, Op::kCancelWait, Op::kPing,      Op::kQueuePush,
+    Op::kQueuePop, Op::kQueueLen, Op::kListKeys,   Op::kBarrier};
 
 bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
   if (dialect == Dialect::kLegacy) {
@@ -133,29 +133,52 @@ int opcode_of(Op op, Dialect dialect) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kValidate: return "VALIDATE";
-    case Op::kSet: return "SET";
-    case Op::kCompareSet: return "COMPARE_SET";
-    case Op::kGet: return "GET";
-    case Op::kAdd: return "ADD";
-    case Op::kCheck: return "CHECK";
-    case Op::kWait: return "WAIT";
-    case Op::kGetNumKeys: return "GETNUMKEYS";
-    case Op::kDeleteKey: return "DELETE_KEY";
-    case Op::kAppend: return "APPEND";
-    case Op::kMultiGet: return "MULTI_GET";
-    case Op::kMultiSet: return "MULTI_SET";
-    case Op::kCancelWait: return "CANCEL_WAIT";
-    case Op::kPing: return "PING";
-    case Op::kQueuePush: return "QUEUE_PUSH";
-    case Op::kQueuePop: return "QUEUE_POP";
-    case Op::kQueueLen: return "QUEUE_LEN";
-    case Op::kListKeys: return "LIST_KEYS";
-    case Op::kBarrier: return "BARRIER";
-    case Op::kWatchKey: return "WATCH_KEY";
-    case Op::kWatch: return "WATCH";
-    case Op::kSetOwned: return "SET_OWNED";
-    case Op::kKeepAlive: return "KEEPALIVE";
+    case Op::kValidate:
+      return "VALIDATE";
+    case Op::kSet:
+      return "SET";
+    case Op::kCompareSet:
+      return "COMPARE_SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kCheck:
+      return "CHECK";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kGetNumKeys:
+      return "GETNUMKEYS";
+    case Op::kDeleteKey:
+      return "DELETE_KEY";
+    case Op::kAppend:
+      return "APPEND";
+    case Op::kMultiGet:
+      return "MULTI_GET";
+    case Op::kMultiSet:
+      return "MULTI_SET";
+    case Op::kCancelWait:
+      return "CANCEL_WAIT";
+    case Op::kPing:
+      return "PING";
+    case Op::kQueuePush:
+      return "QUEUE_PUSH";
+    case Op::kQueuePop:
+      return "QUEUE_POP";
+    case Op::kQueueLen:
+      return "QUEUE_LEN";
+    case Op::kListKeys:
+      return "LIST_KEYS";
+    case Op::kBarrier:
+      return "BARRIER";
+    case Op::kWatchKey:
+      return "WATCH_KEY";
+    case Op::kWatch:
+      return "WATCH";
+    case Op::kSetOwned:
+      return "SET_OWNED";
+    case Op::kKeepAlive:
+      return "KEEPALIVE";
   }
   return "?";
 }
@@ -295,8 +318,8 @@ size_t RequestParser::consume(std::string_view in) {
           uint64_t count = 0;
           if (!read_scalar(&count, 8)) return pos;
           if (count > limits_.max_keys_per_request) {
-            fail(fmt::format("{} names {} keys, more than the limit of {}", op_name(req_.op),
-                             count, limits_.max_keys_per_request));
+            fail(fmt::format("{} names {} keys, more than the limit of {}", op_name(req_.op), count,
+                             limits_.max_keys_per_request));
             return pos;
           }
           list_started_ = true;

@@ -1,4 +1,5 @@
-// Load generator for TCPStore servers (ddprund or torch's), using ddprun's C++ client on one thread.
+// Load generator for TCPStore servers (ddprund or torch's), using ddprun's C++ client on one
+// thread.
 //
 //   store_load ops     --port P --dialect legacy|modern --connections N --seconds S
 //       N connections each loop set/get/add of 64-byte values on their own keys; prints ops/s.
@@ -72,7 +73,8 @@ asio::awaitable<void> connect_once(const Config& cfg, int index, std::atomic<int
   if (co_await c->get(key) == "x") ++served;
 }
 
-asio::awaitable<void> hold(const Config& cfg, std::vector<std::unique_ptr<AsyncStoreClient>>& held) {
+asio::awaitable<void> hold(const Config& cfg,
+                           std::vector<std::unique_ptr<AsyncStoreClient>>& held) {
   held.push_back(co_await connect(cfg));
 }
 

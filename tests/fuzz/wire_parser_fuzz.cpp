@@ -54,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       stream = encoded(hello, Dialect::kModern) + frame;
     }
     const auto back = parse_chunked(stream, stream.size(), again);
-    if (again.failed() || back.empty() || encoded(back.back(), again.dialect()) != frame) std::abort();
+    if (again.failed() || back.empty() || encoded(back.back(), again.dialect()) != frame)
+      std::abort();
   }
   return 0;
 }

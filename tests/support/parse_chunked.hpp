@@ -1,6 +1,6 @@
 #pragma once
-// Feeds bytes to a RequestParser in fixed-size chunks, keeping unconsumed bytes as a server does, and
-// collects the requests. Stops at the first protocol error (parser.failed()).
+// Feeds bytes to a RequestParser in fixed-size chunks, keeping unconsumed bytes as a server does,
+// and collects the requests. Stops at the first protocol error (parser.failed()).
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -10,8 +10,8 @@
 
 namespace ddprun::testing {
 
-inline std::vector<rendezvous::wire::Request> parse_chunked(std::string_view data, size_t chunk,
-                                                            rendezvous::wire::RequestParser& parser) {
+inline std::vector<rendezvous::wire::Request> parse_chunked(
+    std::string_view data, size_t chunk, rendezvous::wire::RequestParser& parser) {
   std::vector<rendezvous::wire::Request> out;
   std::string pending;
   size_t fed = 0;

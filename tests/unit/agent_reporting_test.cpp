@@ -18,15 +18,27 @@ TEST_CASE("worker env: torchrun's contract over the agent's environment", "[agen
   attempt.restart_count = 1;
   attempt.max_restarts = 3;
   const WorkerIdentity id{1, 1, 2, 2, 0, 1, 1, 2};
-  const auto env = worker_environment({{"PATH", "/bin"}, {"RANK", "stale"}}, attempt, id, "/e.json");
-  const Environment expected_subset = {
-      {"PATH", "/bin"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "2"},
-      {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "1"}, {"ROLE_RANK", "1"},
-      {"ROLE_NAME", "default"}, {"ROLE_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "1"},
-      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "none"},
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_ERROR_FILE", "/e.json"},
-      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"NCCL_ASYNC_ERROR_HANDLING", "1"}};
+  const auto env =
+      worker_environment({{"PATH", "/bin"}, {"RANK", "stale"}}, attempt, id, "/e.json");
+  const Environment expected_subset = {{"PATH", "/bin"},
+                                       {"RANK", "1"},
+                                       {"LOCAL_RANK", "1"},
+                                       {"WORLD_SIZE", "2"},
+                                       {"LOCAL_WORLD_SIZE", "2"},
+                                       {"GROUP_RANK", "0"},
+                                       {"GROUP_WORLD_SIZE", "1"},
+                                       {"ROLE_RANK", "1"},
+                                       {"ROLE_NAME", "default"},
+                                       {"ROLE_WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "127.0.0.1"},
+                                       {"MASTER_PORT", "29500"},
+                                       {"TORCHELASTIC_RESTART_COUNT", "1"},
+                                       {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                                       {"TORCHELASTIC_RUN_ID", "none"},
+                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                       {"TORCHELASTIC_ERROR_FILE", "/e.json"},
+                                       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+                                       {"NCCL_ASYNC_ERROR_HANDLING", "1"}};
   for (const auto& [k, v] : expected_subset) {
     INFO(k);
     CHECK(env.at(k) == v);
@@ -34,7 +46,8 @@ TEST_CASE("worker env: torchrun's contract over the agent's environment", "[agen
   CHECK_FALSE(env.contains("CUDA_VISIBLE_DEVICES"));
 }
 
-TEST_CASE("worker env: virtual local rank gives each worker one device as local rank 0", "[agent]") {
+TEST_CASE("worker env: virtual local rank gives each worker one device as local rank 0",
+          "[agent]") {
   AttemptEnvironment attempt;
   attempt.virtual_local_rank = true;
   const WorkerIdentity id{2, 2, 4, 4, 0, 1, 2, 4};
@@ -73,8 +86,14 @@ TEST_CASE("error file: torch's @record format and the older flat one are read", 
 TEST_CASE("summary: the earliest failure is the root cause, at sub-second precision", "[agent]") {
   const auto t0 = std::chrono::system_clock::now();
   WorkerFailure late{3, 3, 300, 1, t0 + std::chrono::milliseconds(400), "", std::nullopt, false};
-  WorkerFailure early{1, 1, 100, 7, t0 + std::chrono::milliseconds(100), "/x/error.json",
-                      ErrorRecord{"RuntimeError: nan loss", "", std::nullopt, std::nullopt}, false};
+  WorkerFailure early{1,
+                      1,
+                      100,
+                      7,
+                      t0 + std::chrono::milliseconds(100),
+                      "/x/error.json",
+                      ErrorRecord{"RuntimeError: nan loss", "", std::nullopt, std::nullopt},
+                      false};
   const std::string s = format_failure_summary("train.py", "node7", {late, early});
   const auto root = s.find("Root Cause (first observed failure):");
   REQUIRE(root != std::string::npos);

@@ -23,8 +23,10 @@ TEST_CASE("cli: dash and underscore spellings are the same flag", "[cli]") {
 }
 
 TEST_CASE("cli: PET_ variables are fallbacks and the command line wins", "[cli]") {
-  const Environment env = {{"PET_NPROC_PER_NODE", "4"}, {"PET_MAX_RESTARTS", "3"},
-                           {"PET_STANDALONE", "1"},     {"PET_ROLE", "trainer"}};
+  const Environment env = {{"PET_NPROC_PER_NODE", "4"},
+                           {"PET_MAX_RESTARTS", "3"},
+                           {"PET_STANDALONE", "1"},
+                           {"PET_ROLE", "trainer"}};
   const auto from_env = parse({"train.py"}, env);
   CHECK(from_env.nproc == 4);
   CHECK(from_env.max_restarts == 3);
@@ -41,9 +43,11 @@ TEST_CASE("cli: a boolean PET_ variable must be an integer, as in torchrun", "[c
 }
 
 TEST_CASE("cli: the script's own arguments pass untouched", "[cli]") {
-  const auto c = parse({"--nproc_per_node=2", "train.py", "--lr", "0.1", "-m", "--nproc_per_node=9"});
+  const auto c =
+      parse({"--nproc_per_node=2", "train.py", "--lr", "0.1", "-m", "--nproc_per_node=9"});
   CHECK(c.training_script == "train.py");
-  CHECK(c.training_script_args == std::vector<std::string>{"--lr", "0.1", "-m", "--nproc_per_node=9"});
+  CHECK(c.training_script_args ==
+        std::vector<std::string>{"--lr", "0.1", "-m", "--nproc_per_node=9"});
   CHECK(c.nproc == 2);
 }
 
@@ -101,7 +105,8 @@ TEST_CASE("cli: what this version does not run yet is refused with the reason", 
   CHECK_THROWS_WITH(parse({"--nnodes=2", "t.py"}), Catch::Contains("not implemented yet"));
   CHECK_THROWS_WITH(parse({"--nnodes=1:4", "t.py"}), Catch::Contains("multi-node"));
   CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "t.py"}), Catch::Contains("not implemented yet"));
-  CHECK_THROWS_WITH(parse({"--rdzv_backend=zookeeper", "t.py"}), Catch::Contains("unknown backend"));
+  CHECK_THROWS_WITH(parse({"--rdzv_backend=zookeeper", "t.py"}),
+                    Catch::Contains("unknown backend"));
 }
 
 TEST_CASE("cli: per-rank stream maps take ranks of any width", "[cli]") {
@@ -113,7 +118,8 @@ TEST_CASE("cli: per-rank stream maps take ranks of any width", "[cli]") {
 }
 
 TEST_CASE("cli: python entry points run as PYTHON_EXEC -u [-m] script", "[cli]") {
-  auto a = make_agent_config(parse({"-m", "pkg.train", "--x"}), {{"PYTHON_EXEC", "/opt/py"}}, nullptr);
+  auto a =
+      make_agent_config(parse({"-m", "pkg.train", "--x"}), {{"PYTHON_EXEC", "/opt/py"}}, nullptr);
   CHECK(a.entrypoint == std::vector<std::string>{"/opt/py", "-u", "-m", "pkg.train", "--x"});
   a = make_agent_config(parse({"--no_python", "/bin/echo", "hi"}), {}, nullptr);
   CHECK(a.entrypoint == std::vector<std::string>{"/bin/echo", "hi"});

@@ -1,5 +1,6 @@
 #pragma once
-// A StoreServer on loopback, port chosen by the OS, running on its own thread for the test's lifetime.
+// A StoreServer on loopback, port chosen by the OS, running on its own thread for the test's
+// lifetime.
 #include <future>
 #include <memory>
 #include <thread>

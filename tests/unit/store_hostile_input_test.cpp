@@ -55,11 +55,11 @@ TEST_CASE("hostile: an absurd length closes the connection without allocating it
   ServerThread server;
   const long before = rss_kib();
   const std::vector<std::string> frames = {
-      std::string(1, '\x00') + le64(1ull << 62),                           // legacy SET key length
-      std::string(1, '\x00') + str("/k") + le64(1ull << 40),               // legacy SET value length
-      std::string(1, '\x05') + le64(1ull << 60),                           // legacy WAIT key count
-      kModernHello + std::string(1, '\x0B') + le64(~0ull),                 // modern MULTI_SET count
-      std::string("\x00\xDE\xAD\xBE\xEF\x00\x00\x00\x00", 9),              // wrong magic: a huge key
+      std::string(1, '\x00') + le64(1ull << 62),               // legacy SET key length
+      std::string(1, '\x00') + str("/k") + le64(1ull << 40),   // legacy SET value length
+      std::string(1, '\x05') + le64(1ull << 60),               // legacy WAIT key count
+      kModernHello + std::string(1, '\x0B') + le64(~0ull),     // modern MULTI_SET count
+      std::string("\x00\xDE\xAD\xBE\xEF\x00\x00\x00\x00", 9),  // wrong magic: a huge key
   };
   for (const auto& f : frames) {
     RawConnection raw(server.port());
@@ -127,8 +127,8 @@ TEST_CASE("hostile: a legacy GET of a missing key drops that connection as torch
 TEST_CASE("hostile: an ordinary request on a watch connection closes it", "[hostile]") {
   ServerThread server;
   RawConnection raw(server.port());
-  raw.send(kModernHello + std::string(1, static_cast<char>(wire::kExtWatch)) + std::string(1, '\0') +
-           str("/w"));
+  raw.send(kModernHello + std::string(1, static_cast<char>(wire::kExtWatch)) +
+           std::string(1, '\0') + str("/w"));
   CHECK(raw.read(1, 5s) == std::string(1, static_cast<char>(wire::WatchEvent::kRegistered)));
   raw.send(std::string(1, '\x01') + str("/k") + str("v"));
   CHECK(raw.closed_by_server(5s));

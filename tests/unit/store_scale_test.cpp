@@ -16,12 +16,14 @@ namespace {
 
 constexpr int kClients = 1000;
 
-// Each client writes its key, reports in, waits until all have, then reads a neighbour's key. "go" is
-// set only after every client has arrived, so all kClients connections are open at the same time.
+// Each client writes its key, reports in, waits until all have, then reads a neighbour's key. "go"
+// is set only after every client has arrived, so all kClients connections are open at the same
+// time.
 asio::awaitable<void> member(uint16_t port, int i, std::atomic<int>& verified) {
   ClientOptions o;
   o.timeout = std::chrono::seconds(60);
-  auto c = co_await AsyncStoreClient::connect(co_await asio::this_coro::executor, "127.0.0.1", port, o);
+  auto c =
+      co_await AsyncStoreClient::connect(co_await asio::this_coro::executor, "127.0.0.1", port, o);
   co_await c->set("member/" + std::to_string(i), std::to_string(i));
   if (co_await c->add("arrived", 1) == kClients) co_await c->set("go", "1");
   const std::vector<std::string> go(1, "go");

@@ -54,7 +54,10 @@ TEST_CASE("store: wait is woken by every kind of write", "[store]") {
       {"add", [](StoreClient& c) { c.add("w", 1); }},
       {"append", [](StoreClient& c) { c.append("w", "x"); }},
       {"compare_set", [](StoreClient& c) { c.compare_set("w", "", "x"); }},
-      {"multi_set", [](StoreClient& c) { c.multi_set({"w", "other"}, {"x", "y"}); }},
+      {"multi_set",
+       [](StoreClient& c) {
+         c.multi_set({"w", "other"}, {"x", "y"});
+       }},
       {"set_owned", [](StoreClient& c) { c.set_owned("w", "x"); }},
       {"queue_push", [](StoreClient& c) { c.queue_push("w", "x"); }},
   };

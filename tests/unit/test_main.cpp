@@ -1,8 +1,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <sys/resource.h>
 
-#include <catch2/catch.hpp>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 int main(int argc, char** argv) {
   // Scale tests hold thousands of sockets (both ends live in this process).

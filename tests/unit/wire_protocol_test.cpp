@@ -37,8 +37,8 @@ Request make(Op op, std::string key = {}, std::string value = {}) {
 
 TEST_CASE("codec: legacy SET is byte-exact with torch 1.13's client", "[codec]") {
   // reference/torchrun.md section 8: store.set("ab", b"xy") from Debian's torch 1.13.
-  const std::string expected = bytes({0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x61, 0x62, 0x02, 0, 0, 0,
-                                      0, 0, 0, 0, 0x78, 0x79});
+  const std::string expected = bytes(
+      {0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x61, 0x62, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x78, 0x79});
   CHECK(encode(make(Op::kSet, "/ab", "xy"), Dialect::kLegacy) == expected);
 
   RequestParser parser;
@@ -59,7 +59,8 @@ TEST_CASE("codec: modern handshake is VALIDATE with the magic then PING", "[code
   CHECK(encode(ping, Dialect::kModern) == bytes({13, 0x04, 0x03, 0x02, 0x01}));
 
   RequestParser parser;
-  auto reqs = parse_chunked(encode(validate, Dialect::kModern) + encode(ping, Dialect::kModern), 64, parser);
+  auto reqs = parse_chunked(encode(validate, Dialect::kModern) + encode(ping, Dialect::kModern), 64,
+                            parser);
   REQUIRE(reqs.size() == 2);
   CHECK(parser.dialect() == Dialect::kModern);
   CHECK(reqs[0].op == Op::kValidate);
@@ -70,20 +71,20 @@ TEST_CASE("codec: modern handshake is VALIDATE with the magic then PING", "[code
 
 TEST_CASE("codec: opcodes match torch's enums in each dialect", "[codec]") {
   const std::vector<std::pair<Op, int>> legacy = {
-      {Op::kSet, 0},   {Op::kCompareSet, 1}, {Op::kGet, 2},        {Op::kAdd, 3},       {Op::kCheck, 4},
-      {Op::kWait, 5},  {Op::kGetNumKeys, 6}, {Op::kWatchKey, 7},   {Op::kDeleteKey, 8}, {Op::kAppend, -1},
-      {Op::kPing, -1}, {Op::kCancelWait, -1}};
+      {Op::kSet, 0},       {Op::kCompareSet, 1}, {Op::kGet, 2},        {Op::kAdd, 3},
+      {Op::kCheck, 4},     {Op::kWait, 5},       {Op::kGetNumKeys, 6}, {Op::kWatchKey, 7},
+      {Op::kDeleteKey, 8}, {Op::kAppend, -1},    {Op::kPing, -1},      {Op::kCancelWait, -1}};
   for (auto [op, code] : legacy) {
     INFO(op_name(op));
     CHECK(opcode_of(op, Dialect::kLegacy) == code);
   }
   const std::vector<std::pair<Op, int>> modern = {
-      {Op::kValidate, 0},  {Op::kSet, 1},        {Op::kCompareSet, 2}, {Op::kGet, 3},
-      {Op::kAdd, 4},       {Op::kCheck, 5},      {Op::kWait, 6},       {Op::kGetNumKeys, 7},
-      {Op::kDeleteKey, 8}, {Op::kAppend, 9},     {Op::kMultiGet, 10},  {Op::kMultiSet, 11},
-      {Op::kCancelWait, 12}, {Op::kPing, 13},    {Op::kQueuePush, 14}, {Op::kQueuePop, 15},
-      {Op::kQueueLen, 16}, {Op::kListKeys, 17},  {Op::kBarrier, 18},   {Op::kWatchKey, -1},
-      {Op::kWatch, 200},   {Op::kSetOwned, 201}, {Op::kKeepAlive, 202}};
+      {Op::kValidate, 0},    {Op::kSet, 1},        {Op::kCompareSet, 2}, {Op::kGet, 3},
+      {Op::kAdd, 4},         {Op::kCheck, 5},      {Op::kWait, 6},       {Op::kGetNumKeys, 7},
+      {Op::kDeleteKey, 8},   {Op::kAppend, 9},     {Op::kMultiGet, 10},  {Op::kMultiSet, 11},
+      {Op::kCancelWait, 12}, {Op::kPing, 13},      {Op::kQueuePush, 14}, {Op::kQueuePop, 15},
+      {Op::kQueueLen, 16},   {Op::kListKeys, 17},  {Op::kBarrier, 18},   {Op::kWatchKey, -1},
+      {Op::kWatch, 200},     {Op::kSetOwned, 201}, {Op::kKeepAlive, 202}};
   for (auto [op, code] : modern) {
     INFO(op_name(op));
     CHECK(opcode_of(op, Dialect::kModern) == code);
@@ -108,9 +109,18 @@ TEST_CASE("codec: every request round-trips through any chunking", "[codec]") {
   watch.mode = 1;
   Request keepalive = make(Op::kKeepAlive);
   keepalive.number = 1500;
-  const std::vector<Request> reqs = {validate, make(Op::kSet, "/k", std::string(100000, 'v')),
-                                     cas, make(Op::kGet, "/k"), add, wait, make(Op::kGetNumKeys),
-                                     make(Op::kCancelWait), mset, barrier, watch, keepalive,
+  const std::vector<Request> reqs = {validate,
+                                     make(Op::kSet, "/k", std::string(100000, 'v')),
+                                     cas,
+                                     make(Op::kGet, "/k"),
+                                     add,
+                                     wait,
+                                     make(Op::kGetNumKeys),
+                                     make(Op::kCancelWait),
+                                     mset,
+                                     barrier,
+                                     watch,
+                                     keepalive,
                                      make(Op::kSetOwned, "/o", "")};
   std::string wire;
   for (const auto& r : reqs) encode_request(r, Dialect::kModern, wire);

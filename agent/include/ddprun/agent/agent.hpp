@@ -26,8 +26,8 @@ struct AgentConfig {
   std::vector<int> signals;                    // forwarded to the workers
   std::chrono::milliseconds shutdown_timeout{30'000};
   bool virtual_local_rank = false;
-  std::string store_host;  // bind address of the store; empty: every address
-  int store_port = 0;      // 0: the OS picks
+  std::string store_host;                 // bind address of the store; empty: every address
+  int store_port = 0;                     // 0: the OS picks
   std::string master_addr = "127.0.0.1";  // what workers are told
   Environment env;                        // the environment workers inherit
 };
@@ -36,9 +36,9 @@ struct AgentConfig {
 struct AgentOutcome {
   enum class State { kSucceeded, kFailed, kSignaled, kLaunchError };
   State state = State::kSucceeded;
-  int signal = 0;            // kSignaled
-  std::string summary;       // kFailed: the failure summary; kLaunchError: the reason
-  std::string run_log_dir;   // <log_dir>/<run_id>_<rand>
+  int signal = 0;           // kSignaled
+  std::string summary;      // kFailed: the failure summary; kLaunchError: the reason
+  std::string run_log_dir;  // <log_dir>/<run_id>_<rand>
 };
 
 // Runs the job to its end on the calling thread. Logs to spdlog's default logger.

@@ -1,6 +1,6 @@
 #pragma once
-// The failure summary printed when a worker group fails, in torchrun's layout (reference/torchrun.md
-// 3.6), with sub-second times and the cause of a signal death spelled out.
+// The failure summary printed when a worker group fails, in torchrun's layout
+// (reference/torchrun.md 3.6), with sub-second times and the cause of a signal death spelled out.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -14,7 +14,7 @@ struct WorkerFailure {
   int local_rank = 0;
   int rank = 0;
   int pid = 0;
-  int exitcode = 0;  // > 0: exit status; < 0: killed by signal -exitcode
+  int exitcode = 0;                            // > 0: exit status; < 0: killed by signal -exitcode
   std::chrono::system_clock::time_point time;  // when the agent saw the exit
   std::string error_file;                      // the path when the worker wrote one, else empty
   std::optional<ErrorRecord> error;

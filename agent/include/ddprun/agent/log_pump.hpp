@@ -1,6 +1,6 @@
 #pragma once
-// Copies a worker's teed stream from its pipe to the log file as it arrives and to the console with a
-// per-worker prefix, whole lines only (a final unterminated line is completed at EOF).
+// Copies a worker's teed stream from its pipe to the log file as it arrives and to the console with
+// a per-worker prefix, whole lines only (a final unterminated line is completed at EOF).
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -14,7 +14,8 @@ namespace ddprun::agent {
 
 class LogPump : public std::enable_shared_from_this<LogPump> {
  public:
-  // Takes ownership of `pipe_fd`. Create with std::make_shared: pending reads hold the pump alive. `file_path` empty: no file; `console_fd` < 0: no console.
+  // Takes ownership of `pipe_fd`. Create with std::make_shared: pending reads hold the pump alive.
+  // `file_path` empty: no file; `console_fd` < 0: no console.
   LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path, int console_fd,
           std::string prefix);
   ~LogPump();
@@ -23,8 +24,8 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
 
   // Pumps until EOF, then calls `on_eof` (on the io_context).
   void start(std::function<void()> on_eof);
-  // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives its
-  // worker must not hold the agent up).
+  // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives
+  // its worker must not hold the agent up).
   void finish();
   bool done() const { return done_; }
 

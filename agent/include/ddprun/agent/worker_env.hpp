@@ -30,9 +30,9 @@ struct AttemptEnvironment {
   bool virtual_local_rank = false;
 };
 
-// The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, ... , TORCHELASTIC_*, both spellings of
-// the NCCL async error handling switch (TORCH_NCCL_ for torch >= 2.2, NCCL_ for 1.13; the agent's own
-// values win), and CUDA_VISIBLE_DEVICES narrowed to one device with virtual_local_rank.
+// The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, ... , TORCHELASTIC_*, both spellings
+// of the NCCL async error handling switch (TORCH_NCCL_ for torch >= 2.2, NCCL_ for 1.13; the
+// agent's own values win), and CUDA_VISIBLE_DEVICES narrowed to one device with virtual_local_rank.
 Environment worker_environment(const Environment& agent_env, const AttemptEnvironment& attempt,
                                const WorkerIdentity& id, const std::string& error_file);
 

@@ -22,8 +22,8 @@ class LogPump;
 
 // Where a teed stream goes besides its pipe.
 struct TeeTarget {
-  std::string file;      // the log file
-  int console_fd = -1;   // STDOUT_FILENO / STDERR_FILENO, or -1 when filtered out
+  std::string file;     // the log file
+  int console_fd = -1;  // STDOUT_FILENO / STDERR_FILENO, or -1 when filtered out
 };
 
 struct WorkerLaunch {
@@ -38,8 +38,9 @@ struct WorkerLaunch {
 struct GroupResult {
   enum class State { kSucceeded, kFailed, kStopped };
   State state = State::kSucceeded;
-  std::vector<WorkerFailure> failures;  // the workers that failed on their own (not those ddprun stopped)
-  int stop_signal = 0;                  // kStopped: the signal forwarded
+  std::vector<WorkerFailure>
+      failures;         // the workers that failed on their own (not those ddprun stopped)
+  int stop_signal = 0;  // kStopped: the signal forwarded
 };
 
 class WorkerGroup {

@@ -38,8 +38,9 @@ struct ExitStatus {
 class WorkerProcess {
  public:
   // Forks and execs. The child leads a new process group and gets SIGKILL if the agent dies
-  // (PR_SET_PDEATHSIG, checked against a race with the agent's death). Throws std::system_error when
-  // a pipe or fork fails. An exec failure is not thrown: the process exits 127 and exec_error() says why.
+  // (PR_SET_PDEATHSIG, checked against a race with the agent's death). Throws std::system_error
+  // when a pipe or fork fails. An exec failure is not thrown: the process exits 127 and
+  // exec_error() says why.
   WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec);
   // Kills the process group if the process is still running and reaps it.
   ~WorkerProcess();
@@ -50,8 +51,8 @@ class WorkerProcess {
   bool running() const { return running_; }
   const std::string& exec_error() const { return exec_error_; }
 
-  // Calls `on_exit` once, on the io_context, when the process has exited. Any process it left behind
-  // in its group is killed before the exit is reported: a worker's helpers never outlive it.
+  // Calls `on_exit` once, on the io_context, when the process has exited. Any process it left
+  // behind in its group is killed before the exit is reported: a worker's helpers never outlive it.
   void watch_exit(std::function<void(const ExitStatus&)> on_exit);
   // Sends `signo` to the worker's process group; a no-op once it has exited.
   void signal_group(int signo);

@@ -42,7 +42,8 @@ struct LaunchConfig {
   std::string local_ranks_filter;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  std::optional<int> master_port;  // 29500 for the static backend when not given; 0 lets the OS pick
+  std::optional<int>
+      master_port;  // 29500 for the static backend when not given; 0 lets the OS pick
   std::string local_addr;
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   std::optional<int> shutdown_timeout;  // seconds; default TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
@@ -53,7 +54,8 @@ struct LaunchConfig {
 
 // Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
 // Throws UsageError with a one-line message, or HelpRequested.
-LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env);
+LaunchConfig parse_command_line(const std::vector<std::string>& args,
+                                const agent::Environment& env);
 
 // The text `ddprun --help` prints.
 std::string cli_help();

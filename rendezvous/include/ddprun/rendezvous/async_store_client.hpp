@@ -2,12 +2,12 @@
 // Awaitable client of the store, for code that runs on an io_context (the agent). It speaks either
 // dialect, so the same client drives ddprund and torch's own TCPStore server.
 //
-// Contract: one operation at a time per client (start the next after the previous completes; a second
-// concurrent one throws std::logic_error). Every operation is bounded: it throws StoreTimeout after
-// ClientOptions::timeout, and a wait after its own timeout. A timed-out WAIT is cancelled on the
-// server (CANCEL_WAIT in the modern dialect; in the legacy dialect, which has none, by closing the
-// connection and opening a new one). Any other timeout or I/O error closes the connection, and later
-// operations throw StoreConnectionError.
+// Contract: one operation at a time per client (start the next after the previous completes; a
+// second concurrent one throws std::logic_error). Every operation is bounded: it throws
+// StoreTimeout after ClientOptions::timeout, and a wait after its own timeout. A timed-out WAIT is
+// cancelled on the server (CANCEL_WAIT in the modern dialect; in the legacy dialect, which has
+// none, by closing the connection and opening a new one). Any other timeout or I/O error closes the
+// connection, and later operations throw StoreConnectionError.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -30,7 +30,8 @@ struct ClientOptions {
   // torch's default.
   std::chrono::milliseconds timeout{300'000};
   wire::Dialect dialect = wire::Dialect::kModern;
-  // torch's client puts "/" before every user key; keeping it lets ddprun and torch processes share keys.
+  // torch's client puts "/" before every user key; keeping it lets ddprun and torch processes share
+  // keys.
   std::string key_prefix = "/";
   // Replies longer than this are treated as a broken server.
   uint64_t max_value_bytes = 1ull << 30;
@@ -52,7 +53,8 @@ class AsyncStoreClient {
                                                   std::string_view desired);
   boost::asio::awaitable<int64_t> add(std::string_view key, int64_t delta);
   boost::asio::awaitable<bool> check(const std::vector<std::string>& keys);
-  // Blocks until every key exists; throws StoreTimeout after `timeout` (default: the client timeout).
+  // Blocks until every key exists; throws StoreTimeout after `timeout` (default: the client
+  // timeout).
   boost::asio::awaitable<void> wait(const std::vector<std::string>& keys,
                                     std::optional<Ms> timeout = {});
   // Counts every key on the server, including ones without this client's prefix.

@@ -1,5 +1,6 @@
 #pragma once
-// The exceptions the rendezvous part throws across its API. The launcher maps them to exit statuses.
+// The exceptions the rendezvous part throws across its API. The launcher maps them to exit
+// statuses.
 #include <stdexcept>
 
 namespace ddprun::rendezvous {

@@ -3,7 +3,8 @@
 // connection-bound keys and watches. One instance lives in a StoreServer; it is not thread-safe.
 //
 // Clients are represented by StorePeer: the store hands a peer the raw reply bytes it owes it
-// asynchronously (a finished WAIT or BARRIER, a watch frame). Synchronous replies are the caller's job.
+// asynchronously (a finished WAIT or BARRIER, a watch frame). Synchronous replies are the caller's
+// job.
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -31,12 +32,12 @@ class KeyValueStore {
   // Stores `value`. With `owner`, the key is bound to that peer (see wire_protocol.hpp SET_OWNED);
   // without, the key is permanent.
   void set(const std::string& key, std::string value, StorePeer* owner = nullptr);
-  // torch's rules: a missing key is created only when `expected` is empty; the reply is the value after
-  // the operation, or `expected` itself when the key is missing and `expected` is not empty.
+  // torch's rules: a missing key is created only when `expected` is empty; the reply is the value
+  // after the operation, or `expected` itself when the key is missing and `expected` is not empty.
   std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
   const std::string* get(const std::string& key) const;
-  // Adds to the decimal integer stored at `key` (0 when missing) and stores the sum as decimal text.
-  // Throws std::invalid_argument when the stored value is not a decimal integer.
+  // Adds to the decimal integer stored at `key` (0 when missing) and stores the sum as decimal
+  // text. Throws std::invalid_argument when the stored value is not a decimal integer.
   int64_t add(const std::string& key, int64_t delta);
   void append(const std::string& key, std::string_view value);
   bool erase(const std::string& key);
@@ -47,13 +48,14 @@ class KeyValueStore {
 
   // True when every key exists (as a value, or as a non-empty queue).
   bool check(const std::vector<std::string>& keys) const;
-  // True when every key exists now. Otherwise `peer` is sent STOP_WAITING once they all do; a peer has
-  // at most one pending wait, and a new one replaces it.
+  // True when every key exists now. Otherwise `peer` is sent STOP_WAITING once they all do; a peer
+  // has at most one pending wait, and a new one replaces it.
   bool wait(const std::vector<std::string>& keys, StorePeer& peer);
   // Drops the peer's pending WAIT or BARRIER, if any.
   void cancel_wait(StorePeer& peer);
-  // Counts `peer` in at the barrier `key`; STOP_WAITING goes to every peer counted in once the count
-  // reaches `world_size`. Returns true when it is reached by this call (the caller replies for `peer`).
+  // Counts `peer` in at the barrier `key`; STOP_WAITING goes to every peer counted in once the
+  // count reaches `world_size`. Returns true when it is reached by this call (the caller replies
+  // for `peer`).
   bool barrier(const std::string& key, int64_t world_size, StorePeer& peer);
 
   void queue_push(const std::string& key, std::string value);
@@ -65,8 +67,8 @@ class KeyValueStore {
   // a REGISTERED frame; a legacy WATCH_KEY gets the single byte KEY_CALLBACK_REGISTERED.
   void watch(StorePeer& peer, wire::WatchMode mode, const std::string& key, bool legacy);
 
-  // Forgets everything about a peer that is going away: its wait, its watches, and deletes the keys it
-  // owns (watchers see KEY_DELETED).
+  // Forgets everything about a peer that is going away: its wait, its watches, and deletes the keys
+  // it owns (watchers see KEY_DELETED).
   void drop_peer(StorePeer& peer);
 
   size_t owned_key_count() const;

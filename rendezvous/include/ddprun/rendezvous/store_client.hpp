@@ -1,6 +1,7 @@
 #pragma once
-// Blocking client of the store, for the worker SDK, tools and tests: AsyncStoreClient run on a private
-// io_context. Same operations, same contracts (see async_store_client.hpp). Not thread-safe.
+// Blocking client of the store, for the worker SDK, tools and tests: AsyncStoreClient run on a
+// private io_context. Same operations, same contracts (see async_store_client.hpp). Not
+// thread-safe.
 #include <boost/asio/io_context.hpp>
 
 #include "ddprun/rendezvous/async_store_client.hpp"
@@ -17,7 +18,8 @@ class StoreClient {
 
   void set(std::string_view key, std::string_view value);
   std::string get(std::string_view key);
-  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired);
   int64_t add(std::string_view key, int64_t delta);
   bool check(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, std::optional<Ms> timeout = {});

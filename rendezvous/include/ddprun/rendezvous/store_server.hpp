@@ -2,10 +2,11 @@
 // The TCPStore-compatible key-value server: single-threaded, on the caller's io_context. Hosted
 // in-process by an agent, or standalone as `ddprund`.
 //
-// Each connection speaks the dialect its first bytes announce (see wire_protocol.hpp). Bad input costs
-// only the connection that sent it, with one log line: a malformed frame, a length over Limits, an
-// unknown opcode, a client that does not read its replies (more than max_pending_output_bytes queued),
-// a partial request that stalls longer than partial_request_timeout, a missed keep-alive.
+// Each connection speaks the dialect its first bytes announce (see wire_protocol.hpp). Bad input
+// costs only the connection that sent it, with one log line: a malformed frame, a length over
+// Limits, an unknown opcode, a client that does not read its replies (more than
+// max_pending_output_bytes queued), a partial request that stalls longer than
+// partial_request_timeout, a missed keep-alive.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -30,7 +31,8 @@ struct ServerOptions {
 class StoreServer {
  public:
   // Binds and listens before returning, so the port is held from then on (never probed and
-  // released). Throws StoreError when the address cannot be bound. Serving starts right away, on `io`.
+  // released). Throws StoreError when the address cannot be bound. Serving starts right away, on
+  // `io`.
   StoreServer(boost::asio::io_context& io, ServerOptions options);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;

@@ -1,6 +1,6 @@
 #pragma once
-// Change notifications pushed by ddprund (extension WATCH, see wire_protocol.hpp), on a connection of
-// their own. Keys are given and reported without the client's key prefix.
+// Change notifications pushed by ddprund (extension WATCH, see wire_protocol.hpp), on a connection
+// of their own. Keys are given and reported without the client's key prefix.
 #include <deque>
 #include <memory>
 #include <optional>
@@ -32,7 +32,8 @@ class AsyncStoreWatch {
 
   // Watches one key or every key under a prefix. Returns the matching keys that exist now (as
   // kExisting records); every change after that arrives through next(), none missed, none twice.
-  boost::asio::awaitable<std::vector<WatchEventRecord>> add(wire::WatchMode mode, std::string_view key);
+  boost::asio::awaitable<std::vector<WatchEventRecord>> add(wire::WatchMode mode,
+                                                            std::string_view key);
   // The next change to any watched key. Throws StoreTimeout after `timeout` (default: the client
   // timeout; the connection stays usable) and StoreConnectionError when the server goes away.
   boost::asio::awaitable<WatchEventRecord> next(std::optional<Ms> timeout = {});

@@ -2,7 +2,8 @@
 // PyTorch's TCPStore wire protocol, in both dialects, plus ddprun's extension operations.
 //
 // Framing (identical in both dialects): a request is `[u8 opcode][fields...]`. Scalars are raw
-// little-endian memory (u32, i64/u64); a string or byte value is `[u64 length][bytes]`; a key list is
+// little-endian memory (u32, i64/u64); a string or byte value is `[u64 length][bytes]`; a key list
+// is
 // `[u64 count]` followed by that many strings. Responses are raw scalars or `[u64 length][bytes]`.
 //
 // Dialects, told apart per connection from its first bytes:
@@ -14,17 +15,20 @@
 // A modern client's first five bytes are always `00 CE F7 85 3C`; a legacy SET would put a u64 key
 // length there, which no key within Limits can have, so the detection is unambiguous.
 //
-// ddprun extensions (modern dialect only, opcodes far above torch's so that no torch client sends them):
+// ddprun extensions (modern dialect only, opcodes far above torch's so that no torch client sends
+// them):
 //   WATCH=200       [u8 mode: 0 key, 1 prefix][key]. Turns the connection into a watch connection:
 //                   from then on the server sends only watch frames on it (see WatchEvent) and the
 //                   client may send only further WATCH requests. The server first sends an EXISTING
 //                   frame for every matching key (a snapshot), then REGISTERED, then live events.
-//   SET_OWNED=201   [key][value]. Like SET, and the key is bound to this connection: it is deleted when
-//                   the connection closes or misses its keep-alive. A later plain write of the key by
-//                   anyone makes it permanent; a SET_OWNED from another connection moves the ownership.
+//   SET_OWNED=201   [key][value]. Like SET, and the key is bound to this connection: it is deleted
+//   when
+//                   the connection closes or misses its keep-alive. A later plain write of the key
+//                   by anyone makes it permanent; a SET_OWNED from another connection moves the
+//                   ownership.
 //   KEEPALIVE=202   [i64 timeout_ms]. Replies u8 0. If no byte arrives on this connection for
-//                   timeout_ms (the server's monotonic clock), the server closes it. 0 turns it off.
-//                   PING is the cheapest heartbeat.
+//                   timeout_ms (the server's monotonic clock), the server closes it. 0 turns it
+//                   off. PING is the cheapest heartbeat.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -35,8 +39,9 @@
 
 namespace ddprun::rendezvous::wire {
 
-static_assert(std::endian::native == std::endian::little,
-              "the TCPStore protocol sends raw host-order scalars; ddprun supports little-endian hosts");
+static_assert(
+    std::endian::native == std::endian::little,
+    "the TCPStore protocol sends raw host-order scalars; ddprun supports little-endian hosts");
 
 constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 
@@ -80,8 +85,9 @@ constexpr uint8_t kStopWaiting = 0;
 constexpr uint8_t kWaitCanceled = 1;
 constexpr uint8_t kKeepAliveOk = 0;
 
-// A watch frame: [u8 event][key][old value][new value] (the layout of torch 1.13's watch callbacks).
-// A legacy WATCH_KEY is acknowledged by the single byte kRegistered; EXISTING is ddprun's snapshot.
+// A watch frame: [u8 event][key][old value][new value] (the layout of torch 1.13's watch
+// callbacks). A legacy WATCH_KEY is acknowledged by the single byte kRegistered; EXISTING is
+// ddprun's snapshot.
 enum class WatchEvent : uint8_t {
   kKeyUpdated = 0,
   kKeyCreated = 1,
@@ -123,9 +129,10 @@ struct Limits {
 //   if (parser.failed()) -> close the connection, log parser.error()
 //   if (parser.has_request()) -> handle(parser.take_request())
 //
-// consume() stops after each complete request. It may leave up to 8 bytes unconsumed when they do not
-// yet make up a whole scalar (or the dialect cannot be decided yet); the caller presents those bytes
-// again, followed by more. Partial string values are consumed and kept, so buffered input stays small.
+// consume() stops after each complete request. It may leave up to 8 bytes unconsumed when they do
+// not yet make up a whole scalar (or the dialect cannot be decided yet); the caller presents those
+// bytes again, followed by more. Partial string values are consumed and kept, so buffered input
+// stays small.
 class RequestParser {
  public:
   explicit RequestParser(Limits limits = {});
@@ -148,18 +155,18 @@ class RequestParser {
   Request req_;
   bool complete_ = false;
   bool in_op_ = false;
-  size_t step_ = 0;            // index into the operation's field layout
+  size_t step_ = 0;  // index into the operation's field layout
   bool list_started_ = false;
-  uint64_t remaining_ = 0;     // elements left in a key list
-  uint64_t string_left_ = 0;   // bytes still to come of the string being read
+  uint64_t remaining_ = 0;    // elements left in a key list
+  uint64_t string_left_ = 0;  // bytes still to come of the string being read
   bool in_string_ = false;
   std::string* string_target_ = nullptr;
   size_t frame_bytes_ = 0;
   std::string error_;
 };
 
-// Appends the frame of `req` in `dialect` to `out`. Throws std::invalid_argument if the dialect lacks
-// the operation.
+// Appends the frame of `req` in `dialect` to `out`. Throws std::invalid_argument if the dialect
+// lacks the operation.
 void encode_request(const Request& req, Dialect dialect, std::string& out);
 
 // Little-endian scalar and length-prefixed writers for replies and requests.
