@@ -99,6 +99,23 @@ asio::awaitable<void> AsyncStoreClient::send(const Request& req) {
   co_await socket_->write(wbuf_);
 }
 
+asio::awaitable<void> AsyncStoreClient::write_only(wire::Op which, std::string_view key,
+                                                   std::string_view value) {
+  Op op(*this);
+  Request r = request(which, key);
+  r.value = value;
+  co_await send(r);
+  op.done();
+}
+
+asio::awaitable<int64_t> AsyncStoreClient::request_i64(const Request& req) {
+  Op op(*this);
+  co_await send(req);
+  const int64_t v = co_await socket_->read_i64();
+  op.done();
+  co_return v;
+}
+
 asio::awaitable<void> AsyncStoreClient::await_stop_waiting(std::string what, Ms timeout) {
   socket_->set_deadline(Clock::now() + timeout);
   bool timed_out = false;
@@ -138,11 +155,7 @@ asio::awaitable<void> AsyncStoreClient::await_stop_waiting(std::string what, Ms 
 }
 
 asio::awaitable<void> AsyncStoreClient::set(std::string_view key, std::string_view value) {
-  Op op(*this);
-  Request r = request(wire::Op::kSet, key);
-  r.value = value;
-  co_await send(r);
-  op.done();
+  co_await write_only(wire::Op::kSet, key, value);
 }
 
 asio::awaitable<std::string> AsyncStoreClient::get(std::string_view key) {
@@ -170,13 +183,9 @@ asio::awaitable<std::string> AsyncStoreClient::compare_set(std::string_view key,
 }
 
 asio::awaitable<int64_t> AsyncStoreClient::add(std::string_view key, int64_t delta) {
-  Op op(*this);
   Request r = request(wire::Op::kAdd, key);
   r.number = delta;
-  co_await send(r);
-  const int64_t v = co_await socket_->read_i64();
-  op.done();
-  co_return v;
+  co_return co_await request_i64(r);
 }
 
 asio::awaitable<bool> AsyncStoreClient::check(const std::vector<std::string>& keys) {
@@ -208,27 +217,15 @@ asio::awaitable<void> AsyncStoreClient::wait(const std::vector<std::string>& key
 }
 
 asio::awaitable<int64_t> AsyncStoreClient::num_keys() {
-  Op op(*this);
-  co_await send(request(wire::Op::kGetNumKeys));
-  const int64_t v = co_await socket_->read_i64();
-  op.done();
-  co_return v;
+  co_return co_await request_i64(request(wire::Op::kGetNumKeys));
 }
 
 asio::awaitable<bool> AsyncStoreClient::delete_key(std::string_view key) {
-  Op op(*this);
-  co_await send(request(wire::Op::kDeleteKey, key));
-  const int64_t v = co_await socket_->read_i64();
-  op.done();
-  co_return v == 1;
+  co_return co_await request_i64(request(wire::Op::kDeleteKey, key)) == 1;
 }
 
 asio::awaitable<void> AsyncStoreClient::append(std::string_view key, std::string_view value) {
-  Op op(*this);
-  Request r = request(wire::Op::kAppend, key);
-  r.value = value;
-  co_await send(r);
-  op.done();
+  co_await write_only(wire::Op::kAppend, key, value);
 }
 
 asio::awaitable<std::vector<std::string>> AsyncStoreClient::multi_get(
@@ -267,11 +264,7 @@ asio::awaitable<uint32_t> AsyncStoreClient::ping(uint32_t nonce) {
 }
 
 asio::awaitable<void> AsyncStoreClient::queue_push(std::string_view key, std::string_view value) {
-  Op op(*this);
-  Request r = request(wire::Op::kQueuePush, key);
-  r.value = value;
-  co_await send(r);
-  op.done();
+  co_await write_only(wire::Op::kQueuePush, key, value);
 }
 
 asio::awaitable<std::optional<std::string>> AsyncStoreClient::queue_pop(std::string_view key) {
@@ -284,11 +277,7 @@ asio::awaitable<std::optional<std::string>> AsyncStoreClient::queue_pop(std::str
 }
 
 asio::awaitable<int64_t> AsyncStoreClient::queue_len(std::string_view key) {
-  Op op(*this);
-  co_await send(request(wire::Op::kQueueLen, key));
-  const int64_t v = co_await socket_->read_i64();
-  op.done();
-  co_return v;
+  co_return co_await request_i64(request(wire::Op::kQueueLen, key));
 }
 
 asio::awaitable<std::vector<std::string>> AsyncStoreClient::list_keys() {
@@ -322,11 +311,7 @@ asio::awaitable<void> AsyncStoreClient::barrier(std::string_view key, int64_t wo
 }
 
 asio::awaitable<void> AsyncStoreClient::set_owned(std::string_view key, std::string_view value) {
-  Op op(*this);
-  Request r = request(wire::Op::kSetOwned, key);
-  r.value = value;
-  co_await send(r);
-  op.done();
+  co_await write_only(wire::Op::kSetOwned, key, value);
 }
 
 asio::awaitable<void> AsyncStoreClient::keepalive(Ms timeout) {

@@ -139,21 +139,18 @@ asio::awaitable<uint8_t> ClientSocket::read_u8() {
   co_return static_cast<uint8_t>(rbuf_[rpos_++]);
 }
 
-asio::awaitable<uint32_t> ClientSocket::read_u32() {
-  co_await fill(4);
-  uint32_t v;
-  std::memcpy(&v, rbuf_.data() + rpos_, 4);
-  rpos_ += 4;
+template <class T>
+asio::awaitable<T> ClientSocket::read_scalar() {
+  co_await fill(sizeof(T));
+  T v;
+  std::memcpy(&v, rbuf_.data() + rpos_, sizeof(T));
+  rpos_ += sizeof(T);
   co_return v;
 }
 
-asio::awaitable<int64_t> ClientSocket::read_i64() {
-  co_await fill(8);
-  int64_t v;
-  std::memcpy(&v, rbuf_.data() + rpos_, 8);
-  rpos_ += 8;
-  co_return v;
-}
+asio::awaitable<uint32_t> ClientSocket::read_u32() { return read_scalar<uint32_t>(); }
+
+asio::awaitable<int64_t> ClientSocket::read_i64() { return read_scalar<int64_t>(); }
 
 asio::awaitable<std::string> ClientSocket::read_bytes(uint64_t max_bytes) {
   const auto len = static_cast<uint64_t>(co_await read_i64());

@@ -42,6 +42,8 @@ class ClientSocket {
 
  private:
   boost::asio::awaitable<void> fill(size_t need);
+  template <class T>
+  boost::asio::awaitable<T> read_scalar();
   void arm_watchdog();
   [[noreturn]] void fail(const boost::system::error_code& ec, const char* what);
 

@@ -90,6 +90,11 @@ class AsyncStoreClient {
                    ClientOptions options);
   boost::asio::awaitable<void> open();
   boost::asio::awaitable<void> send(const wire::Request& req);
+  // A request without a reply (SET, APPEND, QUEUE_PUSH, SET_OWNED).
+  boost::asio::awaitable<void> write_only(wire::Op op, std::string_view key,
+                                          std::string_view value);
+  // A request whose reply is one i64.
+  boost::asio::awaitable<int64_t> request_i64(const wire::Request& req);
   boost::asio::awaitable<void> await_stop_waiting(std::string what, Ms timeout);
   std::string full_key(std::string_view key) const;
   wire::Request request(wire::Op op, std::string_view key = {}) const;
