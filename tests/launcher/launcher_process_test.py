@@ -14,6 +14,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
+EXAMPLES = os.path.join(HERE, "..", "..", "examples")
 TORCHRUN_REF = os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-ref")
 PY = "/usr/bin/python3"
 DDPRUN = None
@@ -117,9 +118,9 @@ def check_training(args, env=None):
 
 
 def case_ddp_training():
-    script = os.path.join(WORKLOADS, "ddp_train.py")
+    script = os.path.join(EXAMPLES, "ddp_train.py")
     res = check_training([script])
-    check_training(["-m", "ddp_train"], env={"PYTHONPATH": WORKLOADS})
+    check_training(["-m", "ddp_train"], env={"PYTHONPATH": EXAMPLES})
     check_training(["--no_python", PY, script])
     print(f"DDP (gloo) under ddprun: loss {res['losses'][0]:.3f} -> {res['losses'][-1]:.4f}, "
           "replicas bit-identical; script, -m and --no_python: passed")
@@ -246,6 +247,16 @@ def case_missing_executable_is_a_clear_failure():
     assert r.returncode == 1, r.returncode
     assert "cannot execute '/nonexistent/trainer': No such file or directory" in r.stderr, r.stderr
     print("a missing executable fails the job with the reason: passed")
+
+
+def case_signal_death_is_named_with_oom_hint():
+    r = run(["--nproc_per_node=1", "--standalone", "--no_python", PY, "-c",
+             "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert r.returncode == 1, r.returncode
+    assert "exitcode  : -9" in r.stderr, r.stderr
+    assert "Signal 9 (SIGKILL) received by PID" in r.stderr, r.stderr
+    assert "out-of-memory killer" in r.stderr, r.stderr
+    print("a worker killed by a signal is named by it, with the OOM hint for SIGKILL: passed")
 
 
 if __name__ == "__main__":
