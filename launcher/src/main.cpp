@@ -8,6 +8,7 @@
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/launcher/agent_config.hpp"
 #include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/rendezvous/process_setup.hpp"
 
 using namespace ddprun;
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     return launcher::kExitUsage;
   }
 
+  rendezvous::prepare_server_process();
   const agent::AgentOutcome outcome = agent::run_agent(config);
   switch (outcome.state) {
     case agent::AgentOutcome::State::kSucceeded:

@@ -1,7 +1,5 @@
 // ddprund: the standalone rendezvous store daemon. Foreground; logs to stderr; prints the bound
 // port alone on the first line of stdout (useful with --port 0); exits 0 on SIGTERM or SIGINT.
-#include <sys/resource.h>
-
 #include <cstdio>
 #include <iostream>
 
@@ -12,20 +10,8 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/process_setup.hpp"
 #include "ddprun/rendezvous/store_server.hpp"
-
-namespace {
-
-// Every connection costs a descriptor; take all the process may have.
-void raise_descriptor_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using ddprun::rendezvous::ServerOptions;
@@ -66,7 +52,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprund"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprund] [%l] %v");
-  raise_descriptor_limit();
+  ddprun::rendezvous::prepare_server_process();
 
   boost::asio::io_context io(1);
   try {
