@@ -1,0 +1,95 @@
+#include "ddp/init.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "ddp/errors.hpp"
+#include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/store_client.hpp"
+#include "gloo_process_group.hpp"
+#include "gloo_store.hpp"
+
+namespace ddp {
+namespace {
+
+// The local address the kernel would use to reach `host` (a UDP connect sends nothing).
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
+    throw CommError(fmt::format("cannot resolve MASTER_ADDR '{}'", host));
+  }
+  std::string out;
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* addr =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (::inet_ntop(local.ss_family, addr, buf, sizeof buf)) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  if (out.empty())
+    throw CommError(fmt::format("no local address routes to MASTER_ADDR '{}'", host));
+  return out;
+}
+
+std::unique_ptr<ProcessGroup> init_gloo(const WorkerEnv& env, const InitOptions& o) {
+  ddprun::rendezvous::ClientOptions copts;
+  copts.timeout = o.timeout;
+  ddprun::rendezvous::StoreClient client(env.master_addr, static_cast<uint16_t>(env.master_port),
+                                         copts);
+  GlooStore store(client,
+                  fmt::format("ddp/{}/attempt_{}/{}/", env.run_id, env.restart_count, o.group_name),
+                  o.timeout);
+  gloo::transport::tcp::attr attr;
+  attr.hostname =
+      o.local_addr.empty() ? local_address_towards(env.master_addr, env.master_port) : o.local_addr;
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
+  context->setTimeout(o.timeout);
+  context->connectFullMesh(store, device);
+  return std::make_unique<GlooProcessGroup>(std::move(context), o.timeout);
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEnv& env,
+                                                 const InitOptions& options) {
+  try {
+    switch (backend) {
+      case Backend::kGloo:
+        return init_gloo(env, options);
+      case Backend::kNccl:
+        throw Error("the NCCL backend is not built yet (issue 5 in progress)");
+    }
+  } catch (const ddprun::rendezvous::StoreTimeout& e) {
+    throw TimeoutError(fmt::format("rank {}: rendezvous of {} ranks timed out: {}", env.rank,
+                                   env.world_size, e.what()));
+  } catch (const ddprun::rendezvous::StoreError& e) {
+    throw CommError(fmt::format("rank {}: cannot reach the store at {}:{}: {}", env.rank,
+                                env.master_addr, env.master_port, e.what()));
+  } catch (const gloo::Exception& e) {
+    throw CommError(fmt::format("rank {}: gloo rendezvous failed: {}", env.rank, e.what()));
+  }
+  throw Error("unknown backend");
+}
+
+std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const InitOptions& options) {
+  return init_process_group(backend, WorkerEnv::from_environment(), options);
+}
+
+}  // namespace ddp

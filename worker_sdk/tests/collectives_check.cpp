@@ -1,0 +1,203 @@
+// Run under `ddprun --standalone --nproc_per_node=N --no_python collectives_check`. Every rank
+// checks every collective, dtype and reduction at sizes 0, 1, odd and 64 MiB against values it
+// computes on its own in double precision from the other ranks' (deterministic) inputs. Exits 1 on
+// any mismatch.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "ddp/errors.hpp"
+#include "ddp/init.hpp"
+
+using namespace ddp;
+using namespace std::chrono_literals;
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    if (failures <= 20) std::fprintf(stderr, "MISMATCH: %s\n", what.c_str());
+  }
+}
+
+// Small integers keep every reduction exact in every dtype (products stay below 2^8).
+double input(int rank, size_t i, ReduceOp op) {
+  return op == ReduceOp::kProduct ? 1 + (rank + i) % 3 : 1 + (rank * 3 + i) % 7;
+}
+
+void store_as(DType t, void* base, size_t i, double v) {
+  switch (t) {
+    case DType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      break;
+    case DType::kFloat16:
+      static_cast<float16*>(base)[i] = float16::from_float(static_cast<float>(v));
+      break;
+    case DType::kBFloat16:
+      static_cast<bfloat16*>(base)[i] = bfloat16::from_float(static_cast<float>(v));
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+  }
+}
+
+double load_from(DType t, const void* base, size_t i) {
+  switch (t) {
+    case DType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DType::kFloat16:
+      return static_cast<const float16*>(base)[i].to_float();
+    case DType::kBFloat16:
+      return static_cast<const bfloat16*>(base)[i].to_float();
+    case DType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DType::kInt64:
+      return static_cast<const int64_t*>(base)[i];
+  }
+  return 0;
+}
+
+double expected_reduction(ReduceOp op, DType t, int world, size_t i) {
+  double acc = input(0, i, op);
+  for (int r = 1; r < world; ++r) {
+    const double v = input(r, i, op);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+    }
+  }
+  if (op == ReduceOp::kAvg) {
+    acc = (t == DType::kInt32 || t == DType::kInt64) ? std::trunc(acc / world) : acc / world;
+  }
+  return acc;
+}
+
+bool close_enough(DType t, double got, double want) {
+  // Averages are the only inexact results; half types keep 8-11 bits of mantissa.
+  const double tol = t == DType::kBFloat16 ? 1e-2 : t == DType::kFloat16 ? 1e-3 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+const DType kTypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                        DType::kBFloat16, DType::kInt32,   DType::kInt64};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
+                         ReduceOp::kProduct};
+
+std::string label(const char* op, DType t, size_t n) {
+  return std::string(op) + " " + dtype_name(t) + " n=" + std::to_string(n);
+}
+
+}  // namespace
+
+int main() {
+  auto pg = init_process_group(Backend::kGloo, InitOptions{60s, "", "default"});
+  const int rank = pg->rank(), world = pg->size();
+
+  for (DType t : kTypes) {
+    const size_t esz = dtype_size(t);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1001}}) {
+      for (ReduceOp op : kOps) {
+        std::vector<char> buf(n * esz);
+        for (size_t i = 0; i < n; ++i) store_as(t, buf.data(), i, input(rank, i, op));
+        pg->all_reduce(buf.data(), n, t, op);
+        for (size_t i = 0; i < n; ++i) {
+          check(close_enough(t, load_from(t, buf.data(), i), expected_reduction(op, t, world, i)),
+                label("all_reduce", t, n) + " " + reduce_op_name(op) + " i=" + std::to_string(i));
+        }
+        // reduce_scatter: chunk r of the reduction of everyone's n*world inputs.
+        std::vector<char> in(n * world * esz), out(n * esz);
+        for (size_t i = 0; i < n * world; ++i) store_as(t, in.data(), i, input(rank, i, op));
+        pg->reduce_scatter(in.data(), out.data(), n, t, op);
+        for (size_t i = 0; i < n; ++i) {
+          check(close_enough(t, load_from(t, out.data(), i),
+                             expected_reduction(op, t, world, rank * n + i)),
+                label("reduce_scatter", t, n) + " " + reduce_op_name(op));
+        }
+      }
+      for (int root = 0; root < world; ++root) {
+        std::vector<char> buf(n * esz);
+        for (size_t i = 0; i < n; ++i) store_as(t, buf.data(), i, input(rank, i, ReduceOp::kSum));
+        pg->broadcast(buf.data(), n, t, root);
+        for (size_t i = 0; i < n; ++i) {
+          check(load_from(t, buf.data(), i) == input(root, i, ReduceOp::kSum),
+                label("broadcast", t, n) + " root " + std::to_string(root));
+        }
+      }
+      std::vector<char> in(n * esz), out(n * world * esz);
+      for (size_t i = 0; i < n; ++i) store_as(t, in.data(), i, input(rank, i, ReduceOp::kSum));
+      pg->all_gather(in.data(), out.data(), n, t);
+      for (int r = 0; r < world; ++r) {
+        for (size_t i = 0; i < n; ++i) {
+          check(load_from(t, out.data(), r * n + i) == input(r, i, ReduceOp::kSum),
+                label("all_gather", t, n));
+        }
+      }
+    }
+  }
+
+  // 64 MiB, and several operations in flight at once.
+  const size_t big = (64u << 20) / sizeof(float);
+  std::vector<float> a(big), b(big), c(1000);
+  for (size_t i = 0; i < big; ++i) a[i] = b[i] = static_cast<float>(input(rank, i, ReduceOp::kSum));
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(rank);
+  Work wa = pg->all_reduce_async(a.data(), big, DType::kFloat32, ReduceOp::kSum);
+  Work wc = pg->all_reduce_async(c.data(), c.size(), DType::kFloat32, ReduceOp::kMax);
+  Work wb = pg->all_reduce_async(b.data(), big, DType::kFloat32, ReduceOp::kMin);
+  wa.wait();
+  wb.wait();
+  wc.wait();
+  for (size_t i = 0; i < big; i += 4097) {
+    check(a[i] == expected_reduction(ReduceOp::kSum, DType::kFloat32, world, i), "64 MiB sum");
+    check(b[i] == expected_reduction(ReduceOp::kMin, DType::kFloat32, world, i), "64 MiB min");
+  }
+  check(c[999] == world - 1, "async max");
+  pg->barrier();
+
+  // A peer that does not take part: the collective ends in TimeoutError, not a hang.
+  if (world > 1) {
+    if (rank == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      bool timed_out = false;
+      try {
+        pg->barrier(300ms);
+      } catch (const TimeoutError& e) {
+        timed_out = true;
+      }
+      check(timed_out, "barrier without peers must time out");
+      check(std::chrono::steady_clock::now() - start < 10s, "timeout is bounded");
+    } else {
+      std::this_thread::sleep_for(2s);  // stays alive (and silent) past rank 0's timeout
+    }
+  }
+
+  std::printf("rank %d/%d: %s (%d mismatches)\n", rank, world,
+              failures ? "FAILED" : "all collectives ok", failures);
+  return failures ? 1 : 0;
+}
