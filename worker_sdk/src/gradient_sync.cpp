@@ -1,0 +1,88 @@
+#include "ddp/gradient_sync.hpp"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace ddp {
+
+GradientSync::GradientSync(ProcessGroup& group, GradientSyncOptions options)
+    : group_(group), options_(options) {}
+
+size_t GradientSync::add(void* data, size_t count, DType type) {
+  if (!buckets_.empty()) throw std::logic_error("GradientSync::add after the first step began");
+  grads_.push_back(Grad{data, count, type});
+  return grads_.size() - 1;
+}
+
+void GradientSync::build_buckets() {
+  size_t cap = options_.first_bucket_bytes;
+  for (size_t i = grads_.size(); i-- > 0;) {
+    Grad& g = grads_[i];
+    const size_t bytes = g.count * dtype_size(g.type);
+    const bool fits = !buckets_.empty() && buckets_.back().type == g.type &&
+                      buckets_.back().count * dtype_size(g.type) + bytes <= cap;
+    if (!fits) {
+      if (!buckets_.empty()) cap = options_.bucket_bytes;
+      buckets_.push_back(Bucket{g.type});
+    }
+    Bucket& b = buckets_.back();
+    g.bucket = buckets_.size() - 1;
+    g.offset = b.count;
+    b.count += g.count;
+    b.grads.push_back(i);
+  }
+  for (Bucket& b : buckets_) {
+    b.flat.resize(b.count * dtype_size(b.type));
+    b.pending = b.grads.size();
+  }
+}
+
+void GradientSync::mark_ready(size_t index) {
+  if (buckets_.empty()) build_buckets();
+  if (index >= grads_.size()) {
+    throw std::out_of_range("GradientSync::mark_ready: no gradient " + std::to_string(index));
+  }
+  Grad& g = grads_[index];
+  if (g.ready) {
+    throw std::logic_error("GradientSync: gradient " + std::to_string(index) +
+                           " marked ready twice in one step");
+  }
+  g.ready = true;
+  Bucket& b = buckets_[g.bucket];
+  std::memcpy(b.flat.data() + g.offset * dtype_size(g.type), g.data, g.count * dtype_size(g.type));
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void GradientSync::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    launch(buckets_[next_launch_++]);
+  }
+}
+
+void GradientSync::launch(Bucket& b) {
+  for (size_t i : b.grads) {
+    const Grad& g = grads_[i];
+    if (!g.ready) {  // unused this step: contributes zeros
+      std::memset(b.flat.data() + g.offset * dtype_size(g.type), 0, g.count * dtype_size(g.type));
+    }
+  }
+  b.work = group_.all_reduce_async(b.flat.data(), b.count, b.type, ReduceOp::kAvg);
+}
+
+void GradientSync::finish() {
+  if (buckets_.empty()) build_buckets();
+  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  for (Bucket& b : buckets_) {
+    b.work.wait();
+    for (size_t i : b.grads) {
+      Grad& g = grads_[i];
+      std::memcpy(g.data, b.flat.data() + g.offset * dtype_size(g.type), g.count * dtype_size(g.type));
+      g.ready = false;
+    }
+    b.pending = b.grads.size();
+  }
+  next_launch_ = 0;
+}
+
+}  // namespace ddp
