@@ -77,7 +77,8 @@ void GradientSync::finish() {
     b.work.wait();
     for (size_t i : b.grads) {
       Grad& g = grads_[i];
-      std::memcpy(g.data, b.flat.data() + g.offset * dtype_size(g.type), g.count * dtype_size(g.type));
+      std::memcpy(g.data, b.flat.data() + g.offset * dtype_size(g.type),
+                  g.count * dtype_size(g.type));
       g.ready = false;
     }
     b.pending = b.grads.size();

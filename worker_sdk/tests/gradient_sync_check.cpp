@@ -25,7 +25,8 @@ bool used(int rank, size_t grad) { return grad != 3 && !(grad == 1 && rank % 2 =
 }  // namespace
 
 int main() {
-  auto pg = init_process_group(Backend::kGloo, InitOptions{std::chrono::seconds(60), "", "default"});
+  auto pg =
+      init_process_group(Backend::kGloo, InitOptions{std::chrono::seconds(60), "", "default"});
   const int rank = pg->rank(), world = pg->size();
   const std::vector<size_t> counts = {1, 1000, 300000, 7, 65536, 3, 1 << 20};
   std::vector<std::vector<float>> f32(counts.size());
@@ -64,7 +65,8 @@ int main() {
         want /= world;
         const double got = f32[g].empty() ? f64[g][i] : f32[g][i];
         if (std::abs(got - want) > 1e-4 * std::max(1.0, std::abs(want)) && ++mismatches < 10) {
-          std::fprintf(stderr, "MISMATCH step %d grad %zu [%zu]: %f != %f\n", step, g, i, got, want);
+          std::fprintf(stderr, "MISMATCH step %d grad %zu [%zu]: %f != %f\n", step, g, i, got,
+                       want);
         }
       }
     }
