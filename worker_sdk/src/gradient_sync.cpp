@@ -10,9 +10,20 @@ GradientSync::GradientSync(ProcessGroup& group, GradientSyncOptions options)
     : group_(group), options_(options) {}
 
 size_t GradientSync::add(void* data, size_t count, DType type) {
-  if (!buckets_.empty()) throw std::logic_error("GradientSync::add after the first step began");
+  if (!buckets_.empty()) throw std::logic_error("GradientSync::add after the layout was fixed");
   grads_.push_back(Grad{data, count, type});
   return grads_.size() - 1;
+}
+
+size_t GradientSync::add_in_place(size_t count, DType type) {
+  const size_t index = add(nullptr, count, type);
+  grads_[index].in_place = true;
+  return index;
+}
+
+void* GradientSync::data(size_t index) {
+  if (buckets_.empty()) build_buckets();
+  return grads_.at(index).data;
 }
 
 void GradientSync::build_buckets() {
@@ -35,6 +46,10 @@ void GradientSync::build_buckets() {
   for (Bucket& b : buckets_) {
     b.flat.resize(b.count * dtype_size(b.type));
     b.pending = b.grads.size();
+    for (size_t i : b.grads) {
+      Grad& g = grads_[i];
+      if (g.in_place) g.data = b.flat.data() + g.offset * dtype_size(g.type);
+    }
   }
 }
 
@@ -50,7 +65,10 @@ void GradientSync::mark_ready(size_t index) {
   }
   g.ready = true;
   Bucket& b = buckets_[g.bucket];
-  std::memcpy(b.flat.data() + g.offset * dtype_size(g.type), g.data, g.count * dtype_size(g.type));
+  if (!g.in_place) {
+    std::memcpy(b.flat.data() + g.offset * dtype_size(g.type), g.data,
+                g.count * dtype_size(g.type));
+  }
   if (--b.pending == 0) launch_ready_buckets();
 }
 
@@ -67,7 +85,9 @@ void GradientSync::launch(Bucket& b) {
       std::memset(b.flat.data() + g.offset * dtype_size(g.type), 0, g.count * dtype_size(g.type));
     }
   }
-  b.work = group_.all_reduce_async(b.flat.data(), b.count, b.type, ReduceOp::kAvg);
+  // Summed on the communication thread; the division happens while copying back (finish()), off the
+  // path of the buckets still in flight.
+  b.work = group_.all_reduce_async(b.flat.data(), b.count, b.type, ReduceOp::kSum);
 }
 
 void GradientSync::finish() {
@@ -77,8 +97,11 @@ void GradientSync::finish() {
     b.work.wait();
     for (size_t i : b.grads) {
       Grad& g = grads_[i];
-      std::memcpy(g.data, b.flat.data() + g.offset * dtype_size(g.type),
-                  g.count * dtype_size(g.type));
+      if (!g.in_place) {
+        std::memcpy(g.data, b.flat.data() + g.offset * dtype_size(g.type),
+                    g.count * dtype_size(g.type));
+      }
+      divide(g.type, g.data, g.count, group_.size());
       g.ready = false;
     }
     b.pending = b.grads.size();

@@ -30,8 +30,14 @@ class GradientSync {
   explicit GradientSync(ProcessGroup& group, GradientSyncOptions options = {});
 
   // Registers a gradient buffer (host memory); returns its index for mark_ready(). Every rank must
-  // register the same buffers (count and dtype) in the same order, before the first step.
+  // register the same buffers (count and dtype) in the same order, before the first step. The
+  // gradient is copied into its bucket when marked ready and back by finish().
   size_t add(void* data, size_t count, DType type);
+  // Registers a gradient that lives inside its bucket (DDP's gradient_as_bucket_view): no copies.
+  // Its memory is data(index), which exists once the bucket layout is fixed by the first call to
+  // data() or mark_ready(); write the gradient there.
+  size_t add_in_place(size_t count, DType type);
+  void* data(size_t index);
   // Gradient `index` is final for this step. Throws std::logic_error if marked twice in a step.
   void mark_ready(size_t index);
   // Completes the step: every gradient now holds the average over ranks. Rethrows a collective's
@@ -47,6 +53,7 @@ class GradientSync {
     DType type;
     size_t bucket = 0;
     size_t offset = 0;  // elements into the bucket
+    bool in_place = false;
     bool ready = false;
   };
   struct Bucket {
