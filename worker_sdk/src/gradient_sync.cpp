@@ -1,6 +1,5 @@
 #include "ddp/gradient_sync.hpp"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -8,6 +7,23 @@ namespace ddp {
 
 GradientSync::GradientSync(ProcessGroup& group, GradientSyncOptions options)
     : group_(group), options_(options) {}
+
+GradientSync::~GradientSync() {
+  for (Bucket& b : buckets_) {
+    if (b.launched) {
+      try {
+        b.work.wait();  // the collective must not outlive its buffer
+      } catch (const std::exception&) {
+      }
+    }
+    group_.release(b.flat);
+  }
+}
+
+// NCCL averages inside the collective; elsewhere the sum is divided while copying back.
+ReduceOp GradientSync::reduction() const {
+  return group_.averages_in_collective() ? ReduceOp::kAvg : ReduceOp::kSum;
+}
 
 size_t GradientSync::add(void* data, size_t count, DType type) {
   if (!buckets_.empty()) throw std::logic_error("GradientSync::add after the layout was fixed");
@@ -35,7 +51,7 @@ void GradientSync::build_buckets() {
                       buckets_.back().count * dtype_size(g.type) + bytes <= cap;
     if (!fits) {
       if (!buckets_.empty()) cap = options_.bucket_bytes;
-      buckets_.push_back(Bucket{g.type});
+      buckets_.emplace_back().type = g.type;
     }
     Bucket& b = buckets_.back();
     g.bucket = buckets_.size() - 1;
@@ -44,11 +60,11 @@ void GradientSync::build_buckets() {
     b.grads.push_back(i);
   }
   for (Bucket& b : buckets_) {
-    b.flat.resize(b.count * dtype_size(b.type));
+    b.flat = static_cast<char*>(group_.allocate(b.count * dtype_size(b.type)));
     b.pending = b.grads.size();
     for (size_t i : b.grads) {
       Grad& g = grads_[i];
-      if (g.in_place) g.data = b.flat.data() + g.offset * dtype_size(g.type);
+      if (g.in_place) g.data = b.flat + g.offset * dtype_size(g.type);
     }
   }
 }
@@ -66,8 +82,7 @@ void GradientSync::mark_ready(size_t index) {
   g.ready = true;
   Bucket& b = buckets_[g.bucket];
   if (!g.in_place) {
-    std::memcpy(b.flat.data() + g.offset * dtype_size(g.type), g.data,
-                g.count * dtype_size(g.type));
+    group_.copy(b.flat + g.offset * dtype_size(g.type), g.data, g.count * dtype_size(g.type));
   }
   if (--b.pending == 0) launch_ready_buckets();
 }
@@ -82,30 +97,33 @@ void GradientSync::launch(Bucket& b) {
   for (size_t i : b.grads) {
     const Grad& g = grads_[i];
     if (!g.ready) {  // unused this step: contributes zeros
-      std::memset(b.flat.data() + g.offset * dtype_size(g.type), 0, g.count * dtype_size(g.type));
+      group_.zero(b.flat + g.offset * dtype_size(g.type), g.count * dtype_size(g.type));
     }
   }
-  // Summed on the communication thread; the division happens while copying back (finish()), off the
-  // path of the buckets still in flight.
-  b.work = group_.all_reduce_async(b.flat.data(), b.count, b.type, ReduceOp::kSum);
+  // Summed on the communication thread; the division happens while copying back (finish()), off
+  // the path of the buckets still in flight.
+  b.work = group_.all_reduce_async(b.flat, b.count, b.type, reduction());
+  b.launched = true;
 }
 
 void GradientSync::finish() {
   if (buckets_.empty()) build_buckets();
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  const bool divide_here = reduction() == ReduceOp::kSum;
   for (Bucket& b : buckets_) {
     b.work.wait();
+    b.launched = false;
     for (size_t i : b.grads) {
       Grad& g = grads_[i];
       if (!g.in_place) {
-        std::memcpy(g.data, b.flat.data() + g.offset * dtype_size(g.type),
-                    g.count * dtype_size(g.type));
+        group_.copy(g.data, b.flat + g.offset * dtype_size(g.type), g.count * dtype_size(g.type));
       }
-      divide(g.type, g.data, g.count, group_.size());
+      if (divide_here) divide(g.type, g.data, g.count, group_.size());
       g.ready = false;
     }
     b.pending = b.grads.size();
   }
+  group_.synchronize();
   next_launch_ = 0;
 }
 

@@ -14,6 +14,9 @@
 #include "ddprun/rendezvous/store_client.hpp"
 #include "gloo_process_group.hpp"
 #include "gloo_store.hpp"
+#ifdef DDP_WITH_NCCL
+#include "nccl_process_group.hpp"
+#endif
 
 namespace ddp {
 namespace {
@@ -47,14 +50,21 @@ std::string local_address_towards(const std::string& host, int port) {
   return out;
 }
 
-std::unique_ptr<ProcessGroup> init_gloo(const WorkerEnv& env, const InitOptions& o) {
+std::string key_prefix(const WorkerEnv& env, const InitOptions& o, const char* backend) {
+  return fmt::format("ddp/{}/attempt_{}/{}/{}/", env.run_id, env.restart_count, o.group_name,
+                     backend);
+}
+
+ddprun::rendezvous::ClientOptions client_options(const InitOptions& o) {
   ddprun::rendezvous::ClientOptions copts;
   copts.timeout = o.timeout;
+  return copts;
+}
+
+std::unique_ptr<ProcessGroup> init_gloo(const WorkerEnv& env, const InitOptions& o) {
   ddprun::rendezvous::StoreClient client(env.master_addr, static_cast<uint16_t>(env.master_port),
-                                         copts);
-  GlooStore store(client,
-                  fmt::format("ddp/{}/attempt_{}/{}/", env.run_id, env.restart_count, o.group_name),
-                  o.timeout);
+                                         client_options(o));
+  GlooStore store(client, key_prefix(env, o, "gloo"), o.timeout);
   gloo::transport::tcp::attr attr;
   attr.hostname =
       o.local_addr.empty() ? local_address_towards(env.master_addr, env.master_port) : o.local_addr;
@@ -73,8 +83,16 @@ std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEn
     switch (backend) {
       case Backend::kGloo:
         return init_gloo(env, options);
-      case Backend::kNccl:
-        throw Error("the NCCL backend is not built yet (issue 5 in progress)");
+      case Backend::kNccl: {
+#ifdef DDP_WITH_NCCL
+        ddprun::rendezvous::StoreClient client(
+            env.master_addr, static_cast<uint16_t>(env.master_port), client_options(options));
+        return std::make_unique<NcclProcessGroup>(env, client, key_prefix(env, options, "nccl"),
+                                                  options.timeout);
+#else
+        throw Error("this libddp was built without CUDA: the NCCL backend is not available");
+#endif
+      }
     }
   } catch (const ddprun::rendezvous::StoreTimeout& e) {
     throw TimeoutError(fmt::format("rank {}: rendezvous of {} ranks timed out: {}", env.rank,

@@ -28,8 +28,12 @@ struct GradientSyncOptions {
 class GradientSync {
  public:
   explicit GradientSync(ProcessGroup& group, GradientSyncOptions options = {});
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
 
-  // Registers a gradient buffer (host memory); returns its index for mark_ready(). Every rank must
+  // Registers a gradient buffer (host memory, or device memory with an NCCL group: it must hold the
+  // finished gradient when marked ready); returns its index for mark_ready(). Every rank must
   // register the same buffers (count and dtype) in the same order, before the first step. The
   // gradient is copied into its bucket when marked ready and back by finish().
   size_t add(void* data, size_t count, DType type);
@@ -60,14 +64,16 @@ class GradientSync {
     DType type;
     size_t count = 0;
     std::vector<size_t> grads;
-    std::vector<char> flat;
-    size_t pending = 0;  // gradients not yet ready this step
+    char* flat = nullptr;  // the group's memory (host or device)
+    size_t pending = 0;    // gradients not yet ready this step
+    bool launched = false;
     Work work;
   };
 
   void build_buckets();
   void launch_ready_buckets();
   void launch(Bucket& b);
+  ReduceOp reduction() const;
 
   ProcessGroup& group_;
   GradientSyncOptions options_;

@@ -4,6 +4,7 @@
 // peer that died or hangs becomes ddp::TimeoutError or ddp::CommError, never a hang.
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <future>
 #include <optional>
 
@@ -64,6 +65,17 @@ class ProcessGroup {
     reduce_scatter_async(in, out, count, type, op, t).wait();
   }
   void barrier(std::optional<Ms> t = {}) { barrier_async(t).wait(); }
+
+  // Where this group's buffers live, for GradientSync's buckets: host memory by default; an NCCL
+  // group's memory is on its GPU and copied on its stream, and synchronize() waits for those
+  // copies.
+  virtual void* allocate(size_t bytes) { return ::operator new(bytes); }
+  virtual void release(void* p) { ::operator delete(p); }
+  virtual void copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  virtual void zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+  virtual void synchronize() {}
+  // True when all_reduce(kAvg) costs no more than kSum (NCCL averages inside the collective).
+  virtual bool averages_in_collective() const { return false; }
 };
 
 }  // namespace ddp
