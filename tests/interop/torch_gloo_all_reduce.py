@@ -27,7 +27,7 @@ print(f"rank {rank}: all_reduce ok")
 def main(binary):
     world = 2
     with Ddprund(binary) as server:
-        procs = [subprocess.Popen(["/usr/bin/python3", "-c", WORKER,
+        procs = [subprocess.Popen([sys.executable, "-c", WORKER,
                                    str(r), str(world), str(server.port)],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for r in range(world)]
