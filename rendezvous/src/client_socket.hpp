@@ -36,7 +36,6 @@ class ClientSocket {
   // A `[u64 length][bytes]` value; a length above `max_bytes` is a StoreConnectionError.
   boost::asio::awaitable<std::string> read_bytes(uint64_t max_bytes);
 
-  bool is_open() const { return socket_.is_open(); }
   void close();
   const std::string& endpoint_name() const { return endpoint_name_; }
 

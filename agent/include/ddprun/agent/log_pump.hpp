@@ -27,7 +27,6 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives
   // its worker must not hold the agent up).
   void finish();
-  bool done() const { return done_; }
 
  private:
   void read_more();

@@ -53,7 +53,6 @@ class WorkerGroup {
   // Forwards `signo` to every running worker's process group; run() then ends with kStopped once
   // they exit (SIGKILL after the shutdown timeout). A second call kills them at once.
   void stop(int signo);
-  bool active() const { return active_; }
 
  private:
   void on_exit(size_t index, const ExitStatus& status);

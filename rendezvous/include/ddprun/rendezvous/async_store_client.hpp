@@ -82,8 +82,6 @@ class AsyncStoreClient {
   boost::asio::awaitable<void> set_owned(std::string_view key, std::string_view value);
   boost::asio::awaitable<void> keepalive(Ms timeout);
 
-  const ClientOptions& options() const { return options_; }
-
  private:
   class Op;
   AsyncStoreClient(boost::asio::any_io_executor ex, std::string host, uint16_t port,
