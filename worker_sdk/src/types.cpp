@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace ddp {
 namespace {
@@ -61,11 +62,17 @@ void reduce_typed(ReduceOp op, void* out, const void* a, const void* b, size_t n
 
 template <class T>
 void divide_typed(void* data, size_t n, int64_t divisor) {
+  using V = decltype(Arith<T>::load(T{}));
   T* p = static_cast<T*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    p[i] = Arith<T>::store(Arith<T>::load(p[i]) /
-                           static_cast<decltype(Arith<T>::load(p[i]))>(divisor));
+  const bool power_of_two = divisor > 0 && (divisor & (divisor - 1)) == 0;
+  if (std::is_floating_point_v<V> && power_of_two) {
+    // Exact: multiplying by 2^-k rounds exactly like dividing by 2^k, and costs far less.
+    const V scale = V(1) / static_cast<V>(divisor);
+    for (size_t i = 0; i < n; ++i) p[i] = Arith<T>::store(Arith<T>::load(p[i]) * scale);
+    return;
   }
+  for (size_t i = 0; i < n; ++i)
+    p[i] = Arith<T>::store(Arith<T>::load(p[i]) / static_cast<V>(divisor));
 }
 
 }  // namespace
