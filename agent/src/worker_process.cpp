@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -20,30 +21,57 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-// Opens what a stream target needs before fork(); returns the fd the child dup2()s (or -1 to
-// inherit), and for kPipe the parent's read end in `read_end`.
-int open_target(const StreamTarget& t, int& read_end) {
+// Closes its descriptor unless released: nothing leaks when the constructor throws half-way.
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    reset(std::exchange(o.fd_, -1));
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+// Opens what a stream target needs before fork(): the descriptor the child dup2()s (none to
+// inherit) and, for kPipe, the parent's read end.
+struct StreamFds {
+  UniqueFd child;
+  UniqueFd parent_read;
+};
+
+StreamFds open_target(const StreamTarget& t) {
+  StreamFds fds;
   switch (t.kind) {
     case StreamTarget::Kind::kInherit:
-      return -1;
-    case StreamTarget::Kind::kDevNull: {
-      const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-      if (fd < 0) throw_errno("open /dev/null");
-      return fd;
-    }
-    case StreamTarget::Kind::kFile: {
-      const int fd = ::open(t.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + t.path);
-      return fd;
-    }
+      break;
+    case StreamTarget::Kind::kDevNull:
+      fds.child.reset(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+      if (fds.child.get() < 0) throw_errno("open /dev/null");
+      break;
+    case StreamTarget::Kind::kFile:
+      fds.child.reset(::open(t.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (fds.child.get() < 0)
+        throw std::system_error(errno, std::generic_category(), "open " + t.path);
+      break;
     case StreamTarget::Kind::kPipe: {
       int p[2];
       if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
-      read_end = p[0];
-      return p[1];
+      fds.parent_read.reset(p[0]);
+      fds.child.reset(p[1]);
+      break;
     }
   }
-  return -1;
+  return fds;
 }
 
 void close_fd(int& fd) {
@@ -65,10 +93,13 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec)
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  int out_fd = open_target(spec.out, stdout_pipe_);
-  int err_fd = open_target(spec.err, stderr_pipe_);
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) throw_errno("pipe2");
+  StreamFds out = open_target(spec.out);
+  StreamFds err = open_target(spec.err);
+  const int out_fd = out.child.get();
+  const int err_fd = err.child.get();
+  int report_fds[2];
+  if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+  UniqueFd report_read(report_fds[0]), report_write(report_fds[1]);
   const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
@@ -86,29 +117,36 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec)
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
     ::execvpe(argv[0], argv.data(), envp.data());
     const int e = errno;
-    [[maybe_unused]] auto n = ::write(report[1], &e, sizeof e);
+    [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);
     ::_exit(127);
   }
-  pid_ = pid;
-  running_ = true;
   // Also set from this side: a signal to the group may come before the child runs setpgid().
   ::setpgid(pid, pid);
-  close_fd(out_fd);
-  close_fd(err_fd);
-  ::close(report[1]);
+  out.child.reset();
+  err.child.reset();
+  report_write.reset();
   int child_errno = 0;
   ssize_t n;
   do {
-    n = ::read(report[0], &child_errno, sizeof child_errno);
+    n = ::read(report_read.get(), &child_errno, sizeof child_errno);
   } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
   if (n == sizeof child_errno) {
     exec_error_ = fmt::format("cannot execute '{}': {}", spec.argv[0], std::strerror(child_errno));
   }
 
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) throw_errno("pidfd_open");
+  if (pidfd < 0) {
+    const int e = errno;
+    ::kill(-pid, SIGKILL);  // the destructor will not run: do not leave the child behind
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    throw std::system_error(e, std::generic_category(), "pidfd_open");
+  }
   pidfd_.assign(pidfd);
+  pid_ = pid;
+  running_ = true;
+  stdout_pipe_ = out.parent_read.release();
+  stderr_pipe_ = err.parent_read.release();
 }
 
 WorkerProcess::~WorkerProcess() {
