@@ -64,28 +64,30 @@ Work GlooProcessGroup::submit(std::string what, F op) {
   });
 }
 
+void GlooProcessGroup::gloo_all_reduce(void* data, size_t count, DType type, ReduceOp op,
+                                       uint32_t tag, Ms timeout) {
+  gloo::AllreduceOptions opts(context_);
+  with_storage_type(type, [&]<class T>() { opts.setOutput(static_cast<T*>(data), count); });
+  opts.setReduceFunction([type, op](void* out, const void* a, const void* b, size_t n) {
+    reduce_into(type, op, out, a, b, n);
+  });
+  opts.setMaxSegmentSize(kSegmentBytes);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
 Work GlooProcessGroup::all_reduce_async(void* data, size_t count, DType type, ReduceOp op,
                                         std::optional<Ms> timeout) {
   const uint32_t tag = next_tag_++;
   const Ms t = timeout.value_or(timeout_);
   const int world = size();
-  return submit(
-      fmt::format("all_reduce({}) of {} {}", reduce_op_name(op), count, dtype_name(type)),
-      [this, data, count, type, op, t, tag, world] {
-        if (count == 0) return;
-        if (world > 1) {
-          gloo::AllreduceOptions opts(context_);
-          with_storage_type(type, [&]<class T>() { opts.setOutput(static_cast<T*>(data), count); });
-          opts.setReduceFunction([type, op](void* out, const void* a, const void* b, size_t n) {
-            reduce_into(type, op, out, a, b, n);
-          });
-          opts.setMaxSegmentSize(kSegmentBytes);
-          opts.setTag(tag);
-          opts.setTimeout(t);
-          gloo::allreduce(opts);
-        }
-        if (op == ReduceOp::kAvg) divide(type, data, count, world);
-      });
+  return submit(fmt::format("all_reduce({}) of {} {}", reduce_op_name(op), count, dtype_name(type)),
+                [this, data, count, type, op, t, tag, world] {
+                  if (count == 0) return;
+                  if (world > 1) gloo_all_reduce(data, count, type, op, tag, t);
+                  if (op == ReduceOp::kAvg) divide(type, data, count, world);
+                });
 }
 
 Work GlooProcessGroup::broadcast_async(void* data, size_t count, DType type, int root,
@@ -143,19 +145,7 @@ Work GlooProcessGroup::reduce_scatter_async(const void* in, void* out, size_t co
         const size_t elem = dtype_size(type);
         std::vector<char> all(static_cast<const char*>(in),
                               static_cast<const char*>(in) + count * world * elem);
-        if (world > 1) {
-          gloo::AllreduceOptions opts(context_);
-          with_storage_type(type, [&]<class T>() {
-            opts.setOutput(reinterpret_cast<T*>(all.data()), count * world);
-          });
-          opts.setReduceFunction([type, op](void* o, const void* a, const void* b, size_t n) {
-            reduce_into(type, op, o, a, b, n);
-          });
-          opts.setMaxSegmentSize(kSegmentBytes);
-          opts.setTag(tag);
-          opts.setTimeout(t);
-          gloo::allreduce(opts);
-        }
+        if (world > 1) gloo_all_reduce(all.data(), count * world, type, op, tag, t);
         std::memcpy(out, all.data() + rank() * count * elem, count * elem);
         if (op == ReduceOp::kAvg) divide(type, out, count, world);
       });

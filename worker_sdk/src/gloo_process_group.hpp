@@ -32,6 +32,8 @@ class GlooProcessGroup final : public ProcessGroup {
   // Queues `op`, translating Gloo's exceptions into ddp ones that say what timed out or failed.
   template <class F>
   Work submit(std::string what, F op);
+  // In place, on the calling (queue) thread; kAvg reduces as a sum.
+  void gloo_all_reduce(void* data, size_t count, DType type, ReduceOp op, uint32_t tag, Ms timeout);
 
   std::shared_ptr<gloo::Context> context_;
   Ms timeout_;
