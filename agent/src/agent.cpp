@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "ddprun/agent/node_coordinator.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
@@ -66,7 +68,8 @@ StreamTarget plan_stream(bool tee, bool redirect, bool on_console, const fs::pat
 }
 
 std::vector<WorkerLaunch> plan_attempt(const AgentConfig& cfg, const fs::path& attempt_dir,
-                                       int restart, int master_port) {
+                                       const NodePlacement& place, int master_port) {
+  const int restart = place.attempt;
   AttemptEnvironment attempt;
   attempt.role = cfg.role;
   attempt.master_addr = cfg.master_addr;
@@ -79,7 +82,9 @@ std::vector<WorkerLaunch> plan_attempt(const AgentConfig& cfg, const fs::path& a
   std::vector<WorkerLaunch> launches(cfg.nproc);
   for (int r = 0; r < cfg.nproc; ++r) {
     WorkerLaunch& l = launches[r];
-    l.id = WorkerIdentity{r, r, cfg.nproc, cfg.nproc, 0, 1, r, cfg.nproc};
+    const int rank = place.base_rank + r;
+    l.id = WorkerIdentity{
+        r, rank, place.world_size, cfg.nproc, cfg.node_rank, cfg.num_nodes, rank, place.world_size};
     const fs::path dir = attempt_dir / std::to_string(r);
     fs::create_directories(dir);
     l.error_file = (dir / "error.json").string();
@@ -98,9 +103,125 @@ std::vector<WorkerLaunch> plan_attempt(const AgentConfig& cfg, const fs::path& a
 struct Run {
   const AgentConfig& cfg;
   fs::path run_dir;
-  rendezvous::StoreServer& store;
+  rendezvous::StoreServer* store;  // null on nodes other than node 0 of a multi-node job
   WorkerGroup& group;
   int& signaled;
+  asio::any_io_executor ex;
+
+  asio::awaitable<AgentOutcome> run() { return cfg.num_nodes > 1 ? multi_node() : attempts(); }
+
+  // Multi-node: attempts are job-wide, agreed through the store (node_coordinator.hpp).
+  asio::awaitable<AgentOutcome> multi_node() {
+    std::shared_ptr<NodeCoordinator> coord = co_await join();
+    AgentOutcome out;
+    try {
+      out = co_await multi_node_attempts(coord);
+    } catch (...) {
+      coord->leave();
+      throw;
+    }
+    // The store lives in node 0's agent: it stays until the others have read the outcome.
+    if (cfg.node_rank == 0 && out.state != AgentOutcome::State::kSignaled) {
+      try {
+        co_await coord->outlast_peers(
+            std::min<std::chrono::milliseconds>(cfg.join_timeout, std::chrono::seconds(30)));
+      } catch (const std::exception&) {
+      }
+    }
+    coord->leave();
+    co_return out;
+  }
+
+  asio::awaitable<std::shared_ptr<NodeCoordinator>> join() {
+    NodeSpec spec;
+    spec.run_id = cfg.run_id;
+    spec.node_rank = cfg.node_rank;
+    spec.num_nodes = cfg.num_nodes;
+    spec.nproc = cfg.nproc;
+    spec.host = host_name();
+    spec.store_host = cfg.master_addr;
+    spec.store_port = cfg.store_port;
+    spec.join_timeout = cfg.join_timeout;
+    spec.heartbeat_timeout = cfg.heartbeat_timeout;
+    spec.barrier_timeout = cfg.exit_barrier_timeout;
+    co_return co_await NodeCoordinator::join(ex, spec);
+  }
+
+  asio::awaitable<AgentOutcome> multi_node_attempts(std::shared_ptr<NodeCoordinator> coord) {
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    std::string interrupted_by;  // why the last attempt was stopped from outside, if it was
+    for (;;) {
+      if (signaled != 0) {
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = signaled;
+        co_return out;
+      }
+      // The budget is checked before waiting for the nodes: those that failed may have left.
+      if (const int attempt = coord->attempt(); attempt > cfg.max_restarts) {
+        // Every node prints the same summary: all nodes' failures of the last attempt.
+        const auto failures = co_await coord->failures(attempt - 1);
+        out.summary = failures.empty()
+                          ? fmt::format("{} FAILED: {}, and no restarts remain\n",
+                                        cfg.entrypoint_name, interrupted_by)
+                          : format_failure_summary(cfg.entrypoint_name, host_name(), failures);
+        out.state = AgentOutcome::State::kFailed;
+        co_return out;
+      }
+      const NodePlacement place = co_await coord->placement();
+      if (place.attempt > 0) {
+        spdlog::warn("job restarts: attempt {} of at most {} restarts", place.attempt,
+                     cfg.max_restarts);
+      }
+      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", place.attempt);
+      fs::remove_all(attempt_dir);
+      // The watcher may outlive this iteration: what it shares with it lives on the heap.
+      struct PeerWatch {
+        bool group_done = false;
+        std::string why;
+      };
+      auto watch = std::make_shared<PeerWatch>();
+      asio::co_spawn(
+          ex,
+          [watch, coord, attempt = place.attempt, &group = group]() -> asio::awaitable<void> {
+            std::string why;
+            try {
+              why = co_await coord->peer_event(attempt);
+            } catch (const std::exception& e) {
+              why = e.what();
+            }
+            if (!watch->group_done && !why.empty()) {
+              spdlog::warn("stopping this node's workers: {}", why);
+              watch->why = why;
+              group.interrupt();
+            }
+          },
+          asio::detached);
+      GroupResult r = co_await group.run(plan_attempt(cfg, attempt_dir, place, cfg.store_port));
+      watch->group_done = true;
+      coord->stop_waiting();
+      if (!watch->why.empty()) interrupted_by = watch->why;
+      switch (r.state) {
+        case GroupResult::State::kSucceeded:
+          if (co_await coord->exit_barrier(place.attempt)) {
+            out.state = AgentOutcome::State::kSucceeded;
+            co_return out;
+          }
+          spdlog::warn("another node failed while this one waited at the exit barrier");
+          break;
+        case GroupResult::State::kStopped:
+          out.state = AgentOutcome::State::kSignaled;
+          out.signal = r.stop_signal;
+          co_return out;
+        case GroupResult::State::kFailed:
+          co_await coord->report_failure(place.attempt, r.failures);
+          break;
+        case GroupResult::State::kInterrupted:
+          co_await coord->advance(place.attempt);  // a node left: that costs the job a restart
+          break;
+      }
+    }
+  }
 
   asio::awaitable<AgentOutcome> attempts() {
     AgentOutcome out;
@@ -115,8 +236,9 @@ struct Run {
       fs::remove_all(attempt_dir);
       // A restarted group must never read what the failed one wrote (torch >= 2.4 workers use no
       // per-attempt prefix); this agent keeps nothing of its own in the store.
-      if (restart > 0) store.store().clear();
-      GroupResult r = co_await group.run(plan_attempt(cfg, attempt_dir, restart, store.port()));
+      if (restart > 0) store->store().clear();
+      const NodePlacement place{restart, 0, cfg.nproc};
+      GroupResult r = co_await group.run(plan_attempt(cfg, attempt_dir, place, store->port()));
       switch (r.state) {
         case GroupResult::State::kSucceeded:
           out.state = AgentOutcome::State::kSucceeded;
@@ -126,6 +248,7 @@ struct Run {
           out.signal = r.stop_signal;
           co_return out;
         case GroupResult::State::kFailed:
+        case GroupResult::State::kInterrupted:  // (only multi-node jobs interrupt)
           break;
       }
       out.summary = format_failure_summary(cfg.entrypoint_name, host_name(), r.failures);
@@ -151,17 +274,20 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
         cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
     fs::create_directories(base);
     run_dir = make_temp_dir((fs::path(base) / (cfg.run_id + "_XXXXXX")).string());
-    rendezvous::ServerOptions options;
-    options.host = cfg.store_host;
-    options.port = static_cast<uint16_t>(cfg.store_port);
-    store = std::make_unique<rendezvous::StoreServer>(io, options);
+    if (cfg.node_rank == 0) {
+      rendezvous::ServerOptions options;
+      options.host = cfg.store_host;
+      options.port = static_cast<uint16_t>(cfg.store_port);
+      store = std::make_unique<rendezvous::StoreServer>(io, options);
+    }
   } catch (const std::exception& e) {
     outcome.state = AgentOutcome::State::kLaunchError;
     outcome.summary = e.what();
     return outcome;
   }
-  spdlog::info("run {}: {} workers, store on port {}, logs in {}", cfg.run_id, cfg.nproc,
-               store->port(), run_dir.string());
+  spdlog::info("run {}: node {} of {}, {} workers, store {}:{}, logs in {}", cfg.run_id,
+               cfg.node_rank, cfg.num_nodes, cfg.nproc, store ? "here on port" : cfg.master_addr,
+               store ? store->port() : cfg.store_port, run_dir.string());
 
   WorkerGroup group(io, cfg.shutdown_timeout);
   int signaled = 0;
@@ -179,8 +305,8 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   };
   listen();
 
-  Run run{cfg, run_dir, *store, group, signaled};
-  asio::co_spawn(io, run.attempts(), [&](std::exception_ptr e, AgentOutcome result) {
+  Run run{cfg, run_dir, store.get(), group, signaled, io.get_executor()};
+  asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {
       try {
         std::rethrow_exception(e);
@@ -192,7 +318,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       outcome = std::move(result);
     }
     signals.cancel();
-    store->stop();
+    if (store) store->stop();
     io.stop();
   });
   io.run();

@@ -36,8 +36,9 @@ std::string block(size_t index, const WorkerFailure& f, const std::string& host)
   return fmt::format(
       "[{}]:\n  time      : {}\n  host      : {}\n  rank      : {} (local_rank: {})\n"
       "  exitcode  : {} (pid: {})\n  error_file: {}\n  traceback : {}",
-      index, format_time(f.time), host, f.rank, f.local_rank, f.exitcode, f.pid,
-      f.error_file.empty() ? "<N/A>" : f.error_file, indent_continuation(describe_failure(f)));
+      index, format_time(f.time), f.host.empty() ? host : f.host, f.rank, f.local_rank, f.exitcode,
+      f.pid, f.error_file.empty() ? "<N/A>" : f.error_file,
+      indent_continuation(describe_failure(f)));
 }
 
 }  // namespace

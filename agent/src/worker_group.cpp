@@ -36,6 +36,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   running_ = open_pumps_ = 0;
   stopping_ = sigkill_sent_ = false;
   stop_signal_ = 0;
+  interrupted_ = false;
   active_ = true;
 
   for (size_t i = 0; i < launches_.size(); ++i) {
@@ -99,6 +100,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     result.state = GroupResult::State::kStopped;
   } else if (!result.failures.empty()) {
     result.state = GroupResult::State::kFailed;
+  } else if (interrupted_) {
+    result.state = GroupResult::State::kInterrupted;
   }
   workers_.clear();
   pumps_.clear();
@@ -151,6 +154,12 @@ void WorkerGroup::kill_survivors() {
                  w->pid());
     w->signal_group(SIGKILL);
   }
+}
+
+void WorkerGroup::interrupt() {
+  if (!active_ || stopping_) return;
+  interrupted_ = true;
+  begin_stopping(SIGTERM);
 }
 
 void WorkerGroup::stop(int signo) {

@@ -43,6 +43,16 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   if (c.rdzv_backend == "static") {
     a.store_port = c.master_port.value_or(29500);
     a.master_addr = c.master_addr;
+    a.num_nodes = c.max_nodes;
+    a.node_rank = c.node_rank;
+    const auto seconds = [&](const char* key, std::chrono::milliseconds fallback) {
+      auto it = c.rdzv_config.find(key);
+      return it == c.rdzv_config.end()
+                 ? fallback
+                 : std::chrono::milliseconds(static_cast<long>(std::stod(it->second) * 1000));
+    };
+    a.join_timeout = seconds("join_timeout", a.join_timeout);
+    a.heartbeat_timeout = seconds("heartbeat_timeout", a.heartbeat_timeout);
   } else {
     // Single-node c10d: the store listens on the endpoint's port; workers reach it on this host.
     const auto colon = c.rdzv_endpoint.rfind(':');

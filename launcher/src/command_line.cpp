@@ -110,12 +110,13 @@ std::string random_run_id() {
 }
 
 // The rdzv_conf keys torchrun reads; others are refused so that typos do not pass silently.
-void check_rdzv_conf(const std::string& text) {
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
+  std::map<std::string, std::string> out;
   static const std::vector<std::string> kKnown = {
       "join_timeout", "last_call_timeout",   "close_timeout",          "read_timeout",
       "is_host",      "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout",
       "timeout",      "store_type"};
-  if (text.empty()) return;
+  if (text.empty()) return out;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
@@ -128,8 +129,10 @@ void check_rdzv_conf(const std::string& text) {
     if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
       throw UsageError(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
     }
+    out[key] = item.substr(eq + 1);
     start = comma + 1;
   }
+  return out;
 }
 
 }  // namespace
@@ -267,7 +270,14 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  check_rdzv_conf(c.rdzv_conf);
+  c.rdzv_config = parse_rdzv_conf(c.rdzv_conf);
+  for (const char* k : {"join_timeout", "heartbeat_timeout", "timeout"}) {
+    if (auto it = c.rdzv_config.find(k); it != c.rdzv_config.end()) {
+      if (parse_double(it->second, "--rdzv_conf") <= 0) {
+        throw UsageError(fmt::format("argument --rdzv_conf: {} must be positive seconds", k));
+      }
+    }
+  }
 
   if (c.no_python && c.module) {
     throw UsageError(
@@ -298,11 +308,27 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     throw UsageError(
         fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", c.rdzv_backend));
   }
-  if (c.max_nodes > 1) {
+  if (c.max_nodes > 1 && c.rdzv_backend != "static") {
     throw UsageError(fmt::format(
-        "--nnodes={}: multi-node jobs are not implemented yet; this ddprun runs one node", nnodes));
+        "--nnodes={} with --rdzv_backend={}: multi-node c10d rendezvous is not implemented yet "
+        "(use the static backend)",
+        nnodes, c.rdzv_backend));
   }
   if (c.rdzv_backend == "static" && !c.master_port) c.master_port = 29500;
+  if (c.max_nodes > 1) {
+    if (c.min_nodes != c.max_nodes) {
+      throw UsageError(fmt::format(
+          "--nnodes={}: the static backend needs a fixed number of nodes; elastic MIN:MAX needs "
+          "c10d, which is not implemented yet",
+          nnodes));
+    }
+    if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {
+      throw UsageError(fmt::format("--node_rank={} is not in [0, {})", c.node_rank, c.max_nodes));
+    }
+    if (*c.master_port == 0) {
+      throw UsageError("--master_port=0 cannot be found by the other nodes: give a port");
+    }
+  }
   return c;
 }
 

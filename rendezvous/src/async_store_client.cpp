@@ -48,6 +48,8 @@ AsyncStoreClient::AsyncStoreClient(asio::any_io_executor ex, std::string host, u
 
 AsyncStoreClient::~AsyncStoreClient() = default;
 
+void AsyncStoreClient::close() { socket_->close(); }
+
 asio::awaitable<std::unique_ptr<AsyncStoreClient>> AsyncStoreClient::connect(
     asio::any_io_executor ex, std::string host, uint16_t port, ClientOptions options) {
   if (options.dialect == wire::Dialect::kUnknown) {

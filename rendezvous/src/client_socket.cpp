@@ -26,6 +26,7 @@ ClientSocket::ClientSocket(asio::any_io_executor ex)
 ClientSocket::~ClientSocket() { *alive_ = false; }
 
 void ClientSocket::close() {
+  watchdog_.cancel();  // nothing is pending once closed; an idle io_context can finish
   boost::system::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);

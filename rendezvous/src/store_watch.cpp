@@ -15,6 +15,8 @@ AsyncStoreWatch::AsyncStoreWatch(asio::any_io_executor ex, ClientOptions options
 
 AsyncStoreWatch::~AsyncStoreWatch() = default;
 
+void AsyncStoreWatch::close() { socket_->close(); }
+
 asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(asio::any_io_executor ex,
                                                                            std::string host,
                                                                            uint16_t port,

@@ -207,7 +207,7 @@ def case_sigkill_of_ddprun_leaves_no_worker():
 
 
 def case_bad_flags_exit_2():
-    for args in (["--nproc_per_node=abc", "x.py"], ["--bogus", "x.py"], ["--nnodes=2", "x.py"], []):
+    for args in (["--nproc_per_node=abc", "x.py"], ["--bogus", "x.py"], ["--nnodes=2:3", "x.py"], []):
         r = run(args, timeout=10)
         assert r.returncode == 2, (args, r.returncode)
         lines = r.stderr.strip().splitlines()

@@ -102,11 +102,30 @@ TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
 }
 
 TEST_CASE("cli: what this version does not run yet is refused with the reason", "[cli]") {
-  CHECK_THROWS_WITH(parse({"--nnodes=2", "t.py"}), Catch::Contains("not implemented yet"));
-  CHECK_THROWS_WITH(parse({"--nnodes=1:4", "t.py"}), Catch::Contains("multi-node"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv_backend=c10d", "t.py"}),
+                    Catch::Contains("not implemented yet"));
+  CHECK_THROWS_WITH(parse({"--nnodes=1:4", "t.py"}), Catch::Contains("elastic MIN:MAX"));
   CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "t.py"}), Catch::Contains("not implemented yet"));
   CHECK_THROWS_WITH(parse({"--rdzv_backend=zookeeper", "t.py"}),
                     Catch::Contains("unknown backend"));
+}
+
+TEST_CASE("cli: a static multi-node job needs a node rank in range and a findable port", "[cli]") {
+  const auto c = parse({"--nnodes=3", "--node_rank=2", "--master_addr=10.0.0.1",
+                        "--rdzv_conf=join_timeout=7,heartbeat_timeout=0.5", "t.py"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  CHECK(a.num_nodes == 3);
+  CHECK(a.node_rank == 2);
+  CHECK(a.store_port == 29500);
+  CHECK(a.master_addr == "10.0.0.1");
+  CHECK(a.join_timeout == std::chrono::seconds(7));
+  CHECK(a.heartbeat_timeout == std::chrono::milliseconds(500));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--node_rank=2", "t.py"}),
+                    Catch::Contains("not in [0, 2)"));
+  CHECK_THROWS_WITH(parse({"--nnodes=2", "--master_port=0", "t.py"}),
+                    Catch::Contains("cannot be found"));
+  CHECK_THROWS_WITH(parse({"--rdzv_conf=join_timeout=-1", "t.py"}),
+                    Catch::Contains("positive seconds"));
 }
 
 TEST_CASE("cli: per-rank stream maps take ranks of any width", "[cli]") {

@@ -29,7 +29,14 @@ struct AgentConfig {
   std::string store_host;                 // bind address of the store; empty: every address
   int store_port = 0;                     // 0: the OS picks
   std::string master_addr = "127.0.0.1";  // what workers are told
-  Environment env;                        // the environment workers inherit
+  // Multi-node (static backend): node 0's agent hosts the store at master_addr:store_port, the
+  // others connect to it (see node_coordinator.hpp).
+  int num_nodes = 1;
+  int node_rank = 0;
+  std::chrono::milliseconds join_timeout{600'000};
+  std::chrono::milliseconds heartbeat_timeout{5'000};
+  std::chrono::milliseconds exit_barrier_timeout{300'000};
+  Environment env;  // the environment workers inherit
 };
 
 // How a run ended, mapped by the launcher to its exit status.

@@ -36,7 +36,8 @@ struct WorkerLaunch {
 };
 
 struct GroupResult {
-  enum class State { kSucceeded, kFailed, kStopped };
+  // kInterrupted: interrupt() ended it (another node's event), no local failure.
+  enum class State { kSucceeded, kFailed, kStopped, kInterrupted };
   State state = State::kSucceeded;
   std::vector<WorkerFailure>
       failures;         // the workers that failed on their own (not those ddprun stopped)
@@ -53,6 +54,9 @@ class WorkerGroup {
   // Forwards `signo` to every running worker's process group; run() then ends with kStopped once
   // they exit (SIGKILL after the shutdown timeout). A second call kills them at once.
   void stop(int signo);
+  // Stops the workers (SIGTERM, then SIGKILL after the shutdown timeout) so that the job can
+  // restart; run() ends with kInterrupted unless a worker had failed on its own.
+  void interrupt();
 
  private:
   void on_exit(size_t index, const ExitStatus& status);
@@ -75,6 +79,7 @@ class WorkerGroup {
   bool stopping_ = false;
   bool sigkill_sent_ = false;
   int stop_signal_ = 0;
+  bool interrupted_ = false;
   std::vector<WorkerFailure> failures_;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // Everything `ddprun` was asked to do, parsed and validated from its command line and the PET_*
 // environment fallbacks (the command line wins), with torchrun's names and defaults.
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,7 @@ struct LaunchConfig {
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
   std::string rdzv_conf;
+  std::map<std::string, std::string> rdzv_config;  // rdzv_conf parsed; keys torchrun reads only
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval = 0.1;  // accepted for compatibility; ddprun reacts to events

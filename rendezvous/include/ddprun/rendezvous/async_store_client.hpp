@@ -82,6 +82,10 @@ class AsyncStoreClient {
   boost::asio::awaitable<void> set_owned(std::string_view key, std::string_view value);
   boost::asio::awaitable<void> keepalive(Ms timeout);
 
+  // Closes the connection: an operation in progress fails with StoreConnectionError, as do later
+  // ones.
+  void close();
+
  private:
   class Op;
   AsyncStoreClient(boost::asio::any_io_executor ex, std::string host, uint16_t port,

@@ -37,6 +37,8 @@ class AsyncStoreWatch {
   // The next change to any watched key. Throws StoreTimeout after `timeout` (default: the client
   // timeout; the connection stays usable) and StoreConnectionError when the server goes away.
   boost::asio::awaitable<WatchEventRecord> next(std::optional<Ms> timeout = {});
+  // Closes the connection: a next() in progress fails with StoreConnectionError.
+  void close();
 
  private:
   AsyncStoreWatch(boost::asio::any_io_executor ex, ClientOptions options);

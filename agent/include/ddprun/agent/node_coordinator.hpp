@@ -1,0 +1,111 @@
+#pragma once
+// How the agents of a multi-node job (static backend) agree, through the store. Keys, under
+// "ddprun/<run_id>/":
+//   nodes/<node_rank>             {"nproc": N, "host": H}, bound to the node's presence connection
+//                                 (SET_OWNED + KEEPALIVE): it vanishes when the agent dies or is
+//                                 cut off for longer than the heartbeat timeout, measured by the
+//                                 server.
+//   attempt                       the job-wide restart count, advanced only by compare-and-set, so
+//   one
+//                                 failure anywhere costs the whole job exactly one restart.
+//   failures/<attempt>/<node>     that node's worker failures in that attempt (JSON).
+//   done/<attempt>/<node>         the node's workers all succeeded (the exit barrier).
+// One watch on the prefix mirrors these keys; nothing is polled.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddprun/agent/failure_summary.hpp"
+#include "ddprun/rendezvous/async_store_client.hpp"
+#include "ddprun/rendezvous/store_watch.hpp"
+
+namespace ddprun::agent {
+
+struct NodeSpec {
+  std::string run_id;
+  int node_rank = 0;
+  int num_nodes = 1;
+  int nproc = 1;
+  std::string host;
+  std::string store_host;
+  int store_port = 0;
+  std::chrono::milliseconds join_timeout{600'000};
+  std::chrono::milliseconds heartbeat_timeout{5'000};
+  std::chrono::milliseconds barrier_timeout{300'000};
+};
+
+// This node's share of the job in one attempt.
+struct NodePlacement {
+  int attempt = 0;
+  int base_rank = 0;  // global rank of local rank 0
+  int world_size = 0;
+};
+
+class NodeCoordinator : public std::enable_shared_from_this<NodeCoordinator> {
+ public:
+  // Connects (retrying until join_timeout while node 0's store comes up) and announces this node.
+  static boost::asio::awaitable<std::shared_ptr<NodeCoordinator>> join(
+      boost::asio::any_io_executor ex, NodeSpec spec);
+
+  // The job's current attempt as this node knows it (its own advances included).
+  int attempt() const { return attempt_; }
+  // Waits until every node is present (throws rendezvous::StoreTimeout after join_timeout, naming
+  // the missing nodes) and returns this node's ranks for the current attempt.
+  boost::asio::awaitable<NodePlacement> placement();
+  // Completes when `attempt` must end on this node because of another node: the attempt was
+  // advanced (a failure elsewhere) or a node vanished. Returns why. Cancel with stop_waiting().
+  boost::asio::awaitable<std::string> peer_event(int attempt);
+  // Advances the job past `attempt` (no-op if another node already did).
+  boost::asio::awaitable<void> advance(int attempt);
+  // Records this node's failures of `attempt` and advances the job past it.
+  boost::asio::awaitable<void> report_failure(int attempt,
+                                              const std::vector<WorkerFailure>& failures);
+  // Every node's recorded failures of `attempt`.
+  boost::asio::awaitable<std::vector<WorkerFailure>> failures(int attempt);
+  // This node's workers succeeded in `attempt`. True once every node's did; false as soon as the
+  // attempt advances (a peer failed) or after barrier_timeout.
+  boost::asio::awaitable<bool> exit_barrier(int attempt);
+  // For the node hosting the store: waits until every other node has left (their keys vanish when
+  // their agents close), at most `limit`, so that none loses the store while reading the outcome.
+  boost::asio::awaitable<void> outlast_peers(std::chrono::milliseconds limit);
+  // Wakes whoever waits in peer_event() with an empty reason.
+  void stop_waiting();
+  // Closes the store connections (the node's key vanishes); background work ends.
+  void leave();
+
+ private:
+  explicit NodeCoordinator(boost::asio::any_io_executor ex, NodeSpec spec);
+  boost::asio::awaitable<void> pump();
+  boost::asio::awaitable<void> heartbeat();
+  void apply(const rendezvous::WatchEventRecord& e);
+  // Waits until pred() holds or the deadline passes; returns pred().
+  boost::asio::awaitable<bool> wait_until(std::function<bool()> pred,
+                                          std::chrono::steady_clock::time_point deadline);
+  void notify();
+  std::string key(const std::string& rest) const;
+
+  boost::asio::any_io_executor ex_;
+  NodeSpec spec_;
+  std::string base_;
+  std::unique_ptr<rendezvous::AsyncStoreClient> presence_;
+  std::unique_ptr<rendezvous::AsyncStoreClient> client_;
+  std::unique_ptr<rendezvous::AsyncStoreWatch> watch_;
+  std::map<int, int> nodes_;  // node rank -> nproc
+  int attempt_ = 0;
+  std::map<int, std::set<int>> done_;
+  std::vector<boost::asio::steady_timer*> waiters_;
+  bool stop_waiting_ = false;
+  std::string broken_;  // set when the store connection is lost
+  boost::asio::steady_timer heartbeat_timer_;
+  bool left_ = false;
+};
+
+}  // namespace ddprun::agent

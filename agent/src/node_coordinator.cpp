@@ -1,0 +1,275 @@
+#include "ddprun/agent/node_coordinator.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/rendezvous/errors.hpp"
+
+namespace ddprun::agent {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using rendezvous::WatchEventRecord;
+using rendezvous::wire::WatchEvent;
+
+namespace {
+
+nlohmann::json to_json(const WorkerFailure& f) {
+  return {
+      {"local_rank", f.local_rank},
+      {"rank", f.rank},
+      {"pid", f.pid},
+      {"exitcode", f.exitcode},
+      {"time_us",
+       std::chrono::duration_cast<std::chrono::microseconds>(f.time.time_since_epoch()).count()},
+      {"error_file", f.error_file},
+      {"message", f.error ? f.error->message : ""},
+      {"traceback", f.error ? f.error->traceback : ""},
+      {"host", f.host},
+      {"sigkill_sent_by_ddprun", f.sigkill_sent_by_ddprun}};
+}
+
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+std::string node_info(const NodeSpec& s) {
+  return nlohmann::json{{"nproc", s.nproc}, {"host", s.host}}.dump();
+}
+
+WorkerFailure from_json(const nlohmann::json& j) {
+  WorkerFailure f;
+  f.local_rank = j.value("local_rank", 0);
+  f.rank = j.value("rank", 0);
+  f.pid = j.value("pid", 0);
+  f.exitcode = j.value("exitcode", 0);
+  f.time = std::chrono::system_clock::time_point(std::chrono::microseconds(j.value("time_us", 0L)));
+  f.error_file = j.value("error_file", "");
+  f.host = j.value("host", "");
+  f.sigkill_sent_by_ddprun = j.value("sigkill_sent_by_ddprun", false);
+  const std::string message = j.value("message", ""), traceback = j.value("traceback", "");
+  if (!message.empty() || !traceback.empty()) f.error = ErrorRecord{message, traceback, {}, {}};
+  return f;
+}
+
+}  // namespace
+
+NodeCoordinator::NodeCoordinator(asio::any_io_executor ex, NodeSpec spec)
+    : ex_(ex),
+      spec_(std::move(spec)),
+      base_("ddprun/" + spec_.run_id + "/"),
+      heartbeat_timer_(ex) {}
+
+std::string NodeCoordinator::key(const std::string& rest) const { return base_ + rest; }
+
+asio::awaitable<std::shared_ptr<NodeCoordinator>> NodeCoordinator::join(asio::any_io_executor ex,
+                                                                        NodeSpec spec) {
+  std::shared_ptr<NodeCoordinator> c(new NodeCoordinator(ex, std::move(spec)));
+  const NodeSpec& s = c->spec_;
+  rendezvous::ClientOptions o;
+  o.timeout = s.join_timeout;
+  const auto port = static_cast<uint16_t>(s.store_port);
+  c->presence_ = co_await rendezvous::AsyncStoreClient::connect(ex, s.store_host, port, o);
+  co_await c->presence_->keepalive(s.heartbeat_timeout);
+  co_await c->presence_->set_owned(c->key(fmt::format("nodes/{}", s.node_rank)), node_info(s));
+  co_await c->presence_->ping(0);  // a round trip: the key exists before the watch below starts
+  c->client_ = co_await rendezvous::AsyncStoreClient::connect(ex, s.store_host, port, o);
+  c->watch_ = co_await rendezvous::AsyncStoreWatch::connect(ex, s.store_host, port, o);
+  for (const auto& e : co_await c->watch_->add(rendezvous::wire::WatchMode::kPrefix, c->base_)) {
+    c->apply(e);
+  }
+  // The first node to get here starts the job at attempt 0; the others read what is there.
+  const std::string attempt = co_await c->client_->compare_set(c->key("attempt"), "", "0");
+  c->attempt_ = std::max(c->attempt_, std::stoi(attempt));
+  asio::co_spawn(ex, c->pump(), asio::detached);
+  asio::co_spawn(ex, c->heartbeat(), asio::detached);
+  co_return c;
+}
+
+void NodeCoordinator::apply(const WatchEventRecord& e) {
+  if (!e.key.starts_with(base_)) return;
+  const std::string k = e.key.substr(base_.size());
+  const bool gone = e.event == WatchEvent::kKeyDeleted;
+  try {
+    if (k.starts_with("nodes/")) {
+      const int rank = std::stoi(k.substr(6));
+      if (gone) {
+        nodes_.erase(rank);
+      } else {
+        nodes_[rank] = nlohmann::json::parse(e.new_value).value("nproc", 1);
+      }
+    } else if (k == "attempt" && !gone) {
+      attempt_ = std::max(attempt_, std::stoi(e.new_value));
+    } else if (k.starts_with("done/") && !gone) {
+      const auto slash = k.find('/', 5);
+      done_[std::stoi(k.substr(5, slash - 5))].insert(std::stoi(k.substr(slash + 1)));
+    }
+  } catch (const std::exception& ex) {
+    spdlog::warn("ignoring malformed rendezvous key '{}': {}", e.key, ex.what());
+  }
+  notify();
+}
+
+asio::awaitable<void> NodeCoordinator::pump() {
+  auto self = shared_from_this();
+  while (!left_) {
+    try {
+      apply(co_await watch_->next(std::chrono::hours(24)));
+    } catch (const rendezvous::StoreTimeout&) {
+    } catch (const std::exception& e) {
+      if (!left_)
+        broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
+      notify();
+      co_return;
+    }
+  }
+}
+
+asio::awaitable<void> NodeCoordinator::heartbeat() {
+  auto self = shared_from_this();
+  for (uint32_t n = 1; !left_; ++n) {
+    heartbeat_timer_.expires_after(spec_.heartbeat_timeout / 3);
+    co_await heartbeat_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (left_) co_return;
+    try {
+      co_await presence_->ping(n);
+    } catch (const std::exception& e) {
+      if (!left_)
+        broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
+      notify();
+      co_return;
+    }
+  }
+}
+
+void NodeCoordinator::notify() {
+  for (auto* t : waiters_) t->cancel();
+}
+
+asio::awaitable<bool> NodeCoordinator::wait_until(std::function<bool()> pred,
+                                                  Clock::time_point deadline) {
+  asio::steady_timer timer(ex_);
+  waiters_.push_back(&timer);
+  while (!pred() && broken_.empty() && Clock::now() < deadline) {
+    timer.expires_at(deadline);
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  std::erase(waiters_, &timer);
+  if (!broken_.empty()) throw rendezvous::StoreConnectionError(broken_);
+  co_return pred();
+}
+
+asio::awaitable<NodePlacement> NodeCoordinator::placement() {
+  auto all_present = [this] {
+    for (int r = 0; r < spec_.num_nodes; ++r) {
+      if (!nodes_.contains(r)) return false;
+    }
+    return true;
+  };
+  if (!co_await wait_until(all_present, Clock::now() + spec_.join_timeout)) {
+    std::vector<int> missing;
+    for (int r = 0; r < spec_.num_nodes; ++r) {
+      if (!nodes_.contains(r)) missing.push_back(r);
+    }
+    throw rendezvous::StoreTimeout(fmt::format("node ranks {} did not join within {} s", missing,
+                                               spec_.join_timeout.count() / 1000));
+  }
+  NodePlacement p;
+  p.attempt = attempt_;
+  for (int r = 0; r < spec_.num_nodes; ++r) {
+    if (r < spec_.node_rank) p.base_rank += nodes_.at(r);
+    p.world_size += nodes_.at(r);
+  }
+  co_return p;
+}
+
+asio::awaitable<std::string> NodeCoordinator::peer_event(int attempt) {
+  stop_waiting_ = false;
+  std::string reason;
+  co_await wait_until(
+      [&] {
+        if (stop_waiting_) return true;
+        if (attempt_ > attempt) {
+          reason = "another node's workers failed";
+          return true;
+        }
+        for (int r = 0; r < spec_.num_nodes; ++r) {
+          if (!nodes_.contains(r)) {
+            reason = fmt::format("node {} left the job (its agent died or was cut off)", r);
+            return true;
+          }
+        }
+        return false;
+      },
+      Clock::time_point::max());
+  co_return reason;
+}
+
+asio::awaitable<void> NodeCoordinator::outlast_peers(std::chrono::milliseconds limit) {
+  co_await wait_until(
+      [this] {
+        return std::all_of(nodes_.begin(), nodes_.end(),
+                           [this](const auto& n) { return n.first == spec_.node_rank; });
+      },
+      Clock::now() + limit);
+}
+
+void NodeCoordinator::stop_waiting() {
+  stop_waiting_ = true;
+  notify();
+}
+
+asio::awaitable<void> NodeCoordinator::advance(int attempt) {
+  const std::string now = co_await client_->compare_set(key("attempt"), std::to_string(attempt),
+                                                        std::to_string(attempt + 1));
+  attempt_ = std::max(attempt_, std::stoi(now));
+  notify();
+}
+
+asio::awaitable<void> NodeCoordinator::report_failure(int attempt,
+                                                      const std::vector<WorkerFailure>& failures) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : failures) list.push_back(to_json(f));
+  co_await client_->set(key(fmt::format("failures/{}/{}", attempt, spec_.node_rank)), list.dump());
+  co_await advance(attempt);
+}
+
+asio::awaitable<std::vector<WorkerFailure>> NodeCoordinator::failures(int attempt) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < spec_.num_nodes; ++r)
+    keys.push_back(key(fmt::format("failures/{}/{}", attempt, r)));
+  std::vector<WorkerFailure> out;
+  for (const auto& v : co_await client_->multi_get(keys)) {
+    if (v.empty()) continue;
+    const auto j = nlohmann::json::parse(v, nullptr, false);
+    if (!j.is_array()) continue;
+    for (const auto& f : j) out.push_back(from_json(f));
+  }
+  co_return out;
+}
+
+asio::awaitable<bool> NodeCoordinator::exit_barrier(int attempt) {
+  co_await client_->set(key(fmt::format("done/{}/{}", attempt, spec_.node_rank)), "1");
+  const auto all_done = [&] {
+    return static_cast<int>(done_[attempt].size()) == spec_.num_nodes || attempt_ > attempt;
+  };
+  co_await wait_until(all_done, Clock::now() + spec_.barrier_timeout);
+  co_return static_cast<int>(done_[attempt].size()) == spec_.num_nodes;
+}
+
+void NodeCoordinator::leave() {
+  left_ = true;
+  // Closing, not destroying: the background coroutines are suspended inside these objects and
+  // finish on the errors the close produces.
+  presence_->close();
+  client_->close();
+  watch_->close();
+  heartbeat_timer_.cancel();
+  notify();
+}
+
+}  // namespace ddprun::agent

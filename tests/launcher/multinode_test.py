@@ -1,0 +1,172 @@
+"""Static multi-node jobs: several ddprun agents as real processes on loopback, node 0's agent hosting
+the store.
+
+    multinode_test.py DDPRUN CASE     (CASE: one of the functions named case_*)
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
+EXAMPLE = os.path.join(HERE, "..", "..", "examples", "ddp_train.py")
+PY = "/usr/bin/python3"
+DDPRUN = None
+
+REPORT = ("import os,json,sys; json.dump({k: os.environ[k] for k in ('RANK','WORLD_SIZE','LOCAL_RANK',"
+          "'LOCAL_WORLD_SIZE','GROUP_RANK','GROUP_WORLD_SIZE','ROLE_RANK','ROLE_WORLD_SIZE',"
+          "'TORCHELASTIC_RESTART_COUNT','MASTER_ADDR','MASTER_PORT')}, "
+          "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w'))")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent(port, node_rank, nproc, cmd, nnodes=2, join_timeout=20, **kw):
+    args = [DDPRUN, f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={nproc}",
+            f"--master_port={port}", f"--rdzv_conf=join_timeout={join_timeout},heartbeat_timeout=2",
+            *cmd]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHON_EXEC": PY}, **kw)
+
+
+def finish(procs, timeout=120):
+    return [(p.wait(timeout), *p.communicate()) for p in procs]
+
+
+def wait_for(pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def case_two_nodes_get_global_ranks():
+    port, out = free_port(), tempfile.mkdtemp()
+    cmd = ["--no_python", PY, "-c", REPORT, out]
+    results = finish([agent(port, 1, 3, cmd), agent(port, 0, 2, cmd)])
+    for status, _, err in results:
+        assert status == 0, err
+    envs = [json.load(open(os.path.join(out, str(r)))) for r in range(5)]
+    for r, e in enumerate(envs):
+        node = 0 if r < 2 else 1
+        assert e["WORLD_SIZE"] == "5" and e["ROLE_WORLD_SIZE"] == "5", e
+        assert e["GROUP_RANK"] == str(node) and e["GROUP_WORLD_SIZE"] == "2", e
+        assert e["LOCAL_RANK"] == str(r if node == 0 else r - 2), e
+        assert e["LOCAL_WORLD_SIZE"] == str(2 if node == 0 else 3), e
+        assert e["MASTER_PORT"] == str(port) and e["MASTER_ADDR"] == "127.0.0.1", e
+    print("2 nodes (2 + 3 workers): global, local and group ranks: passed")
+
+
+FAIL_ONCE = ("import os,sys; sys.exit(7 if os.environ['RANK']=='3' and "
+             "os.environ['TORCHELASTIC_RESTART_COUNT']=='0' else 0)")
+
+
+def case_a_failure_restarts_every_node():
+    port = free_port()
+    cmd = ["--max_restarts=1", "--no_python", PY, "-c", FAIL_ONCE]
+    results = finish([agent(port, 1, 2, cmd), agent(port, 0, 2, cmd)])
+    for status, _, err in results:
+        assert status == 0, err
+        assert "job restarts: attempt 1" in err, err
+    print("a worker failure on node 1 restarts both nodes, within a job-wide budget: passed")
+
+
+def case_every_node_prints_the_same_root_cause():
+    port = free_port()
+    cmd = ["--no_python", PY, "-c", FAIL_ONCE]
+    results = finish([agent(port, 1, 2, cmd), agent(port, 0, 2, cmd)])
+    roots = []
+    for status, _, err in results:
+        assert status == 1, (status, err)
+        roots.append(err[err.index("Root Cause"):])
+    assert roots[0] == roots[1], roots
+    assert "rank      : 3 (local_rank: 1)" in roots[0] and "exitcode  : 7" in roots[0], roots[0]
+    print("every node prints the same cross-node root cause: passed")
+
+
+def case_a_dead_node_stops_the_others():
+    port, a, b = free_port(), tempfile.mkdtemp(), tempfile.mkdtemp()
+    cmd = ["--max_restarts=1", "--no_python", PY, PROBE]
+    n1 = agent(port, 1, 1, [*cmd, b], join_timeout=3)
+    n0 = agent(port, 0, 1, [*cmd, a], join_timeout=3)
+    wait_for(lambda: os.path.exists(f"{a}/ready.0") and os.path.exists(f"{b}/ready.1"),
+             "workers on both nodes")
+    worker1 = int(open(f"{b}/ready.1").read())
+    start = time.monotonic()
+    n1.kill()
+    wait_for(lambda: os.path.exists(f"{a}/got.0"), "node 0's worker to be stopped", 10)
+    stopped_after = time.monotonic() - start
+    status, _, err = finish([n0])[0]
+    assert status == 3, (status, err)
+    assert "node 1 left the job" in err and "node ranks [1] did not join within 3 s" in err, err
+    assert stopped_after < 1.0, stopped_after
+    wait_for(lambda: not os.path.exists(f"/proc/{worker1}"), "node 1's worker to die with its agent")
+    print(f"a dead node's agent stops the others' workers in {stopped_after * 1000:.0f} ms; "
+          "without it the job ends after join_timeout: passed")
+
+
+def case_a_dead_node_without_restarts_fails_the_job_at_once():
+    port, a, b = free_port(), tempfile.mkdtemp(), tempfile.mkdtemp()
+    n1 = agent(port, 1, 1, ["--no_python", PY, PROBE, b])
+    n0 = agent(port, 0, 1, ["--no_python", PY, PROBE, a])
+    wait_for(lambda: os.path.exists(f"{a}/ready.0") and os.path.exists(f"{b}/ready.1"),
+             "workers on both nodes")
+    start = time.monotonic()
+    n1.kill()
+    status, _, err = finish([n0])[0]
+    assert status == 1, (status, err)
+    assert "FAILED: node 1 left the job" in err and "no restarts remain" in err, err
+    assert time.monotonic() - start < 10, "did not fail fast"
+    print("a dead node with no restarts left fails the job at once, saying which: passed")
+
+
+def case_a_replaced_node_continues_the_job():
+    port, a, b = free_port(), tempfile.mkdtemp(), tempfile.mkdtemp()
+    # Attempt 0 waits for signals; attempt 1 (after node 1 is replaced) exits at once.
+    prog = ["--max_restarts=1", "--no_python", "/bin/sh", "-c",
+            f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exec {PY} {PROBE} "$0"; fi; '
+            'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT"']
+    n1 = agent(port, 1, 1, [*prog, b])
+    n0 = agent(port, 0, 1, [*prog, a])
+    wait_for(lambda: os.path.exists(f"{a}/ready.0") and os.path.exists(f"{b}/ready.1"),
+             "workers on both nodes")
+    n1.kill()
+    n1.wait(10)
+    replacement = agent(port, 1, 1, [*prog, b])
+    results = finish([n0, replacement])
+    for status, out, err in results:
+        assert status == 0, err
+    assert "rank 0 attempt 1" in results[0][1] and "rank 1 attempt 1" in results[1][1], results
+    print("a replaced node rejoins and the job continues at attempt 1: passed")
+
+
+def case_torch_ddp_across_two_nodes():
+    port = free_port()
+    result = tempfile.mktemp(suffix=".json")
+    env = {**os.environ, "PYTHON_EXEC": PY, "RESULT_FILE": result}
+    procs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={n}", "--nproc_per_node=1",
+                               f"--master_port={port}", EXAMPLE],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for n in (1, 0)]
+    for status, _, err in finish(procs):
+        assert status == 0, err
+    res = json.load(open(result))
+    assert res["world"] == 2 and res["identical"], res
+    assert res["losses"][-1] < 0.5 * res["losses"][0], res["losses"][::10]
+    print("PyTorch DDP (gloo) across 2 agents through node 0's store: replicas identical: passed")
+
+
+if __name__ == "__main__":
+    DDPRUN = os.path.abspath(sys.argv[1])
+    globals()["case_" + sys.argv[2]]()
