@@ -136,7 +136,7 @@ asio::awaitable<void> NodeCoordinator::heartbeat() {
     co_await heartbeat_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (left_) co_return;
     try {
-      co_await presence_->ping(n);
+      co_await presence_->ping(n, spec_.heartbeat_timeout);
     } catch (const std::exception& e) {
       if (!left_)
         broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());

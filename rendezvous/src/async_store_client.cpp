@@ -255,8 +255,8 @@ asio::awaitable<void> AsyncStoreClient::multi_set(const std::vector<std::string>
   op.done();
 }
 
-asio::awaitable<uint32_t> AsyncStoreClient::ping(uint32_t nonce) {
-  Op op(*this);
+asio::awaitable<uint32_t> AsyncStoreClient::ping(uint32_t nonce, std::optional<Ms> timeout) {
+  Op op(*this, timeout.value_or(options_.timeout));
   Request r = request(wire::Op::kPing);
   r.u32 = nonce;
   co_await send(r);

@@ -66,7 +66,8 @@ class AsyncStoreClient {
   boost::asio::awaitable<std::vector<std::string>> multi_get(const std::vector<std::string>& keys);
   boost::asio::awaitable<void> multi_set(const std::vector<std::string>& keys,
                                          const std::vector<std::string>& values);
-  boost::asio::awaitable<uint32_t> ping(uint32_t nonce);
+  // `timeout` (default: the client timeout) bounds the round trip: a heartbeat's own deadline.
+  boost::asio::awaitable<uint32_t> ping(uint32_t nonce, std::optional<Ms> timeout = {});
   boost::asio::awaitable<void> queue_push(std::string_view key, std::string_view value);
   // Pops without blocking; nullopt when the queue is empty.
   boost::asio::awaitable<std::optional<std::string>> queue_pop(std::string_view key);

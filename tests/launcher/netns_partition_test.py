@@ -1,0 +1,85 @@
+"""A network partition between two static nodes, each in a network namespace this test creates (veth
+pair, addresses inside the namespaces only). Cutting the link must stop node 0's workers within the
+heartbeat timeout plus 1 s (node 1's key expires on the store's clock), and the cut-off node must stop
+its own workers too. Needs root; skipped (77) where network namespaces cannot be made.
+
+    netns_partition_test.py DDPRUN
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
+PY = "/usr/bin/python3"
+HEARTBEAT_S = 2
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def wait_for(pred, what, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return time.monotonic()
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def main(ddprun):
+    tag = str(os.getpid())
+    ns = [f"ddp{tag}a", f"ddp{tag}b"]
+    veth = [f"vd{tag}a", f"vd{tag}b"]
+    addr = ["10.213.0.1", "10.213.0.2"]
+    try:
+        ip("netns", "add", ns[0])
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        print("network namespaces unavailable here:", e)
+        sys.exit(77)
+    procs = []
+    try:
+        ip("netns", "add", ns[1])
+        ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
+        for i in (0, 1):
+            ip("link", "set", veth[i], "netns", ns[i])
+            ip("-n", ns[i], "addr", "add", f"{addr[i]}/24", "dev", veth[i])
+            ip("-n", ns[i], "link", "set", veth[i], "up")
+            ip("-n", ns[i], "link", "set", "lo", "up")
+        dirs = [tempfile.mkdtemp(), tempfile.mkdtemp()]
+        for i in (1, 0):
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns[i], ddprun, "--nnodes=2", f"--node_rank={i}",
+                 "--nproc_per_node=1", f"--master_addr={addr[0]}", "--master_port=29500",
+                 f"--rdzv_conf=join_timeout=4,heartbeat_timeout={HEARTBEAT_S}", "--max_restarts=1",
+                 "--no_python", PY, PROBE, dirs[i]],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        wait_for(lambda: all(os.path.exists(f"{dirs[i]}/ready.{i}") for i in (0, 1)),
+                 "workers in both namespaces", 30)
+        cut = time.monotonic()
+        ip("-n", ns[1], "link", "set", veth[1], "down")
+        stopped0 = wait_for(lambda: os.path.exists(f"{dirs[0]}/got.0"), "node 0's worker stopped", 15)
+        stopped1 = wait_for(lambda: os.path.exists(f"{dirs[1]}/got.1"), "node 1's worker stopped", 30)
+        detect = stopped0 - cut
+        assert detect <= HEARTBEAT_S + 1, f"node 0 took {detect:.2f} s"
+        # The cut-off node misses a ping reply: at most one ping interval plus the heartbeat timeout.
+        assert stopped1 - cut <= HEARTBEAT_S * 4 / 3 + 1, f"node 1 took {stopped1 - cut:.2f} s"
+        for p in procs:
+            status = p.wait(60)
+            assert status != 0, p.communicate()
+        print(f"partition: node 0's workers stopped {detect:.2f} s after the cut (heartbeat timeout "
+              f"{HEARTBEAT_S} s), the cut-off node's {stopped1 - cut:.2f} s after; both agents exited "
+              "with an error: passed")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for n in ns:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+if __name__ == "__main__":
+    main(os.path.abspath(sys.argv[1]))
