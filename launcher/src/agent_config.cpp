@@ -1,13 +1,10 @@
 #include "ddprun/launcher/agent_config.hpp"
 
-#include <fmt/format.h>
 
 #include "ddprun/agent/signals.hpp"
 
 namespace ddprun::launcher {
 namespace {
-
-constexpr int kDefaultC10dPort = 29400;
 
 // torchrun names a Python job after its script (the first argument that is not an option).
 std::string entrypoint_name(const LaunchConfig& c) { return c.training_script; }
@@ -55,15 +52,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     a.heartbeat_timeout = seconds("heartbeat_timeout", a.heartbeat_timeout);
   } else {
     // Single-node c10d: the store listens on the endpoint's port; workers reach it on this host.
-    const auto colon = c.rdzv_endpoint.rfind(':');
-    a.store_port = kDefaultC10dPort;
-    if (colon != std::string::npos) {
-      try {
-        a.store_port = std::stoi(c.rdzv_endpoint.substr(colon + 1));
-      } catch (const std::exception&) {
-        throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", c.rdzv_endpoint));
-      }
-    }
+    a.store_port = c.rdzv_port;
     a.master_addr = c.local_addr.empty() ? "127.0.0.1" : c.local_addr;
   }
 

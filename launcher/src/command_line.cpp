@@ -301,6 +301,30 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     c.rdzv_endpoint = "localhost:0";
     c.rdzv_id = random_run_id();
   }
+  if (c.rdzv_backend == "c10d" && !c.rdzv_endpoint.empty()) {
+    // host[:port], the host possibly an [IPv6] literal.
+    const std::string& e = c.rdzv_endpoint;
+    const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
+    if (e.starts_with("[") && close == std::string::npos) {
+      throw UsageError(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
+    }
+    const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
+    const bool bare_ipv6 =
+        close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
+    if (colon != std::string::npos && !bare_ipv6) {
+      if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
+      const std::string port = e.substr(colon + 1);
+      int p = -1;
+      try {
+        size_t used = 0;
+        p = std::stoi(port, &used);
+        if (used != port.size()) p = -1;
+      } catch (const std::exception&) {
+      }
+      if (p < 0 || p > 65535) throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", e));
+      c.rdzv_port = p;
+    }
+  }
   if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
     throw UsageError(fmt::format("--rdzv_backend={} is not implemented yet", c.rdzv_backend));
   }

@@ -151,6 +151,17 @@ def case_a_replaced_node_continues_the_job():
     print("a replaced node rejoins and the job continues at attempt 1: passed")
 
 
+def case_an_unreachable_store_is_a_bounded_clear_error():
+    port = free_port()  # nobody listens there: node 0 never comes
+    start = time.monotonic()
+    status, _, err = finish([agent(port, 1, 1, ["--no_python", "/bin/true"], join_timeout=2)])[0]
+    elapsed = time.monotonic() - start
+    assert status == 3, (status, err)
+    assert f"could not connect to the store at 127.0.0.1:{port}" in err, err
+    assert elapsed < 15, elapsed
+    print(f"an unreachable store: exit 3 with the address and reason after {elapsed:.1f} s: passed")
+
+
 def case_torch_ddp_across_two_nodes():
     port = free_port()
     result = tempfile.mktemp(suffix=".json")

@@ -86,6 +86,10 @@ TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
       {{"--rdzv_conf=joint_timeout=5", "t.py"}, "unknown key 'joint_timeout'"},
       {{"--start_method=thread", "t.py"}, "invalid choice"},
       {{"--no_python", "-m", "t.py"}, "at the same time"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:port", "t.py"}, "bad port"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=host:70000", "t.py"}, "bad port"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=:29400", "t.py"}, "no host"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=[::1:29400", "t.py"}, "unterminated"},
       {{"--bogus", "t.py"}, "unrecognized argument: --bogus"},
       {{"--nproc_per_node=2"}, "training_script"},
   };
@@ -108,6 +112,13 @@ TEST_CASE("cli: what this version does not run yet is refused with the reason", 
   CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "t.py"}), Catch::Contains("not implemented yet"));
   CHECK_THROWS_WITH(parse({"--rdzv_backend=zookeeper", "t.py"}),
                     Catch::Contains("unknown backend"));
+}
+
+TEST_CASE("cli: a c10d endpoint is host[:port] with torchrun's default port", "[cli]") {
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node1", "t.py"}).rdzv_port == 29400);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node1:1234", "t.py"}).rdzv_port == 1234);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]:99", "t.py"}).rdzv_port == 99);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=::1", "t.py"}).rdzv_port == 29400);
 }
 
 TEST_CASE("cli: a static multi-node job needs a node rank in range and a findable port", "[cli]") {
