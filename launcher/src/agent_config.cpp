@@ -1,6 +1,5 @@
 #include "ddprun/launcher/agent_config.hpp"
 
-
 #include "ddprun/agent/signals.hpp"
 
 namespace ddprun::launcher {
