@@ -171,9 +171,9 @@ def case_sigterm_ignoring_worker_is_killed():
     print(f"a worker ignoring SIGTERM is SIGKILLed after the grace period ({elapsed:.1f}s): passed")
 
 
-def signal_case(sig, expect):
+def signal_case(sig, expect, flags=()):
     d = tempfile.mkdtemp()
-    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--standalone", "--no_python", PY,
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--standalone", *flags, "--no_python", PY,
                           os.path.join(WORKLOADS, "signal_probe.py"), d],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: all(os.path.exists(os.path.join(d, f"ready.{r}")) for r in range(2)),
@@ -189,7 +189,10 @@ def signal_case(sig, expect):
 def case_signals_reach_workers():
     signal_case(signal.SIGTERM, "SIGTERM")
     signal_case(signal.SIGINT, "SIGINT")
-    print("SIGTERM and SIGINT to ddprun reach every worker; exit status 128+N: passed")
+    # SLURM's preemption notice, forwarded when asked for (--signals_to_handle).
+    signal_case(signal.SIGUSR1, "SIGUSR1", ["--signals_to_handle=SIGTERM,SIGUSR1"])
+    print("SIGTERM, SIGINT and a requested SIGUSR1 to ddprun reach every worker; exit status 128+N: "
+          "passed")
 
 
 def case_sigkill_of_ddprun_leaves_no_worker():
@@ -240,6 +243,16 @@ def case_log_layout_and_tee():
             env={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}|${rank}> "})
     assert r.stdout == "<default|0> partial line without newline\n", repr(r.stdout)
     print("log folders, -r/-t, per-rank prefixes, local_ranks_filter, whole lines: passed")
+
+
+def case_pet_variables_configure_ddprun():
+    r = run(["--no_python", "/bin/sh", "-c", 'echo "$RANK/$WORLD_SIZE $ROLE_NAME"'],
+            env={"PET_NPROC_PER_NODE": "3", "PET_STANDALONE": "1", "PET_ROLE": "trainer"})
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")[:-1]) == [f"{i}/3 trainer" for i in range(3)], r.stdout
+    r = run(["--nproc_per_node=1", "--no_python", "/bin/true"], env={"PET_STANDALONE": "yes"})
+    assert r.returncode == 2 and "PET_STANDALONE" in r.stderr, r.stderr
+    print("PET_* variables configure ddprun, the command line wins, bad values are usage errors: passed")
 
 
 def case_missing_executable_is_a_clear_failure():
