@@ -5,10 +5,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
@@ -59,108 +55,35 @@ WorkerFailure from_json(const nlohmann::json& j) {
 }  // namespace
 
 NodeCoordinator::NodeCoordinator(asio::any_io_executor ex, NodeSpec spec)
-    : ex_(ex),
-      spec_(std::move(spec)),
-      base_("ddprun/" + spec_.run_id + "/"),
-      heartbeat_timer_(ex) {}
-
-std::string NodeCoordinator::key(const std::string& rest) const { return base_ + rest; }
+    : JobSession(ex, SessionSpec{spec.run_id, spec.store_host, spec.store_port, spec.join_timeout,
+                                 spec.heartbeat_timeout}),
+      spec_(std::move(spec)) {}
 
 asio::awaitable<std::shared_ptr<NodeCoordinator>> NodeCoordinator::join(asio::any_io_executor ex,
                                                                         NodeSpec spec) {
   std::shared_ptr<NodeCoordinator> c(new NodeCoordinator(ex, std::move(spec)));
-  const NodeSpec& s = c->spec_;
-  rendezvous::ClientOptions o;
-  o.timeout = s.join_timeout;
-  const auto port = static_cast<uint16_t>(s.store_port);
-  c->presence_ = co_await rendezvous::AsyncStoreClient::connect(ex, s.store_host, port, o);
-  co_await c->presence_->keepalive(s.heartbeat_timeout);
-  co_await c->presence_->set_owned(c->key(fmt::format("nodes/{}", s.node_rank)), node_info(s));
-  co_await c->presence_->ping(0);  // a round trip: the key exists before the watch below starts
-  c->client_ = co_await rendezvous::AsyncStoreClient::connect(ex, s.store_host, port, o);
-  c->watch_ = co_await rendezvous::AsyncStoreWatch::connect(ex, s.store_host, port, o);
-  for (const auto& e : co_await c->watch_->add(rendezvous::wire::WatchMode::kPrefix, c->base_)) {
-    c->apply(e);
-  }
+  co_await c->open(fmt::format("nodes/{}", c->spec_.node_rank), node_info(c->spec_));
   // The first node to get here starts the job at attempt 0; the others read what is there.
-  const std::string attempt = co_await c->client_->compare_set(c->key("attempt"), "", "0");
+  const std::string attempt = co_await c->client().compare_set(c->key("attempt"), "", "0");
   c->attempt_ = std::max(c->attempt_, std::stoi(attempt));
-  asio::co_spawn(ex, c->pump(), asio::detached);
-  asio::co_spawn(ex, c->heartbeat(), asio::detached);
   co_return c;
 }
 
-void NodeCoordinator::apply(const WatchEventRecord& e) {
-  if (!e.key.starts_with(base_)) return;
-  const std::string k = e.key.substr(base_.size());
+void NodeCoordinator::on_event(const std::string& k, const WatchEventRecord& e) {
   const bool gone = e.event == WatchEvent::kKeyDeleted;
-  try {
-    if (k.starts_with("nodes/")) {
-      const int rank = std::stoi(k.substr(6));
-      if (gone) {
-        nodes_.erase(rank);
-      } else {
-        nodes_[rank] = nlohmann::json::parse(e.new_value).value("nproc", 1);
-      }
-    } else if (k == "attempt" && !gone) {
-      attempt_ = std::max(attempt_, std::stoi(e.new_value));
-    } else if (k.starts_with("done/") && !gone) {
-      const auto slash = k.find('/', 5);
-      done_[std::stoi(k.substr(5, slash - 5))].insert(std::stoi(k.substr(slash + 1)));
+  if (k.starts_with("nodes/")) {
+    const int rank = std::stoi(k.substr(6));
+    if (gone) {
+      nodes_.erase(rank);
+    } else {
+      nodes_[rank] = nlohmann::json::parse(e.new_value).value("nproc", 1);
     }
-  } catch (const std::exception& ex) {
-    spdlog::warn("ignoring malformed rendezvous key '{}': {}", e.key, ex.what());
+  } else if (k == "attempt" && !gone) {
+    attempt_ = std::max(attempt_, std::stoi(e.new_value));
+  } else if (k.starts_with("done/") && !gone) {
+    const auto slash = k.find('/', 5);
+    done_[std::stoi(k.substr(5, slash - 5))].insert(std::stoi(k.substr(slash + 1)));
   }
-  notify();
-}
-
-asio::awaitable<void> NodeCoordinator::pump() {
-  auto self = shared_from_this();
-  while (!left_) {
-    try {
-      apply(co_await watch_->next(std::chrono::hours(24)));
-    } catch (const rendezvous::StoreTimeout&) {
-    } catch (const std::exception& e) {
-      if (!left_)
-        broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
-      notify();
-      co_return;
-    }
-  }
-}
-
-asio::awaitable<void> NodeCoordinator::heartbeat() {
-  auto self = shared_from_this();
-  for (uint32_t n = 1; !left_; ++n) {
-    heartbeat_timer_.expires_after(spec_.heartbeat_timeout / 3);
-    co_await heartbeat_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (left_) co_return;
-    try {
-      co_await presence_->ping(n, spec_.heartbeat_timeout);
-    } catch (const std::exception& e) {
-      if (!left_)
-        broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
-      notify();
-      co_return;
-    }
-  }
-}
-
-void NodeCoordinator::notify() {
-  for (auto* t : waiters_) t->cancel();
-}
-
-asio::awaitable<bool> NodeCoordinator::wait_until(std::function<bool()> pred,
-                                                  Clock::time_point deadline) {
-  asio::steady_timer timer(ex_);
-  waiters_.push_back(&timer);
-  while (!pred() && broken_.empty() && Clock::now() < deadline) {
-    timer.expires_at(deadline);
-    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-  }
-  std::erase(waiters_, &timer);
-  if (!broken_.empty()) throw rendezvous::StoreConnectionError(broken_);
-  co_return pred();
 }
 
 asio::awaitable<NodePlacement> NodeCoordinator::placement() {
@@ -224,7 +147,7 @@ void NodeCoordinator::stop_waiting() {
 }
 
 asio::awaitable<void> NodeCoordinator::advance(int attempt) {
-  const std::string now = co_await client_->compare_set(key("attempt"), std::to_string(attempt),
+  const std::string now = co_await client().compare_set(key("attempt"), std::to_string(attempt),
                                                         std::to_string(attempt + 1));
   attempt_ = std::max(attempt_, std::stoi(now));
   notify();
@@ -234,7 +157,7 @@ asio::awaitable<void> NodeCoordinator::report_failure(int attempt,
                                                       const std::vector<WorkerFailure>& failures) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& f : failures) list.push_back(to_json(f));
-  co_await client_->set(key(fmt::format("failures/{}/{}", attempt, spec_.node_rank)), list.dump());
+  co_await client().set(key(fmt::format("failures/{}/{}", attempt, spec_.node_rank)), list.dump());
   co_await advance(attempt);
 }
 
@@ -243,7 +166,7 @@ asio::awaitable<std::vector<WorkerFailure>> NodeCoordinator::failures(int attemp
   for (int r = 0; r < spec_.num_nodes; ++r)
     keys.push_back(key(fmt::format("failures/{}/{}", attempt, r)));
   std::vector<WorkerFailure> out;
-  for (const auto& v : co_await client_->multi_get(keys)) {
+  for (const auto& v : co_await client().multi_get(keys)) {
     if (v.empty()) continue;
     const auto j = nlohmann::json::parse(v, nullptr, false);
     if (!j.is_array()) continue;
@@ -253,23 +176,12 @@ asio::awaitable<std::vector<WorkerFailure>> NodeCoordinator::failures(int attemp
 }
 
 asio::awaitable<bool> NodeCoordinator::exit_barrier(int attempt) {
-  co_await client_->set(key(fmt::format("done/{}/{}", attempt, spec_.node_rank)), "1");
+  co_await client().set(key(fmt::format("done/{}/{}", attempt, spec_.node_rank)), "1");
   const auto all_done = [&] {
     return static_cast<int>(done_[attempt].size()) == spec_.num_nodes || attempt_ > attempt;
   };
   co_await wait_until(all_done, Clock::now() + spec_.barrier_timeout);
   co_return static_cast<int>(done_[attempt].size()) == spec_.num_nodes;
-}
-
-void NodeCoordinator::leave() {
-  left_ = true;
-  // Closing, not destroying: the background coroutines are suspended inside these objects and
-  // finish on the errors the close produces.
-  presence_->close();
-  client_->close();
-  watch_->close();
-  heartbeat_timer_.cancel();
-  notify();
 }
 
 }  // namespace ddprun::agent

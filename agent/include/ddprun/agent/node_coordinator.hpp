@@ -12,7 +12,6 @@
 //   done/<attempt>/<node>         the node's workers all succeeded (the exit barrier).
 // One watch on the prefix mirrors these keys; nothing is polled.
 #include <chrono>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -21,11 +20,9 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/agent/failure_summary.hpp"
-#include "ddprun/rendezvous/async_store_client.hpp"
-#include "ddprun/rendezvous/store_watch.hpp"
+#include "ddprun/agent/job_session.hpp"
 
 namespace ddprun::agent {
 
@@ -49,7 +46,7 @@ struct NodePlacement {
   int world_size = 0;
 };
 
-class NodeCoordinator : public std::enable_shared_from_this<NodeCoordinator> {
+class NodeCoordinator final : public JobSession {
  public:
   // Connects (retrying until join_timeout while node 0's store comes up) and announces this node.
   static boost::asio::awaitable<std::shared_ptr<NodeCoordinator>> join(
@@ -78,34 +75,16 @@ class NodeCoordinator : public std::enable_shared_from_this<NodeCoordinator> {
   boost::asio::awaitable<void> outlast_peers(std::chrono::milliseconds limit);
   // Wakes whoever waits in peer_event() with an empty reason.
   void stop_waiting();
-  // Closes the store connections (the node's key vanishes); background work ends.
-  void leave();
 
  private:
-  explicit NodeCoordinator(boost::asio::any_io_executor ex, NodeSpec spec);
-  boost::asio::awaitable<void> pump();
-  boost::asio::awaitable<void> heartbeat();
-  void apply(const rendezvous::WatchEventRecord& e);
-  // Waits until pred() holds or the deadline passes; returns pred().
-  boost::asio::awaitable<bool> wait_until(std::function<bool()> pred,
-                                          std::chrono::steady_clock::time_point deadline);
-  void notify();
-  std::string key(const std::string& rest) const;
+  NodeCoordinator(boost::asio::any_io_executor ex, NodeSpec spec);
+  void on_event(const std::string& key, const rendezvous::WatchEventRecord& e) override;
 
-  boost::asio::any_io_executor ex_;
   NodeSpec spec_;
-  std::string base_;
-  std::unique_ptr<rendezvous::AsyncStoreClient> presence_;
-  std::unique_ptr<rendezvous::AsyncStoreClient> client_;
-  std::unique_ptr<rendezvous::AsyncStoreWatch> watch_;
   std::map<int, int> nodes_;  // node rank -> nproc
   int attempt_ = 0;
   std::map<int, std::set<int>> done_;
-  std::vector<boost::asio::steady_timer*> waiters_;
   bool stop_waiting_ = false;
-  std::string broken_;  // set when the store connection is lost
-  boost::asio::steady_timer heartbeat_timer_;
-  bool left_ = false;
 };
 
 }  // namespace ddprun::agent
