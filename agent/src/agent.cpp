@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <random>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,11 +13,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "ddprun/agent/elastic_coordinator.hpp"
 #include "ddprun/agent/node_coordinator.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
 #include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/local_address.hpp"
 #include "ddprun/rendezvous/store_server.hpp"
 
 namespace ddprun::agent {
@@ -108,7 +111,154 @@ struct Run {
   int& signaled;
   asio::any_io_executor ex;
 
-  asio::awaitable<AgentOutcome> run() { return cfg.num_nodes > 1 ? multi_node() : attempts(); }
+  asio::awaitable<AgentOutcome> run() {
+    if (cfg.elastic) return elastic();
+    return cfg.num_nodes > 1 ? multi_node() : attempts();
+  }
+
+  // Elastic: rounds of a changing set of nodes (elastic_coordinator.hpp).
+  asio::awaitable<AgentOutcome> elastic() {
+    ElasticSpec spec;
+    spec.session = SessionSpec{cfg.run_id, cfg.rdzv_host, cfg.rdzv_port, cfg.join_timeout,
+                               cfg.heartbeat_timeout};
+    spec.node_id = fmt::format("{}_{}_{:x}", host_name(), ::getpid(), std::random_device{}());
+    spec.min_nodes = cfg.min_nodes;
+    spec.max_nodes = cfg.max_nodes;
+    spec.nproc = cfg.nproc;
+    spec.host = host_name();
+    spec.last_call_timeout = cfg.last_call_timeout;
+    spec.barrier_timeout = cfg.exit_barrier_timeout;
+    std::shared_ptr<ElasticCoordinator> coord = co_await ElasticCoordinator::join(ex, spec);
+    AgentOutcome out;
+    try {
+      out = co_await elastic_rounds(coord);
+    } catch (...) {
+      coord->leave();
+      throw;
+    }
+    if (store != nullptr && out.state != AgentOutcome::State::kSignaled) {
+      try {  // the store lives in this agent: it stays until the others have read the outcome
+        co_await coord->outlast_peers(
+            std::min<std::chrono::milliseconds>(cfg.join_timeout, std::chrono::seconds(30)));
+      } catch (const std::exception&) {
+      }
+    }
+    coord->leave();
+    co_return out;
+  }
+
+  // The restart budget is spent: every node prints the failures of the round that spent it.
+  asio::awaitable<AgentOutcome> job_failed(std::shared_ptr<ElasticCoordinator> coord,
+                                           const std::string& interrupted_by) {
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    const auto failures = co_await coord->failures(cfg.max_restarts);
+    out.summary = failures.empty()
+                      ? fmt::format("{} FAILED: {}, and no restarts remain\n", cfg.entrypoint_name,
+                                    interrupted_by.empty() ? "the job failed" : interrupted_by)
+                      : format_failure_summary(cfg.entrypoint_name, host_name(), failures);
+    out.state = AgentOutcome::State::kFailed;
+    co_return out;
+  }
+
+  asio::awaitable<AgentOutcome> elastic_rounds(std::shared_ptr<ElasticCoordinator> coord) {
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    std::string interrupted_by;
+    bool ran = false;
+    for (;;) {
+      if (signaled != 0) {
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = signaled;
+        co_return out;
+      }
+      if (coord->restarts() > cfg.max_restarts) {
+        if (!coord->closed()) co_await coord->close("failed");
+        co_return co_await job_failed(coord, interrupted_by);
+      }
+      const std::optional<ElasticRound> round = co_await coord->next_round();
+      if (!round) {
+        const std::string why = coord->closed().value_or("closed");
+        if (ran && why == "succeeded") {
+          out.state = AgentOutcome::State::kSucceeded;
+        } else if (why == "failed") {
+          co_return co_await job_failed(coord, interrupted_by);
+        } else {
+          out.state = AgentOutcome::State::kLaunchError;
+          out.summary = fmt::format("the job '{}' has already ended ({}); this node takes no part",
+                                    cfg.run_id, why);
+        }
+        co_return out;
+      }
+      spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
+                   round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
+                   round->world_size);
+      // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
+      std::unique_ptr<rendezvous::StoreServer> worker_store;
+      if (round->node_rank == 0) {
+        worker_store = std::make_unique<rendezvous::StoreServer>(
+            static_cast<asio::io_context&>(ex.context()), rendezvous::ServerOptions{});
+        const std::string addr =
+            cfg.local_addr.empty() ? rendezvous::local_address_towards(cfg.rdzv_host, cfg.rdzv_port)
+                                   : cfg.local_addr;
+        co_await coord->publish_master(*round, addr, worker_store->port());
+      }
+      const auto [master_addr, master_port] = co_await coord->master(*round);
+      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restarts);
+      fs::remove_all(attempt_dir);
+      const NodePlacement place{round->restarts, round->base_rank, round->world_size};
+      AgentConfig round_cfg = cfg;
+      round_cfg.node_rank = round->node_rank;
+      round_cfg.num_nodes = round->num_nodes;
+      round_cfg.master_addr = master_addr;
+      struct Watch {
+        bool group_done = false;
+        std::string why;
+      };
+      auto watch = std::make_shared<Watch>();
+      asio::co_spawn(
+          ex,
+          [watch, coord, r = *round, &group = group]() -> asio::awaitable<void> {
+            std::string why;
+            try {
+              why = co_await coord->membership_event(r);
+            } catch (const std::exception& e) {
+              why = e.what();
+            }
+            if (!watch->group_done && !why.empty()) {
+              spdlog::warn("stopping this node's workers: {}", why);
+              watch->why = why;
+              group.interrupt();
+            }
+          },
+          asio::detached);
+      ran = true;
+      GroupResult r = co_await group.run(plan_attempt(round_cfg, attempt_dir, place, master_port));
+      watch->group_done = true;
+      coord->stop_waiting();
+      if (!watch->why.empty()) interrupted_by = watch->why;
+      switch (r.state) {
+        case GroupResult::State::kSucceeded:
+          if (co_await coord->exit_barrier(*round)) {
+            co_await coord->close("succeeded");
+            out.state = AgentOutcome::State::kSucceeded;
+            co_return out;
+          }
+          spdlog::warn("another node failed while this one waited at the exit barrier");
+          break;
+        case GroupResult::State::kStopped:
+          out.state = AgentOutcome::State::kSignaled;
+          out.signal = r.stop_signal;
+          co_return out;
+        case GroupResult::State::kFailed:
+          co_await coord->report_failure(*round, r.failures);
+          break;
+        case GroupResult::State::kInterrupted:
+          co_await coord->end_round(*round, false);  // membership changed: not a restart
+          break;
+      }
+    }
+  }
 
   // Multi-node: attempts are job-wide, agreed through the store (node_coordinator.hpp).
   asio::awaitable<AgentOutcome> multi_node() {
@@ -274,7 +424,18 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
         cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
     fs::create_directories(base);
     run_dir = make_temp_dir((fs::path(base) / (cfg.run_id + "_XXXXXX")).string());
-    if (cfg.node_rank == 0) {
+    if (cfg.elastic) {
+      if (cfg.host_store != AgentConfig::HostStore::kNo) {
+        rendezvous::ServerOptions options;
+        options.port = static_cast<uint16_t>(cfg.rdzv_port);
+        try {
+          store = std::make_unique<rendezvous::StoreServer>(io, options);
+        } catch (const rendezvous::StoreError&) {
+          // Another agent on this host got there first: use its store.
+          if (cfg.host_store == AgentConfig::HostStore::kYes) throw;
+        }
+      }
+    } else if (cfg.node_rank == 0) {
       rendezvous::ServerOptions options;
       options.host = cfg.store_host;
       options.port = static_cast<uint16_t>(cfg.store_port);
@@ -285,9 +446,15 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     outcome.summary = e.what();
     return outcome;
   }
-  spdlog::info("run {}: node {} of {}, {} workers, store {}:{}, logs in {}", cfg.run_id,
-               cfg.node_rank, cfg.num_nodes, cfg.nproc, store ? "here on port" : cfg.master_addr,
-               store ? store->port() : cfg.store_port, run_dir.string());
+  if (cfg.elastic) {
+    spdlog::info("run {}: elastic {}:{} nodes, {} workers here, store {}:{}{}, logs in {}",
+                 cfg.run_id, cfg.min_nodes, cfg.max_nodes, cfg.nproc, cfg.rdzv_host, cfg.rdzv_port,
+                 store ? " (hosted here)" : "", run_dir.string());
+  } else {
+    spdlog::info("run {}: node {} of {}, {} workers, store {}:{}, logs in {}", cfg.run_id,
+                 cfg.node_rank, cfg.num_nodes, cfg.nproc, store ? "here on port" : cfg.master_addr,
+                 store ? store->port() : cfg.store_port, run_dir.string());
+  }
 
   WorkerGroup group(io, cfg.shutdown_timeout);
   int signaled = 0;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
+#include "failure_json.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -17,39 +18,9 @@ using rendezvous::wire::WatchEvent;
 
 namespace {
 
-nlohmann::json to_json(const WorkerFailure& f) {
-  return {
-      {"local_rank", f.local_rank},
-      {"rank", f.rank},
-      {"pid", f.pid},
-      {"exitcode", f.exitcode},
-      {"time_us",
-       std::chrono::duration_cast<std::chrono::microseconds>(f.time.time_since_epoch()).count()},
-      {"error_file", f.error_file},
-      {"message", f.error ? f.error->message : ""},
-      {"traceback", f.error ? f.error->traceback : ""},
-      {"host", f.host},
-      {"sigkill_sent_by_ddprun", f.sigkill_sent_by_ddprun}};
-}
-
 // (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
 std::string node_info(const NodeSpec& s) {
   return nlohmann::json{{"nproc", s.nproc}, {"host", s.host}}.dump();
-}
-
-WorkerFailure from_json(const nlohmann::json& j) {
-  WorkerFailure f;
-  f.local_rank = j.value("local_rank", 0);
-  f.rank = j.value("rank", 0);
-  f.pid = j.value("pid", 0);
-  f.exitcode = j.value("exitcode", 0);
-  f.time = std::chrono::system_clock::time_point(std::chrono::microseconds(j.value("time_us", 0L)));
-  f.error_file = j.value("error_file", "");
-  f.host = j.value("host", "");
-  f.sigkill_sent_by_ddprun = j.value("sigkill_sent_by_ddprun", false);
-  const std::string message = j.value("message", ""), traceback = j.value("traceback", "");
-  if (!message.empty() || !traceback.empty()) f.error = ErrorRecord{message, traceback, {}, {}};
-  return f;
 }
 
 }  // namespace
@@ -155,9 +126,8 @@ asio::awaitable<void> NodeCoordinator::advance(int attempt) {
 
 asio::awaitable<void> NodeCoordinator::report_failure(int attempt,
                                                       const std::vector<WorkerFailure>& failures) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& f : failures) list.push_back(to_json(f));
-  co_await client().set(key(fmt::format("failures/{}/{}", attempt, spec_.node_rank)), list.dump());
+  co_await client().set(key(fmt::format("failures/{}/{}", attempt, spec_.node_rank)),
+                        failures_to_json(failures));
   co_await advance(attempt);
 }
 
@@ -167,10 +137,7 @@ asio::awaitable<std::vector<WorkerFailure>> NodeCoordinator::failures(int attemp
     keys.push_back(key(fmt::format("failures/{}/{}", attempt, r)));
   std::vector<WorkerFailure> out;
   for (const auto& v : co_await client().multi_get(keys)) {
-    if (v.empty()) continue;
-    const auto j = nlohmann::json::parse(v, nullptr, false);
-    if (!j.is_array()) continue;
-    for (const auto& f : j) out.push_back(from_json(f));
+    for (auto& f : failures_from_json(v)) out.push_back(std::move(f));
   }
   co_return out;
 }

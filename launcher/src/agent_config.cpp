@@ -1,5 +1,9 @@
 #include "ddprun/launcher/agent_config.hpp"
 
+#include <unistd.h>
+
+#include <cctype>
+
 #include "ddprun/agent/signals.hpp"
 
 namespace ddprun::launcher {
@@ -7,6 +11,21 @@ namespace {
 
 // torchrun names a Python job after its script (the first argument that is not an option).
 std::string entrypoint_name(const LaunchConfig& c) { return c.training_script; }
+
+bool is_this_host(const std::string& host) {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == name;
+}
+
+// rdzv_conf durations are seconds (fractions allowed).
+std::chrono::milliseconds seconds_or(const LaunchConfig& c, const char* key,
+                                     std::chrono::milliseconds fallback) {
+  auto it = c.rdzv_config.find(key);
+  return it == c.rdzv_config.end()
+             ? fallback
+             : std::chrono::milliseconds(static_cast<long>(std::stod(it->second) * 1000));
+}
 
 }  // namespace
 
@@ -41,14 +60,28 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     a.master_addr = c.master_addr;
     a.num_nodes = c.max_nodes;
     a.node_rank = c.node_rank;
-    const auto seconds = [&](const char* key, std::chrono::milliseconds fallback) {
-      auto it = c.rdzv_config.find(key);
-      return it == c.rdzv_config.end()
-                 ? fallback
-                 : std::chrono::milliseconds(static_cast<long>(std::stod(it->second) * 1000));
-    };
-    a.join_timeout = seconds("join_timeout", a.join_timeout);
-    a.heartbeat_timeout = seconds("heartbeat_timeout", a.heartbeat_timeout);
+    a.join_timeout = seconds_or(c, "join_timeout", a.join_timeout);
+    a.heartbeat_timeout = seconds_or(c, "heartbeat_timeout", a.heartbeat_timeout);
+  } else if (c.max_nodes > 1) {
+    a.elastic = true;
+    a.min_nodes = c.min_nodes;
+    a.max_nodes = c.max_nodes;
+    a.rdzv_host = c.rdzv_host;
+    a.rdzv_port = c.rdzv_port;
+    a.local_addr = c.local_addr;
+    a.join_timeout = seconds_or(c, "join_timeout", a.join_timeout);
+    a.heartbeat_timeout = seconds_or(c, "heartbeat_timeout", a.heartbeat_timeout);
+    a.last_call_timeout = seconds_or(c, "last_call_timeout", a.last_call_timeout);
+    if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
+      const char first = static_cast<char>(std::tolower(it->second.front()));
+      a.host_store = (first == '1' || first == 't' || first == 'y')
+                         ? agent::AgentConfig::HostStore::kYes
+                         : agent::AgentConfig::HostStore::kNo;
+    } else if (is_this_host(c.rdzv_host)) {
+      // torchrun's heuristic: an endpoint naming this machine is hosted by one of its agents (the
+      // first to bind); a standalone ddprund there holds the port already and is used instead.
+      a.host_store = agent::AgentConfig::HostStore::kIfFree;
+    }
   } else {
     // Single-node c10d: the store listens on the endpoint's port; workers reach it on this host.
     a.store_port = c.rdzv_port;

@@ -2,6 +2,7 @@
 #include <charconv>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -271,7 +272,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     throw UsageError(e.what());
   }
   c.rdzv_config = parse_rdzv_conf(c.rdzv_conf);
-  for (const char* k : {"join_timeout", "heartbeat_timeout", "timeout"}) {
+  for (const char* k : {"join_timeout", "heartbeat_timeout", "timeout", "last_call_timeout"}) {
     if (auto it = c.rdzv_config.find(k); it != c.rdzv_config.end()) {
       if (parse_double(it->second, "--rdzv_conf") <= 0) {
         throw UsageError(fmt::format("argument --rdzv_conf: {} must be positive seconds", k));
@@ -311,6 +312,9 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
     const bool bare_ipv6 =
         close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
+    c.rdzv_host = close != std::string::npos ? e.substr(1, close - 1)
+                  : bare_ipv6                ? e
+                                             : e.substr(0, colon);
     if (colon != std::string::npos && !bare_ipv6) {
       if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
       const std::string port = e.substr(colon + 1);
@@ -332,18 +336,29 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     throw UsageError(
         fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", c.rdzv_backend));
   }
-  if (c.max_nodes > 1 && c.rdzv_backend != "static") {
-    throw UsageError(fmt::format(
-        "--nnodes={} with --rdzv_backend={}: multi-node c10d rendezvous is not implemented yet "
-        "(use the static backend)",
-        nnodes, c.rdzv_backend));
+  if (c.max_nodes > 1 && c.rdzv_backend == "c10d") {
+    if (c.rdzv_endpoint.empty()) {
+      throw UsageError(fmt::format(
+          "--nnodes={}: a multi-node c10d job needs --rdzv_endpoint=HOST[:PORT] (every node the "
+          "same), or it would wait on localhost for nodes that never come",
+          nnodes));
+    }
+    if (c.rdzv_port == 0)
+      throw UsageError("--rdzv_endpoint: port 0 cannot be found by other nodes");
+    if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
+      static const std::set<std::string> kBools = {"1", "true",  "t", "yes", "y",
+                                                   "0", "false", "f", "no",  "n"};
+      std::string v = it->second;
+      std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+      if (!kBools.contains(v)) throw UsageError("--rdzv_conf: is_host must be a boolean");
+    }
   }
   if (c.rdzv_backend == "static" && !c.master_port) c.master_port = 29500;
-  if (c.max_nodes > 1) {
+  if (c.max_nodes > 1 && c.rdzv_backend == "static") {
     if (c.min_nodes != c.max_nodes) {
       throw UsageError(fmt::format(
           "--nnodes={}: the static backend needs a fixed number of nodes; elastic MIN:MAX needs "
-          "c10d, which is not implemented yet",
+          "--rdzv_backend=c10d",
           nnodes));
     }
     if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {

@@ -1,16 +1,12 @@
 #include "ddp/init.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "ddp/errors.hpp"
 #include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/local_address.hpp"
 #include "ddprun/rendezvous/store_client.hpp"
 #include "gloo_process_group.hpp"
 #include "gloo_store.hpp"
@@ -20,35 +16,6 @@
 
 namespace ddp {
 namespace {
-
-// The local address the kernel would use to reach `host` (a UDP connect sends nothing).
-std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
-    throw CommError(fmt::format("cannot resolve MASTER_ADDR '{}'", host));
-  }
-  std::string out;
-  const int fd = ::socket(res->ai_family, SOCK_DGRAM, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* addr =
-          local.ss_family == AF_INET6
-              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (::inet_ntop(local.ss_family, addr, buf, sizeof buf)) out = buf;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  if (out.empty())
-    throw CommError(fmt::format("no local address routes to MASTER_ADDR '{}'", host));
-  return out;
-}
 
 std::string key_prefix(const WorkerEnv& env, const InitOptions& o, const char* backend) {
   return fmt::format("ddp/{}/attempt_{}/{}/{}/", env.run_id, env.restart_count, o.group_name,
@@ -66,8 +33,9 @@ std::unique_ptr<ProcessGroup> init_gloo(const WorkerEnv& env, const InitOptions&
                                          client_options(o));
   GlooStore store(client, key_prefix(env, o, "gloo"), o.timeout);
   gloo::transport::tcp::attr attr;
-  attr.hostname =
-      o.local_addr.empty() ? local_address_towards(env.master_addr, env.master_port) : o.local_addr;
+  attr.hostname = o.local_addr.empty()
+                      ? ddprun::rendezvous::local_address_towards(env.master_addr, env.master_port)
+                      : o.local_addr;
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
   context->setTimeout(o.timeout);

@@ -36,7 +36,18 @@ struct AgentConfig {
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{5'000};
   std::chrono::milliseconds exit_barrier_timeout{300'000};
-  Environment env;  // the environment workers inherit
+  // Elastic (c10d, min_nodes < max_nodes or a c10d endpoint with max_nodes > 1): the store at
+  // rdzv_host:rdzv_port, hosted by this agent when host_store says so (see
+  // elastic_coordinator.hpp).
+  bool elastic = false;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string rdzv_host;
+  int rdzv_port = 29400;
+  enum class HostStore { kNo, kYes, kIfFree } host_store = HostStore::kNo;
+  std::chrono::milliseconds last_call_timeout{30'000};
+  std::string local_addr;  // advertised for this node's per-round worker store; empty: IP-first
+  Environment env;         // the environment workers inherit
 };
 
 // How a run ended, mapped by the launcher to its exit status.

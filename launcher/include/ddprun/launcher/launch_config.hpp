@@ -27,6 +27,7 @@ struct LaunchConfig {
   int nproc = 1;                     // resolved
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
+  std::string rdzv_host;  // c10d: the endpoint's host (brackets of an IPv6 literal removed)
   int rdzv_port = 29400;  // c10d: the endpoint's port (torchrun's default when none is given)
   std::string rdzv_id = "none";
   std::string rdzv_conf;

@@ -1,0 +1,11 @@
+#pragma once
+// Address selection, IP-first: no reverse lookups, no FQDNs that other nodes cannot resolve.
+#include <string>
+
+namespace ddprun::rendezvous {
+
+// The local IP address the kernel would use to reach `host`:`port` (a UDP connect; nothing is sent).
+// Throws StoreConnectionError when `host` does not resolve or nothing routes to it.
+std::string local_address_towards(const std::string& host, int port);
+
+}  // namespace ddprun::rendezvous

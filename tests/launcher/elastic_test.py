@@ -1,0 +1,179 @@
+"""Elastic (c10d, --nnodes=MIN:MAX) jobs: agents as real processes on loopback, the store in a
+standalone ddprund unless a case says otherwise.
+
+    elastic_test.py DDPRUN DDPRUND CASE     (CASE: one of the functions named case_*)
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
+PY = "/usr/bin/python3"
+DDPRUN = DDPRUND = None
+
+
+class Store:
+    def __init__(self):
+        self.proc = subprocess.Popen([DDPRUND, "--host", "127.0.0.1", "--port", "0",
+                                      "--log-level", "warn"], stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def agent(port, nnodes, script, *args, run_id="job", conf="last_call_timeout=1", extra=()):
+    return subprocess.Popen(
+        [DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}", *extra,
+         "--no_python", "/bin/sh", "-c", script, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finish(procs, timeout=120):
+    return [(p.wait(timeout), *p.communicate()) for p in procs]
+
+
+def count(d, prefix):
+    return sum(1 for f in os.listdir(d) if f.startswith(prefix))
+
+
+# In rounds of `hold` nodes the workers wait (signal_probe); in other rounds they report and exit 0.
+def workload(hold):
+    return (f'if [ "$WORLD_SIZE" = {hold} ] && [ ! -e "$0/go" ]; then exec {PY} {PROBE} "$0/w$1"; fi; '
+            'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
+
+
+def case_survivors_restart_with_a_smaller_world():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        procs = []
+        for i in range(3):
+            os.makedirs(f"{d}/w{i}")
+            procs.append(agent(s.port, "2:3", workload(3), d, str(i)))
+        wait_for(lambda: sum(count(f"{d}/w{i}", "ready.") for i in range(3)) == 3, "3 workers")
+        kill_ns = time.time_ns()
+        procs[2].kill()
+        for status, _, err in finish(procs[:2]):
+            assert status == 0, err
+        ran = [f for f in os.listdir(d) if f.startswith("ran.")]
+        assert sorted(f.split(".")[3:] for f in ran) == [["2", "0"], ["2", "0"]], ran  # world 2, no restart counted
+        latency = max(int(open(f"{d}/{f}").read()) for f in ran) - kill_ns
+        assert latency < 2e9, latency
+        print(f"one of 3 agents SIGKILLed: the survivors run again at WORLD_SIZE=2 "
+              f"{latency / 1e6:.0f} ms later: passed")
+
+
+def case_a_new_node_scales_the_job_up():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        procs = []
+        for i in range(2):
+            os.makedirs(f"{d}/w{i}")
+            procs.append(agent(s.port, "2:4", workload(2), d, str(i), conf="last_call_timeout=0.3"))
+        wait_for(lambda: count(f"{d}/w0", "ready.") + count(f"{d}/w1", "ready.") == 2, "2 workers")
+        procs.append(agent(s.port, "2:4", workload(2), d, "2", conf="last_call_timeout=0.3"))
+        for status, _, err in finish(procs):
+            assert status == 0, err
+        ran = sorted(f.split(".")[3:] for f in os.listdir(d) if f.startswith("ran."))
+        assert ran == [["3", "0"]] * 3, ran
+        print("a third node joining a 2-node job scales it to WORLD_SIZE=3, not counted as a restart: "
+              "passed")
+
+
+def case_a_spare_takes_a_dead_nodes_place():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        procs = []
+        for i in range(3):
+            os.makedirs(f"{d}/w{i}")
+            procs.append(agent(s.port, "2:2", workload(2), d, str(i)))
+        wait_for(lambda: sum(count(f"{d}/w{i}", "ready.") for i in range(3)) == 2, "2 workers")
+        spare = next(i for i in range(3) if count(f"{d}/w{i}", "ready.") == 0)
+        victim = next(i for i in range(3) if i != spare)
+        open(f"{d}/go", "w").close()  # the next round's workers finish
+        procs[victim].kill()
+        for status, _, err in finish([p for i, p in enumerate(procs) if i != victim]):
+            assert status == 0, err
+        ran = sorted(f.split(".")[1] for f in os.listdir(d) if f.startswith("ran."))
+        assert str(spare) in ran and len(ran) == 2, (ran, spare)
+        print("with 3 agents for 2:2 the third waits as a spare and replaces a SIGKILLed node: passed")
+
+
+def case_a_worker_failure_restarts_every_node():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        fail = ('if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; '
+                'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
+        procs = [agent(s.port, "2:2", fail, d, str(i), extra=["--max_restarts=1"]) for i in range(2)]
+        for status, _, err in finish(procs):
+            assert status == 0, err
+        # (Rank 0 of the first attempt may finish before rank 1's failure restarts the job.)
+        restarted = sorted(f.split(".")[2:] for f in os.listdir(d) if f.endswith(".2.1"))
+        assert restarted == [["0", "2", "1"], ["1", "2", "1"]], os.listdir(d)
+        procs = [agent(s.port, "2:2", fail, d, str(i), run_id="nobudget") for i in range(2)]
+        roots = []
+        for status, _, err in finish(procs):
+            assert status == 1, err
+            roots.append(err[err.index("Root Cause"):])
+        assert roots[0] == roots[1] and "exitcode  : 3" in roots[0], roots
+        print("a worker failure restarts every node (budget job-wide); without budget both nodes "
+              "print the same root cause: passed")
+
+
+def case_an_agent_hosts_the_store_when_none_runs():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    d = tempfile.mkdtemp()
+    procs = [agent(port, "2:2", workload(0), d, str(i)) for i in range(2)]
+    results = finish(procs)
+    for status, _, err in results:
+        assert status == 0, err
+    assert sum("(hosted here)" in err for _, _, err in results) == 1, [r[2] for r in results]
+    print("with no ddprund at the endpoint, the first agent there hosts the store: passed")
+
+
+def case_two_jobs_on_one_store_stay_apart():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        procs = [agent(s.port, "2:2", workload(0), d, f"{job}{i}", run_id=job)
+                 for job in ("a", "b") for i in range(2)]
+        for status, _, err in finish(procs):
+            assert status == 0, err
+        ran = sorted(f.split(".")[2:4] for f in os.listdir(d) if f.startswith("ran."))
+        assert ran == [["0", "2"], ["0", "2"], ["1", "2"], ["1", "2"]], ran
+        print("two jobs with different --rdzv_id on one ddprund stay apart (each WORLD_SIZE=2): passed")
+
+
+def case_a_late_joiner_is_told_the_job_ended():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        for status, _, err in finish([agent(s.port, "2:2", workload(0), d, str(i)) for i in range(2)]):
+            assert status == 0, err
+        status, _, err = finish([agent(s.port, "2:2", workload(0), d, "late")])[0]
+        assert status == 3 and "has already ended (succeeded)" in err, (status, err)
+        print("an agent joining a finished job exits with a clear message: passed")
+
+
+if __name__ == "__main__":
+    DDPRUN, DDPRUND = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    globals()["case_" + sys.argv[3]]()
