@@ -11,14 +11,12 @@ import sys
 import tempfile
 import time
 
+from netns import NamespacePair
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
 PY = "/usr/bin/python3"
 HEARTBEAT_S = 2
-
-
-def ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
 def wait_for(pred, what, timeout):
@@ -31,36 +29,26 @@ def wait_for(pred, what, timeout):
 
 
 def main(ddprun):
-    tag = str(os.getpid())
-    ns = [f"ddp{tag}a", f"ddp{tag}b"]
-    veth = [f"vd{tag}a", f"vd{tag}b"]
-    addr = ["10.213.0.1", "10.213.0.2"]
     try:
-        ip("netns", "add", ns[0])
+        pair = NamespacePair().__enter__()
     except (subprocess.CalledProcessError, FileNotFoundError) as e:
         print("network namespaces unavailable here:", e)
         sys.exit(77)
     procs = []
     try:
-        ip("netns", "add", ns[1])
-        ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
-        for i in (0, 1):
-            ip("link", "set", veth[i], "netns", ns[i])
-            ip("-n", ns[i], "addr", "add", f"{addr[i]}/24", "dev", veth[i])
-            ip("-n", ns[i], "link", "set", veth[i], "up")
-            ip("-n", ns[i], "link", "set", "lo", "up")
+        addr = pair.ADDRS
         dirs = [tempfile.mkdtemp(), tempfile.mkdtemp()]
         for i in (1, 0):
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns[i], ddprun, "--nnodes=2", f"--node_rank={i}",
-                 "--nproc_per_node=1", f"--master_addr={addr[0]}", "--master_port=29500",
-                 f"--rdzv_conf=join_timeout=4,heartbeat_timeout={HEARTBEAT_S}", "--max_restarts=1",
-                 "--no_python", PY, PROBE, dirs[i]],
+            procs.append(pair.run_in(
+                i, [ddprun, "--nnodes=2", f"--node_rank={i}", "--nproc_per_node=1",
+                    f"--master_addr={addr[0]}", "--master_port=29500",
+                    f"--rdzv_conf=join_timeout=4,heartbeat_timeout={HEARTBEAT_S}", "--max_restarts=1",
+                    "--no_python", PY, PROBE, dirs[i]],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         wait_for(lambda: all(os.path.exists(f"{dirs[i]}/ready.{i}") for i in (0, 1)),
                  "workers in both namespaces", 30)
         cut = time.monotonic()
-        ip("-n", ns[1], "link", "set", veth[1], "down")
+        pair.cut(1)
         stopped0 = wait_for(lambda: os.path.exists(f"{dirs[0]}/got.0"), "node 0's worker stopped", 15)
         stopped1 = wait_for(lambda: os.path.exists(f"{dirs[1]}/got.1"), "node 1's worker stopped", 30)
         detect = stopped0 - cut
@@ -77,8 +65,7 @@ def main(ddprun):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-        for n in ns:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        pair.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
