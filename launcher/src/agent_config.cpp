@@ -18,6 +18,10 @@ bool is_this_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "::1" || host == name;
 }
 
+// How long a silent node stays a member: heartbeat_timeout, else torchrun's older pair
+// keep_alive_interval x keep_alive_max_attempt, else 5 s.
+std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c);
+
 // rdzv_conf durations are seconds (fractions allowed).
 std::chrono::milliseconds seconds_or(const LaunchConfig& c, const char* key,
                                      std::chrono::milliseconds fallback) {
@@ -25,6 +29,20 @@ std::chrono::milliseconds seconds_or(const LaunchConfig& c, const char* key,
   return it == c.rdzv_config.end()
              ? fallback
              : std::chrono::milliseconds(static_cast<long>(std::stod(it->second) * 1000));
+}
+
+std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c) {
+  if (c.rdzv_config.contains("heartbeat_timeout")) {
+    return seconds_or(c, "heartbeat_timeout", std::chrono::seconds(5));
+  }
+  if (c.rdzv_config.contains("keep_alive_interval") ||
+      c.rdzv_config.contains("keep_alive_max_attempt")) {
+    const auto interval = seconds_or(c, "keep_alive_interval", std::chrono::seconds(5));
+    auto it = c.rdzv_config.find("keep_alive_max_attempt");
+    const long attempts = it == c.rdzv_config.end() ? 3 : std::stol(it->second);
+    return interval * std::max(1L, attempts);
+  }
+  return std::chrono::seconds(5);
 }
 
 }  // namespace
@@ -61,7 +79,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     a.num_nodes = c.max_nodes;
     a.node_rank = c.node_rank;
     a.join_timeout = seconds_or(c, "join_timeout", a.join_timeout);
-    a.heartbeat_timeout = seconds_or(c, "heartbeat_timeout", a.heartbeat_timeout);
+    a.heartbeat_timeout = heartbeat_timeout(c);
   } else if (c.max_nodes > 1) {
     a.elastic = true;
     a.min_nodes = c.min_nodes;
@@ -70,7 +88,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     a.rdzv_port = c.rdzv_port;
     a.local_addr = c.local_addr;
     a.join_timeout = seconds_or(c, "join_timeout", a.join_timeout);
-    a.heartbeat_timeout = seconds_or(c, "heartbeat_timeout", a.heartbeat_timeout);
+    a.heartbeat_timeout = heartbeat_timeout(c);
     a.last_call_timeout = seconds_or(c, "last_call_timeout", a.last_call_timeout);
     if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
       const char first = static_cast<char>(std::tolower(it->second.front()));

@@ -95,8 +95,11 @@ def case_a_new_node_scales_the_job_up():
             assert status == 0, err
         ran = sorted(f.split(".")[3:] for f in os.listdir(d) if f.startswith("ran."))
         assert ran == [["3", "0"]] * 3, ran
-        print("a third node joining a 2-node job scales it to WORLD_SIZE=3, not counted as a restart: "
-              "passed")
+        # The two nodes of the first round keep their ranks; the newcomer comes after them.
+        first = {f.split(".")[1]: f.split(".")[2] for f in os.listdir(d) if f.startswith("ran.")}
+        assert sorted([first["0"], first["1"]]) == ["0", "1"] and first["2"] == "2", first
+        print("a third node joining a 2-node job scales it to WORLD_SIZE=3, not counted as a restart, "
+              "the first two keeping their ranks: passed")
 
 
 def case_a_spare_takes_a_dead_nodes_place():

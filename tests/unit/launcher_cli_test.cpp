@@ -121,6 +121,22 @@ TEST_CASE("cli: a c10d endpoint is host[:port] with torchrun's default port", "[
   CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=::1", "t.py"}).rdzv_port == 29400);
 }
 
+TEST_CASE("cli: torchrun's keep-alive pair sets the heartbeat timeout unless it is given",
+          "[cli]") {
+  const auto a = make_agent_config(
+      parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+             "--rdzv_conf=keep_alive_interval=2,keep_alive_max_attempt=4", "t.py"}),
+      {}, nullptr);
+  CHECK(a.elastic);
+  CHECK(a.heartbeat_timeout == std::chrono::seconds(8));
+  const auto b =
+      make_agent_config(parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+                               "--rdzv_conf=keep_alive_interval=2,heartbeat_timeout=1", "t.py"}),
+                        {}, nullptr);
+  CHECK(b.heartbeat_timeout == std::chrono::seconds(1));
+  CHECK(b.host_store == ddprun::agent::AgentConfig::HostStore::kNo);
+}
+
 TEST_CASE("cli: a static multi-node job needs a node rank in range and a findable port", "[cli]") {
   const auto c = parse({"--nnodes=3", "--node_rank=2", "--master_addr=10.0.0.1",
                         "--rdzv_conf=join_timeout=7,heartbeat_timeout=0.5", "t.py"});
