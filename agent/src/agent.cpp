@@ -111,6 +111,45 @@ struct Run {
   int& signaled;
   asio::any_io_executor ex;
 
+  // Runs one attempt of the local group while `event` (a coordinator's wait for a reason to stop:
+  // another node failed, left or joined) watches; an event stops the workers for the restart.
+  // Returns the group's result and the event's reason, if one came first. `stop_waiting` releases
+  // the watcher once the group is done. The watcher may outlive this call: what it shares lives on
+  // the heap, and it keeps `owner` (the object `event` runs on) alive.
+  //
+  // Arguments are references to the caller's named objects, never temporaries: g++ 12 destroyed a
+  // temporary argument of a co_await'ed call twice (a shared_ptr released twice: use-after-free).
+  asio::awaitable<std::pair<GroupResult, std::string>> run_watched(
+      std::vector<WorkerLaunch>& launches, asio::awaitable<std::string>& event,
+      const std::function<void()>& stop_waiting, const std::shared_ptr<void>& owner) {
+    struct Watch {
+      bool group_done = false;
+      std::string why;
+    };
+    auto watch = std::make_shared<Watch>();
+    asio::co_spawn(
+        ex,
+        [watch, owner, event = std::move(event),
+         &group = group]() mutable -> asio::awaitable<void> {
+          std::string why;
+          try {
+            why = co_await std::move(event);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          if (!watch->group_done && !why.empty()) {
+            spdlog::warn("stopping this node's workers: {}", why);
+            watch->why = why;
+            group.interrupt();
+          }
+        },
+        asio::detached);
+    GroupResult r = co_await group.run(std::move(launches));
+    watch->group_done = true;
+    stop_waiting();
+    co_return std::pair{std::move(r), watch->why};
+  }
+
   asio::awaitable<AgentOutcome> run() {
     if (cfg.elastic) return elastic();
     return cfg.num_nodes > 1 ? multi_node() : attempts();
@@ -211,32 +250,13 @@ struct Run {
       round_cfg.node_rank = round->node_rank;
       round_cfg.num_nodes = round->num_nodes;
       round_cfg.master_addr = master_addr;
-      struct Watch {
-        bool group_done = false;
-        std::string why;
-      };
-      auto watch = std::make_shared<Watch>();
-      asio::co_spawn(
-          ex,
-          [watch, coord, r = *round, &group = group]() -> asio::awaitable<void> {
-            std::string why;
-            try {
-              why = co_await coord->membership_event(r);
-            } catch (const std::exception& e) {
-              why = e.what();
-            }
-            if (!watch->group_done && !why.empty()) {
-              spdlog::warn("stopping this node's workers: {}", why);
-              watch->why = why;
-              group.interrupt();
-            }
-          },
-          asio::detached);
       ran = true;
-      GroupResult r = co_await group.run(plan_attempt(round_cfg, attempt_dir, place, master_port));
-      watch->group_done = true;
-      coord->stop_waiting();
-      if (!watch->why.empty()) interrupted_by = watch->why;
+      std::vector<WorkerLaunch> launches = plan_attempt(round_cfg, attempt_dir, place, master_port);
+      asio::awaitable<std::string> event = coord->membership_event(*round);
+      const std::function<void()> release = [coord] { coord->stop_waiting(); };
+      const std::shared_ptr<void> owner = coord;
+      auto [r, why] = co_await run_watched(launches, event, release, owner);
+      if (!why.empty()) interrupted_by = why;
       switch (r.state) {
         case GroupResult::State::kSucceeded:
           if (co_await coord->exit_barrier(*round)) {
@@ -325,32 +345,12 @@ struct Run {
       }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", place.attempt);
       fs::remove_all(attempt_dir);
-      // The watcher may outlive this iteration: what it shares with it lives on the heap.
-      struct PeerWatch {
-        bool group_done = false;
-        std::string why;
-      };
-      auto watch = std::make_shared<PeerWatch>();
-      asio::co_spawn(
-          ex,
-          [watch, coord, attempt = place.attempt, &group = group]() -> asio::awaitable<void> {
-            std::string why;
-            try {
-              why = co_await coord->peer_event(attempt);
-            } catch (const std::exception& e) {
-              why = e.what();
-            }
-            if (!watch->group_done && !why.empty()) {
-              spdlog::warn("stopping this node's workers: {}", why);
-              watch->why = why;
-              group.interrupt();
-            }
-          },
-          asio::detached);
-      GroupResult r = co_await group.run(plan_attempt(cfg, attempt_dir, place, cfg.store_port));
-      watch->group_done = true;
-      coord->stop_waiting();
-      if (!watch->why.empty()) interrupted_by = watch->why;
+      std::vector<WorkerLaunch> launches = plan_attempt(cfg, attempt_dir, place, cfg.store_port);
+      asio::awaitable<std::string> event = coord->peer_event(place.attempt);
+      const std::function<void()> release = [coord] { coord->stop_waiting(); };
+      const std::shared_ptr<void> owner = coord;
+      auto [r, why] = co_await run_watched(launches, event, release, owner);
+      if (!why.empty()) interrupted_by = why;
       switch (r.state) {
         case GroupResult::State::kSucceeded:
           if (co_await coord->exit_barrier(place.attempt)) {
@@ -473,6 +473,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   listen();
 
   Run run{cfg, run_dir, store.get(), group, signaled, io.get_executor()};
+  bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {
       try {
@@ -486,9 +487,14 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     }
     signals.cancel();
     if (store) store->stop();
-    io.stop();
+    finished = true;
   });
-  io.run();
+  while (!finished) io.run_one();
+  // Let what is still in flight (coordinator connections closing, the store's last connections)
+  // finish on its own: destroying the io_context with coroutines suspended in it would destroy
+  // objects from inside their own pending operations. Bounded, in case something never completes.
+  io.run_for(std::chrono::seconds(5));
+  if (!io.stopped()) spdlog::warn("shutdown: some I/O was still pending after 5 s");
   return outcome;
 }
 

@@ -161,7 +161,7 @@ asio::awaitable<std::pair<std::string, int>> ElasticCoordinator::master(const El
   co_return std::pair{v.substr(0, colon), std::stoi(v.substr(colon + 1))};
 }
 
-asio::awaitable<std::string> ElasticCoordinator::membership_event(const ElasticRound& r) {
+asio::awaitable<std::string> ElasticCoordinator::membership_event(ElasticRound r) {
   stop_waiting_ = false;
   std::string why;
   co_await wait_until(

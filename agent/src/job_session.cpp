@@ -7,6 +7,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
@@ -36,6 +37,10 @@ asio::awaitable<void> JobSession::open(const std::string& presence_key, const st
   client_ = co_await rendezvous::AsyncStoreClient::connect(ex_, session_.store_host, port, o);
   watch_ = co_await rendezvous::AsyncStoreWatch::connect(ex_, session_.store_host, port, o);
   for (const auto& e : co_await watch_->add(rendezvous::wire::WatchMode::kPrefix, base_)) apply(e);
+  // The session must outlive both; it keeps itself alive until the last of them has ended (then
+  // releases itself from a posted handler, once nothing runs on it any more).
+  self_ = shared_from_this();
+  background_ = 2;
   asio::co_spawn(ex_, pump(), asio::detached);
   asio::co_spawn(ex_, heartbeat(), asio::detached);
 }
@@ -51,7 +56,6 @@ void JobSession::apply(const rendezvous::WatchEventRecord& e) {
 }
 
 asio::awaitable<void> JobSession::pump() {
-  auto self = shared_from_this();
   while (!left_) {
     try {
       apply(co_await watch_->next(std::chrono::hours(24)));
@@ -60,26 +64,32 @@ asio::awaitable<void> JobSession::pump() {
       if (!left_)
         broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
       notify();
-      co_return;
+      break;
     }
   }
+  background_ended();
 }
 
 asio::awaitable<void> JobSession::heartbeat() {
-  auto self = shared_from_this();
   for (uint32_t n = 1; !left_; ++n) {
     heartbeat_timer_.expires_after(session_.heartbeat_timeout / 3);
     co_await heartbeat_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (left_) co_return;
+    if (left_) break;
     try {
       co_await presence_->ping(n, session_.heartbeat_timeout);
     } catch (const std::exception& e) {
       if (!left_)
         broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
       notify();
-      co_return;
+      break;
     }
   }
+  background_ended();
+}
+
+void JobSession::background_ended() {
+  // Released from a posted handler: the coroutine calling this still runs on the session.
+  if (--background_ == 0) asio::post(ex_, [s = std::move(self_)] {});
 }
 
 void JobSession::notify() {
@@ -101,6 +111,7 @@ asio::awaitable<bool> JobSession::wait_until(std::function<bool()> pred,
 
 void JobSession::leave() {
   left_ = true;
+  broken_ = "this agent left the job";  // any waiter still parked (an old round's watcher) ends
   // Closing, not destroying: the background coroutines are suspended inside these objects and
   // finish on the errors the close produces.
   if (presence_) presence_->close();

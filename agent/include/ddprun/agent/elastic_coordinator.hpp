@@ -63,8 +63,9 @@ class ElasticCoordinator final : public JobSession {
                                               int port);
   // Waits (join_timeout) for the round's worker store address.
   boost::asio::awaitable<std::pair<std::string, int>> master(const ElasticRound& r);
-  // Completes when `r` must end on this node, with why; stop_waiting() makes it return "".
-  boost::asio::awaitable<std::string> membership_event(const ElasticRound& r);
+  // Completes when `r` must end on this node, with why; stop_waiting() makes it return "". (Takes the
+  // round by value: it runs detached, beyond the caller's copy.)
+  boost::asio::awaitable<std::string> membership_event(ElasticRound r);
   void stop_waiting();
   // Ends round `r` (no-op if it ended already); a failed round costs one restart, once.
   boost::asio::awaitable<void> end_round(const ElasticRound& r, bool failed);

@@ -30,7 +30,7 @@ struct SessionSpec {
 class JobSession : public std::enable_shared_from_this<JobSession> {
  public:
   virtual ~JobSession();
-  // Closes the store connections (the presence key vanishes); background work ends.
+  // Closes the store connections (the presence key vanishes); background work and every wait end.
   void leave();
 
  protected:
@@ -58,6 +58,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   void apply(const rendezvous::WatchEventRecord& e);
   boost::asio::awaitable<void> pump();
   boost::asio::awaitable<void> heartbeat();
+  void background_ended();
 
   boost::asio::any_io_executor ex_;
   SessionSpec session_;
@@ -69,6 +70,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   boost::asio::steady_timer heartbeat_timer_;
   std::string broken_;  // set when the store connection is lost
   bool left_ = false;
+  std::shared_ptr<JobSession> self_;  // held while pump() or heartbeat() runs
+  int background_ = 0;
 };
 
 }  // namespace ddprun::agent
