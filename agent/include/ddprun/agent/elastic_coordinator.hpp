@@ -63,8 +63,8 @@ class ElasticCoordinator final : public JobSession {
                                               int port);
   // Waits (join_timeout) for the round's worker store address.
   boost::asio::awaitable<std::pair<std::string, int>> master(const ElasticRound& r);
-  // Completes when `r` must end on this node, with why; stop_waiting() makes it return "". (Takes the
-  // round by value: it runs detached, beyond the caller's copy.)
+  // Completes when `r` must end on this node, with why; stop_waiting() makes it return "". (Takes
+  // the round by value: it runs detached, beyond the caller's copy.)
   boost::asio::awaitable<std::string> membership_event(ElasticRound r);
   void stop_waiting();
   // Ends round `r` (no-op if it ended already); a failed round costs one restart, once.

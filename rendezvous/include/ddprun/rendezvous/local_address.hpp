@@ -4,8 +4,8 @@
 
 namespace ddprun::rendezvous {
 
-// The local IP address the kernel would use to reach `host`:`port` (a UDP connect; nothing is sent).
-// Throws StoreConnectionError when `host` does not resolve or nothing routes to it.
+// The local IP address the kernel would use to reach `host`:`port` (a UDP connect; nothing is
+// sent). Throws StoreConnectionError when `host` does not resolve or nothing routes to it.
 std::string local_address_towards(const std::string& host, int port);
 
 }  // namespace ddprun::rendezvous
