@@ -113,15 +113,15 @@ struct Run {
 
   // Runs one attempt of the local group while `event` (a coordinator's wait for a reason to stop:
   // another node failed, left or joined) watches; an event stops the workers for the restart.
-  // Returns the group's result and the event's reason, if one came first. `stop_waiting` releases
-  // the watcher once the group is done. The watcher may outlive this call: what it shares lives on
-  // the heap, and it keeps `owner` (the object `event` runs on) alive.
+  // Returns the group's result and the event's reason, if one came first. The watcher may outlive
+  // this call: what it shares lives on the heap, and it keeps `session` (which `event` runs on)
+  // alive.
   //
   // Arguments are references to the caller's named objects, never temporaries: g++ 12 destroyed a
   // temporary argument of a co_await'ed call twice (a shared_ptr released twice: use-after-free).
   asio::awaitable<std::pair<GroupResult, std::string>> run_watched(
       std::vector<WorkerLaunch>& launches, asio::awaitable<std::string>& event,
-      const std::function<void()>& stop_waiting, const std::shared_ptr<void>& owner) {
+      const std::shared_ptr<JobSession>& session) {
     struct Watch {
       bool group_done = false;
       std::string why;
@@ -129,7 +129,7 @@ struct Run {
     auto watch = std::make_shared<Watch>();
     asio::co_spawn(
         ex,
-        [watch, owner, event = std::move(event),
+        [watch, session, event = std::move(event),
          &group = group]() mutable -> asio::awaitable<void> {
           std::string why;
           try {
@@ -146,7 +146,7 @@ struct Run {
         asio::detached);
     GroupResult r = co_await group.run(std::move(launches));
     watch->group_done = true;
-    stop_waiting();
+    session->stop_waiting();
     co_return std::pair{std::move(r), watch->why};
   }
 
@@ -253,9 +253,8 @@ struct Run {
       ran = true;
       std::vector<WorkerLaunch> launches = plan_attempt(round_cfg, attempt_dir, place, master_port);
       asio::awaitable<std::string> event = coord->membership_event(*round);
-      const std::function<void()> release = [coord] { coord->stop_waiting(); };
-      const std::shared_ptr<void> owner = coord;
-      auto [r, why] = co_await run_watched(launches, event, release, owner);
+      const std::shared_ptr<JobSession> session = coord;
+      auto [r, why] = co_await run_watched(launches, event, session);
       if (!why.empty()) interrupted_by = why;
       switch (r.state) {
         case GroupResult::State::kSucceeded:
@@ -347,9 +346,8 @@ struct Run {
       fs::remove_all(attempt_dir);
       std::vector<WorkerLaunch> launches = plan_attempt(cfg, attempt_dir, place, cfg.store_port);
       asio::awaitable<std::string> event = coord->peer_event(place.attempt);
-      const std::function<void()> release = [coord] { coord->stop_waiting(); };
-      const std::shared_ptr<void> owner = coord;
-      auto [r, why] = co_await run_watched(launches, event, release, owner);
+      const std::shared_ptr<JobSession> session = coord;
+      auto [r, why] = co_await run_watched(launches, event, session);
       if (!why.empty()) interrupted_by = why;
       switch (r.state) {
         case GroupResult::State::kSucceeded:

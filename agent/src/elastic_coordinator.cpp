@@ -162,11 +162,11 @@ asio::awaitable<std::pair<std::string, int>> ElasticCoordinator::master(const El
 }
 
 asio::awaitable<std::string> ElasticCoordinator::membership_event(ElasticRound r) {
-  stop_waiting_ = false;
+  clear_stop_request();
   std::string why;
   co_await wait_until(
       [&] {
-        if (stop_waiting_) return true;
+        if (stop_requested()) return true;
         if (closed_) return !(why = "the job was closed: " + *closed_).empty();
         if (round_ > r.number) return !(why = "another node's workers failed").empty();
         for (const auto& id : r.participants) {
@@ -183,11 +183,6 @@ asio::awaitable<std::string> ElasticCoordinator::membership_event(ElasticRound r
       },
       Clock::time_point::max());
   co_return why;
-}
-
-void ElasticCoordinator::stop_waiting() {
-  stop_waiting_ = true;
-  notify();
 }
 
 asio::awaitable<void> ElasticCoordinator::end_round(const ElasticRound& r, bool failed) {

@@ -61,9 +61,7 @@ asio::awaitable<void> JobSession::pump() {
       apply(co_await watch_->next(std::chrono::hours(24)));
     } catch (const rendezvous::StoreTimeout&) {
     } catch (const std::exception& e) {
-      if (!left_)
-        broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
-      notify();
+      lost_store(e);
       break;
     }
   }
@@ -78,13 +76,21 @@ asio::awaitable<void> JobSession::heartbeat() {
     try {
       co_await presence_->ping(n, session_.heartbeat_timeout);
     } catch (const std::exception& e) {
-      if (!left_)
-        broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
-      notify();
+      lost_store(e);
       break;
     }
   }
   background_ended();
+}
+
+void JobSession::lost_store(const std::exception& e) {
+  if (!left_) broken_ = fmt::format("lost the connection to the rendezvous store: {}", e.what());
+  notify();
+}
+
+void JobSession::stop_waiting() {
+  stop_waiting_ = true;
+  notify();
 }
 
 void JobSession::background_ended() {

@@ -82,11 +82,11 @@ asio::awaitable<NodePlacement> NodeCoordinator::placement() {
 }
 
 asio::awaitable<std::string> NodeCoordinator::peer_event(int attempt) {
-  stop_waiting_ = false;
+  clear_stop_request();
   std::string reason;
   co_await wait_until(
       [&] {
-        if (stop_waiting_) return true;
+        if (stop_requested()) return true;
         if (attempt_ > attempt) {
           reason = "another node's workers failed";
           return true;
@@ -110,11 +110,6 @@ asio::awaitable<void> NodeCoordinator::outlast_peers(std::chrono::milliseconds l
                            [this](const auto& n) { return n.first == spec_.node_rank; });
       },
       Clock::now() + limit);
-}
-
-void NodeCoordinator::stop_waiting() {
-  stop_waiting_ = true;
-  notify();
 }
 
 asio::awaitable<void> NodeCoordinator::advance(int attempt) {

@@ -66,7 +66,6 @@ class ElasticCoordinator final : public JobSession {
   // Completes when `r` must end on this node, with why; stop_waiting() makes it return "". (Takes
   // the round by value: it runs detached, beyond the caller's copy.)
   boost::asio::awaitable<std::string> membership_event(ElasticRound r);
-  void stop_waiting();
   // Ends round `r` (no-op if it ended already); a failed round costs one restart, once.
   boost::asio::awaitable<void> end_round(const ElasticRound& r, bool failed);
   boost::asio::awaitable<void> report_failure(const ElasticRound& r,
@@ -98,7 +97,6 @@ class ElasticCoordinator final : public JobSession {
   int restarts_ = 0;
   std::map<int, std::set<std::string>> done_;
   std::optional<std::string> closed_;
-  bool stop_waiting_ = false;
 };
 
 }  // namespace ddprun::agent

@@ -32,6 +32,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   virtual ~JobSession();
   // Closes the store connections (the presence key vanishes); background work and every wait end.
   void leave();
+  // Releases a coordinator's wait for a reason to stop the workers (its *_event() returns "").
+  void stop_waiting();
 
  protected:
   JobSession(boost::asio::any_io_executor ex, SessionSpec spec);
@@ -48,6 +50,9 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
                                           std::chrono::steady_clock::time_point deadline);
   // Wakes every wait_until() to re-check its condition.
   void notify();
+  // For *_event() waits: clear at their start, set by stop_waiting().
+  bool stop_requested() const { return stop_waiting_; }
+  void clear_stop_request() { stop_waiting_ = false; }
   // The job-prefixed store key of `rest`.
   std::string key(const std::string& rest) const;
   rendezvous::AsyncStoreClient& client() { return *client_; }
@@ -59,6 +64,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   boost::asio::awaitable<void> pump();
   boost::asio::awaitable<void> heartbeat();
   void background_ended();
+  // The store connection is gone (unless this agent left): every wait ends with `e`'s message.
+  void lost_store(const std::exception& e);
 
   boost::asio::any_io_executor ex_;
   SessionSpec session_;
@@ -70,6 +77,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   boost::asio::steady_timer heartbeat_timer_;
   std::string broken_;  // set when the store connection is lost
   bool left_ = false;
+  bool stop_waiting_ = false;
   std::shared_ptr<JobSession> self_;  // held while pump() or heartbeat() runs
   int background_ = 0;
 };

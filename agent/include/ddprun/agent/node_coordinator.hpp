@@ -73,8 +73,6 @@ class NodeCoordinator final : public JobSession {
   // For the node hosting the store: waits until every other node has left (their keys vanish when
   // their agents close), at most `limit`, so that none loses the store while reading the outcome.
   boost::asio::awaitable<void> outlast_peers(std::chrono::milliseconds limit);
-  // Wakes whoever waits in peer_event() with an empty reason.
-  void stop_waiting();
 
  private:
   NodeCoordinator(boost::asio::any_io_executor ex, NodeSpec spec);
@@ -84,7 +82,6 @@ class NodeCoordinator final : public JobSession {
   std::map<int, int> nodes_;  // node rank -> nproc
   int attempt_ = 0;
   std::map<int, std::set<int>> done_;
-  bool stop_waiting_ = false;
 };
 
 }  // namespace ddprun::agent
