@@ -5,11 +5,11 @@ standalone ddprund unless a case says otherwise.
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from proc_util import finish, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
@@ -37,19 +37,6 @@ def agent(port, nnodes, script, *args, run_id="job", conf="last_call_timeout=1",
          f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}", *extra,
          "--no_python", "/bin/sh", "-c", script, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(pred, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def finish(procs, timeout=120):
-    return [(p.wait(timeout), *p.communicate()) for p in procs]
 
 
 def count(d, prefix):
@@ -143,9 +130,7 @@ def case_a_worker_failure_restarts_every_node():
 
 
 def case_an_agent_hosts_the_store_when_none_runs():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     d = tempfile.mkdtemp()
     procs = [agent(port, "2:2", workload(0), d, str(i)) for i in range(2)]
     results = finish(procs)

@@ -6,11 +6,11 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from proc_util import free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -20,24 +20,9 @@ PY = "/usr/bin/python3"
 DDPRUN = None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(args, timeout=120, env=None, **kw):
     return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHON_EXEC": PY, **(env or {})}, **kw)
-
-
-def wait_for(predicate, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def pid_alive(pid):

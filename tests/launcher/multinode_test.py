@@ -6,11 +6,11 @@ the store.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from proc_util import finish, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
@@ -24,31 +24,12 @@ REPORT = ("import os,json,sys; json.dump({k: os.environ[k] for k in ('RANK','WOR
           "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w'))")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def agent(port, node_rank, nproc, cmd, nnodes=2, join_timeout=20, **kw):
     args = [DDPRUN, f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={nproc}",
             f"--master_port={port}", f"--rdzv_conf=join_timeout={join_timeout},heartbeat_timeout=2",
             *cmd]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHON_EXEC": PY}, **kw)
-
-
-def finish(procs, timeout=120):
-    return [(p.wait(timeout), *p.communicate()) for p in procs]
-
-
-def wait_for(pred, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def case_two_nodes_get_global_ranks():

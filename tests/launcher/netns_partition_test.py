@@ -12,20 +12,12 @@ import tempfile
 import time
 
 from netns import NamespacePair
+from proc_util import wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
 PY = "/usr/bin/python3"
 HEARTBEAT_S = 2
-
-
-def wait_for(pred, what, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return time.monotonic()
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def main(ddprun):

@@ -1,0 +1,26 @@
+"""Helpers the process-level tests share: bounded waits on observable state, a free loopback port,
+collecting processes."""
+import socket
+import time
+
+
+def free_port():
+    """A loopback port nobody listens on right now (for a process of the test to bind)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, what, timeout=30):
+    """Polls `pred` (state, not ordering) until it holds; returns the time it did. Fails after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return time.monotonic()
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finish(procs, timeout=120):
+    """Waits for each process; returns [(status, stdout, stderr)]."""
+    return [(p.wait(timeout), *p.communicate()) for p in procs]
