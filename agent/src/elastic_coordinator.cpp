@@ -15,22 +15,13 @@ using Clock = std::chrono::steady_clock;
 using rendezvous::WatchEventRecord;
 using rendezvous::wire::WatchEvent;
 
-namespace {
-
-// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
-std::string node_info(const ElasticSpec& s) {
-  return nlohmann::json{{"nproc", s.nproc}, {"host", s.host}}.dump();
-}
-
-}  // namespace
-
 ElasticCoordinator::ElasticCoordinator(asio::any_io_executor ex, ElasticSpec spec)
     : JobSession(ex, spec.session), spec_(std::move(spec)) {}
 
 asio::awaitable<std::shared_ptr<ElasticCoordinator>> ElasticCoordinator::join(
     asio::any_io_executor ex, ElasticSpec spec) {
   std::shared_ptr<ElasticCoordinator> c(new ElasticCoordinator(ex, std::move(spec)));
-  co_await c->open("nodes/" + c->spec_.node_id, node_info(c->spec_));
+  co_await c->open("nodes/" + c->spec_.node_id, node_record(c->spec_.nproc, c->spec_.host));
   // Counters start at 0 (the first node creates them): compare-and-set never creates a key whose
   // expected value is not empty.
   const std::string round = co_await c->client().compare_set(c->key("round"), "", "0");

@@ -9,6 +9,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
 
@@ -23,6 +24,11 @@ JobSession::JobSession(asio::any_io_executor ex, SessionSpec spec)
       heartbeat_timer_(ex) {}
 
 JobSession::~JobSession() = default;
+
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+std::string JobSession::node_record(int nproc, const std::string& host) {
+  return nlohmann::json{{"nproc", nproc}, {"host", host}}.dump();
+}
 
 std::string JobSession::key(const std::string& rest) const { return base_ + rest; }
 

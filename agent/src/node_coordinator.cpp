@@ -16,15 +16,6 @@ using Clock = std::chrono::steady_clock;
 using rendezvous::WatchEventRecord;
 using rendezvous::wire::WatchEvent;
 
-namespace {
-
-// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
-std::string node_info(const NodeSpec& s) {
-  return nlohmann::json{{"nproc", s.nproc}, {"host", s.host}}.dump();
-}
-
-}  // namespace
-
 NodeCoordinator::NodeCoordinator(asio::any_io_executor ex, NodeSpec spec)
     : JobSession(ex, SessionSpec{spec.run_id, spec.store_host, spec.store_port, spec.join_timeout,
                                  spec.heartbeat_timeout}),
@@ -33,7 +24,8 @@ NodeCoordinator::NodeCoordinator(asio::any_io_executor ex, NodeSpec spec)
 asio::awaitable<std::shared_ptr<NodeCoordinator>> NodeCoordinator::join(asio::any_io_executor ex,
                                                                         NodeSpec spec) {
   std::shared_ptr<NodeCoordinator> c(new NodeCoordinator(ex, std::move(spec)));
-  co_await c->open(fmt::format("nodes/{}", c->spec_.node_rank), node_info(c->spec_));
+  co_await c->open(fmt::format("nodes/{}", c->spec_.node_rank),
+                   node_record(c->spec_.nproc, c->spec_.host));
   // The first node to get here starts the job at attempt 0; the others read what is there.
   const std::string attempt = co_await c->client().compare_set(c->key("attempt"), "", "0");
   c->attempt_ = std::max(c->attempt_, std::stoi(attempt));

@@ -53,6 +53,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   // For *_event() waits: clear at their start, set by stop_waiting().
   bool stop_requested() const { return stop_waiting_; }
   void clear_stop_request() { stop_waiting_ = false; }
+  // The value of a node's presence key, {"nproc": N, "host": H}, as both coordinators read it.
+  static std::string node_record(int nproc, const std::string& host);
   // The job-prefixed store key of `rest`.
   std::string key(const std::string& rest) const;
   rendezvous::AsyncStoreClient& client() { return *client_; }
