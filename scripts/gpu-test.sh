@@ -6,28 +6,45 @@
 #                                  need beyond glibc into .gpu-bundle/, for a bare, offline GPU machine
 #   scripts/gpu-test.sh run        on the GPU machine: run the GPU checks from .gpu-bundle/
 #
-# The checks: the NCCL backend (every collective on device buffers, GradientSync on device buffers)
-# and train_cuda under ddprun with one worker per GPU; torch 2.x's TCPStore client (modern dialect)
-# against ddprund, and torch gloo all-reduce through ddprund, with that machine's python3.
+# The checks, under ddprun with one worker per GPU: the SDK's collectives and GradientSync checks
+# (the ones CI runs on Gloo) on NCCL and device buffers written late on the default stream, and
+# train_cuda; more workers than GPUs failing with NCCL's reason, in bounded time; torch 2.x's
+# TCPStore client (modern dialect) against ddprund, and torch gloo all-reduce through ddprund, with
+# that machine's python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
 bundle=.gpu-bundle
+programs=(build/launcher/ddprun build/rendezvous/ddprund build/worker_sdk/nccl_collectives_check
+  build/worker_sdk/nccl_gradient_sync_check build/worker_sdk/train_cuda)
 
 build() {
   bash scripts/install-deps.sh
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WITH_CUDA=ON >/dev/null
-  cmake --build build --target ddprun ddprund nccl_check train_cuda
+  cmake --build build --target "${programs[@]##*/}"
 }
 
-checks() {  # $1: folder holding ddprun, ddprund, nccl_check, train_cuda
-  local bin=$1 gpus
+checks() {  # $1: folder holding the programs
+  local bin=$1 gpus out status run
   gpus=$(nvidia-smi -L | wc -l)
   echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-  echo "== NCCL backend: every collective and GradientSync on device buffers"
-  "$bin/ddprun" --standalone --nproc_per_node="$gpus" --no_python "$bin/nccl_check"
+  run=("$bin/ddprun" --standalone --nproc_per_node="$gpus" --no_python)
+  echo "== NCCL backend: every collective, dtype and reduction at 0, 1, odd and 64 MiB"
+  timeout 300 "${run[@]}" "$bin/nccl_collectives_check" --with-64mib
+  echo "== NCCL backend: GradientSync"
+  timeout 120 "${run[@]}" "$bin/nccl_gradient_sync_check"
   echo "== train_cuda"
-  "$bin/ddprun" --standalone --nproc_per_node="$gpus" --no_python "$bin/train_cuda" 200
+  timeout 120 "${run[@]}" "$bin/train_cuda" 200
+  echo "== $((gpus + 1)) workers on $gpus GPU(s): a clear error, in bounded time"
+  set +e
+  out=$(timeout 120 "$bin/ddprun" --standalone --nproc_per_node=$((gpus + 1)) --no_python \
+    "$bin/nccl_collectives_check" 2>&1)
+  status=$?
+  set -e
+  echo "$out" | grep -E 'traceback' | head -2
+  [[ $status == 1 ]] || { echo "gpu-test: exit status $status, expected 1"; exit 1; }
+  grep -q 'traceback : ddp::CommError: NCCL communicator creation failed: .*Duplicate GPU' <<<"$out" ||
+    { echo "gpu-test: the summary does not give NCCL's reason"; echo "$out"; exit 1; }
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"
@@ -38,25 +55,27 @@ case $mode in
   local)
     build
     mkdir -p "$bundle/bin"
-    for p in build/launcher/ddprun build/rendezvous/ddprund build/worker_sdk/nccl_check \
-      build/worker_sdk/train_cuda; do cp "$p" "$bundle/bin/"; done
+    cp "${programs[@]}" "$bundle/bin/"
     checks "$bundle/bin"
     ;;
   bundle)
     build
     rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"
-    progs=(build/launcher/ddprun build/rendezvous/ddprund build/worker_sdk/nccl_check
-      build/worker_sdk/train_cuda)
-    cp "${progs[@]}" "$bundle/bin/"
+    cp "${programs[@]}" "$bundle/bin/"
     # Everything they load except glibc's own libraries, the GPU driver, and NCCL (about 200 MB;
     # torch 2.x on the GPU machine ships a libnccl.so.2 of the same ABI, used at run time).
-    ldd "${progs[@]}" | awk '/=> \// {print $3}' | sort -u |
+    ldd "${programs[@]}" | awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libnccl)\.so' |
       xargs -I{} cp -L {} "$bundle/lib/"
+    # Without debug information: the bundle travels to the GPU machine under a size limit.
+    strip --strip-debug "$bundle"/bin/* "$bundle"/lib/*
     du -sh "$bundle"
     ;;
   run)
-    nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))')
+    # NCCL from the machine's torch (the wheel's layout differs between CUDA 12 and 13 builds).
+    nccl=$(dirname "$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' |
+      xargs -I{} find {} -name 'libnccl.so.2' 2>/dev/null | head -1)")
+    [[ -f $nccl/libnccl.so.2 ]] || { echo "gpu-test: no libnccl.so.2 in python3's packages" >&2; exit 1; }
     export LD_LIBRARY_PATH=$PWD/$bundle/lib:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     checks "$bundle/bin"
     ;;

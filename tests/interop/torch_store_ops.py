@@ -1,10 +1,12 @@
-"""Debian's PyTorch (1.13, legacy dialect) TCPStore client against ddprund: every operation it has."""
+"""PyTorch's TCPStore client (1.13: legacy dialect; 2.x: modern) against ddprund: every operation
+both have."""
 import datetime
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from ddprund_process import Ddprund  # noqa: E402
 
@@ -59,7 +61,7 @@ def main(binary):
 
         status, err = server.stop()
         assert status == 0, (status, err)
-    print("torch 1.13 TCPStore client: every operation passed against ddprund")
+    print(f"torch {torch.__version__} TCPStore client: every operation passed against ddprund")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEn
         ddprun::rendezvous::StoreClient client(
             env.master_addr, static_cast<uint16_t>(env.master_port), client_options(options));
         return std::make_unique<NcclProcessGroup>(env, client, key_prefix(env, options, "nccl"),
-                                                  options.timeout);
+                                                  options.timeout,
+                                                  static_cast<cudaStream_t>(options.cuda_stream));
 #else
         throw Error("this libddp was built without CUDA: the NCCL backend is not available");
 #endif

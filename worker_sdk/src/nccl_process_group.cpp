@@ -16,9 +16,16 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw CommError(fmt::format("{}: {}", what, cudaGetErrorString(e)));
 }
 
-void check_nccl(ncclResult_t r, const char* what) {
+// NCCL's error strings are generic ("invalid usage"); its last error says which and why.
+std::string nccl_reason(ncclResult_t r, ncclComm_t comm) {
+  const char* last = ncclGetLastError(comm);
+  if (last == nullptr || *last == '\0') return ncclGetErrorString(r);
+  return fmt::format("{}: {}", ncclGetErrorString(r), last);
+}
+
+void check_nccl(ncclResult_t r, const char* what, ncclComm_t comm) {
   if (r != ncclSuccess && r != ncclInProgress) {
-    throw CommError(fmt::format("{}: {}", what, ncclGetErrorString(r)));
+    throw CommError(fmt::format("{}: {}", what, nccl_reason(r, comm)));
   }
 }
 
@@ -59,8 +66,12 @@ ncclRedOp_t to_nccl(ReduceOp op) {
 }
 
 NcclProcessGroup::NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::StoreClient& store,
-                                   const std::string& prefix, Ms timeout)
-    : rank_(env.rank), size_(env.world_size), timeout_(timeout) {
+                                   const std::string& prefix, Ms timeout,
+                                   cudaStream_t compute_stream)
+    : rank_(env.rank),
+      size_(env.world_size),
+      timeout_(timeout),
+      compute_stream_(compute_stream ? compute_stream : cudaStreamLegacy) {
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   if (devices == 0) throw CommError("the NCCL backend needs a GPU and this node has none");
@@ -70,7 +81,7 @@ NcclProcessGroup::NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::Sto
   ncclUniqueId id;
   const std::string key = prefix + "nccl_unique_id";
   if (rank_ == 0) {
-    check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
     store.set(key, std::string_view(reinterpret_cast<const char*>(&id), sizeof id));
   } else {
     const std::string bytes = store.get(key);
@@ -79,9 +90,11 @@ NcclProcessGroup::NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::Sto
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
+  check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig",
+             comm_);
   wait_not_in_progress("NCCL communicator creation", Clock::now() + timeout_);
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&barrier_scratch_), sizeof(int)), "cudaMalloc");
 
   watchdog_ = std::make_unique<OpWatchdog>(
@@ -89,7 +102,7 @@ NcclProcessGroup::NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::Sto
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(comm_, &async);
         if (async == ncclSuccess || async == ncclInProgress) return std::nullopt;
-        return std::string(ncclGetErrorString(async));
+        return nccl_reason(async, comm_);
       },
       [this] { ncclCommAbort(comm_); });
   watchdog_thread_ = std::thread([this] {
@@ -106,7 +119,13 @@ NcclProcessGroup::~NcclProcessGroup() {
   if (watchdog_thread_.joinable()) watchdog_thread_.join();
   if (comm_ != nullptr && !(watchdog_ && watchdog_->aborted())) ncclCommDestroy(comm_);
   if (barrier_scratch_ != nullptr) cudaFree(barrier_scratch_);
+  if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void NcclProcessGroup::order_after_compute() {
+  check_cuda(cudaEventRecord(compute_done_, compute_stream_), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent");
 }
 
 void NcclProcessGroup::wait_not_in_progress(const std::string& what, Clock::time_point deadline) {
@@ -115,8 +134,9 @@ void NcclProcessGroup::wait_not_in_progress(const std::string& what, Clock::time
     ncclCommGetAsyncError(comm_, &state);
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
+      const std::string reason = nccl_reason(state, comm_);
       ncclCommAbort(comm_);
-      throw CommError(fmt::format("{} failed: {}", what, ncclGetErrorString(state)));
+      throw CommError(fmt::format("{} failed: {}", what, reason));
     }
     if (Clock::now() >= deadline) {
       ncclCommAbort(comm_);
@@ -129,7 +149,8 @@ void NcclProcessGroup::wait_not_in_progress(const std::string& what, Clock::time
 template <class F>
 Work NcclProcessGroup::enqueue(std::string what, std::optional<Ms> timeout, F launch) {
   const auto deadline = Clock::now() + timeout.value_or(timeout_);
-  check_nccl(launch(), what.c_str());
+  order_after_compute();
+  check_nccl(launch(), what.c_str(), comm_);
   wait_not_in_progress(what, deadline);  // a non-blocking communicator may still be enqueuing
   cudaEvent_t done = nullptr;
   check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
@@ -183,11 +204,13 @@ void* NcclProcessGroup::allocate(size_t bytes) {
 void NcclProcessGroup::release(void* p) { cudaFree(p); }
 
 void NcclProcessGroup::copy(void* dst, const void* src, size_t bytes) {
+  order_after_compute();
   check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
              "cudaMemcpyAsync");
 }
 
 void NcclProcessGroup::zero(void* p, size_t bytes) {
+  order_after_compute();
   check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
 }
 

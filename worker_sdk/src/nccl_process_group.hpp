@@ -3,6 +3,8 @@
 // non-blocking so that its creation can be abandoned at the deadline; every collective goes on the
 // group's own stream, followed by an event that the watchdog thread polls together with the
 // communicator's asynchronous error state and the operation's deadline (see op_watchdog.hpp).
+// Before each collective, copy and zero, the group's stream waits for the program's compute stream
+// (an event recorded there), so buffers written by enqueued kernels are read after them.
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -20,9 +22,10 @@ namespace ddp {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   // Picks device local_rank % device count, exchanges NCCL's unique id through the store under
-  // `prefix`, and creates the communicator within `timeout`.
+  // `prefix`, and creates the communicator within `timeout`. `compute_stream` (nullptr: CUDA's
+  // legacy default stream) is the stream whose work each operation runs after.
   NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::StoreClient& store,
-                   const std::string& prefix, Ms timeout);
+                   const std::string& prefix, Ms timeout, cudaStream_t compute_stream);
   ~NcclProcessGroup() override;
 
   int rank() const override { return rank_; }
@@ -51,6 +54,7 @@ class NcclProcessGroup final : public ProcessGroup {
   template <class F>
   Work enqueue(std::string what, std::optional<Ms> timeout, F launch);
   void wait_not_in_progress(const std::string& what, OpWatchdog::Clock::time_point deadline);
+  void order_after_compute();
 
   int rank_;
   int size_;
@@ -58,6 +62,8 @@ class NcclProcessGroup final : public ProcessGroup {
   Ms timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_stream_;
+  cudaEvent_t compute_done_ = nullptr;
   int* barrier_scratch_ = nullptr;
   std::unique_ptr<OpWatchdog> watchdog_;
   std::atomic<bool> stop_{false};

@@ -1,4 +1,5 @@
-// Run under `ddprun --standalone --nproc_per_node=N --no_python collectives_check`. Every rank
+// Run under `ddprun --standalone --nproc_per_node=N --no_python collectives_check` (Gloo, host
+// buffers) or nccl_collectives_check (NCCL, device buffers; see check_buffers.hpp). Every rank
 // checks every collective, dtype and reduction at sizes 0, 1, odd and 64 MiB against values it
 // computes on its own in double precision from the other ranks' (deterministic) inputs. Exits 1 on
 // any mismatch.
@@ -11,11 +12,14 @@
 #include <thread>
 #include <vector>
 
+#include "check_buffers.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
+#include "ddp/run_main.hpp"
 
 using namespace ddp;
 using namespace std::chrono_literals;
+using ddp_check::DeviceBuffer;
 
 namespace {
 
@@ -115,12 +119,10 @@ std::string label(const char* op, DType t, size_t n) {
   return std::string(op) + " " + dtype_name(t) + " n=" + std::to_string(n);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int check_all(int argc, char** argv) {
   // --with-64mib adds 64 MiB buffers to every op and dtype (results checked at sampled indices).
   const bool with_64mib = argc > 1 && std::string(argv[1]) == "--with-64mib";
-  auto pg = init_process_group(Backend::kGloo, InitOptions{120s, "", "default"});
+  auto pg = init_process_group(ddp_check::kBackend, InitOptions{120s, "", "default"});
   const int rank = pg->rank(), world = pg->size();
 
   for (DType t : kTypes) {
@@ -132,7 +134,10 @@ int main(int argc, char** argv) {
       for (ReduceOp op : kOps) {
         std::vector<char> buf(n * esz);
         for (size_t i = 0; i < n; ++i) store_as(t, buf.data(), i, input(rank, i, op));
-        pg->all_reduce(buf.data(), n, t, op);
+        DeviceBuffer dbuf(buf.size());
+        dbuf.upload(buf.data());
+        pg->all_reduce(dbuf.get(), n, t, op);
+        dbuf.download(buf.data());
         for (size_t i = 0; i < n; i += stride) {
           check(close_enough(t, load_from(t, buf.data(), i), expected_reduction(op, t, world, i)),
                 label("all_reduce", t, n) + " " + reduce_op_name(op) + " i=" + std::to_string(i));
@@ -140,7 +145,10 @@ int main(int argc, char** argv) {
         // reduce_scatter: chunk r of the reduction of everyone's n*world inputs.
         std::vector<char> in(n * world * esz), out(n * esz);
         for (size_t i = 0; i < n * world; ++i) store_as(t, in.data(), i, input(rank, i, op));
-        pg->reduce_scatter(in.data(), out.data(), n, t, op);
+        DeviceBuffer din(in.size()), dout(out.size());
+        din.upload(in.data());
+        pg->reduce_scatter(din.get(), dout.get(), n, t, op);
+        dout.download(out.data());
         for (size_t i = 0; i < n; i += stride) {
           check(close_enough(t, load_from(t, out.data(), i),
                              expected_reduction(op, t, world, rank * n + i)),
@@ -150,7 +158,10 @@ int main(int argc, char** argv) {
       for (int root = 0; root < world; ++root) {
         std::vector<char> buf(n * esz);
         for (size_t i = 0; i < n; ++i) store_as(t, buf.data(), i, input(rank, i, ReduceOp::kSum));
-        pg->broadcast(buf.data(), n, t, root);
+        DeviceBuffer dbuf(buf.size());
+        dbuf.upload(buf.data());
+        pg->broadcast(dbuf.get(), n, t, root);
+        dbuf.download(buf.data());
         for (size_t i = 0; i < n; i += stride) {
           check(load_from(t, buf.data(), i) == input(root, i, ReduceOp::kSum),
                 label("broadcast", t, n) + " root " + std::to_string(root));
@@ -158,7 +169,10 @@ int main(int argc, char** argv) {
       }
       std::vector<char> in(n * esz), out(n * world * esz);
       for (size_t i = 0; i < n; ++i) store_as(t, in.data(), i, input(rank, i, ReduceOp::kSum));
-      pg->all_gather(in.data(), out.data(), n, t);
+      DeviceBuffer din(in.size()), dout(out.size());
+      din.upload(in.data());
+      pg->all_gather(din.get(), dout.get(), n, t);
+      dout.download(out.data());
       for (int r = 0; r < world; ++r) {
         for (size_t i = 0; i < n; i += stride) {
           check(load_from(t, out.data(), r * n + i) == input(r, i, ReduceOp::kSum),
@@ -173,12 +187,19 @@ int main(int argc, char** argv) {
   std::vector<float> a(big), b(big), c(1000);
   for (size_t i = 0; i < big; ++i) a[i] = b[i] = static_cast<float>(input(rank, i, ReduceOp::kSum));
   for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(rank);
-  Work wa = pg->all_reduce_async(a.data(), big, DType::kFloat32, ReduceOp::kSum);
-  Work wc = pg->all_reduce_async(c.data(), c.size(), DType::kFloat32, ReduceOp::kMax);
-  Work wb = pg->all_reduce_async(b.data(), big, DType::kFloat32, ReduceOp::kMin);
+  DeviceBuffer da(big * sizeof(float)), db(big * sizeof(float)), dc(c.size() * sizeof(float));
+  da.upload(a.data());
+  db.upload(b.data());
+  dc.upload(c.data());
+  Work wa = pg->all_reduce_async(da.get(), big, DType::kFloat32, ReduceOp::kSum);
+  Work wc = pg->all_reduce_async(dc.get(), c.size(), DType::kFloat32, ReduceOp::kMax);
+  Work wb = pg->all_reduce_async(db.get(), big, DType::kFloat32, ReduceOp::kMin);
   wa.wait();
   wb.wait();
   wc.wait();
+  da.download(a.data());
+  db.download(b.data());
+  dc.download(c.data());
   for (size_t i = 0; i < big; i += 4097) {
     check(a[i] == expected_reduction(ReduceOp::kSum, DType::kFloat32, world, i), "64 MiB sum");
     check(b[i] == expected_reduction(ReduceOp::kMin, DType::kFloat32, world, i), "64 MiB min");
@@ -203,7 +224,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("rank %d/%d: %s (%d mismatches)\n", rank, world,
+  std::printf("rank %d/%d: %s %s (%d mismatches)\n", rank, world, ddp_check::kBackendName,
               failures ? "FAILED" : "all collectives ok", failures);
   return failures ? 1 : 0;
 }
+}  // namespace
+
+int main(int argc, char** argv) { return run_main(argc, argv, check_all); }

@@ -32,8 +32,9 @@ class GradientSync {
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
-  // Registers a gradient buffer (host memory, or device memory with an NCCL group: it must hold the
-  // finished gradient when marked ready); returns its index for mark_ready(). Every rank must
+  // Registers a gradient buffer (host memory, or device memory with an NCCL group, where the
+  // kernels writing it need only be enqueued on the group's compute stream when it is marked ready:
+  // see InitOptions::cuda_stream); returns its index for mark_ready(). Every rank must
   // register the same buffers (count and dtype) in the same order, before the first step. The
   // gradient is copied into its bucket when marked ready and back by finish().
   size_t add(void* data, size_t count, DType type);

@@ -17,6 +17,12 @@ struct InitOptions {
   // MASTER_ADDR (so the right interface is used on multi-homed nodes).
   std::string local_addr;
   std::string group_name = "default";
+  // kNccl: the CUDA stream (a cudaStream_t) this program computes on; nullptr: the default stream.
+  // Every collective, and every GradientSync copy, runs after the work enqueued there before the
+  // call, so a buffer need only be *enqueued* to be written, as with torch's ProcessGroupNCCL.
+  // With nullptr this also covers every blocking stream (CUDA's legacy default stream waits for
+  // them); a stream created with cudaStreamNonBlocking must be named here or synchronized first.
+  void* cuda_stream = nullptr;
 };
 
 // Connects to the store at MASTER_ADDR:MASTER_PORT and forms the group with every other rank. Keys

@@ -1,7 +1,9 @@
 #pragma once
 // A group of worker processes that run collectives together. Every rank must issue the same
-// collectives in the same order. Every operation is bounded by the group's timeout (or its own): a
-// peer that died or hangs becomes ddp::TimeoutError or ddp::CommError, never a hang.
+// collectives in the same order. Device buffers (NCCL) may still be being written by work enqueued
+// on the program's CUDA stream (InitOptions::cuda_stream): the operation runs after it. Once wait()
+// returns, the result is in the buffer. Every operation is bounded by the group's timeout (or its
+// own): a peer that died or hangs becomes ddp::TimeoutError or ddp::CommError, never a hang.
 #include <chrono>
 #include <cstddef>
 #include <cstring>
