@@ -8,9 +8,9 @@
 #
 # The checks, under ddprun with one worker per GPU: the SDK's collectives and GradientSync checks
 # (the ones CI runs on Gloo) on NCCL and device buffers written late on the default stream, and
-# train_cuda; more workers than GPUs failing with NCCL's reason, in bounded time; torch 2.x's
-# TCPStore client (modern dialect) against ddprund, and torch gloo all-reduce through ddprund, with
-# that machine's python3.
+# train_cuda; more workers than GPUs failing with NCCL's reason, in bounded time; with that
+# machine's python3 and torch 2.x: examples/ddp_train.py over NCCL under ddprun, the TCPStore
+# client (modern dialect) against ddprund, and gloo all-reduce through ddprund.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
@@ -22,6 +22,27 @@ build() {
   bash scripts/install-deps.sh
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WITH_CUDA=ON >/dev/null
   cmake --build build --target "${programs[@]##*/}"
+}
+
+# --nproc_per_node=gpu starts as many workers as torch.cuda.device_count() sees, whatever
+# CUDA_VISIBLE_DEVICES says (tests/unit/visible_gpus_test.cpp holds the rules measured here).
+gpu_count_matches_torch() {  # $1: folder holding ddprun
+  local uuid want got failed=0
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+  echo "== --nproc_per_node=gpu against torch.cuda.device_count() for CUDA_VISIBLE_DEVICES values"
+  for v in unset 0 0,0 '' -1 0,-1 1 1,0 0,1 +0 ' 0' 00 0x abc 0,abc gpu0 "$uuid" "${uuid:0:8}" \
+    "$uuid,0" "0,$uuid" GPU-ffffffff; do
+    local env=(env CUDA_VISIBLE_DEVICES="$v")
+    [[ $v == unset ]] && env=(env -u CUDA_VISIBLE_DEVICES)
+    want=$("${env[@]}" python3 -c 'import torch; print(torch.cuda.device_count())')
+    got=$("${env[@]}" "$1/ddprun" --nproc_per_node=gpu --master_port=0 --no_python true 2>&1 |
+      sed -n 's/.* \([0-9]*\) workers.*/\1/p' | head -1 || true)  # no GPU: ddprun exits 2
+    if [[ $want != "${got:-0}" ]]; then
+      echo "CUDA_VISIBLE_DEVICES='$v': torch sees $want GPU(s), ddprun starts ${got:-0} workers"
+      failed=1
+    fi
+  done
+  [[ $failed == 0 ]] || { echo "gpu-test: --nproc_per_node=gpu differs from torch"; exit 1; }
 }
 
 checks() {  # $1: folder holding the programs
@@ -45,6 +66,9 @@ checks() {  # $1: folder holding the programs
   [[ $status == 1 ]] || { echo "gpu-test: exit status $status, expected 1"; exit 1; }
   grep -q 'traceback : ddp::CommError: NCCL communicator creation failed: .*Duplicate GPU' <<<"$out" ||
     { echo "gpu-test: the summary does not give NCCL's reason"; echo "$out"; exit 1; }
+  gpu_count_matches_torch "$bin"
+  echo "== torch $(python3 -c 'import torch; print(torch.__version__)') DDP over NCCL under ddprun (--nproc_per_node=gpu)"
+  timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
 #include <random>
 #include <set>
 #include <thread>
@@ -11,6 +10,7 @@
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/launcher/visible_gpus.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -73,29 +73,27 @@ void parse_nnodes(const std::string& text, LaunchConfig& c) {
   }
 }
 
-int visible_gpus() {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev", ec)) {
-    const auto name = e.path().filename().string();
-    if (name.starts_with("nvidia") && name.size() > 6 &&
-        std::all_of(name.begin() + 6, name.end(), [](char ch) { return std::isdigit(ch); })) {
-      ++n;
-    }
-  }
-  return n;
+int visible_gpus(const agent::Environment& env) {
+  const auto it = env.find("CUDA_VISIBLE_DEVICES");
+  if (it == env.end()) return gpu_device_nodes();
+  return visible_gpu_count(it->second, gpu_device_nodes(), gpu_uuids());
 }
 
-int resolve_nproc(const std::string& text) {
+int resolve_nproc(const std::string& text, const agent::Environment& env) {
   const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (text == "cpu") return cpus;
   if (text == "gpu") {
-    const int gpus = visible_gpus();
-    if (gpus == 0) throw UsageError("--nproc_per_node=gpu but no GPU is visible on this node");
+    const int gpus = visible_gpus(env);
+    if (gpus == 0) {
+      const auto cvd = env.find("CUDA_VISIBLE_DEVICES");
+      throw UsageError(fmt::format(
+          "--nproc_per_node=gpu but no GPU is visible on this node{}",
+          cvd == env.end() ? "" : fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", cvd->second)));
+    }
     return gpus;
   }
   if (text == "auto") {
-    const int gpus = visible_gpus();
+    const int gpus = visible_gpus(env);
     return gpus > 0 ? gpus : cpus;
   }
   const int n = parse_number<int>(text, "--nproc_per_node");
@@ -238,7 +236,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   c.training_script_args.assign(rest.begin() + 1, rest.end());
 
   parse_nnodes(nnodes, c);
-  c.nproc = resolve_nproc(c.nproc_per_node);
+  c.nproc = resolve_nproc(c.nproc_per_node, env);
   c.max_restarts = parse_number<int>(max_restarts, "--max_restarts");
   if (c.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
   c.monitor_interval = parse_double(monitor_interval, "--monitor_interval");
