@@ -11,6 +11,7 @@ packages=(
   clang-14 libclang-rt-14-dev
   python3 python3-torch python3-numpy
   hyperfine iproute2 procps
+  mmdebstrap
 )
 
 missing=()

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing, builds, runs the libFuzzer target
-# for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop).
-# Exits non-zero on any failure.
+# for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop,
+# the latter with torch 1.13 and, labelled torch2, torch 2.6). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+# The torch 2.6 root (minutes on a fresh machine, nothing after) is built while the compiler runs.
+bash scripts/torch2-root.sh >"$scratch/torch2-root.log" 2>&1 &
+torch2_root=$!
 
 jobs=$(nproc)
 build=${DDPRUN_BUILD_DIR:-build}
@@ -17,8 +23,8 @@ fuzz_build=${build}-fuzz
 cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
   -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 cmake --build "$fuzz_build" -j "$jobs"
-corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
+corpus=$scratch/corpus
+mkdir "$corpus"
 echo "fuzz: wire_parser_fuzz for ${DDPRUN_FUZZ_SECONDS:-30} s"
 if ! "$fuzz_build/tests/fuzz/wire_parser_fuzz" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
   "$corpus" >"$corpus/fuzz.log" 2>&1; then
@@ -27,6 +33,12 @@ if ! "$fuzz_build/tests/fuzz/wire_parser_fuzz" -max_total_time="${DDPRUN_FUZZ_SE
   exit 1
 fi
 grep -E '^Done' "$corpus/fuzz.log"
+
+if ! wait "$torch2_root"; then
+  cat "$scratch/torch2-root.log" >&2
+  echo "test: the torch 2.6 root could not be built" >&2
+  exit 1
+fi
 
 cd "$build"
 ctest --output-on-failure -j "$jobs" --timeout 300

@@ -41,9 +41,10 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
   env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = attempt.use_agent_store ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  // torch >= 2.2's name, as torch 2.x's torchrun sets it. Torch 1.13's NCCL_ASYNC_ERROR_HANDLING is
+  // only passed on from the agent's environment: newer torch warns about it on every rank.
   env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] =
       value_or(agent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  env["NCCL_ASYNC_ERROR_HANDLING"] = value_or(agent_env, "NCCL_ASYNC_ERROR_HANDLING", "1");
   if (attempt.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";
     auto visible = agent_env.find("CUDA_VISIBLE_DEVICES");

@@ -1,4 +1,7 @@
-"""Two real torch processes rendezvous through ddprund and all-reduce with gloo."""
+"""Two real torch processes rendezvous through ddprund and all-reduce with gloo.
+
+    torch_gloo_all_reduce.py DDPRUND [PYTHON]   (PYTHON runs the torch processes; default this one)
+"""
 import datetime
 import os
 import subprocess
@@ -24,10 +27,10 @@ print(f"rank {rank}: all_reduce ok")
 """
 
 
-def main(binary):
+def main(binary, python):
     world = 2
     with Ddprund(binary) as server:
-        procs = [subprocess.Popen([sys.executable, "-c", WORKER,
+        procs = [subprocess.Popen([python, "-c", WORKER,
                                    str(r), str(world), str(server.port)],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for r in range(world)]
@@ -44,4 +47,4 @@ def main(binary):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else sys.executable)

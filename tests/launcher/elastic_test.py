@@ -13,7 +13,9 @@ from proc_util import finish, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
-PY = "/usr/bin/python3"
+# The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another, such as
+# scripts/torch2/python (torch 2.6) for the tests labelled torch2.
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
 
 

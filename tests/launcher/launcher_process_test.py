@@ -16,7 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 EXAMPLES = os.path.join(HERE, "..", "..", "examples")
 TORCHRUN_REF = os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-ref")
-PY = "/usr/bin/python3"
+# The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another, such as
+# scripts/torch2/python (torch 2.6) for the tests labelled torch2.
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
 
 
@@ -38,8 +40,12 @@ def pid_alive(pid):
 
 DUMP_ENV = ("import os,json,sys; "
             "json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK']), 'w'))")
-# What ddprun adds on purpose: newer torch's names (torch 1.13's torchrun predates them).
+# Where ddprun follows the newest torchrun (2.11 was compared on a GPU machine) and older ones
+# differ: names that older torchruns do not set yet (TORCHELASTIC_SIGNALS_TO_HANDLE came after
+# 2.6, TORCH_NCCL_ASYNC_ERROR_HANDLING after 1.13), and 1.13's NCCL_ASYNC_ERROR_HANDLING, which 2.x's
+# no longer sets.
 DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+TORCH1_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
 # Set by the bash wrapper that runs the reference torchrun, not by torchrun.
 SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
 
@@ -56,26 +62,49 @@ def worker_envs(launcher, flags, nproc):
     return envs
 
 
+def reference_torchrun():
+    """torchrun of the workers' torch: 2.x's own, or Debian's 1.13 through shared/tools/torchrun-ref."""
+    version = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    if version.startswith("1."):
+        return ["bash", TORCHRUN_REF], version
+    return [PY, "-m", "torch.distributed.run"], version
+
+
+def port_flags(flags):
+    if "--standalone" in flags:
+        return []
+    if "--rdzv_backend=c10d" in flags:
+        return [f"--rdzv_endpoint=127.0.0.1:{free_port()}"]
+    return [f"--master_port={free_port()}"]
+
+
 def case_env_parity():
+    torchrun, version = reference_torchrun()
+    torch1 = version.startswith("1.")
     flag_sets = [
         (["--nproc_per_node=2"], 2, set()),
         (["--nproc_per_node=3", "--role=trainer", "--max_restarts=2", "--rdzv_id=job7"], 3, set()),
         (["--nproc_per_node=1", "--master_addr=localhost"], 1, set()),
-        # torch 1.13 gave c10d workers their own store on a port it probed; ddprun always shares the
-        # agent's store (newer torchrun's behaviour), so these differ by design.
+        # A random run id each (torchrun's is a UUID). torch 1.13 gave c10d workers their own store
+        # on a port it probed; ddprun shares the agent's store, as torch 2.x does, and names its host
+        # by IP where 2.x gives the machine's FQDN.
         (["--standalone", "--nproc_per_node=2"], 2,
-         {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"}),
+         {"MASTER_ADDR", "TORCHELASTIC_RUN_ID"} |
+         ({"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set())),
+        (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_id=job8", "--nproc_per_node=2"], 2,
+         {"MASTER_ADDR"} | ({"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set())),
     ]
     for flags, nproc, differs in flag_sets:
-        port_flags = [] if "--standalone" in flags else [f"--master_port={free_port()}"]
-        ref = worker_envs(["bash", TORCHRUN_REF, "--monitor_interval=0.1"], flags + port_flags, nproc)
-        port_flags = [] if "--standalone" in flags else [f"--master_port={free_port()}"]
-        ours = worker_envs([DDPRUN], flags + port_flags, nproc)
+        ref = worker_envs([*torchrun, "--monitor_interval=0.1"], flags + port_flags(flags), nproc)
+        ours = worker_envs([DDPRUN], flags + port_flags(flags), nproc)
         for rank in range(nproc):
             t, d = ref[rank], ours[rank]
             for key in set(t) | set(d):
-                if key in differs or key in SHELL_ARTIFACTS or key == "MASTER_PORT" or (
-                        key in DDPRUN_EXTRAS and key not in t):
+                if key in differs or key in SHELL_ARTIFACTS or key == "MASTER_PORT":
+                    continue
+                if (key in DDPRUN_EXTRAS and key not in t) or (
+                        torch1 and key in TORCH1_ONLY and key not in d):
                     continue
                 if key == "TORCHELASTIC_ERROR_FILE":
                     # Paths differ by temp folder; the layout must not.
@@ -85,7 +114,7 @@ def case_env_parity():
                     continue
                 assert t.get(key) == d.get(key), (flags, rank, key, t.get(key), d.get(key))
             assert d["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
-    print("env parity with torchrun (torch 1.13) for", len(flag_sets), "flag sets: passed")
+    print(f"env parity with torchrun (torch {version}) for", len(flag_sets), "flag sets: passed")
 
 
 # --- real PyTorch training ---------------------------------------------------------------------

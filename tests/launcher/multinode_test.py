@@ -15,7 +15,9 @@ from proc_util import finish, free_port, wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "ddp_train.py")
-PY = "/usr/bin/python3"
+# The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another, such as
+# scripts/torch2/python (torch 2.6) for the tests labelled torch2.
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
 
 REPORT = ("import os,json,sys; json.dump({k: os.environ[k] for k in ('RANK','WORLD_SIZE','LOCAL_RANK',"
@@ -157,6 +159,23 @@ def case_torch_ddp_across_two_nodes():
     assert res["world"] == 2 and res["identical"], res
     assert res["losses"][-1] < 0.5 * res["losses"][0], res["losses"][::10]
     print("PyTorch DDP (gloo) across 2 agents through node 0's store: replicas identical: passed")
+
+
+def case_torch_ddp_across_two_c10d_agents():
+    endpoint = f"127.0.0.1:{free_port()}"
+    result = tempfile.mktemp(suffix=".json")
+    env = {**os.environ, "PYTHON_EXEC": PY, "RESULT_FILE": result}
+    procs = [subprocess.Popen([DDPRUN, "--nnodes=2", "--rdzv_backend=c10d",
+                               f"--rdzv_endpoint={endpoint}", "--rdzv_id=ddp_c10d",
+                               "--nproc_per_node=1", EXAMPLE],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    for status, _, err in finish(procs):
+        assert status == 0, err
+    res = json.load(open(result))
+    assert res["world"] == 2 and res["identical"], res
+    assert res["losses"][-1] < 0.5 * res["losses"][0], res["losses"][::10]
+    print("PyTorch DDP (gloo) across 2 c10d agents, the store in the first: replicas identical: passed")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def main(ddprun, ddprund):
         ckpt = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
         agents = []
         for i in (0, 1):
-            env = {**os.environ, "PYTHON_EXEC": "/usr/bin/python3", "GLOO_SOCKET_IFNAME": pair.links[i]}
+            env = {**os.environ, "PYTHON_EXEC": os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3"), "GLOO_SOCKET_IFNAME": pair.links[i]}
             agents.append(pair.run_in(
                 i, [ddprun, "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                     f"--rdzv_endpoint={pair.ADDRS[0]}:29400", "--rdzv_id=ckpt",

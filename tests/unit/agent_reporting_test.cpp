@@ -37,13 +37,23 @@ TEST_CASE("worker env: torchrun's contract over the agent's environment", "[agen
                                        {"TORCHELASTIC_RUN_ID", "none"},
                                        {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                        {"TORCHELASTIC_ERROR_FILE", "/e.json"},
-                                       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-                                       {"NCCL_ASYNC_ERROR_HANDLING", "1"}};
+                                       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
   for (const auto& [k, v] : expected_subset) {
     INFO(k);
     CHECK(env.at(k) == v);
   }
   CHECK_FALSE(env.contains("CUDA_VISIBLE_DEVICES"));
+}
+
+TEST_CASE("worker env: torch 1.13's NCCL_ASYNC_ERROR_HANDLING is passed on, never added", "[agent]") {
+  const WorkerIdentity id{0, 0, 1, 1, 0, 0, 0, 1};
+  CHECK_FALSE(worker_environment({}, AttemptEnvironment{}, id, "").contains(
+      "NCCL_ASYNC_ERROR_HANDLING"));
+  const auto env = worker_environment(
+      {{"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}},
+      AttemptEnvironment{}, id, "");
+  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
 }
 
 TEST_CASE("worker env: virtual local rank gives each worker one device as local rank 0",

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds, once, the Debian trixie root filesystem whose python3-torch (2.6) the tests and
+# benchmarks run beside bookworm's own torch 1.13 (installing trixie packages into the bookworm
+# system would break it). About 3 minutes and 1.2 GB, from this machine's Debian mirror; an existing
+# complete root is kept, a half-built one is started again. Prints the root's path.
+#
+#   DDPRUN_TORCH2_ROOT   where the root lives (default /var/cache/ddprun/torch2-trixie)
+#
+# scripts/torch2/python runs a program with that root's python3.
+set -euo pipefail
+root=${DDPRUN_TORCH2_ROOT:-/var/cache/ddprun/torch2-trixie}
+marker=.ddprun-torch2-root
+if [[ -f $root/$marker ]]; then
+  echo "$root"
+  exit 0
+fi
+
+# The mirror this machine's apt uses for Debian itself (deb822 or one-line sources).
+mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+  awk '/^URIs:/ {u = $2} /^Suites:/ && / bookworm( |$)/ {print u; exit}')
+if [[ -z $mirror ]]; then
+  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}')
+fi
+[[ -n $mirror ]] || { echo "torch2-root: no Debian bookworm mirror in apt's sources" >&2; exit 1; }
+if ! command -v mmdebstrap >/dev/null; then
+  echo "torch2-root: mmdebstrap is missing (scripts/install-deps.sh installs it)" >&2
+  exit 1
+fi
+
+echo "torch2-root: building $root (Debian trixie with python3-torch, a few minutes)" >&2
+rm -rf "$root.partial"
+mkdir -p "$(dirname "$root")"
+mmdebstrap --quiet --variant=apt --include=python3-torch trixie "$root.partial" \
+  "deb $mirror trixie main" >&2
+touch "$root.partial/$marker"
+rm -rf "$root"
+mv "$root.partial" "$root"
+echo "$root"
