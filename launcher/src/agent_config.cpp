@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "ddprun/agent/signals.hpp"
+#include "ddprun/launcher/option_values.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -22,13 +23,11 @@ bool is_this_host(const std::string& host) {
 // keep_alive_interval x keep_alive_max_attempt, else 5 s.
 std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c);
 
-// rdzv_conf durations are seconds (fractions allowed).
+// rdzv_conf durations are seconds (fractions allowed); parse_command_line checked every value.
 std::chrono::milliseconds seconds_or(const LaunchConfig& c, const char* key,
                                      std::chrono::milliseconds fallback) {
   auto it = c.rdzv_config.find(key);
-  return it == c.rdzv_config.end()
-             ? fallback
-             : std::chrono::milliseconds(static_cast<long>(std::stod(it->second) * 1000));
+  return it == c.rdzv_config.end() ? fallback : parse_seconds(it->second, key);
 }
 
 std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c) {
@@ -39,7 +38,7 @@ std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c) {
       c.rdzv_config.contains("keep_alive_max_attempt")) {
     const auto interval = seconds_or(c, "keep_alive_interval", std::chrono::seconds(5));
     auto it = c.rdzv_config.find("keep_alive_max_attempt");
-    const long attempts = it == c.rdzv_config.end() ? 3 : std::stol(it->second);
+    const long attempts = it == c.rdzv_config.end() ? 3 : parse_integer(it->second, it->first);
     return interval * std::max(1L, attempts);
   }
   return std::chrono::seconds(5);
@@ -91,8 +90,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     a.heartbeat_timeout = heartbeat_timeout(c);
     a.last_call_timeout = seconds_or(c, "last_call_timeout", a.last_call_timeout);
     if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
-      const char first = static_cast<char>(std::tolower(it->second.front()));
-      a.host_store = (first == '1' || first == 't' || first == 'y')
+      a.host_store = parse_bool(it->second, "--rdzv_conf is_host")
                          ? agent::AgentConfig::HostStore::kYes
                          : agent::AgentConfig::HostStore::kNo;
     } else if (is_this_host(c.rdzv_host)) {

@@ -1,7 +1,7 @@
 #include <algorithm>
-#include <charconv>
+#include <limits>
+#include <map>
 #include <random>
-#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -10,26 +10,84 @@
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/launcher/option_values.hpp"
 #include "ddprun/launcher/visible_gpus.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
-// One torchrun option: its spellings, argparse's dest (which names the PET_ variable), and where
-// the raw text goes. Values are kept as text and converted once, so PET_* goes through the same
-// checks.
-struct ValueOption {
+// One torchrun option: its spellings, argparse's dest (which names the PET_ variable), what its
+// value looks like, and its line in --help. Values are kept as text and converted once after
+// parsing, so PET_* goes through the same checks.
+struct OptionSpec {
   const char* names;
   const char* dest;
+  const char* metavar;  // nullptr: a flag
   const char* help;
-  std::string* text;
 };
-struct FlagOption {
-  const char* names;
-  const char* dest;
-  const char* help;
-  bool* value;
-};
+
+// Every option, in --help's order; parse_command_line binds each dest to where its value goes.
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = {
+      {"--nnodes", "nnodes", "N|MIN:MAX",
+       "number of nodes; MIN:MAX is an elastic job (--rdzv_backend=c10d)"},
+      {"--nproc_per_node,--nproc-per-node", "nproc_per_node", "N|auto|cpu|gpu",
+       "workers per node; gpu and auto count the GPUs CUDA_VISIBLE_DEVICES leaves visible"},
+      {"--standalone", "standalone", nullptr,
+       "single node, a store on a free port, a random run id"},
+      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static|c10d",
+       "how nodes meet (default static); etcd is not implemented yet"},
+      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT]",
+       "c10d: the store every node joins (default port 29400); ddprund there, or the first agent"},
+      {"--rdzv_id,--rdzv-id", "rdzv_id", "ID", "the job's id, the same on every node"},
+      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "K=V,...",
+       "join_timeout, last_call_timeout, heartbeat_timeout (or keep_alive_interval and "
+       "keep_alive_max_attempt), is_host; read_timeout, close_timeout, timeout, store_type"},
+      {"--max_restarts,--max-restarts", "max_restarts", "N",
+       "job-wide restarts of the worker groups before failing (default 0)"},
+      {"--monitor_interval,--monitor-interval", "monitor_interval", "S",
+       "accepted for compatibility: worker exits are seen as events"},
+      {"--start_method,--start-method", "start_method", "M",
+       "accepted for compatibility: spawn, fork or forkserver"},
+      {"--event_log_handler,--event-log-handler", "event_log_handler", "NAME",
+       "only null: events go to ddprun's log"},
+      {"--role", "role", "NAME", "ROLE_NAME and the console prefix (default \"default\")"},
+      {"-m,--module", "module", nullptr, "run the script as `python -m`"},
+      {"--no_python,--no-python", "no_python", nullptr, "run the script as an executable"},
+      {"--run_path,--run-path", "run_path", nullptr,
+       "run the script with python (runpy.run_path semantics)"},
+      {"--log_dir,--log-dir", "log_dir", "DIR",
+       "DIR/<run_id>_<rand>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json"},
+      {"-r,--redirects", "redirects", "0-3|R:V,...",
+       "redirect stdout (1), stderr (2) or both (3) of all or some ranks to the log files"},
+      {"-t,--tee", "tee", "0-3|R:V,...",
+       "like --redirects, and to the console with a [role rank]: prefix"},
+      {"--local_ranks_filter,--local-ranks-filter", "local_ranks_filter", "R,...",
+       "local ranks whose output reaches the console"},
+      {"--duplicate_stdout_filters,--duplicate-stdout-filters", "duplicate_stdout_filters", "R,...",
+       "not implemented yet (refused)"},
+      {"--duplicate_stderr_filters,--duplicate-stderr-filters", "duplicate_stderr_filters", "R,...",
+       "not implemented yet (refused)"},
+      {"--node_rank,--node-rank", "node_rank", "N", "static: this node's rank"},
+      {"--master_addr,--master-addr", "master_addr", "ADDR",
+       "static: node 0's address (default 127.0.0.1)"},
+      {"--master_port,--master-port", "master_port", "PORT",
+       "static: node 0's store port (default 29500); 0 lets the OS pick on one node"},
+      {"--local_addr,--local-addr", "local_addr", "ADDR",
+       "this node's address as the others reach it"},
+      {"--signals_to_handle,--signals-to-handle", "signals_to_handle", "LIST",
+       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
+      {"--shutdown_timeout,--shutdown-timeout", "shutdown_timeout", "S",
+       "seconds from SIGTERM to SIGKILL when stopping workers (default "
+       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)"},
+      {"--virtual_local_rank,--virtual-local-rank", "virtual_local_rank", nullptr,
+       "LOCAL_RANK=0 and one CUDA device per worker"},
+      {"--logs_specs,--logs-specs", "logs_specs", "NAME",
+       "refused: a Python entry point (ddprun writes torchrun's default layout)"},
+      {"--numa_binding,--numa-binding", "numa_binding", "MODE", "not implemented yet (refused)"},
+  };
+  return table;
+}
 
 // argparse's dest in upper case behind PET_ (torchrun's argparse_util.env).
 std::string pet_name(const char* dest) {
@@ -38,34 +96,21 @@ std::string pet_name(const char* dest) {
   return name;
 }
 
-template <class T>
-T parse_number(const std::string& text, const char* what) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || text.empty()) {
-    throw UsageError(fmt::format("argument {}: invalid value '{}'", what, text));
+int parse_int(const std::string& text, const char* what) {
+  const long v = parse_integer(text, what);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    throw UsageError(fmt::format("argument {}: '{}' is out of range", what, text));
   }
-  return value;
-}
-
-double parse_double(const std::string& text, const char* what) {
-  try {
-    size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("argument {}: invalid float value '{}'", what, text));
+  return static_cast<int>(v);
 }
 
 void parse_nnodes(const std::string& text, LaunchConfig& c) {
   const auto colon = text.find(':');
   if (colon == std::string::npos) {
-    c.min_nodes = c.max_nodes = parse_number<int>(text, "--nnodes");
+    c.min_nodes = c.max_nodes = parse_int(text, "--nnodes");
   } else {
-    c.min_nodes = parse_number<int>(text.substr(0, colon), "--nnodes");
-    c.max_nodes = parse_number<int>(text.substr(colon + 1), "--nnodes");
+    c.min_nodes = parse_int(text.substr(0, colon), "--nnodes");
+    c.max_nodes = parse_int(text.substr(colon + 1), "--nnodes");
   }
   if (c.min_nodes <= 0 || c.max_nodes < c.min_nodes) {
     throw UsageError(
@@ -96,7 +141,7 @@ int resolve_nproc(const std::string& text, const agent::Environment& env) {
     const int gpus = visible_gpus(env);
     return gpus > 0 ? gpus : cpus;
   }
-  const int n = parse_number<int>(text, "--nproc_per_node");
+  const int n = parse_int(text, "--nproc_per_node");
   if (n <= 0)
     throw UsageError(fmt::format("argument --nproc_per_node: must be positive, got {}", n));
   return n;
@@ -108,13 +153,24 @@ std::string random_run_id() {
   return fmt::format("{:016x}{:016x}", gen(), gen());
 }
 
-// The rdzv_conf keys torchrun reads; others are refused so that typos do not pass silently.
+// The rdzv_conf keys torchrun reads, by the kind of value each takes; others are refused so that
+// typos do not pass silently.
+enum class ConfKind { kSeconds, kCount, kBool, kText };
+const std::map<std::string, ConfKind> kRdzvConfKeys = {
+    {"join_timeout", ConfKind::kSeconds},
+    {"last_call_timeout", ConfKind::kSeconds},
+    {"close_timeout", ConfKind::kSeconds},
+    {"read_timeout", ConfKind::kSeconds},
+    {"keep_alive_interval", ConfKind::kSeconds},
+    {"heartbeat_timeout", ConfKind::kSeconds},
+    {"timeout", ConfKind::kSeconds},
+    {"keep_alive_max_attempt", ConfKind::kCount},
+    {"is_host", ConfKind::kBool},
+    {"store_type", ConfKind::kText},
+};
+
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   std::map<std::string, std::string> out;
-  static const std::vector<std::string> kKnown = {
-      "join_timeout", "last_call_timeout",   "close_timeout",          "read_timeout",
-      "is_host",      "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout",
-      "timeout",      "store_type"};
   if (text.empty()) return out;
   size_t start = 0;
   while (start <= text.size()) {
@@ -124,11 +180,28 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
     if (eq == std::string::npos || eq == 0) {
       throw UsageError(fmt::format("argument --rdzv_conf: '{}' is not key=value", item));
     }
-    const std::string key = item.substr(0, eq);
-    if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const auto kind = kRdzvConfKeys.find(key);
+    if (kind == kRdzvConfKeys.end()) {
       throw UsageError(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
     }
-    out[key] = item.substr(eq + 1);
+    const std::string what = "--rdzv_conf " + key;
+    switch (kind->second) {
+      case ConfKind::kSeconds:
+        parse_seconds(value, what);
+        break;
+      case ConfKind::kCount:
+        if (parse_integer(value, what) < 1) {
+          throw UsageError(fmt::format("argument {}: must be at least 1", what));
+        }
+        break;
+      case ConfKind::kBool:
+        parse_bool(value, what);
+        break;
+      case ConfKind::kText:
+        break;
+    }
+    out[key] = value;
     start = comma + 1;
   }
   return out;
@@ -142,69 +215,49 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   std::string nnodes = "1:1", max_restarts = "0", monitor_interval = "0.1", node_rank = "0";
   std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
   std::string dup_stdout, dup_stderr;
-  const std::vector<ValueOption> values = {
-      {"--nnodes", "nnodes", "Number of nodes, N or MIN:MAX", &nnodes},
-      {"--nproc_per_node,--nproc-per-node", "nproc_per_node",
-       "Workers per node: N, auto, cpu or gpu", &c.nproc_per_node},
-      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "Rendezvous backend", &c.rdzv_backend},
-      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "Rendezvous endpoint host[:port]",
-       &c.rdzv_endpoint},
-      {"--rdzv_id,--rdzv-id", "rdzv_id", "Job id", &c.rdzv_id},
-      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "Rendezvous configuration k1=v1,k2=v2",
-       &c.rdzv_conf},
-      {"--max_restarts,--max-restarts", "max_restarts",
-       "Restarts of the worker group before failing", &max_restarts},
-      {"--monitor_interval,--monitor-interval", "monitor_interval",
-       "Accepted for compatibility: ddprun watches workers by event", &monitor_interval},
-      {"--start_method,--start-method", "start_method", "spawn, fork or forkserver (compatibility)",
-       &c.start_method},
-      {"--event_log_handler,--event-log-handler", "event_log_handler", "Only 'null'",
-       &event_log_handler},
-      {"--role", "role", "Worker role name", &c.role},
-      {"--log_dir,--log-dir", "log_dir", "Base folder for worker logs and error files", &c.log_dir},
-      {"-r,--redirects", "redirects", "Redirect std streams to log files: 0-3 or rank:value,...",
-       &c.redirects},
-      {"-t,--tee", "tee", "Tee std streams to log files and console: 0-3 or rank:value,...",
-       &c.tee},
-      {"--local_ranks_filter,--local-ranks-filter", "local_ranks_filter",
-       "Local ranks whose output is shown on the console, e.g. 0,1", &c.local_ranks_filter},
-      {"--duplicate_stdout_filters,--duplicate-stdout-filters", "duplicate_stdout_filters",
-       "Not supported yet", &dup_stdout},
-      {"--duplicate_stderr_filters,--duplicate-stderr-filters", "duplicate_stderr_filters",
-       "Not supported yet", &dup_stderr},
-      {"--node_rank,--node-rank", "node_rank", "Rank of this node (static backend)", &node_rank},
-      {"--master_addr,--master-addr", "master_addr", "Address of the rank-0 node (static backend)",
-       &c.master_addr},
-      {"--master_port,--master-port", "master_port",
-       "Store port (static backend); 0 lets the OS pick", &master_port},
-      {"--local_addr,--local-addr", "local_addr", "Address of this node", &c.local_addr},
-      {"--signals_to_handle,--signals-to-handle", "signals_to_handle",
-       "Signals forwarded to the workers", &c.signals_to_handle},
-      {"--shutdown_timeout,--shutdown-timeout", "shutdown_timeout",
-       "Seconds between SIGTERM and SIGKILL when stopping workers", &shutdown_timeout},
+  const std::map<std::string, std::string*> texts = {
+      {"nnodes", &nnodes},
+      {"nproc_per_node", &c.nproc_per_node},
+      {"rdzv_backend", &c.rdzv_backend},
+      {"rdzv_endpoint", &c.rdzv_endpoint},
+      {"rdzv_id", &c.rdzv_id},
+      {"rdzv_conf", &c.rdzv_conf},
+      {"max_restarts", &max_restarts},
+      {"monitor_interval", &monitor_interval},
+      {"start_method", &c.start_method},
+      {"event_log_handler", &event_log_handler},
+      {"role", &c.role},
+      {"log_dir", &c.log_dir},
+      {"redirects", &c.redirects},
+      {"tee", &c.tee},
+      {"local_ranks_filter", &c.local_ranks_filter},
+      {"duplicate_stdout_filters", &dup_stdout},
+      {"duplicate_stderr_filters", &dup_stderr},
+      {"node_rank", &node_rank},
+      {"master_addr", &c.master_addr},
+      {"master_port", &master_port},
+      {"local_addr", &c.local_addr},
+      {"signals_to_handle", &c.signals_to_handle},
+      {"shutdown_timeout", &shutdown_timeout},
+      {"logs_specs", &logs_specs},
+      {"numa_binding", &numa_binding},
   };
-  const std::vector<FlagOption> flags = {
-      {"--standalone", "standalone", "Single-node job with a local store on a free port",
-       &c.standalone},
-      {"-m,--module", "module", "Run the script as a Python module (python -m)", &c.module},
-      {"--no_python,--no-python", "no_python", "Run the script as an executable, without python",
-       &c.no_python},
-      {"--run_path,--run-path", "run_path", "Run the script with runpy.run_path semantics",
-       &c.run_path},
-      {"--virtual_local_rank,--virtual-local-rank", "virtual_local_rank",
-       "LOCAL_RANK=0 and one CUDA device per worker", &c.virtual_local_rank},
+  const std::map<std::string, bool*> switches = {
+      {"standalone", &c.standalone},
+      {"module", &c.module},
+      {"no_python", &c.no_python},
+      {"run_path", &c.run_path},
+      {"virtual_local_rank", &c.virtual_local_rank},
   };
 
   CLI::App app{"ddprun"};
   app.prefix_command();  // everything from the training script on belongs to the script
-  std::vector<std::pair<CLI::Option*, const ValueOption*>> value_opts;
-  for (const auto& v : values)
-    value_opts.emplace_back(app.add_option(v.names, *v.text, v.help), &v);
-  std::vector<std::pair<CLI::Option*, const FlagOption*>> flag_opts;
-  for (const auto& f : flags) flag_opts.emplace_back(app.add_flag(f.names, *f.value, f.help), &f);
-  // Python's plugin mechanisms; parsed so that the refusal can say why.
-  auto* logs_specs_opt = app.add_option("--logs_specs,--logs-specs", logs_specs);
-  auto* numa_opt = app.add_option("--numa_binding,--numa-binding", numa_binding);
+  std::vector<std::pair<CLI::Option*, const OptionSpec*>> given;
+  for (const OptionSpec& spec : option_table()) {
+    given.emplace_back(spec.metavar ? app.add_option(spec.names, *texts.at(spec.dest))
+                                    : app.add_flag(spec.names, *switches.at(spec.dest)),
+                       &spec);
+  }
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -215,16 +268,17 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     throw UsageError(e.what());
   }
 
-  for (const auto& [opt, spec] : value_opts) {
-    if (opt->count() > 0) continue;
-    auto it = env.find(pet_name(spec->dest));
-    if (it != env.end()) *spec->text = it->second;
-  }
-  for (const auto& [opt, spec] : flag_opts) {
+  // PET_<DEST> for what the command line did not give.
+  for (const auto& [opt, spec] : given) {
     if (opt->count() > 0) continue;
     const std::string name = pet_name(spec->dest);
     auto it = env.find(name);
-    if (it != env.end()) *spec->value = parse_number<long>(it->second, name.c_str()) != 0;
+    if (it == env.end()) continue;
+    if (spec->metavar) {
+      *texts.at(spec->dest) = it->second;
+    } else {
+      *switches.at(spec->dest) = parse_bool(it->second, name);
+    }
   }
 
   std::vector<std::string> rest = app.remaining();
@@ -237,12 +291,12 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
 
   parse_nnodes(nnodes, c);
   c.nproc = resolve_nproc(c.nproc_per_node, env);
-  c.max_restarts = parse_number<int>(max_restarts, "--max_restarts");
+  c.max_restarts = parse_int(max_restarts, "--max_restarts");
   if (c.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
   c.monitor_interval = parse_double(monitor_interval, "--monitor_interval");
-  c.node_rank = parse_number<int>(node_rank, "--node_rank");
+  c.node_rank = parse_int(node_rank, "--node_rank");
   if (!master_port.empty()) {
-    const int p = parse_number<int>(master_port, "--master_port");
+    const int p = parse_int(master_port, "--master_port");
     if (p < 0 || p > 65535) throw UsageError("argument --master_port: not a TCP port");
     c.master_port = p;
   }
@@ -252,7 +306,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     }
   }
   if (!shutdown_timeout.empty()) {
-    c.shutdown_timeout = parse_number<int>(shutdown_timeout, "--shutdown_timeout");
+    c.shutdown_timeout = parse_int(shutdown_timeout, "--shutdown_timeout");
     if (*c.shutdown_timeout < 0)
       throw UsageError("argument --shutdown_timeout: must not be negative");
   }
@@ -272,7 +326,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   c.rdzv_config = parse_rdzv_conf(c.rdzv_conf);
   for (const char* k : {"join_timeout", "heartbeat_timeout", "timeout", "last_call_timeout"}) {
     if (auto it = c.rdzv_config.find(k); it != c.rdzv_config.end()) {
-      if (parse_double(it->second, "--rdzv_conf") <= 0) {
+      if (parse_seconds(it->second, "--rdzv_conf").count() <= 0) {
         throw UsageError(fmt::format("argument --rdzv_conf: {} must be positive seconds", k));
       }
     }
@@ -285,11 +339,11 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   if (event_log_handler != "null") {
     throw UsageError("--event_log_handler: only 'null' is supported (events go to ddprun's log)");
   }
-  if (logs_specs_opt->count() > 0) {
+  if (!logs_specs.empty()) {
     throw UsageError(
         "--logs_specs names a Python entry point; ddprun uses torchrun's default layout");
   }
-  if (numa_opt->count() > 0) throw UsageError("--numa_binding is not implemented yet");
+  if (!numa_binding.empty()) throw UsageError("--numa_binding is not implemented yet");
   if (!dup_stdout.empty() || !dup_stderr.empty()) {
     throw UsageError(
         "--duplicate_stdout_filters/--duplicate_stderr_filters are not implemented yet");
@@ -343,13 +397,6 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     }
     if (c.rdzv_port == 0)
       throw UsageError("--rdzv_endpoint: port 0 cannot be found by other nodes");
-    if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
-      static const std::set<std::string> kBools = {"1", "true",  "t", "yes", "y",
-                                                   "0", "false", "f", "no",  "n"};
-      std::string v = it->second;
-      std::transform(v.begin(), v.end(), v.begin(), ::tolower);
-      if (!kBools.contains(v)) throw UsageError("--rdzv_conf: is_host must be a boolean");
-    }
   }
   if (c.rdzv_backend == "static" && !c.master_port) c.master_port = 29500;
   if (c.max_nodes > 1 && c.rdzv_backend == "static") {
@@ -370,38 +417,44 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
 }
 
 std::string cli_help() {
-  return R"(usage: ddprun [options] training_script [training_script_args ...]
-
-A torchrun-compatible launcher. Every option has torchrun's name in both spellings (--nproc_per_node
-and --nproc-per-node) and falls back to the PET_<NAME> environment variable (the command line wins).
-
-  --nnodes N|MIN:MAX          number of nodes (one node in this version)
-  --nproc_per_node N|auto|cpu|gpu
-  --standalone                single node, local store on a free port, random run id
-  --rdzv_backend static|c10d  --rdzv_endpoint HOST[:PORT]  --rdzv_id ID  --rdzv_conf K=V,...
-  --max_restarts N            restarts of the worker group before giving up (default 0)
-  --monitor_interval S        accepted for compatibility; exits are seen as events
-  --start_method M            accepted for compatibility (spawn, fork, forkserver)
-  --role NAME                 ROLE_NAME and console prefix (default "default")
-  -m, --module                run the script as `python -m`
-  --no_python                 run the script as an executable
-  --run_path                  run the script with `python` (runpy.run_path semantics)
-  --log_dir DIR               <DIR>/<run_id>_<rand>/attempt_<n>/<local_rank>/{stdout,stderr}.log,error.json
-  -r, --redirects 0-3|R:V,... redirect stdout (1), stderr (2) or both (3) to the log files
-  -t, --tee 0-3|R:V,...       like --redirects, and also to the console with a [role rank]: prefix
-  --local_ranks_filter R,...  local ranks whose output reaches the console
-  --node_rank N  --master_addr ADDR  --master_port PORT (static backend; 0 = a free port)
-  --local_addr ADDR
-  --signals_to_handle LIST    signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)
-  --shutdown_timeout S        seconds from SIGTERM to SIGKILL when stopping workers (default 30)
-  --virtual_local_rank        LOCAL_RANK=0 and one CUDA device per worker
-
-Python scripts run as $PYTHON_EXEC (default python3) -u [-m] script args.
-
-Exit status: 0 every worker succeeded; 1 the worker group failed (after the restarts allowed);
-2 usage error; 3 the launch itself failed (e.g. the store port is taken); 128+N ddprun received
-signal N, forwarded it to the workers and shut down.
-)";
+  std::string out =
+      "usage: ddprun [options] training_script [training_script_args ...]\n\n"
+      "A torchrun-compatible launcher: one agent per node starts, watches and restarts the "
+      "workers.\nEvery option has torchrun's name in both spellings (--nproc_per_node, "
+      "--nproc-per-node) and\nfalls back to the PET_<NAME> variable (the command line wins).\n\n";
+  constexpr size_t kColumn = 34, kWidth = 100;
+  for (const OptionSpec& spec : option_table()) {
+    std::string names = spec.names;
+    for (size_t comma = names.find(','); comma != std::string::npos;
+         comma = names.find(',', comma + 2)) {
+      names.replace(comma, 1, ", ");
+    }
+    const std::string left = "  " + names + (spec.metavar ? std::string(" ") + spec.metavar : "");
+    if (left.size() >= kColumn) out += left + "\n";
+    // The help, word-wrapped to kWidth columns from kColumn on.
+    std::string line = left.size() < kColumn ? left + std::string(kColumn - left.size(), ' ')
+                                             : std::string(kColumn, ' ');
+    bool empty = true;
+    for (std::string_view words = spec.help; !words.empty();) {
+      const size_t space = words.find(' ');
+      const std::string_view word = words.substr(0, space);
+      if (!empty && line.size() + 1 + word.size() > kWidth) {
+        out += line + "\n";
+        line = std::string(kColumn, ' ');
+        empty = true;
+      }
+      line += (empty ? "" : " ") + std::string(word);
+      empty = false;
+      words = space == std::string_view::npos ? std::string_view() : words.substr(space + 1);
+    }
+    out += line + "\n";
+  }
+  out +=
+      "\nPython scripts run as $PYTHON_EXEC (default python3) -u [-m] script args.\n\n"
+      "Exit status: 0 every worker succeeded; 1 the worker group failed (after the restarts "
+      "allowed);\n2 usage error; 3 the launch itself failed (e.g. the store port is taken); "
+      "128+N ddprun received\nsignal N, forwarded it to the workers and shut down.\n";
+  return out;
 }
 
 }  // namespace ddprun::launcher

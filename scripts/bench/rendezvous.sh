@@ -2,8 +2,9 @@
 # Rendezvous benchmark: N agents as real processes on this machine, one worker each that records when
 # it started. Time = from the last agent's start to the last worker's start (median of RUNS), for the
 # c10d backend (--nnodes=N:N, the store in a standalone ddprund; torchrun's c10d store in its first
-# agent) and the static backend (node 0 hosting the store). torchrun is Debian's torch 1.13, run for the
-# N this machine holds. The last line states the c10d ratio at N=8.
+# agent) and the static backend (node 0 hosting the store). torchrun is torch 2.6's (Debian trixie's,
+# through scripts/torch2/python; the headline) and torch 1.13's (Debian bookworm's), run for the N this
+# machine holds. The last line states the c10d ratio against torch 2.6 at N=8.
 #   scripts/bench/rendezvous.sh            (NS="2 8 32 128 256", TORCHRUN_NS="2 8", RUNS=3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,16 +12,20 @@ NS=${NS:-"2 8 32 128 256"}
 TORCHRUN_NS=${TORCHRUN_NS:-"2 8"}
 RUNS=${RUNS:-3}
 bash scripts/install-deps.sh
+bash scripts/torch2-root.sh >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target ddprun ddprund >/dev/null
 DDPRUN=$PWD/build/launcher/ddprun
 TORCHRUN=${TORCHRUN:-"bash $(cd .. && pwd)/shared/tools/torchrun-ref"}
+TORCHRUN2="$PWD/scripts/torch2/python -m torch.distributed.run"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ulimit -n "$(ulimit -Hn)"
 
-one_run() {  # $1 launcher kind, $2 N, $3 backend; prints ms from the last agent start to the last worker start
-  local kind=$1 n=$2 backend=$3 d port store_pid=
+one_run() {  # $1 ddprun|torchrun|torchrun2, $2 N, $3 backend; prints ms from the last agent start to the last worker start
+  local kind=$1 n=$2 backend=$3 d port store_pid= launcher=$DDPRUN
+  [[ $kind == torchrun ]] && launcher="$TORCHRUN --monitor_interval=0.1"
+  [[ $kind == torchrun2 ]] && launcher="$TORCHRUN2 --monitor_interval=0.1"
   d=$(mktemp -d -p "$work")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   if [[ $backend == c10d && $kind == ddprun ]]; then
@@ -33,18 +38,12 @@ one_run() {  # $1 launcher kind, $2 N, $3 backend; prints ms from the last agent
   local pids=()
   for ((r = n - 1; r >= 0; r--)); do
     if [[ $backend == c10d ]]; then
-      local launcher=$DDPRUN
-      [[ $kind == torchrun ]] && launcher="$TORCHRUN --monitor_interval=0.1"
       $launcher --nnodes="$n:$n" --nproc_per_node=1 --rdzv_backend=c10d --rdzv_id=bench \
         --rdzv_endpoint="127.0.0.1:$port" --rdzv_conf=join_timeout=120 \
         --no_python /bin/sh -c "date +%s%N > $d/w.\$RANK" >/dev/null 2>&1 &
-    elif [[ $kind == ddprun ]]; then
-      $DDPRUN --nnodes="$n" --node_rank=$r --nproc_per_node=1 --master_port="$port" \
-        --rdzv_conf=join_timeout=120 --no_python /bin/sh -c "date +%s%N > $d/w.\$RANK" \
-        >/dev/null 2>&1 &
     else
-      $TORCHRUN --nnodes="$n" --node_rank=$r --nproc_per_node=1 --master_port="$port" \
-        --monitor_interval=0.1 --no_python /bin/sh -c "date +%s%N > $d/w.\$RANK" \
+      $launcher --nnodes="$n" --node_rank=$r --nproc_per_node=1 --master_port="$port" \
+        --rdzv_conf=join_timeout=120 --no_python /bin/sh -c "date +%s%N > $d/w.\$RANK" \
         >/dev/null 2>&1 &
     fi
     pids+=($!)
@@ -63,18 +62,21 @@ PY
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "# rendezvous benchmark: last agent started -> every worker started (ms, median of $RUNS)"
-printf '%-6s %14s %14s %14s %14s\n' N torchrun-c10d ddprun-c10d torchrun-static ddprun-static
+printf '%-6s %13s %13s %13s %13s %13s %13s\n' N 2.6-c10d 1.13-c10d ddprun-c10d 2.6-static \
+  1.13-static ddprun-static
 for n in $NS; do
   row=()
   for backend in c10d static; do
-    t=-
+    t2=- t1=-
     if [[ " $TORCHRUN_NS " == *" $n "* ]]; then
-      t=$(for _ in $(seq "$RUNS"); do one_run torchrun "$n" $backend; done | median)
+      t2=$(for _ in $(seq "$RUNS"); do one_run torchrun2 "$n" $backend; done | median)
+      t1=$(for _ in $(seq "$RUNS"); do one_run torchrun "$n" $backend; done | median)
     fi
     d=$(for _ in $(seq "$RUNS"); do one_run ddprun "$n" $backend; done | median)
-    row+=("$t" "$d")
-    [[ $n == 8 && $backend == c10d ]] && { d8=$d; t8=$t; }
+    row+=("$t2" "$t1" "$d")
+    [[ $n == 8 && $backend == c10d ]] && { d8=$d; t8=$t2; }
   done
-  printf '%-6s %14s %14s %14s %14s\n' "$n" "${row[@]}"
+  printf '%-6s %13s %13s %13s %13s %13s %13s\n' "$n" "${row[@]}"
 done
-echo "rendezvous (c10d): at N=8 ddprun takes ${d8} ms, torchrun ${t8} ms ($(awk -v a="$t8" -v b="$d8" 'BEGIN{printf "%.0f", a/b}')x)"
+echo "rendezvous (c10d): at N=8 ddprun takes ${d8} ms, torch 2.6's torchrun ${t8} ms" \
+  "($(awk -v a="$t8" -v b="$d8" 'BEGIN{printf "%.0f", a/b}')x)"

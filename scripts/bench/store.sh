@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Store benchmark: ddprund against torch's own TCPStore server (Debian's torch 1.13, legacy dialect),
-# side by side in one run on this machine. Medians of RUNS runs; ratios are the evidence (absolute
-# numbers on a shared 2-core machine are noise). The last line states the headline ratio.
+# Store benchmark: ddprund against torch's own TCPStore server, of torch 2.6 (Debian trixie's, through
+# scripts/torch2/python; modern dialect; the headline) and of torch 1.13 (Debian bookworm's; legacy
+# dialect), side by side in one run on this machine. Each torch is measured with its own client and
+# dialect against its own server and against ddprund. Medians of RUNS runs; ratios are the evidence
+# (absolute numbers on a shared 2-core machine are noise). The last line states the headline ratio.
 #
 #   scripts/bench/store.sh            (RUNS=3 SECONDS_PER_RUN=2 by default)
 set -euo pipefail
@@ -9,10 +11,12 @@ cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-3}
 SECS=${SECONDS_PER_RUN:-2}
 bash scripts/install-deps.sh
+bash scripts/torch2-root.sh >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target ddprund store_load >/dev/null
 LOAD=build/scripts/bench/store_load
-PY=/usr/bin/python3
+PY1=/usr/bin/python3
+PY2=$PWD/scripts/torch2/python
 ulimit -n "$(ulimit -Hn)"
 
 work=$(mktemp -d)
@@ -33,9 +37,9 @@ start_ddprund() {
   printf -v "${1}_PORT" '%s' "$(head -1 "$work/$1.port")"
   printf -v "${1}_PID" '%s' "$pid"
 }
-start_torch() {
+start_torch() {  # $2: the python of the torch to host
   mkfifo "$work/$1.stdin"
-  $PY scripts/bench/torch_store_server.py <"$work/$1.stdin" >"$work/$1.port" 2>"$work/$1.log" &
+  $2 scripts/bench/torch_store_server.py <"$work/$1.stdin" >"$work/$1.port" 2>"$work/$1.log" &
   local pid=$!
   pids+=("$pid")
   exec {fd}>"$work/$1.stdin"  # held open: the server runs until this script exits
@@ -49,41 +53,56 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 start_ddprund dd
-start_torch tt
-echo "# store benchmark: ddprund vs torch 1.13 TCPStore server; median of $RUNS runs of ${SECS}s"
+start_torch t1 "$PY1"
+start_torch t2 "$PY2"
+echo "# store benchmark: ddprund vs torch's TCPStore server (2.6 and 1.13); median of $RUNS runs of ${SECS}s"
 echo "# machine: $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
+# Each torch with its own python and dialect: "VERSION PYTHON TORCH_SERVER_PORT DIALECT".
+torches=("2.6 $PY2 $t2_PORT modern" "1.13 $PY1 $t1_PORT legacy")
 echo
 echo "## torch's Python client, set/get/add of 64-byte values (ops/s, all processes together)"
-printf '%-10s %12s %12s %8s\n' processes torch ddprund ratio
-for procs in 1 4; do
-  t=$(runs $PY scripts/bench/torch_client_load.py --port "$tt_PORT" --procs "$procs" --seconds "$SECS")
-  d=$(runs $PY scripts/bench/torch_client_load.py --port "$dd_PORT" --procs "$procs" --seconds "$SECS")
-  printf '%-10s %12s %12s %7sx\n' "$procs" "$t" "$d" "$(ratio "$d" "$t")"
+printf '%-6s %-10s %12s %12s %8s\n' torch processes torch ddprund ratio
+for t in "${torches[@]}"; do
+  read -r version py tport _ <<<"$t"
+  for procs in 1 4; do
+    a=$(runs $py scripts/bench/torch_client_load.py --port "$tport" --procs "$procs" --seconds "$SECS")
+    b=$(runs $py scripts/bench/torch_client_load.py --port "$dd_PORT" --procs "$procs" --seconds "$SECS")
+    printf '%-6s %-10s %12s %12s %7sx\n' "$version" "$procs" "$a" "$b" "$(ratio "$b" "$a")"
+  done
 done
 echo
-echo "## ddprun's C++ client (legacy dialect, one thread), set/get/add of 64-byte values (ops/s)"
-printf '%-12s %12s %12s %8s\n' connections torch ddprund ratio
-for conns in 1 16 64; do
-  t=$(runs $LOAD ops --port "$tt_PORT" --dialect legacy --connections "$conns" --seconds "$SECS")
-  d=$(runs $LOAD ops --port "$dd_PORT" --dialect legacy --connections "$conns" --seconds "$SECS")
-  printf '%-12s %12s %12s %7sx\n' "$conns" "$t" "$d" "$(ratio "$d" "$t")"
-  ratio64=$(ratio "$d" "$t")
+echo "## ddprun's C++ client (one thread, each torch's dialect), set/get/add of 64-byte values (ops/s)"
+printf '%-6s %-12s %12s %12s %8s\n' torch connections torch ddprund ratio
+for t in "${torches[@]}"; do
+  read -r version _ tport dialect <<<"$t"
+  for conns in 1 16 64; do
+    a=$(runs $LOAD ops --port "$tport" --dialect "$dialect" --connections "$conns" --seconds "$SECS")
+    b=$(runs $LOAD ops --port "$dd_PORT" --dialect "$dialect" --connections "$conns" --seconds "$SECS")
+    printf '%-6s %-12s %12s %12s %7sx\n' "$version" "$conns" "$a" "$b" "$(ratio "$b" "$a")"
+    [[ $version == 2.6 ]] && ratio64=$(ratio "$b" "$a")
+  done
 done
 echo
 echo "## 2,000 clients connect at once, each does one set and one get (ms until the last is served)"
-t=$(runs $LOAD connect --port "$tt_PORT" --dialect legacy --connections 2000)
-d=$(runs $LOAD connect --port "$dd_PORT" --dialect legacy --connections 2000)
-printf 'torch %s ms, ddprund %s ms, ddprund/torch time %sx\n' "$t" "$d" "$(ratio "$d" "$t")"
+for t in "${torches[@]}"; do
+  read -r version _ tport dialect <<<"$t"
+  a=$(runs $LOAD connect --port "$tport" --dialect "$dialect" --connections 2000)
+  b=$(runs $LOAD connect --port "$dd_PORT" --dialect "$dialect" --connections 2000)
+  printf 'torch %s: torch %s ms, ddprund %s ms, ddprund/torch time %sx\n' "$version" "$a" "$b" \
+    "$(ratio "$b" "$a")"
+done
 echo
 echo "## memory (RSS growth of the server process)"
 start_ddprund mdd
-start_torch mtt
-for name in mtt mdd; do
+start_torch mt1 "$PY1"
+start_torch mt2 "$PY2"
+for name in mt2 mt1 mdd; do
   port_var=${name}_PORT pid_var=${name}_PID
   port=${!port_var} pid=${!pid_var}
+  dialect=$([[ $name == mt1 ]] && echo legacy || echo modern)
   before=$(rss_kib "$pid")
   mkfifo "$work/$name.hold"
-  $LOAD hold --port "$port" --dialect legacy --connections 2000 <"$work/$name.hold" >"$work/$name.held" &
+  $LOAD hold --port "$port" --dialect "$dialect" --connections 2000 <"$work/$name.hold" >"$work/$name.held" &
   holder=$!
   exec {hold_fd}>"$work/$name.hold"
   until grep -q ready "$work/$name.held" 2>/dev/null; do kill -0 "$holder"; sleep 0.05; done
@@ -91,11 +110,11 @@ for name in mtt mdd; do
   exec {hold_fd}>&-
   wait "$holder"
   base=$(rss_kib "$pid")
-  $LOAD fill --port "$port" --dialect legacy --keys 100000 >/dev/null
+  $LOAD fill --port "$port" --dialect "$dialect" --keys 100000 >/dev/null
   filled=$(rss_kib "$pid")
-  label=$([[ $name == mdd ]] && echo ddprund || echo torch)
-  printf '%-8s %6d bytes per idle connection (2,000 held), %4d bytes per key (100,000 keys, 64-byte values)\n' \
+  label=$(case $name in mdd) echo ddprund ;; mt1) echo "torch 1.13" ;; *) echo "torch 2.6" ;; esac)
+  printf '%-10s %6d bytes per idle connection (2,000 held), %4d bytes per key (100,000 keys, 64-byte values)\n' \
     "$label" $(((held - before) * 1024 / 2000)) $(((filled - base) * 1024 / 100000))
 done
 echo
-echo "store: ddprund/torch aggregate ops/s at 64 connections (C++ client, legacy dialect): ${ratio64}x"
+echo "store: ddprund/torch 2.6 aggregate ops/s at 64 connections (C++ client, modern dialect): ${ratio64}x"

@@ -1,4 +1,4 @@
-"""Hosts torch's own TCPStore server (Debian's torch 1.13) on a port the OS picks; prints the port,
+"""Hosts torch's own TCPStore server (of the python that runs it) on a port the OS picks; prints the port,
 then serves until stdin closes."""
 import datetime
 import sys

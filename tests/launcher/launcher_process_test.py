@@ -92,7 +92,8 @@ def case_env_parity():
         (["--standalone", "--nproc_per_node=2"], 2,
          {"MASTER_ADDR", "TORCHELASTIC_RUN_ID"} |
          ({"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set())),
-        (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_id=job8", "--nproc_per_node=2"], 2,
+        (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_id=job8", "--nproc_per_node=2",
+          "--rdzv_conf=last_call_timeout=1"], 2,
          {"MASTER_ADDR"} | ({"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set())),
     ]
     for flags, nproc, differs in flag_sets:
@@ -264,8 +265,8 @@ def case_pet_variables_configure_ddprun():
             env={"PET_NPROC_PER_NODE": "3", "PET_STANDALONE": "1", "PET_ROLE": "trainer"})
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split("\n")[:-1]) == [f"{i}/3 trainer" for i in range(3)], r.stdout
-    r = run(["--nproc_per_node=1", "--no_python", "/bin/true"], env={"PET_STANDALONE": "yes"})
-    assert r.returncode == 2 and "PET_STANDALONE" in r.stderr, r.stderr
+    r = run(["--nproc_per_node=1", "--no_python", "/bin/true"], env={"PET_STANDALONE": "perhaps"})
+    assert r.returncode == 2 and "PET_STANDALONE: invalid boolean value 'perhaps'" in r.stderr, r.stderr
     print("PET_* variables configure ddprun, the command line wins, bad values are usage errors: passed")
 
 

@@ -37,9 +37,64 @@ TEST_CASE("cli: PET_ variables are fallbacks and the command line wins", "[cli]"
   CHECK(overridden.role == "x");
 }
 
-TEST_CASE("cli: a boolean PET_ variable must be an integer, as in torchrun", "[cli]") {
-  CHECK_THROWS_AS(parse({"train.py"}, {{"PET_STANDALONE", "true"}}), UsageError);
-  CHECK_FALSE(parse({"train.py"}, {{"PET_NO_PYTHON", "0"}}).no_python);
+TEST_CASE("cli: booleans read one way in PET_ flags and rdzv_conf is_host", "[cli]") {
+  // torchrun reads PET_ flags with int() (so "true" crashes it) and is_host with its own list.
+  for (const char* yes : {"1", "2", "true", "True", "t", "yes", "Y"}) {
+    INFO(yes);
+    CHECK(parse({"train.py"}, {{"PET_STANDALONE", yes}}).standalone);
+    CHECK(make_agent_config(parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+                                   std::string("--rdzv_conf=is_host=") + yes, "t.py"}),
+                            {}, nullptr)
+              .host_store == ddprun::agent::AgentConfig::HostStore::kYes);
+  }
+  for (const char* no : {"0", "false", "F", "no", "n"}) {
+    INFO(no);
+    CHECK_FALSE(parse({"train.py"}, {{"PET_NO_PYTHON", no}}).no_python);
+    CHECK(make_agent_config(parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+                                   std::string("--rdzv_conf=is_host=") + no, "t.py"}),
+                            {}, nullptr)
+              .host_store == ddprun::agent::AgentConfig::HostStore::kNo);
+  }
+  CHECK_THROWS_WITH(parse({"train.py"}, {{"PET_STANDALONE", "maybe"}}),
+                    Catch::Contains("PET_STANDALONE: invalid boolean value 'maybe'"));
+  CHECK_THROWS_WITH(parse({"--rdzv_conf=is_host=", "t.py"}),
+                    Catch::Contains("is_host: invalid boolean value ''"));
+}
+
+TEST_CASE("cli: every rdzv_conf value is checked for its kind up front", "[cli]") {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"keep_alive_max_attempt=x", "keep_alive_max_attempt: invalid int value 'x'"},
+      {"keep_alive_max_attempt=0", "must be at least 1"},
+      {"keep_alive_interval=soon", "keep_alive_interval: invalid float value 'soon'"},
+      {"read_timeout=-2", "read_timeout: invalid seconds value '-2'"},
+      {"last_call_timeout=nan", "invalid float value 'nan'"},
+      {"is_host=perhaps", "is_host: invalid boolean value 'perhaps'"},
+  };
+  for (const auto& [conf, message] : bad) {
+    INFO(conf);
+    CHECK_THROWS_WITH(parse({"--rdzv_conf=" + conf, "t.py"}), Catch::Contains(message));
+  }
+  const auto a = make_agent_config(
+      parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+             "--rdzv_conf=keep_alive_interval=0.25,keep_alive_max_attempt=4", "t.py"}),
+      {}, nullptr);
+  CHECK(a.heartbeat_timeout == std::chrono::milliseconds(1000));
+}
+
+TEST_CASE("cli: --help lists every option of the table, both spellings", "[cli]") {
+  const std::string help = cli_help();
+  for (const char* name :
+       {"--nnodes N|MIN:MAX", "--nproc_per_node, --nproc-per-node", "--rdzv_conf, --rdzv-conf",
+        "-m, --module", "--no_python, --no-python", "--logs_specs, --logs-specs",
+        "--virtual_local_rank, --virtual-local-rank", "--shutdown_timeout, --shutdown-timeout"}) {
+    CHECK_THAT(help, Catch::Contains(name));
+  }
+  CHECK_THAT(help, !Catch::Contains("one node in this version"));
+  for (size_t start = 0, end; (end = help.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    INFO(help.substr(start, end - start));
+    CHECK(end - start <= 100);
+  }
 }
 
 TEST_CASE("cli: the script's own arguments pass untouched", "[cli]") {
@@ -76,7 +131,7 @@ TEST_CASE("cli: standalone is a single-node c10d job on a free port with a fresh
 TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--nproc_per_node=0", "t.py"}, "must be positive"},
-      {{"--nproc_per_node=two", "t.py"}, "invalid value 'two'"},
+      {{"--nproc_per_node=two", "t.py"}, "invalid int value 'two'"},
       {{"--nnodes=3:2", "t.py"}, "MIN:MAX"},
       {{"--max_restarts=-1", "t.py"}, "must not be negative"},
       {{"--master_port=70000", "t.py"}, "not a TCP port"},
@@ -152,6 +207,8 @@ TEST_CASE("cli: a static multi-node job needs a node rank in range and a findabl
   CHECK_THROWS_WITH(parse({"--nnodes=2", "--master_port=0", "t.py"}),
                     Catch::Contains("cannot be found"));
   CHECK_THROWS_WITH(parse({"--rdzv_conf=join_timeout=-1", "t.py"}),
+                    Catch::Contains("join_timeout: invalid seconds value '-1'"));
+  CHECK_THROWS_WITH(parse({"--rdzv_conf=join_timeout=0", "t.py"}),
                     Catch::Contains("positive seconds"));
 }
 

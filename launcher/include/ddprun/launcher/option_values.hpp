@@ -1,0 +1,22 @@
+#pragma once
+// Reading option text as values, one way for each kind, wherever the text comes from: the command
+// line, a PET_* variable or a --rdzv_conf entry. Each throws UsageError naming `what` and the text.
+#include <chrono>
+#include <string_view>
+
+namespace ddprun::launcher {
+
+// torchrun's spellings (RendezvousParameters.get_as_bool): 1/true/t/yes/y and 0/false/f/no/n in
+// any case, and any integer (non-zero is true: argparse_util reads PET_ flags as int()).
+bool parse_bool(std::string_view text, std::string_view what);
+
+// A whole decimal integer, nothing before or after it.
+long parse_integer(std::string_view text, std::string_view what);
+
+// A finite decimal number ("0.1", "2", "1e-3").
+double parse_double(std::string_view text, std::string_view what);
+
+// Non-negative seconds, fractions allowed, as milliseconds.
+std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what);
+
+}  // namespace ddprun::launcher

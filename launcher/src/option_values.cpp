@@ -1,0 +1,59 @@
+#include "ddprun/launcher/option_values.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ddprun/launcher/launch_config.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+[[noreturn]] void invalid(std::string_view what, std::string_view kind, std::string_view text) {
+  throw UsageError(fmt::format("argument {}: invalid {} value '{}'", what, kind, text));
+}
+
+}  // namespace
+
+long parse_integer(std::string_view text, std::string_view what) {
+  long value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) invalid(what, "int", text);
+  return value;
+}
+
+double parse_double(std::string_view text, std::string_view what) {
+  const std::string s(text);
+  try {
+    size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used == s.size() && std::isfinite(v) && !std::isspace(static_cast<unsigned char>(s[0])))
+      return v;
+  } catch (const std::exception&) {
+  }
+  invalid(what, "float", text);
+}
+
+bool parse_bool(std::string_view text, std::string_view what) {
+  std::string v(text);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (v == "true" || v == "t" || v == "yes" || v == "y") return true;
+  if (v == "false" || v == "f" || v == "no" || v == "n") return false;
+  long n = 0;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) invalid(what, "boolean", text);
+  return n != 0;
+}
+
+std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what) {
+  const double s = parse_double(text, what);
+  if (s < 0 || s > 1e9) invalid(what, "seconds", text);
+  return std::chrono::milliseconds(std::llround(s * 1000));
+}
+
+}  // namespace ddprun::launcher
