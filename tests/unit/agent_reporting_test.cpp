@@ -45,10 +45,11 @@ TEST_CASE("worker env: torchrun's contract over the agent's environment", "[agen
   CHECK_FALSE(env.contains("CUDA_VISIBLE_DEVICES"));
 }
 
-TEST_CASE("worker env: torch 1.13's NCCL_ASYNC_ERROR_HANDLING is passed on, never added", "[agent]") {
+TEST_CASE("worker env: torch 1.13's NCCL_ASYNC_ERROR_HANDLING is passed on, never added",
+          "[agent]") {
   const WorkerIdentity id{0, 0, 1, 1, 0, 0, 0, 1};
-  CHECK_FALSE(worker_environment({}, AttemptEnvironment{}, id, "").contains(
-      "NCCL_ASYNC_ERROR_HANDLING"));
+  CHECK_FALSE(
+      worker_environment({}, AttemptEnvironment{}, id, "").contains("NCCL_ASYNC_ERROR_HANDLING"));
   const auto env = worker_environment(
       {{"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}},
       AttemptEnvironment{}, id, "");
