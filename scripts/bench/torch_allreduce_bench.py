@@ -1,4 +1,4 @@
-"""torch side of scripts/bench/allreduce.sh (Debian's torch 1.13, gloo); run under ddprun.
+"""torch side of scripts/bench/allreduce.sh (gloo, the torch of the python that runs it); run under ddprun.
     busbw MIB...     -> "allreduce BYTES MEDIAN_SECONDS" per size
     ddp COUNTS_FILE  -> "ddp S": DDP backward step over 1-D parameters of those element counts
 """
