@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <functional>
-#include <random>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -13,14 +12,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
-#include "ddprun/agent/elastic_coordinator.hpp"
-#include "ddprun/agent/node_coordinator.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/local_address.hpp"
-#include "ddprun/rendezvous/store_server.hpp"
+#include "failure_json.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -70,14 +65,14 @@ StreamTarget plan_stream(bool tee, bool redirect, bool on_console, const fs::pat
   return {};
 }
 
-std::vector<WorkerLaunch> plan_attempt(const AgentConfig& cfg, const fs::path& attempt_dir,
-                                       const NodePlacement& place, int master_port) {
-  const int restart = place.attempt;
+std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& attempt_dir,
+                                     const rendezvous::Round& round,
+                                     const rendezvous::WorkerStoreAddress& master) {
   AttemptEnvironment attempt;
   attempt.role = cfg.role;
-  attempt.master_addr = cfg.master_addr;
-  attempt.master_port = master_port;
-  attempt.restart_count = restart;
+  attempt.master_addr = master.addr;
+  attempt.master_port = master.port;
+  attempt.restart_count = round.restart_count;
   attempt.max_restarts = cfg.max_restarts;
   attempt.run_id = cfg.run_id;
   attempt.virtual_local_rank = cfg.virtual_local_rank;
@@ -85,9 +80,15 @@ std::vector<WorkerLaunch> plan_attempt(const AgentConfig& cfg, const fs::path& a
   std::vector<WorkerLaunch> launches(cfg.nproc);
   for (int r = 0; r < cfg.nproc; ++r) {
     WorkerLaunch& l = launches[r];
-    const int rank = place.base_rank + r;
-    l.id = WorkerIdentity{
-        r, rank, place.world_size, cfg.nproc, cfg.node_rank, cfg.num_nodes, rank, place.world_size};
+    const int rank = round.base_rank + r;
+    l.id = WorkerIdentity{r,
+                          rank,
+                          round.world_size,
+                          cfg.nproc,
+                          round.node_rank,
+                          round.num_nodes,
+                          rank,
+                          round.world_size};
     const fs::path dir = attempt_dir / std::to_string(r);
     fs::create_directories(dir);
     l.error_file = (dir / "error.json").string();
@@ -106,22 +107,20 @@ std::vector<WorkerLaunch> plan_attempt(const AgentConfig& cfg, const fs::path& a
 struct Run {
   const AgentConfig& cfg;
   fs::path run_dir;
-  rendezvous::StoreServer* store;  // null on nodes other than node 0 of a multi-node job
+  std::shared_ptr<rendezvous::Rendezvous> rdzv;
   WorkerGroup& group;
   int& signaled;
   asio::any_io_executor ex;
 
-  // Runs one attempt of the local group while `event` (a coordinator's wait for a reason to stop:
-  // another node failed, left or joined) watches; an event stops the workers for the restart.
-  // Returns the group's result and the event's reason, if one came first. The watcher may outlive
-  // this call: what it shares lives on the heap, and it keeps `session` (which `event` runs on)
-  // alive.
+  // Runs one round of the local group while the rendezvous watches for a reason to end it from
+  // outside (another node failed, left or joined); such a reason stops the workers. Returns the
+  // group's result and that reason, if one came first. The watcher may outlive this call: what it
+  // shares lives on the heap, and it keeps the rendezvous alive.
   //
   // Arguments are references to the caller's named objects, never temporaries: g++ 12 destroyed a
   // temporary argument of a co_await'ed call twice (a shared_ptr released twice: use-after-free).
   asio::awaitable<std::pair<GroupResult, std::string>> run_watched(
-      std::vector<WorkerLaunch>& launches, asio::awaitable<std::string>& event,
-      const std::shared_ptr<JobSession>& session) {
+      std::vector<WorkerLaunch>& launches, const rendezvous::Round& round) {
     struct Watch {
       bool group_done = false;
       std::string why;
@@ -129,11 +128,10 @@ struct Run {
     auto watch = std::make_shared<Watch>();
     asio::co_spawn(
         ex,
-        [watch, session, event = std::move(event),
-         &group = group]() mutable -> asio::awaitable<void> {
+        [watch, rdzv = rdzv, round, &group = group]() mutable -> asio::awaitable<void> {
           std::string why;
           try {
-            why = co_await std::move(event);
+            why = co_await rdzv->interruption(round);
           } catch (const std::exception& e) {
             why = e.what();
           }
@@ -146,212 +144,58 @@ struct Run {
         asio::detached);
     GroupResult r = co_await group.run(std::move(launches));
     watch->group_done = true;
-    session->stop_waiting();
+    rdzv->stop_waiting();
     co_return std::pair{std::move(r), watch->why};
   }
 
   asio::awaitable<AgentOutcome> run() {
-    if (cfg.elastic) return elastic();
-    return cfg.num_nodes > 1 ? multi_node() : attempts();
-  }
-
-  // Elastic: rounds of a changing set of nodes (elastic_coordinator.hpp).
-  asio::awaitable<AgentOutcome> elastic() {
-    ElasticSpec spec;
-    spec.session = SessionSpec{cfg.run_id, cfg.rdzv_host, cfg.rdzv_port, cfg.join_timeout,
-                               cfg.heartbeat_timeout};
-    spec.node_id = fmt::format("{}_{}_{:x}", host_name(), ::getpid(), std::random_device{}());
-    spec.min_nodes = cfg.min_nodes;
-    spec.max_nodes = cfg.max_nodes;
-    spec.nproc = cfg.nproc;
-    spec.host = host_name();
-    spec.last_call_timeout = cfg.last_call_timeout;
-    spec.barrier_timeout = cfg.exit_barrier_timeout;
-    std::shared_ptr<ElasticCoordinator> coord = co_await ElasticCoordinator::join(ex, spec);
+    std::exception_ptr error;
     AgentOutcome out;
     try {
-      out = co_await elastic_rounds(coord);
+      co_await rdzv->join();
+      out = co_await rounds();
     } catch (...) {
-      coord->leave();
-      throw;
+      error = std::current_exception();
     }
-    if (store != nullptr && out.state != AgentOutcome::State::kSignaled) {
-      try {  // the store lives in this agent: it stays until the others have read the outcome
-        co_await coord->outlast_peers(
-            std::min<std::chrono::milliseconds>(cfg.join_timeout, std::chrono::seconds(30)));
-      } catch (const std::exception&) {
-      }
-    }
-    coord->leave();
+    co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
+    if (error) std::rethrow_exception(error);
     co_return out;
   }
 
-  // The restart budget is spent: every node prints the failures of the round that spent it.
-  asio::awaitable<AgentOutcome> job_failed(std::shared_ptr<ElasticCoordinator> coord,
-                                           const std::string& interrupted_by) {
+  // The one round loop, whatever the backend.
+  asio::awaitable<AgentOutcome> rounds() {
     AgentOutcome out;
     out.run_log_dir = run_dir.string();
-    const auto failures = co_await coord->failures(cfg.max_restarts);
-    out.summary = failures.empty()
-                      ? fmt::format("{} FAILED: {}, and no restarts remain\n", cfg.entrypoint_name,
-                                    interrupted_by.empty() ? "the job failed" : interrupted_by)
-                      : format_failure_summary(cfg.entrypoint_name, host_name(), failures);
-    out.state = AgentOutcome::State::kFailed;
-    co_return out;
-  }
-
-  asio::awaitable<AgentOutcome> elastic_rounds(std::shared_ptr<ElasticCoordinator> coord) {
-    AgentOutcome out;
-    out.run_log_dir = run_dir.string();
-    std::string interrupted_by;
-    bool ran = false;
+    std::string interrupted_by;  // why the last round was stopped from outside, if it was
+    int last_restart_count = 0;
     for (;;) {
       if (signaled != 0) {
         out.state = AgentOutcome::State::kSignaled;
         out.signal = signaled;
         co_return out;
       }
-      if (coord->restarts() > cfg.max_restarts) {
-        if (!coord->closed()) co_await coord->close("failed");
-        co_return co_await job_failed(coord, interrupted_by);
-      }
-      const std::optional<ElasticRound> round = co_await coord->next_round();
-      if (!round) {
-        const std::string why = coord->closed().value_or("closed");
-        if (ran && why == "succeeded") {
-          out.state = AgentOutcome::State::kSucceeded;
-        } else if (why == "failed") {
-          co_return co_await job_failed(coord, interrupted_by);
-        } else {
-          out.state = AgentOutcome::State::kLaunchError;
-          out.summary = fmt::format("the job '{}' has already ended ({}); this node takes no part",
-                                    cfg.run_id, why);
-        }
-        co_return out;
-      }
-      spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
-                   round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
-                   round->world_size);
-      // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
-      std::unique_ptr<rendezvous::StoreServer> worker_store;
-      if (round->node_rank == 0) {
-        worker_store = std::make_unique<rendezvous::StoreServer>(
-            static_cast<asio::io_context&>(ex.context()), rendezvous::ServerOptions{});
-        const std::string addr =
-            cfg.local_addr.empty() ? rendezvous::local_address_towards(cfg.rdzv_host, cfg.rdzv_port)
-                                   : cfg.local_addr;
-        co_await coord->publish_master(*round, addr, worker_store->port());
-      }
-      const auto [master_addr, master_port] = co_await coord->master(*round);
-      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restarts);
-      fs::remove_all(attempt_dir);
-      const NodePlacement place{round->restarts, round->base_rank, round->world_size};
-      AgentConfig round_cfg = cfg;
-      round_cfg.node_rank = round->node_rank;
-      round_cfg.num_nodes = round->num_nodes;
-      round_cfg.master_addr = master_addr;
-      ran = true;
-      std::vector<WorkerLaunch> launches = plan_attempt(round_cfg, attempt_dir, place, master_port);
-      asio::awaitable<std::string> event = coord->membership_event(*round);
-      const std::shared_ptr<JobSession> session = coord;
-      auto [r, why] = co_await run_watched(launches, event, session);
-      if (!why.empty()) interrupted_by = why;
-      switch (r.state) {
-        case GroupResult::State::kSucceeded:
-          if (co_await coord->exit_barrier(*round)) {
-            co_await coord->close("succeeded");
-            out.state = AgentOutcome::State::kSucceeded;
-            co_return out;
-          }
-          spdlog::warn("another node failed while this one waited at the exit barrier");
-          break;
-        case GroupResult::State::kStopped:
-          out.state = AgentOutcome::State::kSignaled;
-          out.signal = r.stop_signal;
-          co_return out;
-        case GroupResult::State::kFailed:
-          co_await coord->report_failure(*round, r.failures);
-          break;
-        case GroupResult::State::kInterrupted:
-          co_await coord->end_round(*round, false);  // membership changed: not a restart
-          break;
-      }
-    }
-  }
-
-  // Multi-node: attempts are job-wide, agreed through the store (node_coordinator.hpp).
-  asio::awaitable<AgentOutcome> multi_node() {
-    std::shared_ptr<NodeCoordinator> coord = co_await join();
-    AgentOutcome out;
-    try {
-      out = co_await multi_node_attempts(coord);
-    } catch (...) {
-      coord->leave();
-      throw;
-    }
-    // The store lives in node 0's agent: it stays until the others have read the outcome.
-    if (cfg.node_rank == 0 && out.state != AgentOutcome::State::kSignaled) {
-      try {
-        co_await coord->outlast_peers(
-            std::min<std::chrono::milliseconds>(cfg.join_timeout, std::chrono::seconds(30)));
-      } catch (const std::exception&) {
-      }
-    }
-    coord->leave();
-    co_return out;
-  }
-
-  asio::awaitable<std::shared_ptr<NodeCoordinator>> join() {
-    NodeSpec spec;
-    spec.run_id = cfg.run_id;
-    spec.node_rank = cfg.node_rank;
-    spec.num_nodes = cfg.num_nodes;
-    spec.nproc = cfg.nproc;
-    spec.host = host_name();
-    spec.store_host = cfg.master_addr;
-    spec.store_port = cfg.store_port;
-    spec.join_timeout = cfg.join_timeout;
-    spec.heartbeat_timeout = cfg.heartbeat_timeout;
-    spec.barrier_timeout = cfg.exit_barrier_timeout;
-    co_return co_await NodeCoordinator::join(ex, spec);
-  }
-
-  asio::awaitable<AgentOutcome> multi_node_attempts(std::shared_ptr<NodeCoordinator> coord) {
-    AgentOutcome out;
-    out.run_log_dir = run_dir.string();
-    std::string interrupted_by;  // why the last attempt was stopped from outside, if it was
-    for (;;) {
-      if (signaled != 0) {
-        out.state = AgentOutcome::State::kSignaled;
-        out.signal = signaled;
-        co_return out;
-      }
-      // The budget is checked before waiting for the nodes: those that failed may have left.
-      if (const int attempt = coord->attempt(); attempt > cfg.max_restarts) {
-        // Every node prints the same summary: all nodes' failures of the last attempt.
-        const auto failures = co_await coord->failures(attempt - 1);
-        out.summary = failures.empty()
-                          ? fmt::format("{} FAILED: {}, and no restarts remain\n",
-                                        cfg.entrypoint_name, interrupted_by)
-                          : format_failure_summary(cfg.entrypoint_name, host_name(), failures);
-        out.state = AgentOutcome::State::kFailed;
-        co_return out;
-      }
-      const NodePlacement place = co_await coord->placement();
-      if (place.attempt > 0) {
-        spdlog::warn("job restarts: attempt {} of at most {} restarts", place.attempt,
+      const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
+      if (!round) co_return co_await job_ended(interrupted_by);
+      if (round->restart_count > last_restart_count) {
+        spdlog::warn("restarting the workers (restart {} of at most {})", round->restart_count,
                      cfg.max_restarts);
+        last_restart_count = round->restart_count;
       }
-      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", place.attempt);
+      if (round->num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
+        spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
+                     round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
+                     round->world_size);
+      }
+      const rendezvous::WorkerStoreAddress master = co_await rdzv->worker_store(*round);
+      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      std::vector<WorkerLaunch> launches = plan_attempt(cfg, attempt_dir, place, cfg.store_port);
-      asio::awaitable<std::string> event = coord->peer_event(place.attempt);
-      const std::shared_ptr<JobSession> session = coord;
-      auto [r, why] = co_await run_watched(launches, event, session);
+      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, master);
+      auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       switch (r.state) {
         case GroupResult::State::kSucceeded:
-          if (co_await coord->exit_barrier(place.attempt)) {
+          if (co_await rdzv->exit_barrier(*round)) {
+            co_await rdzv->close("succeeded");
             out.state = AgentOutcome::State::kSucceeded;
             co_return out;
           }
@@ -362,51 +206,45 @@ struct Run {
           out.signal = r.stop_signal;
           co_return out;
         case GroupResult::State::kFailed:
-          co_await coord->report_failure(place.attempt, r.failures);
+          co_await rdzv->report_failure(*round, failures_to_json(r.failures));
           break;
         case GroupResult::State::kInterrupted:
-          co_await coord->advance(place.attempt);  // a node left: that costs the job a restart
+          co_await rdzv->end_round(*round);
           break;
       }
     }
   }
 
-  asio::awaitable<AgentOutcome> attempts() {
+  asio::awaitable<AgentOutcome> job_ended(const std::string& interrupted_by) {
     AgentOutcome out;
     out.run_log_dir = run_dir.string();
-    for (int restart = 0;; ++restart) {
-      if (signaled != 0) {
-        out.state = AgentOutcome::State::kSignaled;
-        out.signal = signaled;
-        co_return out;
-      }
-      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", restart);
-      fs::remove_all(attempt_dir);
-      // A restarted group must never read what the failed one wrote (torch >= 2.4 workers use no
-      // per-attempt prefix); this agent keeps nothing of its own in the store.
-      if (restart > 0) store->store().clear();
-      const NodePlacement place{restart, 0, cfg.nproc};
-      GroupResult r = co_await group.run(plan_attempt(cfg, attempt_dir, place, store->port()));
-      switch (r.state) {
-        case GroupResult::State::kSucceeded:
-          out.state = AgentOutcome::State::kSucceeded;
-          co_return out;
-        case GroupResult::State::kStopped:
-          out.state = AgentOutcome::State::kSignaled;
-          out.signal = r.stop_signal;
-          co_return out;
-        case GroupResult::State::kFailed:
-        case GroupResult::State::kInterrupted:  // (only multi-node jobs interrupt)
-          break;
-      }
-      out.summary = format_failure_summary(cfg.entrypoint_name, host_name(), r.failures);
-      if (restart >= cfg.max_restarts || signaled != 0) {
+    const rendezvous::JobEnd& end = rdzv->ending();
+    switch (end.kind) {
+      case rendezvous::JobEnd::Kind::kSucceeded:
+        out.state = AgentOutcome::State::kSucceeded;
+        break;
+      case rendezvous::JobEnd::Kind::kClosed:
+        out.state = AgentOutcome::State::kLaunchError;
+        out.summary = fmt::format("the job '{}' has already ended ({}); this node takes no part",
+                                  cfg.run_id, end.why);
+        break;
+      case rendezvous::JobEnd::Kind::kRestartsExhausted: {
+        // Every node prints the same summary: all nodes' failures of the round that spent the
+        // last restart.
+        std::vector<WorkerFailure> failures;
+        for (const auto& text : co_await rdzv->final_failures()) {
+          for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
+        }
+        out.summary =
+            failures.empty()
+                ? fmt::format("{} FAILED: {}, and no restarts remain\n", cfg.entrypoint_name,
+                              interrupted_by.empty() ? "the job failed" : interrupted_by)
+                : format_failure_summary(cfg.entrypoint_name, host_name(), failures);
         out.state = AgentOutcome::State::kFailed;
-        co_return out;
+        break;
       }
-      spdlog::warn("worker group failed; restarting it ({} of {} restarts)", restart + 1,
-                   cfg.max_restarts);
     }
+    co_return out;
   }
 };
 
@@ -416,43 +254,25 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   asio::io_context io(1);
   AgentOutcome outcome;
   fs::path run_dir;
-  std::unique_ptr<rendezvous::StoreServer> store;
+  rendezvous::RendezvousConfig rdzv_config = cfg.rdzv;
+  rdzv_config.run_id = cfg.run_id;
+  rdzv_config.nproc = cfg.nproc;
+  rdzv_config.max_restarts = cfg.max_restarts;
+  rdzv_config.host = host_name();
+  std::shared_ptr<rendezvous::Rendezvous> rdzv;
   try {
     const std::string base =
         cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
     fs::create_directories(base);
     run_dir = make_temp_dir((fs::path(base) / (cfg.run_id + "_XXXXXX")).string());
-    if (cfg.elastic) {
-      if (cfg.host_store != AgentConfig::HostStore::kNo) {
-        rendezvous::ServerOptions options;
-        options.port = static_cast<uint16_t>(cfg.rdzv_port);
-        try {
-          store = std::make_unique<rendezvous::StoreServer>(io, options);
-        } catch (const rendezvous::StoreError&) {
-          // Another agent on this host got there first: use its store.
-          if (cfg.host_store == AgentConfig::HostStore::kYes) throw;
-        }
-      }
-    } else if (cfg.node_rank == 0) {
-      rendezvous::ServerOptions options;
-      options.host = cfg.store_host;
-      options.port = static_cast<uint16_t>(cfg.store_port);
-      store = std::make_unique<rendezvous::StoreServer>(io, options);
-    }
+    rdzv = rendezvous::make_rendezvous(io, rdzv_config);
   } catch (const std::exception& e) {
     outcome.state = AgentOutcome::State::kLaunchError;
     outcome.summary = e.what();
     return outcome;
   }
-  if (cfg.elastic) {
-    spdlog::info("run {}: elastic {}:{} nodes, {} workers here, store {}:{}{}, logs in {}",
-                 cfg.run_id, cfg.min_nodes, cfg.max_nodes, cfg.nproc, cfg.rdzv_host, cfg.rdzv_port,
-                 store ? " (hosted here)" : "", run_dir.string());
-  } else {
-    spdlog::info("run {}: node {} of {}, {} workers, store {}:{}, logs in {}", cfg.run_id,
-                 cfg.node_rank, cfg.num_nodes, cfg.nproc, store ? "here on port" : cfg.master_addr,
-                 store ? store->port() : cfg.store_port, run_dir.string());
-  }
+  spdlog::info("run {}: {}, {} workers here, logs in {}", cfg.run_id, rdzv->describe(), cfg.nproc,
+               run_dir.string());
 
   WorkerGroup group(io, cfg.shutdown_timeout);
   int signaled = 0;
@@ -470,7 +290,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   };
   listen();
 
-  Run run{cfg, run_dir, store.get(), group, signaled, io.get_executor()};
+  Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor()};
   bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {
@@ -484,7 +304,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       outcome = std::move(result);
     }
     signals.cancel();
-    if (store) store->stop();
+    rdzv->abandon();
     finished = true;
   });
   while (!finished) io.run_one();

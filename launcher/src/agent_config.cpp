@@ -72,36 +72,37 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout.value_or(30));
   a.virtual_local_rank = c.virtual_local_rank;
 
-  if (c.rdzv_backend == "static") {
-    a.store_port = c.master_port.value_or(29500);
-    a.master_addr = c.master_addr;
-    a.num_nodes = c.max_nodes;
-    a.node_rank = c.node_rank;
-    a.join_timeout = seconds_or(c, "join_timeout", a.join_timeout);
-    a.heartbeat_timeout = heartbeat_timeout(c);
+  rendezvous::RendezvousConfig& r = a.rdzv;
+  r.backend = c.backend;
+  r.min_nodes = c.min_nodes;
+  r.max_nodes = c.max_nodes;
+  r.join_timeout = seconds_or(c, "join_timeout", r.join_timeout);
+  r.heartbeat_timeout = heartbeat_timeout(c);
+  if (c.backend == rendezvous::Backend::kStatic) {
+    // Node 0 hosts the store on every address; workers and the other nodes reach it at
+    // master_addr.
+    r.store_port = c.master_port.value_or(29500);
+    r.master_addr = c.master_addr;
+    r.endpoint_host = c.master_addr;
+    r.node_rank = c.node_rank;
   } else if (c.max_nodes > 1) {
-    a.elastic = true;
-    a.min_nodes = c.min_nodes;
-    a.max_nodes = c.max_nodes;
-    a.rdzv_host = c.rdzv_host;
-    a.rdzv_port = c.rdzv_port;
-    a.local_addr = c.local_addr;
-    a.join_timeout = seconds_or(c, "join_timeout", a.join_timeout);
-    a.heartbeat_timeout = heartbeat_timeout(c);
-    a.last_call_timeout = seconds_or(c, "last_call_timeout", a.last_call_timeout);
+    r.endpoint_host = c.rdzv_host;
+    r.endpoint_port = c.rdzv_port;
+    r.local_addr = c.local_addr;
+    r.last_call_timeout = seconds_or(c, "last_call_timeout", r.last_call_timeout);
     if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
-      a.host_store = parse_bool(it->second, "--rdzv_conf is_host")
-                         ? agent::AgentConfig::HostStore::kYes
-                         : agent::AgentConfig::HostStore::kNo;
+      r.host_store = parse_bool(it->second, "--rdzv_conf is_host")
+                         ? rendezvous::RendezvousConfig::HostStore::kYes
+                         : rendezvous::RendezvousConfig::HostStore::kNo;
     } else if (is_this_host(c.rdzv_host)) {
       // torchrun's heuristic: an endpoint naming this machine is hosted by one of its agents (the
       // first to bind); a standalone ddprund there holds the port already and is used instead.
-      a.host_store = agent::AgentConfig::HostStore::kIfFree;
+      r.host_store = rendezvous::RendezvousConfig::HostStore::kIfFree;
     }
   } else {
     // Single-node c10d: the store listens on the endpoint's port; workers reach it on this host.
-    a.store_port = c.rdzv_port;
-    a.master_addr = c.local_addr.empty() ? "127.0.0.1" : c.local_addr;
+    r.store_port = c.rdzv_port;
+    r.master_addr = c.local_addr.empty() ? "127.0.0.1" : c.local_addr;
   }
 
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.signals_to_handle;

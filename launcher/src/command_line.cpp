@@ -207,6 +207,15 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   return out;
 }
 
+rendezvous::Backend parse_backend(const std::string& name) {
+  if (name == "static") return rendezvous::Backend::kStatic;
+  if (name == "c10d") return rendezvous::Backend::kC10d;
+  if (name == "etcd" || name == "etcd-v2") {
+    throw UsageError(fmt::format("--rdzv_backend={} is not implemented yet", name));
+  }
+  throw UsageError(fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", name));
+}
+
 }  // namespace
 
 LaunchConfig parse_command_line(const std::vector<std::string>& args,
@@ -354,7 +363,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     c.rdzv_endpoint = "localhost:0";
     c.rdzv_id = random_run_id();
   }
-  if (c.rdzv_backend == "c10d" && !c.rdzv_endpoint.empty()) {
+  c.backend = parse_backend(c.rdzv_backend);
+  if (c.backend == rendezvous::Backend::kC10d && !c.rdzv_endpoint.empty()) {
     // host[:port], the host possibly an [IPv6] literal.
     const std::string& e = c.rdzv_endpoint;
     const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
@@ -381,14 +391,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       c.rdzv_port = p;
     }
   }
-  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    throw UsageError(fmt::format("--rdzv_backend={} is not implemented yet", c.rdzv_backend));
-  }
-  if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d") {
-    throw UsageError(
-        fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", c.rdzv_backend));
-  }
-  if (c.max_nodes > 1 && c.rdzv_backend == "c10d") {
+  if (c.max_nodes > 1 && c.backend == rendezvous::Backend::kC10d) {
     if (c.rdzv_endpoint.empty()) {
       throw UsageError(fmt::format(
           "--nnodes={}: a multi-node c10d job needs --rdzv_endpoint=HOST[:PORT] (every node the "
@@ -398,8 +401,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     if (c.rdzv_port == 0)
       throw UsageError("--rdzv_endpoint: port 0 cannot be found by other nodes");
   }
-  if (c.rdzv_backend == "static" && !c.master_port) c.master_port = 29500;
-  if (c.max_nodes > 1 && c.rdzv_backend == "static") {
+  if (c.backend == rendezvous::Backend::kStatic && !c.master_port) c.master_port = 29500;
+  if (c.max_nodes > 1 && c.backend == rendezvous::Backend::kStatic) {
     if (c.min_nodes != c.max_nodes) {
       throw UsageError(fmt::format(
           "--nnodes={}: the static backend needs a fixed number of nodes; elastic MIN:MAX needs "

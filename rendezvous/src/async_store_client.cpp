@@ -295,6 +295,23 @@ asio::awaitable<std::vector<std::string>> AsyncStoreClient::list_keys() {
   co_return out;
 }
 
+asio::awaitable<std::vector<std::pair<std::string, std::string>>> AsyncStoreClient::get_prefix(
+    std::string_view prefix) {
+  Op op(*this);
+  co_await send(request(wire::Op::kGetPrefix, prefix));
+  const int64_t n = co_await socket_->read_i64();
+  std::vector<std::pair<std::string, std::string>> out;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string k = co_await socket_->read_bytes(options_.max_value_bytes);
+    std::string v = co_await socket_->read_bytes(options_.max_value_bytes);
+    if (k.starts_with(options_.key_prefix)) {
+      out.emplace_back(k.substr(options_.key_prefix.size()), std::move(v));
+    }
+  }
+  op.done();
+  co_return out;
+}
+
 asio::awaitable<void> AsyncStoreClient::barrier(std::string_view key, int64_t world_size,
                                                 std::optional<Ms> timeout) {
   Op op(*this);

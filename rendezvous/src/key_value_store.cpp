@@ -130,6 +130,16 @@ std::vector<std::string> KeyValueStore::keys() const {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> KeyValueStore::with_prefix(
+    std::string_view prefix) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [k, e] : data_) {
+    if (k.starts_with(prefix)) out.emplace_back(k, e.value);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 bool KeyValueStore::check(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return exists(k); });
 }

@@ -56,6 +56,9 @@ std::optional<std::string> StoreClient::queue_pop(std::string_view key) {
 }
 int64_t StoreClient::queue_len(std::string_view key) { return run(client_->queue_len(key)); }
 std::vector<std::string> StoreClient::list_keys() { return run(client_->list_keys()); }
+std::vector<std::pair<std::string, std::string>> StoreClient::get_prefix(std::string_view prefix) {
+  return run(client_->get_prefix(prefix));
+}
 void StoreClient::barrier(std::string_view key, int64_t world_size, std::optional<Ms> timeout) {
   run(client_->barrier(key, world_size, timeout));
 }

@@ -188,6 +188,15 @@ bool StoreConnection::handle(wire::Request& req) {
         for (const auto& k : keys) wire::put_bytes(out_, k);
         break;
       }
+      case Op::kGetPrefix: {
+        const auto entries = store.with_prefix(req.key);
+        wire::put_i64(out_, static_cast<int64_t>(entries.size()));
+        for (const auto& [k, v] : entries) {
+          wire::put_bytes(out_, k);
+          wire::put_bytes(out_, v);
+        }
+        break;
+      }
       case Op::kBarrier:
         if (store.barrier(req.key, req.number, *this)) wire::put_u8(out_, wire::kStopWaiting);
         break;

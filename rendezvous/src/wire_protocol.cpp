@@ -54,6 +54,7 @@ Layout layout_of(Op op) {
     case Op::kQueuePop:
     case Op::kQueueLen:
     case Op::kWatchKey:
+    case Op::kGetPrefix:
       return kKeyOnly;
     case Op::kAdd:
     case Op::kBarrier:
@@ -105,6 +106,9 @@ bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
     case kExtKeepAlive:
       out = Op::kKeepAlive;
       return true;
+    case kExtGetPrefix:
+      out = Op::kGetPrefix;
+      return true;
     default:
       return false;
   }
@@ -126,6 +130,8 @@ int opcode_of(Op op, Dialect dialect) {
       return kExtSetOwned;
     case Op::kKeepAlive:
       return kExtKeepAlive;
+    case Op::kGetPrefix:
+      return kExtGetPrefix;
     default:
       return -1;
   }
@@ -179,6 +185,8 @@ const char* op_name(Op op) {
       return "SET_OWNED";
     case Op::kKeepAlive:
       return "KEEPALIVE";
+    case Op::kGetPrefix:
+      return "GET_PREFIX";
   }
   return "?";
 }

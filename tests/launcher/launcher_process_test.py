@@ -151,7 +151,7 @@ def case_restart_rescues_one_failure():
     assert r.returncode == 0, r.stderr
     attempts = sorted(os.path.basename(p) for p in glob.glob(f"{logs}/*/attempt_*"))
     assert attempts == ["attempt_0", "attempt_1"], attempts
-    assert "restarting it (1 of 1 restarts)" in r.stderr, r.stderr
+    assert "restarting the workers (restart 1 of at most 1)" in r.stderr, r.stderr
     r = run(["--nproc_per_node=2", "--standalone", "--no_python", PY, "-c", fail_once])
     assert r.returncode == 1, r.returncode
     print("a failed worker is restarted with --max_restarts 1, and fails the job without: passed")

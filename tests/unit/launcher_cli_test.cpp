@@ -45,7 +45,7 @@ TEST_CASE("cli: booleans read one way in PET_ flags and rdzv_conf is_host", "[cl
     CHECK(make_agent_config(parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
                                    std::string("--rdzv_conf=is_host=") + yes, "t.py"}),
                             {}, nullptr)
-              .host_store == ddprun::agent::AgentConfig::HostStore::kYes);
+              .rdzv.host_store == ddprun::rendezvous::RendezvousConfig::HostStore::kYes);
   }
   for (const char* no : {"0", "false", "F", "no", "n"}) {
     INFO(no);
@@ -53,7 +53,7 @@ TEST_CASE("cli: booleans read one way in PET_ flags and rdzv_conf is_host", "[cl
     CHECK(make_agent_config(parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
                                    std::string("--rdzv_conf=is_host=") + no, "t.py"}),
                             {}, nullptr)
-              .host_store == ddprun::agent::AgentConfig::HostStore::kNo);
+              .rdzv.host_store == ddprun::rendezvous::RendezvousConfig::HostStore::kNo);
   }
   CHECK_THROWS_WITH(parse({"train.py"}, {{"PET_STANDALONE", "maybe"}}),
                     Catch::Contains("PET_STANDALONE: invalid boolean value 'maybe'"));
@@ -78,7 +78,7 @@ TEST_CASE("cli: every rdzv_conf value is checked for its kind up front", "[cli]"
       parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
              "--rdzv_conf=keep_alive_interval=0.25,keep_alive_max_attempt=4", "t.py"}),
       {}, nullptr);
-  CHECK(a.heartbeat_timeout == std::chrono::milliseconds(1000));
+  CHECK(a.rdzv.heartbeat_timeout == std::chrono::milliseconds(1000));
 }
 
 TEST_CASE("cli: --help lists every option of the table, both spellings", "[cli]") {
@@ -125,7 +125,8 @@ TEST_CASE("cli: standalone is a single-node c10d job on a free port with a fresh
   CHECK(a.rdzv_endpoint == "localhost:0");
   CHECK(a.rdzv_id != b.rdzv_id);
   const auto agent = make_agent_config(a, {}, nullptr);
-  CHECK(agent.store_port == 0);
+  CHECK(agent.rdzv.store_port == 0);
+  CHECK(agent.rdzv.max_nodes == 1);
 }
 
 TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
@@ -182,26 +183,29 @@ TEST_CASE("cli: torchrun's keep-alive pair sets the heartbeat timeout unless it 
       parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
              "--rdzv_conf=keep_alive_interval=2,keep_alive_max_attempt=4", "t.py"}),
       {}, nullptr);
-  CHECK(a.elastic);
-  CHECK(a.heartbeat_timeout == std::chrono::seconds(8));
+  CHECK(a.rdzv.backend == ddprun::rendezvous::Backend::kC10d);
+  CHECK(a.rdzv.max_nodes == 2);
+  CHECK(a.rdzv.heartbeat_timeout == std::chrono::seconds(8));
   const auto b =
       make_agent_config(parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
                                "--rdzv_conf=keep_alive_interval=2,heartbeat_timeout=1", "t.py"}),
                         {}, nullptr);
-  CHECK(b.heartbeat_timeout == std::chrono::seconds(1));
-  CHECK(b.host_store == ddprun::agent::AgentConfig::HostStore::kNo);
+  CHECK(b.rdzv.heartbeat_timeout == std::chrono::seconds(1));
+  CHECK(b.rdzv.host_store == ddprun::rendezvous::RendezvousConfig::HostStore::kNo);
 }
 
 TEST_CASE("cli: a static multi-node job needs a node rank in range and a findable port", "[cli]") {
   const auto c = parse({"--nnodes=3", "--node_rank=2", "--master_addr=10.0.0.1",
                         "--rdzv_conf=join_timeout=7,heartbeat_timeout=0.5", "t.py"});
   const auto a = make_agent_config(c, {}, nullptr);
-  CHECK(a.num_nodes == 3);
-  CHECK(a.node_rank == 2);
-  CHECK(a.store_port == 29500);
-  CHECK(a.master_addr == "10.0.0.1");
-  CHECK(a.join_timeout == std::chrono::seconds(7));
-  CHECK(a.heartbeat_timeout == std::chrono::milliseconds(500));
+  CHECK(a.rdzv.backend == ddprun::rendezvous::Backend::kStatic);
+  CHECK(a.rdzv.max_nodes == 3);
+  CHECK(a.rdzv.node_rank == 2);
+  CHECK(a.rdzv.store_port == 29500);
+  CHECK(a.rdzv.master_addr == "10.0.0.1");
+  CHECK(a.rdzv.endpoint_host == "10.0.0.1");
+  CHECK(a.rdzv.join_timeout == std::chrono::seconds(7));
+  CHECK(a.rdzv.heartbeat_timeout == std::chrono::milliseconds(500));
   CHECK_THROWS_WITH(parse({"--nnodes=2", "--node_rank=2", "t.py"}),
                     Catch::Contains("not in [0, 2)"));
   CHECK_THROWS_WITH(parse({"--nnodes=2", "--master_port=0", "t.py"}),

@@ -174,6 +174,20 @@ TEST_CASE("store: num_keys, delete_key and list_keys", "[store]") {
   CHECK(keys == std::vector<std::string>{"a", "c"});
 }
 
+TEST_CASE("store: get_prefix returns one prefix's keys and values in key order", "[store]") {
+  ServerThread server;
+  StoreClient c("127.0.0.1", server.port());
+  c.set("job/b", "2");
+  c.set("job/a", std::string("1\0x", 3));
+  c.set("jobs", "not under job/");
+  c.set("other/a", "3");
+  c.queue_push("job/q", "queues are not keys");
+  using Entries = std::vector<std::pair<std::string, std::string>>;
+  CHECK(c.get_prefix("job/") == Entries{{"job/a", std::string("1\0x", 3)}, {"job/b", "2"}});
+  CHECK(c.get_prefix("nothing/").empty());
+  CHECK(c.get_prefix("").size() == 4);
+}
+
 TEST_CASE("store: append creates and extends", "[store]") {
   ServerThread server;
   StoreClient c("127.0.0.1", server.port());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ddprun/agent/environment.hpp"
+#include "ddprun/rendezvous/rendezvous_config.hpp"
 
 namespace ddprun::launcher {
 
@@ -23,9 +24,10 @@ struct HelpRequested {};
 struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
-  std::string nproc_per_node = "1";  // as given: an integer, auto, cpu or gpu
-  int nproc = 1;                     // resolved
-  std::string rdzv_backend = "static";
+  std::string nproc_per_node = "1";     // as given: an integer, auto, cpu or gpu
+  int nproc = 1;                        // resolved
+  std::string rdzv_backend = "static";  // as given (--standalone: c10d)
+  rendezvous::Backend backend = rendezvous::Backend::kStatic;  // rdzv_backend, parsed once
   std::string rdzv_endpoint;
   std::string rdzv_host;  // c10d: the endpoint's host (brackets of an IPv6 literal removed)
   int rdzv_port = 29400;  // c10d: the endpoint's port (torchrun's default when none is given)

@@ -82,6 +82,10 @@ class AsyncStoreClient {
   // ddprun extensions (see wire_protocol.hpp).
   boost::asio::awaitable<void> set_owned(std::string_view key, std::string_view value);
   boost::asio::awaitable<void> keepalive(Ms timeout);
+  // Every key under `prefix` (given and returned without this client's key prefix) and its value,
+  // in key order.
+  boost::asio::awaitable<std::vector<std::pair<std::string, std::string>>> get_prefix(
+      std::string_view prefix);
 
   // Closes the connection: an operation in progress fails with StoreConnectionError, as do later
   // ones.

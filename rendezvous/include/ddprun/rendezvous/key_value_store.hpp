@@ -45,6 +45,8 @@ class KeyValueStore {
   void clear();
   size_t size() const { return data_.size(); }
   std::vector<std::string> keys() const;
+  // Every key that starts with `prefix` and its value, in key order (queues are not keys).
+  std::vector<std::pair<std::string, std::string>> with_prefix(std::string_view prefix) const;
 
   // True when every key exists (as a value, or as a non-empty queue).
   bool check(const std::vector<std::string>& keys) const;

@@ -36,6 +36,7 @@ class StoreClient {
   void barrier(std::string_view key, int64_t world_size, std::optional<Ms> timeout = {});
   void set_owned(std::string_view key, std::string_view value);
   void keepalive(Ms timeout);
+  std::vector<std::pair<std::string, std::string>> get_prefix(std::string_view prefix);
 
  private:
   template <class T>

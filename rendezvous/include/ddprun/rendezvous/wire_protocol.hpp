@@ -29,6 +29,10 @@
 //   KEEPALIVE=202   [i64 timeout_ms]. Replies u8 0. If no byte arrives on this connection for
 //                   timeout_ms (the server's monotonic clock), the server closes it. 0 turns it
 //                   off. PING is the cheapest heartbeat.
+//   GET_PREFIX=203  [prefix]. Replies [u64 count] then count (key, value) pairs, in key order:
+//   every
+//                   key that starts with the prefix, so that a client reads one job's keys without
+//                   listing the whole store.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -68,15 +72,17 @@ enum class Op : uint8_t {
   kQueueLen,
   kListKeys,
   kBarrier,
-  kWatchKey,  // legacy dialect only: watch one key, legacy event frames
-  kWatch,     // extension
-  kSetOwned,  // extension
-  kKeepAlive  // extension
+  kWatchKey,   // legacy dialect only: watch one key, legacy event frames
+  kWatch,      // extension
+  kSetOwned,   // extension
+  kKeepAlive,  // extension
+  kGetPrefix   // extension
 };
 
 constexpr uint8_t kExtWatch = 200;
 constexpr uint8_t kExtSetOwned = 201;
 constexpr uint8_t kExtKeepAlive = 202;
+constexpr uint8_t kExtGetPrefix = 203;
 
 // Reply bytes.
 constexpr uint8_t kCheckReady = 0;

@@ -1,0 +1,61 @@
+#pragma once
+// One agent's session with its job's keys, over a JobStore: the agent's presence key, and a mirror
+// of the job's keys kept current by the store's watch, fed to on_event(). Handlers built on it
+// wait, with wait_until(), on conditions over that mirror: nothing is polled.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddprun/rendezvous/job_store.hpp"
+
+namespace ddprun::rendezvous {
+
+class JobSession : public std::enable_shared_from_this<JobSession> {
+ public:
+  virtual ~JobSession();
+  // Leaves the store (the presence key vanishes); the event pump and every wait end.
+  void leave_store();
+  // Releases a wait for a reason to stop the workers (see stop_requested()).
+  void stop_waiting();
+
+ protected:
+  JobSession(boost::asio::any_io_executor ex, std::shared_ptr<JobStore> store);
+  // Joins the store with `presence_key` = `value` and starts mirroring the job's keys: their
+  // current values reach on_event() before open() returns.
+  boost::asio::awaitable<void> open(std::string presence_key, std::string value);
+  // A change of the job's key `e.key`. Exceptions are logged and ignored (a malformed key).
+  virtual void on_event(const KeyEvent& e) = 0;
+  // Waits until pred() holds or the deadline passes; returns pred(). Throws StoreConnectionError
+  // once the session has lost the store.
+  boost::asio::awaitable<bool> wait_until(std::function<bool()> pred,
+                                          std::chrono::steady_clock::time_point deadline);
+  // Wakes every wait_until() to re-check its condition.
+  void notify();
+  // For waits that stop_waiting() releases: clear at their start, set by stop_waiting().
+  bool stop_requested() const { return stop_waiting_; }
+  void clear_stop_request() { stop_waiting_ = false; }
+  // The value of a node's presence key, {"nproc": N, "host": H}.
+  static std::string node_record(int nproc, const std::string& host);
+  static int nproc_of_record(const std::string& record);
+  JobStore& store() { return *store_; }
+  boost::asio::any_io_executor executor() const { return ex_; }
+
+ private:
+  void apply(const KeyEvent& e);
+  boost::asio::awaitable<void> pump();
+
+  boost::asio::any_io_executor ex_;
+  std::shared_ptr<JobStore> store_;
+  std::vector<boost::asio::steady_timer*> waiters_;
+  std::string broken_;  // set when the store is lost
+  bool left_ = false;
+  bool stop_waiting_ = false;
+};
+
+}  // namespace ddprun::rendezvous

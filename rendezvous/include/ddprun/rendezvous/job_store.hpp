@@ -1,0 +1,51 @@
+#pragma once
+// The seam between the rendezvous logic and the service that holds one job's keys: what the
+// handlers need from a store, and nothing of any one store's wire format. Backends: TcpJobStore
+// (ddprund's extensions of the TCPStore protocol). Keys are relative to the job's own prefix,
+// which the backend chooses from the run id.
+//
+// Contract: one request (compare_set, set, read_prefix) at a time, while next_event() may be
+// pending beside it. Every operation is bounded by the backend's timeouts and throws StoreTimeout
+// or StoreConnectionError (errors.hpp). Coroutine parameters are taken by value: the callee owns
+// them.
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+namespace ddprun::rendezvous {
+
+// One key of the job as the store reports it.
+struct KeyEvent {
+  std::string key;  // relative to the job's prefix
+  std::string value;
+  bool deleted = false;
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Connects (retrying while the store comes up, up to the join timeout), binds `presence_key` =
+  // `value` to this agent's liveness (the key vanishes when the agent dies, leaves, or cannot reach
+  // the store for the heartbeat timeout; keeping it alive is the backend's business), and starts
+  // watching every key of the job. Returns the keys that exist now, the presence key included;
+  // next_event() then delivers every later change, none missed and none twice.
+  virtual boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
+                                                             std::string value) = 0;
+  // The next change of any job key. Throws StoreConnectionError once the store is lost (this
+  // agent's presence is then gone or going) and after leave().
+  virtual boost::asio::awaitable<KeyEvent> next_event() = 0;
+  // torch's rules: a missing key is created only when `expected` is empty. Returns the value after
+  // the operation (`expected` itself when the key is missing and `expected` is not empty).
+  virtual boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
+                                                          std::string desired) = 0;
+  virtual boost::asio::awaitable<void> set(std::string key, std::string value) = 0;
+  // Every key under `prefix` with its value, in key order.
+  virtual boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) = 0;
+  // Gives up the presence and closes every connection: pending and later operations throw
+  // StoreConnectionError. Idempotent.
+  virtual void leave() = 0;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,92 @@
+#pragma once
+// What the agent sees of a job's rendezvous: rounds. The agent runs one loop over this interface
+// whatever the backend:
+//
+//   join();
+//   while (auto round = co_await next_round()) {
+//     worker_store(*round) -> spawn the workers, watch interruption(*round) beside them;
+//     succeeded: exit_barrier(*round) -> close("succeeded")   failed: report_failure(*round, ...)
+//     interrupted: end_round(*round)
+//   }
+//   ending() says why the loop ended; leave().
+//
+// The handler owns the policy: how a round forms, which nodes take part, what ending a round costs
+// (a failure always costs one restart of the job-wide budget; a membership change costs one on the
+// static backend and none on the elastic one), and where each round's workers find their store.
+// Coroutine parameters are taken by value (the callee owns them); the caller keeps the object alive
+// (shared_ptr) while any of its coroutines runs.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+namespace ddprun::rendezvous {
+
+struct Round {
+  int number = 0;         // rounds of this job before this one
+  int restart_count = 0;  // failed rounds before this one, job-wide (TORCHELASTIC_RESTART_COUNT)
+  int node_rank = 0;
+  int num_nodes = 1;
+  int base_rank = 0;  // global rank of this node's local rank 0
+  int world_size = 0;
+};
+
+struct WorkerStoreAddress {
+  std::string addr;  // MASTER_ADDR
+  int port = 0;      // MASTER_PORT
+};
+
+// Why next_round() returned nullopt.
+struct JobEnd {
+  enum class Kind {
+    kSucceeded,          // every node's workers succeeded
+    kRestartsExhausted,  // a failure found no restart left: final_failures() says what failed
+    kClosed              // the job had ended before this node took part
+  };
+  Kind kind = Kind::kSucceeded;
+  std::string why;
+};
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+
+  // Connects and announces this node. Throws StoreError when the store cannot be reached within the
+  // join timeout.
+  virtual boost::asio::awaitable<void> join() = 0;
+  // Forms or follows the next round and returns this node's place in it, waiting as a spare while
+  // the round is full. nullopt once the job has ended (ending() says how). Throws StoreTimeout when
+  // too few nodes join within the join timeout, and StoreConnectionError when the store is lost.
+  virtual boost::asio::awaitable<std::optional<Round>> next_round() = 0;
+  // Where the round's workers find their store; hosts it when this node does.
+  virtual boost::asio::awaitable<WorkerStoreAddress> worker_store(Round r) = 0;
+  // Completes with why `r` must end on this node because of something outside it (a peer failed,
+  // left or joined, the job was closed); with "" after stop_waiting().
+  virtual boost::asio::awaitable<std::string> interruption(Round r) = 0;
+  // Releases a pending interruption() (the workers ended on their own).
+  virtual void stop_waiting() = 0;
+  // Records this node's worker failures in `r` (opaque text, read back by final_failures()) and
+  // ends the round as failed.
+  virtual boost::asio::awaitable<void> report_failure(Round r, std::string failures) = 0;
+  // Ends `r` after an interruption (a no-op if it already ended).
+  virtual boost::asio::awaitable<void> end_round(Round r) = 0;
+  // This node's workers succeeded in `r`: true once every node's did; false as soon as a peer
+  // fails, its agent dies, or the barrier timeout passes.
+  virtual boost::asio::awaitable<bool> exit_barrier(Round r) = 0;
+  // Ends the job for every node (later joiners are told `why`).
+  virtual boost::asio::awaitable<void> close(std::string why) = 0;
+  // Set once next_round() has returned nullopt.
+  virtual const JobEnd& ending() const = 0;
+  // Every node's failures (as given to report_failure) in the round that spent the last restart.
+  virtual boost::asio::awaitable<std::vector<std::string>> final_failures() = 0;
+  // Leaves the job. Graceful: a node hosting the job's store first waits (bounded) until the others
+  // have left, so that none loses the store while reading the outcome.
+  virtual boost::asio::awaitable<void> leave(bool graceful) = 0;
+  // Stops at once everything this node hosts and closes its connections; idempotent.
+  virtual void abandon() = 0;
+  // For the agent's first log line: the kind of job and where its store is.
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,48 @@
+#include <unistd.h>
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "ddprun/rendezvous/elastic_rendezvous.hpp"
+#include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/local_rendezvous.hpp"
+#include "ddprun/rendezvous/rendezvous_config.hpp"
+#include "ddprun/rendezvous/static_rendezvous.hpp"
+#include "ddprun/rendezvous/tcp_job_store.hpp"
+
+namespace ddprun::rendezvous {
+
+std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
+                                            const RendezvousConfig& c) {
+  if (c.max_nodes == 1) return std::make_shared<LocalRendezvous>(io, c);
+  std::unique_ptr<StoreServer> server;
+  TcpJobStoreSpec spec{c.run_id, c.endpoint_host, c.endpoint_port, c.join_timeout,
+                       c.heartbeat_timeout};
+  if (c.backend == Backend::kStatic) {
+    spec.port = c.store_port;
+    if (c.node_rank == 0) {
+      ServerOptions o;
+      o.host = c.store_host;
+      o.port = static_cast<uint16_t>(c.store_port);
+      server = std::make_unique<StoreServer>(io, o);
+    }
+    auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
+    return StaticRendezvous::create(io, c, store, std::move(server));
+  }
+  if (c.host_store != RendezvousConfig::HostStore::kNo) {
+    ServerOptions o;
+    o.port = static_cast<uint16_t>(c.endpoint_port);
+    try {
+      server = std::make_unique<StoreServer>(io, o);
+    } catch (const StoreError&) {
+      // Another agent (or a ddprund) on this host got there first: use its store.
+      if (c.host_store == RendezvousConfig::HostStore::kYes) throw;
+    }
+  }
+  auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
+  std::string node_id = fmt::format("{}_{}_{:x}", c.host, ::getpid(), std::random_device{}());
+  return ElasticRendezvous::create(io, c, std::move(node_id), store, std::move(server));
+}
+
+}  // namespace ddprun::rendezvous
