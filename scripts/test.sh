@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing, builds, runs the libFuzzer target
 # for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop,
-# the latter with torch 1.13 and, labelled torch2, torch 2.6). Exits non-zero on any failure.
+# the latter with torch 1.13 and, labelled torch2, torch 2.6), then the multi-node tests on a
+# sanitizer build (scripts/sanitize-test.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,5 +41,7 @@ if ! wait "$torch2_root"; then
   exit 1
 fi
 
-cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 300
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300)
+
+# The multi-node and elastic tests again, on a build with ASan and UBSan.
+DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh

@@ -86,6 +86,10 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     r.endpoint_host = c.master_addr;
     r.node_rank = c.node_rank;
   } else if (c.max_nodes > 1) {
+    r.etcd_endpoints = c.etcd_endpoints;
+    if (auto it = c.rdzv_config.find("etcd_prefix"); it != c.rdzv_config.end()) {
+      r.etcd_prefix = it->second.ends_with("/") ? it->second : it->second + "/";
+    }
     r.endpoint_host = c.rdzv_host;
     r.endpoint_port = c.rdzv_port;
     r.local_addr = c.local_addr;
@@ -94,7 +98,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
       r.host_store = parse_bool(it->second, "--rdzv_conf is_host")
                          ? rendezvous::RendezvousConfig::HostStore::kYes
                          : rendezvous::RendezvousConfig::HostStore::kNo;
-    } else if (is_this_host(c.rdzv_host)) {
+    } else if (c.backend == rendezvous::Backend::kC10d && is_this_host(c.rdzv_host)) {
       // torchrun's heuristic: an endpoint naming this machine is hosted by one of its agents (the
       // first to bind); a standalone ddprund there holds the port already and is used instead.
       r.host_store = rendezvous::RendezvousConfig::HostStore::kIfFree;

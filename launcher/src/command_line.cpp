@@ -3,6 +3,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -35,10 +36,11 @@ const std::vector<OptionSpec>& option_table() {
        "workers per node; gpu and auto count the GPUs CUDA_VISIBLE_DEVICES leaves visible"},
       {"--standalone", "standalone", nullptr,
        "single node, a store on a free port, a random run id"},
-      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static|c10d",
-       "how nodes meet (default static); etcd is not implemented yet"},
+      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static|c10d|etcd-v3",
+       "how nodes meet (default static); etcd and etcd-v2 mean etcd-v3: etcd 3.4+ over its v3 API"},
       {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT]",
-       "c10d: the store every node joins (default port 29400); ddprund there, or the first agent"},
+       "c10d: the store every node joins (default port 29400); ddprund there, or the first agent. "
+       "etcd: the cluster's members, comma-separated (default port 2379)"},
       {"--rdzv_id,--rdzv-id", "rdzv_id", "ID", "the job's id, the same on every node"},
       {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "K=V,...",
        "join_timeout, last_call_timeout, heartbeat_timeout (or keep_alive_interval and "
@@ -167,6 +169,15 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
     {"keep_alive_max_attempt", ConfKind::kCount},
     {"is_host", ConfKind::kBool},
     {"store_type", ConfKind::kText},
+    {"etcd_prefix", ConfKind::kText},
+    // etcd over TLS, with torchrun's etcd-v2 spellings beside etcd's own.
+    {"protocol", ConfKind::kText},
+    {"cacert", ConfKind::kText},
+    {"cert", ConfKind::kText},
+    {"key", ConfKind::kText},
+    {"ca_cert", ConfKind::kText},
+    {"ssl_cert", ConfKind::kText},
+    {"ssl_cert_key", ConfKind::kText},
 };
 
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
@@ -210,10 +221,35 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
 rendezvous::Backend parse_backend(const std::string& name) {
   if (name == "static") return rendezvous::Backend::kStatic;
   if (name == "c10d") return rendezvous::Backend::kC10d;
-  if (name == "etcd" || name == "etcd-v2") {
-    throw UsageError(fmt::format("--rdzv_backend={} is not implemented yet", name));
+  if (name == "etcd-v3" || name == "etcd" || name == "etcd-v2") return rendezvous::Backend::kEtcdV3;
+  throw UsageError(fmt::format(
+      "--rdzv_backend: unknown backend '{}' (static, c10d, or etcd-v3 = etcd = etcd-v2)", name));
+}
+
+// host[:port], the host possibly an [IPv6] literal (or a bare one, which then has no port).
+std::pair<std::string, int> parse_endpoint(const std::string& e, int default_port) {
+  if (e.empty()) throw UsageError("--rdzv_endpoint: an empty endpoint");
+  const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
+  if (e.starts_with("[") && close == std::string::npos) {
+    throw UsageError(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
   }
-  throw UsageError(fmt::format("--rdzv_backend: unknown backend '{}' (static or c10d)", name));
+  const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
+  const bool bare_ipv6 = close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
+  const std::string host = close != std::string::npos ? e.substr(1, close - 1)
+                           : bare_ipv6                ? e
+                                                      : e.substr(0, colon);
+  if (colon == std::string::npos || bare_ipv6) return {host, default_port};
+  if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
+  const std::string port = e.substr(colon + 1);
+  int p = -1;
+  try {
+    size_t used = 0;
+    p = std::stoi(port, &used);
+    if (used != port.size()) p = -1;
+  } catch (const std::exception&) {
+  }
+  if (p < 0 || p > 65535) throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", e));
+  return {host, p};
 }
 
 }  // namespace
@@ -365,30 +401,35 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   }
   c.backend = parse_backend(c.rdzv_backend);
   if (c.backend == rendezvous::Backend::kC10d && !c.rdzv_endpoint.empty()) {
-    // host[:port], the host possibly an [IPv6] literal.
-    const std::string& e = c.rdzv_endpoint;
-    const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
-    if (e.starts_with("[") && close == std::string::npos) {
-      throw UsageError(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
+    std::tie(c.rdzv_host, c.rdzv_port) = parse_endpoint(c.rdzv_endpoint, c.rdzv_port);
+  }
+  if (c.backend == rendezvous::Backend::kEtcdV3) {
+    if (c.rdzv_endpoint.empty()) {
+      throw UsageError("--rdzv_backend=etcd needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...]");
     }
-    const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
-    const bool bare_ipv6 =
-        close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
-    c.rdzv_host = close != std::string::npos ? e.substr(1, close - 1)
-                  : bare_ipv6                ? e
-                                             : e.substr(0, colon);
-    if (colon != std::string::npos && !bare_ipv6) {
-      if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
-      const std::string port = e.substr(colon + 1);
-      int p = -1;
-      try {
-        size_t used = 0;
-        p = std::stoi(port, &used);
-        if (used != port.size()) p = -1;
-      } catch (const std::exception&) {
+    for (size_t start = 0; start <= c.rdzv_endpoint.size();) {
+      const size_t comma = std::min(c.rdzv_endpoint.find(',', start), c.rdzv_endpoint.size());
+      const auto [host, port] = parse_endpoint(c.rdzv_endpoint.substr(start, comma - start), 2379);
+      if (port == 0)
+        throw UsageError("--rdzv_endpoint: an etcd endpoint needs a port other than 0");
+      c.etcd_endpoints.push_back(rendezvous::EtcdEndpoint{host, port});
+      start = comma + 1;
+    }
+    c.rdzv_host = c.etcd_endpoints.front().host;
+    c.rdzv_port = c.etcd_endpoints.front().port;
+    for (const char* tls : {"cacert", "cert", "key", "ca_cert", "ssl_cert", "ssl_cert_key"}) {
+      if (c.rdzv_config.contains(tls)) {
+        throw UsageError(fmt::format("--rdzv_conf {}: TLS to etcd is not implemented yet", tls));
       }
-      if (p < 0 || p > 65535) throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", e));
-      c.rdzv_port = p;
+    }
+    if (auto it = c.rdzv_config.find("protocol");
+        it != c.rdzv_config.end() && it->second != "http") {
+      throw UsageError(
+          fmt::format("--rdzv_conf protocol={}: only http is implemented", it->second));
+    }
+    if (auto it = c.rdzv_config.find("etcd_prefix");
+        it != c.rdzv_config.end() && !it->second.starts_with("/")) {
+      throw UsageError(fmt::format("--rdzv_conf etcd_prefix={}: must start with /", it->second));
     }
   }
   if (c.max_nodes > 1 && c.backend == rendezvous::Backend::kC10d) {

@@ -282,6 +282,13 @@ asio::awaitable<void> ElasticRendezvous::leave(bool graceful) {
 }
 
 std::string ElasticRendezvous::describe() const {
+  if (config_.backend == Backend::kEtcdV3) {
+    return fmt::format(
+        "elastic {}:{} nodes, etcd at {} endpoint(s) from {}:{}, over its v3 API (etcd 3.4 and "
+        "later)",
+        config_.min_nodes, config_.max_nodes, config_.etcd_endpoints.size(), config_.endpoint_host,
+        config_.endpoint_port);
+  }
   return fmt::format("elastic {}:{} nodes, store {}:{}{}", config_.min_nodes, config_.max_nodes,
                      config_.endpoint_host, config_.endpoint_port, server_ ? " (hosted here)" : "");
 }

@@ -6,6 +6,7 @@
 
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/etcd_job_store.hpp"
 #include "ddprun/rendezvous/local_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 #include "ddprun/rendezvous/static_rendezvous.hpp"
@@ -30,6 +31,13 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
     auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
     return StaticRendezvous::create(io, c, store, std::move(server));
   }
+  std::string node_id = fmt::format("{}_{}_{:x}", c.host, ::getpid(), std::random_device{}());
+  if (c.backend == Backend::kEtcdV3) {
+    EtcdJobStoreSpec etcd{c.etcd_endpoints, c.etcd_prefix, c.run_id, c.join_timeout,
+                          c.heartbeat_timeout};
+    auto store = std::make_shared<EtcdJobStore>(io.get_executor(), etcd);
+    return ElasticRendezvous::create(io, c, std::move(node_id), store, nullptr);
+  }
   if (c.host_store != RendezvousConfig::HostStore::kNo) {
     ServerOptions o;
     o.port = static_cast<uint16_t>(c.endpoint_port);
@@ -41,7 +49,6 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
     }
   }
   auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
-  std::string node_id = fmt::format("{}_{}_{:x}", c.host, ::getpid(), std::random_device{}());
   return ElasticRendezvous::create(io, c, std::move(node_id), store, std::move(server));
 }
 

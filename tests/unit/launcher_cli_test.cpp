@@ -165,7 +165,8 @@ TEST_CASE("cli: what this version does not run yet is refused with the reason", 
   CHECK_THROWS_WITH(parse({"--nnodes=2", "--rdzv_backend=c10d", "t.py"}),
                     Catch::Contains("needs --rdzv_endpoint"));
   CHECK_THROWS_WITH(parse({"--nnodes=1:4", "t.py"}), Catch::Contains("elastic MIN:MAX"));
-  CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "t.py"}), Catch::Contains("not implemented yet"));
+  CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "t.py"}),
+                    Catch::Contains("needs --rdzv_endpoint"));
   CHECK_THROWS_WITH(parse({"--rdzv_backend=zookeeper", "t.py"}),
                     Catch::Contains("unknown backend"));
 }
@@ -245,4 +246,35 @@ TEST_CASE("cli: OMP_NUM_THREADS is set to 1 with torchrun's notice only when uns
   CHECK(notice.empty());
   a = make_agent_config(parse({"t.py"}), {}, &notice);
   CHECK_FALSE(a.env.contains("OMP_NUM_THREADS"));
+}
+
+TEST_CASE("cli: etcd, etcd-v2 and etcd-v3 are one backend over a list of members", "[cli]") {
+  for (const char* name : {"etcd", "etcd-v2", "etcd-v3"}) {
+    INFO(name);
+    const auto c = parse({"--nnodes=2:3", std::string("--rdzv_backend=") + name,
+                          "--rdzv_endpoint=e1:2381,[::1]:2382,e3", "t.py"});
+    CHECK(c.backend == ddprun::rendezvous::Backend::kEtcdV3);
+    REQUIRE(c.etcd_endpoints.size() == 3);
+    CHECK(c.etcd_endpoints[0].host == "e1");
+    CHECK(c.etcd_endpoints[0].port == 2381);
+    CHECK(c.etcd_endpoints[1].host == "::1");
+    CHECK(c.etcd_endpoints[1].port == 2382);
+    CHECK(c.etcd_endpoints[2].port == 2379);
+    const auto a = make_agent_config(c, {}, nullptr);
+    CHECK(a.rdzv.etcd_endpoints.size() == 3);
+    CHECK(a.rdzv.endpoint_host == "e1");
+    CHECK(a.rdzv.host_store == ddprun::rendezvous::RendezvousConfig::HostStore::kNo);
+  }
+  const auto p = make_agent_config(parse({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e",
+                                          "--rdzv_conf=etcd_prefix=/team/jobs", "t.py"}),
+                                   {}, nullptr);
+  CHECK(p.rdzv.etcd_prefix == "/team/jobs/");
+  CHECK_THROWS_WITH(parse({"--rdzv_backend=etcd", "--rdzv_endpoint=e:1,", "t.py"}),
+                    Catch::Contains("empty endpoint"));
+  CHECK_THROWS_WITH(
+      parse({"--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=etcd_prefix=x", "t.py"}),
+      Catch::Contains("must start with /"));
+  CHECK_THROWS_WITH(
+      parse({"--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=cacert=/ca.pem", "t.py"}),
+      Catch::Contains("TLS to etcd is not implemented yet"));
 }

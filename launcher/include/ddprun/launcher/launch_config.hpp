@@ -31,6 +31,7 @@ struct LaunchConfig {
   std::string rdzv_endpoint;
   std::string rdzv_host;  // c10d: the endpoint's host (brackets of an IPv6 literal removed)
   int rdzv_port = 29400;  // c10d: the endpoint's port (torchrun's default when none is given)
+  std::vector<rendezvous::EtcdEndpoint> etcd_endpoints;  // etcd: every endpoint given
   std::string rdzv_id = "none";
   std::string rdzv_conf;
   std::map<std::string, std::string> rdzv_config;  // rdzv_conf parsed; keys torchrun reads only

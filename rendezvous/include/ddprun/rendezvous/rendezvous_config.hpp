@@ -3,15 +3,18 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
+#include "ddprun/rendezvous/etcd_job_store.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 
 namespace ddprun::rendezvous {
 
-// --rdzv_backend, parsed once by the launcher.
-enum class Backend { kStatic, kC10d };
+// --rdzv_backend, parsed once by the launcher. kEtcdV3 is also what torchrun's "etcd" and "etcd-v2"
+// name: they mean "a highly available rendezvous on etcd", spoken here over the v3 API.
+enum class Backend { kStatic, kC10d, kEtcdV3 };
 
 struct RendezvousConfig {
   Backend backend = Backend::kStatic;
@@ -33,7 +36,10 @@ struct RendezvousConfig {
   // What workers are told as MASTER_ADDR when this node hosts their store: a single node's and the
   // static backend's; empty on c10d: the address that routes towards the endpoint.
   std::string master_addr = "127.0.0.1";
-  std::string local_addr;  // c10d: advertised for this node's per-round worker store
+  std::string local_addr;  // c10d, etcd: advertised for this node's per-round worker store
+  // etcd: the cluster's members (endpoint_host/port is the first) and the prefix of every key.
+  std::vector<EtcdEndpoint> etcd_endpoints;
+  std::string etcd_prefix = "/ddprun/";
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{5'000};
   std::chrono::milliseconds last_call_timeout{30'000};
@@ -41,9 +47,9 @@ struct RendezvousConfig {
 };
 
 // The handler for `config`: one node (max_nodes == 1, any backend) runs alone around its own store;
-// the static backend with several nodes (static_rendezvous.hpp); c10d with several
-// (elastic_rendezvous.hpp). Binds the stores this node hosts before returning: throws StoreError
-// when a port is taken.
+// the static backend with several nodes (static_rendezvous.hpp); c10d and etcd with several
+// (elastic_rendezvous.hpp, over a TcpJobStore or an EtcdJobStore). Binds the stores this node hosts
+// before returning: throws StoreError when a port is taken.
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& config);
 

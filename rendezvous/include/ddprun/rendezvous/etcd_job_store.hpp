@@ -1,0 +1,78 @@
+#pragma once
+// The job store on an etcd v3 cluster, through its HTTP/JSON gateway (etcd 3.4 and later;
+// torchrun's etcd backends speak the v2 API, which 3.4 turned off and 3.6 removed). Presence is a
+// key on a lease whose TTL is the heartbeat timeout, kept alive at a third of it; the job's keys
+// are read with one range and then watched from the revision after it, so the snapshot and the
+// events are consistent; compare-and-set is a transaction. Every call fails over between the
+// cluster's members, so losing a member (the leader included) costs a retry, not the job. Job keys
+// live under
+// "<prefix><run_id>/".
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddprun/rendezvous/job_store.hpp"
+
+namespace ddprun::rendezvous {
+
+struct EtcdEndpoint {
+  std::string host;
+  int port = 2379;
+};
+
+namespace etcd {
+class Client;
+class WatchStream;
+}  // namespace etcd
+
+struct EtcdJobStoreSpec {
+  std::vector<EtcdEndpoint> endpoints;  // the cluster's members, any order
+  std::string prefix = "/ddprun/";
+  std::string run_id;
+  std::chrono::milliseconds join_timeout{600'000};
+  std::chrono::milliseconds heartbeat_timeout{5'000};
+};
+
+class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<EtcdJobStore> {
+ public:
+  // Create through std::make_shared: the keep-alive keeps the object alive while it runs.
+  EtcdJobStore(boost::asio::any_io_executor ex, EtcdJobStoreSpec spec);
+  ~EtcdJobStore() override;
+
+  boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
+                                                     std::string value) override;
+  boost::asio::awaitable<KeyEvent> next_event() override;
+  boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
+                                                  std::string desired) override;
+  boost::asio::awaitable<void> set(std::string key, std::string value) override;
+  boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
+  // Also revokes the lease (in the background, briefly), so that peers see this node leave at once
+  // rather than after the TTL.
+  void leave() override;
+
+ private:
+  boost::asio::awaitable<void> keep_alive();
+  boost::asio::awaitable<void> revoke(std::string lease);
+  void lost(std::string why);
+  void check_open() const;
+  std::chrono::steady_clock::time_point request_deadline() const;
+
+  boost::asio::any_io_executor ex_;
+  EtcdJobStoreSpec spec_;
+  std::string base_;                      // "<prefix><run_id>/"
+  std::unique_ptr<etcd::Client> client_;  // requests, one at a time
+  std::unique_ptr<etcd::Client> lease_client_;
+  std::unique_ptr<etcd::WatchStream> watch_;
+  boost::asio::steady_timer keep_alive_timer_;
+  std::string lease_;     // the lease ID, as the gateway writes it
+  int64_t revision_ = 0;  // the last revision of the job's keys this node has seen
+  std::deque<KeyEvent> pending_;
+  std::string broken_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,322 @@
+#include "etcd_client.hpp"
+
+#include <array>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "ddprun/rendezvous/errors.hpp"
+
+namespace ddprun::rendezvous::etcd {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::use_awaitable;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// gRPC status codes the gateway reports that another member, or the same one a moment later, may
+// answer differently: CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED,
+// UNAVAILABLE ("no leader", "leader changed", "request timed out", a stopping member).
+bool transient(int code) {
+  return code == 1 || code == 2 || code == 4 || code == 8 || code == 10 || code == 14;
+}
+
+std::string describe(const Endpoint& e) {
+  return e.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", e.host, e.port)
+                                               : fmt::format("{}:{}", e.host, e.port);
+}
+
+}  // namespace
+
+std::string base64_encode(const std::string& bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v =
+        (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
+    for (int s : {18, 12, 6, 0}) out.push_back(kAlphabet[(v >> s) & 63]);
+  }
+  if (const size_t rest = bytes.size() - i; rest > 0) {
+    uint32_t v = uint8_t(bytes[i]) << 16;
+    if (rest == 2) v |= uint8_t(bytes[i + 1]) << 8;
+    out.push_back(kAlphabet[(v >> 18) & 63]);
+    out.push_back(kAlphabet[(v >> 12) & 63]);
+    out.push_back(rest == 2 ? kAlphabet[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& text) {
+  std::array<int, 256> value;
+  value.fill(-1);
+  for (int i = 0; i < 64; ++i) value[uint8_t(kAlphabet[i])] = i;
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t pad = 0;
+  for (char c : text) {
+    if (c == '=') {
+      ++pad;
+      continue;
+    }
+    const int v = value[uint8_t(c)];
+    if (v < 0 || pad > 0) throw std::invalid_argument("not base64: " + text);
+    acc = (acc << 6) | v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
+    }
+  }
+  if (pad > 2 || (text.size() % 4) != 0) throw std::invalid_argument("not base64: " + text);
+  return out;
+}
+
+std::string prefix_end(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<uint8_t>(end.back()) < 0xFF) {
+      end.back() = static_cast<char>(static_cast<uint8_t>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+int64_t int_field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end()) return 0;
+  return it->is_string() ? std::stoll(it->get<std::string>()) : it->get<int64_t>();
+}
+
+// One HTTP/1.1 connection to one member.
+class Connection {
+ public:
+  explicit Connection(asio::any_io_executor ex) : stream_(ex) {}
+
+  asio::awaitable<void> connect(const Endpoint& e, Clock::time_point deadline) {
+    host_ = describe(e);
+    asio::ip::tcp::resolver resolver(stream_.get_executor());
+    stream_.expires_at(deadline);
+    const auto found =
+        co_await resolver.async_resolve(e.host, std::to_string(e.port), use_awaitable);
+    co_await stream_.async_connect(found, use_awaitable);
+  }
+
+  asio::awaitable<void> send(const std::string& path, const std::string& body,
+                             Clock::time_point deadline) {
+    http::request<http::string_body> req(http::verb::post, path, 11);
+    req.set(http::field::host, host_);
+    req.set(http::field::content_type, "application/json");
+    req.keep_alive(true);
+    req.body() = body;
+    req.prepare_payload();
+    stream_.expires_at(deadline);
+    co_await http::async_write(stream_, req, use_awaitable);
+  }
+
+  asio::awaitable<http::response<http::string_body>> read_response(Clock::time_point deadline) {
+    http::response<http::string_body> res;
+    stream_.expires_at(deadline);
+    co_await http::async_read(stream_, buffer_, res, use_awaitable);
+    co_return res;
+  }
+
+  // For a streamed body: reads the header, then hands out the body as it arrives.
+  asio::awaitable<unsigned> read_stream_header(Clock::time_point deadline) {
+    parser_.emplace();
+    parser_->body_limit(boost::none);
+    stream_.expires_at(deadline);
+    co_await http::async_read_header(stream_, buffer_, *parser_, use_awaitable);
+    co_return parser_->get().result_int();
+  }
+  asio::awaitable<std::string> read_stream_body() {
+    std::array<char, 8192> chunk;
+    stream_.expires_never();  // a watch may be silent for as long as the job's keys are
+    for (;;) {
+      if (parser_->is_done()) throw StoreConnectionError("the etcd watch stream ended");
+      parser_->get().body().data = chunk.data();
+      parser_->get().body().size = chunk.size();
+      auto [ec, n] =
+          co_await http::async_read_some(stream_, buffer_, *parser_, asio::as_tuple(use_awaitable));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec)
+        throw StoreConnectionError(
+            fmt::format("etcd watch stream from {}: {}", host_, ec.message()));
+      const size_t got = chunk.size() - parser_->get().body().size;
+      if (got > 0) co_return std::string(chunk.data(), got);
+    }
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+  const std::string& host() const { return host_; }
+
+ private:
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::response_parser<http::buffer_body>> parser_;
+  std::string host_;
+};
+
+Client::Client(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
+               std::chrono::milliseconds attempt_timeout)
+    : ex_(ex), endpoints_(std::move(endpoints)), attempt_timeout_(attempt_timeout) {
+  if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
+}
+
+Client::~Client() = default;
+
+void Client::close() {
+  closed_ = true;
+  if (connection_) connection_->close();
+}
+
+asio::awaitable<json> Client::call(std::string path, json body, Clock::time_point deadline) {
+  const std::string payload = body.dump();
+  std::string last_error = "no member answered";
+  asio::steady_timer pause(ex_);
+  for (size_t attempt = 0;; ++attempt) {
+    if (closed_) throw StoreConnectionError("the etcd client was closed");
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw StoreConnectionError(fmt::format("etcd is unreachable: {}", last_error));
+    const auto attempt_deadline = std::min(deadline, now + attempt_timeout_);
+    std::string refused;  // a reply no other member would change
+    try {
+      if (!connection_) {
+        auto c = std::make_unique<Connection>(ex_);
+        co_await c->connect(endpoints_[current_], attempt_deadline);
+        connection_ = std::move(c);
+      }
+      co_await connection_->send(path, payload, attempt_deadline);
+      const auto res = co_await connection_->read_response(attempt_deadline);
+      const json j = json::parse(res.body(), nullptr, false);
+      if (res.result() == http::status::ok && j.is_object()) co_return j;
+      const int code = j.is_object() ? static_cast<int>(j.value("code", 0)) : 0;
+      const std::string message = j.is_object()
+                                      ? j.value("message", j.value("error", std::string()))
+                                      : res.body().substr(0, 200);
+      const std::string what = fmt::format("{} answered {} to {}: {}", connection_->host(),
+                                           res.result_int(), path, message);
+      if (j.is_object() && transient(code)) {
+        last_error = what;
+      } else if (!j.is_object() && res.result_int() >= 500) {
+        last_error = what;
+      } else {
+        refused = j.is_object() ? what : fmt::format("{} (is it an etcd v3 endpoint?)", what);
+      }
+    } catch (const std::exception& e) {
+      last_error = fmt::format("{}: {}", describe(endpoints_[current_]), e.what());
+    }
+    if (!refused.empty()) throw StoreError(refused);
+    // Move on to the next member; after trying them all, pause before the next round of tries.
+    if (connection_) connection_->close();
+    connection_.reset();
+    current_ = (current_ + 1) % endpoints_.size();
+    if ((attempt + 1) % endpoints_.size() == 0) {
+      pause.expires_at(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+      co_await pause.async_wait(asio::as_tuple(use_awaitable));
+    }
+  }
+}
+
+WatchStream::WatchStream(asio::any_io_executor ex, std::vector<Endpoint> endpoints)
+    : ex_(ex), endpoints_(std::move(endpoints)) {}
+
+WatchStream::~WatchStream() = default;
+
+void WatchStream::close() {
+  closed_ = true;
+  if (connection_) connection_->close();
+}
+
+asio::awaitable<void> WatchStream::open(std::string key, std::string range_end,
+                                        int64_t start_revision, Clock::time_point deadline) {
+  json create;
+  create["key"] = base64_encode(key);
+  create["range_end"] = base64_encode(range_end);
+  create["start_revision"] = std::to_string(start_revision);
+  json body;
+  body["create_request"] = create;
+  const std::string payload = body.dump();
+  std::string last_error = "no member answered";
+  asio::steady_timer pause(ex_);
+  for (size_t attempt = 0;; ++attempt) {
+    if (closed_) throw StoreConnectionError("the etcd watch was closed");
+    if (Clock::now() >= deadline) {
+      throw StoreConnectionError(fmt::format("etcd is unreachable for a watch: {}", last_error));
+    }
+    if (connection_) connection_->close();
+    connection_.reset();
+    lines_.clear();
+    current_ = (current_ + 1) % endpoints_.size();
+    try {
+      auto c = std::make_unique<Connection>(ex_);
+      co_await c->connect(endpoints_[current_], deadline);
+      co_await c->send("/v3/watch", payload, deadline);
+      const unsigned status = co_await c->read_stream_header(deadline);
+      connection_ = std::move(c);
+      if (status != 200) throw StoreConnectionError(fmt::format("HTTP status {}", status));
+      const json first = json::parse(co_await read_line());
+      const json& result = first.at("result");
+      if (result.value("created", false)) co_return;
+      last_error = fmt::format("unexpected first watch message: {}", first.dump());
+    } catch (const std::exception& e) {
+      last_error = fmt::format("{}: {}", describe(endpoints_[current_]), e.what());
+    }
+    if ((attempt + 1) % endpoints_.size() == 0) {
+      pause.expires_at(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+      co_await pause.async_wait(asio::as_tuple(use_awaitable));
+    }
+  }
+}
+
+asio::awaitable<std::string> WatchStream::read_line() {
+  for (;;) {
+    if (closed_ || !connection_) throw StoreConnectionError("the etcd watch was closed");
+    if (const auto nl = lines_.find('\n'); nl != std::string::npos) {
+      std::string line = lines_.substr(0, nl);
+      lines_.erase(0, nl + 1);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) co_return line;
+      continue;
+    }
+    lines_ += co_await connection_->read_stream_body();
+  }
+}
+
+asio::awaitable<json> WatchStream::next() {
+  const std::string line = co_await read_line();
+  json message = json::parse(line, nullptr, false);
+  if (!message.is_object())
+    throw StoreConnectionError("etcd sent a watch message that is not JSON");
+  if (message.contains("error")) {
+    throw StoreConnectionError(fmt::format("etcd watch error: {}", message["error"].dump()));
+  }
+  json result = message.value("result", json::object());
+  if (result.value("canceled", false)) {
+    throw StoreConnectionError(fmt::format("etcd cancelled the watch: {}",
+                                           result.value("cancel_reason", std::string("?"))));
+  }
+  co_return result;
+}
+
+}  // namespace ddprun::rendezvous::etcd

@@ -1,0 +1,242 @@
+#include "ddprun/rendezvous/etcd_job_store.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "ddprun/rendezvous/errors.hpp"
+#include "etcd_client.hpp"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using etcd::base64_decode;
+using etcd::base64_encode;
+using etcd::Clock;
+using etcd::int_field;
+using nlohmann::json;
+
+namespace {
+
+// One try on one member: long enough for a leader election, short enough to leave a silent member
+// well within the heartbeat timeout.
+std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds heartbeat) {
+  return std::max<std::chrono::milliseconds>(heartbeat / 3, std::chrono::milliseconds(500));
+}
+
+}  // namespace
+
+EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
+    : ex_(ex),
+      spec_(std::move(spec)),
+      base_(spec_.prefix + spec_.run_id + "/"),
+      client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
+                                             attempt_timeout(spec_.heartbeat_timeout))),
+      lease_client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
+                                                   attempt_timeout(spec_.heartbeat_timeout))),
+      watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints)),
+      keep_alive_timer_(ex) {}
+
+EtcdJobStore::~EtcdJobStore() = default;
+
+void EtcdJobStore::check_open() const {
+  if (!broken_.empty()) throw StoreConnectionError(broken_);
+}
+
+Clock::time_point EtcdJobStore::request_deadline() const {
+  // Requests ride out an election or a lost member; losing the lease (keep_alive) ends them sooner.
+  return Clock::now() +
+         std::max<std::chrono::milliseconds>(spec_.join_timeout, spec_.heartbeat_timeout);
+}
+
+asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_key,
+                                                          std::string value) {
+  const auto deadline = Clock::now() + spec_.join_timeout;
+  const auto ttl_s = static_cast<int64_t>(
+      std::max(1.0, std::ceil(std::chrono::duration<double>(spec_.heartbeat_timeout).count())));
+  json grant;
+  grant["TTL"] = std::to_string(ttl_s);
+  const json granted = co_await client_->call("/v3/lease/grant", grant, deadline);
+  lease_ = granted.value("ID", std::string());
+  if (lease_.empty() || int_field(granted, "TTL") <= 0) {
+    throw StoreError(fmt::format("etcd granted no lease: {}", granted.dump()));
+  }
+
+  json put;
+  put["key"] = base64_encode(base_ + presence_key);
+  put["value"] = base64_encode(value);
+  put["lease"] = lease_;
+  co_await client_->call("/v3/kv/put", put, deadline);
+
+  json range;
+  range["key"] = base64_encode(base_);
+  range["range_end"] = base64_encode(etcd::prefix_end(base_));
+  const json snapshot = co_await client_->call("/v3/kv/range", range, deadline);
+  revision_ = int_field(snapshot.value("header", json::object()), "revision");
+  std::vector<KeyEvent> out;
+  for (const auto& kv : snapshot.value("kvs", json::array())) {
+    out.push_back(KeyEvent{base64_decode(kv.value("key", "")).substr(base_.size()),
+                           base64_decode(kv.value("value", "")), false});
+  }
+  co_await watch_->open(base_, etcd::prefix_end(base_), revision_ + 1, deadline);
+  asio::co_spawn(ex_, keep_alive(), asio::detached);
+  co_return out;
+}
+
+asio::awaitable<void> EtcdJobStore::keep_alive() {
+  const auto self = shared_from_this();  // the object outlives this coroutine
+  auto last_renewed = Clock::now();
+  json body;
+  body["ID"] = lease_;
+  while (broken_.empty()) {
+    keep_alive_timer_.expires_after(spec_.heartbeat_timeout / 3);
+    co_await keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (!broken_.empty()) break;
+    std::string failure;
+    try {
+      // Retried across members until the lease would have run out since the last renewal.
+      const json reply = co_await lease_client_->call("/v3/lease/keepalive", body,
+                                                      last_renewed + spec_.heartbeat_timeout);
+      // The gateway answers 200 for a lease it no longer has, without a TTL.
+      if (int_field(reply.value("result", json::object()), "TTL") <= 0) {
+        failure =
+            "etcd dropped this node's lease (it was paused or cut off for longer than the "
+            "heartbeat timeout)";
+      } else {
+        last_renewed = Clock::now();
+      }
+    } catch (const std::exception& e) {
+      failure = fmt::format("the rendezvous store (etcd) is unreachable: {}", e.what());
+    }
+    if (!failure.empty()) {
+      if (broken_.empty()) lost(failure);
+      break;
+    }
+  }
+}
+
+asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
+  for (;;) {
+    check_open();
+    if (!pending_.empty()) {
+      KeyEvent e = std::move(pending_.front());
+      pending_.pop_front();
+      co_return e;
+    }
+    bool reopen = false;
+    try {
+      const json result = co_await watch_->next();
+      for (const auto& ev : result.value("events", json::array())) {
+        const json& kv = ev.at("kv");
+        const std::string key = base64_decode(kv.value("key", ""));
+        revision_ = std::max(revision_, int_field(kv, "mod_revision"));
+        if (!key.starts_with(base_)) continue;
+        KeyEvent out;
+        out.key = key.substr(base_.size());
+        out.deleted = ev.value("type", std::string("PUT")) == "DELETE";
+        if (!out.deleted) out.value = base64_decode(kv.value("value", ""));
+        pending_.push_back(std::move(out));
+      }
+    } catch (const StoreConnectionError& e) {
+      if (!broken_.empty()) throw StoreConnectionError(broken_);
+      spdlog::warn("etcd watch lost ({}); resuming it from revision {} on another member", e.what(),
+                   revision_ + 1);
+      reopen = true;
+    }
+    if (reopen) {
+      // Bounded by the heartbeat timeout: longer, and the lease is gone anyway.
+      co_await watch_->open(base_, etcd::prefix_end(base_), revision_ + 1,
+                            Clock::now() + spec_.heartbeat_timeout);
+    }
+  }
+}
+
+asio::awaitable<std::string> EtcdJobStore::compare_set(std::string key, std::string expected,
+                                                       std::string desired) {
+  check_open();
+  const std::string k = base64_encode(base_ + key);
+  json compare;
+  compare["key"] = k;
+  compare["result"] = "EQUAL";
+  if (expected.empty()) {
+    compare["target"] = "CREATE";
+    compare["create_revision"] = "0";  // the key does not exist
+  } else {
+    compare["target"] = "VALUE";
+    compare["value"] = base64_encode(expected);
+  }
+  json put;
+  put["key"] = k;
+  put["value"] = base64_encode(desired);
+  json get;
+  get["key"] = k;
+  json txn;
+  txn["compare"] = json::array({compare});
+  txn["success"] = json::array({json{{"request_put", put}}});
+  txn["failure"] = json::array({json{{"request_range", get}}});
+  const json reply = co_await client_->call("/v3/kv/txn", txn, request_deadline());
+  if (reply.value("succeeded", false)) co_return desired;
+  // torch's rules: the current value, or `expected` itself when the key is missing.
+  const json responses = reply.value("responses", json::array());
+  if (!responses.empty()) {
+    const json kvs =
+        responses[0].value("response_range", json::object()).value("kvs", json::array());
+    if (!kvs.empty()) co_return base64_decode(kvs[0].value("value", ""));
+  }
+  co_return expected;
+}
+
+asio::awaitable<void> EtcdJobStore::set(std::string key, std::string value) {
+  check_open();
+  json put;
+  put["key"] = base64_encode(base_ + key);
+  put["value"] = base64_encode(value);
+  co_await client_->call("/v3/kv/put", put, request_deadline());
+}
+
+asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::read_prefix(std::string prefix) {
+  check_open();
+  const std::string full = base_ + prefix;
+  json range;
+  range["key"] = base64_encode(full);
+  range["range_end"] = base64_encode(etcd::prefix_end(full));
+  const json reply = co_await client_->call("/v3/kv/range", range, request_deadline());
+  std::vector<KeyEvent> out;
+  for (const auto& kv : reply.value("kvs", json::array())) {
+    out.push_back(KeyEvent{base64_decode(kv.value("key", "")).substr(base_.size()),
+                           base64_decode(kv.value("value", "")), false});
+  }
+  co_return out;  // etcd returns a range in key order
+}
+
+void EtcdJobStore::lost(std::string why) {
+  broken_ = std::move(why);
+  client_->close();
+  lease_client_->close();
+  watch_->close();
+  keep_alive_timer_.cancel();
+}
+
+asio::awaitable<void> EtcdJobStore::revoke(std::string lease) {
+  const auto self = shared_from_this();
+  etcd::Client client(ex_, spec_.endpoints, std::chrono::milliseconds(500));
+  json body;
+  body["ID"] = lease;
+  try {
+    co_await client.call("/v3/lease/revoke", body, Clock::now() + std::chrono::seconds(2));
+  } catch (const std::exception& e) {
+    spdlog::debug("etcd lease revoke: {}", e.what());  // it expires after its TTL anyway
+  }
+}
+
+void EtcdJobStore::leave() {
+  if (!broken_.empty()) return;
+  lost("this agent left the job");
+  if (!lease_.empty()) asio::co_spawn(ex_, revoke(lease_), asio::detached);
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The multi-node and elastic tests, and the in-process rendezvous tests, against ddprun and ddprund
+# built with AddressSanitizer and UndefinedBehaviorSanitizer (g++, the compiler whose coroutine
+# handling the lifetime rules in DESIGN.md work around). Every process reports into one folder; any
+# report fails the run, whatever exit status the test saw. scripts/test.sh runs this after the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${DDPRUN_SANITIZE_BUILD_DIR:-build-asan}
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+
+# Unoptimised: UBSan's checks make g++ three times slower at -O2, and -O0 hides nothing from them.
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
+  -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_handlers_test \
+  store_session_test
+
+export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
+cd "$build"
+status=0
+ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across' \
+  -R '^(multinode|elastic)\.|^(rendezvous|session): ' || status=$?
+if compgen -G "$reports/*" >/dev/null; then
+  for f in "$reports"/*; do
+    echo "=== $f"
+    head -n 80 "$f"
+  done
+  echo "sanitize: the sanitizers reported errors (above)" >&2
+  exit 1
+fi
+[[ $status -eq 0 ]] || { echo "sanitize: tests failed" >&2; exit "$status"; }
+echo "sanitize: no reports"

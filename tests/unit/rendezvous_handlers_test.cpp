@@ -1,0 +1,400 @@
+// The rendezvous handlers in-process: several nodes' handlers and a real store server on one
+// io_context, talking over loopback. A round forms in milliseconds, so each policy is checked here
+// and the multi-process tests only check that the pieces are wired together.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+
+#include "ddprun/rendezvous/async_store_client.hpp"
+#include "ddprun/rendezvous/rendezvous_config.hpp"
+#include "ddprun/rendezvous/static_rendezvous.hpp"
+#include "ddprun/rendezvous/store_server.hpp"
+#include "ddprun/rendezvous/tcp_job_store.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The result of an operation started on the io_context.
+template <class T>
+struct Pending {
+  std::optional<T> value;
+  std::exception_ptr error;
+  bool done = false;
+  T get() {
+    if (error) std::rethrow_exception(error);
+    return std::move(*value);
+  }
+};
+
+asio::awaitable<bool> completed(asio::awaitable<void> op) {
+  co_await std::move(op);
+  co_return true;
+}
+
+template <class T>
+std::shared_ptr<Pending<T>> start_on(asio::io_context& io, asio::awaitable<T> op) {
+  auto p = std::make_shared<Pending<T>>();
+  asio::co_spawn(io, std::move(op), [p](std::exception_ptr e, T v) {
+    p->error = e;
+    if (!e) p->value = std::move(v);
+    p->done = true;
+  });
+  return p;
+}
+
+// Runs the io_context until pred() holds; false after `limit`.
+template <class Pred>
+bool run_until(asio::io_context& io, Pred pred, std::chrono::milliseconds limit = 5s) {
+  const auto deadline = Clock::now() + limit;
+  while (!pred() && Clock::now() < deadline) io.run_one_for(10ms);
+  return pred();
+}
+
+template <class T>
+T run_on(asio::io_context& io, asio::awaitable<T> op) {
+  auto p = start_on(io, std::move(op));
+  REQUIRE(run_until(io, [&] { return p->done; }));
+  return p->get();
+}
+
+class Job {
+ public:
+  Job(int min_nodes, int max_nodes) : server_(io_, loopback()) {
+    config_.backend = Backend::kC10d;
+    config_.run_id = "job";
+    config_.min_nodes = min_nodes;
+    config_.max_nodes = max_nodes;
+    config_.endpoint_host = "127.0.0.1";
+    config_.endpoint_port = server_.port();
+    config_.local_addr = "127.0.0.1";
+    config_.join_timeout = 10s;
+    config_.heartbeat_timeout = 5s;
+    config_.last_call_timeout = 60s;
+    config_.barrier_timeout = 60s;
+  }
+  ~Job() {
+    for (auto& n : nodes_) n->abandon();
+    server_.stop();
+    io_.run_for(1s);
+  }
+
+  RendezvousConfig& config() { return config_; }
+  asio::io_context& io() { return io_; }
+  uint16_t port() const { return server_.port(); }
+
+  // A node that has joined the job.
+  std::shared_ptr<Rendezvous> add(int nproc = 1) {
+    RendezvousConfig c = config_;
+    c.nproc = nproc;
+    c.host = "h" + std::to_string(nodes_.size());
+    auto node = make_rendezvous(io_, c);
+    run(completed(node->join()));
+    nodes_.push_back(node);
+    return node;
+  }
+  // Adds an already-built handler, joined, to those torn down at the end.
+  void adopt(std::shared_ptr<Rendezvous> node) {
+    run(completed(node->join()));
+    nodes_.push_back(node);
+  }
+
+  template <class T>
+  std::shared_ptr<Pending<T>> start(asio::awaitable<T> op) {
+    return start_on(io_, std::move(op));
+  }
+  template <class Pred>
+  bool run_until(Pred pred) {
+    return ::run_until(io_, pred);
+  }
+  template <class T>
+  T run(asio::awaitable<T> op) {
+    return run_on(io_, std::move(op));
+  }
+  // Runs the io_context for `d`, for checks that something does not happen.
+  void idle_for(std::chrono::milliseconds d) { io_.run_for(d); }
+
+ private:
+  static ServerOptions loopback() {
+    ServerOptions o;
+    o.host = "127.0.0.1";
+    return o;
+  }
+
+  asio::io_context io_;
+  StoreServer server_;
+  RendezvousConfig config_;
+  std::vector<std::shared_ptr<Rendezvous>> nodes_;
+};
+
+// Starts next_round() on every node and returns their rounds once all have one.
+std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rendezvous>>& nodes) {
+  std::vector<std::shared_ptr<Pending<std::optional<Round>>>> pending;
+  for (auto& n : nodes) pending.push_back(job.start(n->next_round()));
+  REQUIRE(job.run_until([&] {
+    for (auto& p : pending) {
+      if (!p->done) return false;
+    }
+    return true;
+  }));
+  std::vector<Round> rounds;
+  for (auto& p : pending) {
+    const auto r = p->get();
+    REQUIRE(r.has_value());
+    rounds.push_back(*r);
+  }
+  return rounds;
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous: MAX nodes form a round at once, ranks in join order", "[rendezvous]") {
+  Job job(2, 3);
+  auto a = job.add(1);
+  auto b = job.add(2);
+  auto c = job.add(3);
+  const auto started = Clock::now();
+  const auto rounds = form(job, {a, b, c});
+  CHECK(Clock::now() - started < 5s);  // far below the 60 s last call: MAX ends it
+  std::set<int> node_ranks;
+  for (const auto& r : rounds) {
+    CHECK(r.number == 0);
+    CHECK(r.restart_count == 0);
+    CHECK(r.num_nodes == 3);
+    CHECK(r.world_size == 6);
+    node_ranks.insert(r.node_rank);
+  }
+  CHECK(node_ranks == std::set<int>{0, 1, 2});
+  // Base ranks follow node ranks: each node's ranks start where the previous node's end.
+  std::vector<std::pair<int, int>> by_rank;  // node rank -> (base rank, nproc)
+  const int nprocs[] = {1, 2, 3};
+  for (size_t i = 0; i < rounds.size(); ++i) by_rank.emplace_back(rounds[i].node_rank, i);
+  std::sort(by_rank.begin(), by_rank.end());
+  int expected_base = 0;
+  for (const auto& [rank, i] : by_rank) {
+    CHECK(rounds[i].base_rank == expected_base);
+    expected_base += nprocs[i];
+  }
+  CHECK(expected_base == 6);
+}
+
+TEST_CASE("rendezvous: MIN nodes form a round when the last call ends", "[rendezvous]") {
+  Job job(2, 3);
+  job.config().last_call_timeout = 200ms;
+  auto a = job.add();
+  auto b = job.add();
+  const auto started = Clock::now();
+  const auto rounds = form(job, {a, b});
+  CHECK(Clock::now() - started >= 150ms);
+  CHECK(rounds[0].num_nodes == 2);
+  CHECK(rounds[0].world_size == 2);
+}
+
+TEST_CASE("rendezvous: a node beyond MAX waits as a spare and replaces a dead node",
+          "[rendezvous]") {
+  Job job(2, 2);
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  auto spare = job.add();
+  auto spare_round = job.start(spare->next_round());
+  job.idle_for(200ms);
+  CHECK_FALSE(spare_round->done);
+
+  auto why = job.start(a->interruption(r0[0]));
+  b->abandon();  // b's agent dies: its connections close
+  REQUIRE(job.run_until([&] { return why->done; }));
+  CHECK_THAT(why->get(), Catch::Contains("left the job"));
+  job.run(completed(a->end_round(r0[0])));
+
+  auto next_a = job.start(a->next_round());
+  REQUIRE(job.run_until([&] { return next_a->done && spare_round->done; }));
+  const Round ra = *next_a->get(), rs = *spare_round->get();
+  CHECK(ra.number == 1);
+  CHECK(ra.restart_count == 0);  // a membership change costs no restart
+  CHECK(ra.node_rank == 0);      // the survivor keeps its place
+  CHECK(rs.node_rank == 1);
+  CHECK(rs.num_nodes == 2);
+}
+
+TEST_CASE("rendezvous: a newcomer below MAX ends the round, survivors keep their ranks",
+          "[rendezvous]") {
+  Job job(2, 3);
+  job.config().last_call_timeout = 100ms;
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  auto why = job.start(a->interruption(r0[0]));
+  auto c = job.add();
+  REQUIRE(job.run_until([&] { return why->done; }));
+  CHECK_THAT(why->get(), Catch::Contains("scale-up"));
+  job.run(completed(a->end_round(r0[0])));
+  job.run(completed(b->end_round(r0[1])));  // a no-op: a ended it already
+  const auto r1 = form(job, {a, b, c});
+  CHECK(r1[0].number == 1);
+  CHECK(r1[0].node_rank == r0[0].node_rank);
+  CHECK(r1[1].node_rank == r0[1].node_rank);
+  CHECK(r1[2].node_rank == 2);
+  CHECK(r1[2].world_size == 3);
+}
+
+TEST_CASE("rendezvous: a failure costs the job one restart, however many nodes report it",
+          "[rendezvous]") {
+  Job job(2, 2);
+  job.config().max_restarts = 1;
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  job.run(completed(a->report_failure(r0[0], "a0")));
+  job.run(completed(b->report_failure(r0[1], "b0")));
+  auto r1 = form(job, {a, b});
+  CHECK(r1[0].number == 1);
+  CHECK(r1[0].restart_count == 1);
+  CHECK(r1[1].restart_count == 1);
+
+  job.run(completed(b->report_failure(r1[1], "b1")));
+  job.run(completed(a->report_failure(r1[0], "a1")));
+  for (auto& node : {a, b}) {
+    CHECK_FALSE(job.run(node->next_round()).has_value());
+    CHECK(node->ending().kind == JobEnd::Kind::kRestartsExhausted);
+    auto failures = job.run(node->final_failures());
+    std::sort(failures.begin(), failures.end());
+    CHECK(failures == std::vector<std::string>{"a1", "b1"});
+  }
+}
+
+TEST_CASE("rendezvous: a closed job turns later joiners away", "[rendezvous]") {
+  Job job(2, 3);
+  job.config().last_call_timeout = 100ms;
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  auto done_a = job.start(a->exit_barrier(r0[0]));
+  auto done_b = job.start(b->exit_barrier(r0[1]));
+  REQUIRE(job.run_until([&] { return done_a->done && done_b->done; }));
+  CHECK(done_a->get());
+  CHECK(done_b->get());
+  job.run(completed(a->close("succeeded")));
+  CHECK(a->ending().kind == JobEnd::Kind::kSucceeded);
+
+  auto late = job.add();
+  CHECK_FALSE(job.run(late->next_round()).has_value());
+  CHECK(late->ending().kind == JobEnd::Kind::kClosed);
+  CHECK(late->ending().why == "succeeded");
+}
+
+TEST_CASE("rendezvous: the exit barrier fails at once when a peer's agent dies", "[rendezvous]") {
+  Job job(2, 2);
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  auto done = job.start(a->exit_barrier(r0[0]));
+  job.idle_for(50ms);
+  CHECK_FALSE(done->done);
+  const auto killed = Clock::now();
+  b->abandon();
+  REQUIRE(job.run_until([&] { return done->done; }));
+  CHECK_FALSE(done->get());
+  CHECK(Clock::now() - killed < 5s);  // not the 60 s barrier timeout
+}
+
+TEST_CASE("rendezvous: each round's node 0 hosts a fresh worker store", "[rendezvous]") {
+  Job job(2, 2);
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  auto wa = job.start(a->worker_store(r0[0]));
+  auto wb = job.start(b->worker_store(r0[1]));
+  REQUIRE(job.run_until([&] { return wa->done && wb->done; }));
+  const WorkerStoreAddress s0 = wa->get();
+  CHECK(s0.addr == "127.0.0.1");
+  CHECK(wb->get().port == s0.port);
+  CHECK(s0.port != job.port());
+
+  job.run(completed(a->end_round(r0[0])));
+  auto r1 = form(job, {a, b});
+  auto wa1 = job.start(a->worker_store(r1[0]));
+  auto wb1 = job.start(b->worker_store(r1[1]));
+  REQUIRE(job.run_until([&] { return wa1->done && wb1->done; }));
+  CHECK(wa1->get().port == wb1->get().port);
+  CHECK(wa1->get().port != s0.port);
+}
+
+TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere restarts the job",
+          "[rendezvous]") {
+  Job job(2, 2);
+  RendezvousConfig c = job.config();
+  c.backend = Backend::kStatic;
+  c.max_restarts = 1;
+  c.master_addr = "127.0.0.1";
+  c.store_port = job.port();
+  std::vector<std::shared_ptr<Rendezvous>> nodes;
+  for (int rank : {1, 0}) {
+    c.node_rank = rank;
+    c.nproc = 2 + rank;
+    TcpJobStoreSpec spec{c.run_id, "127.0.0.1", job.port(), c.join_timeout, c.heartbeat_timeout};
+    auto store = std::make_shared<TcpJobStore>(job.io().get_executor(), spec);
+    nodes.push_back(StaticRendezvous::create(job.io(), c, store, nullptr));
+    job.adopt(nodes.back());
+  }
+  auto r0 = form(job, nodes);
+  CHECK(r0[0].node_rank == 1);
+  CHECK(r0[0].base_rank == 2);
+  CHECK(r0[1].base_rank == 0);
+  CHECK(r0[0].world_size == 5);
+  CHECK(job.run(nodes[0]->worker_store(r0[0])).port == job.port());
+
+  auto why = job.start(nodes[1]->interruption(r0[1]));
+  job.run(completed(nodes[0]->report_failure(r0[0], "node 1 failed")));
+  REQUIRE(job.run_until([&] { return why->done; }));
+  CHECK_THAT(why->get(), Catch::Contains("another node's workers failed"));
+  job.run(completed(nodes[1]->end_round(r0[1])));  // the attempt moved on already: no extra cost
+  auto r1 = form(job, nodes);
+  CHECK(r1[0].restart_count == 1);
+  CHECK(r1[1].restart_count == 1);
+
+  // A peer's agent dies at the exit barrier: the barrier fails at once.
+  auto done = job.start(nodes[1]->exit_barrier(r1[1]));
+  nodes[0]->abandon();
+  REQUIRE(job.run_until([&] { return done->done; }));
+  CHECK_FALSE(done->get());
+}
+
+TEST_CASE("rendezvous: one node restarts within its budget and empties its store each time",
+          "[rendezvous]") {
+  asio::io_context io;
+  RendezvousConfig c;
+  c.store_host = "127.0.0.1";
+  c.max_restarts = 1;
+  c.nproc = 3;
+  auto node = make_rendezvous(io, c);
+  run_on(io, completed(node->join()));
+  const Round r0 = *run_on(io, node->next_round());
+  CHECK(r0.world_size == 3);
+  const WorkerStoreAddress s = run_on(io, node->worker_store(r0));
+  auto client = run_on(
+      io, AsyncStoreClient::connect(io.get_executor(), "127.0.0.1", static_cast<uint16_t>(s.port)));
+  run_on(io, completed(client->set("written by attempt 0", "x")));
+  run_on(io, completed(node->report_failure(r0, "first")));
+  const Round r1 = *run_on(io, node->next_round());
+  CHECK(r1.restart_count == 1);
+  run_on(io, node->worker_store(r1));
+  CHECK(run_on(io, client->num_keys()) == 0);
+  run_on(io, completed(node->report_failure(r1, "second")));
+  CHECK_FALSE(run_on(io, node->next_round()).has_value());
+  CHECK(node->ending().kind == JobEnd::Kind::kRestartsExhausted);
+  CHECK(run_on(io, node->final_failures()) == std::vector<std::string>{"second"});
+  client->close();
+  node->abandon();
+}
