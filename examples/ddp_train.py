@@ -46,6 +46,9 @@ def main():
             json.dump({"losses": losses, "identical": identical, "world": world}, f)
     print(f"rank {rank} ({backend}): first loss {losses[0]:.4f} last loss {losses[-1]:.4f}, "
           f"replicas {'bit-identical' if identical else 'DIVERGED'}")
+    # Every rank is done with gloo before any tears it down (torch 2.6 once aborted a rank,
+    # "terminate called without an active exception", when its peer left first).
+    dist.barrier()
     dist.destroy_process_group()
     if not identical:
         raise SystemExit(1)

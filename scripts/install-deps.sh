@@ -12,7 +12,7 @@ packages=(
   python3 python3-torch python3-numpy
   hyperfine iproute2 procps
   mmdebstrap
-  etcd-server etcd-client libssl-dev
+  etcd-server etcd-client libssl-dev openssl
 )
 
 missing=()

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "ddprun/agent/console.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
@@ -157,6 +158,12 @@ struct Run {
     } catch (...) {
       error = std::current_exception();
     }
+    if (error && signaled != 0) {  // the signal ended a wait in the rendezvous
+      error = nullptr;
+      out.run_log_dir = run_dir.string();
+      out.state = AgentOutcome::State::kSignaled;
+      out.signal = signaled;
+    }
     co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
     if (error) std::rethrow_exception(error);
     co_return out;
@@ -199,7 +206,8 @@ struct Run {
             out.state = AgentOutcome::State::kSucceeded;
             co_return out;
           }
-          spdlog::warn("another node failed while this one waited at the exit barrier");
+          spdlog::warn("another node failed or left while this one waited at the exit barrier");
+          co_await rdzv->end_round(*round);  // (a no-op when the peer's failure already ended it)
           break;
         case GroupResult::State::kStopped:
           out.state = AgentOutcome::State::kSignaled;
@@ -271,9 +279,6 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     outcome.summary = e.what();
     return outcome;
   }
-  spdlog::info("run {}: {}, {} workers here, logs in {}", cfg.run_id, rdzv->describe(), cfg.nproc,
-               run_dir.string());
-
   WorkerGroup group(io, cfg.shutdown_timeout);
   int signaled = 0;
   asio::signal_set signals(io);
@@ -284,11 +289,18 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       spdlog::warn("received {}: forwarding it to the workers and shutting down",
                    signal_name(signo));
       signaled = signo;
-      group.stop(signo);
+      if (group.active()) {
+        group.stop(signo);
+      } else {
+        rdzv->abandon();  // waiting in the rendezvous (or its exit barrier): stop waiting now
+      }
       listen();
     });
   };
   listen();
+  // Signals are handled from here on: the first line says so to whoever waits for it.
+  spdlog::info("run {}: {}, {} workers here, logs in {}", cfg.run_id, rdzv->describe(), cfg.nproc,
+               run_dir.string());
 
   Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor()};
   bool finished = false;
@@ -313,6 +325,9 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   // objects from inside their own pending operations. Bounded, in case something never completes.
   io.run_for(std::chrono::seconds(5));
   if (!io.stopped()) spdlog::warn("shutdown: some I/O was still pending after 5 s");
+  // What the workers and the agent wrote comes before what the caller prints next (bounded).
+  Console::of(STDOUT_FILENO).flush();
+  Console::of(STDERR_FILENO).flush();
   return outcome;
 }
 

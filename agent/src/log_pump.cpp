@@ -5,24 +5,22 @@
 #include <cerrno>
 #include <system_error>
 
+#include "ddprun/agent/console.hpp"
+
 namespace ddprun::agent {
 namespace {
 
-void write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;  // a closed console is not the workers' problem
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
+// Longer console lines are shown in pieces of this size (the log files keep them whole).
+constexpr size_t kMaxConsoleLine = 64 * 1024;
 
 }  // namespace
 
 LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path,
                  int console_fd, std::string prefix)
-    : pipe_(io, pipe_fd), console_fd_(console_fd), prefix_(std::move(prefix)), buf_(64 * 1024) {
+    : pipe_(io, pipe_fd),
+      console_fd_(console_fd),
+      lines_(std::move(prefix), kMaxConsoleLine),
+      buf_(64 * 1024) {
   if (!file_path.empty()) {
     file_ = std::fopen(file_path.c_str(), "w");
     if (file_ == nullptr) {
@@ -59,18 +57,7 @@ void LogPump::emit(const char* data, size_t n) {
     std::fflush(file_);
   }
   if (console_fd_ < 0) return;
-  std::string out;
-  size_t start = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (data[i] != '\n') continue;
-    out += prefix_;
-    out += partial_;
-    partial_.clear();
-    out.append(data + start, i + 1 - start);
-    start = i + 1;
-  }
-  partial_.append(data + start, n - start);
-  write_all(console_fd_, out.data(), out.size());
+  Console::of(console_fd_).write(lines_.feed(std::string_view(data, n)));
 }
 
 void LogPump::finish() {
@@ -89,11 +76,7 @@ void LogPump::finish() {
 void LogPump::complete() {
   if (done_) return;
   done_ = true;
-  if (console_fd_ >= 0 && !partial_.empty()) {
-    const std::string line = prefix_ + partial_ + "\n";
-    write_all(console_fd_, line.data(), line.size());
-    partial_.clear();
-  }
+  if (console_fd_ >= 0) Console::of(console_fd_).write(lines_.finish());
   boost::system::error_code ec;
   pipe_.close(ec);
   if (on_eof_) on_eof_();

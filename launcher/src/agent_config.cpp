@@ -87,6 +87,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     r.node_rank = c.node_rank;
   } else if (c.max_nodes > 1) {
     r.etcd_endpoints = c.etcd_endpoints;
+    r.etcd_tls = c.etcd_tls;
     if (auto it = c.rdzv_config.find("etcd_prefix"); it != c.rdzv_config.end()) {
       r.etcd_prefix = it->second.ends_with("/") ? it->second : it->second + "/";
     }

@@ -44,7 +44,9 @@ const std::vector<OptionSpec>& option_table() {
       {"--rdzv_id,--rdzv-id", "rdzv_id", "ID", "the job's id, the same on every node"},
       {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "K=V,...",
        "join_timeout, last_call_timeout, heartbeat_timeout (or keep_alive_interval and "
-       "keep_alive_max_attempt), is_host; read_timeout, close_timeout, timeout, store_type"},
+       "keep_alive_max_attempt), is_host; read_timeout, close_timeout, timeout, store_type; "
+       "etcd: etcd_prefix, protocol=https, cacert, cert, key (or ca_cert, ssl_cert, "
+       "ssl_cert_key)"},
       {"--max_restarts,--max-restarts", "max_restarts", "N",
        "job-wide restarts of the worker groups before failing (default 0)"},
       {"--monitor_interval,--monitor-interval", "monitor_interval", "S",
@@ -216,6 +218,45 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
     start = comma + 1;
   }
   return out;
+}
+
+// rdzv_conf's TLS keys for etcd: protocol=https, and each file under etcd's name or torchrun's
+// etcd-v2 one. Files alone imply https. Every file is loaded here, so that a bad one is a usage
+// error at once rather than a rendezvous that never forms.
+rendezvous::EtcdTls parse_etcd_tls(const std::map<std::string, std::string>& conf) {
+  const auto file = [&](const char* name, const char* torch_name) {
+    const auto a = conf.find(name), b = conf.find(torch_name);
+    if (a != conf.end() && b != conf.end() && a->second != b->second) {
+      throw UsageError(
+          fmt::format("--rdzv_conf: {} and {} name different files", name, torch_name));
+    }
+    return a != conf.end() ? a->second : b != conf.end() ? b->second : std::string();
+  };
+  rendezvous::EtcdTls tls;
+  tls.ca_file = file("cacert", "ca_cert");
+  tls.cert_file = file("cert", "ssl_cert");
+  tls.key_file = file("key", "ssl_cert_key");
+  const bool files = !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty();
+  const auto protocol = conf.find("protocol");
+  if (protocol == conf.end()) {
+    tls.enabled = files;
+  } else if (protocol->second == "https") {
+    tls.enabled = true;
+  } else if (protocol->second != "http") {
+    throw UsageError(
+        fmt::format("--rdzv_conf protocol={}: must be http or https", protocol->second));
+  } else if (files) {
+    throw UsageError("--rdzv_conf: TLS files (cacert, cert, key) given with protocol=http");
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    throw UsageError("--rdzv_conf: a client certificate needs both cert and key");
+  }
+  try {
+    rendezvous::check_etcd_tls(tls);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--rdzv_conf: {}", e.what()));
+  }
+  return tls;
 }
 
 rendezvous::Backend parse_backend(const std::string& name) {
@@ -417,16 +458,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     }
     c.rdzv_host = c.etcd_endpoints.front().host;
     c.rdzv_port = c.etcd_endpoints.front().port;
-    for (const char* tls : {"cacert", "cert", "key", "ca_cert", "ssl_cert", "ssl_cert_key"}) {
-      if (c.rdzv_config.contains(tls)) {
-        throw UsageError(fmt::format("--rdzv_conf {}: TLS to etcd is not implemented yet", tls));
-      }
-    }
-    if (auto it = c.rdzv_config.find("protocol");
-        it != c.rdzv_config.end() && it->second != "http") {
-      throw UsageError(
-          fmt::format("--rdzv_conf protocol={}: only http is implemented", it->second));
-    }
+    c.etcd_tls = parse_etcd_tls(c.rdzv_config);
     if (auto it = c.rdzv_config.find("etcd_prefix");
         it != c.rdzv_config.end() && !it->second.starts_with("/")) {
       throw UsageError(fmt::format("--rdzv_conf etcd_prefix={}: must start with /", it->second));

@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <iostream>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "ddprun/agent/agent.hpp"
+#include "ddprun/agent/console.hpp"
 #include "ddprun/launcher/agent_config.hpp"
 #include "ddprun/launcher/launch_config.hpp"
 #include "ddprun/rendezvous/process_setup.hpp"
@@ -13,7 +15,8 @@
 using namespace ddprun;
 
 int main(int argc, char** argv) {
-  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "ddprun", std::make_shared<agent::ConsoleSink>(STDERR_FILENO)));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
   const std::vector<std::string> args(argv + 1, argv + argc);
 

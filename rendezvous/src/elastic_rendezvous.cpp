@@ -33,7 +33,19 @@ std::shared_ptr<ElasticRendezvous> ElasticRendezvous::create(asio::io_context& i
 
 ElasticRendezvous::~ElasticRendezvous() = default;
 
+namespace {
+
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+JobSession::Settings job_wide(const RendezvousConfig& c) {
+  return {{"--nnodes", fmt::format("{}:{}", c.min_nodes, c.max_nodes)},
+          {"--max_restarts", std::to_string(c.max_restarts)}};
+}
+
+}  // namespace
+
 asio::awaitable<void> ElasticRendezvous::join() {
+  Settings settings = job_wide(config_);
+  co_await agree_on(std::move(settings));
   co_await open("nodes/" + node_id_, node_record(config_.nproc, config_.host));
   // Counters start at 0 (the first node creates them): compare-and-set never creates a key whose
   // expected value is not empty.

@@ -4,13 +4,16 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <openssl/ssl.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
 
@@ -35,6 +38,24 @@ bool transient(int code) {
 std::string describe(const Endpoint& e) {
   return e.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", e.host, e.port)
                                                : fmt::format("{}:{}", e.host, e.port);
+}
+
+// Why a try on a member failed, in words, with a hint where the usual cause is a TLS setting.
+std::string failure(const std::exception& e, bool tls) {
+  const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
+  const std::string what = system ? system->code().message() : e.what();
+  const auto has = [&](const char* s) { return what.find(s) != std::string::npos; };
+  if (tls && has("certificate verify failed")) {
+    return what + " (is rdzv_conf cacert the CA that signed the member's certificate?)";
+  }
+  if (tls && (has("bad certificate") || has("certificate required"))) {
+    return what + " (the member refused this node's client certificate: rdzv_conf cert and key)";
+  }
+  if (tls && has("wrong version number")) return what + " (does the member serve https?)";
+  if (!tls && (has("end of stream") || has("reset by peer"))) {
+    return what + " (if the member serves https, set rdzv_conf protocol=https)";
+  }
+  return what;
 }
 
 }  // namespace
@@ -103,18 +124,64 @@ int64_t int_field(const json& j, const char* name) {
   return it->is_string() ? std::stoll(it->get<std::string>()) : it->get<int64_t>();
 }
 
-// One HTTP/1.1 connection to one member.
+std::shared_ptr<asio::ssl::context> make_tls_context(const EtcdTls& tls) {
+  if (!tls.enabled) return nullptr;
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  const auto load = [](const std::string& what, const std::string& file, auto&& f) {
+    beast::error_code ec;
+    f(ec);
+    if (ec) {
+      throw std::invalid_argument(
+          fmt::format("etcd TLS: cannot load the {} '{}': {}", what, file, ec.message()));
+    }
+  };
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  if (tls.ca_file.empty()) {
+    load("system's trusted CAs", "", [&](auto& ec) { ctx->set_default_verify_paths(ec); });
+  } else {
+    load("CA certificate", tls.ca_file, [&](auto& ec) { ctx->load_verify_file(tls.ca_file, ec); });
+  }
+  if (!tls.cert_file.empty()) {
+    load("client certificate", tls.cert_file,
+         [&](auto& ec) { ctx->use_certificate_chain_file(tls.cert_file, ec); });
+    load("client key", tls.key_file,
+         [&](auto& ec) { ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem, ec); });
+    if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+      throw std::invalid_argument(
+          fmt::format("etcd TLS: the key '{}' does not match the certificate '{}'", tls.key_file,
+                      tls.cert_file));
+    }
+  }
+  return ctx;
+}
+
+// One HTTP/1.1 connection to one member, over TCP or TLS.
 class Connection {
  public:
-  explicit Connection(asio::any_io_executor ex) : stream_(ex) {}
+  Connection(asio::any_io_executor ex, const std::shared_ptr<asio::ssl::context>& tls) {
+    if (tls) {
+      tls_.emplace(ex, *tls);
+    } else {
+      plain_.emplace(ex);
+    }
+  }
 
   asio::awaitable<void> connect(const Endpoint& e, Clock::time_point deadline) {
     host_ = describe(e);
-    asio::ip::tcp::resolver resolver(stream_.get_executor());
-    stream_.expires_at(deadline);
+    asio::ip::tcp::resolver resolver(tcp().get_executor());
+    tcp().expires_at(deadline);
     const auto found =
         co_await resolver.async_resolve(e.host, std::to_string(e.port), use_awaitable);
-    co_await stream_.async_connect(found, use_awaitable);
+    co_await tcp().async_connect(found, use_awaitable);
+    if (tls_) {
+      boost::system::error_code not_an_address;
+      asio::ip::make_address(e.host, not_an_address);
+      if (not_an_address) {
+        SSL_set_tlsext_host_name(tls_->native_handle(), e.host.c_str());  // SNI, for names only
+      }
+      tls_->set_verify_callback(asio::ssl::host_name_verification(e.host));
+      co_await tls_->async_handshake(asio::ssl::stream_base::client, use_awaitable);
+    }
   }
 
   asio::awaitable<void> send(const std::string& path, const std::string& body,
@@ -125,14 +192,23 @@ class Connection {
     req.keep_alive(true);
     req.body() = body;
     req.prepare_payload();
-    stream_.expires_at(deadline);
-    co_await http::async_write(stream_, req, use_awaitable);
+    tcp().expires_at(deadline);
+    // (No co_await inside ?: here: GCC 12 destroys its temporaries twice.)
+    if (tls_) {
+      co_await http::async_write(*tls_, req, use_awaitable);
+    } else {
+      co_await http::async_write(*plain_, req, use_awaitable);
+    }
   }
 
   asio::awaitable<http::response<http::string_body>> read_response(Clock::time_point deadline) {
     http::response<http::string_body> res;
-    stream_.expires_at(deadline);
-    co_await http::async_read(stream_, buffer_, res, use_awaitable);
+    tcp().expires_at(deadline);
+    if (tls_) {
+      co_await http::async_read(*tls_, buffer_, res, use_awaitable);
+    } else {
+      co_await http::async_read(*plain_, buffer_, res, use_awaitable);
+    }
     co_return res;
   }
 
@@ -140,19 +216,29 @@ class Connection {
   asio::awaitable<unsigned> read_stream_header(Clock::time_point deadline) {
     parser_.emplace();
     parser_->body_limit(boost::none);
-    stream_.expires_at(deadline);
-    co_await http::async_read_header(stream_, buffer_, *parser_, use_awaitable);
+    tcp().expires_at(deadline);
+    if (tls_) {
+      co_await http::async_read_header(*tls_, buffer_, *parser_, use_awaitable);
+    } else {
+      co_await http::async_read_header(*plain_, buffer_, *parser_, use_awaitable);
+    }
     co_return parser_->get().result_int();
   }
   asio::awaitable<std::string> read_stream_body() {
     std::array<char, 8192> chunk;
-    stream_.expires_never();  // a watch may be silent for as long as the job's keys are
+    tcp().expires_never();  // a watch may be silent for as long as the job's keys are
     for (;;) {
       if (parser_->is_done()) throw StoreConnectionError("the etcd watch stream ended");
       parser_->get().body().data = chunk.data();
       parser_->get().body().size = chunk.size();
-      auto [ec, n] =
-          co_await http::async_read_some(stream_, buffer_, *parser_, asio::as_tuple(use_awaitable));
+      beast::error_code ec;
+      if (tls_) {
+        std::tie(ec, std::ignore) =
+            co_await http::async_read_some(*tls_, buffer_, *parser_, asio::as_tuple(use_awaitable));
+      } else {
+        std::tie(ec, std::ignore) = co_await http::async_read_some(*plain_, buffer_, *parser_,
+                                                                   asio::as_tuple(use_awaitable));
+      }
       if (ec == http::error::need_buffer) ec = {};
       if (ec)
         throw StoreConnectionError(
@@ -164,21 +250,27 @@ class Connection {
 
   void close() {
     beast::error_code ec;
-    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-    stream_.close();
+    tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    tcp().close();
   }
   const std::string& host() const { return host_; }
 
  private:
-  beast::tcp_stream stream_;
+  beast::tcp_stream& tcp() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }
+
+  std::optional<beast::tcp_stream> plain_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::buffer_body>> parser_;
   std::string host_;
 };
 
 Client::Client(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
-               std::chrono::milliseconds attempt_timeout)
-    : ex_(ex), endpoints_(std::move(endpoints)), attempt_timeout_(attempt_timeout) {
+               std::chrono::milliseconds attempt_timeout, std::shared_ptr<asio::ssl::context> tls)
+    : ex_(ex),
+      endpoints_(std::move(endpoints)),
+      attempt_timeout_(attempt_timeout),
+      tls_(std::move(tls)) {
   if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
 }
 
@@ -189,9 +281,17 @@ void Client::close() {
   if (connection_) connection_->close();
 }
 
+void Client::prefer(size_t member) {
+  if (member == current_ || member >= endpoints_.size()) return;
+  if (connection_) connection_->close();
+  connection_.reset();
+  current_ = member;
+}
+
 asio::awaitable<json> Client::call(std::string path, json body, Clock::time_point deadline) {
   const std::string payload = body.dump();
   std::string last_error = "no member answered";
+  electing_ = false;
   asio::steady_timer pause(ex_);
   for (size_t attempt = 0;; ++attempt) {
     if (closed_) throw StoreConnectionError("the etcd client was closed");
@@ -202,7 +302,7 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
     std::string refused;  // a reply no other member would change
     try {
       if (!connection_) {
-        auto c = std::make_unique<Connection>(ex_);
+        auto c = std::make_unique<Connection>(ex_, tls_);
         co_await c->connect(endpoints_[current_], attempt_deadline);
         connection_ = std::move(c);
       }
@@ -218,13 +318,26 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
                                            res.result_int(), path, message);
       if (j.is_object() && transient(code)) {
         last_error = what;
+        if (message.find("leader") != std::string::npos) electing_ = true;
       } else if (!j.is_object() && res.result_int() >= 500) {
         last_error = what;
+      } else if (!j.is_object()) {
+        refused = fmt::format("{} (is it an etcd v3 endpoint?)", what);
+      } else if (message.find("user name is empty") != std::string::npos ||
+                 message.find("auth token") != std::string::npos ||
+                 message.find("permission denied") != std::string::npos) {
+        refused = fmt::format(
+            "{} (the cluster has authentication enabled, and ddprun does not log in to etcd yet)",
+            what);
       } else {
-        refused = j.is_object() ? what : fmt::format("{} (is it an etcd v3 endpoint?)", what);
+        refused = what;
       }
     } catch (const std::exception& e) {
-      last_error = fmt::format("{}: {}", describe(endpoints_[current_]), e.what());
+      last_error =
+          fmt::format("{}: {}", describe(endpoints_[current_]), failure(e, tls_ != nullptr));
+      // Connected, and no answer in time: what a member does while the cluster elects a leader.
+      const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
+      if (connection_ && system && system->code() == beast::error::timeout) electing_ = true;
     }
     if (!refused.empty()) throw StoreError(refused);
     // Move on to the next member; after trying them all, pause before the next round of tries.
@@ -238,13 +351,18 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
   }
 }
 
-WatchStream::WatchStream(asio::any_io_executor ex, std::vector<Endpoint> endpoints)
-    : ex_(ex), endpoints_(std::move(endpoints)) {}
+WatchStream::WatchStream(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
+                         std::shared_ptr<asio::ssl::context> tls)
+    : ex_(ex), endpoints_(std::move(endpoints)), tls_(std::move(tls)) {}
 
 WatchStream::~WatchStream() = default;
 
 void WatchStream::close() {
   closed_ = true;
+  if (connection_) connection_->close();
+}
+
+void WatchStream::drop_member() {
   if (connection_) connection_->close();
 }
 
@@ -269,7 +387,7 @@ asio::awaitable<void> WatchStream::open(std::string key, std::string range_end,
     lines_.clear();
     current_ = (current_ + 1) % endpoints_.size();
     try {
-      auto c = std::make_unique<Connection>(ex_);
+      auto c = std::make_unique<Connection>(ex_, tls_);
       co_await c->connect(endpoints_[current_], deadline);
       co_await c->send("/v3/watch", payload, deadline);
       const unsigned status = co_await c->read_stream_header(deadline);
@@ -280,7 +398,8 @@ asio::awaitable<void> WatchStream::open(std::string key, std::string range_end,
       if (result.value("created", false)) co_return;
       last_error = fmt::format("unexpected first watch message: {}", first.dump());
     } catch (const std::exception& e) {
-      last_error = fmt::format("{}: {}", describe(endpoints_[current_]), e.what());
+      last_error =
+          fmt::format("{}: {}", describe(endpoints_[current_]), failure(e, tls_ != nullptr));
     }
     if ((attempt + 1) % endpoints_.size() == 0) {
       pause.expires_at(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));

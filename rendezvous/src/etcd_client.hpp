@@ -16,6 +16,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/etcd_job_store.hpp"
@@ -34,13 +35,18 @@ std::string prefix_end(const std::string& prefix);
 // An int64 field as the gateway writes it (a string; absent means 0).
 int64_t int_field(const nlohmann::json& j, const char* name);
 
+// The TLS client context for `tls`, or null when it is off. Throws std::invalid_argument naming the
+// file and OpenSSL's reason when a file cannot be loaded.
+std::shared_ptr<boost::asio::ssl::context> make_tls_context(const EtcdTls& tls);
+
 class Connection;
 
 class Client {
  public:
   // `attempt_timeout` bounds one try on one member, so that a silent member is left for the next.
+  // `tls`: null for plain HTTP.
   Client(boost::asio::any_io_executor ex, std::vector<Endpoint> endpoints,
-         std::chrono::milliseconds attempt_timeout);
+         std::chrono::milliseconds attempt_timeout, std::shared_ptr<boost::asio::ssl::context> tls);
   ~Client();
 
   // POSTs `body` to `path` (e.g. "/v3/kv/put") and returns the parsed reply, failing over between
@@ -49,6 +55,13 @@ class Client {
   // differently (a bad request, auth required).
   boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
                                               Clock::time_point deadline);
+  // Whether, during the last call, a member took a request and did not answer in time, or answered
+  // that it has no leader: the signs of a leader election, during which no lease can expire (a new
+  // leader renews every lease). Members that refuse connections or cannot be reached are not.
+  bool saw_an_election() const { return electing_; }
+  // The member the next call goes to first (an index into the endpoints), and choosing it.
+  size_t member() const { return current_; }
+  void prefer(size_t member);
   // Aborts the call in progress and every later one (StoreConnectionError).
   void close();
 
@@ -56,16 +69,19 @@ class Client {
   boost::asio::any_io_executor ex_;
   std::vector<Endpoint> endpoints_;
   std::chrono::milliseconds attempt_timeout_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;
   size_t current_ = 0;
   std::unique_ptr<Connection> connection_;
   bool closed_ = false;
+  bool electing_ = false;
 };
 
 // One watch: POST /v3/watch with a create_request, then events as they come. Reconnecting is the
 // caller's business (open a new stream from the revision after the last one seen).
 class WatchStream {
  public:
-  WatchStream(boost::asio::any_io_executor ex, std::vector<Endpoint> endpoints);
+  WatchStream(boost::asio::any_io_executor ex, std::vector<Endpoint> endpoints,
+              std::shared_ptr<boost::asio::ssl::context> tls);
   ~WatchStream();
   // Opens the watch on the first member that accepts it, trying each endpoint in turn from the one
   // after the last used, until `deadline`; returns once etcd confirmed it ("created").
@@ -74,6 +90,11 @@ class WatchStream {
   // The next message with events (its "events" array, possibly empty for progress notices).
   // Throws StoreConnectionError when the stream breaks or is closed.
   boost::asio::awaitable<nlohmann::json> next();
+  // The member the stream is open on (an index into the endpoints).
+  size_t member() const { return current_; }
+  // Breaks the stream (next() throws) without closing the watch, so that the caller opens it again
+  // on another member: for a member that stopped answering while its stream stays silently open.
+  void drop_member();
   void close();
 
  private:
@@ -81,6 +102,7 @@ class WatchStream {
 
   boost::asio::any_io_executor ex_;
   std::vector<Endpoint> endpoints_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;
   size_t current_ = 0;
   std::unique_ptr<Connection> connection_;
   std::string lines_;

@@ -1,6 +1,7 @@
 #include "ddprun/rendezvous/etcd_job_store.hpp"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -30,15 +31,18 @@ std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds heartbeat) {
 
 }  // namespace
 
+void check_etcd_tls(const EtcdTls& tls) { etcd::make_tls_context(tls); }
+
 EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
     : ex_(ex),
       spec_(std::move(spec)),
       base_(spec_.prefix + spec_.run_id + "/"),
+      tls_(etcd::make_tls_context(spec_.tls)),
       client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
-                                             attempt_timeout(spec_.heartbeat_timeout))),
+                                             attempt_timeout(spec_.heartbeat_timeout), tls_)),
       lease_client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
-                                                   attempt_timeout(spec_.heartbeat_timeout))),
-      watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints)),
+                                                   attempt_timeout(spec_.heartbeat_timeout), tls_)),
+      watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints, tls_)),
       keep_alive_timer_(ex) {}
 
 EtcdJobStore::~EtcdJobStore() = default;
@@ -53,6 +57,17 @@ Clock::time_point EtcdJobStore::request_deadline() const {
          std::max<std::chrono::milliseconds>(spec_.join_timeout, spec_.heartbeat_timeout);
 }
 
+asio::awaitable<json> EtcdJobStore::call(std::string path, json body, Clock::time_point deadline) {
+  std::string failed;
+  try {
+    co_return co_await client_->call(path, body, deadline);
+  } catch (const StoreConnectionError& e) {
+    failed = e.what();
+  }
+  // A call cut short because the store was lost (the lease, or leave()) says why it was lost.
+  throw StoreConnectionError(broken_.empty() ? failed : broken_);
+}
+
 asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_key,
                                                           std::string value) {
   const auto deadline = Clock::now() + spec_.join_timeout;
@@ -60,7 +75,7 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_k
       std::max(1.0, std::ceil(std::chrono::duration<double>(spec_.heartbeat_timeout).count())));
   json grant;
   grant["TTL"] = std::to_string(ttl_s);
-  const json granted = co_await client_->call("/v3/lease/grant", grant, deadline);
+  const json granted = co_await call("/v3/lease/grant", grant, deadline);
   lease_ = granted.value("ID", std::string());
   if (lease_.empty() || int_field(granted, "TTL") <= 0) {
     throw StoreError(fmt::format("etcd granted no lease: {}", granted.dump()));
@@ -70,12 +85,12 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_k
   put["key"] = base64_encode(base_ + presence_key);
   put["value"] = base64_encode(value);
   put["lease"] = lease_;
-  co_await client_->call("/v3/kv/put", put, deadline);
+  co_await call("/v3/kv/put", put, deadline);
 
   json range;
   range["key"] = base64_encode(base_);
   range["range_end"] = base64_encode(etcd::prefix_end(base_));
-  const json snapshot = co_await client_->call("/v3/kv/range", range, deadline);
+  const json snapshot = co_await call("/v3/kv/range", range, deadline);
   revision_ = int_field(snapshot.value("header", json::object()), "revision");
   std::vector<KeyEvent> out;
   for (const auto& kv : snapshot.value("kvs", json::array())) {
@@ -96,21 +111,39 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
     keep_alive_timer_.expires_after(spec_.heartbeat_timeout / 3);
     co_await keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!broken_.empty()) break;
+    // Retried across members until the lease would have run out since the last renewal; while the
+    // cluster elects a leader, no lease runs out (the new leader renews them all), so a sign of an
+    // election buys one more heartbeat timeout. Members that are all gone, or cut off, do not.
+    // Renewed through the member that holds this node's watch when it can be: a member that no
+    // longer answers (stopped, or cut off from its peers) keeps a watch open and silent, so the
+    // watch moves with the keep-alive.
+    const size_t watch_member = watch_->member();
+    lease_client_->prefer(watch_member);
     std::string failure;
-    try {
-      // Retried across members until the lease would have run out since the last renewal.
-      const json reply = co_await lease_client_->call("/v3/lease/keepalive", body,
-                                                      last_renewed + spec_.heartbeat_timeout);
-      // The gateway answers 200 for a lease it no longer has, without a TTL.
-      if (int_field(reply.value("result", json::object()), "TTL") <= 0) {
-        failure =
-            "etcd dropped this node's lease (it was paused or cut off for longer than the "
-            "heartbeat timeout)";
-      } else {
-        last_renewed = Clock::now();
+    std::optional<json> reply;
+    for (auto give_up = last_renewed + spec_.heartbeat_timeout; !reply && failure.empty();
+         give_up += spec_.heartbeat_timeout) {
+      try {
+        reply = co_await lease_client_->call("/v3/lease/keepalive", body, give_up);
+      } catch (const std::exception& e) {
+        const bool more = lease_client_->saw_an_election() &&
+                          give_up < last_renewed + 2 * spec_.heartbeat_timeout;
+        if (!more) failure = fmt::format("lost the rendezvous store: {}", e.what());
       }
-    } catch (const std::exception& e) {
-      failure = fmt::format("the rendezvous store (etcd) is unreachable: {}", e.what());
+    }
+    // The gateway answers 200 for a lease it no longer has, without a TTL.
+    if (reply && int_field(reply->value("result", json::object()), "TTL") <= 0) {
+      failure =
+          "etcd dropped this node's lease (it was paused or cut off for longer than the "
+          "heartbeat timeout)";
+    } else if (reply) {
+      last_renewed = Clock::now();
+      if (lease_client_->member() != watch_member) {
+        const EtcdEndpoint& e = spec_.endpoints[watch_member];
+        spdlog::warn("etcd member {}:{} did not answer in time; moving this node's watch off it",
+                     e.host, e.port);
+        watch_->drop_member();
+      }
     }
     if (!failure.empty()) {
       if (broken_.empty()) lost(failure);
@@ -148,9 +181,16 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
       reopen = true;
     }
     if (reopen) {
-      // Bounded by the heartbeat timeout: longer, and the lease is gone anyway.
-      co_await watch_->open(base_, etcd::prefix_end(base_), revision_ + 1,
-                            Clock::now() + spec_.heartbeat_timeout);
+      // Bounded by the heartbeat timeout: longer, and the lease is gone anyway. When the lease is
+      // lost meanwhile, that is the reason to give, not the closed watch.
+      std::string failed;
+      try {
+        co_await watch_->open(base_, etcd::prefix_end(base_), revision_ + 1,
+                              Clock::now() + spec_.heartbeat_timeout);
+      } catch (const StoreConnectionError& e) {
+        failed = broken_.empty() ? e.what() : broken_;
+      }
+      if (!failed.empty()) throw StoreConnectionError(failed);
     }
   }
 }
@@ -178,7 +218,7 @@ asio::awaitable<std::string> EtcdJobStore::compare_set(std::string key, std::str
   txn["compare"] = json::array({compare});
   txn["success"] = json::array({json{{"request_put", put}}});
   txn["failure"] = json::array({json{{"request_range", get}}});
-  const json reply = co_await client_->call("/v3/kv/txn", txn, request_deadline());
+  const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
   if (reply.value("succeeded", false)) co_return desired;
   // torch's rules: the current value, or `expected` itself when the key is missing.
   const json responses = reply.value("responses", json::array());
@@ -195,7 +235,7 @@ asio::awaitable<void> EtcdJobStore::set(std::string key, std::string value) {
   json put;
   put["key"] = base64_encode(base_ + key);
   put["value"] = base64_encode(value);
-  co_await client_->call("/v3/kv/put", put, request_deadline());
+  co_await call("/v3/kv/put", put, request_deadline());
 }
 
 asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::read_prefix(std::string prefix) {
@@ -204,7 +244,7 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::read_prefix(std::string pre
   json range;
   range["key"] = base64_encode(full);
   range["range_end"] = base64_encode(etcd::prefix_end(full));
-  const json reply = co_await client_->call("/v3/kv/range", range, request_deadline());
+  const json reply = co_await call("/v3/kv/range", range, request_deadline());
   std::vector<KeyEvent> out;
   for (const auto& kv : reply.value("kvs", json::array())) {
     out.push_back(KeyEvent{base64_decode(kv.value("key", "")).substr(base_.size()),
@@ -223,7 +263,7 @@ void EtcdJobStore::lost(std::string why) {
 
 asio::awaitable<void> EtcdJobStore::revoke(std::string lease) {
   const auto self = shared_from_this();
-  etcd::Client client(ex_, spec_.endpoints, std::chrono::milliseconds(500));
+  etcd::Client client(ex_, spec_.endpoints, std::chrono::milliseconds(500), tls_);
   json body;
   body["ID"] = lease;
   try {

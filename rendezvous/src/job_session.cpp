@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -27,6 +28,43 @@ std::string JobSession::node_record(int nproc, const std::string& host) {
 
 int JobSession::nproc_of_record(const std::string& record) {
   return nlohmann::json::parse(record).value("nproc", 1);
+}
+
+namespace {
+
+// Why `mine` cannot join a job whose settings are `theirs` (a JSON object).
+std::string disagreement(const JobSession::Settings& mine, const std::string& theirs) {
+  const auto job = nlohmann::json::parse(theirs, nullptr, false);
+  for (const auto& [flag, value] : mine) {
+    const std::string other = job.is_object() ? job.value(flag, std::string("(unset)")) : theirs;
+    if (other != value) {
+      return fmt::format(
+          "this node's {}={} differs from the job's {}={} (fixed by the first node to join): every "
+          "node of a job needs the same value",
+          flag, value, flag, other);
+    }
+  }
+  return fmt::format("this node's settings {} differ from the job's {}",
+                     JobSession::settings_record(mine), theirs);
+}
+
+}  // namespace
+
+std::string JobSession::settings_record(const Settings& settings) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [flag, value] : settings) j[flag] = value;
+  return j.dump();
+}
+
+asio::awaitable<void> JobSession::agree_on(Settings settings) {
+  const std::string mine = JobSession::settings_record(settings);
+  const std::string key = "settings";
+  const std::string job = co_await store_->compare_set(key, "", mine);
+  if (job != mine) {
+    const std::string why = disagreement(settings, job);
+    leave_store();
+    throw StoreError(why);
+  }
 }
 
 asio::awaitable<void> JobSession::open(std::string presence_key, std::string value) {

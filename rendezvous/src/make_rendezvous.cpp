@@ -33,8 +33,8 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
   }
   std::string node_id = fmt::format("{}_{}_{:x}", c.host, ::getpid(), std::random_device{}());
   if (c.backend == Backend::kEtcdV3) {
-    EtcdJobStoreSpec etcd{c.etcd_endpoints, c.etcd_prefix, c.run_id, c.join_timeout,
-                          c.heartbeat_timeout};
+    EtcdJobStoreSpec etcd{c.etcd_endpoints, c.etcd_prefix,       c.run_id,
+                          c.join_timeout,   c.heartbeat_timeout, c.etcd_tls};
     auto store = std::make_shared<EtcdJobStore>(io.get_executor(), etcd);
     return ElasticRendezvous::create(io, c, std::move(node_id), store, nullptr);
   }

@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "ddprun/rendezvous/store_server.hpp"
+#include "warning_limiter.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -23,6 +24,8 @@ struct StoreServer::State {
   // Connections read into this one buffer in turn (the server is single-threaded).
   std::vector<char> read_buffer = std::vector<char>(256 * 1024);
   bool stopped = false;
+  // Dropped and refused connections: a flood of them writes a bounded log.
+  WarningLimiter connection_warnings;
 };
 
 }  // namespace ddprun::rendezvous

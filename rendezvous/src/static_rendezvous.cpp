@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/tcp_job_store.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -18,10 +19,26 @@ StaticRendezvous::StaticRendezvous(asio::io_context& io, RendezvousConfig config
       config_(std::move(config)),
       server_(std::move(server)) {}
 
+namespace {
+
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+JobSession::Settings job_wide(const RendezvousConfig& c) {
+  return {{"--nnodes", std::to_string(c.max_nodes)},
+          {"--max_restarts", std::to_string(c.max_restarts)}};
+}
+
+}  // namespace
+
 std::shared_ptr<StaticRendezvous> StaticRendezvous::create(asio::io_context& io,
                                                            RendezvousConfig config,
                                                            std::shared_ptr<JobStore> store,
                                                            std::unique_ptr<StoreServer> server) {
+  // Node 0 hosts the store, so its settings are the job's: written before any peer can connect,
+  // they are there for every peer's check (a peer that connected first would otherwise fix them).
+  if (server) {
+    server->store().set(TcpJobStore::server_key(config.run_id, "settings"),
+                        settings_record(job_wide(config)));
+  }
   return std::shared_ptr<StaticRendezvous>(
       new StaticRendezvous(io, std::move(config), std::move(store), std::move(server)));
 }
@@ -29,6 +46,8 @@ std::shared_ptr<StaticRendezvous> StaticRendezvous::create(asio::io_context& io,
 StaticRendezvous::~StaticRendezvous() = default;
 
 asio::awaitable<void> StaticRendezvous::join() {
+  Settings settings = job_wide(config_);
+  co_await agree_on(std::move(settings));
   co_await open(fmt::format("nodes/{}", config_.node_rank),
                 node_record(config_.nproc, config_.host));
   // The first node to get here starts the job at attempt 0; the others read what is there.

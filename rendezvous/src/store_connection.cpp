@@ -86,6 +86,7 @@ asio::awaitable<void> StoreConnection::read_loop() {
         }
         if (!parser_.has_request()) break;
         wire::Request req = parser_.take_request();
+        request_since_.reset();
         if (!handle(req)) break;
       }
       batching_ = false;
@@ -93,6 +94,13 @@ asio::awaitable<void> StoreConnection::read_loop() {
       carry_size_ = have - pos;
       assert(carry_size_ <= sizeof carry_);  // RequestParser leaves less than one scalar
       std::memcpy(carry_, buf.data() + pos, carry_size_);
+      // A request under way has until partial_request_timeout after its first bytes, however it
+      // trickles in.
+      if (parser_.idle() && carry_size_ == 0) {
+        request_since_.reset();
+      } else if (!request_since_) {
+        request_since_ = last_rx_;
+      }
       if (have < buf.size()) break;  // a short read: the socket is drained
     }
     flush();
@@ -264,8 +272,8 @@ void StoreConnection::flush() {
 std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline() const {
   std::optional<Clock::time_point> deadline;
   if (keepalive_.count() > 0) deadline = last_rx_ + keepalive_;
-  if (!parser_.idle()) {
-    const auto stall = last_rx_ + state_->options.partial_request_timeout;
+  if (request_since_) {
+    const auto stall = *request_since_ + state_->options.partial_request_timeout;
     deadline = deadline ? std::min(*deadline, stall) : stall;
   }
   return deadline;
@@ -292,7 +300,7 @@ void StoreConnection::arm_timer() {
     if (self->keepalive_.count() > 0 && now >= self->last_rx_ + self->keepalive_) {
       self->close(fmt::format("missed its keep-alive of {} ms", self->keepalive_.count()));
     } else {
-      self->close(fmt::format("stalled in the middle of a request for {} ms",
+      self->close(fmt::format("did not complete a request within {} ms of its first bytes",
                               self->state_->options.partial_request_timeout.count()));
     }
   });
@@ -301,7 +309,10 @@ void StoreConnection::arm_timer() {
 void StoreConnection::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
-  if (!reason.empty()) spdlog::warn("store: dropping connection from {}: {}", peer_name_, reason);
+  if (!reason.empty()) {
+    state_->connection_warnings.warn(
+        fmt::format("store: dropping connection from {}: {}", peer_name_, reason));
+  }
   state_->store.drop_peer(*this);
   state_->connections.erase(this);
   boost::system::error_code ec;

@@ -54,6 +54,7 @@ class StoreConnection final : public StorePeer,
   bool timer_armed_ = false;
   std::chrono::milliseconds keepalive_{0};
   Clock::time_point last_rx_;
+  std::optional<Clock::time_point> request_since_;  // when the unfinished request began
 };
 
 }  // namespace ddprun::rendezvous

@@ -88,8 +88,9 @@ asio::awaitable<void> accept_loop(std::shared_ptr<StoreServer::State> state) {
     if (state->connections.size() >= state->options.max_connections) {
       boost::system::error_code ignored;
       auto ep = socket.remote_endpoint(ignored);
-      spdlog::warn("store: refusing connection from {}:{}: {} connections are open (the limit)",
-                   ep.address().to_string(), ep.port(), state->connections.size());
+      state->connection_warnings.warn(
+          fmt::format("store: refusing connection from {}:{}: {} connections are open (the limit)",
+                      ep.address().to_string(), ep.port(), state->connections.size()));
       socket.close(ignored);
       continue;
     }

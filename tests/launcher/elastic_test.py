@@ -1,7 +1,9 @@
-"""Elastic (c10d, --nnodes=MIN:MAX) jobs: agents as real processes on loopback, the store in a
-standalone ddprund unless a case says otherwise.
+"""Elastic (--nnodes=MIN:MAX) jobs: agents as real processes on loopback, on either multi-node
+backend: c10d with the store in a standalone ddprund (unless a case says otherwise), or etcd on a real
+3-member etcd cluster.
 
-    elastic_test.py DDPRUN DDPRUND CASE     (CASE: one of the functions named case_*)
+    elastic_test.py DDPRUN DDPRUND CASE [c10d|etcd]
+        (CASE: one of the functions named case_*; on etcd, exits 77 without etcd installed)
 """
 import os
 import signal
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from etcd_cluster import EtcdCluster, have_etcd
 from proc_util import finish, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,13 +20,14 @@ PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
 # scripts/torch2/python (torch 2.6) for the tests labelled torch2.
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
+BACKEND = "c10d"
 
 
-class Store:
+class Ddprund:
     def __init__(self):
         self.proc = subprocess.Popen([DDPRUND, "--host", "127.0.0.1", "--port", "0",
                                       "--log-level", "warn"], stdout=subprocess.PIPE, text=True)
-        self.port = int(self.proc.stdout.readline())
+        self.endpoint = f"127.0.0.1:{int(self.proc.stdout.readline())}"
 
     def __enter__(self):
         return self
@@ -33,10 +37,28 @@ class Store:
         self.proc.wait()
 
 
-def agent(port, nnodes, script, *args, run_id="job", conf="last_call_timeout=1", extra=()):
+class Etcd(EtcdCluster):
+    def __init__(self):
+        super().__init__(members=3)
+        self.endpoint = self.endpoints()
+
+
+def Store():
+    """The job's rendezvous store on the backend under test; .endpoint is what --rdzv_endpoint takes."""
+    return Etcd() if BACKEND == "etcd" else Ddprund()
+
+
+# A dead agent's presence ends with its connection on c10d, with its lease's TTL (the heartbeat
+# timeout) on etcd: the etcd cases use a short one.
+HEARTBEAT_S = 2
+
+
+def agent(endpoint, nnodes, script, *args, run_id="job", conf="last_call_timeout=1", extra=()):
+    if BACKEND == "etcd":
+        conf += f",heartbeat_timeout={HEARTBEAT_S}"
     return subprocess.Popen(
-        [DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1", "--rdzv_backend=c10d",
-         f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}", *extra,
+        [DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1", f"--rdzv_backend={BACKEND}",
+         f"--rdzv_endpoint={endpoint}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}", *extra,
          "--no_python", "/bin/sh", "-c", script, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -57,7 +79,7 @@ def case_survivors_restart_with_a_smaller_world():
         procs = []
         for i in range(3):
             os.makedirs(f"{d}/w{i}")
-            procs.append(agent(s.port, "2:3", workload(3), d, str(i)))
+            procs.append(agent(s.endpoint, "2:3", workload(3), d, str(i)))
         wait_for(lambda: sum(count(f"{d}/w{i}", "ready.") for i in range(3)) == 3, "3 workers")
         kill_ns = time.time_ns()
         procs[2].kill()
@@ -66,8 +88,8 @@ def case_survivors_restart_with_a_smaller_world():
         ran = [f for f in os.listdir(d) if f.startswith("ran.")]
         assert sorted(f.split(".")[3:] for f in ran) == [["2", "0"], ["2", "0"]], ran  # world 2, no restart counted
         latency = max(int(open(f"{d}/{f}").read()) for f in ran) - kill_ns
-        assert latency < 2e9, latency
-        print(f"one of 3 agents SIGKILLed: the survivors run again at WORLD_SIZE=2 "
+        assert latency < (2e9 if BACKEND == "c10d" else (HEARTBEAT_S + 2) * 1e9), latency
+        print(f"{BACKEND}: one of 3 agents SIGKILLed: the survivors run again at WORLD_SIZE=2 "
               f"{latency / 1e6:.0f} ms later: passed")
 
 
@@ -77,9 +99,9 @@ def case_a_new_node_scales_the_job_up():
         procs = []
         for i in range(2):
             os.makedirs(f"{d}/w{i}")
-            procs.append(agent(s.port, "2:4", workload(2), d, str(i), conf="last_call_timeout=0.3"))
+            procs.append(agent(s.endpoint, "2:4", workload(2), d, str(i), conf="last_call_timeout=0.3"))
         wait_for(lambda: count(f"{d}/w0", "ready.") + count(f"{d}/w1", "ready.") == 2, "2 workers")
-        procs.append(agent(s.port, "2:4", workload(2), d, "2", conf="last_call_timeout=0.3"))
+        procs.append(agent(s.endpoint, "2:4", workload(2), d, "2", conf="last_call_timeout=0.3"))
         for status, _, err in finish(procs):
             assert status == 0, err
         ran = sorted(f.split(".")[3:] for f in os.listdir(d) if f.startswith("ran."))
@@ -97,7 +119,7 @@ def case_a_spare_takes_a_dead_nodes_place():
         procs = []
         for i in range(3):
             os.makedirs(f"{d}/w{i}")
-            procs.append(agent(s.port, "2:2", workload(2), d, str(i)))
+            procs.append(agent(s.endpoint, "2:2", workload(2), d, str(i)))
         wait_for(lambda: sum(count(f"{d}/w{i}", "ready.") for i in range(3)) == 2, "2 workers")
         spare = next(i for i in range(3) if count(f"{d}/w{i}", "ready.") == 0)
         victim = next(i for i in range(3) if i != spare)
@@ -115,13 +137,13 @@ def case_a_worker_failure_restarts_every_node():
         d = tempfile.mkdtemp()
         fail = ('if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; '
                 'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
-        procs = [agent(s.port, "2:2", fail, d, str(i), extra=["--max_restarts=1"]) for i in range(2)]
+        procs = [agent(s.endpoint, "2:2", fail, d, str(i), extra=["--max_restarts=1"]) for i in range(2)]
         for status, _, err in finish(procs):
             assert status == 0, err
         # (Rank 0 of the first attempt may finish before rank 1's failure restarts the job.)
         restarted = sorted(f.split(".")[2:] for f in os.listdir(d) if f.endswith(".2.1"))
         assert restarted == [["0", "2", "1"], ["1", "2", "1"]], os.listdir(d)
-        procs = [agent(s.port, "2:2", fail, d, str(i), run_id="nobudget") for i in range(2)]
+        procs = [agent(s.endpoint, "2:2", fail, d, str(i), run_id="nobudget") for i in range(2)]
         roots = []
         for status, _, err in finish(procs):
             assert status == 1, err
@@ -131,10 +153,80 @@ def case_a_worker_failure_restarts_every_node():
               "print the same root cause: passed")
 
 
+def case_a_signal_ends_the_wait_for_other_nodes():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        lonely = agent(s.endpoint, "2:2", workload(0), d, "0", conf="join_timeout=600")
+        # The agent handles signals once it has logged its first line (the run line).
+        first = lonely.stderr.readline()
+        assert "run job" in first, first
+        lonely.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        status, _, err = finish([lonely], timeout=30)[0]
+        took = time.monotonic() - sent
+        assert status == 128 + signal.SIGTERM, (status, err)
+        assert took < 5, took
+        # It left the job: a node joining now waits for a second, it does not form a round with it.
+        late = agent(s.endpoint, "2:2", workload(0), d, "1", conf="join_timeout=1")
+        status, _, err = finish([late])[0]
+        assert status == 3 and "only 1 of at least 2 nodes joined" in err, (status, err)
+        assert count(d, "ran.") == 0, os.listdir(d)
+        print(f"{BACKEND}: SIGTERM to an agent waiting for other nodes (join_timeout 600 s) ends it "
+              f"{took * 1000:.0f} ms later with status 128+15, having left the job: passed")
+
+
+def case_a_peer_lost_at_the_exit_barrier_re_forms_the_job():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        os.makedirs(f"{d}/wb")
+        # Node a's worker finishes at once; node b's waits until SIGTERMed (or its agent dies).
+        script = (f'if [ "$1" = b ]; then exec {PY} {PROBE} "$0/wb"; fi; '
+                  'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT.$$"')
+        a = agent(s.endpoint, "2:2", script, d, "a")
+        b = agent(s.endpoint, "2:2", script, d, "b")
+        wait_for(lambda: count(f"{d}/wb", "ready.") == 1 and count(d, "ran.a.") == 1,
+                 "a at the exit barrier, b's worker running")
+        b.kill()  # a's exit barrier fails: the round must end, not run again
+        finish([b])
+        c = agent(s.endpoint, "2:2", script, d, "c")
+        for status, _, err in finish([a, c]):
+            assert status == 0, err
+        ran_a = [f for f in os.listdir(d) if f.startswith("ran.a.")]
+        assert len(ran_a) == 2 and count(d, "ran.c.") == 1, os.listdir(d)
+        print(f"{BACKEND}: a peer SIGKILLed while this node waits at the exit barrier: the job "
+              "re-forms with a newcomer, this node's workers run once more: passed")
+
+
+def case_a_node_with_other_job_settings_is_refused():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        restarts = {"a": "1", "b": "2"}
+        procs = {k: agent(s.endpoint, "2:2", workload(0), d, k, extra=[f"--max_restarts={v}"])
+                 for k, v in restarts.items()}
+        # Whichever joins first fixes the job's settings; the other is refused at join.
+        wait_for(lambda: any(p.poll() is not None for p in procs.values()), "a refused node")
+        refused = next(k for k, p in procs.items() if p.poll() is not None)
+        kept = "b" if refused == "a" else "a"
+        status, _, err = finish([procs[refused]])[0]
+        assert status == 3, (status, err)
+        assert (f"this node's --max_restarts={restarts[refused]} differs from the job's "
+                f"--max_restarts={restarts[kept]}" in err), err
+        # The job goes on with a node that agrees.
+        agreeing = agent(s.endpoint, "2:2", workload(0), d, "c",
+                         extra=[f"--max_restarts={restarts[kept]}"])
+        for status, _, err in finish([procs[kept], agreeing]):
+            assert status == 0, err
+        ran = sorted(f.split(".")[1] for f in os.listdir(d) if f.startswith("ran."))
+        assert ran == sorted([kept, "c"]), ran
+        print(f"{BACKEND}: a node with another --max_restarts is refused at join, naming both values; "
+              "the job runs with one that agrees: passed")
+
+
 def case_an_agent_hosts_the_store_when_none_runs():
-    port = free_port()
+    assert BACKEND == "c10d", "c10d only: etcd is never hosted by an agent"
+    endpoint = f"127.0.0.1:{free_port()}"
     d = tempfile.mkdtemp()
-    procs = [agent(port, "2:2", workload(0), d, str(i)) for i in range(2)]
+    procs = [agent(endpoint, "2:2", workload(0), d, str(i)) for i in range(2)]
     results = finish(procs)
     for status, _, err in results:
         assert status == 0, err
@@ -145,7 +237,7 @@ def case_an_agent_hosts_the_store_when_none_runs():
 def case_two_jobs_on_one_store_stay_apart():
     with Store() as s:
         d = tempfile.mkdtemp()
-        procs = [agent(s.port, "2:2", workload(0), d, f"{job}{i}", run_id=job)
+        procs = [agent(s.endpoint, "2:2", workload(0), d, f"{job}{i}", run_id=job)
                  for job in ("a", "b") for i in range(2)]
         for status, _, err in finish(procs):
             assert status == 0, err
@@ -157,13 +249,17 @@ def case_two_jobs_on_one_store_stay_apart():
 def case_a_late_joiner_is_told_the_job_ended():
     with Store() as s:
         d = tempfile.mkdtemp()
-        for status, _, err in finish([agent(s.port, "2:2", workload(0), d, str(i)) for i in range(2)]):
+        for status, _, err in finish([agent(s.endpoint, "2:2", workload(0), d, str(i)) for i in range(2)]):
             assert status == 0, err
-        status, _, err = finish([agent(s.port, "2:2", workload(0), d, "late")])[0]
+        status, _, err = finish([agent(s.endpoint, "2:2", workload(0), d, "late")])[0]
         assert status == 3 and "has already ended (succeeded)" in err, (status, err)
         print("an agent joining a finished job exits with a clear message: passed")
 
 
 if __name__ == "__main__":
     DDPRUN, DDPRUND = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    BACKEND = sys.argv[4] if len(sys.argv) > 4 else "c10d"
+    if BACKEND == "etcd" and not have_etcd():
+        print("etcd-server, etcd-client or openssl not installed")
+        sys.exit(77)
     globals()["case_" + sys.argv[3]]()

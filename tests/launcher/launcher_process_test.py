@@ -260,6 +260,56 @@ def case_log_layout_and_tee():
     print("log folders, -r/-t, per-rank prefixes, local_ranks_filter, whole lines: passed")
 
 
+def case_a_console_nobody_reads_never_blocks_supervision():
+    logs = tempfile.mkdtemp()
+    # 20 MB on stdout, then wait for SIGTERM; stdout is a pipe the test never reads from.
+    prog = ("import signal, sys, time\n"
+            "for i in range(20000): sys.stdout.write('x' * 999 + '\\n')\n"
+            "sys.stdout.flush(); open(sys.argv[1] + '/printed', 'w').close()\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+            "time.sleep(600)\n")
+    reader, writer = os.pipe()
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=1", "--standalone", f"--log_dir={logs}",
+                          "--tee=1", "--no_python", PY, "-c", prog, logs],
+                         stdout=writer, stderr=subprocess.PIPE, text=True)
+    os.close(writer)
+    wait_for(lambda: os.path.exists(f"{logs}/printed"), "the worker's 20 MB", timeout=60)
+    rss_kb = int(next(l for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS")).split()[1])
+    p.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    _, err = p.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+    # The agent acted on SIGTERM at once (the console's drain wait is bounded by 2 s at exit).
+    assert took < 5, took
+    (run_dir,) = glob.glob(f"{logs}/*_*")
+    assert os.path.getsize(f"{run_dir}/attempt_0/0/stdout.log") == 20000 * 1000
+    assert rss_kb < 100 * 1024, rss_kb
+    os.close(reader)
+    # A 50 MB line without a newline: the console gets it in pieces, the agent holds none of it.
+    prog = ("import signal, sys, time\n"
+            "for i in range(50): sys.stdout.write('y' * 1000000)\n"
+            "sys.stdout.flush(); open(sys.argv[1] + '/long', 'w').close()\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+            "time.sleep(600)\n")
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=1", "--standalone", f"--log_dir={logs}",
+                          "--tee=1", "--no_python", PY, "-c", prog, logs],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: os.path.exists(f"{logs}/long"), "the worker's 50 MB line", timeout=60)
+    peak_kb = int(next(l for l in open(f"/proc/{p.pid}/status") if l.startswith("VmHWM")).split()[1])
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert peak_kb < 40 * 1024, peak_kb
+    # A progress bar's '\r' updates reach the console one by one, each with its prefix.
+    r = subprocess.run([DDPRUN, "--nproc_per_node=1", "--standalone", "--tee=1", "--no_python", PY,
+                        "-c", "import sys; sys.stdout.write(' 50%\\r100%\\r\\n')"],
+                       capture_output=True, timeout=120)  # bytes: text mode would turn \r into \n
+    assert r.stdout == b"[default0]: 50%\r[default0]:100%\r[default0]:\n", r.stdout
+    print(f"--tee to a stdout nobody reads: 20 MB printed, agent RSS {rss_kb // 1024} MB, SIGTERM "
+          f"acted on in {took * 1000:.0f} ms, the log file complete; a 50 MB line: agent peak RSS "
+          f"{peak_kb // 1024} MB; '\\r' ends console lines: passed")
+
+
 def case_pet_variables_configure_ddprun():
     r = run(["--no_python", "/bin/sh", "-c", 'echo "$RANK/$WORLD_SIZE $ROLE_NAME"'],
             env={"PET_NPROC_PER_NODE": "3", "PET_STANDALONE": "1", "PET_ROLE": "trainer"})

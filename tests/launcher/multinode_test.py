@@ -134,6 +134,20 @@ def case_a_replaced_node_continues_the_job():
     print("a replaced node rejoins and the job continues at attempt 1: passed")
 
 
+def case_a_node_with_another_max_restarts_is_refused():
+    port = free_port()
+    node0 = agent(port, 0, 1, ["--max_restarts=1", "--no_python", "/bin/true"], join_timeout=5)
+    node1 = agent(port, 1, 1, ["--max_restarts=3", "--no_python", "/bin/true"], join_timeout=5)
+    # Node 0 hosts the store and fixes the settings; node 1 is refused at once, node 0 then waits
+    # out its join timeout for a node 1 that agrees.
+    status, _, err = finish([node1])[0]
+    assert status == 3, (status, err)
+    assert ("this node's --max_restarts=3 differs from the job's --max_restarts=1" in err), err
+    status, _, err = finish([node0])[0]
+    assert status == 3 and "did not join" in err, (status, err)
+    print("static: a node with another --max_restarts is refused at join, naming both values: passed")
+
+
 def case_an_unreachable_store_is_a_bounded_clear_error():
     port = free_port()  # nobody listens there: node 0 never comes
     start = time.monotonic()

@@ -274,7 +274,28 @@ TEST_CASE("cli: etcd, etcd-v2 and etcd-v3 are one backend over a list of members
   CHECK_THROWS_WITH(
       parse({"--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=etcd_prefix=x", "t.py"}),
       Catch::Contains("must start with /"));
-  CHECK_THROWS_WITH(
-      parse({"--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=cacert=/ca.pem", "t.py"}),
-      Catch::Contains("TLS to etcd is not implemented yet"));
+}
+
+TEST_CASE("cli: etcd TLS options are checked, under both spellings, before anything starts",
+          "[cli]") {
+  const auto etcd = [](std::string conf) {
+    return parse(
+        {"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=" + conf, "t.py"});
+  };
+  CHECK_FALSE(etcd("join_timeout=5").etcd_tls.enabled);
+  const auto https = etcd("protocol=https");  // the system's trusted CAs
+  CHECK(https.etcd_tls.enabled);
+  CHECK(make_agent_config(https, {}, nullptr).rdzv.etcd_tls.enabled);
+  CHECK_THROWS_WITH(etcd("protocol=ftp"), Catch::Contains("must be http or https"));
+  CHECK_THROWS_WITH(etcd("cacert=/no/ca.pem"),
+                    Catch::Contains("cannot load the CA certificate '/no/ca.pem'"));
+  CHECK_THROWS_WITH(etcd("ca_cert=/no/torch-ca.pem"),
+                    Catch::Contains("cannot load the CA certificate '/no/torch-ca.pem'"));
+  CHECK_THROWS_WITH(etcd("protocol=http,cacert=/no/ca.pem"),
+                    Catch::Contains("given with protocol=http"));
+  CHECK_THROWS_WITH(etcd("protocol=https,cert=/c.pem"), Catch::Contains("needs both cert and key"));
+  CHECK_THROWS_WITH(etcd("protocol=https,ssl_cert_key=/k.pem"),
+                    Catch::Contains("needs both cert and key"));
+  CHECK_THROWS_WITH(etcd("cacert=/a.pem,ca_cert=/b.pem"),
+                    Catch::Contains("cacert and ca_cert name different files"));
 }

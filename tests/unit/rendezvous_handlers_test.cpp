@@ -371,6 +371,38 @@ TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere res
   CHECK_FALSE(done->get());
 }
 
+TEST_CASE("rendezvous: static node 0's settings are the job's even when a peer asks first",
+          "[rendezvous]") {
+  asio::io_context io;
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  auto server = std::make_unique<StoreServer>(io, o);
+  RendezvousConfig c;
+  c.backend = Backend::kStatic;
+  c.run_id = "job";
+  c.min_nodes = c.max_nodes = 2;
+  c.master_addr = "127.0.0.1";
+  c.store_port = server->port();
+  const auto store = [&] {
+    TcpJobStoreSpec spec{c.run_id, "127.0.0.1", c.store_port, c.join_timeout, c.heartbeat_timeout};
+    return std::make_shared<TcpJobStore>(io.get_executor(), spec);
+  };
+  c.node_rank = 0;
+  c.max_restarts = 1;
+  auto node0 = StaticRendezvous::create(io, c, store(), std::move(server));
+  c.node_rank = 1;
+  c.max_restarts = 3;
+  auto node1 = StaticRendezvous::create(io, c, store(), nullptr);
+  // Node 1 reaches node 0's store before node 0 itself has joined: it is still refused.
+  CHECK_THROWS_WITH(run_on(io, completed(node1->join())),
+                    Catch::Contains("this node's --max_restarts=3 differs from the job's "
+                                    "--max_restarts=1"));
+  CHECK(run_on(io, completed(node0->join())));
+  node0->abandon();
+  node1->abandon();
+  io.run_for(1s);
+}
+
 TEST_CASE("rendezvous: one node restarts within its budget and empties its store each time",
           "[rendezvous]") {
   asio::io_context io;

@@ -1,7 +1,12 @@
 // Bad input on the real port costs only the connection that sent it; the server keeps serving.
 #include <fstream>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
 
@@ -97,6 +102,29 @@ TEST_CASE("hostile: a stalled sender is dropped while others are served", "[host
   CHECK(std::chrono::steady_clock::now() - start >= 300ms);
 }
 
+TEST_CASE(
+    "hostile: a request trickled in byte by byte is dropped at the deadline of the whole "
+    "request",
+    "[hostile]") {
+  ServerOptions o;
+  o.partial_request_timeout = 500ms;
+  ServerThread server(o);
+  RawConnection slow(server.port());
+  const auto start = std::chrono::steady_clock::now();
+  // A SET whose key is 1000 bytes long, one byte every 50 ms: never idle for 500 ms.
+  slow.send(std::string(1, '\x00') + le64(1000));
+  bool dropped = false;
+  for (int i = 0; i < 100 && !dropped; ++i) {
+    slow.send("k");
+    dropped = slow.closed_by_server(50ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(dropped);
+  CHECK(took >= 500ms);
+  CHECK(took < 2s);
+  expect_serving(server.port());
+}
+
 TEST_CASE("hostile: a client that never reads its replies is dropped", "[hostile]") {
   ServerOptions o;
   o.max_pending_output_bytes = 1 << 20;
@@ -150,4 +178,43 @@ TEST_CASE("hostile: connections beyond the limit are refused and the rest keep w
   clients.pop_back();
   REQUIRE(connections_are(server, 3));
   expect_serving(server.port());
+}
+
+TEST_CASE("hostile: a flood of bad connections writes a bounded log that still counts them all",
+          "[hostile]") {
+  std::ostringstream log;
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  {
+    ServerThread server;
+    const auto bad = [&] {
+      RawConnection raw(server.port());
+      raw.send(std::string(1, '\x00') + le64(1ull << 62));  // an absurd length: dropped
+      raw.close();
+    };
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 300; ++i) bad();
+    REQUIRE(connections_are(server, 0));
+    const auto flood = std::chrono::steady_clock::now() - start;
+    std::this_thread::sleep_for(1100ms);  // the next second's warning says what was left out
+    bad();
+    REQUIRE(connections_are(server, 0));
+    expect_serving(server.port());
+    const std::string text = log.str();
+    size_t lines = 0, left_out = 0;
+    std::istringstream in(text);
+    const std::regex count_re(R"(\((\d+) similar warnings left out\))");
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("dropping connection") == std::string::npos) continue;
+      ++lines;
+      std::smatch m;
+      if (std::regex_search(line, m, count_re)) left_out += std::stoul(m[1]);
+    }
+    CHECK(lines + left_out == 301);  // every drop is written or counted
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(flood).count() + 2;
+    CHECK(lines <= static_cast<size_t>(20 * seconds));
+    CHECK(left_out > 0);
+  }
+  spdlog::set_default_logger(previous);
 }

@@ -1,6 +1,8 @@
 #pragma once
-// Copies a worker's teed stream from its pipe to the log file as it arrives and to the console with
-// a per-worker prefix, whole lines only (a final unterminated line is completed at EOF).
+// Copies a worker's teed stream from its pipe to the log file as it arrives, whole, and to the
+// console (console.hpp: never blocking the event loop) as lines with a per-worker prefix
+// (console_lines.hpp: '\r' ends a line too, long lines come in pieces, a final unterminated line is
+// completed at EOF).
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -9,6 +11,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+
+#include "ddprun/agent/console_lines.hpp"
 
 namespace ddprun::agent {
 
@@ -36,9 +40,8 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   boost::asio::posix::stream_descriptor pipe_;
   std::FILE* file_ = nullptr;
   int console_fd_;
-  std::string prefix_;
+  ConsoleLines lines_;
   std::vector<char> buf_;
-  std::string partial_;  // console text after the last newline
   bool done_ = false;
   std::function<void()> on_eof_;
 };

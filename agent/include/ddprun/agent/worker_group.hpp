@@ -57,6 +57,8 @@ class WorkerGroup {
   // Stops the workers (SIGTERM, then SIGKILL after the shutdown timeout) so that the job can
   // restart; run() ends with kInterrupted unless a worker had failed on its own.
   void interrupt();
+  // Whether an attempt is under way (run() has not returned).
+  bool active() const { return active_; }
 
  private:
   void on_exit(size_t index, const ExitStatus& status);

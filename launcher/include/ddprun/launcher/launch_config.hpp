@@ -32,6 +32,7 @@ struct LaunchConfig {
   std::string rdzv_host;  // c10d: the endpoint's host (brackets of an IPv6 literal removed)
   int rdzv_port = 29400;  // c10d: the endpoint's port (torchrun's default when none is given)
   std::vector<rendezvous::EtcdEndpoint> etcd_endpoints;  // etcd: every endpoint given
+  rendezvous::EtcdTls etcd_tls;                          // etcd: from rdzv_conf
   std::string rdzv_id = "none";
   std::string rdzv_conf;
   std::map<std::string, std::string> rdzv_config;  // rdzv_conf parsed; keys torchrun reads only

@@ -15,8 +15,13 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "ddprun/rendezvous/job_store.hpp"
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace ddprun::rendezvous {
 
@@ -24,6 +29,20 @@ struct EtcdEndpoint {
   std::string host;
   int port = 2379;
 };
+
+// TLS to the cluster (rdzv_conf protocol=https). The server's certificate is checked against
+// ca_file (empty: the system's trusted CAs) and the endpoint's host name or IP address; cert_file
+// and key_file, when given, are this node's client certificate (etcd's --client-cert-auth).
+struct EtcdTls {
+  bool enabled = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+// Throws std::invalid_argument naming the file and the reason when `tls` cannot be loaded (a
+// missing file, not PEM, a key that does not match the certificate).
+void check_etcd_tls(const EtcdTls& tls);
 
 namespace etcd {
 class Client;
@@ -36,6 +55,7 @@ struct EtcdJobStoreSpec {
   std::string run_id;
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{5'000};
+  EtcdTls tls;
 };
 
 class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<EtcdJobStore> {
@@ -56,6 +76,9 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   void leave() override;
 
  private:
+  // A request through client_ (see etcd::Client::call).
+  boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
+                                              std::chrono::steady_clock::time_point deadline);
   boost::asio::awaitable<void> keep_alive();
   boost::asio::awaitable<void> revoke(std::string lease);
   void lost(std::string why);
@@ -64,8 +87,9 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
 
   boost::asio::any_io_executor ex_;
   EtcdJobStoreSpec spec_;
-  std::string base_;                      // "<prefix><run_id>/"
-  std::unique_ptr<etcd::Client> client_;  // requests, one at a time
+  std::string base_;                                // "<prefix><run_id>/"
+  std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
+  std::unique_ptr<etcd::Client> client_;            // requests, one at a time
   std::unique_ptr<etcd::Client> lease_client_;
   std::unique_ptr<etcd::WatchStream> watch_;
   boost::asio::steady_timer keep_alive_timer_;

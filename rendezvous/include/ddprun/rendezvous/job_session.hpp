@@ -18,6 +18,11 @@ namespace ddprun::rendezvous {
 
 class JobSession : public std::enable_shared_from_this<JobSession> {
  public:
+  // Job-wide settings as (flag, value); see agree_on().
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  // The value of the key "settings" for `settings`.
+  static std::string settings_record(const Settings& settings);
+
   virtual ~JobSession();
   // Leaves the store (the presence key vanishes); the event pump and every wait end.
   void leave_store();
@@ -29,6 +34,11 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   // Joins the store with `presence_key` = `value` and starts mirroring the job's keys: their
   // current values reach on_event() before open() returns.
   boost::asio::awaitable<void> open(std::string presence_key, std::string value);
+  // Job-wide settings as (flag, value), e.g. ("--max_restarts", "3"): the first node to join fixes
+  // them under the key "settings"; a node whose settings differ leaves the job at once and gets a
+  // StoreError naming the first setting that differs, with both values. Call before open(), so
+  // that a refused node is never counted as a member.
+  boost::asio::awaitable<void> agree_on(Settings settings);
   // A change of the job's key `e.key`. Exceptions are logged and ignored (a malformed key).
   virtual void on_event(const KeyEvent& e) = 0;
   // Waits until pred() holds or the deadline passes; returns pred(). Throws StoreConnectionError

@@ -5,9 +5,10 @@
 // which the backend chooses from the run id.
 //
 // Contract: one request (compare_set, set, read_prefix) at a time, while next_event() may be
-// pending beside it. Every operation is bounded by the backend's timeouts and throws StoreTimeout
-// or StoreConnectionError (errors.hpp). Coroutine parameters are taken by value: the callee owns
-// them.
+// pending beside it. Requests may come before join() (a job-wide check before this node shows
+// itself): they connect as join() does. Every operation is bounded by the backend's timeouts and
+// throws StoreTimeout or StoreConnectionError (errors.hpp). Coroutine parameters are taken by
+// value: the callee owns them.
 #include <string>
 #include <vector>
 

@@ -40,6 +40,7 @@ struct RendezvousConfig {
   // etcd: the cluster's members (endpoint_host/port is the first) and the prefix of every key.
   std::vector<EtcdEndpoint> etcd_endpoints;
   std::string etcd_prefix = "/ddprun/";
+  EtcdTls etcd_tls;
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{5'000};
   std::chrono::milliseconds last_call_timeout{30'000};

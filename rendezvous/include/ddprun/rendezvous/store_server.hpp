@@ -5,8 +5,10 @@
 // Each connection speaks the dialect its first bytes announce (see wire_protocol.hpp). Bad input
 // costs only the connection that sent it, with one log line: a malformed frame, a length over
 // Limits, an unknown opcode, a client that does not read its replies (more than
-// max_pending_output_bytes queued), a partial request that stalls longer than
-// partial_request_timeout, a missed keep-alive.
+// max_pending_output_bytes queued), a request not complete within partial_request_timeout of its
+// first bytes (a deadline for the whole request, however slowly it trickles in), a missed
+// keep-alive. A connection that has sent nothing at all is kept: torch 1.13's client holds such a
+// second, silent connection for as long as it lives.
 #include <chrono>
 #include <cstdint>
 #include <memory>

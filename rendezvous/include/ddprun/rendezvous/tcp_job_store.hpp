@@ -29,6 +29,11 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
  public:
   // Create through std::make_shared: the heartbeat keeps the object alive while it runs.
   TcpJobStore(boost::asio::any_io_executor ex, TcpJobStoreSpec spec);
+  // The store key of the job's key `key` ("ddprun/<run_id>/<key>").
+  static std::string job_key(const std::string& run_id, const std::string& key);
+  // The same key as a StoreServer holds it (the client's key prefix comes first): for writing the
+  // job's keys into an in-process server's KeyValueStore directly.
+  static std::string server_key(const std::string& run_id, const std::string& key);
   ~TcpJobStore() override;
 
   boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
@@ -42,6 +47,8 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
 
  private:
   boost::asio::awaitable<void> heartbeat();
+  // Connects client_ (requests) if it is not yet: requests may come before join().
+  boost::asio::awaitable<void> ensure_client();
   // Ends the session: the watch is closed so that next_event() reports `why`.
   void lost(std::string why);
   void check_open() const;

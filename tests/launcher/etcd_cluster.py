@@ -1,0 +1,110 @@
+"""A real etcd cluster (Debian's etcd-server) on loopback ports, with its data in a temporary folder,
+for the tests of the etcd backend: members can be killed, paused and restarted; clients can be given
+TLS (a CA, server and client certificates made with the openssl tool) or an auth-enabled cluster.
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from proc_util import free_port, wait_for
+
+
+def have_etcd():
+    return all(shutil.which(t) for t in ("etcd", "etcdctl", "openssl"))
+
+
+def make_certificates(d, name="ca"):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files in `d`."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", f"{d}/{name}.key", "-out", f"{d}/{name}.pem",
+            "-days", "2", "-subj", f"/CN={name}")
+    for who, usage in (("server", "serverAuth,clientAuth"), ("client", "clientAuth")):
+        openssl("req", *ec, "-keyout", f"{d}/{who}.key", "-out", f"{d}/{who}.csr",
+                "-subj", f"/CN=ddprun-test-{who}")
+        with open(f"{d}/{who}.ext", "w") as f:
+            f.write(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+        openssl("x509", "-req", "-in", f"{d}/{who}.csr", "-CA", f"{d}/{name}.pem",
+                "-CAkey", f"{d}/{name}.key", "-CAcreateserial", "-days", "2",
+                "-extfile", f"{d}/{who}.ext", "-out", f"{d}/{who}.pem")
+    return {"ca": f"{d}/{name}.pem", "cert": f"{d}/client.pem", "key": f"{d}/client.key"}
+
+
+class EtcdCluster:
+    """`members` etcd processes forming one cluster; with tls=True clients must speak TLS and present a
+    certificate signed by the cluster's CA (self.certs)."""
+
+    def __init__(self, members=3, tls=False):
+        self.dir = tempfile.mkdtemp()
+        self.tls = tls
+        self.certs = make_certificates(self.dir) if tls else None
+        self.names = [f"m{i}" for i in range(members)]
+        self.client = [free_port() for _ in self.names]
+        self.peer = [free_port() for _ in self.names]
+        self.scheme = "https" if tls else "http"
+        self.procs = {}
+        for n in self.names:
+            self.start(n, "new")
+        wait_for(self.healthy, "a healthy etcd cluster", timeout=60)
+
+    def start(self, name, state="existing"):
+        i = self.names.index(name)
+        cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer))
+        url = f"{self.scheme}://127.0.0.1:{self.client[i]}"
+        tls = []
+        if self.tls:
+            tls = ["--cert-file", f"{self.dir}/server.pem", "--key-file", f"{self.dir}/server.key",
+                   "--trusted-ca-file", self.certs["ca"], "--client-cert-auth"]
+        self.procs[name] = subprocess.Popen(
+            ["etcd", "--name", name, "--data-dir", f"{self.dir}/{name}",
+             "--listen-client-urls", url, "--advertise-client-urls", url,
+             "--listen-peer-urls", f"http://127.0.0.1:{self.peer[i]}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer[i]}",
+             "--initial-cluster", cluster, "--initial-cluster-state", state, *tls],
+            stdout=subprocess.DEVNULL, stderr=open(f"{self.dir}/{name}.log", "a"))
+
+    def kill(self, name):
+        self.procs[name].kill()
+        self.procs[name].wait()
+
+    def endpoints(self, order=None):
+        """--rdzv_endpoint for the members, in the order of the names in `order` if given."""
+        ports = [self.client[self.names.index(n)] for n in order] if order else self.client
+        return ",".join(f"127.0.0.1:{c}" for c in ports)
+
+    def etcdctl(self, *args, user=None):
+        cmd = ["etcdctl", "--endpoints",
+               ",".join(f"{self.scheme}://127.0.0.1:{c}" for c in self.client), *args]
+        if self.tls:
+            cmd += ["--cacert", self.certs["ca"], "--cert", self.certs["cert"],
+                    "--key", self.certs["key"]]
+        if user:
+            cmd += ["--user", user]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20,
+                              env={**os.environ, "ETCDCTL_API": "3"})
+
+    def status(self):
+        r = self.etcdctl("endpoint", "status", "-w", "json")
+        return json.loads(r.stdout) if r.stdout.strip() else []
+
+    def healthy(self):
+        return len(self.status()) == len(self.names)
+
+    def leader(self):
+        for s in self.status():
+            if s["Status"]["header"]["member_id"] == s["Status"]["leader"]:
+                port = int(s["Endpoint"].rsplit(":", 1)[1])
+                return self.names[self.client.index(port)]
+        raise AssertionError("no etcd leader")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs.values():
+            p.kill()
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
