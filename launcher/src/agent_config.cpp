@@ -95,6 +95,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     r.endpoint_port = c.rdzv_port;
     r.local_addr = c.local_addr;
     r.last_call_timeout = seconds_or(c, "last_call_timeout", r.last_call_timeout);
+    r.reconnect_timeout = seconds_or(c, "reconnect_timeout", r.reconnect_timeout);
     if (auto it = c.rdzv_config.find("is_host"); it != c.rdzv_config.end()) {
       r.host_store = parse_bool(it->second, "--rdzv_conf is_host")
                          ? rendezvous::RendezvousConfig::HostStore::kYes

@@ -44,7 +44,9 @@ const std::vector<OptionSpec>& option_table() {
       {"--rdzv_id,--rdzv-id", "rdzv_id", "ID", "the job's id, the same on every node"},
       {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "K=V,...",
        "join_timeout, last_call_timeout, heartbeat_timeout (or keep_alive_interval and "
-       "keep_alive_max_attempt), is_host; read_timeout, close_timeout, timeout, store_type; "
+       "keep_alive_max_attempt), is_host, reconnect_timeout (c10d: how long a lost ddprund is "
+       "waited for, workers running; default 30); read_timeout, close_timeout, timeout, "
+       "store_type; "
        "etcd: etcd_prefix, protocol=https, cacert, cert, key (or ca_cert, ssl_cert, "
        "ssl_cert_key)"},
       {"--max_restarts,--max-restarts", "max_restarts", "N",
@@ -168,6 +170,8 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
     {"keep_alive_interval", ConfKind::kSeconds},
     {"heartbeat_timeout", ConfKind::kSeconds},
     {"timeout", ConfKind::kSeconds},
+    // ddprun's: how long agents ride out a lost standalone c10d store (ddprund restarting).
+    {"reconnect_timeout", ConfKind::kSeconds},
     {"keep_alive_max_attempt", ConfKind::kCount},
     {"is_host", ConfKind::kBool},
     {"store_type", ConfKind::kText},
@@ -410,7 +414,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     throw UsageError(e.what());
   }
   c.rdzv_config = parse_rdzv_conf(c.rdzv_conf);
-  for (const char* k : {"join_timeout", "heartbeat_timeout", "timeout", "last_call_timeout"}) {
+  for (const char* k :
+       {"join_timeout", "heartbeat_timeout", "timeout", "last_call_timeout", "reconnect_timeout"}) {
     if (auto it = c.rdzv_config.find(k); it != c.rdzv_config.end()) {
       if (parse_seconds(it->second, "--rdzv_conf").count() <= 0) {
         throw UsageError(fmt::format("argument --rdzv_conf: {} must be positive seconds", k));

@@ -343,4 +343,14 @@ asio::awaitable<void> AsyncStoreClient::keepalive(Ms timeout) {
   op.done();
 }
 
+asio::awaitable<ServerInfo> AsyncStoreClient::server_info() {
+  Op op(*this);
+  co_await send(request(wire::Op::kServerInfo));
+  ServerInfo info;
+  info.instance = static_cast<uint64_t>(co_await socket_->read_i64());
+  info.in_agent = (co_await socket_->read_u8() & wire::kServerInAgent) != 0;
+  op.done();
+  co_return info;
+}
+
 }  // namespace ddprun::rendezvous

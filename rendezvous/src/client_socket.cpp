@@ -93,8 +93,10 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
     last_error = ec.message();
     if (expired_ || Clock::now() + delay >= deadline) {
       close();
-      throw StoreTimeout(
-          fmt::format("could not connect to the store at {}: {}", endpoint_name_, last_error));
+      const std::string what =
+          fmt::format("could not connect to the store at {}: {}", endpoint_name_, last_error);
+      if (!expired_ && ec == asio::error::connection_refused) throw StoreRefused(what);
+      throw StoreTimeout(what);
     }
     backoff.expires_after(delay);
     co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));

@@ -126,9 +126,16 @@ bool ElasticRendezvous::ended(bool ran) {
 }
 
 asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
+  clear_expelled();
   for (;;) {
     if (restarts_ > config_.max_restarts && !closed_) co_await close("failed");
     if (ended(ran_)) co_return std::nullopt;
+    // Expelled (paused, cut off): the store gives this node its presence back; it is a newcomer.
+    if (!present() && !co_await wait_until([this] { return present() || closed_.has_value(); },
+                                           Clock::now() + config_.join_timeout)) {
+      throw StoreTimeout(fmt::format("this node could not rejoin the job within {} s",
+                                     config_.join_timeout.count() / 1000));
+    }
     const int n = round_;
     const auto settled = [this, n] { return closed_ || round_ != n || rounds_.contains(n); };
     if (!rounds_.contains(n)) {
@@ -204,6 +211,7 @@ asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
   co_await wait_until(
       [&] {
         if (stop_requested()) return true;
+        if (expelled()) return !(why = kExpelledReason).empty();
         if (closed_) return !(why = "the job was closed: " + *closed_).empty();
         if (round_ > r.number) return !(why = "another node's workers failed").empty();
         for (const auto& id : participants) {

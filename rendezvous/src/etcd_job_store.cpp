@@ -68,24 +68,36 @@ asio::awaitable<json> EtcdJobStore::call(std::string path, json body, Clock::tim
   throw StoreConnectionError(broken_.empty() ? failed : broken_);
 }
 
-asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_key,
-                                                          std::string value) {
-  const auto deadline = Clock::now() + spec_.join_timeout;
+asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::time_point deadline) {
   const auto ttl_s = static_cast<int64_t>(
       std::max(1.0, std::ceil(std::chrono::duration<double>(spec_.heartbeat_timeout).count())));
   json grant;
   grant["TTL"] = std::to_string(ttl_s);
-  const json granted = co_await call("/v3/lease/grant", grant, deadline);
-  lease_ = granted.value("ID", std::string());
-  if (lease_.empty() || int_field(granted, "TTL") <= 0) {
+  const json granted = co_await client.call("/v3/lease/grant", grant, deadline);
+  const std::string lease = granted.value("ID", std::string());
+  if (lease.empty() || int_field(granted, "TTL") <= 0) {
     throw StoreError(fmt::format("etcd granted no lease: {}", granted.dump()));
   }
-
   json put;
-  put["key"] = base64_encode(base_ + presence_key);
-  put["value"] = base64_encode(value);
-  put["lease"] = lease_;
-  co_await call("/v3/kv/put", put, deadline);
+  put["key"] = base64_encode(base_ + presence_key_);
+  put["value"] = base64_encode(presence_value_);
+  put["lease"] = lease;
+  co_await client.call("/v3/kv/put", put, deadline);
+  lease_ = lease;
+}
+
+asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_key,
+                                                          std::string value) {
+  const auto deadline = Clock::now() + spec_.join_timeout;
+  presence_key_ = presence_key;
+  presence_value_ = value;
+  std::string failed;
+  try {
+    co_await put_presence(*client_, deadline);
+  } catch (const StoreConnectionError& e) {
+    failed = broken_.empty() ? e.what() : broken_;
+  }
+  if (!failed.empty()) throw StoreConnectionError(failed);
 
   json range;
   range["key"] = base64_encode(base_);
@@ -121,8 +133,10 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
     lease_client_->prefer(watch_member);
     std::string failure;
     std::optional<json> reply;
-    for (auto give_up = last_renewed + spec_.heartbeat_timeout; !reply && failure.empty();
-         give_up += spec_.heartbeat_timeout) {
+    // (After a pause the lease may be long gone: the first try still gets its time, to learn so.)
+    for (auto give_up = std::max(last_renewed + spec_.heartbeat_timeout,
+                                 Clock::now() + attempt_timeout(spec_.heartbeat_timeout));
+         !reply && failure.empty(); give_up += spec_.heartbeat_timeout) {
       try {
         reply = co_await lease_client_->call("/v3/lease/keepalive", body, give_up);
       } catch (const std::exception& e) {
@@ -131,11 +145,20 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
         if (!more) failure = fmt::format("lost the rendezvous store: {}", e.what());
       }
     }
-    // The gateway answers 200 for a lease it no longer has, without a TTL.
+    // The gateway answers 200 for a lease it no longer has, without a TTL: this node was paused
+    // or cut off for longer than the heartbeat timeout, and its peers saw its key go (the watch
+    // says so here too). It rejoins as a new node, on a new lease.
     if (reply && int_field(reply->value("result", json::object()), "TTL") <= 0) {
-      failure =
-          "etcd dropped this node's lease (it was paused or cut off for longer than the "
-          "heartbeat timeout)";
+      spdlog::warn(
+          "etcd dropped this node's lease (it was paused or cut off for longer than the heartbeat "
+          "timeout): rejoining the job as a new node");
+      try {
+        co_await put_presence(*lease_client_, Clock::now() + spec_.heartbeat_timeout);
+        body["ID"] = lease_;
+        last_renewed = Clock::now();
+      } catch (const std::exception& e) {
+        failure = fmt::format("etcd dropped this node's lease, and a new one failed: {}", e.what());
+      }
     } else if (reply) {
       last_renewed = Clock::now();
       if (lease_client_->member() != watch_member) {

@@ -68,11 +68,16 @@ asio::awaitable<void> JobSession::agree_on(Settings settings) {
 }
 
 asio::awaitable<void> JobSession::open(std::string presence_key, std::string value) {
+  presence_key_ = presence_key;
   for (const auto& e : co_await store_->join(presence_key, value)) apply(e);
   asio::co_spawn(ex_, pump(), asio::detached);
 }
 
 void JobSession::apply(const KeyEvent& e) {
+  if (e.key == presence_key_) {
+    if (e.deleted && present_) expelled_ = true;
+    present_ = !e.deleted;
+  }
   try {
     on_event(e);
   } catch (const std::exception& ex) {

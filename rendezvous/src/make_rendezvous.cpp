@@ -18,14 +18,15 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& c) {
   if (c.max_nodes == 1) return std::make_shared<LocalRendezvous>(io, c);
   std::unique_ptr<StoreServer> server;
-  TcpJobStoreSpec spec{c.run_id, c.endpoint_host, c.endpoint_port, c.join_timeout,
-                       c.heartbeat_timeout};
+  TcpJobStoreSpec spec{c.run_id,       c.endpoint_host,     c.endpoint_port,
+                       c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
   if (c.backend == Backend::kStatic) {
     spec.port = c.store_port;
     if (c.node_rank == 0) {
       ServerOptions o;
       o.host = c.store_host;
       o.port = static_cast<uint16_t>(c.store_port);
+      o.in_agent = true;
       server = std::make_unique<StoreServer>(io, o);
     }
     auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
@@ -41,6 +42,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
   if (c.host_store != RendezvousConfig::HostStore::kNo) {
     ServerOptions o;
     o.port = static_cast<uint16_t>(c.endpoint_port);
+    o.in_agent = true;
     try {
       server = std::make_unique<StoreServer>(io, o);
     } catch (const StoreError&) {

@@ -1,6 +1,8 @@
 #pragma once
 // What the server and its connections share. Connections hold it by shared_ptr, so handlers that
 // run after StoreServer is gone still find it.
+#include <cstdint>
+#include <random>
 #include <unordered_set>
 #include <vector>
 
@@ -24,6 +26,8 @@ struct StoreServer::State {
   // Connections read into this one buffer in turn (the server is single-threaded).
   std::vector<char> read_buffer = std::vector<char>(256 * 1024);
   bool stopped = false;
+  // SERVER_INFO's instance: a restarted server is told apart from the one before it.
+  uint64_t instance = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   // Dropped and refused connections: a flood of them writes a bounded log.
   WarningLimiter connection_warnings;
 };

@@ -88,6 +88,7 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
   // The budget is checked before waiting for the nodes (those that failed may have left) and again
   // after (a peer may have spent it meanwhile).
   if (exhausted()) co_return std::nullopt;
+  clear_expelled();
   if (!co_await wait_until(all_present, Clock::now() + config_.join_timeout)) {
     std::vector<int> missing;
     for (int r = 0; r < n; ++r) {
@@ -120,6 +121,10 @@ asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
   co_await wait_until(
       [&] {
         if (stop_requested()) return true;
+        if (expelled()) {
+          reason = kExpelledReason;
+          return true;
+        }
         if (attempt_ > r.number) {
           reason = "another node's workers failed";
           return true;

@@ -205,6 +205,10 @@ bool StoreConnection::handle(wire::Request& req) {
         }
         break;
       }
+      case Op::kServerInfo:
+        wire::put_i64(out_, static_cast<int64_t>(state_->instance));
+        wire::put_u8(out_, state_->options.in_agent ? wire::kServerInAgent : 0);
+        break;
       case Op::kBarrier:
         if (store.barrier(req.key, req.number, *this)) wire::put_u8(out_, wire::kStopWaiting);
         break;
@@ -239,7 +243,9 @@ bool StoreConnection::handle(wire::Request& req) {
 }
 
 void StoreConnection::deliver(std::string_view bytes) {
-  if (closed_ || closing_) return;
+  // A server that stops sends nothing more: the owned keys its closing connections drop are not
+  // news to watchers (who would take their owners for gone) but the server's own end.
+  if (closed_ || closing_ || state_->stopped) return;
   out_.append(bytes);
   if (out_.size() + inflight_.size() > state_->options.max_pending_output_bytes) {
     // Closing drops this peer from the store, which is iterating over its peers right now.

@@ -72,6 +72,7 @@ Layout layout_of(Op op) {
     case Op::kGetNumKeys:
     case Op::kCancelWait:
     case Op::kListKeys:
+    case Op::kServerInfo:
       return {};
   }
   return {};
@@ -109,6 +110,9 @@ bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
     case kExtGetPrefix:
       out = Op::kGetPrefix;
       return true;
+    case kExtServerInfo:
+      out = Op::kServerInfo;
+      return true;
     default:
       return false;
   }
@@ -132,6 +136,8 @@ int opcode_of(Op op, Dialect dialect) {
       return kExtKeepAlive;
     case Op::kGetPrefix:
       return kExtGetPrefix;
+    case Op::kServerInfo:
+      return kExtServerInfo;
     default:
       return -1;
   }
@@ -187,6 +193,8 @@ const char* op_name(Op op) {
       return "KEEPALIVE";
     case Op::kGetPrefix:
       return "GET_PREFIX";
+    case Op::kServerInfo:
+      return "SERVER_INFO";
   }
   return "?";
 }

@@ -24,10 +24,18 @@ BACKEND = "c10d"
 
 
 class Ddprund:
-    def __init__(self):
-        self.proc = subprocess.Popen([DDPRUND, "--host", "127.0.0.1", "--port", "0",
+    def __init__(self, port=0):
+        self.proc = subprocess.Popen([DDPRUND, "--host", "127.0.0.1", "--port", str(port),
                                       "--log-level", "warn"], stdout=subprocess.PIPE, text=True)
-        self.endpoint = f"127.0.0.1:{int(self.proc.stdout.readline())}"
+        self.port = int(self.proc.stdout.readline())
+        self.endpoint = f"127.0.0.1:{self.port}"
+
+    def restart(self, outage_s):
+        """SIGKILL, and after `outage_s` a new ddprund on the same port: it knows nothing of any job."""
+        self.proc.kill()
+        self.proc.wait()
+        time.sleep(outage_s)  # the outage itself, not a synchronisation
+        self.__init__(self.port)
 
     def __enter__(self):
         return self
@@ -53,14 +61,21 @@ def Store():
 HEARTBEAT_S = 2
 
 
-def agent(endpoint, nnodes, script, *args, run_id="job", conf="last_call_timeout=1", extra=()):
+def agent(endpoint, nnodes, script, *args, run_id="job", conf="last_call_timeout=1", extra=(),
+          stderr=subprocess.PIPE):
     if BACKEND == "etcd":
         conf += f",heartbeat_timeout={HEARTBEAT_S}"
     return subprocess.Popen(
         [DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1", f"--rdzv_backend={BACKEND}",
          f"--rdzv_endpoint={endpoint}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}", *extra,
          "--no_python", "/bin/sh", "-c", script, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def logged(path, text):
+    """How many lines of the file at `path` contain `text`."""
+    with open(path) as f:
+        return sum(text in line for line in f)
 
 
 def count(d, prefix):
@@ -220,6 +235,132 @@ def case_a_node_with_other_job_settings_is_refused():
         assert ran == sorted([kept, "c"]), ran
         print(f"{BACKEND}: a node with another --max_restarts is refused at join, naming both values; "
               "the job runs with one that agrees: passed")
+
+
+def case_the_store_restarting_costs_no_restart():
+    assert BACKEND == "c10d", "c10d only: a standalone ddprund restarting"
+    with Ddprund() as s:
+        d = tempfile.mkdtemp()
+        # 2 nodes wait in their first round; a third scales the job up, where rank 2 fails once;
+        # the restarted round of 3 reports and ends.
+        script = (f'if [ "$WORLD_SIZE" = 2 ] || [ "$TORCHELASTIC_RESTART_COUNT$RANK" = 00 ] || '
+                  f'[ "$TORCHELASTIC_RESTART_COUNT$RANK" = 01 ]; then '
+                  f'mkdir -p "$0/w$1.$WORLD_SIZE"; exec {PY} {PROBE} "$0/w$1.$WORLD_SIZE"; fi; '
+                  'if [ "$TORCHELASTIC_RESTART_COUNT$RANK" = 02 ]; then exit 3; fi; '
+                  'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
+        logs = [f"{d}/agent{i}.log" for i in range(3)]
+        conf = f"last_call_timeout=1,heartbeat_timeout={HEARTBEAT_S}"
+        procs = [agent(s.endpoint, "2:3", script, d, str(i), conf=conf, extra=["--max_restarts=1"],
+                       stderr=open(logs[i], "w")) for i in range(2)]
+        ready = [f"{d}/w{i}.2" for i in range(2)]
+        wait_for(lambda: all(os.path.isdir(r) and count(r, "ready.") == 1 for r in ready),
+                 "both nodes' workers")
+        pids = sorted(open(f"{r}/{os.listdir(r)[0]}").read() for r in ready)
+        # Down for less than the heartbeat timeout, then for longer (every node finds it down:
+        # connection refused, so nobody is expelled).
+        outages = []
+        for n, outage_s in ((1, 1.0), (2, HEARTBEAT_S + 1.0)):
+            start = time.monotonic()
+            s.restart(outage_s)
+            wait_for(lambda: all(logged(logs[i], "reconnected to the rendezvous store") == n
+                                 for i in range(2)), f"both agents back after restart {n}")
+            outages.append(time.monotonic() - start - outage_s)
+        # The same workers, never stopped.
+        assert sorted(open(f"{r}/{os.listdir(r)[0]}").read() for r in ready) == pids
+        assert all(not os.path.exists(f"{r}/got.0") and not os.path.exists(f"{r}/got.1")
+                   for r in ready), os.listdir(d)
+        for i in range(2):
+            assert logged(logs[i], "stopping this node's workers") == 0, open(logs[i]).read()
+        # The job goes on: a newcomer scales it up, and a worker failure still restarts every node.
+        procs.append(agent(s.endpoint, "2:3", script, d, "2", conf=conf,
+                           extra=["--max_restarts=1"], stderr=open(logs[2], "w")))
+        for p, log in zip(procs, logs):
+            assert p.wait(60) == 0, open(log).read()
+        ran = sorted(f.split(".")[3:] for f in os.listdir(d) if f.startswith("ran."))
+        assert ran == [["3", "1"]] * 3, os.listdir(d)
+        print(f"ddprund SIGKILLed and restarted twice under a 2-node job (down 1 s, then "
+              f"{HEARTBEAT_S + 1} s with a {HEARTBEAT_S} s heartbeat timeout): both agents back "
+              f"within {max(outages) * 1000:.0f} ms of its return, no worker restarted; then a "
+              "third node scaled the job up and a worker failure restarted all three: passed")
+
+
+def case_a_store_gone_longer_than_reconnect_timeout_is_a_clear_failure():
+    assert BACKEND == "c10d", "c10d only: a standalone ddprund that does not come back"
+    with Ddprund() as s:
+        d = tempfile.mkdtemp()
+        conf = f"last_call_timeout=1,heartbeat_timeout={HEARTBEAT_S},reconnect_timeout=3"
+        for i in range(2):
+            os.makedirs(f"{d}/w{i}")
+        procs = [agent(s.endpoint, "2:2", workload(2), d, str(i), conf=conf) for i in range(2)]
+        wait_for(lambda: count(f"{d}/w0", "ready.") + count(f"{d}/w1", "ready.") == 2,
+                 "both nodes' workers")
+        s.proc.kill()
+        gone = time.monotonic()
+        for status, _, err in finish(procs):
+            assert status == 3, (status, err)
+            assert "could not reconnect within 3 s (rdzv_conf reconnect_timeout)" in err, err
+            assert "is down (connection refused) for every node" in err, err
+        took = time.monotonic() - gone
+        # Both workers were stopped.
+        assert count(f"{d}/w0", "got.") + count(f"{d}/w1", "got.") == 2, os.listdir(d)
+        assert 3 <= took < 10, took
+        print(f"ddprund gone for good: both agents stopped their workers and exited 3 {took:.1f} s "
+              "later (reconnect_timeout=3), saying why: passed")
+
+
+def paused_node(nnodes, n):
+    """n agents of a --nnodes=`nnodes` job; one is SIGSTOPped for longer than the heartbeat timeout
+    while the others go on, then woken."""
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        # Until "go" exists, workers wait (in a folder per node and world size); then they report.
+        script = (f'if [ ! -e "$0/go" ]; then mkdir -p "$0/w$1.$WORLD_SIZE"; '
+                  f'exec {PY} {PROBE} "$0/w$1.$WORLD_SIZE"; fi; '
+                  'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
+        conf = f"last_call_timeout=1,heartbeat_timeout={HEARTBEAT_S}"
+        logs = [f"{d}/agent{i}.log" for i in range(n)]
+        procs = [agent(s.endpoint, nnodes, script, d, str(i), conf=conf, stderr=open(logs[i], "w"))
+                 for i in range(n)]
+        first = [f"{d}/w{i}.{n}" for i in range(n)]
+        wait_for(lambda: all(os.path.isdir(f) and count(f, "ready.") == 1 for f in first),
+                 f"{n} workers")
+        paused = n - 1
+        stale = int(open(f"{first[paused]}/{os.listdir(first[paused])[0]}").read())
+        procs[paused].send_signal(signal.SIGSTOP)
+        # The others go on without it: with n - 1 nodes, or (N:N) they stop and wait for a node.
+        if n > 2:
+            wait_for(lambda: all(os.path.isdir(f"{d}/w{i}.{n - 1}") and
+                                 count(f"{d}/w{i}.{n - 1}", "ready.") == 1 for i in range(n - 1)),
+                     "the others re-formed without the paused node", 30)
+        else:
+            wait_for(lambda: count(first[0], "got.") == 1, "the other node's workers stopped", 30)
+        assert os.path.exists(f"/proc/{stale}"), "the paused node's worker runs on, stale"
+        open(f"{d}/go", "w").close()
+        procs[paused].send_signal(signal.SIGCONT)
+        woke = time.monotonic()
+        stopped = wait_for(lambda: count(first[paused], "got.") == 1, "the stale worker stopped", 30)
+        for p, log in zip(procs, logs):
+            assert p.wait(60) == 0, open(log).read()
+        ran = sorted(f.split(".")[3:] for f in os.listdir(d) if f.startswith("ran."))
+        assert ran == [[str(n), "0"]] * n, os.listdir(d)  # all back in one round, no restart spent
+        log = open(logs[paused]).read()
+        assert "stopping this node's workers: this node was expelled from the job" in log, log
+        assert "another node's workers failed" not in log, log
+        return stopped - woke
+
+
+def case_a_paused_node_stops_its_stale_workers_and_rejoins():
+    took = paused_node("2:3", 3)
+    print(f"{BACKEND}: one of 3 agents (2:3) SIGSTOPped past the heartbeat timeout: the others "
+          f"re-form; woken, it stops its stale workers {took * 1000:.0f} ms later, says it was "
+          "expelled, and rejoins: the job scales back to 3: passed")
+
+
+def case_a_paused_node_of_a_fixed_size_job_rejoins_it():
+    took = paused_node("2:2", 2)
+    print(f"{BACKEND}: one of 2 agents (2:2) SIGSTOPped past the heartbeat timeout: the other waits; "
+          f"woken, it stops its stale workers {took * 1000:.0f} ms later and rejoins; the job "
+          "finishes with both: passed")
 
 
 def case_an_agent_hosts_the_store_when_none_runs():

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddprun/rendezvous/async_store_client.hpp"
+#include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 #include "ddprun/rendezvous/static_rendezvous.hpp"
 #include "ddprun/rendezvous/store_server.hpp"
@@ -71,13 +72,13 @@ T run_on(asio::io_context& io, asio::awaitable<T> op) {
 
 class Job {
  public:
-  Job(int min_nodes, int max_nodes) : server_(io_, loopback()) {
+  Job(int min_nodes, int max_nodes) : server_(std::in_place, io_, loopback()) {
     config_.backend = Backend::kC10d;
     config_.run_id = "job";
     config_.min_nodes = min_nodes;
     config_.max_nodes = max_nodes;
     config_.endpoint_host = "127.0.0.1";
-    config_.endpoint_port = server_.port();
+    config_.endpoint_port = server_->port();
     config_.local_addr = "127.0.0.1";
     config_.join_timeout = 10s;
     config_.heartbeat_timeout = 5s;
@@ -86,13 +87,27 @@ class Job {
   }
   ~Job() {
     for (auto& n : nodes_) n->abandon();
-    server_.stop();
+    server_->stop();
     io_.run_for(1s);
   }
 
   RendezvousConfig& config() { return config_; }
   asio::io_context& io() { return io_; }
-  uint16_t port() const { return server_.port(); }
+  uint16_t port() const { return server_->port(); }
+  // SIGKILL and restart of the store, as one step: every connection drops, and the new server on
+  // the same port knows no key.
+  void restart_store() {
+    const uint16_t port = server_->port();
+    server_->stop();
+    server_.reset();
+    ServerOptions o = loopback();
+    o.port = port;
+    server_.emplace(io_, o);
+  }
+  // A client of the store, for looking at what it holds.
+  std::unique_ptr<AsyncStoreClient> client() {
+    return run(AsyncStoreClient::connect(io_.get_executor(), "127.0.0.1", port()));
+  }
 
   // A node that has joined the job.
   std::shared_ptr<Rendezvous> add(int nproc = 1) {
@@ -133,7 +148,7 @@ class Job {
   }
 
   asio::io_context io_;
-  StoreServer server_;
+  std::optional<StoreServer> server_;
   RendezvousConfig config_;
   std::vector<std::shared_ptr<Rendezvous>> nodes_;
 };
@@ -329,6 +344,41 @@ TEST_CASE("rendezvous: each round's node 0 hosts a fresh worker store", "[rendez
   REQUIRE(job.run_until([&] { return wa1->done && wb1->done; }));
   CHECK(wa1->get().port == wb1->get().port);
   CHECK(wa1->get().port != s0.port);
+}
+
+TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come back is gone",
+          "[rendezvous]") {
+  Job job(2, 3);
+  job.config().heartbeat_timeout = 1s;
+  auto a = job.add();
+  auto b = job.add();
+  auto c = job.add();
+  auto r0 = form(job, {a, b, c});
+  auto why_a = job.start(a->interruption(r0[0]));
+  auto why_b = job.start(b->interruption(r0[1]));
+  job.idle_for(50ms);
+  const auto restarted = Clock::now();
+  job.restart_store();
+  c->abandon();  // c's agent dies while the store is down: it never comes back
+  // a and b reconnect, put the job's keys back, and give c its heartbeat timeout to return.
+  REQUIRE(job.run_until([&] { return why_a->done && why_b->done; }));
+  CHECK(Clock::now() - restarted >= 1s);
+  const auto* rc = dynamic_cast<ElasticRendezvous*>(c.get());
+  REQUIRE(rc != nullptr);
+  CHECK_THAT(why_a->get(), Catch::Contains("node " + rc->node_id() + " left the job"));
+  CHECK_THAT(why_b->get(), Catch::Contains("node " + rc->node_id() + " left the job"));
+  auto client = job.client();
+  for (const char* key : {"settings", "round", "restarts", "rounds/0"}) {
+    INFO(key);
+    CHECK(job.run(client->check({TcpJobStore::job_key("job", key)})));
+  }
+  // The survivors go on without a restart.
+  job.run(completed(a->end_round(r0[0])));
+  const auto r1 = form(job, {a, b});
+  CHECK(r1[0].number == 1);
+  CHECK(r1[0].restart_count == 0);
+  CHECK(r1[0].num_nodes == 2);
+  client->close();
 }
 
 TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere restarts the job",

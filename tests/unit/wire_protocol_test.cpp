@@ -84,7 +84,8 @@ TEST_CASE("codec: opcodes match torch's enums in each dialect", "[codec]") {
       {Op::kDeleteKey, 8},   {Op::kAppend, 9},     {Op::kMultiGet, 10},   {Op::kMultiSet, 11},
       {Op::kCancelWait, 12}, {Op::kPing, 13},      {Op::kQueuePush, 14},  {Op::kQueuePop, 15},
       {Op::kQueueLen, 16},   {Op::kListKeys, 17},  {Op::kBarrier, 18},    {Op::kWatchKey, -1},
-      {Op::kWatch, 200},     {Op::kSetOwned, 201}, {Op::kKeepAlive, 202}, {Op::kGetPrefix, 203}};
+      {Op::kWatch, 200},     {Op::kSetOwned, 201}, {Op::kKeepAlive, 202}, {Op::kGetPrefix, 203},
+      {Op::kServerInfo, 204}};
   for (auto [op, code] : modern) {
     INFO(op_name(op));
     CHECK(opcode_of(op, Dialect::kModern) == code);
@@ -122,7 +123,8 @@ TEST_CASE("codec: every request round-trips through any chunking", "[codec]") {
                                      watch,
                                      keepalive,
                                      make(Op::kSetOwned, "/o", ""),
-                                     make(Op::kGetPrefix, "/job/")};
+                                     make(Op::kGetPrefix, "/job/"),
+                                     make(Op::kServerInfo)};
   std::string wire;
   for (const auto& r : reqs) encode_request(r, Dialect::kModern, wire);
 

@@ -37,6 +37,12 @@ struct ClientOptions {
   uint64_t max_value_bytes = 1ull << 30;
 };
 
+// What SERVER_INFO tells about the server (see wire_protocol.hpp).
+struct ServerInfo {
+  uint64_t instance = 0;  // drawn when the server started: a restarted server has another
+  bool in_agent = false;  // the server lives inside an agent and ends with it
+};
+
 class AsyncStoreClient {
  public:
   using Ms = std::chrono::milliseconds;
@@ -86,6 +92,7 @@ class AsyncStoreClient {
   // in key order.
   boost::asio::awaitable<std::vector<std::pair<std::string, std::string>>> get_prefix(
       std::string_view prefix);
+  boost::asio::awaitable<ServerInfo> server_info();
 
   // Closes the connection: an operation in progress fails with StoreConnectionError, as do later
   // ones.

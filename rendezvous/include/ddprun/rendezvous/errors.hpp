@@ -17,6 +17,13 @@ class StoreTimeout : public StoreError {
   using StoreError::StoreError;
 };
 
+// Connecting did not succeed by its deadline and the last try was refused: the server's host
+// answered and nothing listened on the port, so the server is down rather than cut off.
+class StoreRefused : public StoreTimeout {
+ public:
+  using StoreTimeout::StoreTimeout;
+};
+
 // The server could not be reached, or the connection broke or was closed by the server.
 class StoreConnectionError : public StoreError {
  public:

@@ -4,9 +4,10 @@
 // key on a lease whose TTL is the heartbeat timeout, kept alive at a third of it; the job's keys
 // are read with one range and then watched from the revision after it, so the snapshot and the
 // events are consistent; compare-and-set is a transaction. Every call fails over between the
-// cluster's members, so losing a member (the leader included) costs a retry, not the job. Job keys
-// live under
-// "<prefix><run_id>/".
+// cluster's members, so losing a member (the leader included) costs a retry, not the job. A lease
+// that etcd dropped while this agent was paused or cut off (its peers saw the presence key go) is
+// replaced by a new one with the presence key on it: the watch reports the key's deletion, then
+// its creation, and the agent rejoins as a new node. Job keys live under "<prefix><run_id>/".
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -80,6 +81,9 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
                                               std::chrono::steady_clock::time_point deadline);
   boost::asio::awaitable<void> keep_alive();
+  // Grants a lease of the heartbeat timeout through `client` and puts the presence key on it.
+  boost::asio::awaitable<void> put_presence(etcd::Client& client,
+                                            std::chrono::steady_clock::time_point deadline);
   boost::asio::awaitable<void> revoke(std::string lease);
   void lost(std::string why);
   void check_open() const;
@@ -93,6 +97,8 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   std::unique_ptr<etcd::Client> lease_client_;
   std::unique_ptr<etcd::WatchStream> watch_;
   boost::asio::steady_timer keep_alive_timer_;
+  std::string presence_key_;
+  std::string presence_value_;
   std::string lease_;     // the lease ID, as the gateway writes it
   int64_t revision_ = 0;  // the last revision of the job's keys this node has seen
   std::deque<KeyEvent> pending_;

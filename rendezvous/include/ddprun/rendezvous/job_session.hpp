@@ -47,6 +47,18 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
                                           std::chrono::steady_clock::time_point deadline);
   // Wakes every wait_until() to re-check its condition.
   void notify();
+  // Whether this agent's presence key exists now.
+  bool present() const { return present_; }
+  // Whether this agent's presence key was deleted since clear_expelled(): the store dropped it
+  // (paused, cut off) and its peers went on without it, even if the key is back by now (the
+  // backend rejoins on its own). Its workers of the round it was in are stale.
+  bool expelled() const { return expelled_; }
+  void clear_expelled() { expelled_ = false; }
+  // The reason interruption() gives when expelled() holds.
+  static constexpr const char* kExpelledReason =
+      "this node was expelled from the job: its presence lapsed (it was paused, or cut off from "
+      "the store, for longer than the heartbeat timeout) and its peers went on without it; its "
+      "workers are stale, it rejoins as a new node";
   // For waits that stop_waiting() releases: clear at their start, set by stop_waiting().
   bool stop_requested() const { return stop_waiting_; }
   void clear_stop_request() { stop_waiting_ = false; }
@@ -63,6 +75,9 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   boost::asio::any_io_executor ex_;
   std::shared_ptr<JobStore> store_;
   std::vector<boost::asio::steady_timer*> waiters_;
+  std::string presence_key_;
+  bool present_ = false;
+  bool expelled_ = false;
   std::string broken_;  // set when the store is lost
   bool left_ = false;
   bool stop_waiting_ = false;

@@ -43,6 +43,8 @@ struct RendezvousConfig {
   EtcdTls etcd_tls;
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{5'000};
+  // c10d: how long agents ride out losing a standalone store (ddprund), workers running.
+  std::chrono::milliseconds reconnect_timeout{30'000};
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds barrier_timeout{300'000};
 };

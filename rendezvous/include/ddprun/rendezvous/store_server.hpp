@@ -28,6 +28,8 @@ struct ServerOptions {
   size_t max_connections = 16384;  // beyond it a new connection is accepted and closed at once
   size_t max_pending_output_bytes = 256 * 1024 * 1024;
   std::chrono::milliseconds partial_request_timeout{60'000};
+  // The server lives inside an agent and ends with it (SERVER_INFO tells clients so).
+  bool in_agent = false;
 };
 
 class StoreServer {
@@ -41,7 +43,9 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   uint16_t port() const;
-  // Stops accepting and closes every connection. Call it on the io_context's thread.
+  // Stops accepting and closes every connection, sending nothing more (no watch events for the
+  // owned keys that go with the connections: to clients this is the store going away, as if
+  // killed). Call it on the io_context's thread.
   void stop();
 
   size_t connection_count() const;

@@ -21,18 +21,20 @@
 //                   from then on the server sends only watch frames on it (see WatchEvent) and the
 //                   client may send only further WATCH requests. The server first sends an EXISTING
 //                   frame for every matching key (a snapshot), then REGISTERED, then live events.
-//   SET_OWNED=201   [key][value]. Like SET, and the key is bound to this connection: it is deleted
-//   when
-//                   the connection closes or misses its keep-alive. A later plain write of the key
-//                   by anyone makes it permanent; a SET_OWNED from another connection moves the
-//                   ownership.
+//   SET_OWNED=201   [key][value]. Like SET, and the key is bound to this connection: it is
+//                   deleted when the connection closes or misses its keep-alive. A later plain
+//                   write of the key by anyone makes it permanent; a SET_OWNED from another
+//                   connection moves the ownership.
 //   KEEPALIVE=202   [i64 timeout_ms]. Replies u8 0. If no byte arrives on this connection for
 //                   timeout_ms (the server's monotonic clock), the server closes it. 0 turns it
 //                   off. PING is the cheapest heartbeat.
 //   GET_PREFIX=203  [prefix]. Replies [u64 count] then count (key, value) pairs, in key order:
-//   every
-//                   key that starts with the prefix, so that a client reads one job's keys without
-//                   listing the whole store.
+//                   every key that starts with the prefix, so that a client reads one job's keys
+//                   without listing the whole store.
+//   SERVER_INFO=204 No fields. Replies [u64 instance][u8 flags]: `instance` is drawn at random
+//                   when the server starts, so a client that reconnects can tell a restarted
+//                   server (which lost every key) from the one it knew; flags bit 0 set means the
+//                   server lives inside an agent and ends with it (ServerOptions::in_agent).
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -76,13 +78,16 @@ enum class Op : uint8_t {
   kWatch,      // extension
   kSetOwned,   // extension
   kKeepAlive,  // extension
-  kGetPrefix   // extension
+  kGetPrefix,  // extension
+  kServerInfo  // extension
 };
 
 constexpr uint8_t kExtWatch = 200;
 constexpr uint8_t kExtSetOwned = 201;
 constexpr uint8_t kExtKeepAlive = 202;
 constexpr uint8_t kExtGetPrefix = 203;
+constexpr uint8_t kExtServerInfo = 204;
+constexpr uint8_t kServerInAgent = 1;  // SERVER_INFO flags
 
 // Reply bytes.
 constexpr uint8_t kCheckReady = 0;
