@@ -34,8 +34,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-pending-output-bytes", options.max_pending_output_bytes,
                  "Replies queued for a client that does not read them, at most")
       ->capture_default_str();
+  app.add_option("--max-buffered-bytes", options.max_buffered_bytes,
+                 "Partial requests and queued replies of every connection together, at most; "
+                 "beyond it the connection that holds the most is closed")
+      ->capture_default_str();
   app.add_option("--partial-request-timeout-ms", partial_timeout_ms,
-                 "Close a connection stalled in the middle of a request after this long")
+                 "Close a connection whose request is not complete this long after its first "
+                 "bytes, or that does not read its replies for this long")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))

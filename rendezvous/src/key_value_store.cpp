@@ -53,12 +53,11 @@ void KeyValueStore::changed(const std::string& key, const std::string* old_value
 void KeyValueStore::set(const std::string& key, std::string value, StorePeer* owner) {
   auto [it, inserted] = data_.try_emplace(key);
   const bool watched = has_watchers(key);
-  std::string old;
-  if (watched && !inserted) old = std::move(it->second.value);
-  it->second.value = std::move(value);
+  Value old =
+      std::exchange(it->second.value, std::make_shared<const std::string>(std::move(value)));
   set_owner(key, it->second, owner);
   wake(key);
-  if (watched) notify_watchers(key, inserted ? nullptr : &old, &it->second.value);
+  if (watched) notify_watchers(key, inserted ? nullptr : old.get(), it->second.value.get());
 }
 
 std::string KeyValueStore::compare_set(const std::string& key, const std::string& expected,
@@ -69,24 +68,30 @@ std::string KeyValueStore::compare_set(const std::string& key, const std::string
     set(key, desired);
     return desired;
   }
-  if (it->second.value == expected) {
-    std::string old = std::exchange(it->second.value, std::move(desired));
+  if (*it->second.value == expected) {
+    Value old =
+        std::exchange(it->second.value, std::make_shared<const std::string>(std::move(desired)));
     set_owner(key, it->second, nullptr);
-    changed(key, &old, &it->second.value);
+    changed(key, old.get(), it->second.value.get());
   }
-  return it->second.value;
+  return *it->second.value;
 }
 
 const std::string* KeyValueStore::get(const std::string& key) const {
   auto it = data_.find(key);
-  return it == data_.end() ? nullptr : &it->second.value;
+  return it == data_.end() ? nullptr : it->second.value.get();
+}
+
+KeyValueStore::Value KeyValueStore::shared(const std::string& key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : it->second.value;
 }
 
 int64_t KeyValueStore::add(const std::string& key, int64_t delta) {
   auto it = data_.find(key);
   int64_t sum = delta;
   if (it != data_.end() &&
-      __builtin_add_overflow(parse_decimal(key, it->second.value), delta, &sum)) {
+      __builtin_add_overflow(parse_decimal(key, *it->second.value), delta, &sum)) {
     throw std::invalid_argument("ADD on key '" + key + "' overflows a 64-bit integer");
   }
   set(key, std::to_string(sum));
@@ -99,22 +104,22 @@ void KeyValueStore::append(const std::string& key, std::string_view value) {
     set(key, std::string(value));
     return;
   }
-  std::string old;
-  const bool watched = has_watchers(key);
-  if (watched) old = it->second.value;
-  it->second.value.append(value);
+  std::string next;
+  next.reserve(it->second.value->size() + value.size());
+  next.append(*it->second.value).append(value);
+  Value old = std::exchange(it->second.value, std::make_shared<const std::string>(std::move(next)));
   set_owner(key, it->second, nullptr);
   wake(key);
-  if (watched) notify_watchers(key, &old, &it->second.value);
+  notify_watchers(key, old.get(), it->second.value.get());
 }
 
 bool KeyValueStore::erase(const std::string& key) {
   auto it = data_.find(key);
   if (it == data_.end()) return false;
   set_owner(key, it->second, nullptr);
-  std::string old = std::move(it->second.value);
+  Value old = std::move(it->second.value);
   data_.erase(it);
-  notify_watchers(key, &old, nullptr);
+  notify_watchers(key, old.get(), nullptr);
   return true;
 }
 
@@ -134,7 +139,7 @@ std::vector<std::pair<std::string, std::string>> KeyValueStore::with_prefix(
     std::string_view prefix) const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [k, e] : data_) {
-    if (k.starts_with(prefix)) out.emplace_back(k, e.value);
+    if (k.starts_with(prefix)) out.emplace_back(k, *e.value);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -261,7 +266,7 @@ void KeyValueStore::watch(StorePeer& peer, wire::WatchMode mode, const std::stri
     std::sort(matching.begin(), matching.end(),
               [](const auto* a, const auto* b) { return a->first < b->first; });
     for (const auto* kv : matching) {
-      wire::put_watch_frame(frames, wire::WatchEvent::kExisting, kv->first, {}, kv->second.value);
+      wire::put_watch_frame(frames, wire::WatchEvent::kExisting, kv->first, {}, *kv->second.value);
     }
     prefix_watchers_.emplace_back(key, &peer);
   }
@@ -308,9 +313,9 @@ void KeyValueStore::drop_peer(StorePeer& peer) {
   for (const auto& k : keys) {
     auto it = data_.find(k);
     if (it == data_.end() || it->second.owner != &peer) continue;
-    std::string old = std::move(it->second.value);
+    Value old = std::move(it->second.value);
     data_.erase(it);
-    notify_watchers(k, &old, nullptr);
+    notify_watchers(k, old.get(), nullptr);
   }
 }
 

@@ -30,6 +30,12 @@ struct StoreServer::State {
   uint64_t instance = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   // Dropped and refused connections: a flood of them writes a bounded log.
   WarningLimiter connection_warnings;
+  // Partial requests, queued replies and held input of every connection (ServerOptions'
+  // max_buffered_bytes bounds it).
+  size_t buffered_bytes = 0;
+  bool evicting = false;  // an eviction for the budget is under way
+  // Over the budget: evicts the connection that holds the most.
+  void enforce_budget();
 };
 
 }  // namespace ddprun::rendezvous

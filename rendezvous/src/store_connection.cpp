@@ -36,6 +36,7 @@ StoreConnection::StoreConnection(std::shared_ptr<StoreServer::State> state,
     : state_(std::move(state)),
       socket_(std::move(socket)),
       timer_(socket_.get_executor()),
+      drained_(socket_.get_executor(), Clock::time_point::max()),
       peer_name_(describe(socket_)),
       parser_(state_->options.limits),
       last_rx_(Clock::now()) {}
@@ -51,6 +52,20 @@ asio::awaitable<void> StoreConnection::read_loop() {
   auto self = shared_from_this();
   std::vector<char>& buf = state_->read_buffer;
   for (;;) {
+    if (backlogged()) {
+      // More replies are queued than this client has read: it is served again once it reads them.
+      co_await drained_.async_wait(asio::as_tuple(asio::use_awaitable));
+      if (closed_) co_return;
+      if (backlogged()) continue;
+      if (!held_input_.empty()) {
+        const std::string input = std::move(held_input_);
+        held_input_.clear();
+        process(input);
+        if (closed_) co_return;
+        after_batch();
+        continue;
+      }
+    }
     auto [wait_ec] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read,
                                                  asio::as_tuple(asio::use_awaitable));
     if (closed_) co_return;
@@ -58,9 +73,9 @@ asio::awaitable<void> StoreConnection::read_loop() {
       close(wait_ec.message());
       co_return;
     }
-    // Drain what the socket holds. Nothing below suspends, so the shared buffer is this
-    // connection's until the loop ends; only the leftover bytes of a partial scalar are kept.
-    for (;;) {
+    // Drain what the socket holds, up to kReadsPerTurn reads, unless replies back up. Nothing
+    // below suspends, so the shared buffer is this connection's until the loop ends.
+    for (int reads = 0; reads < kReadsPerTurn; ++reads) {
       std::memcpy(buf.data(), carry_, carry_size_);
       boost::system::error_code ec;
       const size_t n =
@@ -76,37 +91,57 @@ asio::awaitable<void> StoreConnection::read_loop() {
       }
       last_rx_ = Clock::now();
       const size_t have = carry_size_ + n;
-      size_t pos = 0;
-      batching_ = true;
-      while (!closed_ && !closing_) {
-        pos += parser_.consume({buf.data() + pos, have - pos});
-        if (parser_.failed()) {
-          close(parser_.error());
-          break;
-        }
-        if (!parser_.has_request()) break;
-        wire::Request req = parser_.take_request();
-        request_since_.reset();
-        if (!handle(req)) break;
-      }
-      batching_ = false;
+      carry_size_ = 0;
+      process(std::string_view(buf.data(), have));
       if (closed_) co_return;
-      carry_size_ = have - pos;
-      assert(carry_size_ <= sizeof carry_);  // RequestParser leaves less than one scalar
-      std::memcpy(carry_, buf.data() + pos, carry_size_);
-      // A request under way has until partial_request_timeout after its first bytes, however it
-      // trickles in.
-      if (parser_.idle() && carry_size_ == 0) {
-        request_since_.reset();
-      } else if (!request_since_) {
-        request_since_ = last_rx_;
-      }
-      if (have < buf.size()) break;  // a short read: the socket is drained
+      account();
+      if (closing_ || backlogged() || have < buf.size()) break;  // backed up, or drained
     }
-    flush();
-    arm_timer();
+    after_batch();
   }
 }
+
+void StoreConnection::process(std::string_view in) {
+  size_t pos = 0;
+  batching_ = true;
+  while (!closed_ && !closing_ && !backlogged()) {
+    pos += parser_.consume(in.substr(pos));
+    if (parser_.failed()) {
+      close(parser_.error());
+      break;
+    }
+    if (!parser_.has_request()) break;
+    wire::Request req = parser_.take_request();
+    request_since_.reset();
+    if (!handle(req)) break;
+  }
+  batching_ = false;
+  if (closed_) return;
+  const std::string_view rest = in.substr(pos);
+  if (backlogged()) {
+    held_input_.assign(rest);  // (at most one read's worth: the socket is not read meanwhile)
+    return;
+  }
+  assert(rest.size() <= sizeof carry_);  // RequestParser leaves less than one scalar
+  std::memcpy(carry_, rest.data(), rest.size());
+  carry_size_ = rest.size();
+  // A request under way has until partial_request_timeout after its first bytes, however it
+  // trickles in.
+  if (parser_.idle() && carry_size_ == 0) {
+    request_since_.reset();
+  } else if (!request_since_) {
+    request_since_ = last_rx_;
+  }
+}
+
+void StoreConnection::after_batch() {
+  if (backlogged() && !backlogged_since_) backlogged_since_ = Clock::now();
+  flush();
+  account();
+  arm_timer();
+}
+
+bool StoreConnection::backlogged() const { return out_.size() > kBacklog; }
 
 bool StoreConnection::handle(wire::Request& req) {
   KeyValueStore& store = state_->store;
@@ -130,41 +165,47 @@ bool StoreConnection::handle(wire::Request& req) {
         store.set(req.key, std::move(req.value), this);
         break;
       case Op::kCompareSet:
-        wire::put_bytes(out_, store.compare_set(req.key, req.value, std::move(req.desired)));
+        wire::put_bytes(reply_, store.compare_set(req.key, req.value, std::move(req.desired)));
         break;
       case Op::kGet:
-        if (const std::string* v = store.get(req.key)) {
-          wire::put_bytes(out_, *v);
+        if (KeyValueStore::Value v = store.shared(req.key)) {
+          wire::put_i64(reply_, static_cast<int64_t>(v->size()));
+          out_.append(reply_);
+          reply_.clear();
+          out_.append(std::move(v));  // by reference when large: no copy on the event loop
         } else if (legacy) {
           // torch's legacy server drops a client that GETs a missing key; its clients WAIT first.
           close(fmt::format("GET of missing key '{}'", req.key));
           return false;
         } else {
-          wire::put_bytes(out_, {});
+          wire::put_bytes(reply_, {});
         }
         break;
       case Op::kAdd:
-        wire::put_i64(out_, store.add(req.key, req.number));
+        wire::put_i64(reply_, store.add(req.key, req.number));
         break;
       case Op::kCheck:
-        wire::put_u8(out_, store.check(req.keys) ? wire::kCheckReady : wire::kCheckNotReady);
+        wire::put_u8(reply_, store.check(req.keys) ? wire::kCheckReady : wire::kCheckNotReady);
         break;
       case Op::kWait:
-        if (store.wait(req.keys, *this)) wire::put_u8(out_, wire::kStopWaiting);
+        if (store.wait(req.keys, *this)) wire::put_u8(reply_, wire::kStopWaiting);
         break;
       case Op::kGetNumKeys:
-        wire::put_i64(out_, static_cast<int64_t>(store.size()));
+        wire::put_i64(reply_, static_cast<int64_t>(store.size()));
         break;
       case Op::kDeleteKey:
-        wire::put_i64(out_, store.erase(req.key) ? 1 : 0);
+        wire::put_i64(reply_, store.erase(req.key) ? 1 : 0);
         break;
       case Op::kAppend:
         store.append(req.key, req.value);
         break;
       case Op::kMultiGet:
         for (const auto& k : req.keys) {
-          const std::string* v = store.get(k);
-          wire::put_bytes(out_, v ? std::string_view(*v) : std::string_view{});
+          KeyValueStore::Value v = store.shared(k);
+          wire::put_i64(reply_, v ? static_cast<int64_t>(v->size()) : 0);
+          out_.append(reply_);
+          reply_.clear();
+          out_.append(std::move(v));
         }
         break;
       case Op::kMultiSet:
@@ -173,44 +214,44 @@ bool StoreConnection::handle(wire::Request& req) {
         break;
       case Op::kCancelWait:
         store.cancel_wait(*this);
-        wire::put_u8(out_, wire::kWaitCanceled);
+        wire::put_u8(reply_, wire::kWaitCanceled);
         break;
       case Op::kPing:
-        wire::put_u32(out_, req.u32);
+        wire::put_u32(reply_, req.u32);
         break;
       case Op::kQueuePush:
         store.queue_push(req.key, std::move(req.value));
         break;
       case Op::kQueuePop: {
         auto [len, value] = store.queue_pop(req.key);
-        wire::put_i64(out_, len);
-        if (value) wire::put_bytes(out_, *value);
+        wire::put_i64(reply_, len);
+        if (value) wire::put_bytes(reply_, *value);
         break;
       }
       case Op::kQueueLen:
-        wire::put_i64(out_, store.queue_len(req.key));
+        wire::put_i64(reply_, store.queue_len(req.key));
         break;
       case Op::kListKeys: {
         const auto keys = store.keys();
-        wire::put_i64(out_, static_cast<int64_t>(keys.size()));
-        for (const auto& k : keys) wire::put_bytes(out_, k);
+        wire::put_i64(reply_, static_cast<int64_t>(keys.size()));
+        for (const auto& k : keys) wire::put_bytes(reply_, k);
         break;
       }
       case Op::kGetPrefix: {
         const auto entries = store.with_prefix(req.key);
-        wire::put_i64(out_, static_cast<int64_t>(entries.size()));
+        wire::put_i64(reply_, static_cast<int64_t>(entries.size()));
         for (const auto& [k, v] : entries) {
-          wire::put_bytes(out_, k);
-          wire::put_bytes(out_, v);
+          wire::put_bytes(reply_, k);
+          wire::put_bytes(reply_, v);
         }
         break;
       }
       case Op::kServerInfo:
-        wire::put_i64(out_, static_cast<int64_t>(state_->instance));
-        wire::put_u8(out_, state_->options.in_agent ? wire::kServerInAgent : 0);
+        wire::put_i64(reply_, static_cast<int64_t>(state_->instance));
+        wire::put_u8(reply_, state_->options.in_agent ? wire::kServerInAgent : 0);
         break;
       case Op::kBarrier:
-        if (store.barrier(req.key, req.number, *this)) wire::put_u8(out_, wire::kStopWaiting);
+        if (store.barrier(req.key, req.number, *this)) wire::put_u8(reply_, wire::kStopWaiting);
         break;
       case Op::kWatchKey:
       case Op::kWatch:
@@ -228,13 +269,16 @@ bool StoreConnection::handle(wire::Request& req) {
           return false;
         }
         keepalive_ = std::chrono::milliseconds(req.number);
-        wire::put_u8(out_, wire::kKeepAliveOk);
+        wire::put_u8(reply_, wire::kKeepAliveOk);
         break;
     }
   } catch (const std::invalid_argument& e) {
+    reply_.clear();
     close(e.what());
     return false;
   }
+  out_.append(reply_);
+  reply_.clear();
   if (out_.size() > state_->options.max_pending_output_bytes) {
     close("does not read its replies");
     return false;
@@ -247,35 +291,54 @@ void StoreConnection::deliver(std::string_view bytes) {
   // news to watchers (who would take their owners for gone) but the server's own end.
   if (closed_ || closing_ || state_->stopped) return;
   out_.append(bytes);
-  if (out_.size() + inflight_.size() > state_->options.max_pending_output_bytes) {
+  if (out_.size() > state_->options.max_pending_output_bytes) {
     // Closing drops this peer from the store, which is iterating over its peers right now.
     closing_ = true;
     asio::post(socket_.get_executor(),
                [self = shared_from_this()] { self->close("does not read its replies"); });
     return;
   }
-  if (!batching_) flush();
+  if (!batching_) {
+    flush();
+    account();
+  }
 }
 
 void StoreConnection::flush() {
   if (writing_ || out_.empty() || closed_) return;
   writing_ = true;
-  inflight_.swap(out_);
-  out_.clear();
-  asio::async_write(socket_, asio::buffer(inflight_),
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
+  // A slice at a time: the loop turns between slices, and large values go out by reference.
+  asio::async_write(socket_, out_.front(kWriteSlice),
+                    [self = shared_from_this()](boost::system::error_code ec, size_t n) {
                       self->writing_ = false;
-                      self->inflight_.clear();
                       if (self->closed_) return;
                       if (ec) {
                         self->close(ec.message());
                         return;
                       }
+                      self->out_.consume(n);
+                      if (!self->backlogged()) {
+                        self->backlogged_since_.reset();
+                        self->drained_.cancel();
+                      }
                       self->flush();
+                      self->account();
                     });
 }
 
+void StoreConnection::account() {
+  if (closed_) return;
+  const size_t held = parser_.held_bytes() + out_.size() + held_input_.size();
+  state_->buffered_bytes += held;
+  state_->buffered_bytes -= accounted_;
+  accounted_ = held;
+  if (state_->buffered_bytes > state_->options.max_buffered_bytes) state_->enforce_budget();
+}
+
 std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline() const {
+  // Backed up, the client is not read (its pings wait in the socket): it has the partial-request
+  // timeout to read its replies.
+  if (backlogged_since_) return *backlogged_since_ + state_->options.partial_request_timeout;
   std::optional<Clock::time_point> deadline;
   if (keepalive_.count() > 0) deadline = last_rx_ + keepalive_;
   if (request_since_) {
@@ -303,7 +366,11 @@ void StoreConnection::arm_timer() {
       self->arm_timer();
       return;
     }
-    if (self->keepalive_.count() > 0 && now >= self->last_rx_ + self->keepalive_) {
+    if (self->backlogged_since_) {
+      self->close(fmt::format("did not read its replies ({} bytes queued) within {} ms",
+                              self->out_.size(),
+                              self->state_->options.partial_request_timeout.count()));
+    } else if (self->keepalive_.count() > 0 && now >= self->last_rx_ + self->keepalive_) {
       self->close(fmt::format("missed its keep-alive of {} ms", self->keepalive_.count()));
     } else {
       self->close(fmt::format("did not complete a request within {} ms of its first bytes",
@@ -321,10 +388,41 @@ void StoreConnection::close(const std::string& reason) {
   }
   state_->store.drop_peer(*this);
   state_->connections.erase(this);
+  state_->buffered_bytes -= accounted_;
+  accounted_ = 0;
   boost::system::error_code ec;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   timer_.cancel();
+  drained_.cancel();
+  if (!writing_) out_.clear();  // (a write under way still points into it: it goes with this)
+  held_input_.clear();
+  held_input_.shrink_to_fit();
+}
+
+void StoreConnection::evict(std::string reason) {
+  closing_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] {
+    self->close(reason);
+    self->state_->evicting = false;
+    if (self->state_->buffered_bytes > self->state_->options.max_buffered_bytes) {
+      self->state_->enforce_budget();
+    }
+  });
+}
+
+void StoreServer::State::enforce_budget() {
+  if (evicting) return;
+  StoreConnection* worst = nullptr;
+  for (StoreConnection* c : connections) {
+    if (worst == nullptr || c->held_bytes() > worst->held_bytes()) worst = c;
+  }
+  if (worst == nullptr || worst->held_bytes() == 0) return;
+  evicting = true;
+  worst->evict(fmt::format(
+      "the store's memory budget of {} MiB for buffered requests and replies is exceeded ({} MiB "
+      "held): this connection holds the most, {} MiB",
+      options.max_buffered_bytes >> 20, buffered_bytes >> 20, worst->held_bytes() >> 20));
 }
 
 }  // namespace ddprun::rendezvous

@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/rendezvous/key_value_store.hpp"
+#include "output_queue.hpp"
 #include "server_state.hpp"
 
 namespace ddprun::rendezvous {
@@ -26,11 +27,31 @@ class StoreConnection final : public StorePeer,
   void deliver(std::string_view bytes) override;
   // Idempotent. A non-empty reason is logged as the cause.
   void close(const std::string& reason);
+  // Bytes this connection holds: its partial request, queued replies, input held back.
+  size_t held_bytes() const { return accounted_; }
+  // Closes the connection soon (not from inside a store operation), for the memory budget.
+  void evict(std::string reason);
 
  private:
   using Clock = std::chrono::steady_clock;
 
+  // Replies queued beyond this stop the reading of requests until the client has read them:
+  // bounded work and memory per connection per turn of the loop.
+  static constexpr size_t kBacklog = 1 << 20;
+  // Socket reads (of the server's 256 KiB buffer) per turn of the loop before others get theirs.
+  static constexpr int kReadsPerTurn = 16;
+  // Bytes handed to the socket per write.
+  static constexpr size_t kWriteSlice = 4 << 20;
+
   boost::asio::awaitable<void> read_loop();
+  // Parses and handles requests from `in` until it is used up or replies back up; keeps what is
+  // left (a partial scalar, or the unread requests while backed up).
+  void process(std::string_view in);
+  void after_batch();
+  bool backlogged() const;
+  // Brings this connection's share of the server's buffered bytes up to date; over the budget,
+  // the largest holder is evicted.
+  void account();
   // Applies one request; false when the connection must close.
   bool handle(wire::Request& req);
   void flush();
@@ -44,8 +65,12 @@ class StoreConnection final : public StorePeer,
   wire::RequestParser parser_;
   char carry_[8] = {};
   size_t carry_size_ = 0;
-  std::string out_;
-  std::string inflight_;
+  OutputQueue out_;
+  std::string reply_;                  // the reply being built by handle()
+  std::string held_input_;             // requests read but not handled while replies back up
+  boost::asio::steady_timer drained_;  // never expires: cancelled once replies no longer back up
+  std::optional<Clock::time_point> backlogged_since_;
+  size_t accounted_ = 0;
   bool writing_ = false;
   bool batching_ = false;
   bool closed_ = false;

@@ -131,6 +131,8 @@ void StoreServer::stop() {
 
 size_t StoreServer::connection_count() const { return state_->connections.size(); }
 
+size_t StoreServer::buffered_bytes() const { return state_->buffered_bytes; }
+
 KeyValueStore& StoreServer::store() { return state_->store; }
 
 }  // namespace ddprun::rendezvous

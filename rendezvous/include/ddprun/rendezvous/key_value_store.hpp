@@ -7,6 +7,7 @@
 // job.
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +30,9 @@ class StorePeer {
 
 class KeyValueStore {
  public:
+  // Values are immutable once stored, so a reply can send one by reference, without a copy.
+  using Value = std::shared_ptr<const std::string>;
+
   // Stores `value`. With `owner`, the key is bound to that peer (see wire_protocol.hpp SET_OWNED);
   // without, the key is permanent.
   void set(const std::string& key, std::string value, StorePeer* owner = nullptr);
@@ -36,6 +40,8 @@ class KeyValueStore {
   // after the operation, or `expected` itself when the key is missing and `expected` is not empty.
   std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
   const std::string* get(const std::string& key) const;
+  // The stored value itself (null when missing): it stays valid, unchanged, after the key changes.
+  Value shared(const std::string& key) const;
   // Adds to the decimal integer stored at `key` (0 when missing) and stores the sum as decimal
   // text. Throws std::invalid_argument when the stored value is not a decimal integer.
   int64_t add(const std::string& key, int64_t delta);
@@ -79,7 +85,7 @@ class KeyValueStore {
 
  private:
   struct Entry {
-    std::string value;
+    Value value;
     StorePeer* owner = nullptr;
   };
   struct Waiter {

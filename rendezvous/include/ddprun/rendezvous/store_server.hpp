@@ -5,10 +5,15 @@
 // Each connection speaks the dialect its first bytes announce (see wire_protocol.hpp). Bad input
 // costs only the connection that sent it, with one log line: a malformed frame, a length over
 // Limits, an unknown opcode, a client that does not read its replies (more than
-// max_pending_output_bytes queued), a request not complete within partial_request_timeout of its
-// first bytes (a deadline for the whole request, however slowly it trickles in), a missed
-// keep-alive. A connection that has sent nothing at all is kept: torch 1.13's client holds such a
-// second, silent connection for as long as it lives.
+// max_pending_output_bytes queued, or not read within partial_request_timeout), a request not
+// complete within partial_request_timeout of its first bytes (a deadline for the whole request,
+// however slowly it trickles in), a missed keep-alive, and, when every connection's buffered bytes
+// together pass max_buffered_bytes, holding the most of them.
+//
+// Fairness: a connection whose queued replies pass 1 MiB is not read until it has read them, large
+// values go out by reference in 4 MiB writes, so one heavy client costs others a turn of the loop,
+// not the length of its values. A connection that has sent nothing at all is kept: torch 1.13's
+// client holds such a second, silent connection for as long as it lives.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -27,6 +32,9 @@ struct ServerOptions {
   wire::Limits limits;
   size_t max_connections = 16384;  // beyond it a new connection is accepted and closed at once
   size_t max_pending_output_bytes = 256 * 1024 * 1024;
+  // Every connection's partial request, queued replies and held input together; beyond it the
+  // connection that holds the most is closed (one log line).
+  size_t max_buffered_bytes = size_t{512} << 20;
   std::chrono::milliseconds partial_request_timeout{60'000};
   // The server lives inside an agent and ends with it (SERVER_INFO tells clients so).
   bool in_agent = false;
@@ -49,6 +57,8 @@ class StoreServer {
   void stop();
 
   size_t connection_count() const;
+  // Bytes held by every connection's partial request, queued replies and held input.
+  size_t buffered_bytes() const;
   KeyValueStore& store();
 
   struct State;

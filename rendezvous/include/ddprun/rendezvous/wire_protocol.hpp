@@ -156,6 +156,8 @@ class RequestParser {
   Dialect dialect() const { return dialect_; }
   // True between requests: no partial request is held.
   bool idle() const { return !complete_ && step_ == 0 && !in_op_; }
+  // Bytes of the request under way held so far (a partial request's memory).
+  size_t held_bytes() const { return in_op_ ? frame_bytes_ : 0; }
 
  private:
   bool start_request(uint8_t opcode);
