@@ -1,6 +1,7 @@
 #include "ddprun/agent/agent.hpp"
 
 #include <unistd.h>
+#include <cstdlib>
 
 #include <filesystem>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "ddprun/agent/console.hpp"
+#include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
@@ -279,7 +281,10 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     outcome.summary = e.what();
     return outcome;
   }
-  WorkerGroup group(io, cfg.shutdown_timeout);
+  // DDPRUN_CGROUPS=0: workers in process groups only (where something else manages cgroups).
+  const char* cgroups = std::getenv("DDPRUN_CGROUPS");
+  Containment containment(io, cgroups == nullptr || std::string_view(cgroups) != "0");
+  WorkerGroup group(io, cfg.shutdown_timeout, containment);
   int signaled = 0;
   asio::signal_set signals(io);
   for (int s : cfg.signals) signals.add(s);
@@ -316,6 +321,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       outcome = std::move(result);
     }
     signals.cancel();
+    containment.stop_listening();
     rdzv->abandon();
     finished = true;
   });

@@ -17,7 +17,8 @@ nlohmann::json to_json(const WorkerFailure& f) {
       {"message", f.error ? f.error->message : ""},
       {"traceback", f.error ? f.error->traceback : ""},
       {"host", f.host},
-      {"sigkill_sent_by_ddprun", f.sigkill_sent_by_ddprun}};
+      {"sigkill_sent_by_ddprun", f.sigkill_sent_by_ddprun},
+      {"oom_killed", f.oom_killed}};
 }
 
 WorkerFailure from_json(const nlohmann::json& j) {
@@ -30,6 +31,7 @@ WorkerFailure from_json(const nlohmann::json& j) {
   f.error_file = j.value("error_file", "");
   f.host = j.value("host", "");
   f.sigkill_sent_by_ddprun = j.value("sigkill_sent_by_ddprun", false);
+  f.oom_killed = j.value("oom_killed", false);
   const std::string message = j.value("message", ""), traceback = j.value("traceback", "");
   if (!message.empty() || !traceback.empty()) f.error = ErrorRecord{message, traceback, {}, {}};
   return f;

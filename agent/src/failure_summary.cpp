@@ -52,7 +52,10 @@ std::string describe_failure(const WorkerFailure& f) {
     const int signo = -f.exitcode;
     std::string text =
         fmt::format("Signal {} ({}) received by PID {}", signo, signal_name(signo), f.pid);
-    if (signo == 9 && !f.sigkill_sent_by_ddprun) {
+    if (f.oom_killed) {
+      text +=
+          "; the kernel's out-of-memory killer killed it (its cgroup's memory.events counts it)";
+    } else if (signo == 9 && !f.sigkill_sent_by_ddprun) {
       text +=
           "; ddprun did not send it: the kernel's out-of-memory killer is the usual sender "
           "(see `dmesg | grep -i oom`)";

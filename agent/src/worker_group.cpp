@@ -15,8 +15,13 @@ namespace {
 constexpr auto kPumpDrain = std::chrono::seconds(2);
 }  // namespace
 
-WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout)
-    : io_(io), shutdown_timeout_(shutdown_timeout), wake_(io), kill_timer_(io) {}
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
+                         Containment& containment)
+    : io_(io),
+      shutdown_timeout_(shutdown_timeout),
+      containment_(containment),
+      wake_(io),
+      kill_timer_(io) {}
 
 WorkerGroup::~WorkerGroup() {
   for (auto& p : pumps_) p->finish();
@@ -42,7 +47,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   for (size_t i = 0; i < launches_.size(); ++i) {
     const WorkerLaunch& l = launches_[i];
     try {
-      workers_.push_back(std::make_unique<WorkerProcess>(io_, l.spawn));
+      workers_.push_back(
+          std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup()));
     } catch (const std::system_error& e) {
       // The machine refused a process: stop what started and report it like a failed worker.
       spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
@@ -58,6 +64,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     }
     ++running_;
     WorkerProcess& w = *workers_.back();
+    containment_.started(w.pid(), w.cgroup_path());
     for (auto [fd, target] : {std::pair{w.take_stdout_pipe(), &l.tee_out},
                               std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
       if (fd < 0) continue;
@@ -91,6 +98,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   drain.cancel();
   kill_timer_.cancel();
+  containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
 
   GroupResult result;
@@ -112,6 +120,7 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
   --running_;
   const WorkerLaunch& l = launches_[index];
   const WorkerProcess& w = *workers_[index];
+  containment_.ended(w.pid());
   if (status.code != 0 && !stopped_by_us_[index]) {
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
@@ -120,6 +129,7 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
     f.exitcode = status.code;
     f.time = status.time;
     f.sigkill_sent_by_ddprun = sigkill_sent_;
+    f.oom_killed = status.oom_killed;
     if (!w.exec_error().empty()) {
       f.error = ErrorRecord{w.exec_error(), {}, {}, {}};
     } else if ((f.error = read_error_file(l.error_file))) {

@@ -81,7 +81,9 @@ void close_fd(int& fd) {
 
 }  // namespace
 
-WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec) : pidfd_(io) {
+WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
+                             std::unique_ptr<WorkerCgroup> cgroup)
+    : pidfd_(io), cgroup_(std::move(cgroup)) {
   // Everything the child touches is prepared here: after fork() only async-signal-safe calls
   // remain.
   std::vector<char*> argv;
@@ -101,11 +103,15 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec)
   if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   UniqueFd report_read(report_fds[0]), report_write(report_fds[1]);
   const pid_t parent = ::getpid();
+  const int cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
 
   const pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
     ::setpgid(0, 0);
+    if (cgroup_procs >= 0) {
+      [[maybe_unused]] auto moved = ::write(cgroup_procs, "0", 1);  // this process, into it
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);  // the agent died before the line above took effect
     sigset_t all;
@@ -138,6 +144,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec)
   if (pidfd < 0) {
     const int e = errno;
     ::kill(-pid, SIGKILL);  // the destructor will not run: do not leave the child behind
+    if (cgroup_) cgroup_->kill_all();
     int status = 0;
     ::waitpid(pid, &status, 0);
     throw std::system_error(e, std::generic_category(), "pidfd_open");
@@ -152,6 +159,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec)
 WorkerProcess::~WorkerProcess() {
   if (running_) {
     ::kill(-pid_, SIGKILL);
+    if (cgroup_) cgroup_->kill_all();
     int status = 0;
     ::waitpid(pid_, &status, 0);
   }
@@ -167,6 +175,7 @@ void WorkerProcess::watch_exit(std::function<void(const ExitStatus&)> on_exit) {
                       int status = 0;
                       // The leader is a zombie until reaped, so its group id cannot be reused yet.
                       ::kill(-pid_, SIGKILL);
+                      if (cgroup_) cgroup_->kill_all();
                       if (::waitpid(pid_, &status, 0) == pid_) reap(status);
                     });
 }
@@ -176,13 +185,19 @@ void WorkerProcess::reap(int wait_status) {
   ExitStatus s;
   s.time = std::chrono::system_clock::now();
   s.code = WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+  s.oom_killed = cgroup_ && cgroup_->oom_killed();
   boost::system::error_code ec;
   pidfd_.close(ec);
   if (on_exit_) on_exit_(s);
 }
 
 void WorkerProcess::signal_group(int signo) {
-  if (running_) ::kill(-pid_, signo);
+  if (!running_) return;
+  ::kill(-pid_, signo);
+  if (!cgroup_) return;
+  for (pid_t p : cgroup_->processes()) {
+    if (::getpgid(p) != pid_) ::kill(p, signo);  // (the group has it already)
+  }
 }
 
 }  // namespace ddprun::agent

@@ -19,7 +19,8 @@ struct WorkerFailure {
   std::string error_file;                      // the path when the worker wrote one, else empty
   std::optional<ErrorRecord> error;
   bool sigkill_sent_by_ddprun = false;
-  std::string host;  // the node it ran on; empty: the host given to format_failure_summary
+  bool oom_killed = false;  // the worker's cgroup counted an OOM kill (memory.events)
+  std::string host;         // the node it ran on; empty: the host given to format_failure_summary
 };
 
 // The root cause is the earliest failure; the others are listed under "Failures".

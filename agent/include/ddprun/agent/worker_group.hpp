@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_process.hpp"
@@ -46,7 +47,10 @@ struct GroupResult {
 
 class WorkerGroup {
  public:
-  WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout);
+  // `containment`: where workers' cgroups come from and who hears of their starts and ends; it
+  // outlives the group.
+  WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
+              Containment& containment);
   ~WorkerGroup();
 
   // Runs one attempt to its end. Workers whose exec fails count as failures with exit code 127.
@@ -68,6 +72,7 @@ class WorkerGroup {
 
   boost::asio::io_context& io_;
   std::chrono::milliseconds shutdown_timeout_;
+  Containment& containment_;
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
   bool woken_ = false;

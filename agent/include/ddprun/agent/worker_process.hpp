@@ -13,6 +13,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "ddprun/agent/environment.hpp"
+#include "ddprun/agent/worker_cgroup.hpp"
 
 namespace ddprun::agent {
 
@@ -33,28 +34,34 @@ struct SpawnSpec {
 struct ExitStatus {
   int code = 0;  // >= 0: exit status; < 0: killed by signal -code
   std::chrono::system_clock::time_point time;
+  bool oom_killed = false;  // its cgroup says the kernel's OOM killer killed in it
 };
 
 class WorkerProcess {
  public:
-  // Forks and execs. The child leads a new process group and gets SIGKILL if the agent dies
-  // (PR_SET_PDEATHSIG, checked against a race with the agent's death). Throws std::system_error
-  // when a pipe or fork fails. An exec failure is not thrown: the process exits 127 and
-  // exec_error() says why.
-  WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec);
-  // Kills the process group if the process is still running and reaps it.
+  // Forks and execs. The child leads a new process group, moves into `cgroup` when given (before
+  // exec: everything it starts is in it), and gets SIGKILL if the agent dies (PR_SET_PDEATHSIG,
+  // checked against a race with the agent's death). Throws std::system_error when a pipe or fork
+  // fails. An exec failure is not thrown: the process exits 127 and exec_error() says why.
+  WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
+                std::unique_ptr<WorkerCgroup> cgroup = nullptr);
+  // Kills the process group (and the cgroup) if the process is still running, and reaps it.
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // Its cgroup's folder, or empty.
+  std::string cgroup_path() const { return cgroup_ ? cgroup_->path() : std::string(); }
   bool running() const { return running_; }
   const std::string& exec_error() const { return exec_error_; }
 
   // Calls `on_exit` once, on the io_context, when the process has exited. Any process it left
-  // behind in its group is killed before the exit is reported: a worker's helpers never outlive it.
+  // behind in its group or cgroup is killed before the exit is reported: a worker's helpers never
+  // outlive it.
   void watch_exit(std::function<void(const ExitStatus&)> on_exit);
-  // Sends `signo` to the worker's process group; a no-op once it has exited.
+  // Sends `signo` to the worker's process group, and to the processes of its cgroup that left the
+  // group; a no-op once it has exited.
   void signal_group(int signo);
 
   // The read end of a kPipe stream (or -1). The caller takes ownership.
@@ -71,6 +78,7 @@ class WorkerProcess {
   int stderr_pipe_ = -1;
   boost::asio::posix::stream_descriptor pidfd_;
   std::function<void(const ExitStatus&)> on_exit_;
+  std::unique_ptr<WorkerCgroup> cgroup_;
 };
 
 }  // namespace ddprun::agent

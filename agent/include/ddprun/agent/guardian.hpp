@@ -1,0 +1,35 @@
+#pragma once
+// Cleans up after an agent that is SIGKILLed, which cannot clean up itself: a small process forked
+// at start, in a process group of its own, holding the read end of a pipe from the agent. The
+// agent lists each worker's process group and cgroup as it starts and unlists it once stopped and
+// reaped. When the pipe closes (the agent is gone, however it died), the guardian SIGKILLs every
+// process group and cgroup still listed, removes those cgroups, and exits. After fork() it runs
+// only async-signal-safe code over fixed tables.
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+namespace ddprun::agent {
+
+class Guardian {
+ public:
+  // Forks the guardian; nullptr (with a warning) when it cannot. `cgroup_tree`: removed too at the
+  // end (empty: none).
+  static std::unique_ptr<Guardian> start(const std::string& cgroup_tree);
+  // Closes the pipe: with nothing listed, the guardian just exits.
+  ~Guardian();
+  Guardian(const Guardian&) = delete;
+  Guardian& operator=(const Guardian&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void track(pid_t pgid, const std::string& cgroup);
+  void untrack(pid_t pgid);
+
+ private:
+  Guardian(int fd, pid_t pid) : fd_(fd), pid_(pid) {}
+  int fd_;
+  pid_t pid_;
+};
+
+}  // namespace ddprun::agent
