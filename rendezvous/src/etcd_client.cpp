@@ -40,11 +40,13 @@ std::string describe(const Endpoint& e) {
                                                : fmt::format("{}:{}", e.host, e.port);
 }
 
-// Why a try on a member failed, in words, with a hint where the usual cause is a TLS setting.
-std::string failure(const std::exception& e, bool tls) {
+// Why a try on a member failed, in words, with a hint where the usual cause is a setting (then
+// `hinted` is set).
+std::string failure(const std::exception& e, bool tls, bool& hinted) {
   const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
   const std::string what = system ? system->code().message() : e.what();
   const auto has = [&](const char* s) { return what.find(s) != std::string::npos; };
+  hinted = true;
   if (tls && has("certificate verify failed")) {
     return what + " (is rdzv_conf cacert the CA that signed the member's certificate?)";
   }
@@ -55,6 +57,7 @@ std::string failure(const std::exception& e, bool tls) {
   if (!tls && (has("end of stream") || has("reset by peer"))) {
     return what + " (if the member serves https, set rdzv_conf protocol=https)";
   }
+  hinted = false;
   return what;
 }
 
@@ -291,13 +294,18 @@ void Client::prefer(size_t member) {
 asio::awaitable<json> Client::call(std::string path, json body, Clock::time_point deadline) {
   const std::string payload = body.dump();
   std::string last_error = "no member answered";
+  // A failure that points at a setting is worth more than the timeouts of later tries (a loaded
+  // machine): it is the one reported.
+  std::string hinted_error;
   electing_ = false;
   asio::steady_timer pause(ex_);
   for (size_t attempt = 0;; ++attempt) {
     if (closed_) throw StoreConnectionError("the etcd client was closed");
     const auto now = Clock::now();
-    if (now >= deadline)
-      throw StoreConnectionError(fmt::format("etcd is unreachable: {}", last_error));
+    if (now >= deadline) {
+      throw StoreConnectionError(
+          fmt::format("etcd is unreachable: {}", hinted_error.empty() ? last_error : hinted_error));
+    }
     const auto attempt_deadline = std::min(deadline, now + attempt_timeout_);
     std::string refused;  // a reply no other member would change
     try {
@@ -333,8 +341,10 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
         refused = what;
       }
     } catch (const std::exception& e) {
-      last_error =
-          fmt::format("{}: {}", describe(endpoints_[current_]), failure(e, tls_ != nullptr));
+      bool hinted = false;
+      last_error = fmt::format("{}: {}", describe(endpoints_[current_]),
+                               failure(e, tls_ != nullptr, hinted));
+      if (hinted) hinted_error = last_error;
       // Connected, and no answer in time: what a member does while the cluster elects a leader.
       const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
       if (connection_ && system && system->code() == beast::error::timeout) electing_ = true;
@@ -398,8 +408,9 @@ asio::awaitable<void> WatchStream::open(std::string key, std::string range_end,
       if (result.value("created", false)) co_return;
       last_error = fmt::format("unexpected first watch message: {}", first.dump());
     } catch (const std::exception& e) {
-      last_error =
-          fmt::format("{}: {}", describe(endpoints_[current_]), failure(e, tls_ != nullptr));
+      bool hinted = false;
+      last_error = fmt::format("{}: {}", describe(endpoints_[current_]),
+                               failure(e, tls_ != nullptr, hinted));
     }
     if ((attempt + 1) % endpoints_.size() == 0) {
       pause.expires_at(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
