@@ -9,12 +9,13 @@
 //       stalled-sets: 20 connections each declare a 64 MiB SET, send 60 MiB of it and stall;
 //       nonreaders: 3 connections each send 20 GETs of a stored 60 MB value and never read.
 //       Prints "ready N" once sent (N: connections whose bytes the server took; a server that stops
-//       reading for 5 s is moved past), and holds the connections until stdin closes.
+//       reading for 2 s is moved past), and holds the connections until stdin closes.
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -25,7 +26,6 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/write.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/store_client.hpp"
@@ -63,14 +63,21 @@ class Silent {
   explicit Silent(uint16_t port) : socket_(io_) {
     socket_.connect({asio::ip::make_address("127.0.0.1"), port});
     // A server that stops reading (stuck elsewhere) must not stall the load generator forever.
-    const timeval limit{5, 0};
+    const timeval limit{2, 0};
     ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   }
   // True when every byte was taken; false when the server dropped the connection or stopped
-  // reading for 5 s.
+  // reading for 2 s. (Plain send(): asio's blocking write would wait out SO_SNDTIMEO forever.)
   bool send(const std::string& bytes) {
-    boost::system::error_code ec;
-    return asio::write(socket_, asio::buffer(bytes), ec) == bytes.size() && !ec;
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n =
+          ::send(socket_.native_handle(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
   }
 
  private:
