@@ -50,8 +50,10 @@ def main(ddprun, case, cgroups_on):
     pids = {}
     if case == "sigkill":
         pids = {(k, r): int(open(f"{d}/{k}.{r}").read()) for k in KINDS for r in range(NPROC)}
+        # Whether ddprun could use cgroups here (a machine may not let it: then it falls back, and
+        # the guarantee across a SIGKILL is the process groups').
         cgroups = all(in_ddprun_cgroup(p) for p in pids.values())
-        assert cgroups or not cgroups_on or not os.path.isdir("/sys/fs/cgroup"), "no cgroups"
+        assert cgroups_on or not cgroups, "DDPRUN_CGROUPS=0 was not honoured"
         proc.kill()
     elif case == "sigterm":
         proc.send_signal(signal.SIGTERM)
