@@ -51,12 +51,16 @@ bool TcpJobStore::is_presence_key(const std::string& key) const {
   return !presence_folder_.empty() && key.starts_with(presence_folder_);
 }
 
-void TcpJobStore::queue(KeyEvent e) {
+void TcpJobStore::remember(const KeyEvent& e) {
   if (e.deleted) {
     known_.erase(e.key);
   } else {
     known_[e.key] = e.value;
   }
+}
+
+void TcpJobStore::queue(KeyEvent e) {
+  remember(e);
   pending_.push_back(std::move(e));
   wake();
 }
@@ -361,11 +365,7 @@ asio::awaitable<KeyEvent> TcpJobStore::next_event() {
       out.deleted = e.event == wire::WatchEvent::kKeyDeleted;
       if (!out.deleted) out.value = std::move(e.new_value);
       withheld_.erase(out.key);
-      if (out.deleted) {
-        known_.erase(out.key);
-      } else {
-        known_[out.key] = out.value;
-      }
+      remember(out);
       co_return out;
     } catch (const StoreTimeout&) {
     } catch (const std::exception& e) {

@@ -106,6 +106,8 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // Queues the deletion of this agent's presence key, once.
   void report_expelled(const std::string& why);
   bool is_presence_key(const std::string& key) const;
+  // Records `e` in known_ (the job's keys as reported).
+  void remember(const KeyEvent& e);
   void queue(KeyEvent e);
   // Waits until wake() (a reconnection ended, an event was queued).
   boost::asio::awaitable<void> wait_for_wake();
