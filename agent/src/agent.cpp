@@ -19,6 +19,7 @@
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
 #include "failure_json.hpp"
+#include "head_control.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -92,6 +93,12 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
                           round.num_nodes,
                           rank,
                           round.world_size};
+    if (cfg.placement) {
+      l.id.local_rank = cfg.placement->local_rank;
+      l.id.local_world_size = cfg.placement->local_world_size;
+      l.id.group_rank = cfg.placement->node_rank;
+      l.id.group_world_size = cfg.placement->num_nodes;
+    }
     const fs::path dir = attempt_dir / std::to_string(r);
     fs::create_directories(dir);
     l.error_file = (dir / "error.json").string();
@@ -286,6 +293,14 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   Containment containment(io, cgroups == nullptr || std::string_view(cgroups) != "0");
   WorkerGroup group(io, cfg.shutdown_timeout, containment);
   int signaled = 0;
+  const auto on_signal = [&](int signo) {
+    signaled = signo;
+    if (group.active()) {
+      group.stop(signo);
+    } else {
+      rdzv->abandon();  // waiting in the rendezvous (or its exit barrier): stop waiting now
+    }
+  };
   asio::signal_set signals(io);
   for (int s : cfg.signals) signals.add(s);
   std::function<void()> listen = [&] {
@@ -293,16 +308,12 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       if (ec) return;
       spdlog::warn("received {}: forwarding it to the workers and shutting down",
                    signal_name(signo));
-      signaled = signo;
-      if (group.active()) {
-        group.stop(signo);
-      } else {
-        rdzv->abandon();  // waiting in the rendezvous (or its exit barrier): stop waiting now
-      }
+      on_signal(signo);
       listen();
     });
   };
   listen();
+  HeadControl control(io, cfg.control_fd, on_signal);
   // Signals are handled from here on: the first line says so to whoever waits for it.
   spdlog::info("run {}: {}, {} workers here, logs in {}", cfg.run_id, rdzv->describe(), cfg.nproc,
                run_dir.string());
@@ -321,6 +332,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       outcome = std::move(result);
     }
     signals.cancel();
+    control.close();
     containment.stop_listening();
     rdzv->abandon();
     finished = true;

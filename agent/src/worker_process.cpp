@@ -99,6 +99,14 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   StreamFds err = open_target(spec.err);
   const int out_fd = out.child.get();
   const int err_fd = err.child.get();
+  UniqueFd in_read, in_write;
+  if (spec.stdin_pipe) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
+    in_read.reset(p[0]);
+    in_write.reset(p[1]);
+  }
+  const int in_fd = in_read.get();
   int report_fds[2];
   if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   UniqueFd report_read(report_fds[0]), report_write(report_fds[1]);
@@ -119,6 +127,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
     for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
       ::signal(s, SIG_DFL);
+    if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
     if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
     ::execvpe(argv[0], argv.data(), envp.data());
@@ -130,6 +139,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   ::setpgid(pid, pid);
   out.child.reset();
   err.child.reset();
+  in_read.reset();
   report_write.reset();
   int child_errno = 0;
   ssize_t n;
@@ -154,6 +164,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   running_ = true;
   stdout_pipe_ = out.parent_read.release();
   stderr_pipe_ = err.parent_read.release();
+  stdin_pipe_ = in_write.release();
 }
 
 WorkerProcess::~WorkerProcess() {
@@ -165,6 +176,7 @@ WorkerProcess::~WorkerProcess() {
   }
   close_fd(stdout_pipe_);
   close_fd(stderr_pipe_);
+  close_fd(stdin_pipe_);
 }
 
 void WorkerProcess::watch_exit(std::function<void(const ExitStatus&)> on_exit) {

@@ -71,6 +71,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.signals = agent::parse_signal_list(c.signals_to_handle);
   a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout.value_or(30));
   a.virtual_local_rank = c.virtual_local_rank;
+  a.placement = c.placement;
 
   rendezvous::RendezvousConfig& r = a.rdzv;
   r.backend = c.backend;

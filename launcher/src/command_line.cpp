@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "command_line_parts.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/launch_config.hpp"
@@ -91,6 +92,25 @@ const std::vector<OptionSpec>& option_table() {
       {"--logs_specs,--logs-specs", "logs_specs", "NAME",
        "refused: a Python entry point (ddprun writes torchrun's default layout)"},
       {"--numa_binding,--numa-binding", "numa_binding", "MODE", "not implemented yet (refused)"},
+      {"--no_slurm,--no-slurm", "no_slurm", nullptr,
+       "ignore Slurm's and Open MPI's variables (by default srun's or mpirun's placement fills "
+       "--nnodes, --node_rank, --master_addr, --master_port and --rdzv_id where not given)"},
+      {"--hostfile", "hostfile", "FILE",
+       "head-node launch: start one agent per host of FILE (lines: host slots=N) over ssh"},
+      {"-H,--hosts", "hosts", "H1:N,H2:N",
+       "head-node launch on these hosts (N: that host's workers when --nproc_per_node is not "
+       "given)"},
+      {"--include", "include", "H1@H2", "head-node launch: only these hosts"},
+      {"--exclude", "exclude", "H1@H2", "head-node launch: not these hosts"},
+      {"--ssh_port,--ssh-port", "ssh_port", "PORT", "head-node launch: ssh's port"},
+      {"--ssh_identity,--ssh-identity", "ssh_identity", "FILE",
+       "head-node launch: ssh's identity file (-i)"},
+      {"--ssh_option,--ssh-option", "ssh_option", "OPT",
+       "head-node launch: one more ssh -o option, e.g. StrictHostKeyChecking=no (repeatable)"},
+      {"--env", "env", "VAR[=VALUE]",
+       "head-node launch: set VAR on every host, to VALUE or to its value here (repeatable)"},
+      {"--head_control,--head-control", "head_control", nullptr,
+       "internal: started by a head node; stdin carries its signals, and its end stops the job"},
   };
   return table;
 }
@@ -124,17 +144,30 @@ void parse_nnodes(const std::string& text, LaunchConfig& c) {
   }
 }
 
-int visible_gpus(const agent::Environment& env) {
+bool all_digits(const std::string& s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+// The GPUs of this node: Slurm's count for the step where it gives one (and --no_slurm is not
+// given), else what CUDA_VISIBLE_DEVICES leaves of the device nodes.
+int visible_gpus(const agent::Environment& env, bool use_slurm) {
+  if (auto it = env.find("SLURM_GPUS_ON_NODE"); use_slurm && it != env.end()) {
+    if (!all_digits(it->second)) {
+      throw UsageError(fmt::format("SLURM_GPUS_ON_NODE='{}' is not a number", it->second));
+    }
+    return parse_int(it->second, "SLURM_GPUS_ON_NODE");
+  }
   const auto it = env.find("CUDA_VISIBLE_DEVICES");
   if (it == env.end()) return gpu_device_nodes();
   return visible_gpu_count(it->second, gpu_device_nodes(), gpu_uuids());
 }
 
-int resolve_nproc(const std::string& text, const agent::Environment& env) {
+int resolve_nproc(const std::string& text, const agent::Environment& env, bool use_slurm) {
   const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (text == "cpu") return cpus;
   if (text == "gpu") {
-    const int gpus = visible_gpus(env);
+    const int gpus = visible_gpus(env, use_slurm);
     if (gpus == 0) {
       const auto cvd = env.find("CUDA_VISIBLE_DEVICES");
       throw UsageError(fmt::format(
@@ -144,19 +177,13 @@ int resolve_nproc(const std::string& text, const agent::Environment& env) {
     return gpus;
   }
   if (text == "auto") {
-    const int gpus = visible_gpus(env);
+    const int gpus = visible_gpus(env, use_slurm);
     return gpus > 0 ? gpus : cpus;
   }
   const int n = parse_int(text, "--nproc_per_node");
   if (n <= 0)
     throw UsageError(fmt::format("argument --nproc_per_node: must be positive, got {}", n));
   return n;
-}
-
-std::string random_run_id() {
-  std::random_device rd;
-  std::mt19937_64 gen(rd());
-  return fmt::format("{:016x}{:016x}", gen(), gen());
 }
 
 // The rdzv_conf keys torchrun reads, by the kind of value each takes; others are refused so that
@@ -305,6 +332,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   std::string nnodes = "1:1", max_restarts = "0", monitor_interval = "0.1", node_rank = "0";
   std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
   std::string dup_stdout, dup_stderr;
+  std::string hostfile, host_list, include, exclude, ssh_port;
   const std::map<std::string, std::string*> texts = {
       {"nnodes", &nnodes},
       {"nproc_per_node", &c.nproc_per_node},
@@ -331,6 +359,16 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       {"shutdown_timeout", &shutdown_timeout},
       {"logs_specs", &logs_specs},
       {"numa_binding", &numa_binding},
+      {"hostfile", &hostfile},
+      {"hosts", &host_list},
+      {"include", &include},
+      {"exclude", &exclude},
+      {"ssh_port", &ssh_port},
+      {"ssh_identity", &c.ssh_identity},
+  };
+  const std::map<std::string, std::vector<std::string>*> lists = {
+      {"ssh_option", &c.ssh_options},
+      {"env", &c.env_vars},
   };
   const std::map<std::string, bool*> switches = {
       {"standalone", &c.standalone},
@@ -338,15 +376,24 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       {"no_python", &c.no_python},
       {"run_path", &c.run_path},
       {"virtual_local_rank", &c.virtual_local_rank},
+      {"no_slurm", &c.no_slurm},
+      {"head_control", &c.head_control},
   };
 
   CLI::App app{"ddprun"};
   app.prefix_command();  // everything from the training script on belongs to the script
   std::vector<std::pair<CLI::Option*, const OptionSpec*>> given;
   for (const OptionSpec& spec : option_table()) {
-    given.emplace_back(spec.metavar ? app.add_option(spec.names, *texts.at(spec.dest))
-                                    : app.add_flag(spec.names, *switches.at(spec.dest)),
-                       &spec);
+    CLI::Option* opt = nullptr;
+    if (!spec.metavar) {
+      opt = app.add_flag(spec.names, *switches.at(spec.dest));
+    } else if (lists.contains(spec.dest)) {
+      // Repeated, one value each time: `--env A train.py` must not take train.py as a value.
+      opt = app.add_option(spec.names, *lists.at(spec.dest))->allow_extra_args(false);
+    } else {
+      opt = app.add_option(spec.names, *texts.at(spec.dest));
+    }
+    given.emplace_back(opt, &spec);
   }
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -360,10 +407,14 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
 
   // PET_<DEST> for what the command line did not give.
   for (const auto& [opt, spec] : given) {
-    if (opt->count() > 0) continue;
+    if (opt->count() > 0) {
+      c.given.insert(spec->dest);
+      continue;
+    }
     const std::string name = pet_name(spec->dest);
     auto it = env.find(name);
-    if (it == env.end()) continue;
+    if (it == env.end() || lists.contains(spec->dest)) continue;
+    c.given.insert(spec->dest);
     if (spec->metavar) {
       *texts.at(spec->dest) = it->second;
     } else {
@@ -379,8 +430,15 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   c.training_script = rest.front();
   c.training_script_args.assign(rest.begin() + 1, rest.end());
 
+  if (!c.no_slurm) {
+    apply_scheduler(env, c, nnodes, node_rank, master_port);
+  }
+
   parse_nnodes(nnodes, c);
-  c.nproc = resolve_nproc(c.nproc_per_node, env);
+  // A head resolves nothing of its hosts' GPUs: each host's agent counts its own.
+  const bool head = !hostfile.empty() || !host_list.empty();
+  c.nproc =
+      head && !all_digits(c.nproc_per_node) ? 1 : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
   c.max_restarts = parse_int(max_restarts, "--max_restarts");
   if (c.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
   c.monitor_interval = parse_double(monitor_interval, "--monitor_interval");
@@ -479,6 +537,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     if (c.rdzv_port == 0)
       throw UsageError("--rdzv_endpoint: port 0 cannot be found by other nodes");
   }
+  parse_head_node(hostfile, host_list, include, exclude, ssh_port, c);
   if (c.backend == rendezvous::Backend::kStatic && !c.master_port) c.master_port = 29500;
   if (c.max_nodes > 1 && c.backend == rendezvous::Backend::kStatic) {
     if (c.min_nodes != c.max_nodes) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -9,6 +10,7 @@
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/launcher/agent_config.hpp"
+#include "ddprun/launcher/head_node.hpp"
 #include "ddprun/launcher/launch_config.hpp"
 #include "ddprun/rendezvous/process_setup.hpp"
 
@@ -21,12 +23,19 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
 
   agent::AgentConfig config;
+  bool head_control = false;
   try {
     const launcher::LaunchConfig launch =
         launcher::parse_command_line(args, agent::current_environment());
+    if (!launch.scheduler_notice.empty()) spdlog::info("{}", launch.scheduler_notice);
+    if (!launch.hosts.empty()) {
+      rendezvous::prepare_server_process();
+      return launcher::run_head_node(launch, agent::current_environment());
+    }
     std::string notice;
     config = launcher::make_agent_config(launch, agent::current_environment(), &notice);
-    std::cerr << notice << std::flush;
+    head_control = launch.head_control;
+    if (!head_control) std::cerr << notice << std::flush;  // not once per host of a head
   } catch (const launcher::HelpRequested&) {
     std::cout << launcher::cli_help();
     return launcher::kExitSuccess;
@@ -36,12 +45,27 @@ int main(int argc, char** argv) {
   }
 
   rendezvous::prepare_server_process();
+  if (head_control) {
+    // stdin is the head's control channel: the agent reads it, and the workers get /dev/null so
+    // that none of them reads the head's lines.
+    config.control_fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) {
+      ::dup2(null, STDIN_FILENO);
+      ::close(null);
+    }
+  }
   const agent::AgentOutcome outcome = agent::run_agent(config);
   switch (outcome.state) {
     case agent::AgentOutcome::State::kSucceeded:
       return launcher::kExitSuccess;
     case agent::AgentOutcome::State::kFailed:
-      std::cerr << outcome.summary << std::flush;
+      if (head_control) {
+        std::cerr << launcher::kSummaryBegin << "\n"
+                  << outcome.summary << launcher::kSummaryEnd << std::endl;
+      } else {
+        std::cerr << outcome.summary << std::flush;
+      }
       return launcher::kExitWorkerFailure;
     case agent::AgentOutcome::State::kSignaled:
       return 128 + outcome.signal;

@@ -14,6 +14,17 @@
 
 namespace ddprun::agent {
 
+// Where a scheduler placed this agent's one worker (a per-process launch under srun or mpirun): the
+// worker's LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and GROUP_WORLD_SIZE come from here, not from
+// the round. RANK and WORLD_SIZE still come from the round (the rendezvous' node rank is the task's
+// rank).
+struct Placement {
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  int num_nodes = 1;
+};
+
 struct AgentConfig {
   std::vector<std::string> entrypoint;  // the worker command line, identical for every local rank
   std::string entrypoint_name;          // names the job in the failure summary
@@ -28,6 +39,11 @@ struct AgentConfig {
   std::vector<int> signals;                    // forwarded to the workers
   std::chrono::milliseconds shutdown_timeout{30'000};
   bool virtual_local_rank = false;
+  std::optional<Placement> placement;  // set: nproc is 1, placed by a scheduler
+  // A head node's control channel (the read end of an ssh session's stdin), or -1. Each line names
+  // a signal ("SIGINT") the head received: the agent acts as if it had received it. End of file
+  // means the head is gone: the agent acts as on SIGTERM. The agent takes ownership.
+  int control_fd = -1;
   // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and
   // host are taken from the fields above and this machine's name.
   rendezvous::RendezvousConfig rdzv;

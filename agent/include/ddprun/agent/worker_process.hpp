@@ -29,6 +29,7 @@ struct SpawnSpec {
   Environment env;
   StreamTarget out;
   StreamTarget err;
+  bool stdin_pipe = false;  // true: stdin is a pipe the caller writes (take_stdin_pipe)
 };
 
 struct ExitStatus {
@@ -67,6 +68,8 @@ class WorkerProcess {
   // The read end of a kPipe stream (or -1). The caller takes ownership.
   int take_stdout_pipe() { return std::exchange(stdout_pipe_, -1); }
   int take_stderr_pipe() { return std::exchange(stderr_pipe_, -1); }
+  // The write end of the stdin pipe (or -1). The caller takes ownership.
+  int take_stdin_pipe() { return std::exchange(stdin_pipe_, -1); }
 
  private:
   void reap(int wait_status);
@@ -76,6 +79,7 @@ class WorkerProcess {
   std::string exec_error_;
   int stdout_pipe_ = -1;
   int stderr_pipe_ = -1;
+  int stdin_pipe_ = -1;
   boost::asio::posix::stream_descriptor pidfd_;
   std::function<void(const ExitStatus&)> on_exit_;
   std::unique_ptr<WorkerCgroup> cgroup_;

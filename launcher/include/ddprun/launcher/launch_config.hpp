@@ -3,11 +3,14 @@
 // environment fallbacks (the command line wins), with torchrun's names and defaults.
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/environment.hpp"
+#include "ddprun/launcher/hostfile.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 
 namespace ddprun::launcher {
@@ -58,6 +61,22 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   std::string training_script;
   std::vector<std::string> training_script_args;
+
+  // A head-node launch (--hostfile or -H): one agent per host, started over ssh, node ranks in
+  // the hosts' order. Empty: this process is the node's agent.
+  std::vector<HostSlots> hosts;
+  int ssh_port = 0;  // 0: ssh's own default
+  std::string ssh_identity;
+  std::vector<std::string> ssh_options;  // each passed as ssh -o OPTION
+  std::vector<std::string> env_vars;     // --env VAR[=VALUE], for every host's agent
+  bool head_control = false;  // this agent was started by a head: stdin is its control channel
+
+  // Placement read from Slurm or Open MPI (off with --no_slurm); explicit options win over it.
+  bool no_slurm = false;
+  std::optional<agent::Placement> placement;  // a per-process launch: one worker, placed
+  std::string scheduler_notice;               // one line saying what was taken from where
+
+  std::set<std::string> given;  // dests given on the command line or by PET_*
 };
 
 // Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT).

@@ -1,0 +1,68 @@
+#include <fmt/format.h>
+
+#include "command_line_parts.hpp"
+#include "ddprun/launcher/scheduler_env.hpp"
+
+namespace ddprun::launcher {
+
+void apply_scheduler(const agent::Environment& env, LaunchConfig& c, std::string& nnodes,
+                     std::string& node_rank, std::string& master_port) {
+  if (c.head_control || c.given.contains("hostfile") || c.given.contains("hosts")) return;
+  std::optional<SchedulerPlacement> p;
+  try {
+    p = scheduler_placement(env);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("{} (--no_slurm ignores the scheduler's variables)", e.what()));
+  }
+  if (!p) return;
+  const bool per_process = p->per_process();
+  if (per_process) {
+    if (c.given.contains("nproc_per_node") && c.nproc_per_node != "1") {
+      throw UsageError(
+          fmt::format("{} started {} tasks on this node, and ddprun runs one worker per task: drop "
+                      "--nproc_per_node={}, or start one task per node",
+                      p->scheduler, p->tasks_on_node, c.nproc_per_node));
+    }
+    if (c.given.contains("rdzv_backend") && c.rdzv_backend != "static") {
+      throw UsageError(fmt::format(
+          "{} started {} tasks on this node: a per-process launch takes its ranks from {}, which "
+          "--rdzv_backend={} would not keep",
+          p->scheduler, p->tasks_on_node, p->scheduler, c.rdzv_backend));
+    }
+    c.nproc_per_node = "1";
+    c.placement = agent::Placement{p->local_rank, p->tasks_on_node, p->node_rank, p->num_nodes};
+  }
+  std::vector<std::string> taken;
+  const auto take = [&](const char* dest, std::string& target, const std::string& value) {
+    if (c.given.contains(dest)) return;
+    target = value;
+    taken.push_back(fmt::format("--{}={}", dest, value));
+  };
+  const int nodes = per_process ? p->world_size : p->num_nodes;
+  take("nnodes", nnodes, std::to_string(nodes));
+  if (!c.given.contains("rdzv_backend") || c.rdzv_backend == "static") {
+    take("node_rank", node_rank, std::to_string(per_process ? p->rank : p->node_rank));
+    auto addr = env.find("MASTER_ADDR");
+    const std::string master = addr != env.end() ? addr->second : p->first_host;
+    if (master.empty() && nodes > 1 && !c.given.contains("master_addr")) {
+      throw UsageError(
+          fmt::format("{} does not say which host runs rank 0: give --master_addr (or MASTER_ADDR)",
+                      p->scheduler));
+    }
+    if (!master.empty()) take("master_addr", c.master_addr, master);
+    auto port = env.find("MASTER_PORT");
+    take("master_port", master_port, port != env.end() ? port->second : std::to_string(p->port));
+  }
+  take("rdzv_id", c.rdzv_id, p->job_id);
+  std::string what;
+  for (const auto& t : taken) what += " " + t;
+  c.scheduler_notice = fmt::format(
+      "{} job {}: {}; taken from it:{}", p->scheduler, p->job_id,
+      per_process ? fmt::format("{} tasks on this node, so this task runs one worker (local rank "
+                                "{}, node {} of {})",
+                                p->tasks_on_node, p->local_rank, p->node_rank, p->num_nodes)
+                  : fmt::format("one task on this node, so it is node {}'s agent", p->node_rank),
+      what.empty() ? " nothing (every option was given)" : what);
+}
+
+}  // namespace ddprun::launcher
