@@ -13,6 +13,7 @@ packages=(
   hyperfine iproute2 procps
   mmdebstrap
   etcd-server etcd-client libssl-dev openssl
+  openssh-server openssh-client slurmctld slurmd slurm-client munge util-linux
 )
 
 missing=()
