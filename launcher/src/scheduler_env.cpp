@@ -62,6 +62,15 @@ SchedulerPlacement slurm(const agent::Environment& env) {
   SchedulerPlacement p;
   p.scheduler = "Slurm";
   p.job_id = *find(env, "SLURM_JOB_ID");
+  const std::string* step = find(env, "SLURM_STEP_ID");
+  if (step == nullptr) {
+    // A batch script (sbatch) or salloc's shell: one process on the first node, not an srun step
+    // on every node. Taking the allocation's node count would wait for nodes that never come.
+    p.in_step = false;
+    p.first_host = "127.0.0.1";
+    p.port = derived_port(p.job_id + ".batch");
+    return p;
+  }
   p.num_nodes = number(env, {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}, 1);
   p.node_rank = number(env, {"SLURM_NODEID"}, 0);
   const char* which = nullptr;
@@ -93,8 +102,7 @@ SchedulerPlacement slurm(const agent::Environment& env) {
   if (find(env, "SLURM_GPUS_ON_NODE") != nullptr) {
     p.gpus_on_node = number(env, {"SLURM_GPUS_ON_NODE"}, 0);
   }
-  const std::string* step = find(env, "SLURM_STEP_ID");
-  p.port = derived_port(p.job_id + "." + (step ? *step : ""));
+  p.port = derived_port(p.job_id + "." + *step);
   check_ranks(p, "Slurm");
   return p;
 }
@@ -106,8 +114,15 @@ SchedulerPlacement open_mpi(const agent::Environment& env) {
   p.rank = number(env, {"OMPI_COMM_WORLD_RANK"}, 0);
   p.local_rank = number(env, {"OMPI_COMM_WORLD_LOCAL_RANK"}, 0);
   p.tasks_on_node = number(env, {"OMPI_COMM_WORLD_LOCAL_SIZE"}, 1);
-  p.node_rank = number(env, {"OMPI_COMM_WORLD_NODE_RANK"}, 0);
-  // Open MPI does not say how many nodes there are: its default mapping fills nodes evenly.
+  // Open MPI names neither the node's index (OMPI_COMM_WORLD_NODE_RANK is the process's rank
+  // among all processes on its node) nor the node count: with its default by-slot mapping and the
+  // same number of processes on each node, ranks fill the nodes in order.
+  if (p.tasks_on_node < 1 || p.local_rank > p.rank) {
+    throw std::invalid_argument(
+        fmt::format("Open MPI's variables contradict each other: local rank {} of {}, rank {}",
+                    p.local_rank, p.tasks_on_node, p.rank));
+  }
+  p.node_rank = (p.rank - p.local_rank) / p.tasks_on_node;
   p.num_nodes = (p.world_size + p.tasks_on_node - 1) / p.tasks_on_node;
   const char* which = nullptr;
   const std::string* job = first_set(

@@ -7,7 +7,9 @@ namespace ddprun::launcher {
 
 void apply_scheduler(const agent::Environment& env, LaunchConfig& c, std::string& nnodes,
                      std::string& node_rank, std::string& master_port) {
-  if (c.head_control || c.given.contains("hostfile") || c.given.contains("hosts")) return;
+  if (c.head_control || c.standalone || c.given.contains("hostfile") || c.given.contains("hosts")) {
+    return;
+  }
   std::optional<SchedulerPlacement> p;
   try {
     p = scheduler_placement(env);
@@ -58,10 +60,12 @@ void apply_scheduler(const agent::Environment& env, LaunchConfig& c, std::string
   for (const auto& t : taken) what += " " + t;
   c.scheduler_notice = fmt::format(
       "{} job {}: {}; taken from it:{}", p->scheduler, p->job_id,
-      per_process ? fmt::format("{} tasks on this node, so this task runs one worker (local rank "
-                                "{}, node {} of {})",
-                                p->tasks_on_node, p->local_rank, p->node_rank, p->num_nodes)
-                  : fmt::format("one task on this node, so it is node {}'s agent", p->node_rank),
+      !p->in_step ? std::string("not an srun step (a batch script or salloc's shell), so this node "
+                                "only: start ddprun with srun to use every node")
+      : per_process ? fmt::format("{} tasks on this node, so this task runs one worker (local rank "
+                                  "{}, node {} of {})",
+                                  p->tasks_on_node, p->local_rank, p->node_rank, p->num_nodes)
+                    : fmt::format("one task on this node, so it is node {}'s agent", p->node_rank),
       what.empty() ? " nothing (every option was given)" : what);
 }
 

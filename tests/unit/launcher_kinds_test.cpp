@@ -139,6 +139,25 @@ TEST_CASE("slurm: explicit options and MASTER_* win, --no_slurm ignores it all",
   CHECK(dyn.rdzv_host == "store");
 }
 
+TEST_CASE("slurm: a batch script outside srun is this node only", "[slurm]") {
+  Environment env = {{"SLURM_JOB_ID", "77"},
+                     {"SLURM_JOB_NUM_NODES", "2"},
+                     {"SLURM_NODEID", "0"},
+                     {"SLURM_JOB_NODELIST", "node[1-2]"},
+                     {"SLURM_TASKS_PER_NODE", "1(x2)"},
+                     {"SLURM_PROCID", "0"}};
+  const LaunchConfig c = parse({"--nproc_per_node=2", "train.py"}, env);
+  CHECK(c.max_nodes == 1);
+  CHECK(c.nproc == 2);
+  CHECK(c.rdzv_id == "77");
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK_THAT(c.scheduler_notice, Catch::Contains("not an srun step"));
+  // --standalone is one node by definition: Slurm's variables change nothing.
+  const LaunchConfig s = parse({"--standalone", "train.py"}, slurm_step(1, 1, 0));
+  CHECK(s.max_nodes == 1);
+  CHECK(s.scheduler_notice.empty());
+}
+
 TEST_CASE("slurm: --nproc_per_node=gpu counts SLURM_GPUS_ON_NODE", "[slurm]") {
   Environment env = slurm_step(0, 1, 0);
   env["SLURM_GPUS_ON_NODE"] = "8";
@@ -176,6 +195,7 @@ TEST_CASE("mpi: Open MPI's variables place one worker per process", "[mpi]") {
   CHECK(c.rdzv_id == "prterun-x-1@1");
   REQUIRE(c.placement);
   CHECK(c.placement->local_rank == 1);
+  CHECK(c.placement->node_rank == 1);  // ranks 2 and 3 are the second node's
   CHECK(c.placement->num_nodes == 2);
   Environment no_master = env;
   no_master.erase("MASTER_ADDR");

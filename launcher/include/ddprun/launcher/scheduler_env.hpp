@@ -20,6 +20,7 @@ struct SchedulerPlacement {
   std::string first_host;           // the first node of the step (rank 0's); empty when not told
   int port = 0;                     // a port derived from the job (and step), in [20000, 30000)
   std::optional<int> gpus_on_node;  // SLURM_GPUS_ON_NODE
+  bool in_step = true;              // false: Slurm's batch script or salloc shell, this node only
 
   // ddprun runs one worker per task (srun --ntasks-per-node=8, mpirun -np 8) rather than being
   // the node's agent (srun --ntasks-per-node=1).
@@ -27,8 +28,10 @@ struct SchedulerPlacement {
 };
 
 // The placement `env` describes, or nullopt when no workload manager started this process. Open
-// MPI's variables win over Slurm's (mpirun inside an allocation). Throws std::invalid_argument,
-// naming the variable, when a variable is malformed or they contradict each other.
+// MPI's variables win over Slurm's (mpirun inside an allocation); Open MPI's node index and count
+// are inferred from its default by-slot mapping (the same number of processes on every node).
+// Throws std::invalid_argument, naming the variable, when a variable is malformed or they
+// contradict each other.
 std::optional<SchedulerPlacement> scheduler_placement(const agent::Environment& env);
 
 }  // namespace ddprun::launcher
