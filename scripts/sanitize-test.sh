@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-node and elastic tests, and the in-process rendezvous tests, against ddprun and ddprund
+# The multi-node, elastic and launcher-kind tests, and the in-process rendezvous tests, against ddprun and ddprund
 # built with AddressSanitizer and UndefinedBehaviorSanitizer (g++, the compiler whose coroutine
 # handling the lifetime rules in DESIGN.md work around). Every process reports into one folder; any
 # report fails the run, whatever exit status the test saw. scripts/test.sh runs this after the suite.
@@ -19,8 +19,9 @@ export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
 cd "$build"
 status=0
-ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across' \
-  -R '^(multinode|elastic|elastic_etcd|etcd)\.|^(rendezvous|session): ' || status=$?
+ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across|training_job' \
+  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun)\.|^(rendezvous|session): ' ||
+  status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
     echo "=== $f"

@@ -31,7 +31,9 @@ HEADS = []  # every head started, killed at the end whatever happened (its agent
 
 
 def run_head(hosts, args, env=None, key=None, **kw):
-    HEADS.append(hosts.head([DDPRUN, *hosts.ssh_flags(key), *args], stdout=subprocess.PIPE,
+    # A sanitizer build's report settings reach the hosts' agents too (scripts/sanitize-test.sh).
+    sanitizers = [f"--env={v}" for v in ("ASAN_OPTIONS", "UBSAN_OPTIONS") if v in os.environ]
+    HEADS.append(hosts.head([DDPRUN, *hosts.ssh_flags(key), *sanitizers, *args], stdout=subprocess.PIPE,
                       stderr=subprocess.PIPE, text=True, errors="replace",
                       env={**os.environ, "PYTHON_EXEC": PY, **(env or {})}, **kw))
     return HEADS[-1]
