@@ -13,12 +13,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "agent_metrics.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/agent/containment.hpp"
+#include "ddprun/agent/event_log.hpp"
+#include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
-#include "failure_json.hpp"
+#include "ddprun/rendezvous/metrics_server.hpp"
 #include "head_control.hpp"
 
 namespace ddprun::agent {
@@ -114,6 +117,20 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   return launches;
 }
 
+nlohmann::json job_end_fields(const AgentOutcome& o) {
+  switch (o.state) {
+    case AgentOutcome::State::kSucceeded:
+      return {{"state", "succeeded"}};
+    case AgentOutcome::State::kFailed:
+      return {{"state", "failed"}, {"summary", o.summary}};
+    case AgentOutcome::State::kSignaled:
+      return {{"state", "signaled"}, {"signal", signal_name(o.signal)}};
+    case AgentOutcome::State::kLaunchError:
+      break;
+  }
+  return {{"state", "launch_error"}, {"reason", o.summary}};
+}
+
 struct Run {
   const AgentConfig& cfg;
   fs::path run_dir;
@@ -121,6 +138,7 @@ struct Run {
   WorkerGroup& group;
   int& signaled;
   asio::any_io_executor ex;
+  EventLog& events;
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
   // outside (another node failed, left or joined); such a reason stops the workers. Returns the
@@ -138,7 +156,8 @@ struct Run {
     auto watch = std::make_shared<Watch>();
     asio::co_spawn(
         ex,
-        [watch, rdzv = rdzv, round, &group = group]() mutable -> asio::awaitable<void> {
+        [watch, rdzv = rdzv, round, &group = group,
+         &events = events]() mutable -> asio::awaitable<void> {
           std::string why;
           try {
             why = co_await rdzv->interruption(round);
@@ -147,6 +166,7 @@ struct Run {
           }
           if (!watch->group_done && !why.empty()) {
             spdlog::warn("stopping this node's workers: {}", why);
+            events.record("workers_interrupted", {{"reason", why}});
             watch->why = why;
             group.interrupt();
           }
@@ -195,8 +215,17 @@ struct Run {
       if (round->restart_count > last_restart_count) {
         spdlog::warn("restarting the workers (restart {} of at most {})", round->restart_count,
                      cfg.max_restarts);
+        events.record("restart", {{"restart_count", round->restart_count},
+                                  {"max_restarts", cfg.max_restarts}});
         last_restart_count = round->restart_count;
       }
+      events.record("round_formed", {{"round", round->number},
+                                     {"restart_count", round->restart_count},
+                                     {"node_rank", round->node_rank},
+                                     {"num_nodes", round->num_nodes},
+                                     {"base_rank", round->base_rank},
+                                     {"world_size", round->world_size},
+                                     {"members", round->members}});
       if (round->num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
         spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
                      round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
@@ -209,8 +238,10 @@ struct Run {
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       switch (r.state) {
-        case GroupResult::State::kSucceeded:
-          if (co_await rdzv->exit_barrier(*round)) {
+        case GroupResult::State::kSucceeded: {
+          const bool passed = co_await rdzv->exit_barrier(*round);
+          events.record("exit_barrier", {{"round", round->number}, {"passed", passed}});
+          if (passed) {
             co_await rdzv->close("succeeded");
             out.state = AgentOutcome::State::kSucceeded;
             co_return out;
@@ -218,6 +249,7 @@ struct Run {
           spdlog::warn("another node failed or left while this one waited at the exit barrier");
           co_await rdzv->end_round(*round);  // (a no-op when the peer's failure already ended it)
           break;
+        }
         case GroupResult::State::kStopped:
           out.state = AgentOutcome::State::kSignaled;
           out.signal = r.stop_signal;
@@ -292,8 +324,39 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   const char* cgroups = std::getenv("DDPRUN_CGROUPS");
   Containment containment(io, cgroups == nullptr || std::string_view(cgroups) != "0");
   WorkerGroup group(io, cfg.shutdown_timeout, containment);
+  std::unique_ptr<EventLog> events;
+  try {
+    events = cfg.event_log.empty()
+                 ? std::make_unique<EventLog>()
+                 : std::make_unique<EventLog>(cfg.event_log, host_name(), cfg.run_id);
+  } catch (const std::exception& e) {
+    outcome.state = AgentOutcome::State::kLaunchError;
+    outcome.summary = e.what();
+    return outcome;
+  }
+  AgentMetrics metrics(cfg.max_restarts);
+  std::unique_ptr<rendezvous::MetricsServer> metrics_server;
+  if (cfg.metrics_port) {
+    events->set_observer(
+        [&metrics](const std::string& e, const nlohmann::json& f) { metrics.consume(e, f); });
+    try {
+      metrics_server = std::make_unique<rendezvous::MetricsServer>(
+          io, static_cast<uint16_t>(*cfg.metrics_port), [&metrics] { return metrics.render(); });
+    } catch (const std::exception& e) {
+      outcome.state = AgentOutcome::State::kLaunchError;
+      outcome.summary = e.what();
+      return outcome;
+    }
+    spdlog::info("metrics at http://*:{}/metrics", metrics_server->port());
+  }
+  group.set_event_log(events.get());
+  rdzv->watch_membership([&events](const rendezvous::MembershipChange& m) {
+    events->record(m.joined ? "node_joined" : "node_left",
+                   {{"node_id", m.node}, {"host", m.host}, {"nproc", m.nproc}});
+  });
   int signaled = 0;
   const auto on_signal = [&](int signo) {
+    events->record("signal", {{"signal", signal_name(signo)}});
     signaled = signo;
     if (group.active()) {
       group.stop(signo);
@@ -318,7 +381,11 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   spdlog::info("run {}: {}, {} workers here, logs in {}", cfg.run_id, rdzv->describe(), cfg.nproc,
                run_dir.string());
 
-  Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor()};
+  events->record("agent_started", {{"nproc", cfg.nproc},
+                                   {"max_restarts", cfg.max_restarts},
+                                   {"rendezvous", rdzv->describe()},
+                                   {"log_dir", run_dir.string()}});
+  Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor(), *events};
   bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {
@@ -338,6 +405,8 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     finished = true;
   });
   while (!finished) io.run_one();
+  events->record("job_end", job_end_fields(outcome));
+  metrics_server.reset();  // its acceptor would keep the io_context busy below
   // Let what is still in flight (coordinator connections closing, the store's last connections)
   // finish on its own: destroying the io_context with coroutines suspended in it would destroy
   // objects from inside their own pending operations. Bounded, in case something never completes.

@@ -1,4 +1,4 @@
-#include "failure_json.hpp"
+#include "ddprun/agent/failure_json.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,8 @@
 #include "ddprun/agent/worker_group.hpp"
 
+#include "ddprun/agent/event_log.hpp"
+#include "ddprun/agent/signals.hpp"
+
 #include <csignal>
 
 #include <spdlog/spdlog.h>
@@ -78,6 +81,15 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     }
     w.watch_exit([this, i](const ExitStatus& s) { on_exit(i, s); });
   }
+  if (event_log_ != nullptr) {
+    nlohmann::json started = nlohmann::json::array();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      started.push_back({{"local_rank", launches_[i].id.local_rank},
+                         {"rank", launches_[i].id.rank},
+                         {"pid", workers_[i]->pid()}});
+    }
+    event_log_->record("workers_started", {{"workers", std::move(started)}});
+  }
 
   boost::asio::steady_timer drain(io_);
   bool draining = false;
@@ -121,6 +133,21 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
   const WorkerLaunch& l = launches_[index];
   const WorkerProcess& w = *workers_[index];
   containment_.ended(w.pid());
+  if (event_log_ != nullptr) {
+    nlohmann::json exited = {{"local_rank", l.id.local_rank},
+                             {"rank", l.id.rank},
+                             {"pid", w.pid()},
+                             {"stopped_by_ddprun", static_cast<bool>(stopped_by_us_[index])}};
+    if (status.code >= 0) {
+      exited["exitcode"] = status.code;
+    } else {
+      exited["signal"] = signal_name(-status.code);
+      exited["oom_killed"] = status.oom_killed;
+      // A SIGKILL ddprun did not send usually comes from the kernel's OOM killer.
+      exited["oom_hint"] = status.oom_killed || (-status.code == SIGKILL && !sigkill_sent_);
+    }
+    event_log_->record("worker_exited", std::move(exited));
+  }
   if (status.code != 0 && !stopped_by_us_[index]) {
     WorkerFailure f;
     f.local_rank = l.id.local_rank;

@@ -72,6 +72,8 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout.value_or(30));
   a.virtual_local_rank = c.virtual_local_rank;
   a.placement = c.placement;
+  a.event_log = c.event_log;
+  a.metrics_port = c.metrics_port;
 
   rendezvous::RendezvousConfig& r = a.rdzv;
   r.backend = c.backend;

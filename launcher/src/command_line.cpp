@@ -58,6 +58,11 @@ const std::vector<OptionSpec>& option_table() {
        "accepted for compatibility: spawn, fork or forkserver"},
       {"--event_log_handler,--event-log-handler", "event_log_handler", "NAME",
        "only null: events go to ddprun's log"},
+      {"--event_log,--event-log", "event_log", "FILE",
+       "append one JSON object per line to FILE for every event this agent sees (rounds, nodes "
+       "joining and leaving, workers started and exited, restarts, the exit barrier, the end)"},
+      {"--metrics_port,--metrics-port", "metrics_port", "PORT",
+       "serve this agent's Prometheus metrics at http://*:PORT/metrics (0 picks a free port)"},
       {"--role", "role", "NAME", "ROLE_NAME and the console prefix (default \"default\")"},
       {"-m,--module", "module", nullptr, "run the script as `python -m`"},
       {"--no_python,--no-python", "no_python", nullptr, "run the script as an executable"},
@@ -332,7 +337,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   std::string nnodes = "1:1", max_restarts = "0", monitor_interval = "0.1", node_rank = "0";
   std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
   std::string dup_stdout, dup_stderr;
-  std::string hostfile, host_list, include, exclude, ssh_port;
+  std::string hostfile, host_list, include, exclude, ssh_port, metrics_port;
   const std::map<std::string, std::string*> texts = {
       {"nnodes", &nnodes},
       {"nproc_per_node", &c.nproc_per_node},
@@ -360,6 +365,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       {"logs_specs", &logs_specs},
       {"numa_binding", &numa_binding},
       {"hostfile", &hostfile},
+      {"event_log", &c.event_log},
+      {"metrics_port", &metrics_port},
       {"hosts", &host_list},
       {"include", &include},
       {"exclude", &exclude},
@@ -443,6 +450,11 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   if (c.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
   c.monitor_interval = parse_double(monitor_interval, "--monitor_interval");
   c.node_rank = parse_int(node_rank, "--node_rank");
+  if (!metrics_port.empty()) {
+    const int p = parse_int(metrics_port, "--metrics_port");
+    if (p < 0 || p > 65535) throw UsageError("argument --metrics_port: not a TCP port");
+    c.metrics_port = p;
+  }
   if (!master_port.empty()) {
     const int p = parse_int(master_port, "--master_port");
     if (p < 0 || p > 65535) throw UsageError("argument --master_port: not a TCP port");
@@ -558,7 +570,9 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
 
 std::string cli_help() {
   std::string out =
-      "usage: ddprun [options] training_script [training_script_args ...]\n\n"
+      "usage: ddprun [options] training_script [training_script_args ...]\n"
+      "       ddprun status --rdzv_endpoint=HOST:PORT --rdzv_id=ID [--rdzv_backend=B] "
+      "[--rdzv_conf=...] [--json]\n\n"
       "A torchrun-compatible launcher: one agent per node starts, watches and restarts the "
       "workers.\nEvery option has torchrun's name in both spellings (--nproc_per_node, "
       "--nproc-per-node) and\nfalls back to the PET_<NAME> variable (the command line wins).\n\n";

@@ -12,6 +12,7 @@
 #include "ddprun/launcher/agent_config.hpp"
 #include "ddprun/launcher/head_node.hpp"
 #include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/launcher/status_command.hpp"
 #include "ddprun/rendezvous/process_setup.hpp"
 
 using namespace ddprun;
@@ -21,6 +22,9 @@ int main(int argc, char** argv) {
       "ddprun", std::make_shared<agent::ConsoleSink>(STDERR_FILENO)));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args.front() == "status") {
+    return launcher::run_status({args.begin() + 1, args.end()}, agent::current_environment());
+  }
 
   agent::AgentConfig config;
   bool head_control = false;

@@ -111,6 +111,8 @@ std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index) {
     args.push_back(fmt::format("--shutdown_timeout={}", *c.shutdown_timeout));
   }
   if (!c.rdzv_conf.empty()) args.push_back(fmt::format("--rdzv_conf={}", c.rdzv_conf));
+  if (!c.event_log.empty()) args.push_back(fmt::format("--event_log={}", c.event_log));
+  if (c.metrics_port) args.push_back(fmt::format("--metrics_port={}", *c.metrics_port));
   if (c.virtual_local_rank) args.push_back("--virtual_local_rank");
   if (c.module) args.push_back("--module");
   if (c.no_python) args.push_back("--no_python");

@@ -2,6 +2,8 @@
 // port alone on the first line of stdout (useful with --port 0); exits 0 on SIGTERM or SIGINT.
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -10,7 +12,9 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/rendezvous/metrics_server.hpp"
 #include "ddprun/rendezvous/process_setup.hpp"
+#include "ddprun/rendezvous/store_metrics.hpp"
 #include "ddprun/rendezvous/store_server.hpp"
 
 int main(int argc, char** argv) {
@@ -42,6 +46,9 @@ int main(int argc, char** argv) {
                  "Close a connection whose request is not complete this long after its first "
                  "bytes, or that does not read its replies for this long")
       ->capture_default_str();
+  std::optional<uint16_t> metrics_port;
+  app.add_option("--metrics-port", metrics_port,
+                 "Serve Prometheus metrics at http://*:PORT/metrics (0 picks a free port)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -64,6 +71,12 @@ int main(int argc, char** argv) {
     ddprun::rendezvous::StoreServer server(io, options);
     std::cout << server.port() << std::endl;
     spdlog::info("listening on {}:{}", options.host.empty() ? "*" : options.host, server.port());
+    std::unique_ptr<ddprun::rendezvous::MetricsServer> metrics;
+    if (metrics_port) {
+      metrics = std::make_unique<ddprun::rendezvous::MetricsServer>(
+          io, *metrics_port, [&server] { return ddprun::rendezvous::store_metrics(server); });
+      spdlog::info("metrics at http://*:{}/metrics", metrics->port());
+    }
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](boost::system::error_code ec, int signo) {
       if (ec) return;

@@ -174,6 +174,7 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
     r.restart_count = rec.restarts;
     r.node_rank = static_cast<int>(me - rec.participants.begin());
     r.num_nodes = static_cast<int>(rec.participants.size());
+    r.members = rec.participants;
     for (int i = 0; i < r.num_nodes; ++i) {
       if (i < r.node_rank) r.base_rank += rec.nproc[i];
       r.world_size += rec.nproc[i];

@@ -23,7 +23,10 @@ JobSession::~JobSession() = default;
 
 // (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
 std::string JobSession::node_record(int nproc, const std::string& host) {
-  return nlohmann::json{{"nproc", nproc}, {"host", host}}.dump();
+  const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  return nlohmann::json{{"nproc", nproc}, {"host", host}, {"since_ms", since}}.dump();
 }
 
 int JobSession::nproc_of_record(const std::string& record) {
@@ -78,12 +81,34 @@ void JobSession::apply(const KeyEvent& e) {
     if (e.deleted && present_) expelled_ = true;
     present_ = !e.deleted;
   }
+  if (e.key.starts_with("nodes/")) report_membership(e);
   try {
     on_event(e);
   } catch (const std::exception& ex) {
     spdlog::warn("ignoring malformed rendezvous key '{}': {}", e.key, ex.what());
   }
   notify();
+}
+
+void JobSession::report_membership(const KeyEvent& e) {
+  const auto known = node_records_.find(e.key);
+  if (e.deleted == (known == node_records_.end())) return;  // no change of membership
+  const std::string record = e.deleted ? known->second : e.value;
+  if (e.deleted) {
+    node_records_.erase(known);
+  } else {
+    node_records_[e.key] = e.value;
+  }
+  if (!membership_listener_) return;
+  MembershipChange change;
+  change.node = e.key.substr(6);
+  change.joined = !e.deleted;
+  const auto j = nlohmann::json::parse(record, nullptr, false);
+  if (j.is_object()) {
+    change.host = j.value("host", "");
+    change.nproc = j.value("nproc", 0);
+  }
+  membership_listener_(change);
 }
 
 asio::awaitable<void> JobSession::pump() {

@@ -325,4 +325,10 @@ size_t KeyValueStore::owned_key_count() const {
   return n;
 }
 
+size_t KeyValueStore::value_bytes() const {
+  size_t n = 0;
+  for (const auto& [key, entry] : data_) n += entry.value ? entry.value->size() : 0;
+  return n;
+}
+
 }  // namespace ddprun::rendezvous

@@ -14,6 +14,19 @@
 
 namespace ddprun::rendezvous {
 
+// The job's store as a client sees it (no server, no handler): for `ddprun status`.
+std::shared_ptr<JobStore> make_job_store(boost::asio::io_context& io, const RendezvousConfig& c) {
+  if (c.backend == Backend::kEtcdV3) {
+    EtcdJobStoreSpec etcd{c.etcd_endpoints, c.etcd_prefix,       c.run_id,
+                          c.join_timeout,   c.heartbeat_timeout, c.etcd_tls};
+    return std::make_shared<EtcdJobStore>(io.get_executor(), etcd);
+  }
+  TcpJobStoreSpec spec{c.run_id,       c.endpoint_host,     c.endpoint_port,
+                       c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
+  if (c.backend == Backend::kStatic) spec.port = c.store_port;
+  return std::make_shared<TcpJobStore>(io.get_executor(), spec);
+}
+
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& c) {
   if (c.max_nodes == 1) return std::make_shared<LocalRendezvous>(io, c);

@@ -33,6 +33,7 @@ struct StoreServer::State {
   // Partial requests, queued replies and held input of every connection (ServerOptions'
   // max_buffered_bytes bounds it).
   size_t buffered_bytes = 0;
+  StoreServer::Counters counters;
   bool evicting = false;  // an eviction for the budget is under way
   // Over the budget: evicts the connection that holds the most.
   void enforce_budget();

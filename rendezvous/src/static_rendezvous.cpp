@@ -106,6 +106,7 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
   for (int i = 0; i < n; ++i) {
     if (i < config_.node_rank) r.base_rank += nodes_.at(i);
     r.world_size += nodes_.at(i);
+    r.members.push_back(std::to_string(i));
   }
   co_return r;
 }

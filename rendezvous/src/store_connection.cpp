@@ -146,6 +146,7 @@ bool StoreConnection::backlogged() const { return out_.size() > kBacklog; }
 bool StoreConnection::handle(wire::Request& req) {
   KeyValueStore& store = state_->store;
   const bool legacy = parser_.dialect() == wire::Dialect::kLegacy;
+  ++state_->counters.requests[static_cast<size_t>(req.op)];
   if (watch_only_ && req.op != Op::kWatch && req.op != Op::kWatchKey) {
     close(fmt::format("sent {} on a watch connection", wire::op_name(req.op)));
     return false;
@@ -383,6 +384,7 @@ void StoreConnection::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
   if (!reason.empty()) {
+    ++state_->counters.connections_dropped;
     state_->connection_warnings.warn(
         fmt::format("store: dropping connection from {}: {}", peer_name_, reason));
   }

@@ -92,8 +92,10 @@ asio::awaitable<void> accept_loop(std::shared_ptr<StoreServer::State> state) {
           fmt::format("store: refusing connection from {}:{}: {} connections are open (the limit)",
                       ep.address().to_string(), ep.port(), state->connections.size()));
       socket.close(ignored);
+      ++state->counters.connections_refused;
       continue;
     }
+    ++state->counters.connections_accepted;
     boost::system::error_code opt_ec;
     socket.set_option(tcp::no_delay(true), opt_ec);
     enable_keepalive_probes(socket);
@@ -132,6 +134,8 @@ void StoreServer::stop() {
 size_t StoreServer::connection_count() const { return state_->connections.size(); }
 
 size_t StoreServer::buffered_bytes() const { return state_->buffered_bytes; }
+
+const StoreServer::Counters& StoreServer::counters() const { return state_->counters; }
 
 KeyValueStore& StoreServer::store() { return state_->store; }
 

@@ -44,6 +44,9 @@ struct AgentConfig {
   // a signal ("SIGINT") the head received: the agent acts as if it had received it. End of file
   // means the head is gone: the agent acts as on SIGTERM. The agent takes ownership.
   int control_fd = -1;
+  std::string
+      event_log;  // --event_log: a file for one JSON line per event (event_log.hpp); "" none
+  std::optional<int> metrics_port;  // --metrics_port: Prometheus text at GET /metrics; 0 any port
   // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and
   // host are taken from the fields above and this machine's name.
   rendezvous::RendezvousConfig rdzv;

@@ -20,6 +20,7 @@
 namespace ddprun::agent {
 
 class LogPump;
+class EventLog;
 
 // Where a teed stream goes besides its pipe.
 struct TeeTarget {
@@ -63,6 +64,8 @@ class WorkerGroup {
   void interrupt();
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
+  // Where workers started and exited are recorded (--event_log); it outlives the group.
+  void set_event_log(EventLog* log) { event_log_ = log; }
 
  private:
   void on_exit(size_t index, const ExitStatus& status);
@@ -88,6 +91,7 @@ class WorkerGroup {
   int stop_signal_ = 0;
   bool interrupted_ = false;
   std::vector<WorkerFailure> failures_;
+  EventLog* event_log_ = nullptr;
 };
 
 }  // namespace ddprun::agent

@@ -61,6 +61,8 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   std::string training_script;
   std::vector<std::string> training_script_args;
+  std::string event_log;            // --event_log FILE
+  std::optional<int> metrics_port;  // --metrics_port
 
   // A head-node launch (--hostfile or -H): one agent per host, started over ssh, node ranks in
   // the hosts' order. Empty: this process is the node's agent.

@@ -53,6 +53,9 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::awaitable<void> leave(bool graceful) override;
   void abandon() override;
   std::string describe() const override;
+  void watch_membership(std::function<void(const MembershipChange&)> listener) override {
+    set_membership_listener(std::move(listener));
+  }
 
   const std::string& node_id() const { return node_id_; }
 

@@ -4,6 +4,7 @@
 // wait, with wait_until(), on conditions over that mirror: nothing is polled.
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/rendezvous/job_store.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -28,6 +30,10 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   void leave_store();
   // Releases a wait for a reason to stop the workers (see stop_requested()).
   void stop_waiting();
+  // Calls `listener` for every presence key ("nodes/<id>") that appears or vanishes from now on.
+  void set_membership_listener(std::function<void(const MembershipChange&)> listener) {
+    membership_listener_ = std::move(listener);
+  }
 
  protected:
   JobSession(boost::asio::any_io_executor ex, std::shared_ptr<JobStore> store);
@@ -62,7 +68,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   // For waits that stop_waiting() releases: clear at their start, set by stop_waiting().
   bool stop_requested() const { return stop_waiting_; }
   void clear_stop_request() { stop_waiting_ = false; }
-  // The value of a node's presence key, {"nproc": N, "host": H}.
+  // The value of a node's presence key, {"nproc": N, "host": H, "since_ms": wall clock}.
   static std::string node_record(int nproc, const std::string& host);
   static int nproc_of_record(const std::string& record);
   JobStore& store() { return *store_; }
@@ -70,6 +76,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
 
  private:
   void apply(const KeyEvent& e);
+  void report_membership(const KeyEvent& e);
   boost::asio::awaitable<void> pump();
 
   boost::asio::any_io_executor ex_;
@@ -81,6 +88,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   std::string broken_;  // set when the store is lost
   bool left_ = false;
   bool stop_waiting_ = false;
+  std::function<void(const MembershipChange&)> membership_listener_;
+  std::map<std::string, std::string> node_records_;  // "nodes/<id>" -> its record
 };
 
 }  // namespace ddprun::rendezvous

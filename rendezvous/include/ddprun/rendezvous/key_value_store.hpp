@@ -50,6 +50,8 @@ class KeyValueStore {
   // Erases every key and queue (watchers see each deletion). Waits, watches and peers stay.
   void clear();
   size_t size() const { return data_.size(); }
+  // The bytes of every value held (counted on each call: for metrics, not for a hot path).
+  size_t value_bytes() const;
   std::vector<std::string> keys() const;
   // Every key that starts with `prefix` and its value, in key order (queues are not keys).
   std::vector<std::pair<std::string, std::string>> with_prefix(std::string_view prefix) const;

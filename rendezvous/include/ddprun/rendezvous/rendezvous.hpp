@@ -15,6 +15,7 @@
 // static backend and none on the elastic one), and where each round's workers find their store.
 // Coroutine parameters are taken by value (the callee owns them); the caller keeps the object alive
 // (shared_ptr) while any of its coroutines runs.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,15 @@ struct Round {
   int num_nodes = 1;
   int base_rank = 0;  // global rank of this node's local rank 0
   int world_size = 0;
+  std::vector<std::string> members;  // the nodes' ids, in node rank order
+};
+
+// A node joining or leaving the job, as this node sees it (its own joining included).
+struct MembershipChange {
+  std::string node;  // its id: a node rank (static) or host_pid_nonce (elastic)
+  std::string host;
+  int nproc = 0;
+  bool joined = true;
 };
 
 struct WorkerStoreAddress {
@@ -87,6 +97,11 @@ class Rendezvous {
   virtual void abandon() = 0;
   // For the agent's first log line: the kind of job and where its store is.
   virtual std::string describe() const = 0;
+  // Calls `listener` on the io_context for every node seen joining or leaving the job, from
+  // join() on (for the event log). A single-node job has no membership: the default ignores it.
+  virtual void watch_membership(std::function<void(const MembershipChange&)> listener) {
+    (void)listener;
+  }
 };
 
 }  // namespace ddprun::rendezvous

@@ -56,4 +56,10 @@ struct RendezvousConfig {
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& config);
 
+class JobStore;
+// The job's store as a client of it (no handler, no server hosted): the static backend's and
+// c10d's TcpJobStore, or an EtcdJobStore.
+std::shared_ptr<JobStore> make_job_store(boost::asio::io_context& io,
+                                         const RendezvousConfig& config);
+
 }  // namespace ddprun::rendezvous

@@ -46,6 +46,9 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::awaitable<void> leave(bool graceful) override;
   void abandon() override;
   std::string describe() const override;
+  void watch_membership(std::function<void(const MembershipChange&)> listener) override {
+    set_membership_listener(std::move(listener));
+  }
 
  private:
   StaticRendezvous(boost::asio::io_context& io, RendezvousConfig config,

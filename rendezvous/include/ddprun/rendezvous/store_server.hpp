@@ -14,6 +14,7 @@
 // values go out by reference in 4 MiB writes, so one heavy client costs others a turn of the loop,
 // not the length of its values. A connection that has sent nothing at all is kept: torch 1.13's
 // client holds such a second, silent connection for as long as it lives.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,14 @@ class StoreServer {
   void stop();
 
   size_t connection_count() const;
+  // What the server has done since it started, for metrics.
+  struct Counters {
+    std::array<uint64_t, wire::kOpCount> requests{};  // by operation (wire::Op)
+    uint64_t connections_accepted = 0;
+    uint64_t connections_refused = 0;  // over max_connections
+    uint64_t connections_dropped = 0;  // closed for bad input, a slow reader, the budget, ...
+  };
+  const Counters& counters() const;
   // Bytes held by every connection's partial request, queued replies and held input.
   size_t buffered_bytes() const;
   KeyValueStore& store();

@@ -81,6 +81,7 @@ enum class Op : uint8_t {
   kGetPrefix,  // extension
   kServerInfo  // extension
 };
+constexpr size_t kOpCount = static_cast<size_t>(Op::kServerInfo) + 1;
 
 constexpr uint8_t kExtWatch = 200;
 constexpr uint8_t kExtSetOwned = 201;

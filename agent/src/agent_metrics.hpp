@@ -1,0 +1,37 @@
+#pragma once
+// The agent's state for --metrics_port, kept from its own event stream (event_log.hpp): the round,
+// the world, restarts, the nodes seen, and each local worker's state.
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ddprun::agent {
+
+class AgentMetrics {
+ public:
+  explicit AgentMetrics(int max_restarts) : max_restarts_(max_restarts) {}
+  // One event as EventLog::record() received it.
+  void consume(const std::string& event, const nlohmann::json& fields);
+  // Prometheus text.
+  std::string render() const;
+
+ private:
+  int max_restarts_;
+  int round_ = -1;
+  int restart_count_ = 0;
+  int node_rank_ = 0;
+  int num_nodes_ = 0;
+  int world_size_ = 0;
+  int nodes_seen_ = 0;
+  int rounds_formed_ = 0;
+  bool ended_ = false;
+  struct Worker {
+    int rank = 0;
+    std::string state;  // running, succeeded, failed, stopped
+  };
+  std::map<int, Worker> workers_;     // by local rank
+  std::map<std::string, int> exits_;  // by state: succeeded, failed, stopped
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,195 @@
+#include "ddprun/launcher/status_command.hpp"
+
+#include <ctime>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "ddprun/agent/failure_json.hpp"
+#include "ddprun/agent/signals.hpp"
+#include "ddprun/launcher/agent_config.hpp"
+#include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/rendezvous/errors.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+// The earliest failure of the latest failed round, every node's records together.
+std::optional<agent::WorkerFailure> root_cause(const rendezvous::JobStatus& s) {
+  std::optional<agent::WorkerFailure> first;
+  for (const auto& record : s.last_failures) {
+    for (auto& f : agent::failures_from_json(record)) {
+      if (!first || f.time < first->time) first = std::move(f);
+    }
+  }
+  return first;
+}
+
+// "exit code 1: <the worker's error message>" / "killed by SIGKILL".
+std::string what_happened(const agent::WorkerFailure& f) {
+  std::string out = f.exitcode >= 0 ? fmt::format("exit code {}", f.exitcode)
+                                    : fmt::format("killed by {}", agent::signal_name(-f.exitcode));
+  if (f.error && !f.error->message.empty()) out += ": " + f.error->message;
+  return out;
+}
+
+int64_t ms_of(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+std::string local_time(int64_t ms) {
+  const std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+nlohmann::json node_json(const rendezvous::NodeStatus& n) {
+  nlohmann::json j = {{"id", n.id}, {"host", n.host}, {"nproc", n.nproc}, {"present", n.present}};
+  if (n.node_rank >= 0) {
+    j["node_rank"] = n.node_rank;
+    j["ranks"] = {n.first_rank, n.last_rank};
+  }
+  j["since_ms"] = n.since_ms ? nlohmann::json(*n.since_ms) : nlohmann::json(nullptr);
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json status_json(const rendezvous::JobStatus& s, const std::string& run_id,
+                           const std::string& backend) {
+  nlohmann::json j = {{"run_id", run_id},       {"backend", backend},
+                      {"found", s.found},       {"round", s.round},
+                      {"forming", s.forming},   {"world_size", s.world_size},
+                      {"restarts", s.restarts}, {"nnodes", s.nnodes},
+                      {"closed", s.closed},     {"closed_reason", s.closed_reason}};
+  j["max_restarts"] = s.max_restarts ? nlohmann::json(*s.max_restarts) : nlohmann::json(nullptr);
+  j["nodes"] = nlohmann::json::array();
+  for (const auto& n : s.nodes) j["nodes"].push_back(node_json(n));
+  j["spares"] = nlohmann::json::array();
+  for (const auto& n : s.spares) j["spares"].push_back(node_json(n));
+  j["last_failure"] = nullptr;
+  if (auto f = root_cause(s)) {
+    nlohmann::json r = {{"rank", f->rank},           {"local_rank", f->local_rank},
+                        {"host", f->host},           {"pid", f->pid},
+                        {"time_ms", ms_of(f->time)}, {"message", what_happened(*f)}};
+    if (f->exitcode >= 0) {
+      r["exitcode"] = f->exitcode;
+    } else {
+      r["signal"] = agent::signal_name(-f->exitcode);
+    }
+    j["last_failure"] = std::move(r);
+  }
+  return j;
+}
+
+std::string status_table(const rendezvous::JobStatus& s, const std::string& run_id,
+                         const std::string& where) {
+  std::string out;
+  const std::string budget = s.max_restarts ? fmt::format("{} of {}", s.restarts, *s.max_restarts)
+                                            : std::to_string(s.restarts);
+  const std::string state = s.closed      ? fmt::format("closed ({})", s.closed_reason)
+                            : s.round < 0 ? "forming its first round"
+                            : s.forming   ? fmt::format("round {}, forming the next", s.round)
+                                          : fmt::format("round {}", s.round);
+  out += fmt::format("job {} at {}: {}; world size {}; restarts {}{}\n", run_id, where, state,
+                     s.world_size, budget,
+                     s.nnodes.empty() ? "" : fmt::format("; --nnodes={}", s.nnodes));
+  if (!s.nodes.empty()) {
+    out +=
+        fmt::format("  {:<5} {:<24} {:>5}  {:<11} {}\n", "node", "host", "nproc", "ranks", "since");
+    for (const auto& n : s.nodes) {
+      out += fmt::format("  {:<5} {:<24} {:>5}  {:<11} {}{}\n", n.node_rank, n.host, n.nproc,
+                         fmt::format("{}-{}", n.first_rank, n.last_rank),
+                         n.since_ms ? local_time(*n.since_ms) : "-", n.present ? "" : "  (gone)");
+    }
+  }
+  for (const auto& n : s.spares) {
+    out += fmt::format("  spare {:<24} {:>5}  {:<11} {}\n", n.host, n.nproc, "-",
+                       n.since_ms ? local_time(*n.since_ms) : "-");
+  }
+  if (auto f = root_cause(s)) {
+    out += fmt::format("last failure: rank {} (local rank {}{}) at {}: {}\n", f->rank,
+                       f->local_rank, f->host.empty() ? "" : " on " + f->host,
+                       local_time(ms_of(f->time)), what_happened(*f));
+  }
+  return out;
+}
+
+int run_status(const std::vector<std::string>& args, const agent::Environment& env) {
+  CLI::App app{"ddprun status: a live job's state, read from its rendezvous store"};
+  std::string endpoint, run_id, backend = "c10d", conf;
+  bool json = false;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint,
+                 "the job's store (c10d, static: HOST:PORT) or etcd members")
+      ->required();
+  app.add_option("--rdzv_id,--rdzv-id", run_id, "the job's run id")->required();
+  app.add_option("--rdzv_backend,--rdzv-backend", backend, "c10d (default), etcd-v3 or static");
+  app.add_option("--rdzv_conf,--rdzv-conf", conf, "etcd: TLS files, etcd_prefix; join_timeout");
+  app.add_flag("--json", json, "one JSON object");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitSuccess;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ddprun status: error: " << e.what() << std::endl;
+    return kExitUsage;
+  }
+  // The launcher's own parsing gives the same endpoints, TLS and prefix a job of these options
+  // would use; a bounded default wait for a store that is not there.
+  std::vector<std::string> as_job = {"--no_slurm", "--rdzv_id=" + run_id,
+                                     "--rdzv_backend=" + backend};
+  std::string with_timeout = conf;
+  if (conf.find("join_timeout") == std::string::npos) {
+    with_timeout += std::string(conf.empty() ? "" : ",") + "join_timeout=10";
+  }
+  as_job.push_back("--rdzv_conf=" + with_timeout);
+  if (backend == "static") {
+    const size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos) {
+      std::cerr << "ddprun status: error: --rdzv_backend=static needs --rdzv_endpoint=HOST:PORT "
+                   "(node 0's --master_addr and --master_port)"
+                << std::endl;
+      return kExitUsage;
+    }
+    as_job.insert(as_job.end(),
+                  {"--nnodes=2", "--node_rank=1", "--master_addr=" + endpoint.substr(0, colon),
+                   "--master_port=" + endpoint.substr(colon + 1)});
+  } else {
+    as_job.insert(as_job.end(), {"--nnodes=1:2", "--rdzv_endpoint=" + endpoint});
+  }
+  as_job.push_back("status");
+  rendezvous::RendezvousConfig rdzv;
+  try {
+    const LaunchConfig c = parse_command_line(as_job, env);
+    rdzv = make_agent_config(c, env, nullptr).rdzv;
+    rdzv.run_id = run_id;
+  } catch (const UsageError& e) {
+    std::cerr << "ddprun status: error: " << e.what() << std::endl;
+    return kExitUsage;
+  }
+  rendezvous::JobStatus s;
+  try {
+    s = rendezvous::read_job_status(rdzv);
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun status: error: cannot read the job's store: " << e.what() << std::endl;
+    return kExitLaunchError;
+  }
+  if (json) {
+    std::cout << status_json(s, run_id, backend).dump() << std::endl;
+  } else if (s.found) {
+    std::cout << status_table(s, run_id, endpoint);
+  }
+  if (!s.found) {
+    std::cerr << fmt::format("ddprun status: no job '{}' at {}", run_id, endpoint) << std::endl;
+    return kExitLaunchError;
+  }
+  return kExitSuccess;
+}
+
+}  // namespace ddprun::launcher
