@@ -571,8 +571,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
 std::string cli_help() {
   std::string out =
       "usage: ddprun [options] training_script [training_script_args ...]\n"
-      "       ddprun status --rdzv_endpoint=HOST:PORT --rdzv_id=ID [--rdzv_backend=B] "
-      "[--rdzv_conf=...] [--json]\n\n"
+      "       ddprun status --rdzv_endpoint=HOST:PORT --rdzv_id=ID [--rdzv_backend=B] [--json]\n\n"
       "A torchrun-compatible launcher: one agent per node starts, watches and restarts the "
       "workers.\nEvery option has torchrun's name in both spellings (--nproc_per_node, "
       "--nproc-per-node) and\nfalls back to the PET_<NAME> variable (the command line wins).\n\n";

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
                  "Close a connection whose request is not complete this long after its first "
                  "bytes, or that does not read its replies for this long")
       ->capture_default_str();
+  app.add_option("--listen-backlog", options.listen_backlog,
+                 "Connections queued before accept (the kernel caps it at net.core.somaxconn; a "
+                 "log line says so when that is lower)")
+      ->capture_default_str();
   std::optional<uint16_t> metrics_port;
   app.add_option("--metrics-port", metrics_port,
                  "Serve Prometheus metrics at http://*:PORT/metrics (0 picks a free port)");
@@ -60,6 +64,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.partial_request_timeout = std::chrono::milliseconds(partial_timeout_ms);
+  options.expected_clients = options.listen_backlog;
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprund"));
   spdlog::set_level(spdlog::level::from_str(log_level));

@@ -15,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 
 ElasticRendezvous::ElasticRendezvous(asio::io_context& io, RendezvousConfig config,
                                      std::string node_id, std::shared_ptr<JobStore> store,
-                                     std::unique_ptr<StoreServer> server)
+                                     std::unique_ptr<StoreThread> server)
     : JobSession(io.get_executor(), std::move(store)),
       io_(io),
       config_(std::move(config)),
@@ -26,7 +26,7 @@ std::shared_ptr<ElasticRendezvous> ElasticRendezvous::create(asio::io_context& i
                                                              RendezvousConfig config,
                                                              std::string node_id,
                                                              std::shared_ptr<JobStore> store,
-                                                             std::unique_ptr<StoreServer> server) {
+                                                             std::unique_ptr<StoreThread> server) {
   return std::shared_ptr<ElasticRendezvous>(new ElasticRendezvous(
       io, std::move(config), std::move(node_id), std::move(store), std::move(server)));
 }
@@ -188,7 +188,9 @@ asio::awaitable<WorkerStoreAddress> ElasticRendezvous::worker_store(Round r) {
   // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
   if (r.node_rank == 0) {
     round_server_.reset();
-    round_server_ = std::make_unique<StoreServer>(io_, ServerOptions{});
+    ServerOptions options;
+    options.expected_clients = static_cast<size_t>(r.world_size) * 2;  // torch 1.13: 2 each
+    round_server_ = std::make_unique<StoreThread>(options);
     const std::string addr =
         config_.local_addr.empty()
             ? local_address_towards(config_.endpoint_host, config_.endpoint_port)

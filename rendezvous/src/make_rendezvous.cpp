@@ -30,7 +30,7 @@ std::shared_ptr<JobStore> make_job_store(boost::asio::io_context& io, const Rend
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& c) {
   if (c.max_nodes == 1) return std::make_shared<LocalRendezvous>(io, c);
-  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<StoreThread> server;
   TcpJobStoreSpec spec{c.run_id,       c.endpoint_host,     c.endpoint_port,
                        c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
   if (c.backend == Backend::kStatic) {
@@ -40,7 +40,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
       o.host = c.store_host;
       o.port = static_cast<uint16_t>(c.store_port);
       o.in_agent = true;
-      server = std::make_unique<StoreServer>(io, o);
+      server = std::make_unique<StoreThread>(o);
     }
     auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
     return StaticRendezvous::create(io, c, store, std::move(server));
@@ -57,7 +57,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
     o.port = static_cast<uint16_t>(c.endpoint_port);
     o.in_agent = true;
     try {
-      server = std::make_unique<StoreServer>(io, o);
+      server = std::make_unique<StoreThread>(o);
     } catch (const StoreError&) {
       // Another agent (or a ddprund) on this host got there first: use its store.
       if (c.host_store == RendezvousConfig::HostStore::kYes) throw;

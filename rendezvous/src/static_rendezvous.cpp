@@ -14,7 +14,7 @@ using Clock = std::chrono::steady_clock;
 
 StaticRendezvous::StaticRendezvous(asio::io_context& io, RendezvousConfig config,
                                    std::shared_ptr<JobStore> store,
-                                   std::unique_ptr<StoreServer> server)
+                                   std::unique_ptr<StoreThread> server)
     : JobSession(io.get_executor(), std::move(store)),
       config_(std::move(config)),
       server_(std::move(server)) {}
@@ -32,12 +32,13 @@ JobSession::Settings job_wide(const RendezvousConfig& c) {
 std::shared_ptr<StaticRendezvous> StaticRendezvous::create(asio::io_context& io,
                                                            RendezvousConfig config,
                                                            std::shared_ptr<JobStore> store,
-                                                           std::unique_ptr<StoreServer> server) {
+                                                           std::unique_ptr<StoreThread> server) {
   // Node 0 hosts the store, so its settings are the job's: written before any peer can connect,
   // they are there for every peer's check (a peer that connected first would otherwise fix them).
   if (server) {
-    server->store().set(TcpJobStore::server_key(config.run_id, "settings"),
-                        settings_record(job_wide(config)));
+    const std::string key = TcpJobStore::server_key(config.run_id, "settings");
+    const std::string value = settings_record(job_wide(config));
+    server->call([&](StoreServer& s) { s.store().set(key, value); });
   }
   return std::shared_ptr<StaticRendezvous>(
       new StaticRendezvous(io, std::move(config), std::move(store), std::move(server)));

@@ -1,5 +1,8 @@
 #include "ddprun/rendezvous/store_server.hpp"
 
+#include <algorithm>
+#include <fstream>
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -25,23 +28,37 @@ using asio::ip::tcp;
 
 namespace {
 
-void open_and_bind(tcp::acceptor& acceptor, const tcp::endpoint& ep) {
+// The kernel's cap on any listen backlog in this network namespace (net.core.somaxconn).
+int somaxconn() {
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  int v = 0;
+  return in >> v ? v : 4096;
+}
+
+void open_and_bind(tcp::acceptor& acceptor, const tcp::endpoint& ep, int backlog) {
   acceptor.open(ep.protocol());
   acceptor.set_option(tcp::acceptor::reuse_address(true));
   if (ep.protocol() == tcp::v6()) acceptor.set_option(asio::ip::v6_only(false));
   acceptor.bind(ep);
-  acceptor.listen(asio::socket_base::max_listen_connections);
+  acceptor.listen(backlog);
 }
 
 void bind_listener(tcp::acceptor& acceptor, const ServerOptions& o) {
+  const int backlog = static_cast<int>(std::min<size_t>(o.listen_backlog, 1 << 20));
+  if (o.expected_clients > 0 && static_cast<int>(o.expected_clients) > somaxconn()) {
+    spdlog::info(
+        "store: {} clients may connect at once, but net.core.somaxconn={} caps the listen backlog: "
+        "connections beyond it at once wait for SYN retries (sysctl -w net.core.somaxconn={})",
+        o.expected_clients, somaxconn(), std::min<size_t>(o.expected_clients, 1 << 20));
+  }
   if (o.host.empty()) {
     try {
-      open_and_bind(acceptor, tcp::endpoint(tcp::v6(), o.port));
+      open_and_bind(acceptor, tcp::endpoint(tcp::v6(), o.port), backlog);
       return;
     } catch (const boost::system::system_error&) {
       if (acceptor.is_open()) acceptor.close();
     }
-    open_and_bind(acceptor, tcp::endpoint(tcp::v4(), o.port));
+    open_and_bind(acceptor, tcp::endpoint(tcp::v4(), o.port), backlog);
     return;
   }
   tcp::resolver resolver(acceptor.get_executor());
@@ -50,7 +67,7 @@ void bind_listener(tcp::acceptor& acceptor, const ServerOptions& o) {
   boost::system::system_error last(asio::error::host_not_found);
   for (const auto& r : results) {
     try {
-      open_and_bind(acceptor, r.endpoint());
+      open_and_bind(acceptor, r.endpoint(), backlog);
       return;
     } catch (const boost::system::system_error& e) {
       if (acceptor.is_open()) acceptor.close();

@@ -10,9 +10,18 @@
 //       opens N idle connections, prints "ready", and holds them until stdin closes.
 //   store_load fill    --port P --dialect legacy|modern --keys K
 //       sets K keys of 64-byte values; prints "done".
+//   store_load storm   --port P --dialect legacy|modern --connections N [--addresses A]
+//                      [--seconds S]
+//       an init storm: N clients connect at once (to 127.0.0.1 .. 127.0.0.A, so that more than
+//       one address's ephemeral ports can be used) and each does what init_process_group does
+//       through the store: ADD to a counter, SET its address key, WAIT for the barrier key (set by
+//       the client whose ADD counted the last), then GET two peers' keys and the barrier key.
+//       Prints "<ms from the first connect to the last client released> <released>"; exits 3
+//       when not every client is released within S seconds, printing what was.
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +43,7 @@ struct Config {
   std::string dialect = "modern";
   int connections = 1;
   int keys = 0;
+  int addresses = 1;
   double seconds = 2.0;
   ClientOptions options() const {
     ClientOptions o;
@@ -73,6 +83,23 @@ asio::awaitable<void> connect_once(const Config& cfg, int index, std::atomic<int
   if (co_await c->get(key) == "x") ++served;
 }
 
+asio::awaitable<void> storm_client(const Config& cfg, int index, std::atomic<int>& released,
+                                   Clock::time_point& last) {
+  const std::string host = "127.0.0." + std::to_string(1 + index % cfg.addresses);
+  auto c = co_await AsyncStoreClient::connect(co_await asio::this_coro::executor, host, cfg.port,
+                                              cfg.options());
+  const int n = cfg.connections;
+  if (co_await c->add("storm/count", 1) == n) co_await c->set("storm/done", "1");
+  co_await c->set("storm/addr/" + std::to_string(index), "10.0.0.1:29500/" + std::to_string(index));
+  std::vector<std::string> barrier = {"storm/done"};
+  co_await c->wait(barrier);
+  co_await c->get("storm/addr/" + std::to_string((index + 1) % n));
+  co_await c->get("storm/addr/" + std::to_string((index + n - 1) % n));
+  co_await c->get("storm/done");
+  ++released;
+  last = Clock::now();
+}
+
 asio::awaitable<void> hold(const Config& cfg,
                            std::vector<std::unique_ptr<AsyncStoreClient>>& held) {
   held.push_back(co_await connect(cfg));
@@ -85,8 +112,9 @@ asio::awaitable<void> fill(const Config& cfg) {
   co_await c->num_keys();  // a round trip: every SET before it has been applied
 }
 
+// Runs make(0..n-1) to completion, or until `deadline` (then returns false).
 template <class Make>
-void run_all(int n, Make make) {
+bool run_all(int n, Make make, std::optional<Clock::time_point> deadline = {}) {
   asio::io_context io(1);
   std::atomic<int> failures{0};
   for (int i = 0; i < n; ++i) {
@@ -101,11 +129,17 @@ void run_all(int n, Make make) {
       }
     });
   }
-  io.run();
+  if (deadline) {
+    io.run_until(*deadline);
+    if (!io.stopped()) return false;
+  } else {
+    io.run();
+  }
   if (failures > 0) {
     std::cerr << "store_load: " << failures << " clients failed\n";
     std::exit(1);
   }
+  return true;
 }
 
 }  // namespace
@@ -114,13 +148,15 @@ int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"store_load: load generator for TCPStore servers"};
   app.require_subcommand(1);
-  for (auto* sub : {app.add_subcommand("ops"), app.add_subcommand("connect"),
-                    app.add_subcommand("hold"), app.add_subcommand("fill")}) {
+  for (auto* sub :
+       {app.add_subcommand("ops"), app.add_subcommand("connect"), app.add_subcommand("hold"),
+        app.add_subcommand("fill"), app.add_subcommand("storm")}) {
     sub->add_option("--port", cfg.port)->required();
     sub->add_option("--dialect", cfg.dialect)->check(CLI::IsMember({"legacy", "modern"}));
     sub->add_option("--connections", cfg.connections);
     sub->add_option("--seconds", cfg.seconds);
     sub->add_option("--keys", cfg.keys);
+    sub->add_option("--addresses", cfg.addresses)->check(CLI::Range(1, 250));
   }
   CLI11_PARSE(app, argc, argv);
   const std::string mode = app.get_subcommands().front()->get_name();
@@ -140,6 +176,18 @@ int main(int argc, char** argv) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (served != cfg.connections) return 1;
     std::cout << ms.count() << '\n';
+  } else if (mode == "storm") {
+    std::atomic<int> released{0};
+    Clock::time_point last;
+    const auto start = Clock::now();
+    const bool done = run_all(
+        cfg.connections, [&](int i) { return storm_client(cfg, i, released, last); },
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(cfg.seconds)));
+    const auto end = done ? last : Clock::now();
+    std::cout << std::chrono::duration_cast<std::chrono::milliseconds>(end - start).count() << ' '
+              << released << std::endl;
+    if (!done || released != cfg.connections) std::_Exit(3);  // skip closing 32K sockets slowly
   } else if (mode == "hold") {
     std::vector<std::unique_ptr<AsyncStoreClient>> held;
     run_all(cfg.connections, [&](int) { return hold(cfg, held); });

@@ -18,6 +18,7 @@
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 #include "ddprun/rendezvous/static_rendezvous.hpp"
 #include "ddprun/rendezvous/store_server.hpp"
+#include "ddprun/rendezvous/store_thread.hpp"
 #include "ddprun/rendezvous/tcp_job_store.hpp"
 
 using namespace ddprun::rendezvous;
@@ -426,7 +427,7 @@ TEST_CASE("rendezvous: static node 0's settings are the job's even when a peer a
   asio::io_context io;
   ServerOptions o;
   o.host = "127.0.0.1";
-  auto server = std::make_unique<StoreServer>(io, o);
+  auto server = std::make_unique<StoreThread>(o);
   RendezvousConfig c;
   c.backend = Backend::kStatic;
   c.run_id = "job";

@@ -25,7 +25,7 @@
 #include "ddprun/rendezvous/job_session.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
-#include "ddprun/rendezvous/store_server.hpp"
+#include "ddprun/rendezvous/store_thread.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -35,7 +35,7 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   static std::shared_ptr<ElasticRendezvous> create(boost::asio::io_context& io,
                                                    RendezvousConfig config, std::string node_id,
                                                    std::shared_ptr<JobStore> store,
-                                                   std::unique_ptr<StoreServer> server);
+                                                   std::unique_ptr<StoreThread> server);
   ~ElasticRendezvous() override;
 
   boost::asio::awaitable<void> join() override;
@@ -66,7 +66,7 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
     int restarts = 0;
   };
   ElasticRendezvous(boost::asio::io_context& io, RendezvousConfig config, std::string node_id,
-                    std::shared_ptr<JobStore> store, std::unique_ptr<StoreServer> server);
+                    std::shared_ptr<JobStore> store, std::unique_ptr<StoreThread> server);
   void on_event(const KeyEvent& e) override;
   std::string propose(int round) const;
   static Record parse_record(const std::string& json);
@@ -76,8 +76,8 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::io_context& io_;
   RendezvousConfig config_;
   std::string node_id_;
-  std::unique_ptr<StoreServer> server_;        // the job store, when hosted here
-  std::unique_ptr<StoreServer> round_server_;  // the current round's worker store (node rank 0)
+  std::unique_ptr<StoreThread> server_;        // the job store, when hosted here
+  std::unique_ptr<StoreThread> round_server_;  // the current round's worker store (node rank 0)
   std::map<std::string, int> nodes_;           // id -> nproc
   int round_ = 0;
   std::map<int, Record> rounds_;

@@ -19,7 +19,7 @@
 #include "ddprun/rendezvous/job_session.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
-#include "ddprun/rendezvous/store_server.hpp"
+#include "ddprun/rendezvous/store_thread.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -29,7 +29,7 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   static std::shared_ptr<StaticRendezvous> create(boost::asio::io_context& io,
                                                   RendezvousConfig config,
                                                   std::shared_ptr<JobStore> store,
-                                                  std::unique_ptr<StoreServer> server);
+                                                  std::unique_ptr<StoreThread> server);
   ~StaticRendezvous() override;
 
   boost::asio::awaitable<void> join() override;
@@ -52,13 +52,13 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
 
  private:
   StaticRendezvous(boost::asio::io_context& io, RendezvousConfig config,
-                   std::shared_ptr<JobStore> store, std::unique_ptr<StoreServer> server);
+                   std::shared_ptr<JobStore> store, std::unique_ptr<StoreThread> server);
   void on_event(const KeyEvent& e) override;
   boost::asio::awaitable<void> advance(int attempt);
   bool present(int node) const { return nodes_.contains(node); }
 
   RendezvousConfig config_;
-  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<StoreThread> server_;
   std::map<int, int> nodes_;  // node rank -> nproc
   int attempt_ = 0;
   std::map<int, std::set<int>> done_;

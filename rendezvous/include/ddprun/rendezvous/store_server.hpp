@@ -39,6 +39,11 @@ struct ServerOptions {
   std::chrono::milliseconds partial_request_timeout{60'000};
   // The server lives inside an agent and ends with it (SERVER_INFO tells clients so).
   bool in_agent = false;
+  // Connections the kernel queues before accept(); it caps this at net.core.somaxconn.
+  size_t listen_backlog = 65535;
+  // Clients that may connect at once (0: unknown). Above net.core.somaxconn, one log line says
+  // that the kernel caps the backlog, and how to raise it.
+  size_t expected_clients = 0;
 };
 
 class StoreServer {
