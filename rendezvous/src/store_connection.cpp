@@ -90,6 +90,7 @@ asio::awaitable<void> StoreConnection::read_loop() {
         co_return;
       }
       last_rx_ = Clock::now();
+      state_->counters.bytes_received += n;
       const size_t have = carry_size_ + n;
       carry_size_ = 0;
       process(std::string_view(buf.data(), have));
@@ -318,6 +319,7 @@ void StoreConnection::flush() {
                         return;
                       }
                       self->out_.consume(n);
+                      self->state_->counters.bytes_sent += n;
                       if (!self->backlogged()) {
                         self->backlogged_since_.reset();
                         self->drained_.cancel();
@@ -364,6 +366,17 @@ void StoreConnection::arm_timer() {
     if (!deadline) return;
     const auto now = Clock::now();
     if (now < *deadline) {
+      self->arm_timer();
+      return;
+    }
+    // Bytes waiting in the socket mean the client kept its keep-alive and this server was slow
+    // to read them (starved of CPU): not the client's fault. Not for a backed-up connection, which
+    // is deliberately not read.
+    boost::system::error_code avail_ec;
+    if (!self->backlogged_since_ && self->keepalive_.count() > 0 &&
+        now >= self->last_rx_ + self->keepalive_ && self->socket_.available(avail_ec) > 0 &&
+        !avail_ec) {
+      self->last_rx_ = now;
       self->arm_timer();
       return;
     }

@@ -36,6 +36,11 @@ std::string store_metrics(StoreServer& server) {
                              static_cast<double>(c.requests[i]), fmt::format("op=\"{}\"", op));
     first = false;
   }
+  out += prometheus_sample("ddprund_received_bytes_total", "counter", "Bytes read from clients.",
+                           static_cast<double>(c.bytes_received));
+  out += prometheus_sample("ddprund_sent_bytes_total", "counter",
+                           "Bytes written to clients: replies, watch events, wake-ups.",
+                           static_cast<double>(c.bytes_sent));
   out += prometheus_sample("ddprund_connections_accepted_total", "counter", "Connections accepted.",
                            static_cast<double>(c.connections_accepted));
   out += prometheus_sample("ddprund_connections_refused_total", "counter",

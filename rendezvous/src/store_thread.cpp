@@ -1,5 +1,8 @@
 #include "ddprun/rendezvous/store_thread.hpp"
 
+#include <pthread.h>
+#include <time.h>
+
 namespace ddprun::rendezvous {
 
 StoreThread::StoreThread(ServerOptions options)
@@ -14,6 +17,16 @@ StoreThread::~StoreThread() {
   io_.stop();
   thread_.join();
   server_.reset();  // on this thread now that the store's thread is gone
+}
+
+double StoreThread::cpu_seconds() const {
+  clockid_t clock;
+  timespec ts{};
+  if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &clock) != 0 ||
+      clock_gettime(clock, &ts) != 0) {
+    return 0;
+  }
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 void StoreThread::stop() {

@@ -69,6 +69,8 @@ class StoreServer {
     uint64_t connections_accepted = 0;
     uint64_t connections_refused = 0;  // over max_connections
     uint64_t connections_dropped = 0;  // closed for bad input, a slow reader, the budget, ...
+    uint64_t bytes_received = 0;
+    uint64_t bytes_sent = 0;  // replies, watch events and wake-ups
   };
   const Counters& counters() const;
   // Bytes held by every connection's partial request, queued replies and held input.

@@ -40,6 +40,8 @@ class StoreThread {
   }
   // StoreServer::stop() on the store's thread; waits for it. Idempotent.
   void stop();
+  // CPU time the store's thread has used, in seconds.
+  double cpu_seconds() const;
 
  private:
   boost::asio::io_context io_{1};
