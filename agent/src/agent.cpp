@@ -204,6 +204,7 @@ struct Run {
     out.run_log_dir = run_dir.string();
     std::string interrupted_by;  // why the last round was stopped from outside, if it was
     int last_restart_count = 0;
+    std::optional<int> own_failure;  // this node's first failed worker's exit code, last round
     for (;;) {
       if (signaled != 0) {
         out.state = AgentOutcome::State::kSignaled;
@@ -211,7 +212,12 @@ struct Run {
         co_return out;
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
-      if (!round) co_return co_await job_ended(interrupted_by);
+      if (!round) {
+        AgentOutcome ended = co_await job_ended(interrupted_by);
+        if (ended.state == AgentOutcome::State::kFailed) ended.own_worker_exitcode = own_failure;
+        co_return ended;
+      }
+      own_failure.reset();
       if (round->restart_count > last_restart_count) {
         spdlog::warn("restarting the workers (restart {} of at most {})", round->restart_count,
                      cfg.max_restarts);
@@ -255,6 +261,7 @@ struct Run {
           out.signal = r.stop_signal;
           co_return out;
         case GroupResult::State::kFailed:
+          if (!r.failures.empty()) own_failure = r.failures.front().exitcode;
           co_await rdzv->report_failure(*round, failures_to_json(r.failures));
           break;
         case GroupResult::State::kInterrupted:

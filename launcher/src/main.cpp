@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
 
   agent::AgentConfig config;
   bool head_control = false;
+  bool per_process = false;
   try {
     const launcher::LaunchConfig launch =
         launcher::parse_command_line(args, agent::current_environment());
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     std::string notice;
     config = launcher::make_agent_config(launch, agent::current_environment(), &notice);
     head_control = launch.head_control;
+    per_process = launch.placement.has_value();
     if (!head_control) std::cerr << notice << std::flush;  // not once per host of a head
   } catch (const launcher::HelpRequested&) {
     std::cout << launcher::cli_help();
@@ -69,6 +71,12 @@ int main(int argc, char** argv) {
                   << outcome.summary << launcher::kSummaryEnd << std::endl;
       } else {
         std::cerr << outcome.summary << std::flush;
+      }
+      // Started per process by srun or mpirun, ddprun is its one worker to the scheduler: the
+      // worker's own status, as the scheduler would have seen it without ddprun.
+      if (per_process && outcome.own_worker_exitcode) {
+        const int code = *outcome.own_worker_exitcode;
+        return code > 0 ? code : 128 - code;
       }
       return launcher::kExitWorkerFailure;
     case agent::AgentOutcome::State::kSignaled:

@@ -59,7 +59,7 @@ def case_an_agent_serving_a_storm_still_supervises():
     wait_for(lambda: len([f for f in os.listdir(f"/proc/{agent_pid}/fd")]) > CONNECTIONS,
              "the storm's connections", timeout=30)
     time.sleep(3)  # the load itself: longer than the heartbeat timeout, under it
-    killed_ms = time.time() * 1000
+    killed_ms = int(time.time() * 1000)  # whole ms, as the event log writes them
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: any(e["event"] == "worker_exited" and e["rank"] == 0 and
                          e["time_ms"] >= killed_ms for e in events(logs[host])),

@@ -81,6 +81,8 @@ def case_per_process_each_task_is_one_worker():
                            "import os,sys; sys.exit(5 if os.environ['RANK']=='3' else 0)"])
         assert r.returncode != 0, r.stderr
         assert "exitcode  : 5" in r.stderr and "rank      : 3 (local_rank: 1)" in r.stderr, r.stderr
+        # The failed task exits with its worker's own status, as srun would have seen it.
+        assert "task 3: Exited with exit code 5" in r.stderr, r.stderr
         print("srun --ntasks-per-node=2 ddprun: one worker per task, placed as Slurm placed it; DDP; "
               "a failure summarised: passed")
 

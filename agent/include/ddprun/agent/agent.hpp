@@ -60,6 +60,9 @@ struct AgentOutcome {
   int signal = 0;           // kSignaled
   std::string summary;      // kFailed: the failure summary; kLaunchError: the reason
   std::string run_log_dir;  // <log_dir>/<run_id>_<rand>
+  // kFailed: the exit code (< 0: -signal) of this node's first worker to fail in the last round,
+  // when one of its own did.
+  std::optional<int> own_worker_exitcode;
 };
 
 // Runs the job to its end on the calling thread. Logs to spdlog's default logger.
