@@ -74,7 +74,8 @@ void read_into(std::shared_ptr<asio::posix::stream_descriptor> pipe, std::string
 // Returns each host that cannot be used, with why (ssh's last line of stderr, usually).
 std::vector<std::pair<std::string, std::string>> check_hosts(const LaunchConfig& c,
                                                              const agent::Environment& env,
-                                                             const std::string& ddprun_path) {
+                                                             const std::string& ddprun_path,
+                                                             const std::string& control_dir) {
   asio::io_context io(1);
   struct Check {
     std::unique_ptr<agent::WorkerProcess> ssh;
@@ -89,7 +90,7 @@ std::vector<std::pair<std::string, std::string>> check_hosts(const LaunchConfig&
   size_t pending = 0;
   for (size_t i = 0; i < c.hosts.size(); ++i) {
     agent::SpawnSpec spec;
-    spec.argv = ssh_command(c, c.hosts[i].host, probe, kConnectTimeoutS);
+    spec.argv = ssh_command(c, c.hosts[i].host, probe, kConnectTimeoutS, control_dir);
     spec.env = env;
     spec.out = {agent::StreamTarget::Kind::kDevNull, {}};
     spec.err = {agent::StreamTarget::Kind::kPipe, {}};
@@ -163,7 +164,18 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
   const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
   const std::string cwd = fs::current_path().string();
 
-  const auto bad = check_hosts(c, env, self);
+  // The check's ssh connections are kept for the launch (ControlMaster), in a folder of this
+  // head's.
+  char dir_template[] = "/tmp/ddprun-ssh-XXXXXX";
+  const std::string control_dir = ::mkdtemp(dir_template) != nullptr ? dir_template : "";
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ignored;
+      if (!path.empty()) fs::remove_all(path, ignored);
+    }
+  } remove_control_dir{control_dir};
+  const auto bad = check_hosts(c, env, self, control_dir);
   if (!bad.empty()) {
     std::string text =
         fmt::format("ddprun: error: {} of {} hosts cannot be used:\n", bad.size(), c.hosts.size());
@@ -206,7 +218,7 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
     agent::SpawnSpec spec;
     spec.argv =
         ssh_command(c, h.host, remote_shell_command(cwd, forwarded, self, agent_arguments(c, i)),
-                    kConnectTimeoutS);
+                    kConnectTimeoutS, control_dir);
     spec.env = env;
     spec.out = {agent::StreamTarget::Kind::kPipe, {}};
     spec.err = {agent::StreamTarget::Kind::kPipe, {}};
