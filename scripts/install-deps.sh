@@ -14,7 +14,7 @@ packages=(
   mmdebstrap
   etcd-server etcd-client libssl-dev openssl
   openssh-server openssh-client slurmctld slurmd slurm-client munge util-linux
-  openmpi-bin
+  openmpi-bin man-db
 )
 
 missing=()

@@ -299,3 +299,15 @@ TEST_CASE("cli: etcd TLS options are checked, under both spellings, before anyth
   CHECK_THROWS_WITH(etcd("cacert=/a.pem,ca_cert=/b.pem"),
                     Catch::Contains("cacert and ca_cert name different files"));
 }
+
+TEST_CASE("cli: --event_log and --metrics_port, and their PET_ variables", "[cli]") {
+  const auto c = parse({"--event_log=/tmp/e.jsonl", "--metrics-port", "9100", "train.py"});
+  CHECK(c.event_log == "/tmp/e.jsonl");
+  CHECK(c.metrics_port == 9100);
+  const auto e = parse({"train.py"}, {{"PET_EVENT_LOG", "/var/log/x"}, {"PET_METRICS_PORT", "0"}});
+  CHECK(e.event_log == "/var/log/x");
+  CHECK(e.metrics_port == 0);
+  CHECK_FALSE(parse({"train.py"}).metrics_port);
+  CHECK_THROWS_AS(parse({"--metrics_port=70000", "train.py"}), UsageError);
+  CHECK(make_agent_config(c, {}, nullptr).event_log == "/tmp/e.jsonl");
+}
