@@ -46,103 +46,28 @@ EnvList env_files(const agent::Environment& env) {
   return out;
 }
 
-std::string last_line(const std::string& text) {
-  std::string_view t = text;
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' '))
-    t.remove_suffix(1);
-  const size_t nl = t.find_last_of("\r\n");
-  return std::string(nl == std::string_view::npos ? t : t.substr(nl + 1));
-}
-
 std::string exit_text(int code) {
   return code >= 0 ? fmt::format("exit status {}", code)
                    : fmt::format("killed by {}", agent::signal_name(-code));
 }
 
-// Appends what `pipe` gives to `out` (at most 64 KiB kept) until its end.
-void read_into(std::shared_ptr<asio::posix::stream_descriptor> pipe, std::string* out) {
-  auto buf = std::make_shared<std::array<char, 4096>>();
-  pipe->async_read_some(asio::buffer(*buf),
-                        [pipe, out, buf](boost::system::error_code ec, size_t n) {
-                          if (ec) return;
-                          if (out->size() < 64 * 1024) out->append(buf->data(), n);
-                          read_into(pipe, out);
-                        });
-}
-
-// Every host at once: can ssh reach it without a prompt, and is ddprun at the head's path there?
-// Returns each host that cannot be used, with why (ssh's last line of stderr, usually).
-std::vector<std::pair<std::string, std::string>> check_hosts(const LaunchConfig& c,
-                                                             const agent::Environment& env,
-                                                             const std::string& ddprun_path,
-                                                             const std::string& control_dir) {
-  asio::io_context io(1);
-  struct Check {
-    std::unique_ptr<agent::WorkerProcess> ssh;
-    std::string err;
-    std::optional<int> code;
-    std::shared_ptr<asio::posix::stream_descriptor> pipe;
-  };
-  const std::string probe =
-      fmt::format("test -x {0} || {{ echo 'ddprun is not at '{0}' on this host' >&2; exit 127; }}",
-                  shell_quote(ddprun_path));
-  std::vector<Check> checks(c.hosts.size());
-  size_t pending = 0;
-  for (size_t i = 0; i < c.hosts.size(); ++i) {
-    agent::SpawnSpec spec;
-    spec.argv = ssh_command(c, c.hosts[i].host, probe, kConnectTimeoutS, control_dir);
-    spec.env = env;
-    spec.out = {agent::StreamTarget::Kind::kDevNull, {}};
-    spec.err = {agent::StreamTarget::Kind::kPipe, {}};
-    Check& ch = checks[i];
-    ch.ssh = std::make_unique<agent::WorkerProcess>(io, spec);
-    if (!ch.ssh->exec_error().empty()) {
-      ch.code = 127;
-      ch.err = ch.ssh->exec_error();
-      continue;
-    }
-    ++pending;
-    ch.ssh->watch_exit([&ch, &pending](const agent::ExitStatus& s) {
-      ch.code = s.code;
-      --pending;
-    });
-    ch.pipe = std::make_shared<asio::posix::stream_descriptor>(io, ch.ssh->take_stderr_pipe());
-    read_into(ch.pipe, &ch.err);
-  }
-  asio::steady_timer deadline(io, std::chrono::seconds(kConnectTimeoutS + 5));
-  bool timed_out = false;
-  deadline.async_wait([&](auto ec) {
-    if (!ec) timed_out = true;
-  });
-  while (pending > 0 && !timed_out) io.run_one();
-  std::vector<std::pair<std::string, std::string>> bad;
-  for (size_t i = 0; i < checks.size(); ++i) {
-    Check& ch = checks[i];
-    if (ch.code == 0) continue;
-    std::string why = last_line(ch.err);
-    if (!ch.code) {
-      why = fmt::format("no answer within {} s{}", kConnectTimeoutS + 5,
-                        why.empty() ? "" : " (" + why + ")");
-    } else if (why.empty()) {
-      why = fmt::format("ssh: {}", exit_text(*ch.code));
-    }
-    bad.emplace_back(c.hosts[i].host, why);
-  }
-  for (auto& ch : checks) {
-    if (ch.pipe) ch.pipe->close();
-  }
-  checks.clear();  // kills and reaps what is still running
-  io.poll();
-  return bad;
-}
-
 struct HostRun {
   std::string host;
   std::unique_ptr<agent::WorkerProcess> ssh;
-  int control = -1;  // ssh's stdin: the agent's control channel
+  int control = -1;    // ssh's stdin: the agent's control channel
+  bool ready = false;  // ssh reached the host and ddprun is there
   std::optional<int> code;
   std::shared_ptr<HostOutput> out, err;
 };
+
+// The shell command of one host: ddprun must be at the head's path; then the ready line; then the
+// agent.
+std::string host_command(const std::string& ddprun_path, const std::string& agent_command) {
+  return fmt::format(
+      "test -x {0} || {{ echo 'ddprun is not at '{0}' on this host' >&2; exit 127; }}; "
+      "echo {1}; {2}",
+      shell_quote(ddprun_path), shell_quote(kReadyMarker), agent_command);
+}
 
 void send_control(HostRun& h, int signo) {
   if (h.control < 0 || h.code) return;
@@ -164,26 +89,6 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
   const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
   const std::string cwd = fs::current_path().string();
 
-  // The check's ssh connections are kept for the launch (ControlMaster), in a folder of this
-  // head's.
-  char dir_template[] = "/tmp/ddprun-ssh-XXXXXX";
-  const std::string control_dir = ::mkdtemp(dir_template) != nullptr ? dir_template : "";
-  struct RemoveDir {
-    std::string path;
-    ~RemoveDir() {
-      std::error_code ignored;
-      if (!path.empty()) fs::remove_all(path, ignored);
-    }
-  } remove_control_dir{control_dir};
-  const auto bad = check_hosts(c, env, self, control_dir);
-  if (!bad.empty()) {
-    std::string text =
-        fmt::format("ddprun: error: {} of {} hosts cannot be used:\n", bad.size(), c.hosts.size());
-    for (const auto& [host, why] : bad) text += fmt::format("  {}: {}\n", host, why);
-    std::cerr << text << std::flush;
-    return kExitLaunchError;
-  }
-
   std::string layout;
   for (size_t i = 0; i < c.hosts.size(); ++i) {
     layout += fmt::format("{}{} ({})", i ? ", " : "", c.hosts[i].host, host_nproc(c, i));
@@ -193,7 +98,8 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
 
   asio::io_context io(1);
   std::vector<HostRun> hosts(c.hosts.size());
-  size_t running = 0, open_outputs = 0;
+  size_t running = 0, open_outputs = 0, ready = 0;
+  bool all_ready = false;
   int signaled = 0;
   bool stopping = false;
   asio::steady_timer give_up(io);
@@ -216,9 +122,10 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
     HostRun& h = hosts[i];
     h.host = c.hosts[i].host;
     agent::SpawnSpec spec;
-    spec.argv =
-        ssh_command(c, h.host, remote_shell_command(cwd, forwarded, self, agent_arguments(c, i)),
-                    kConnectTimeoutS, control_dir);
+    spec.argv = ssh_command(
+        c, h.host,
+        host_command(self, remote_shell_command(cwd, forwarded, self, agent_arguments(c, i))),
+        kConnectTimeoutS);
     spec.env = env;
     spec.out = {agent::StreamTarget::Kind::kPipe, {}};
     spec.err = {agent::StreamTarget::Kind::kPipe, {}};
@@ -230,7 +137,15 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
     h.out = std::make_shared<HostOutput>(io, h.ssh->take_stdout_pipe(), STDOUT_FILENO, prefix);
     h.err = std::make_shared<HostOutput>(io, h.ssh->take_stderr_pipe(), STDERR_FILENO, prefix);
     open_outputs += 2;
-    h.out->start([&] { --open_outputs; });
+    h.out->start([&] { --open_outputs; },
+                 [&, i] {
+                   hosts[i].ready = true;
+                   ++ready;
+                   if (all_ready) {  // (a late host after the wait below has given up on it)
+                     hosts[i].out->release();
+                     hosts[i].err->release();
+                   }
+                 });
     h.err->start([&] { --open_outputs; });
     ++running;
     h.ssh->watch_exit([&, i](const agent::ExitStatus& s) {
@@ -238,7 +153,7 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
       me.code = s.code;
       --running;
       ::close(std::exchange(me.control, -1));
-      if (s.code != 0 && s.code != 1 && !stopping && running > 0) {
+      if (s.code != 0 && s.code != 1 && !stopping && running > 0 && all_ready) {
         spdlog::warn("head: {}'s agent ended with {}: stopping the other hosts", me.host,
                      exit_text(s.code));
         stop_all(SIGTERM);
@@ -267,6 +182,60 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
     });
   };
   listen();
+  // Every host ready, or one failed for good: ssh gave up (its connect timeout), or the deadline.
+  asio::steady_timer deadline(io, std::chrono::seconds(kConnectTimeoutS + 5));
+  bool timed_out = false;
+  deadline.async_wait([&](auto e) {
+    if (!e) timed_out = true;
+  });
+  const auto settled = [&] {
+    for (const auto& h : hosts) {
+      if (!h.ready && !h.code) return false;
+    }
+    return true;
+  };
+  while (!settled() && !timed_out && signaled == 0) io.run_one();
+  deadline.cancel();
+  std::vector<std::string> unusable;
+  for (auto& h : hosts) {
+    if (h.ready) continue;
+    std::string why = h.err->last_line();
+    if (!h.code) {
+      why = fmt::format("no answer within {} s{}", kConnectTimeoutS + 5,
+                        why.empty() ? "" : " (" + why + ")");
+    } else if (why.empty()) {
+      why = fmt::format("ssh: {}", exit_text(*h.code));
+    }
+    unusable.push_back(fmt::format("  {}: {}\n", h.host, why));
+  }
+  if (!unusable.empty() && signaled == 0) {
+    // The ready hosts' agents wait for the missing ones in the rendezvous: no worker has started.
+    stopping = true;
+    for (auto& h : hosts) {
+      send_control(h, SIGTERM);
+      if (!h.ready && !h.code) h.ssh->signal_group(SIGTERM);
+    }
+    asio::steady_timer bound(io, std::chrono::seconds(10));
+    bool gave_up = false;
+    bound.async_wait([&](auto e) {
+      if (!e) gave_up = true;
+    });
+    while (running > 0 && !gave_up) io.run_one();
+    for (auto& h : hosts) {
+      if (!h.code) h.ssh->signal_group(SIGKILL);
+    }
+    while (running > 0) io.run_one();
+    std::string text = fmt::format("ddprun: error: {} of {} hosts cannot be used:\n",
+                                   unusable.size(), hosts.size());
+    for (const auto& u : unusable) text += u;
+    std::cerr << text << std::flush;
+    return kExitLaunchError;
+  }
+  all_ready = true;
+  for (auto& h : hosts) {
+    h.out->release();
+    h.err->release();
+  }
   while (running > 0) io.run_one();
   signals.cancel();
   give_up.cancel();

@@ -17,9 +17,17 @@ HostOutput::HostOutput(asio::io_context& io, int fd, int console_fd, std::string
       lines_("", 64 * 1024),
       buf_(64 * 1024) {}
 
-void HostOutput::start(std::function<void()> on_eof) {
+void HostOutput::start(std::function<void()> on_eof, std::function<void()> on_ready) {
   on_eof_ = std::move(on_eof);
+  on_ready_ = std::move(on_ready);
   read_more();
+}
+
+void HostOutput::release() {
+  if (released_) return;
+  released_ = true;
+  if (!held_.empty()) agent::Console::of(console_fd_).write(std::move(held_));
+  held_.clear();
 }
 
 void HostOutput::read_more() {
@@ -45,7 +53,10 @@ void HostOutput::relay(const std::string& lines) {
     const std::string_view line(lines.data() + pos, end + 1 - pos);
     pos = end + 1;
     const std::string_view text = line.substr(0, line.size() - 1);
-    if (!in_summary_ && text == kSummaryBegin) {
+    if (!text.empty()) last_line_ = text;
+    if (!in_summary_ && text == kReadyMarker) {
+      if (on_ready_) on_ready_();
+    } else if (!in_summary_ && text == kSummaryBegin) {
       in_summary_ = true;
       summary_.clear();
     } else if (in_summary_ && text == kSummaryEnd) {
@@ -58,7 +69,12 @@ void HostOutput::relay(const std::string& lines) {
       out.append(prefix_).append(line);
     }
   }
-  if (!out.empty()) agent::Console::of(console_fd_).write(std::move(out));
+  if (out.empty()) return;
+  if (released_) {
+    agent::Console::of(console_fd_).write(std::move(out));
+  } else if (held_.size() < kMaxSummary) {
+    held_ += out;
+  }
 }
 
 }  // namespace ddprun::launcher

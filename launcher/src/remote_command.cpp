@@ -136,8 +136,7 @@ std::string remote_shell_command(const std::string& cwd, const EnvList& env,
 }
 
 std::vector<std::string> ssh_command(const LaunchConfig& c, const std::string& host,
-                                     const std::string& command, int connect_timeout_s,
-                                     const std::string& control_dir) {
+                                     const std::string& command, int connect_timeout_s) {
   std::vector<std::string> argv = {"ssh"};
   for (const auto& o : c.ssh_options) {
     argv.push_back("-o");
@@ -148,13 +147,6 @@ std::vector<std::string> ssh_command(const LaunchConfig& c, const std::string& h
   for (const std::string& o : ours) {
     argv.push_back("-o");
     argv.push_back(o);
-  }
-  if (!control_dir.empty()) {
-    for (std::string o : {std::string("ControlMaster=auto"), "ControlPath=" + control_dir + "/%C",
-                          std::string("ControlPersist=5")}) {
-      argv.push_back("-o");
-      argv.push_back(o);
-    }
   }
   if (c.ssh_port != 0) {
     argv.push_back("-p");

@@ -343,11 +343,6 @@ TEST_CASE("head: ssh never prompts and the user's ssh options come first", "[hea
   CHECK(std::find(argv.begin(), argv.end(), "/k") != argv.end());
   CHECK(argv[argv.size() - 2] == "a");
   CHECK(argv.back() == "cmd");
-  CHECK(std::find(argv.begin(), argv.end(), "ControlMaster=auto") == argv.end());
-  // A head shares each host's connection between the check and the launch.
-  const Strings shared = ssh_command(c, "a", "cmd", 10, "/tmp/d");
-  CHECK(std::find(shared.begin(), shared.end(), "ControlPath=/tmp/d/%C") != shared.end());
-  CHECK(std::find(shared.begin(), shared.end(), "ControlMaster=auto") != shared.end());
 }
 
 TEST_CASE("head: forwarded variables: prefixes, then .ddprun_env, then --env", "[head]") {

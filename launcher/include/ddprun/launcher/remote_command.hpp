@@ -41,11 +41,8 @@ std::string remote_shell_command(const std::string& cwd, const EnvList& env,
 
 // ssh's command line for `host`: never a password prompt (BatchMode), the user's --ssh_option
 // values first (ssh keeps the first value it reads), a connect timeout, then the host and
-// `command`. With `control_dir`, connections to a host are shared (ControlMaster): the check's
-// connection stays up for the launch (ControlPersist, a few seconds after its last session), so
-// the launch costs no second ssh handshake.
+// `command`.
 std::vector<std::string> ssh_command(const LaunchConfig& c, const std::string& host,
-                                     const std::string& command, int connect_timeout_s,
-                                     const std::string& control_dir = "");
+                                     const std::string& command, int connect_timeout_s);
 
 }  // namespace ddprun::launcher
