@@ -30,7 +30,9 @@ def start(args, **kw):
 
 def events(path):
     with open(path) as f:
-        return [json.loads(line) for line in f]
+        text = f.read()
+    # A line the agent is writing right now may be read in part: only lines that ended count.
+    return [json.loads(line) for line in text.split("\n")[:-1]]
 
 
 def case_an_agent_serving_a_storm_still_supervises():
@@ -48,9 +50,14 @@ def case_an_agent_serving_a_storm_still_supervises():
     wait_for(lambda: os.path.exists(f"{work}/w.0.0") and os.path.exists(f"{work}/w.1.0"),
              "both workers", timeout=30)
     pid, port = map(int, open(f"{work}/w.0.0").read().split())
-    # Which agent hosts the worker store: node rank 0's, the one whose log shows rank 0 started.
-    host = next(i for i in range(2) if any(e["event"] == "workers_started" and
-                                           e["workers"][0]["rank"] == 0 for e in events(logs[i])))
+    # Which agent hosts the worker store: node rank 0's, the one whose log shows rank 0 started (a
+    # worker may write its file before its agent has logged the start).
+    def rank0_agent():
+        return next((i for i in range(2) if os.path.exists(logs[i]) and any(
+            e["event"] == "workers_started" and e["workers"][0]["rank"] == 0
+            for e in events(logs[i]))), None)
+    wait_for(lambda: rank0_agent() is not None, "rank 0's start in an event log")
+    host = rank0_agent()
     storm = start([LOAD, "ops", "--port", str(port), "--dialect", "modern", "--connections",
                    str(CONNECTIONS), "--seconds", "10"], stdout=subprocess.DEVNULL,
                   stderr=subprocess.DEVNULL)
