@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -199,7 +198,7 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
   std::vector<std::string> unusable;
   for (auto& h : hosts) {
     if (h.ready) continue;
-    std::string why = h.err->last_line();
+    std::string why = h.ssh->exec_error().empty() ? h.err->last_line() : h.ssh->exec_error();
     if (!h.code) {
       why = fmt::format("no answer within {} s{}", kConnectTimeoutS + 5,
                         why.empty() ? "" : " (" + why + ")");

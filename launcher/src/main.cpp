@@ -35,7 +35,12 @@ int main(int argc, char** argv) {
     if (!launch.scheduler_notice.empty()) spdlog::info("{}", launch.scheduler_notice);
     if (!launch.hosts.empty()) {
       rendezvous::prepare_server_process();
-      return launcher::run_head_node(launch, agent::current_environment());
+      try {
+        return launcher::run_head_node(launch, agent::current_environment());
+      } catch (const std::exception& e) {  // the machine refused a pipe or a process
+        std::cerr << "ddprun: error: " << e.what() << std::endl;
+        return launcher::kExitLaunchError;
+      }
     }
     std::string notice;
     config = launcher::make_agent_config(launch, agent::current_environment(), &notice);
