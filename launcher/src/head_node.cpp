@@ -97,7 +97,7 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
 
   asio::io_context io(1);
   std::vector<HostRun> hosts(c.hosts.size());
-  size_t running = 0, open_outputs = 0, ready = 0;
+  size_t running = 0, open_outputs = 0;
   bool all_ready = false;
   int signaled = 0;
   bool stopping = false;
@@ -139,7 +139,6 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
     h.out->start([&] { --open_outputs; },
                  [&, i] {
                    hosts[i].ready = true;
-                   ++ready;
                    if (all_ready) {  // (a late host after the wait below has given up on it)
                      hosts[i].out->release();
                      hosts[i].err->release();

@@ -14,20 +14,12 @@ import subprocess
 import sys
 import tempfile
 
-from proc_util import wait_for
+from proc_util import alive, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ESCAPEES = os.path.join(HERE, "workloads", "escapees.py")
 NPROC = 2
 KINDS = ("wrapper", "bg", "trainer", "grand")
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def in_ddprun_cgroup(pid):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from proc_util import wait_for
+from proc_util import alive, wait_for
 from ssh_hosts import SshHosts, available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,14 +41,6 @@ def run_head(hosts, args, env=None, key=None, **kw):
 
 def host_list(hosts, slots):
     return ",".join(f"{a}:{s}" for a, s in zip(hosts.addrs, slots))
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def agents_of(run_id):

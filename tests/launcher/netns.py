@@ -38,3 +38,28 @@ class NamespacePair:
     @staticmethod
     def _ip(*args):
         subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def bridge_hosts(head_ns, host_ns, net, addrs):
+    """Namespace `head_ns` with a bridge br0 at `net`.1/24, and each namespace of `host_ns` on it
+    with its veth named eth0 at the matching address of `addrs`: hosts that reach each other and
+    the head. Raises CalledProcessError when a namespace or link cannot be made."""
+    ip = NamespacePair._ip
+    ip("netns", "add", head_ns)
+    ip("-n", head_ns, "link", "set", "lo", "up")
+    ip("-n", head_ns, "link", "add", "br0", "type", "bridge")
+    ip("-n", head_ns, "addr", "add", f"{net}.1/24", "dev", "br0")
+    ip("-n", head_ns, "link", "set", "br0", "up")
+    for i, (ns, addr) in enumerate(zip(host_ns, addrs)):
+        ip("netns", "add", ns)
+        ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", head_ns, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("-n", head_ns, "link", "set", f"p{i}", "master", "br0")
+        ip("-n", head_ns, "link", "set", f"p{i}", "up")
+        ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+        ip("-n", ns, "link", "set", "eth0", "up")
+
+
+def remove_namespaces(names):
+    for n in names:
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)

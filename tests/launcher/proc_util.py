@@ -24,3 +24,12 @@ def wait_for(pred, what, timeout=30):
 def finish(procs, timeout=120):
     """Waits for each process; returns [(status, stdout, stderr)]."""
     return [(p.wait(timeout), *p.communicate()) for p in procs]
+
+
+def alive(pid):
+    """Whether process `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 import time
 
+from netns import bridge_hosts, remove_namespaces
+
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "srun", "nsenter", "unshare", "ip")
 
 
@@ -55,21 +57,7 @@ class SlurmCluster:
         return self
 
     def _network(self):
-        ip = self._ip
-        ip("netns", "add", self.head_ns)
-        ip("-n", self.head_ns, "link", "set", "lo", "up")
-        ip("-n", self.head_ns, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.head_ns, "addr", "add", f"{self.NET}.1/24", "dev", "br0")
-        ip("-n", self.head_ns, "link", "set", "br0", "up")
-        for i, (ns, addr) in enumerate(zip(self.node_ns, self.addrs)):
-            ip("netns", "add", ns)
-            ip("-n", ns, "link", "set", "lo", "up")
-            ip("-n", self.head_ns, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0",
-               "netns", ns)
-            ip("-n", self.head_ns, "link", "set", f"p{i}", "master", "br0")
-            ip("-n", self.head_ns, "link", "set", f"p{i}", "up")
-            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
+        bridge_hosts(self.head_ns, self.node_ns, self.NET, self.addrs)
         self.hosts_file = os.path.join(self.dir, "hosts")
         with open(self.hosts_file, "w") as f:
             f.write("127.0.0.1 localhost\n" + f"{self.NET}.1 {socket.gethostname()}\n" +
@@ -172,10 +160,5 @@ PartitionName=main Nodes=node[1-{len(self.nodes)}] Default=YES MaxTime=INFINITE 
                 os.kill(int(f.read().strip()), 15)
         except (OSError, ValueError):
             pass
-        for ns in [self.head_ns, *self.node_ns]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        remove_namespaces([self.head_ns, *self.node_ns])
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    @staticmethod
-    def _ip(*args):
-        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)

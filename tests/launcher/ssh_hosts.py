@@ -12,6 +12,8 @@ import subprocess
 import tempfile
 import time
 
+from netns import bridge_hosts, remove_namespaces
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -48,21 +50,7 @@ class SshHosts:
         return self
 
     def _setup(self):
-        ip = self._ip
-        ip("netns", "add", self.head_ns)
-        ip("-n", self.head_ns, "link", "set", "lo", "up")
-        ip("-n", self.head_ns, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.head_ns, "addr", "add", f"{self.NET}.1/24", "dev", "br0")
-        ip("-n", self.head_ns, "link", "set", "br0", "up")
-        for i, (name, addr) in enumerate(zip(self.names, self.addrs)):
-            ip("netns", "add", name)
-            ip("-n", name, "link", "set", "lo", "up")
-            ip("-n", self.head_ns, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0",
-               "netns", name)
-            ip("-n", self.head_ns, "link", "set", f"p{i}", "master", "br0")
-            ip("-n", self.head_ns, "link", "set", f"p{i}", "up")
-            ip("-n", name, "addr", "add", f"{addr}/24", "dev", "eth0")
-            ip("-n", name, "link", "set", "eth0", "up")
+        bridge_hosts(self.head_ns, self.names, self.NET, self.addrs)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", self.key], check=True)
         host_key = os.path.join(self.dir, "host_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", host_key], check=True)
@@ -104,10 +92,5 @@ class SshHosts:
         for p in self.sshd:
             p.kill()
             p.wait()
-        for name in [self.head_ns, *self.names]:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        remove_namespaces([self.head_ns, *self.names])
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    @staticmethod
-    def _ip(*args):
-        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
