@@ -174,8 +174,20 @@ asio::awaitable<std::string> AsyncStoreClient::get(std::string_view key) {
 asio::awaitable<std::string> AsyncStoreClient::compare_set(std::string_view key,
                                                            std::string_view expected,
                                                            std::string_view desired) {
+  co_return co_await compare_set_as(wire::Op::kCompareSet, key, expected, desired);
+}
+
+asio::awaitable<std::string> AsyncStoreClient::compare_set_owned(std::string_view key,
+                                                                 std::string_view expected,
+                                                                 std::string_view desired) {
+  co_return co_await compare_set_as(wire::Op::kCompareSetOwned, key, expected, desired);
+}
+
+asio::awaitable<std::string> AsyncStoreClient::compare_set_as(wire::Op kind, std::string_view key,
+                                                              std::string_view expected,
+                                                              std::string_view desired) {
   Op op(*this);
-  Request r = request(wire::Op::kCompareSet, key);
+  Request r = request(kind, key);
   r.value = expected;
   r.desired = desired;
   co_await send(r);

@@ -1,9 +1,12 @@
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
@@ -41,18 +44,33 @@ JobSession::Settings job_wide(const RendezvousConfig& c) {
           {"--max_restarts", std::to_string(c.max_restarts)}};
 }
 
+// What every agent follows besides its own keys.
+WatchSet followed_by_all(const std::string& node_id) {
+  return {{"settings", "leader", "round", "restarts", "closed", "master", "interrupt", "finished",
+           "place/" + node_id},
+          {}};
+}
+
+// What the leader follows besides.
+std::vector<std::string> followed_by_leader() { return {"nodes/", "rounds/", "done/", "failures/"}; }
+
 }  // namespace
 
 asio::awaitable<void> ElasticRendezvous::join() {
   Settings settings = job_wide(config_);
   co_await agree_on(std::move(settings));
-  co_await open("nodes/" + node_id_, node_record(config_.nproc, config_.host));
+  co_await open("nodes/" + node_id_, node_record(config_.nproc, config_.host),
+                followed_by_all(node_id_));
   // Counters start at 0 (the first node creates them): compare-and-set never creates a key whose
   // expected value is not empty.
   const std::string round = co_await store().compare_set("round", "", "0");
   round_ = std::max(round_, std::stoi(round));
   const std::string restarts = co_await store().compare_set("restarts", "", "0");
   restarts_ = std::max(restarts_, std::stoi(restarts));
+  // Every agent asks once: the first becomes the leader (and each knows the key is a claim).
+  const std::string leader = co_await store().claim("leader", node_id_);
+  if (!leader.empty()) leader_ = leader;
+  asio::co_spawn(executor(), leadership(), asio::detached);
 }
 
 ElasticRendezvous::Record ElasticRendezvous::parse_record(const std::string& json) {
@@ -64,7 +82,52 @@ ElasticRendezvous::Record ElasticRendezvous::parse_record(const std::string& jso
   return r;
 }
 
+ElasticRendezvous::Placement ElasticRendezvous::parse_placement(const std::string& json) {
+  const auto j = nlohmann::json::parse(json);
+  Placement p;
+  p.round = j.at("round").get<int>();
+  p.spare = j.value("spare", false);
+  p.node_rank = j.value("node_rank", 0);
+  p.num_nodes = j.value("num_nodes", 0);
+  p.base_rank = j.value("base_rank", 0);
+  p.world_size = j.value("world_size", 0);
+  p.restarts = j.value("restarts", 0);
+  return p;
+}
+
+std::string ElasticRendezvous::placement_record(const Record& rec, int round,
+                                                const std::string& id) {
+  nlohmann::json j;
+  j["round"] = round;
+  const auto me = std::find(rec.participants.begin(), rec.participants.end(), id);
+  if (me == rec.participants.end()) {
+    j["spare"] = true;
+    return j.dump();
+  }
+  const auto rank = static_cast<size_t>(me - rec.participants.begin());
+  int base = 0, world = 0;
+  for (size_t i = 0; i < rec.nproc.size(); ++i) {
+    if (i < rank) base += rec.nproc[i];
+    world += rec.nproc[i];
+  }
+  j["node_rank"] = rank;
+  j["num_nodes"] = rec.participants.size();
+  j["base_rank"] = base;
+  j["world_size"] = world;
+  j["restarts"] = rec.restarts;
+  return j.dump();
+}
+
+ElasticRendezvous::Tagged ElasticRendezvous::parse_tagged(const std::string& value) {
+  const auto space = value.find(' ');
+  Tagged t;
+  t.round = std::stoi(value.substr(0, space));
+  if (space != std::string::npos) t.text = value.substr(space + 1);
+  return t;
+}
+
 void ElasticRendezvous::on_event(const KeyEvent& e) {
+  ++events_;
   const std::string& k = e.key;
   if (k.starts_with("nodes/")) {
     const std::string id = k.substr(6);
@@ -73,6 +136,8 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
     } else {
       nodes_[id] = nproc_of_record(e.value);
     }
+  } else if (k == "leader") {
+    leader_ = e.deleted ? std::nullopt : std::optional<std::string>(e.value);
   } else if (e.deleted) {
     return;
   } else if (k == "round") {
@@ -81,10 +146,16 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
     restarts_ = std::max(restarts_, std::stoi(e.value));
   } else if (k == "closed") {
     closed_ = e.value;
+  } else if (k == "master") {
+    master_ = parse_tagged(e.value);
+  } else if (k == "interrupt") {
+    interrupt_ = parse_tagged(e.value);
+  } else if (k == "finished") {
+    finished_ = std::max(finished_, std::stoi(e.value));
+  } else if (k.starts_with("place/")) {
+    if (k.substr(6) == node_id_) place_ = parse_placement(e.value);
   } else if (k.starts_with("rounds/")) {
     rounds_[std::stoi(k.substr(7))] = parse_record(e.value);
-  } else if (k.starts_with("masters/")) {
-    masters_[std::stoi(k.substr(8))] = e.value;
   } else if (k.starts_with("done/")) {
     const auto slash = k.find('/', 5);
     done_[std::stoi(k.substr(5, slash - 5))].insert(k.substr(slash + 1));
@@ -100,8 +171,9 @@ std::string ElasticRendezvous::propose(int round) const {
       if (nodes_.contains(id)) chosen.push_back(id);
     }
   }
+  const std::set<std::string> survivors(chosen.begin(), chosen.end());
   for (const auto& [id, _] : nodes_) {
-    if (std::find(chosen.begin(), chosen.end(), id) == chosen.end()) chosen.push_back(id);
+    if (!survivors.contains(id)) chosen.push_back(id);
   }
   if (static_cast<int>(chosen.size()) > config_.max_nodes) chosen.resize(config_.max_nodes);
   std::vector<int> nproc;
@@ -125,6 +197,102 @@ bool ElasticRendezvous::ended(bool ran) {
   return true;
 }
 
+asio::awaitable<void> ElasticRendezvous::leadership() {
+  const auto self = shared_from_this();  // the session outlives this coroutine
+  try {
+    for (;;) {
+      co_await wait_until([this] { return !leader_ || leading(); }, Clock::time_point::max());
+      if (!leader_) {
+        const std::string holder = co_await store().claim("leader", node_id_);
+        if (!holder.empty()) leader_ = holder;
+        continue;
+      }
+      co_await lead();
+    }
+  } catch (const std::exception& e) {
+    spdlog::debug("rendezvous leadership ended: {}", e.what());  // the session ended
+  }
+}
+
+asio::awaitable<void> ElasticRendezvous::lead() {
+  spdlog::info("this node leads the job's rendezvous");
+  co_await follow(followed_by_leader());
+  while (leading()) {
+    const uint64_t seen = events_;
+    const Clock::time_point next = co_await lead_step();
+    co_await wait_until([&] { return events_ != seen || !leading(); }, next);
+  }
+}
+
+std::string ElasticRendezvous::reason_to_end(int n, const Record& rec) const {
+  const auto done = done_.find(n);
+  for (const auto& id : rec.participants) {
+    const bool said_done = done != done_.end() && done->second.contains(id);
+    if (!nodes_.contains(id) && !said_done) {
+      return fmt::format("node {} left the job (its agent died or was cut off)", id);
+    }
+  }
+  if (static_cast<int>(rec.participants.size()) < config_.max_nodes &&
+      nodes_.size() > rec.participants.size() && done == done_.end()) {
+    return "a new node is waiting to join (scale-up)";
+  }
+  return "";
+}
+
+asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
+  const auto now = Clock::now();
+  if (closed_) co_return Clock::time_point::max();
+  const int n = round_;
+  if (!rounds_.contains(n)) {
+    if (static_cast<int>(nodes_.size()) < config_.min_nodes) co_return Clock::time_point::max();
+    // The last call gathers the first round: more nodes may come until MAX or last_call_timeout.
+    // A re-formed round (after a node left or failed) starts at once; late arrivals scale it up.
+    if (!rounds_.contains(n - 1) && static_cast<int>(nodes_.size()) < config_.max_nodes) {
+      if (!last_call_ || last_call_->first != n) {
+        last_call_.emplace(n, now + config_.last_call_timeout);
+      }
+      if (now < last_call_->second) co_return last_call_->second;
+    }
+    const std::string key = fmt::format("rounds/{}", n);
+    const std::string proposal = propose(n);
+    const std::string decided = co_await store().compare_set(key, "", proposal);
+    rounds_[n] = parse_record(decided);
+    co_return now;  // look again: the world may have moved meanwhile
+  }
+  const Record rec = rounds_.at(n);
+  if (finished_ < n) {
+    const auto done = done_.find(n);
+    if (done != done_.end() &&
+        std::all_of(rec.participants.begin(), rec.participants.end(),
+                    [&](const std::string& id) { return done->second.contains(id); })) {
+      const std::string number = std::to_string(n);
+      co_await store().set("finished", number);
+      co_return now;
+    }
+  }
+  if (const std::string why = reason_to_end(n, rec); !why.empty()) {
+    if (interrupt_.round != n) {
+      const std::string value = fmt::format("{} {}", n, why);
+      co_await store().set("interrupt", value);
+    }
+    co_await advance_round(n, false, rec.restarts);
+    co_return now;
+  }
+  // Every present node learns its part: participants, and spares (a full round).
+  std::vector<std::string> unplaced;
+  for (const auto& [id, _] : nodes_) {
+    if (auto it = placed_.find(id); it == placed_.end() || it->second != n) unplaced.push_back(id);
+  }
+  for (const auto& id : unplaced) {
+    if (round_ != n) break;
+    const std::string key = "place/" + id;
+    const std::string value = placement_record(rec, n, id);
+    co_await store().set(key, value);
+    placed_[id] = n;
+  }
+  co_return Clock::time_point::max();
+}
+
 asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
   clear_expelled();
   for (;;) {
@@ -137,47 +305,36 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
                                      config_.join_timeout.count() / 1000));
     }
     const int n = round_;
-    const auto settled = [this, n] { return closed_ || round_ != n || rounds_.contains(n); };
-    if (!rounds_.contains(n)) {
-      const bool enough = co_await wait_until(
-          [&] { return settled() || static_cast<int>(nodes_.size()) >= config_.min_nodes; },
-          Clock::now() + config_.join_timeout);
-      if (!enough) {
-        throw StoreTimeout(fmt::format("only {} of at least {} nodes joined within {} s",
-                                       nodes_.size(), config_.min_nodes,
-                                       config_.join_timeout.count() / 1000));
-      }
-      if (settled()) continue;
-      // The last call gathers the first round: more nodes may come until MAX or last_call_timeout.
-      // A re-formed round (after a node left or failed) starts at once; late arrivals scale it up.
-      if (!rounds_.contains(n - 1)) {
-        co_await wait_until(
-            [&] { return settled() || static_cast<int>(nodes_.size()) >= config_.max_nodes; },
-            Clock::now() + config_.last_call_timeout);
-      }
-      if (settled()) continue;
-      if (static_cast<int>(nodes_.size()) < config_.min_nodes) continue;
-      const std::string key = fmt::format("rounds/{}", n);
-      const std::string proposal = propose(n);
-      const std::string decided = co_await store().compare_set(key, "", proposal);
-      rounds_[n] = parse_record(decided);
+    const bool placed = co_await wait_until(
+        [&] { return closed_ || round_ != n || place_.round == n; },
+        Clock::now() + config_.join_timeout);
+    if (!placed) {
+      throw StoreTimeout(
+          leading() ? fmt::format("only {} of at least {} nodes joined within {} s", nodes_.size(),
+                                  config_.min_nodes, config_.join_timeout.count() / 1000)
+                    : fmt::format("no round formed within {} s (the job needs at least {} nodes)",
+                                  config_.join_timeout.count() / 1000, config_.min_nodes));
     }
-    const Record rec = rounds_.at(n);
-    const auto me = std::find(rec.participants.begin(), rec.participants.end(), node_id_);
-    if (me == rec.participants.end()) {
-      spdlog::info("round {} is full ({} nodes): waiting as a spare", n, rec.participants.size());
+    if (closed_ || round_ != n) continue;
+    const Placement p = place_;
+    if (p.spare) {
+      spdlog::info("round {} is full: waiting as a spare", n);
       co_await wait_until([&] { return closed_ || round_ > n; }, Clock::time_point::max());
       continue;
     }
     Round r;
     r.number = n;
-    r.restart_count = rec.restarts;
-    r.node_rank = static_cast<int>(me - rec.participants.begin());
-    r.num_nodes = static_cast<int>(rec.participants.size());
-    r.members = rec.participants;
-    for (int i = 0; i < r.num_nodes; ++i) {
-      if (i < r.node_rank) r.base_rank += rec.nproc[i];
-      r.world_size += rec.nproc[i];
+    r.restart_count = p.restarts;
+    r.node_rank = p.node_rank;
+    r.num_nodes = p.num_nodes;
+    r.base_rank = p.base_rank;
+    r.world_size = p.world_size;
+    if (wants_membership()) {
+      // Only for an agent that reports its rounds' members (the event log): it costs the record.
+      const std::string key = fmt::format("rounds/{}", n);
+      for (auto& e : co_await store().read_prefix(key)) {
+        if (e.key == key) r.members = parse_record(e.value).participants;
+      }
     }
     ran_ = true;
     co_return r;
@@ -195,36 +352,27 @@ asio::awaitable<WorkerStoreAddress> ElasticRendezvous::worker_store(Round r) {
         config_.local_addr.empty()
             ? local_address_towards(config_.endpoint_host, config_.endpoint_port)
             : config_.local_addr;
-    const std::string key = fmt::format("masters/{}", r.number);
-    const std::string value = fmt::format("{}:{}", addr, round_server_->port());
-    co_await store().set(key, value);
+    const std::string value = fmt::format("{} {}:{}", r.number, addr, round_server_->port());
+    co_await store().set("master", value);
   }
-  const bool known = co_await wait_until([&] { return masters_.contains(r.number); },
+  const bool known = co_await wait_until([&] { return master_.round == r.number; },
                                          Clock::now() + config_.join_timeout);
   if (!known) throw StoreTimeout("the round's node 0 did not publish its worker store");
-  const std::string& v = masters_.at(r.number);
+  const std::string v = master_.text;
   const auto colon = v.rfind(':');
   co_return WorkerStoreAddress{v.substr(0, colon), std::stoi(v.substr(colon + 1))};
 }
 
 asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
   clear_stop_request();
-  const std::vector<std::string> participants = rounds_.at(r.number).participants;
   std::string why;
   co_await wait_until(
       [&] {
         if (stop_requested()) return true;
         if (expelled()) return !(why = kExpelledReason).empty();
         if (closed_) return !(why = "the job was closed: " + *closed_).empty();
-        if (round_ > r.number) return !(why = "another node's workers failed").empty();
-        for (const auto& id : participants) {
-          if (!nodes_.contains(id)) {
-            why = fmt::format("node {} left the job (its agent died or was cut off)", id);
-            return true;
-          }
-        }
-        if (r.num_nodes < config_.max_nodes && nodes_.size() > participants.size()) {
-          why = "a new node is waiting to join (scale-up)";
+        if (round_ > r.number) {
+          why = interrupt_.round == r.number ? interrupt_.text : "another node's workers failed";
           return true;
         }
         return false;
@@ -266,20 +414,12 @@ asio::awaitable<std::vector<std::string>> ElasticRendezvous::final_failures() {
 asio::awaitable<bool> ElasticRendezvous::exit_barrier(Round r) {
   const std::string key = fmt::format("done/{}/{}", r.number, node_id_);
   co_await store().set(key, "1");
-  const std::vector<std::string> participants = rounds_.at(r.number).participants;
-  const auto is_done = [&](const std::string& id) { return done_[r.number].contains(id); };
-  const auto all_done = [&] {
-    return std::all_of(participants.begin(), participants.end(), is_done);
-  };
-  // A peer whose agent is gone before it said done never will: fail now, not at the timeout.
-  const auto peer_lost = [&] {
-    return std::any_of(participants.begin(), participants.end(),
-                       [&](const std::string& id) { return !nodes_.contains(id) && !is_done(id); });
-  };
+  // The leader says when every participant is done; a peer whose agent is gone before it said
+  // done never will, and the leader ends the round at once rather than at the timeout.
   co_await wait_until(
-      [&] { return all_done() || round_ > r.number || closed_.has_value() || peer_lost(); },
+      [&] { return finished_ >= r.number || round_ > r.number || closed_.has_value(); },
       Clock::now() + config_.barrier_timeout);
-  co_return all_done();
+  co_return finished_ >= r.number;
 }
 
 asio::awaitable<void> ElasticRendezvous::close(std::string why) {
@@ -291,6 +431,9 @@ asio::awaitable<void> ElasticRendezvous::close(std::string why) {
 asio::awaitable<void> ElasticRendezvous::leave(bool graceful) {
   if (graceful && server_) {
     try {  // the store lives in this agent: it stays until the others have read the outcome
+      std::vector<std::string> presence;
+      presence.push_back("nodes/");
+      co_await follow(std::move(presence));
       co_await wait_until(
           [this] {
             return std::all_of(nodes_.begin(), nodes_.end(),

@@ -1,5 +1,6 @@
 #include "ddprun/rendezvous/etcd_job_store.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -10,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "async_mutex.hpp"
 #include "ddprun/rendezvous/errors.hpp"
 #include "etcd_client.hpp"
 
@@ -29,6 +31,27 @@ std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds heartbeat) {
   return std::max<std::chrono::milliseconds>(heartbeat / 3, std::chrono::milliseconds(500));
 }
 
+// Creates `key` = `value` on `lease` if the key is absent, else reads it (all base64 but the lease).
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+json claim_txn(const std::string& key, const std::string& value, const std::string& lease) {
+  json compare;
+  compare["key"] = key;
+  compare["result"] = "EQUAL";
+  compare["target"] = "CREATE";
+  compare["create_revision"] = "0";  // the key does not exist
+  json put;
+  put["key"] = key;
+  put["value"] = value;
+  put["lease"] = lease;
+  json get;
+  get["key"] = key;
+  json txn;
+  txn["compare"] = json::array({compare});
+  txn["success"] = json::array({json{{"request_put", put}}});
+  txn["failure"] = json::array({json{{"request_range", get}}});
+  return txn;
+}
+
 }  // namespace
 
 void check_etcd_tls(const EtcdTls& tls) { etcd::make_tls_context(tls); }
@@ -40,6 +63,7 @@ EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
       tls_(etcd::make_tls_context(spec_.tls)),
       client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
                                              attempt_timeout(spec_.heartbeat_timeout), tls_)),
+      client_turn_(std::make_unique<AsyncMutex>(ex)),
       lease_client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
                                                    attempt_timeout(spec_.heartbeat_timeout), tls_)),
       watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints, tls_)),
@@ -58,6 +82,7 @@ Clock::time_point EtcdJobStore::request_deadline() const {
 }
 
 asio::awaitable<json> EtcdJobStore::call(std::string path, json body, Clock::time_point deadline) {
+  const auto turn = co_await client_turn_->lock();
   std::string failed;
   try {
     co_return co_await client_->call(path, body, deadline);
@@ -86,13 +111,23 @@ asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::ti
   lease_ = lease;
 }
 
+bool EtcdJobStore::follows(const std::string& key) const {
+  if (std::find(watched_.keys.begin(), watched_.keys.end(), key) != watched_.keys.end()) {
+    return true;
+  }
+  return std::any_of(watched_.prefixes.begin(), watched_.prefixes.end(),
+                     [&](const std::string& p) { return key.starts_with(p); });
+}
+
 asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_key,
-                                                          std::string value) {
+                                                          std::string value, WatchSet watched) {
   const auto deadline = Clock::now() + spec_.join_timeout;
   presence_key_ = presence_key;
   presence_value_ = value;
+  watched_ = std::move(watched);
   std::string failed;
   try {
+    const auto turn = co_await client_turn_->lock();
     co_await put_presence(*client_, deadline);
   } catch (const StoreConnectionError& e) {
     failed = broken_.empty() ? e.what() : broken_;
@@ -106,8 +141,10 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_k
   revision_ = int_field(snapshot.value("header", json::object()), "revision");
   std::vector<KeyEvent> out;
   for (const auto& kv : snapshot.value("kvs", json::array())) {
-    out.push_back(KeyEvent{base64_decode(kv.value("key", "")).substr(base_.size()),
-                           base64_decode(kv.value("value", "")), false});
+    const std::string key = base64_decode(kv.value("key", "")).substr(base_.size());
+    std::string v = base64_decode(kv.value("value", ""));
+    mirror_[key] = v;
+    if (follows(key)) out.push_back(KeyEvent{key, std::move(v), false});
   }
   co_await watch_->open(base_, etcd::prefix_end(base_), revision_ + 1, deadline);
   asio::co_spawn(ex_, keep_alive(), asio::detached);
@@ -194,8 +231,13 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
         KeyEvent out;
         out.key = key.substr(base_.size());
         out.deleted = ev.value("type", std::string("PUT")) == "DELETE";
-        if (!out.deleted) out.value = base64_decode(kv.value("value", ""));
-        pending_.push_back(std::move(out));
+        if (out.deleted) {
+          mirror_.erase(out.key);
+        } else {
+          out.value = base64_decode(kv.value("value", ""));
+          mirror_[out.key] = out.value;
+        }
+        if (follows(out.key)) pending_.push_back(std::move(out));
       }
     } catch (const StoreConnectionError& e) {
       if (!broken_.empty()) throw StoreConnectionError(broken_);
@@ -216,6 +258,41 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
       if (!failed.empty()) throw StoreConnectionError(failed);
     }
   }
+}
+
+asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::watch_prefixes(
+    std::vector<std::string> prefixes) {
+  check_open();
+  std::vector<KeyEvent> out;
+  for (const auto& prefix : prefixes) {
+    if (std::find(watched_.prefixes.begin(), watched_.prefixes.end(), prefix) !=
+        watched_.prefixes.end()) {
+      continue;
+    }
+    // Keys followed already (an exact key under the prefix) are not reported again.
+    for (auto it = mirror_.lower_bound(prefix); it != mirror_.end() && it->first.starts_with(prefix);
+         ++it) {
+      if (!follows(it->first)) out.push_back(KeyEvent{it->first, it->second, false});
+    }
+    watched_.prefixes.push_back(prefix);
+  }
+  // The mirror is where the stream stands: its later events for these keys come through
+  // next_event(), now that they are followed.
+  co_return out;
+}
+
+asio::awaitable<std::string> EtcdJobStore::claim(std::string key, std::string value) {
+  check_open();
+  const json txn = claim_txn(base64_encode(base_ + key), base64_encode(value), lease_);
+  const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
+  if (reply.value("succeeded", false)) co_return value;
+  const json responses = reply.value("responses", json::array());
+  if (!responses.empty()) {
+    const json kvs =
+        responses[0].value("response_range", json::object()).value("kvs", json::array());
+    if (!kvs.empty()) co_return base64_decode(kvs[0].value("value", ""));
+  }
+  co_return std::string();  // deleted meanwhile: not held
 }
 
 asio::awaitable<std::string> EtcdJobStore::compare_set(std::string key, std::string expected,

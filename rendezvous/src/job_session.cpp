@@ -70,10 +70,46 @@ asio::awaitable<void> JobSession::agree_on(Settings settings) {
   }
 }
 
-asio::awaitable<void> JobSession::open(std::string presence_key, std::string value) {
+asio::awaitable<void> JobSession::open(std::string presence_key, std::string value,
+                                       WatchSet watched) {
   presence_key_ = presence_key;
-  for (const auto& e : co_await store_->join(presence_key, value)) apply(e);
+  if (!follows_all_of(watched, presence_key)) watched.keys.push_back(presence_key);
+  if (membership_listener_ && !follows_all_of(watched, "nodes/")) {
+    watched.prefixes.push_back("nodes/");
+  }
+  watched_ = watched;
+  for (const auto& e : co_await store_->join(presence_key, value, std::move(watched))) apply(e);
+  opened_ = true;
   asio::co_spawn(ex_, pump(), asio::detached);
+}
+
+bool JobSession::follows_all_of(const WatchSet& watched, const std::string& prefix) {
+  return std::any_of(watched.prefixes.begin(), watched.prefixes.end(),
+                     [&](const std::string& p) { return prefix.starts_with(p); });
+}
+
+asio::awaitable<void> JobSession::follow(std::vector<std::string> prefixes) {
+  for (const auto& p : prefixes) watched_.prefixes.push_back(p);
+  for (const auto& e : co_await store_->watch_prefixes(std::move(prefixes))) apply(e);
+}
+
+void JobSession::set_membership_listener(std::function<void(const MembershipChange&)> listener) {
+  const bool first = !membership_listener_;
+  membership_listener_ = std::move(listener);
+  if (first && opened_ && !left_ && !follows_all_of(watched_, "nodes/")) {
+    asio::co_spawn(ex_, follow_membership(), asio::detached);
+  }
+}
+
+asio::awaitable<void> JobSession::follow_membership() {
+  const auto self = shared_from_this();
+  try {
+    std::vector<std::string> prefixes;
+    prefixes.push_back("nodes/");
+    co_await follow(std::move(prefixes));
+  } catch (const std::exception& e) {
+    if (!left_) spdlog::warn("could not follow the job's membership: {}", e.what());
+  }
 }
 
 void JobSession::apply(const KeyEvent& e) {

@@ -61,17 +61,17 @@ void KeyValueStore::set(const std::string& key, std::string value, StorePeer* ow
 }
 
 std::string KeyValueStore::compare_set(const std::string& key, const std::string& expected,
-                                       std::string desired) {
+                                       std::string desired, StorePeer* owner) {
   auto it = data_.find(key);
   if (it == data_.end()) {
     if (!expected.empty()) return expected;
-    set(key, desired);
+    set(key, desired, owner);
     return desired;
   }
   if (*it->second.value == expected) {
     Value old =
         std::exchange(it->second.value, std::make_shared<const std::string>(std::move(desired)));
-    set_owner(key, it->second, nullptr);
+    set_owner(key, it->second, owner);
     changed(key, old.get(), it->second.value.get());
   }
   return *it->second.value;
@@ -246,18 +246,20 @@ int64_t KeyValueStore::queue_len(const std::string& key) const {
 
 void KeyValueStore::watch(StorePeer& peer, wire::WatchMode mode, const std::string& key,
                           bool legacy) {
+  const bool prefix = !legacy && mode == wire::WatchMode::kPrefix;
+  watches_[&peer].push_back(Watched{key, prefix});
   if (legacy) {
-    key_watchers_[key].push_back({&peer, true});
+    key_watchers_[key].insert(&peer);
     const char registered = static_cast<char>(wire::WatchEvent::kRegistered);
     peer.deliver({&registered, 1});
     return;
   }
   std::string frames;
-  if (mode == wire::WatchMode::kKey) {
+  if (!prefix) {
     if (const std::string* v = get(key)) {
       wire::put_watch_frame(frames, wire::WatchEvent::kExisting, key, {}, *v);
     }
-    key_watchers_[key].push_back({&peer, false});
+    key_watchers_[key].insert(&peer);
   } else {
     std::vector<const std::pair<const std::string, Entry>*> matching;
     for (const auto& kv : data_) {
@@ -268,16 +270,15 @@ void KeyValueStore::watch(StorePeer& peer, wire::WatchMode mode, const std::stri
     for (const auto* kv : matching) {
       wire::put_watch_frame(frames, wire::WatchEvent::kExisting, kv->first, {}, *kv->second.value);
     }
-    prefix_watchers_.emplace_back(key, &peer);
+    prefix_watchers_[key].insert(&peer);
   }
-  watching_peers_.insert(&peer);
   wire::put_watch_frame(frames, wire::WatchEvent::kRegistered, key, {}, {});
   peer.deliver(frames);
 }
 
 void KeyValueStore::notify_watchers(const std::string& key, const std::string* old_value,
                                     const std::string* new_value) {
-  if (watching_peers_.empty()) return;
+  if (watches_.empty()) return;
   const auto event = new_value == nullptr   ? wire::WatchEvent::kKeyDeleted
                      : old_value == nullptr ? wire::WatchEvent::kKeyCreated
                                             : wire::WatchEvent::kKeyUpdated;
@@ -290,21 +291,31 @@ void KeyValueStore::notify_watchers(const std::string& key, const std::string* o
     return std::string_view(frame);
   };
   if (auto it = key_watchers_.find(key); it != key_watchers_.end()) {
-    for (const Watcher& w : it->second) w.peer->deliver(build());
+    for (StorePeer* peer : it->second) peer->deliver(build());
   }
-  for (const auto& [prefix, peer] : prefix_watchers_) {
-    if (key.starts_with(prefix)) peer->deliver(build());
+  for (const auto& [prefix, peers] : prefix_watchers_) {
+    if (!key.starts_with(prefix)) continue;
+    for (StorePeer* peer : peers) peer->deliver(build());
   }
 }
 
 void KeyValueStore::drop_peer(StorePeer& peer) {
   cancel_wait(peer);
-  if (watching_peers_.erase(&peer) > 0) {
-    for (auto it = key_watchers_.begin(); it != key_watchers_.end();) {
-      std::erase_if(it->second, [&](const Watcher& w) { return w.peer == &peer; });
-      it = it->second.empty() ? key_watchers_.erase(it) : std::next(it);
+  if (auto watched = watches_.find(&peer); watched != watches_.end()) {
+    for (const Watched& w : watched->second) {
+      if (w.prefix) {
+        auto it = prefix_watchers_.find(w.key);
+        if (it != prefix_watchers_.end() && it->second.erase(&peer) > 0 && it->second.empty()) {
+          prefix_watchers_.erase(it);
+        }
+      } else {
+        auto it = key_watchers_.find(w.key);
+        if (it != key_watchers_.end() && it->second.erase(&peer) > 0 && it->second.empty()) {
+          key_watchers_.erase(it);
+        }
+      }
     }
-    std::erase_if(prefix_watchers_, [&](const auto& w) { return w.second == &peer; });
+    watches_.erase(watched);
   }
   auto owned = owned_.find(&peer);
   if (owned == owned_.end()) return;

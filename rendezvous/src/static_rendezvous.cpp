@@ -49,8 +49,11 @@ StaticRendezvous::~StaticRendezvous() = default;
 asio::awaitable<void> StaticRendezvous::join() {
   Settings settings = job_wide(config_);
   co_await agree_on(std::move(settings));
+  // Every node follows every key: a static job waits for each node rank by name.
+  WatchSet everything;
+  everything.prefixes.push_back("");
   co_await open(fmt::format("nodes/{}", config_.node_rank),
-                node_record(config_.nproc, config_.host));
+                node_record(config_.nproc, config_.host), std::move(everything));
   // The first node to get here starts the job at attempt 0; the others read what is there.
   const std::string attempt = co_await store().compare_set("attempt", "", "0");
   attempt_ = std::max(attempt_, std::stoi(attempt));

@@ -65,6 +65,11 @@ void StoreClient::barrier(std::string_view key, int64_t world_size, std::optiona
 void StoreClient::set_owned(std::string_view key, std::string_view value) {
   run(client_->set_owned(key, value));
 }
+
+std::string StoreClient::compare_set_owned(std::string_view key, std::string_view expected,
+                                           std::string_view desired) {
+  return run(client_->compare_set_owned(key, expected, desired));
+}
 void StoreClient::keepalive(Ms timeout) { run(client_->keepalive(timeout)); }
 
 }  // namespace ddprun::rendezvous

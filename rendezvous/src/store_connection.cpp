@@ -169,6 +169,10 @@ bool StoreConnection::handle(wire::Request& req) {
       case Op::kCompareSet:
         wire::put_bytes(reply_, store.compare_set(req.key, req.value, std::move(req.desired)));
         break;
+      case Op::kCompareSetOwned:
+        wire::put_bytes(reply_,
+                        store.compare_set(req.key, req.value, std::move(req.desired), this));
+        break;
       case Op::kGet:
         if (KeyValueStore::Value v = store.shared(req.key)) {
           wire::put_i64(reply_, static_cast<int64_t>(v->size()));

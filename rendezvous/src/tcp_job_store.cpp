@@ -1,5 +1,7 @@
 #include "ddprun/rendezvous/tcp_job_store.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
@@ -7,6 +9,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "async_mutex.hpp"
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/store_watch.hpp"
 
@@ -28,8 +31,9 @@ TcpJobStore::TcpJobStore(asio::any_io_executor ex, TcpJobStoreSpec spec)
     : ex_(ex),
       spec_(std::move(spec)),
       base_(job_key(spec_.run_id, "")),
-      heartbeat_timer_(ex),
-      wake_(ex, Clock::time_point::max()) {}
+      requests_(std::make_unique<AsyncMutex>(ex)),
+      presence_turn_(std::make_unique<AsyncMutex>(ex)),
+      heartbeat_timer_(ex) {}
 
 TcpJobStore::~TcpJobStore() = default;
 
@@ -65,12 +69,60 @@ void TcpJobStore::queue(KeyEvent e) {
   wake();
 }
 
-asio::awaitable<void> TcpJobStore::wait_for_wake() {
-  co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+asio::awaitable<void> TcpJobStore::wait_for_wake(Clock::time_point deadline) {
+  asio::steady_timer timer(ex_, deadline);
+  sleepers_.push_back(&timer);
+  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  std::erase(sleepers_, &timer);
+}
+
+asio::awaitable<std::shared_ptr<AsyncStoreWatch>> TcpJobStore::open_watch(
+    ClientOptions options, std::vector<std::string> keys, std::vector<std::string> prefixes,
+    std::map<std::string, std::string>& now_there) {
+  std::shared_ptr<AsyncStoreWatch> watch = co_await AsyncStoreWatch::connect(
+      ex_, spec_.host, static_cast<uint16_t>(spec_.port), options);
+  try {
+    for (const auto& key : keys) {
+      const std::string full_key = base_ + key;
+      for (auto& e : co_await watch->add(wire::WatchMode::kKey, full_key)) {
+        now_there[e.key.substr(base_.size())] = std::move(e.new_value);
+      }
+    }
+    for (const auto& prefix : prefixes) {
+      const std::string full_prefix = base_ + prefix;
+      for (auto& e : co_await watch->add(wire::WatchMode::kPrefix, full_prefix)) {
+        now_there[e.key.substr(base_.size())] = std::move(e.new_value);
+      }
+    }
+  } catch (...) {
+    watch->close();
+    throw;
+  }
+  co_return watch;
+}
+
+asio::awaitable<void> TcpJobStore::read_events(std::shared_ptr<AsyncStoreWatch> watch) {
+  const auto self = shared_from_this();  // the object outlives this coroutine
+  while (broken_.empty() && current(watch)) {
+    try {
+      WatchEventRecord e = co_await watch->next(std::chrono::hours(24));
+      if (!current(watch) || !e.key.starts_with(base_)) continue;
+      KeyEvent out;
+      out.key = e.key.substr(base_.size());
+      out.deleted = e.event == wire::WatchEvent::kKeyDeleted;
+      if (!out.deleted) out.value = std::move(e.new_value);
+      withheld_.erase(out.key);
+      queue(std::move(out));
+    } catch (const StoreTimeout&) {
+    } catch (const std::exception& e) {
+      if (current(watch)) connection_lost(e.what());
+      break;
+    }
+  }
 }
 
 asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_key,
-                                                         std::string value) {
+                                                         std::string value, WatchSet watched) {
   ClientOptions o;
   o.timeout = spec_.join_timeout;
   const auto port = static_cast<uint16_t>(spec_.port);
@@ -82,6 +134,7 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_ke
   presence_key_ = presence_key;
   presence_value_ = value;
   presence_folder_ = presence_key.substr(0, presence_key.rfind('/') + 1);
+  watched_ = std::move(watched);
   presence_ = co_await AsyncStoreClient::connect(ex_, spec_.host, port, o);
   check_open();
   server_ = co_await presence_->server_info();
@@ -90,18 +143,110 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_ke
   const std::string full_key = base_ + presence_key;  // (named: no temporaries into a co_await)
   co_await presence_->set_owned(full_key, value);
   co_await presence_->ping(0);  // a round trip: the key exists before the watch below starts
-  co_await ensure_client();
+  {
+    const auto turn = co_await requests_->lock();
+    co_await ensure_client();
+  }
   check_open();
-  watch_ = co_await AsyncStoreWatch::connect(ex_, spec_.host, port, o);
+  std::map<std::string, std::string> now_there;
+  watch_ = co_await open_watch(o, watched_.keys, watched_.prefixes, now_there);
   check_open();
   std::vector<KeyEvent> snapshot;
-  for (auto& e : co_await watch_->add(wire::WatchMode::kPrefix, base_)) {
-    snapshot.push_back(KeyEvent{e.key.substr(base_.size()), std::move(e.new_value), false});
-    known_[snapshot.back().key] = snapshot.back().value;
+  for (auto& [key, v] : now_there) {
+    known_[key] = v;
+    snapshot.push_back(KeyEvent{key, std::move(v), false});
   }
   joined_ = true;
+  asio::co_spawn(ex_, read_events(watch_), asio::detached);
   asio::co_spawn(ex_, heartbeat(), asio::detached);
   co_return snapshot;
+}
+
+asio::awaitable<std::vector<KeyEvent>> TcpJobStore::watch_prefixes(
+    std::vector<std::string> prefixes) {
+  const auto self = shared_from_this();
+  std::vector<std::string> fresh;
+  for (auto& p : prefixes) {
+    if (std::find(extra_prefixes_.begin(), extra_prefixes_.end(), p) == extra_prefixes_.end() &&
+        std::find(fresh.begin(), fresh.end(), p) == fresh.end()) {
+      fresh.push_back(std::move(p));
+    }
+  }
+  std::vector<KeyEvent> snapshot;
+  if (fresh.empty()) co_return snapshot;
+  const auto is_fresh = [&](const std::string& key) {
+    return std::any_of(fresh.begin(), fresh.end(),
+                       [&](const std::string& p) { return key.starts_with(p); });
+  };
+  for (;;) {
+    while (reconnecting_ && broken_.empty()) co_await wait_for_wake();
+    check_open();
+    std::vector<std::string> all = extra_prefixes_;
+    all.insert(all.end(), fresh.begin(), fresh.end());
+    ClientOptions o;
+    o.timeout = std::max<Ms>(spec_.heartbeat_timeout, Ms(1000));
+    std::map<std::string, std::string> now_there;
+    std::shared_ptr<AsyncStoreWatch> watch;
+    try {
+      const std::vector<std::string> no_keys;
+      watch = co_await open_watch(o, no_keys, all, now_there);
+    } catch (const std::exception& e) {
+      check_open();
+      connection_lost(e.what());
+      continue;
+    }
+    if (!broken_.empty() || reconnecting_) {  // the session moved on meanwhile: try again
+      watch->close();
+      continue;
+    }
+    // The old connection's prefixes: what changed since it last reported comes as events.
+    const auto was_followed = [&](const std::string& key) {
+      return !is_fresh(key) &&
+             std::any_of(extra_prefixes_.begin(), extra_prefixes_.end(),
+                         [&](const std::string& p) { return key.starts_with(p); });
+    };
+    if (extra_watch_) extra_watch_->close();
+    extra_watch_ = watch;
+    extra_prefixes_ = std::move(all);
+    std::map<std::string, std::string> old_part;
+    for (auto& [key, v] : now_there) {
+      if (is_fresh(key) && !known_.contains(key)) {
+        known_[key] = v;
+        snapshot.push_back(KeyEvent{key, v, false});
+      } else if (!is_fresh(key)) {
+        old_part[key] = v;
+      }
+    }
+    catch_up(old_part, was_followed, false);
+    asio::co_spawn(ex_, read_events(extra_watch_), asio::detached);
+    co_return snapshot;
+  }
+}
+
+asio::awaitable<std::string> TcpJobStore::claim(std::string key, std::string value) {
+  const auto self = shared_from_this();
+  claimable_.insert(key);
+  const std::string full_key = base_ + key;
+  for (;;) {
+    while (reconnecting_ && broken_.empty()) co_await wait_for_wake();
+    check_open();
+    const auto turn = co_await presence_turn_->lock();
+    const auto presence = presence_;
+    std::string now;
+    try {
+      now = co_await presence->compare_set_owned(full_key, "", value);
+    } catch (const std::exception& e) {
+      check_open();
+      if (presence == presence_) {
+        presence_ok_ = false;
+        connection_lost(e.what());
+      }
+      continue;
+    }
+    if (presence != presence_) continue;  // replaced meanwhile: claim on the new one
+    if (now == value) claims_[key] = value;
+    co_return now;
+  }
 }
 
 asio::awaitable<void> TcpJobStore::ensure_client() {
@@ -134,6 +279,9 @@ asio::awaitable<void> TcpJobStore::heartbeat() {
           seconds(std::chrono::duration_cast<Ms>(sent - lease_start_))));
       continue;
     }
+    const auto turn = co_await presence_turn_->lock();
+    if (!broken_.empty()) break;
+    if (reconnecting_) continue;
     const auto presence = presence_;
     try {
       co_await presence->ping(n, spec_.heartbeat_timeout);
@@ -159,6 +307,7 @@ void TcpJobStore::connection_lost(const std::string& why) {
   // The request and watch connections are re-made; so is the presence one unless it still works.
   if (client_) client_->close();
   if (watch_) watch_->close();
+  if (extra_watch_) extra_watch_->close();
   if (!presence_ok_ && presence_) presence_->close();
   asio::co_spawn(ex_, reconnect(outage), asio::detached);
   asio::co_spawn(ex_, watch_lease(outage), asio::detached);
@@ -224,8 +373,9 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
                                               deadline - Clock::now(), Clock::duration(0))));
   const auto port = static_cast<uint16_t>(spec_.port);
   std::shared_ptr<AsyncStoreClient> probe, client, presence;
-  std::shared_ptr<AsyncStoreWatch> watch;
+  std::shared_ptr<AsyncStoreWatch> watch, extra_watch;
   std::map<std::string, std::string> now_there;
+  std::map<std::string, std::string> claims = claims_;
   ServerInfo info;
   bool restarted = false;
   size_t restored = 0;
@@ -240,7 +390,7 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
       // It lost every key: put back the job's (the first agent back does it, the rest agree).
       const std::map<std::string, std::string> keys = known_;
       for (const auto& [key, value] : keys) {
-        if (is_presence_key(key)) continue;
+        if (is_presence_key(key) || claimable_.contains(key)) continue;
         const std::string full_key = base_ + key;
         co_await client->compare_set(full_key, "", value);
         ++restored;
@@ -251,11 +401,18 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
       co_await presence->keepalive(spec_.heartbeat_timeout);
       const std::string full_key = base_ + presence_key_;
       co_await presence->set_owned(full_key, presence_value_);
+      // Its claims went with the old presence (or the store): made again, if nobody took them.
+      for (auto it = claims.begin(); it != claims.end();) {
+        const std::string claimed_key = base_ + it->first;
+        const std::string now = co_await presence->compare_set_owned(claimed_key, "", it->second);
+        it = now == it->second ? std::next(it) : claims.erase(it);
+      }
       co_await presence->ping(0);
     }
-    watch = co_await AsyncStoreWatch::connect(ex_, spec_.host, port, o);
-    for (auto& e : co_await watch->add(wire::WatchMode::kPrefix, base_)) {
-      now_there[e.key.substr(base_.size())] = std::move(e.new_value);
+    watch = co_await open_watch(o, watched_.keys, watched_.prefixes, now_there);
+    if (!extra_prefixes_.empty()) {
+      const std::vector<std::string> no_keys;
+      extra_watch = co_await open_watch(o, no_keys, extra_prefixes_, now_there);
     }
   } catch (const StoreRefused& e) {
     refused_ = true;
@@ -264,23 +421,55 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
     refused_ = false;
     last_error_ = e.what();
   }
-  if (!watch || !broken_.empty() || outage != outage_) {
+  const bool complete = watch && (extra_prefixes_.empty() || extra_watch);
+  if (!complete || !broken_.empty() || outage != outage_) {
     if (probe) probe->close();
     if (client) client->close();
     if (presence) presence->close();
     if (watch) watch->close();
+    if (extra_watch) extra_watch->close();
     co_return false;
   }
   Reconnection r;
   r.client = std::move(client);
   r.presence = std::move(presence);
   r.watch = std::move(watch);
+  r.extra_watch = std::move(extra_watch);
+  r.claims = std::move(claims);
   r.now_there = std::move(now_there);
   r.info = info;
   r.restarted = restarted;
   r.restored = restored;
   resume(std::move(r));
   co_return true;
+}
+
+void TcpJobStore::catch_up(const std::map<std::string, std::string>& now_there,
+                           const std::function<bool(const std::string&)>& in_scope,
+                           bool restarted) {
+  const auto now = Clock::now();
+  for (const auto& [key, value] : now_there) {
+    withheld_.erase(key);
+    if (auto it = known_.find(key); it == known_.end() || it->second != value) {
+      queue(KeyEvent{key, value, false});
+    }
+  }
+  std::vector<std::string> gone;
+  for (const auto& [key, _] : known_) {
+    if (in_scope(key) && !now_there.contains(key)) gone.push_back(key);
+  }
+  for (const auto& key : gone) {
+    // After a restart, a peer's presence and a claim held elsewhere get their holder's time to
+    // come back.
+    const bool held_elsewhere =
+        (is_presence_key(key) && key != presence_key_) ||
+        (claimable_.contains(key) && !claims_.contains(key));
+    if (restarted && held_elsewhere) {
+      withheld_[key] = now + spec_.heartbeat_timeout;
+    } else {
+      queue(KeyEvent{key, "", true});
+    }
+  }
 }
 
 void TcpJobStore::resume(Reconnection r) {
@@ -293,29 +482,20 @@ void TcpJobStore::resume(Reconnection r) {
   } else if (r.restarted && lease_over && !refused_) {
     report_expelled("it was not heard from for longer than the heartbeat timeout");
   }
-  if (r.presence) presence_ = std::move(r.presence);
+  if (r.presence) {
+    presence_ = std::move(r.presence);
+    claims_ = std::move(r.claims);
+  }
   client_ = std::move(r.client);
   watch_ = std::move(r.watch);
+  extra_watch_ = std::move(r.extra_watch);
   server_ = r.info;
   presence_ok_ = true;
   lease_start_ = now;
-  for (const auto& [key, value] : r.now_there) {
-    withheld_.erase(key);
-    if (auto it = known_.find(key); it == known_.end() || it->second != value) {
-      queue(KeyEvent{key, value, false});
-    }
-  }
-  std::vector<std::string> gone;
-  for (const auto& [key, _] : known_) {
-    if (!r.now_there.contains(key)) gone.push_back(key);
-  }
-  for (const auto& key : gone) {
-    if (r.restarted && is_presence_key(key) && key != presence_key_) {
-      withheld_[key] = now + spec_.heartbeat_timeout;  // that peer's time to come back
-    } else {
-      queue(KeyEvent{key, "", true});
-    }
-  }
+  catch_up(
+      r.now_there, [](const std::string&) { return true; }, r.restarted);
+  asio::co_spawn(ex_, read_events(watch_), asio::detached);
+  if (extra_watch_) asio::co_spawn(ex_, read_events(extra_watch_), asio::detached);
   const auto took = std::chrono::duration_cast<Ms>(now - outage_start_);
   if (r.restarted) {
     spdlog::warn(
@@ -334,43 +514,24 @@ asio::awaitable<KeyEvent> TcpJobStore::next_event() {
   const auto self = shared_from_this();
   for (;;) {
     check_open();
-    if (!pending_.empty()) {
-      KeyEvent e = std::move(pending_.front());
-      pending_.pop_front();
-      co_return e;
-    }
-    if (reconnecting_) {
-      co_await wait_for_wake();
-      continue;
-    }
     const auto now = Clock::now();
-    Ms timeout = std::chrono::hours(24);
+    auto wake_at = Clock::time_point::max();
     for (auto it = withheld_.begin(); it != withheld_.end();) {
       if (it->second <= now) {
         spdlog::info("rendezvous: {} did not come back after the store restarted", it->first);
         if (known_.contains(it->first)) queue(KeyEvent{it->first, "", true});
         it = withheld_.erase(it);
       } else {
-        timeout = std::min(timeout, std::chrono::duration_cast<Ms>(it->second - now) + Ms(1));
+        wake_at = std::min(wake_at, it->second);
         ++it;
       }
     }
-    if (!pending_.empty()) continue;
-    const auto watch = watch_;
-    try {
-      WatchEventRecord e = co_await watch->next(timeout);
-      if (watch != watch_ || !e.key.starts_with(base_)) continue;
-      KeyEvent out;
-      out.key = e.key.substr(base_.size());
-      out.deleted = e.event == wire::WatchEvent::kKeyDeleted;
-      if (!out.deleted) out.value = std::move(e.new_value);
-      withheld_.erase(out.key);
-      remember(out);
-      co_return out;
-    } catch (const StoreTimeout&) {
-    } catch (const std::exception& e) {
-      if (watch == watch_) connection_lost(e.what());
+    if (!pending_.empty()) {
+      KeyEvent e = std::move(pending_.front());
+      pending_.pop_front();
+      co_return e;
     }
+    co_await wait_for_wake(wake_at);
   }
 }
 
@@ -394,6 +555,7 @@ void TcpJobStore::request_failed(const std::exception& e) {
 asio::awaitable<std::string> TcpJobStore::compare_set(std::string key, std::string expected,
                                                       std::string desired) {
   const std::string full_key = base_ + key;
+  const auto turn = co_await requests_->lock();
   for (;;) {
     const auto client = co_await usable_client();
     try {
@@ -406,6 +568,7 @@ asio::awaitable<std::string> TcpJobStore::compare_set(std::string key, std::stri
 
 asio::awaitable<void> TcpJobStore::set(std::string key, std::string value) {
   const std::string full_key = base_ + key;
+  const auto turn = co_await requests_->lock();
   for (;;) {
     const auto client = co_await usable_client();
     try {
@@ -419,6 +582,7 @@ asio::awaitable<void> TcpJobStore::set(std::string key, std::string value) {
 
 asio::awaitable<std::vector<KeyEvent>> TcpJobStore::read_prefix(std::string prefix) {
   const std::string full_prefix = base_ + prefix;
+  const auto turn = co_await requests_->lock();
   for (;;) {
     const auto client = co_await usable_client();
     std::vector<std::pair<std::string, std::string>> entries;
@@ -442,6 +606,7 @@ void TcpJobStore::lost(std::string why) {
   if (presence_) presence_->close();
   if (client_) client_->close();
   if (watch_) watch_->close();
+  if (extra_watch_) extra_watch_->close();
   heartbeat_timer_.cancel();
   wake();
 }

@@ -48,6 +48,7 @@ Layout layout_of(Op op) {
     case Op::kSetOwned:
       return kKeyValue;
     case Op::kCompareSet:
+    case Op::kCompareSetOwned:
       return kKeyValueDesired;
     case Op::kGet:
     case Op::kDeleteKey:
@@ -113,6 +114,9 @@ bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
     case kExtServerInfo:
       out = Op::kServerInfo;
       return true;
+    case kExtCompareSetOwned:
+      out = Op::kCompareSetOwned;
+      return true;
     default:
       return false;
   }
@@ -138,6 +142,8 @@ int opcode_of(Op op, Dialect dialect) {
       return kExtGetPrefix;
     case Op::kServerInfo:
       return kExtServerInfo;
+    case Op::kCompareSetOwned:
+      return kExtCompareSetOwned;
     default:
       return -1;
   }
@@ -195,6 +201,8 @@ const char* op_name(Op op) {
       return "GET_PREFIX";
     case Op::kServerInfo:
       return "SERVER_INFO";
+    case Op::kCompareSetOwned:
+      return "COMPARE_SET_OWNED";
   }
   return "?";
 }

@@ -34,6 +34,28 @@ TEST_CASE("session: an owned key vanishes when its connection closes", "[session
   CHECK(observer.get("permanent") == "1");
 }
 
+TEST_CASE("session: a claim by compare-and-set is won once and ends with its connection",
+          "[session]") {
+  ServerThread server;
+  StoreWatch watch("127.0.0.1", server.port());
+  REQUIRE(watch.add(WatchMode::kKey, "leader").empty());
+  StoreClient other("127.0.0.1", server.port());
+  {
+    StoreClient first("127.0.0.1", server.port());
+    CHECK(first.compare_set_owned("leader", "", "a") == "a");
+    CHECK(other.compare_set_owned("leader", "", "b") == "a");  // taken: the holder's value
+    CHECK(first.compare_set_owned("leader", "a", "a") == "a");  // renewing keeps it
+    CHECK(watch.next(5s).event == WatchEvent::kKeyCreated);
+    CHECK(watch.next(5s).event == WatchEvent::kKeyUpdated);
+  }
+  const auto gone = watch.next(5s);
+  CHECK(gone.event == WatchEvent::kKeyDeleted);
+  CHECK(gone.old_value == "a");
+  CHECK(other.compare_set_owned("leader", "", "b") == "b");
+  // A plain compare-and-set that wins makes the key permanent, as a plain SET does.
+  CHECK(other.compare_set("leader", "b", "c") == "c");
+}
+
 TEST_CASE("session: a connection that misses its keep-alive loses its keys", "[session]") {
   ServerThread server;
   StoreWatch watch("127.0.0.1", server.port());

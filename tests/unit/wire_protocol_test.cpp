@@ -85,7 +85,7 @@ TEST_CASE("codec: opcodes match torch's enums in each dialect", "[codec]") {
       {Op::kCancelWait, 12}, {Op::kPing, 13},      {Op::kQueuePush, 14},  {Op::kQueuePop, 15},
       {Op::kQueueLen, 16},   {Op::kListKeys, 17},  {Op::kBarrier, 18},    {Op::kWatchKey, -1},
       {Op::kWatch, 200},     {Op::kSetOwned, 201}, {Op::kKeepAlive, 202}, {Op::kGetPrefix, 203},
-      {Op::kServerInfo, 204}};
+      {Op::kServerInfo, 204}, {Op::kCompareSetOwned, 205}};
   for (auto [op, code] : modern) {
     INFO(op_name(op));
     CHECK(opcode_of(op, Dialect::kModern) == code);
@@ -97,6 +97,8 @@ TEST_CASE("codec: every request round-trips through any chunking", "[codec]") {
   validate.u32 = kValidationMagic;
   Request cas = make(Op::kCompareSet, "/k", "old");
   cas.desired = "new";
+  Request cas_owned = make(Op::kCompareSetOwned, "/leader", "");
+  cas_owned.desired = "me";
   Request add = make(Op::kAdd, "/n");
   add.number = -42;
   Request wait = make(Op::kWait);
@@ -124,7 +126,8 @@ TEST_CASE("codec: every request round-trips through any chunking", "[codec]") {
                                      keepalive,
                                      make(Op::kSetOwned, "/o", ""),
                                      make(Op::kGetPrefix, "/job/"),
-                                     make(Op::kServerInfo)};
+                                     make(Op::kServerInfo),
+                                     cas_owned};
   std::string wire;
   for (const auto& r : reqs) encode_request(r, Dialect::kModern, wire);
 

@@ -87,6 +87,9 @@ class AsyncStoreClient {
 
   // ddprun extensions (see wire_protocol.hpp).
   boost::asio::awaitable<void> set_owned(std::string_view key, std::string_view value);
+  boost::asio::awaitable<std::string> compare_set_owned(std::string_view key,
+                                                        std::string_view expected,
+                                                        std::string_view desired);
   boost::asio::awaitable<void> keepalive(Ms timeout);
   // Every key under `prefix` (given and returned without this client's key prefix) and its value,
   // in key order.
@@ -107,6 +110,10 @@ class AsyncStoreClient {
   // A request without a reply (SET, APPEND, QUEUE_PUSH, SET_OWNED).
   boost::asio::awaitable<void> write_only(wire::Op op, std::string_view key,
                                           std::string_view value);
+  // COMPARE_SET or COMPARE_SET_OWNED.
+  boost::asio::awaitable<std::string> compare_set_as(wire::Op kind, std::string_view key,
+                                                     std::string_view expected,
+                                                     std::string_view desired);
   // A request whose reply is one i64.
   boost::asio::awaitable<int64_t> request_i64(const wire::Request& req);
   boost::asio::awaitable<void> await_stop_waiting(std::string what, Ms timeout);

@@ -1,21 +1,34 @@
 #pragma once
-// The elastic (c10d, --nnodes=MIN:MAX) rendezvous, pushed rather than polled. Keys under the job's
-// prefix:
-//   nodes/<id>          {"nproc", "host"}: the node's presence key
+// The elastic (c10d, --nnodes=MIN:MAX) rendezvous, pushed rather than polled, and linear in the
+// number of agents: one agent, the leader, follows the membership and decides the rounds; every
+// other agent follows a few job-wide keys and its own placement. Keys under the job's prefix:
+//   settings            the job-wide settings (see JobSession::agree_on)
+//   nodes/<id>          {"nproc", "host", "since_ms"}: the node's presence key
+//   leader              the leader's id, claimed (JobStore::claim): it vanishes with the leader,
+//                       and the agents that see it go claim it again; the first one wins
 //   round               the current round, advanced only by compare-and-set
 //   rounds/<n>          {"participants": [ids in node-rank order], "nproc": [...], "restarts": r},
-//                       decided by the first compare-and-set: survivors of round n-1 keep their
+//                       decided by the leader's compare-and-set: survivors of round n-1 keep their
 //                       order, newcomers follow (by id), nodes beyond MAX wait as spares
-//   masters/<n>         "addr:port" of round n's worker store, hosted by its node rank 0
+//   place/<id>          {"round": n, "node_rank", "num_nodes", "base_rank", "world_size",
+//                       "restarts"} or {"round": n, "spare": true}: the node's part in round n
+//   master              "<n> addr:port": round n's worker store, hosted by its node rank 0
+//   interrupt           "<n> <reason>": why the leader ended round n (a node left, a scale-up)
+//   finished            "<n>": every participant of round n passed the exit barrier
 //   restarts            the job-wide restart count (failures only; membership changes are free)
 //   failures/<r>/<id>   a node's worker failures in the round that had restart count r
 //   done/<n>/<id>       the node's workers succeeded in round n (exit barrier)
 //   closed              why the job ended ("succeeded", "failed"); later joiners leave with it
-// A round forms at MAX nodes at once, or at MIN after last_call_timeout. It ends when a
-// participant's key vanishes (death or partition), when a node waits to join below MAX (scale-up),
-// or on a failure.
+// The leader follows nodes/, rounds/, done/ and failures/. A round forms at MAX nodes at once, or
+// at MIN after last_call_timeout (the first round; later ones re-form at once). The leader ends it
+// when a participant's key vanishes (death or partition) or a node waits to join below MAX
+// (scale-up); any agent ends it on a failure. A node join costs one event (the leader's), a round
+// one record and one placement per node: nothing any agent does grows with the job's size, but
+// the leader's work, which grows linearly.
+#include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -65,26 +78,64 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
     std::vector<int> nproc;
     int restarts = 0;
   };
+  // A node's part in a round (place/<id>).
+  struct Placement {
+    int round = -1;
+    bool spare = false;
+    int node_rank = 0;
+    int num_nodes = 0;
+    int base_rank = 0;
+    int world_size = 0;
+    int restarts = 0;
+  };
+  // A value tagged with the round it is about ("<n> <text>").
+  struct Tagged {
+    int round = -1;
+    std::string text;
+  };
   ElasticRendezvous(boost::asio::io_context& io, RendezvousConfig config, std::string node_id,
                     std::shared_ptr<JobStore> store, std::unique_ptr<StoreThread> server);
   void on_event(const KeyEvent& e) override;
   std::string propose(int round) const;
   static Record parse_record(const std::string& json);
+  static Placement parse_placement(const std::string& json);
+  static std::string placement_record(const Record& rec, int round, const std::string& id);
+  static Tagged parse_tagged(const std::string& value);
   boost::asio::awaitable<void> advance_round(int number, bool failed, int restarts);
   bool ended(bool ran);
+  bool leading() const { return leader_ == node_id_; }
+  // Claims the leadership whenever nobody holds it, and leads while this agent holds it.
+  boost::asio::awaitable<void> leadership();
+  boost::asio::awaitable<void> lead();
+  // One pass of the leader's work on the current round; returns when it next needs a look
+  // without any event (the last call's end), or time_point::max().
+  boost::asio::awaitable<std::chrono::steady_clock::time_point> lead_step();
+  // Why round `n` (record `rec`) must end now, or "".
+  std::string reason_to_end(int n, const Record& rec) const;
 
   boost::asio::io_context& io_;
   RendezvousConfig config_;
   std::string node_id_;
   std::unique_ptr<StoreThread> server_;        // the job store, when hosted here
   std::unique_ptr<StoreThread> round_server_;  // the current round's worker store (node rank 0)
-  std::map<std::string, int> nodes_;           // id -> nproc
+  // Followed by every agent.
+  std::optional<std::string> leader_;
   int round_ = 0;
-  std::map<int, Record> rounds_;
-  std::map<int, std::string> masters_;
   int restarts_ = 0;
-  std::map<int, std::set<std::string>> done_;
   std::optional<std::string> closed_;
+  Placement place_;  // this node's
+  Tagged master_;
+  Tagged interrupt_;
+  int finished_ = -1;
+  uint64_t events_ = 0;  // key changes seen, for the leader to wait on
+  // Followed by the leader (and, nodes_, by an agent with a membership listener or that hosts the
+  // store).
+  std::map<std::string, int> nodes_;  // id -> nproc
+  std::map<int, Record> rounds_;
+  std::map<int, std::set<std::string>> done_;
+  // The leader's own bookkeeping.
+  std::map<std::string, int> placed_;  // id -> the round its placement was written for
+  std::optional<std::pair<int, std::chrono::steady_clock::time_point>> last_call_;  // round, end
   bool ran_ = false;  // this node took part in a round
   JobEnd ending_;
 };

@@ -8,8 +8,13 @@
 // that etcd dropped while this agent was paused or cut off (its peers saw the presence key go) is
 // replaced by a new one with the presence key on it: the watch reports the key's deletion, then
 // its creation, and the agent rejoins as a new node. Job keys live under "<prefix><run_id>/".
+// The gateway takes one range per watch stream, so the watch covers the whole job and this store
+// keeps a mirror of every job key; next_event() reports only the keys the session follows, and
+// watch_prefixes() answers from the mirror, in step with the stream. A claim is a key on this
+// agent's lease, created by a transaction that requires it to be absent.
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +30,8 @@ class context;
 }
 
 namespace ddprun::rendezvous {
+
+class AsyncMutex;
 
 struct EtcdEndpoint {
   std::string host;
@@ -66,8 +73,12 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   ~EtcdJobStore() override;
 
   boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
-                                                     std::string value) override;
+                                                     std::string value,
+                                                     WatchSet watched) override;
+  boost::asio::awaitable<std::vector<KeyEvent>> watch_prefixes(
+      std::vector<std::string> prefixes) override;
   boost::asio::awaitable<KeyEvent> next_event() override;
+  boost::asio::awaitable<std::string> claim(std::string key, std::string value) override;
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
@@ -87,6 +98,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<void> revoke(std::string lease);
   void lost(std::string why);
   void check_open() const;
+  bool follows(const std::string& key) const;
   std::chrono::steady_clock::time_point request_deadline() const;
 
   boost::asio::any_io_executor ex_;
@@ -94,6 +106,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   std::string base_;                                // "<prefix><run_id>/"
   std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
   std::unique_ptr<etcd::Client> client_;            // requests, one at a time
+  std::unique_ptr<AsyncMutex> client_turn_;
   std::unique_ptr<etcd::Client> lease_client_;
   std::unique_ptr<etcd::WatchStream> watch_;
   boost::asio::steady_timer keep_alive_timer_;
@@ -103,6 +116,8 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   int64_t revision_ = 0;  // the last revision of the job's keys this node has seen
   std::deque<KeyEvent> pending_;
   std::string broken_;
+  WatchSet watched_;
+  std::map<std::string, std::string> mirror_;  // every job key as the watch has reported it
 };
 
 }  // namespace ddprun::rendezvous

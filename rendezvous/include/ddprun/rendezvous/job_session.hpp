@@ -1,6 +1,6 @@
 #pragma once
 // One agent's session with its job's keys, over a JobStore: the agent's presence key, and a mirror
-// of the job's keys kept current by the store's watch, fed to on_event(). Handlers built on it
+// of the keys it follows kept current by the store's watch, fed to on_event(). Handlers built on it
 // wait, with wait_until(), on conditions over that mirror: nothing is polled.
 #include <chrono>
 #include <functional>
@@ -31,15 +31,18 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   // Releases a wait for a reason to stop the workers (see stop_requested()).
   void stop_waiting();
   // Calls `listener` for every presence key ("nodes/<id>") that appears or vanishes from now on.
-  void set_membership_listener(std::function<void(const MembershipChange&)> listener) {
-    membership_listener_ = std::move(listener);
-  }
+  // The session follows every presence key for it (one event per node that joins or leaves).
+  void set_membership_listener(std::function<void(const MembershipChange&)> listener);
 
  protected:
   JobSession(boost::asio::any_io_executor ex, std::shared_ptr<JobStore> store);
-  // Joins the store with `presence_key` = `value` and starts mirroring the job's keys: their
-  // current values reach on_event() before open() returns.
-  boost::asio::awaitable<void> open(std::string presence_key, std::string value);
+  // Joins the store with `presence_key` = `value` and starts mirroring the keys of `watched` and
+  // the presence key itself: their current values reach on_event() before open() returns.
+  boost::asio::awaitable<void> open(std::string presence_key, std::string value,
+                                    WatchSet watched);
+  // Mirrors every key under `prefixes` too: their current values reach on_event() before it
+  // returns.
+  boost::asio::awaitable<void> follow(std::vector<std::string> prefixes);
   // Job-wide settings as (flag, value), e.g. ("--max_restarts", "3"): the first node to join fixes
   // them under the key "settings"; a node whose settings differ leaves the job at once and gets a
   // StoreError naming the first setting that differs, with both values. Call before open(), so
@@ -72,12 +75,17 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   static std::string node_record(int nproc, const std::string& host);
   static int nproc_of_record(const std::string& record);
   JobStore& store() { return *store_; }
+  // Whether someone listens to membership changes (set_membership_listener()).
+  bool wants_membership() const { return static_cast<bool>(membership_listener_); }
   boost::asio::any_io_executor executor() const { return ex_; }
 
  private:
   void apply(const KeyEvent& e);
   void report_membership(const KeyEvent& e);
   boost::asio::awaitable<void> pump();
+  boost::asio::awaitable<void> follow_membership();
+  // Whether `watched` follows every key under `prefix`.
+  static bool follows_all_of(const WatchSet& watched, const std::string& prefix);
 
   boost::asio::any_io_executor ex_;
   std::shared_ptr<JobStore> store_;
@@ -87,6 +95,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   bool expelled_ = false;
   std::string broken_;  // set when the store is lost
   bool left_ = false;
+  bool opened_ = false;
+  WatchSet watched_;  // what the session follows
   bool stop_waiting_ = false;
   std::function<void(const MembershipChange&)> membership_listener_;
   std::map<std::string, std::string> node_records_;  // "nodes/<id>" -> its record

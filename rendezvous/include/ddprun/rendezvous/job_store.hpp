@@ -4,9 +4,10 @@
 // (ddprund's extensions of the TCPStore protocol). Keys are relative to the job's own prefix,
 // which the backend chooses from the run id.
 //
-// Contract: one request (compare_set, set, read_prefix) at a time, while next_event() may be
-// pending beside it. Requests may come before join() (a job-wide check before this node shows
-// itself): they connect as join() does. Every operation is bounded by the backend's timeouts and
+// Contract: requests (compare_set, set, read_prefix, claim, watch_prefixes) may be issued from
+// several coroutines at once, beside a pending next_event(); the backend takes them in turn.
+// Requests may come before join() (a job-wide check before this node shows itself): they connect
+// as join() does. Every operation is bounded by the backend's timeouts and
 // throws StoreTimeout or StoreConnectionError (errors.hpp). Coroutine parameters are taken by
 // value: the callee owns them.
 #include <string>
@@ -23,6 +24,13 @@ struct KeyEvent {
   bool deleted = false;
 };
 
+// The keys a session follows: exact keys, and every key under a prefix. What an agent follows is
+// what it pays for: a key every agent follows costs one event per agent per change.
+struct WatchSet {
+  std::vector<std::string> keys;
+  std::vector<std::string> prefixes;
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
@@ -30,13 +38,23 @@ class JobStore {
   // Connects (retrying while the store comes up, up to the join timeout), binds `presence_key` =
   // `value` to this agent's liveness (the key vanishes when the agent dies, leaves, or cannot reach
   // the store for the heartbeat timeout; keeping it alive is the backend's business), and starts
-  // watching every key of the job. Returns the keys that exist now, the presence key included;
-  // next_event() then delivers every later change, none missed and none twice.
+  // watching the keys of `watched`. Returns those that exist now; next_event() then delivers every
+  // later change of them, none missed and none twice.
   virtual boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
-                                                             std::string value) = 0;
-  // The next change of any job key. Throws StoreConnectionError once the store is lost (this
+                                                             std::string value,
+                                                             WatchSet watched) = 0;
+  // Follows every key under each of `prefixes` too, from now on: returns those that exist now, and
+  // next_event() delivers their later changes. Prefixes already followed are not repeated.
+  virtual boost::asio::awaitable<std::vector<KeyEvent>> watch_prefixes(
+      std::vector<std::string> prefixes) = 0;
+  // The next change of a followed key. Throws StoreConnectionError once the store is lost (this
   // agent's presence is then gone or going) and after leave().
   virtual boost::asio::awaitable<KeyEvent> next_event() = 0;
+  // Creates `key` = `value` bound to this agent's presence, unless the key exists: it vanishes
+  // when the presence does (the agent dies, leaves, is paused or cut off). Returns the key's value
+  // after the call (`value` when this agent holds it). A held claim survives the store restarting:
+  // the backend makes it again for its holder; other agents do not put a claimed key back.
+  virtual boost::asio::awaitable<std::string> claim(std::string key, std::string value) = 0;
   // torch's rules: a missing key is created only when `expected` is empty. Returns the value after
   // the operation (`expected` itself when the key is missing and `expected` is not empty).
   virtual boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,

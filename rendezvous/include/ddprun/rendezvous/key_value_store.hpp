@@ -38,7 +38,10 @@ class KeyValueStore {
   void set(const std::string& key, std::string value, StorePeer* owner = nullptr);
   // torch's rules: a missing key is created only when `expected` is empty; the reply is the value
   // after the operation, or `expected` itself when the key is missing and `expected` is not empty.
-  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
+  // With `owner`, a key the call writes is bound to that peer (COMPARE_SET_OWNED); without, it is
+  // permanent.
+  std::string compare_set(const std::string& key, const std::string& expected, std::string desired,
+                          StorePeer* owner = nullptr);
   const std::string* get(const std::string& key) const;
   // The stored value itself (null when missing): it stays valid, unchanged, after the key changes.
   Value shared(const std::string& key) const;
@@ -95,9 +98,10 @@ class KeyValueStore {
     std::vector<std::string> keys;  // keys still awaited, or the barrier key
     bool barrier = false;
   };
-  struct Watcher {
-    StorePeer* peer;
-    bool legacy;
+  // One watch a peer holds: an exact key or a prefix.
+  struct Watched {
+    std::string key;
+    bool prefix;
   };
 
   void changed(const std::string& key, const std::string* old_value, const std::string* new_value);
@@ -113,9 +117,12 @@ class KeyValueStore {
   std::unordered_map<std::string, std::vector<StorePeer*>> waiting_;  // key -> waiting peers
   std::unordered_map<StorePeer*, Waiter> waiters_;
   std::unordered_map<std::string, std::vector<StorePeer*>> barriers_;  // key -> peers counted in
-  std::unordered_map<std::string, std::vector<Watcher>> key_watchers_;
-  std::vector<std::pair<std::string, StorePeer*>> prefix_watchers_;
-  std::unordered_set<StorePeer*> watching_peers_;
+  // Watchers by key and by distinct prefix, and each peer's watches, so
+  // that a change costs the distinct prefixes plus its own watchers, and a peer's departure its own
+  // watches: not every watch of every peer.
+  std::unordered_map<std::string, std::unordered_set<StorePeer*>> key_watchers_;
+  std::unordered_map<std::string, std::unordered_set<StorePeer*>> prefix_watchers_;
+  std::unordered_map<StorePeer*, std::vector<Watched>> watches_;
   std::unordered_map<StorePeer*, std::unordered_set<std::string>> owned_;
 };
 

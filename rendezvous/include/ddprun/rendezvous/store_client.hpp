@@ -35,6 +35,8 @@ class StoreClient {
   std::vector<std::string> list_keys();
   void barrier(std::string_view key, int64_t world_size, std::optional<Ms> timeout = {});
   void set_owned(std::string_view key, std::string_view value);
+  std::string compare_set_owned(std::string_view key, std::string_view expected,
+                                std::string_view desired);
   void keepalive(Ms timeout);
   std::vector<std::pair<std::string, std::string>> get_prefix(std::string_view prefix);
 

@@ -26,9 +26,12 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -38,6 +41,7 @@
 
 namespace ddprun::rendezvous {
 
+class AsyncMutex;
 class AsyncStoreWatch;
 
 struct TcpJobStoreSpec {
@@ -64,8 +68,15 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // Presence keys are those in the folder of `presence_key` (the part up to its last '/'): every
   // agent of the job is expected to put its own there.
   boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
-                                                     std::string value) override;
+                                                     std::string value,
+                                                     WatchSet watched) override;
+  // The prefixes ride a watch connection of their own (the first one is opened then); a later call
+  // with new prefixes replaces it by one that has them all.
+  boost::asio::awaitable<std::vector<KeyEvent>> watch_prefixes(
+      std::vector<std::string> prefixes) override;
   boost::asio::awaitable<KeyEvent> next_event() override;
+  // COMPARE_SET_OWNED on the presence connection.
+  boost::asio::awaitable<std::string> claim(std::string key, std::string value) override;
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
@@ -93,7 +104,9 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
     std::shared_ptr<AsyncStoreClient> client;
     std::shared_ptr<AsyncStoreClient> presence;  // null when the old one survived
     std::shared_ptr<AsyncStoreWatch> watch;
+    std::shared_ptr<AsyncStoreWatch> extra_watch;  // null when watch_prefixes() was never called
     std::map<std::string, std::string> now_there;
+    std::map<std::string, std::string> claims;  // the claims this agent still holds
     ServerInfo info;
     bool restarted = false;
     size_t restored = 0;
@@ -106,12 +119,27 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // Queues the deletion of this agent's presence key, once.
   void report_expelled(const std::string& why);
   bool is_presence_key(const std::string& key) const;
+  // Opens a watch connection following `keys` and `prefixes`; adds what exists now to `now_there`.
+  boost::asio::awaitable<std::shared_ptr<AsyncStoreWatch>> open_watch(
+      ClientOptions options, std::vector<std::string> keys, std::vector<std::string> prefixes,
+      std::map<std::string, std::string>& now_there);
+  // Feeds `watch`'s events to next_event() while it is one of the current watches.
+  boost::asio::awaitable<void> read_events(std::shared_ptr<AsyncStoreWatch> watch);
+  bool current(const std::shared_ptr<AsyncStoreWatch>& watch) const {
+    return watch == watch_ || watch == extra_watch_;
+  }
+  // Queues the difference between known_ and `now_there` (restricted to keys `in_scope`).
+  void catch_up(const std::map<std::string, std::string>& now_there,
+                const std::function<bool(const std::string&)>& in_scope, bool restarted);
   // Records `e` in known_ (the job's keys as reported).
   void remember(const KeyEvent& e);
   void queue(KeyEvent e);
-  // Waits until wake() (a reconnection ended, an event was queued).
-  boost::asio::awaitable<void> wait_for_wake();
-  void wake() { wake_.cancel(); }
+  // Waits until wake() (a reconnection ended, an event was queued) or `deadline`.
+  boost::asio::awaitable<void> wait_for_wake(
+      Clock::time_point deadline = Clock::time_point::max());
+  void wake() {
+    for (auto* t : sleepers_) t->cancel();
+  }
   // Ends the session: every connection is closed so that next_event() reports `why`.
   void lost(std::string why);
   void check_open() const;
@@ -123,14 +151,21 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // Shared: a coroutine suspended in one keeps it alive when a reconnection replaces it.
   std::shared_ptr<AsyncStoreClient> presence_;
   std::shared_ptr<AsyncStoreClient> client_;
-  std::shared_ptr<AsyncStoreWatch> watch_;
+  std::shared_ptr<AsyncStoreWatch> watch_;        // follows watched_
+  std::shared_ptr<AsyncStoreWatch> extra_watch_;  // follows extra_prefixes_
+  std::unique_ptr<AsyncMutex> requests_;       // client_ takes one request at a time
+  std::unique_ptr<AsyncMutex> presence_turn_;  // and so does presence_ (heartbeats, claims)
   boost::asio::steady_timer heartbeat_timer_;
-  boost::asio::steady_timer wake_;  // never expires: cancel() wakes every waiter
+  std::vector<boost::asio::steady_timer*> sleepers_;  // wait_for_wake()s in progress
   std::string broken_;              // why the session ended, once it has
   bool joined_ = false;
   std::string presence_key_;
   std::string presence_value_;
   std::string presence_folder_;  // e.g. "nodes/"
+  WatchSet watched_;
+  std::vector<std::string> extra_prefixes_;
+  std::set<std::string> claimable_;            // every key claim() was called for
+  std::map<std::string, std::string> claims_;  // the claims this agent holds
   ServerInfo server_;
   Clock::time_point lease_start_;  // when the last heartbeat the server acknowledged was sent
   // The outage under way, if any (outages are numbered so that stale coroutines stand down).

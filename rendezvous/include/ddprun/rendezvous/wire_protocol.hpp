@@ -35,6 +35,9 @@
 //                   when the server starts, so a client that reconnects can tell a restarted
 //                   server (which lost every key) from the one it knew; flags bit 0 set means the
 //                   server lives inside an agent and ends with it (ServerOptions::in_agent).
+//   COMPARE_SET_OWNED=205 [key][expected][desired]. COMPARE_SET (same reply), and a key it writes
+//                   is bound to this connection as by SET_OWNED: how an agent claims a role that
+//                   must end with it (the job's leader).
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -79,15 +82,17 @@ enum class Op : uint8_t {
   kSetOwned,   // extension
   kKeepAlive,  // extension
   kGetPrefix,  // extension
-  kServerInfo  // extension
+  kServerInfo,      // extension
+  kCompareSetOwned  // extension
 };
-constexpr size_t kOpCount = static_cast<size_t>(Op::kServerInfo) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::kCompareSetOwned) + 1;
 
 constexpr uint8_t kExtWatch = 200;
 constexpr uint8_t kExtSetOwned = 201;
 constexpr uint8_t kExtKeepAlive = 202;
 constexpr uint8_t kExtGetPrefix = 203;
 constexpr uint8_t kExtServerInfo = 204;
+constexpr uint8_t kExtCompareSetOwned = 205;
 constexpr uint8_t kServerInAgent = 1;  // SERVER_INFO flags
 
 // Reply bytes.
