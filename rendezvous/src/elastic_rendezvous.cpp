@@ -243,11 +243,25 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   const auto now = Clock::now();
   if (closed_) co_return Clock::time_point::max();
   const int n = round_;
+  if (!rounds_.contains(n) && (place_.round == n || master_.round == n)) {
+    // Round n formed, and its record is gone: the store restarted and the leader that knew it did
+    // not come back. Nobody can tell its participants now; it ends, and the next round re-forms.
+    if (interrupt_.round != n) {
+      const std::string value = fmt::format(
+          "{} the job's leader did not come back after the store restarted, and the round's "
+          "record went with it",
+          n);
+      co_await store().set("interrupt", value);
+    }
+    co_await advance_round(n, false, restarts_);
+    co_return now;
+  }
   if (!rounds_.contains(n)) {
     if (static_cast<int>(nodes_.size()) < config_.min_nodes) co_return Clock::time_point::max();
-    // The last call gathers the first round: more nodes may come until MAX or last_call_timeout.
-    // A re-formed round (after a node left or failed) starts at once; late arrivals scale it up.
-    if (!rounds_.contains(n - 1) && static_cast<int>(nodes_.size()) < config_.max_nodes) {
+    // The last call gathers the first round (round 0: the round advances only from a formed one):
+    // more nodes may come until MAX or last_call_timeout. A re-formed round (after a node left or
+    // failed) starts at once; late arrivals scale it up.
+    if (n == 0 && static_cast<int>(nodes_.size()) < config_.max_nodes) {
       if (!last_call_ || last_call_->first != n) {
         last_call_.emplace(n, now + config_.last_call_timeout);
       }

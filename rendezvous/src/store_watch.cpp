@@ -56,23 +56,34 @@ asio::awaitable<WatchEventRecord> AsyncStoreWatch::read_frame(Ms first_byte_time
 
 asio::awaitable<std::vector<WatchEventRecord>> AsyncStoreWatch::add(wire::WatchMode mode,
                                                                     std::string_view key) {
-  wire::Request r;
-  r.op = wire::Op::kWatch;
-  r.mode = static_cast<uint8_t>(mode);
-  r.key = options_.key_prefix + std::string(key);
+  std::vector<std::pair<wire::WatchMode, std::string>> one;
+  one.emplace_back(mode, std::string(key));
+  co_return co_await add_all(std::move(one));
+}
+
+asio::awaitable<std::vector<WatchEventRecord>> AsyncStoreWatch::add_all(
+    std::vector<std::pair<wire::WatchMode, std::string>> watches) {
   wbuf_.clear();
-  wire::encode_request(r, wire::Dialect::kModern, wbuf_);
+  for (const auto& [mode, key] : watches) {
+    wire::Request r;
+    r.op = wire::Op::kWatch;
+    r.mode = static_cast<uint8_t>(mode);
+    r.key = options_.key_prefix + key;
+    wire::encode_request(r, wire::Dialect::kModern, wbuf_);
+  }
+  std::vector<WatchEventRecord> snapshot;
+  if (watches.empty()) co_return snapshot;
   socket_->set_deadline(Clock::now() + options_.timeout);
   co_await socket_->write(wbuf_);
-  std::vector<WatchEventRecord> snapshot;
-  for (;;) {
+  // The server answers the requests in order, each with its snapshot and then REGISTERED.
+  for (size_t registered = 0; registered < watches.size();) {
     WatchEventRecord e = co_await read_frame(options_.timeout);
-    if (e.event == wire::WatchEvent::kRegistered) break;
-    // Live events of earlier watches can arrive while this one registers.
-    if (e.event == wire::WatchEvent::kExisting) {
+    if (e.event == wire::WatchEvent::kRegistered) {
+      ++registered;
+    } else if (e.event == wire::WatchEvent::kExisting) {
       snapshot.push_back(std::move(e));
     } else {
-      pending_.push_back(std::move(e));
+      pending_.push_back(std::move(e));  // live events of earlier watches
     }
   }
   co_return snapshot;

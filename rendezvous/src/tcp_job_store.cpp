@@ -82,17 +82,11 @@ asio::awaitable<std::shared_ptr<AsyncStoreWatch>> TcpJobStore::open_watch(
   std::shared_ptr<AsyncStoreWatch> watch = co_await AsyncStoreWatch::connect(
       ex_, spec_.host, static_cast<uint16_t>(spec_.port), options);
   try {
-    for (const auto& key : keys) {
-      const std::string full_key = base_ + key;
-      for (auto& e : co_await watch->add(wire::WatchMode::kKey, full_key)) {
-        now_there[e.key.substr(base_.size())] = std::move(e.new_value);
-      }
-    }
-    for (const auto& prefix : prefixes) {
-      const std::string full_prefix = base_ + prefix;
-      for (auto& e : co_await watch->add(wire::WatchMode::kPrefix, full_prefix)) {
-        now_there[e.key.substr(base_.size())] = std::move(e.new_value);
-      }
+    std::vector<std::pair<wire::WatchMode, std::string>> watches;
+    for (const auto& key : keys) watches.emplace_back(wire::WatchMode::kKey, base_ + key);
+    for (const auto& p : prefixes) watches.emplace_back(wire::WatchMode::kPrefix, base_ + p);
+    for (auto& e : co_await watch->add_all(std::move(watches))) {
+      now_there[e.key.substr(base_.size())] = std::move(e.new_value);
     }
   } catch (...) {
     watch->close();

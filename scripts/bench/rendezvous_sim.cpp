@@ -1,16 +1,22 @@
 // In-process simulation of many agents: N real ElasticRendezvous handlers (the rendezvous code
-// itself, each with its own TcpJobStore and real sockets) on one io_context, against a real store
-// (a StoreThread in this process), with no worker processes: each "agent" runs the agent's round
-// loop (next_round, worker_store, interruption, end_round). Measured per N:
+// itself) on one io_context, with no worker processes: each "agent" runs the agent's round loop
+// (next_round, worker_store, interruption, end_round). Two transports:
+//   tcp     each agent has its own TcpJobStore with real sockets, against a real store (a
+//           StoreThread in this process): 6 descriptors per agent;
+//   memory  each agent has a MemoryJobStore over one shared KeyValueStore (the store's keys,
+//           owned keys and watches) on the same loop, without sockets: for N beyond the
+//           descriptor limit.
+// Measured per N:
 //   form:     every agent joins; ms until all N hold round 0 (a fixed-size N:N-free 1:N job that
 //             forms at N);
 //   loss:     one agent's connections close (it died); ms until the N-1 others hold the next round;
 //   scale-up: a new agent joins; ms until all N hold the round after;
-// and, per agent and phase, the store's requests served and bytes sent, and the store thread's CPU.
+// and, per agent and phase, the store's requests served and bytes sent, and CPU seconds: the store
+// thread's (tcp), or the whole process's (memory: store and agents share one thread).
 //
-//   rendezvous_sim --agents 1000 [--agents 2000 ...] [--timeout-s 300]
+//   rendezvous_sim --agents 1000 [--agents 2000 ...] [--timeout-s 300] [--transport memory]
 // Prints one line per N: N form_ms loss_ms scaleup_ms then per phase requests/agent, KiB sent/agent
-// and store CPU seconds. Exits 1 when a phase does not complete within the timeout.
+// and CPU seconds. Exits 1 when a phase does not complete within the timeout.
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -24,10 +30,14 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <sys/resource.h>
 
+#include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
+#include "ddprun/rendezvous/store_server.hpp"
 #include "ddprun/rendezvous/store_thread.hpp"
+#include "memory_job_store.hpp"
 
 namespace asio = boost::asio;
 using namespace ddprun::rendezvous;
@@ -42,8 +52,18 @@ struct Agent {
 };
 
 struct Sim {
+  explicit Sim(bool memory) {
+    if (memory) {
+      kv = std::make_shared<KeyValueStore>();
+      traffic = std::make_shared<ddprun::bench::MemoryTraffic>();
+    } else {
+      store = std::make_unique<StoreThread>(ServerOptions{});
+    }
+  }
   asio::io_context io{1};
-  StoreThread store{ServerOptions{}};
+  std::unique_ptr<StoreThread> store;                     // tcp
+  std::shared_ptr<KeyValueStore> kv;                      // memory
+  std::shared_ptr<ddprun::bench::MemoryTraffic> traffic;  // memory
   std::vector<std::unique_ptr<Agent>> agents;
   int n = 0;
   std::string run_id;
@@ -75,13 +95,20 @@ void add_agent(Sim& sim, int max_nodes) {
   c.nproc = 1;
   c.host = "sim";
   c.endpoint_host = "127.0.0.1";
-  c.endpoint_port = sim.store.port();
+  c.endpoint_port = sim.store ? sim.store->port() : 0;
   c.host_store = RendezvousConfig::HostStore::kNo;
   c.join_timeout = std::chrono::seconds(600);
   c.heartbeat_timeout = std::chrono::seconds(600);  // a loaded loop must not expel anyone
   c.last_call_timeout = std::chrono::seconds(600);  // the first round forms at max_nodes
   auto a = std::make_unique<Agent>();
-  a->rdzv = make_rendezvous(sim.io, c);
+  if (sim.kv) {
+    const std::string id = fmt::format("sim_{}", sim.agents.size());
+    auto store = std::make_shared<ddprun::bench::MemoryJobStore>(
+        sim.io.get_executor(), sim.kv, "ddprun/" + sim.run_id + "/", sim.traffic);
+    a->rdzv = ElasticRendezvous::create(sim.io, c, id, store, nullptr);
+  } else {
+    a->rdzv = make_rendezvous(sim.io, c);
+  }
   asio::co_spawn(sim.io, agent_loop(a.get()), asio::detached);
   sim.agents.push_back(std::move(a));
 }
@@ -91,13 +118,26 @@ struct Sample {
   double cpu = 0;
 };
 
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto secs = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
 Sample sample(Sim& sim) {
   Sample s;
-  sim.store.call([&](StoreServer& server) {
+  if (sim.kv) {
+    s.requests = sim.traffic->requests;
+    s.bytes = sim.traffic->bytes_sent;
+    s.cpu = process_cpu_seconds();
+    return s;
+  }
+  sim.store->call([&](StoreServer& server) {
     for (uint64_t r : server.counters().requests) s.requests += r;
     s.bytes = server.counters().bytes_sent;
   });
-  s.cpu = sim.store.cpu_seconds();
+  s.cpu = sim.store->cpu_seconds();
   return s;
 }
 
@@ -122,8 +162,8 @@ std::string per_agent(const Sample& a, const Sample& b, int agents) {
                      double(b.bytes - a.bytes) / 1024 / agents, b.cpu - a.cpu);
 }
 
-int simulate(int n, std::chrono::seconds timeout) {
-  Sim sim;
+int simulate(int n, std::chrono::seconds timeout, bool memory) {
+  Sim sim(memory);
   sim.n = n;
   sim.run_id = fmt::format("sim{}", n);
   const auto deadline = [&] { return Clock::now() + timeout; };
@@ -174,10 +214,13 @@ int main(int argc, char** argv) {
   int timeout_s = 300;
   app.add_option("--agents", ns, "agent counts to simulate, each in a fresh job")->required();
   app.add_option("--timeout-s", timeout_s, "per phase");
+  std::string transport = "tcp";
+  app.add_option("--transport", transport, "tcp (sockets to a store thread) or memory (no sockets)")
+      ->check(CLI::IsMember({"tcp", "memory"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::err);  // teardown closes thousands of sockets mid-write
   for (int n : ns) {
-    if (simulate(n, std::chrono::seconds(timeout_s)) != 0) {
+    if (simulate(n, std::chrono::seconds(timeout_s), transport == "memory") != 0) {
       std::cout << n << " did not complete within " << timeout_s << " s" << std::endl;
       return 1;
     }

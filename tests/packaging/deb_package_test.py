@@ -118,7 +118,8 @@ def main():
         assert status["world_size"] == 2 and len(status["nodes"]) == 2, status
         with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
             metrics = r.read().decode()
-        assert re.search(r"^ddprund_owned_keys 2$", metrics, re.M), metrics
+        # Owned: 2 presence keys and the rendezvous leader's claim.
+        assert re.search(r"^ddprund_owned_keys 3$", metrics, re.M), metrics
         open(f"{work}/go", "w").close()
         for a in agents:
             assert a.wait(60) == 0, a.communicate()

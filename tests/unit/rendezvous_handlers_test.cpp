@@ -140,6 +140,15 @@ class Job {
   }
   // Runs the io_context for `d`, for checks that something does not happen.
   void idle_for(std::chrono::milliseconds d) { io_.run_for(d); }
+  // Bytes the store has sent to its clients so far.
+  uint64_t bytes_sent() const { return server_->counters().bytes_sent; }
+  // The id of the agent that leads the rendezvous, as the store holds it.
+  std::string leader() {
+    auto c = client();
+    std::string id = run(c->get(TcpJobStore::job_key("job", "leader")));
+    c->close();
+    return id;
+  }
 
  private:
   static ServerOptions loopback() {
@@ -153,6 +162,12 @@ class Job {
   RendezvousConfig config_;
   std::vector<std::shared_ptr<Rendezvous>> nodes_;
 };
+
+const std::string& id_of(const std::shared_ptr<Rendezvous>& node) {
+  const auto* elastic = dynamic_cast<ElasticRendezvous*>(node.get());
+  REQUIRE(elastic != nullptr);
+  return elastic->node_id();
+}
 
 // Starts next_round() on every node and returns their rounds once all have one.
 std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rendezvous>>& nodes) {
@@ -364,10 +379,8 @@ TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come 
   // a and b reconnect, put the job's keys back, and give c its heartbeat timeout to return.
   REQUIRE(job.run_until([&] { return why_a->done && why_b->done; }));
   CHECK(Clock::now() - restarted >= 1s);
-  const auto* rc = dynamic_cast<ElasticRendezvous*>(c.get());
-  REQUIRE(rc != nullptr);
-  CHECK_THAT(why_a->get(), Catch::Contains("node " + rc->node_id() + " left the job"));
-  CHECK_THAT(why_b->get(), Catch::Contains("node " + rc->node_id() + " left the job"));
+  CHECK_THAT(why_a->get(), Catch::Contains("node " + id_of(c) + " left the job"));
+  CHECK_THAT(why_b->get(), Catch::Contains("node " + id_of(c) + " left the job"));
   auto client = job.client();
   for (const char* key : {"settings", "round", "restarts", "rounds/0"}) {
     INFO(key);
@@ -380,6 +393,80 @@ TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come 
   CHECK(r1[0].restart_count == 0);
   CHECK(r1[0].num_nodes == 2);
   client->close();
+  // The leader (the first to join) claimed its place again in the new store.
+  CHECK(job.leader() == id_of(a));
+}
+
+TEST_CASE("rendezvous: when the leader dies another agent leads and the job re-forms without it",
+          "[rendezvous]") {
+  Job job(2, 3);
+  auto a = job.add();  // the first to join leads
+  auto b = job.add();
+  auto c = job.add();
+  auto r0 = form(job, {a, b, c});
+  CHECK(job.leader() == id_of(a));
+  auto why_b = job.start(b->interruption(r0[1]));
+  auto why_c = job.start(c->interruption(r0[2]));
+  a->abandon();
+  REQUIRE(job.run_until([&] { return why_b->done && why_c->done; }));
+  CHECK_THAT(why_b->get(), Catch::Contains("node " + id_of(a) + " left the job"));
+  CHECK_THAT(why_c->get(), Catch::Contains("node " + id_of(a) + " left the job"));
+  job.run(completed(b->end_round(r0[1])));
+  job.run(completed(c->end_round(r0[2])));
+  const auto r1 = form(job, {b, c});
+  CHECK(r1[0].num_nodes == 2);
+  CHECK(r1[0].restart_count == 0);
+  CHECK(std::set<int>{r1[0].node_rank, r1[1].node_rank} == std::set<int>{0, 1});
+  const std::string leader = job.leader();
+  CHECK((leader == id_of(b) || leader == id_of(c)));
+}
+
+TEST_CASE("rendezvous: a leader lost while the store restarts is replaced after its heartbeat",
+          "[rendezvous]") {
+  Job job(2, 3);
+  job.config().heartbeat_timeout = 1s;
+  auto a = job.add();  // the leader
+  auto b = job.add();
+  auto c = job.add();
+  auto r0 = form(job, {a, b, c});
+  auto why_b = job.start(b->interruption(r0[1]));
+  auto why_c = job.start(c->interruption(r0[2]));
+  job.idle_for(50ms);
+  job.restart_store();
+  a->abandon();  // never comes back: its claim is held for it for a heartbeat, then taken over
+  REQUIRE(job.run_until([&] { return why_b->done && why_c->done; }));
+  // Only the leader knew the round's members: the new one ends the round it cannot check.
+  CHECK_THAT(why_b->get(), Catch::Contains("leader did not come back"));
+  CHECK_THAT(why_c->get(), Catch::Contains("leader did not come back"));
+  job.run(completed(b->end_round(r0[1])));
+  const auto r1 = form(job, {b, c});
+  CHECK(r1[0].num_nodes == 2);
+  CHECK(r1[0].restart_count == 0);
+}
+
+TEST_CASE("rendezvous: a node's join costs the agents already there nothing", "[rendezvous]") {
+  // Only the leader follows the presence keys: what the store sends for one more spare stays the
+  // same however many agents are there (each used to get every join, so it grew with them).
+  Job job(2, 2);
+  auto a = job.add();
+  auto b = job.add();
+  form(job, {a, b});
+  std::vector<uint64_t> cost;
+  std::vector<std::shared_ptr<Pending<std::optional<Round>>>> spares;
+  for (int i = 0; i < 24; ++i) {
+    const uint64_t before = job.bytes_sent();
+    auto spare = job.add();
+    spares.push_back(job.start(spare->next_round()));  // placed as a spare by the leader
+    job.idle_for(20ms);
+    cost.push_back(job.bytes_sent() - before);
+  }
+  INFO("bytes sent for the 2nd..4th spare: " << cost[1] << " " << cost[2] << " " << cost[3]
+                                             << "; for the last three: " << cost[21] << " "
+                                             << cost[22] << " " << cost[23]);
+  const uint64_t early = std::max({cost[1], cost[2], cost[3]});
+  const uint64_t late = std::max({cost[21], cost[22], cost[23]});
+  CHECK(late < early + early / 4);
+  for (auto& s : spares) CHECK_FALSE(s->done);  // spares wait: the round is full
 }
 
 TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere restarts the job",

@@ -34,6 +34,9 @@ class AsyncStoreWatch {
   // kExisting records); every change after that arrives through next(), none missed, none twice.
   boost::asio::awaitable<std::vector<WatchEventRecord>> add(wire::WatchMode mode,
                                                             std::string_view key);
+  // add() for each of `watches` (mode, key), sent together: one round trip for them all.
+  boost::asio::awaitable<std::vector<WatchEventRecord>> add_all(
+      std::vector<std::pair<wire::WatchMode, std::string>> watches);
   // The next change to any watched key. Throws StoreTimeout after `timeout` (default: the client
   // timeout; the connection stays usable) and StoreConnectionError when the server goes away.
   boost::asio::awaitable<WatchEventRecord> next(std::optional<Ms> timeout = {});
