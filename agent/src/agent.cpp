@@ -357,10 +357,14 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     spdlog::info("metrics at http://*:{}/metrics", metrics_server->port());
   }
   group.set_event_log(events.get());
-  rdzv->watch_membership([&events](const rendezvous::MembershipChange& m) {
-    events->record(m.joined ? "node_joined" : "node_left",
-                   {{"node_id", m.node}, {"host", m.host}, {"nproc", m.nproc}});
-  });
+  if (!cfg.event_log.empty() || cfg.metrics_port) {
+    // Following every node's presence costs this agent one event per join or leave anywhere in
+    // the job: only for an agent that reports them.
+    rdzv->watch_membership([&events](const rendezvous::MembershipChange& m) {
+      events->record(m.joined ? "node_joined" : "node_left",
+                     {{"node_id", m.node}, {"host", m.host}, {"nproc", m.nproc}});
+    });
+  }
   int signaled = 0;
   const auto on_signal = [&](int signo) {
     events->record("signal", {{"signal", signal_name(signo)}});

@@ -52,7 +52,9 @@ WatchSet followed_by_all(const std::string& node_id) {
 }
 
 // What the leader follows besides.
-std::vector<std::string> followed_by_leader() { return {"nodes/", "rounds/", "done/", "failures/"}; }
+std::vector<std::string> followed_by_leader() {
+  return {"nodes/", "rounds/", "done/", "failures/"};
+}
 
 }  // namespace
 
@@ -297,12 +299,19 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   for (const auto& [id, _] : nodes_) {
     if (auto it = placed_.find(id); it == placed_.end() || it->second != n) unplaced.push_back(id);
   }
+  const auto placing = Clock::now();
   for (const auto& id : unplaced) {
     if (round_ != n) break;
     const std::string key = "place/" + id;
     const std::string value = placement_record(rec, n, id);
     co_await store().set(key, value);
     placed_[id] = n;
+  }
+  if (unplaced.size() > 1) {
+    spdlog::info(
+        "round {}: {} nodes placed ({} in the round) in {} ms", n, unplaced.size(),
+        rec.participants.size(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - placing).count());
   }
   co_return Clock::time_point::max();
 }
@@ -319,9 +328,9 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
                                      config_.join_timeout.count() / 1000));
     }
     const int n = round_;
-    const bool placed = co_await wait_until(
-        [&] { return closed_ || round_ != n || place_.round == n; },
-        Clock::now() + config_.join_timeout);
+    const bool placed =
+        co_await wait_until([&] { return closed_ || round_ != n || place_.round == n; },
+                            Clock::now() + config_.join_timeout);
     if (!placed) {
       throw StoreTimeout(
           leading() ? fmt::format("only {} of at least {} nodes joined within {} s", nodes_.size(),

@@ -31,8 +31,8 @@ std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds heartbeat) {
   return std::max<std::chrono::milliseconds>(heartbeat / 3, std::chrono::milliseconds(500));
 }
 
-// Creates `key` = `value` on `lease` if the key is absent, else reads it (all base64 but the lease).
-// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+// Creates `key` = `value` on `lease` if the key is absent, else reads it (all base64 but the
+// lease). (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
 json claim_txn(const std::string& key, const std::string& value, const std::string& lease) {
   json compare;
   compare["key"] = key;
@@ -270,8 +270,8 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::watch_prefixes(
       continue;
     }
     // Keys followed already (an exact key under the prefix) are not reported again.
-    for (auto it = mirror_.lower_bound(prefix); it != mirror_.end() && it->first.starts_with(prefix);
-         ++it) {
+    for (auto it = mirror_.lower_bound(prefix);
+         it != mirror_.end() && it->first.starts_with(prefix); ++it) {
       if (!follows(it->first)) out.push_back(KeyEvent{it->first, it->second, false});
     }
     watched_.prefixes.push_back(prefix);

@@ -16,9 +16,10 @@ std::string store_metrics(StoreServer& server) {
                            static_cast<double>(server.connection_count()));
   out +=
       prometheus_sample("ddprund_keys", "gauge", "Keys held.", static_cast<double>(store.size()));
-  out += prometheus_sample("ddprund_owned_keys", "gauge",
-                           "Keys bound to a connection's lifetime (agents' presence, the leader's claim).",
-                           static_cast<double>(store.owned_key_count()));
+  out += prometheus_sample(
+      "ddprund_owned_keys", "gauge",
+      "Keys bound to a connection's lifetime (agents' presence, the leader's claim).",
+      static_cast<double>(store.owned_key_count()));
   out += prometheus_sample("ddprund_value_bytes", "gauge", "Bytes of every value held.",
                            static_cast<double>(store.value_bytes()));
   out += prometheus_sample("ddprund_buffered_bytes", "gauge",

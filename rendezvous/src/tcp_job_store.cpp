@@ -455,9 +455,8 @@ void TcpJobStore::catch_up(const std::map<std::string, std::string>& now_there,
   for (const auto& key : gone) {
     // After a restart, a peer's presence and a claim held elsewhere get their holder's time to
     // come back.
-    const bool held_elsewhere =
-        (is_presence_key(key) && key != presence_key_) ||
-        (claimable_.contains(key) && !claims_.contains(key));
+    const bool held_elsewhere = (is_presence_key(key) && key != presence_key_) ||
+                                (claimable_.contains(key) && !claims_.contains(key));
     if (restarted && held_elsewhere) {
       withheld_[key] = now + spec_.heartbeat_timeout;
     } else {

@@ -53,7 +53,8 @@ class MemoryJobStore final : public rendezvous::JobStore,
     co_await turn();
     kv_->set(base_ + presence_key, std::move(value), &presence_);
     std::vector<KeyEvent> snapshot;
-    for (const auto& k : watched.keys) register_watch(rendezvous::wire::WatchMode::kKey, k, snapshot);
+    for (const auto& k : watched.keys)
+      register_watch(rendezvous::wire::WatchMode::kKey, k, snapshot);
     for (const auto& p : watched.prefixes) {
       register_watch(rendezvous::wire::WatchMode::kPrefix, p, snapshot);
     }

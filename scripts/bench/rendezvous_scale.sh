@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Rendezvous at scale without process-creation noise: rendezvous_sim runs N real ElasticRendezvous
-# handlers in one process against a real store (a StoreThread there), for each N of SIM_NS: a round
-# formed by all N, a node lost, a node added. It prints the times and, per agent and phase, the
-# requests the store served, the bytes it sent and its CPU time, then how the cost per agent grows
-# with N. Each agent holds 3 connections and the store 3 more, so N is bounded by the descriptor
-# limit (about a sixth of it).
+# handlers in one process, for each N: a round formed by all N, a node lost, a node added. It prints
+# the times and, per agent and phase, the requests the store served, the bytes it sent and CPU
+# seconds, then how the cost grows with N. Two transports:
+#   tcp     real sockets to a real store on its own thread (SIM_NS). Each agent holds 3 connections
+#           and the store 3 more, so N is bounded by the descriptor limit (about a sixth of it).
+#   memory  the same handlers and the store's own KeyValueStore (keys, owned keys, claims, watches)
+#           in one thread, without sockets (MEM_NS): for N beyond the descriptor limit. CPU is the
+#           whole process's (agents and store).
 #
-#   scripts/bench/rendezvous_scale.sh     (SIM_NS="250 500 1000 2000 3000" by default)
+#   scripts/bench/rendezvous_scale.sh  (SIM_NS="250 1000 3000", MEM_NS="1000 3000 10000" by default)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh
@@ -14,30 +17,49 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target rendezvous_sim >/dev/null
 ulimit -n "$(ulimit -Hn)"
 fds=$(ulimit -n)
-SIM_NS=${SIM_NS:-"250 500 1000 2000 3000"}
-ns=()
-for n in $SIM_NS; do
-  if ((n * 6 + 256 > fds)); then
-    echo "# N=$n not run: it needs $((n * 6)) descriptors and this process may have $fds"
-  else
-    ns+=("$n")
-  fi
-done
+SIM_NS=${SIM_NS:-"250 1000 3000"}
+MEM_NS=${MEM_NS:-"1000 3000 10000"}
 echo "# simulated agents (real handlers, real store, one process); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
-echo "# per agent and phase: requests served by the store, KiB it sent, its CPU seconds (whole phase)"
-printf '%-6s %9s %9s %11s   %-26s %-26s %-26s\n' N form_ms loss_ms scaleup_ms "form: req KiB cpu" \
-  "loss: req KiB cpu" "scale-up: req KiB cpu"
+echo "# per agent and phase: requests served by the store, KiB it sent, CPU seconds (whole phase)"
+printf '%-7s %-6s %9s %9s %11s   %-22s %-22s %-22s\n' transport N form_ms loss_ms scaleup_ms \
+  "form: req KiB cpu" "loss: req KiB cpu" "scale-up: req KiB cpu"
 out=$(mktemp)
-args=()
-for n in "${ns[@]}"; do args+=(--agents "$n"); done
-build/scripts/bench/rendezvous_sim "${args[@]}" --timeout-s 600 | tee "$out" | while read -r n f l u _ fr fk fc _ lr lk lc _ ur uk uc; do
-  printf '%-6s %9s %9s %11s   %-26s %-26s %-26s\n' "$n" "$f" "$l" "$u" "$fr $fk $fc" "$lr $lk $lc" "$ur $uk $uc"
-done
-first=$(head -1 "$out") last=$(tail -1 "$out")
-read -r n1 f1 _ _ _ _ k1 _ <<<"$first"
-read -r n2 f2 l2 _ _ _ k2 _ <<<"$last"
+run() {  # transport, N...
+  local transport=$1 args=()
+  shift
+  for n in "$@"; do
+    if [[ $transport == tcp ]] && ((n * 6 + 256 > fds)); then
+      echo "# tcp N=$n not run: it needs $((n * 6)) descriptors and this process may have $fds"
+    else
+      args+=(--agents "$n")
+    fi
+  done
+  ((${#args[@]})) || return 0
+  build/scripts/bench/rendezvous_sim "${args[@]}" --transport "$transport" --timeout-s 600 |
+    while read -r n f l u _ fr fk fc _ lr lk lc _ ur uk uc; do
+      echo "$transport $n $f $l $u $fk" >>"$out"
+      printf '%-7s %-6s %9s %9s %11s   %-22s %-22s %-22s\n' "$transport" "$n" "$f" "$l" "$u" \
+        "$fr $fk $fc" "$lr $lk $lc" "$ur $uk $uc"
+    done
+}
+# shellcheck disable=SC2086
+run tcp $SIM_NS
+# shellcheck disable=SC2086
+run memory $MEM_NS
 echo
-awk -v n1="$n1" -v n2="$n2" -v f1="$f1" -v f2="$f2" -v k1="$k1" -v k2="$k2" -v l2="$l2" 'BEGIN {
-  e = log(f2 / f1) / log(n2 / n1); b = log(k2 / k1) / log(n2 / n1)
-  printf "rendezvous at scale: %d simulated agents formed a round in %.0f ms and re-formed after a loss in %.0f ms; from %d to %d agents the time grew as N^%.2f and the bytes sent per agent as N^%.2f\n", n2, f2, l2, n1, n2, e, b
-}'
+awk '
+  { t = $1; n[t, ++c[t]] = $2; f[t, c[t]] = $3; l[t, c[t]] = $4; k[t, c[t]] = $6 }
+  function growth(t,   e, b) {
+    if (c[t] < 2) return
+    e = log(f[t, c[t]] / f[t, 1]) / log(n[t, c[t]] / n[t, 1])
+    b = log(k[t, c[t]] / k[t, 1]) / log(n[t, c[t]] / n[t, 1])
+    printf "%s: from %d to %d agents the time to form grew as N^%.2f, the bytes per agent as N^%.2f\n", t, n[t, 1], n[t, c[t]], e, b
+  }
+  END {
+    growth("tcp"); growth("memory")
+    for (t in c) { last[t] = c[t] }
+    line = "rendezvous at scale:"
+    if ("memory" in last) line = sprintf("%s %d simulated agents (no sockets) formed a round in %.0f ms and re-formed after a loss in %.0f ms (targets 2000 and 1000: %.2fx and %.2fx of the target)", line, n["memory", last["memory"]], f["memory", last["memory"]], l["memory", last["memory"]], f["memory", last["memory"]] / 2000, l["memory", last["memory"]] / 1000)
+    if ("tcp" in last) line = sprintf("%s; %d over sockets in %.0f ms and %.0f ms", line, n["tcp", last["tcp"]], f["tcp", last["tcp"]], l["tcp", last["tcp"]])
+    print line
+  }' "$out"

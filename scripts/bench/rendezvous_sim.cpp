@@ -26,11 +26,11 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <CLI/CLI.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <sys/resource.h>
 
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"

@@ -43,7 +43,7 @@ TEST_CASE("session: a claim by compare-and-set is won once and ends with its con
   {
     StoreClient first("127.0.0.1", server.port());
     CHECK(first.compare_set_owned("leader", "", "a") == "a");
-    CHECK(other.compare_set_owned("leader", "", "b") == "a");  // taken: the holder's value
+    CHECK(other.compare_set_owned("leader", "", "b") == "a");   // taken: the holder's value
     CHECK(first.compare_set_owned("leader", "a", "a") == "a");  // renewing keeps it
     CHECK(watch.next(5s).event == WatchEvent::kKeyCreated);
     CHECK(watch.next(5s).event == WatchEvent::kKeyUpdated);

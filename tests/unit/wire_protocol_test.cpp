@@ -79,12 +79,18 @@ TEST_CASE("codec: opcodes match torch's enums in each dialect", "[codec]") {
     CHECK(opcode_of(op, Dialect::kLegacy) == code);
   }
   const std::vector<std::pair<Op, int>> modern = {
-      {Op::kValidate, 0},    {Op::kSet, 1},        {Op::kCompareSet, 2},  {Op::kGet, 3},
-      {Op::kAdd, 4},         {Op::kCheck, 5},      {Op::kWait, 6},        {Op::kGetNumKeys, 7},
-      {Op::kDeleteKey, 8},   {Op::kAppend, 9},     {Op::kMultiGet, 10},   {Op::kMultiSet, 11},
-      {Op::kCancelWait, 12}, {Op::kPing, 13},      {Op::kQueuePush, 14},  {Op::kQueuePop, 15},
-      {Op::kQueueLen, 16},   {Op::kListKeys, 17},  {Op::kBarrier, 18},    {Op::kWatchKey, -1},
-      {Op::kWatch, 200},     {Op::kSetOwned, 201}, {Op::kKeepAlive, 202}, {Op::kGetPrefix, 203},
+      {Op::kValidate, 0},     {Op::kSet, 1},
+      {Op::kCompareSet, 2},   {Op::kGet, 3},
+      {Op::kAdd, 4},          {Op::kCheck, 5},
+      {Op::kWait, 6},         {Op::kGetNumKeys, 7},
+      {Op::kDeleteKey, 8},    {Op::kAppend, 9},
+      {Op::kMultiGet, 10},    {Op::kMultiSet, 11},
+      {Op::kCancelWait, 12},  {Op::kPing, 13},
+      {Op::kQueuePush, 14},   {Op::kQueuePop, 15},
+      {Op::kQueueLen, 16},    {Op::kListKeys, 17},
+      {Op::kBarrier, 18},     {Op::kWatchKey, -1},
+      {Op::kWatch, 200},      {Op::kSetOwned, 201},
+      {Op::kKeepAlive, 202},  {Op::kGetPrefix, 203},
       {Op::kServerInfo, 204}, {Op::kCompareSetOwned, 205}};
   for (auto [op, code] : modern) {
     INFO(op_name(op));

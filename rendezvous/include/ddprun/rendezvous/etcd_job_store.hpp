@@ -72,8 +72,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   EtcdJobStore(boost::asio::any_io_executor ex, EtcdJobStoreSpec spec);
   ~EtcdJobStore() override;
 
-  boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
-                                                     std::string value,
+  boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key, std::string value,
                                                      WatchSet watched) override;
   boost::asio::awaitable<std::vector<KeyEvent>> watch_prefixes(
       std::vector<std::string> prefixes) override;

@@ -38,8 +38,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   JobSession(boost::asio::any_io_executor ex, std::shared_ptr<JobStore> store);
   // Joins the store with `presence_key` = `value` and starts mirroring the keys of `watched` and
   // the presence key itself: their current values reach on_event() before open() returns.
-  boost::asio::awaitable<void> open(std::string presence_key, std::string value,
-                                    WatchSet watched);
+  boost::asio::awaitable<void> open(std::string presence_key, std::string value, WatchSet watched);
   // Mirrors every key under `prefixes` too: their current values reach on_event() before it
   // returns.
   boost::asio::awaitable<void> follow(std::vector<std::string> prefixes);

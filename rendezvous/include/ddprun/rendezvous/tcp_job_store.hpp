@@ -67,8 +67,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
 
   // Presence keys are those in the folder of `presence_key` (the part up to its last '/'): every
   // agent of the job is expected to put its own there.
-  boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key,
-                                                     std::string value,
+  boost::asio::awaitable<std::vector<KeyEvent>> join(std::string presence_key, std::string value,
                                                      WatchSet watched) override;
   // The prefixes ride a watch connection of their own (the first one is opened then); a later call
   // with new prefixes replaces it by one that has them all.
@@ -135,8 +134,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   void remember(const KeyEvent& e);
   void queue(KeyEvent e);
   // Waits until wake() (a reconnection ended, an event was queued) or `deadline`.
-  boost::asio::awaitable<void> wait_for_wake(
-      Clock::time_point deadline = Clock::time_point::max());
+  boost::asio::awaitable<void> wait_for_wake(Clock::time_point deadline = Clock::time_point::max());
   void wake() {
     for (auto* t : sleepers_) t->cancel();
   }
@@ -153,11 +151,11 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   std::shared_ptr<AsyncStoreClient> client_;
   std::shared_ptr<AsyncStoreWatch> watch_;        // follows watched_
   std::shared_ptr<AsyncStoreWatch> extra_watch_;  // follows extra_prefixes_
-  std::unique_ptr<AsyncMutex> requests_;       // client_ takes one request at a time
-  std::unique_ptr<AsyncMutex> presence_turn_;  // and so does presence_ (heartbeats, claims)
+  std::unique_ptr<AsyncMutex> requests_;          // client_ takes one request at a time
+  std::unique_ptr<AsyncMutex> presence_turn_;     // and so does presence_ (heartbeats, claims)
   boost::asio::steady_timer heartbeat_timer_;
   std::vector<boost::asio::steady_timer*> sleepers_;  // wait_for_wake()s in progress
-  std::string broken_;              // why the session ended, once it has
+  std::string broken_;                                // why the session ended, once it has
   bool joined_ = false;
   std::string presence_key_;
   std::string presence_value_;

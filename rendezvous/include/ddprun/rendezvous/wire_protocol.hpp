@@ -77,11 +77,11 @@ enum class Op : uint8_t {
   kQueueLen,
   kListKeys,
   kBarrier,
-  kWatchKey,   // legacy dialect only: watch one key, legacy event frames
-  kWatch,      // extension
-  kSetOwned,   // extension
-  kKeepAlive,  // extension
-  kGetPrefix,  // extension
+  kWatchKey,        // legacy dialect only: watch one key, legacy event frames
+  kWatch,           // extension
+  kSetOwned,        // extension
+  kKeepAlive,       // extension
+  kGetPrefix,       // extension
   kServerInfo,      // extension
   kCompareSetOwned  // extension
 };
