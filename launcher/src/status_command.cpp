@@ -71,6 +71,12 @@ nlohmann::json status_json(const rendezvous::JobStatus& s, const std::string& ru
   for (const auto& n : s.nodes) j["nodes"].push_back(node_json(n));
   j["spares"] = nlohmann::json::array();
   for (const auto& n : s.spares) j["spares"].push_back(node_json(n));
+  j["leader"] = nullptr;
+  if (!s.leader.empty()) {
+    j["leader"] = nlohmann::json::object();
+    j["leader"]["id"] = s.leader;
+    j["leader"]["host"] = s.leader_host;
+  }
   j["last_failure"] = nullptr;
   if (auto f = root_cause(s)) {
     nlohmann::json r = {{"rank", f->rank},           {"local_rank", f->local_rank},
@@ -110,6 +116,10 @@ std::string status_table(const rendezvous::JobStatus& s, const std::string& run_
   for (const auto& n : s.spares) {
     out += fmt::format("  spare {:<24} {:>5}  {:<11} {}\n", n.host, n.nproc, "-",
                        n.since_ms ? local_time(*n.since_ms) : "-");
+  }
+  if (!s.leader.empty()) {
+    out += fmt::format("rounds decided by {}{}\n", s.leader,
+                       s.leader_host.empty() ? " (gone)" : " on " + s.leader_host);
   }
   if (auto f = root_cause(s)) {
     out += fmt::format("last failure: rank {} (local rank {}{}) at {}: {}\n", f->rank,

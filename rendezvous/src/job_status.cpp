@@ -61,6 +61,8 @@ JobStatus interpret_job_keys(Backend backend,
       counter = to_int(value, -1);
     } else if (key == "restarts") {
       s.restarts = to_int(value, 0);
+    } else if (key == "leader") {
+      s.leader = value;
     } else if (key == "closed") {
       s.closed = true;
       s.closed_reason = value;
@@ -108,6 +110,9 @@ JobStatus interpret_job_keys(Backend backend,
     s.nodes.push_back(std::move(n));
   }
   s.world_size = next_rank;
+  if (const auto it = present.find(s.leader); !s.leader.empty() && it != present.end()) {
+    s.leader_host = node_of(s.leader, it->second).host;
+  }
   for (const auto& [id, record] : present) {
     if (std::find(members.begin(), members.end(), id) == members.end()) {
       s.spares.push_back(node_of(id, record));

@@ -82,6 +82,9 @@ def check_live_status(backend, endpoint, run_id, work, agents, store_outlives_jo
     assert all(n["host"] == socket.gethostname() and n["nproc"] == 2 for n in s["nodes"]), s
     assert all(n["since_ms"] and abs(n["since_ms"] / 1000 - time.time()) < 300 for n in s["nodes"])
     assert s["last_failure"] is None and s["spares"] == [], s
+    if backend != "static":  # the elastic rounds' leader is one of the two agents
+        assert s["leader"]["host"] == socket.gethostname(), s
+        assert s["leader"]["id"] in [n["id"] for n in s["nodes"]], s
     table = status(backend, endpoint, run_id)
     assert table.returncode == 0 and "round 0" in table.stdout, table
     assert "restarts 0 of 1" in table.stdout and "2-3" in table.stdout, table.stdout

@@ -16,8 +16,12 @@ TEST_CASE("job status: an elastic job's round, spares, gone nodes and failures",
       {"rounds/0", R"({"participants":["a","b"],"nproc":[2,3],"restarts":0})"},
       {"rounds/1", R"({"participants":["b","a"],"nproc":[3,2],"restarts":1})"},
       {"failures/0/b", "[]"},
+      {"leader", "c"},
+      {"place/a", R"({"round":1,"node_rank":1})"},
   };
   const JobStatus s = interpret_job_keys(Backend::kC10d, keys);
+  CHECK(s.leader == "c");
+  CHECK(s.leader_host == "h-c");
   CHECK(s.found);
   CHECK(s.round == 1);
   CHECK(s.forming);  // the counter is at 2: a round is being formed

@@ -30,6 +30,8 @@ struct JobStatus {
   std::string nnodes;               // "N" or "MIN:MAX", as fixed by the first node
   std::vector<NodeStatus> nodes;    // the current round's, by node rank
   std::vector<NodeStatus> spares;   // present, waiting for a round with room
+  std::string leader;               // elastic: the id of the agent that decides the rounds
+  std::string leader_host;          // its host, while its presence key is there
   bool closed = false;
   std::string closed_reason;               // "succeeded", "failed", ...
   std::vector<std::string> last_failures;  // each node's failure record of the latest failed round
