@@ -9,7 +9,7 @@
 #           in one thread, without sockets (MEM_NS): for N beyond the descriptor limit. CPU is the
 #           whole process's (agents and store).
 #
-#   scripts/bench/rendezvous_scale.sh  (SIM_NS="250 1000 3000", MEM_NS="1000 3000 10000" by default)
+#   scripts/bench/rendezvous_scale.sh  (SIM_NS="250 1000 3000 4000", MEM_NS="1000 4000 10000" by default)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh
@@ -17,8 +17,8 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target rendezvous_sim >/dev/null
 ulimit -n "$(ulimit -Hn)"
 fds=$(ulimit -n)
-SIM_NS=${SIM_NS:-"250 1000 3000"}
-MEM_NS=${MEM_NS:-"1000 3000 10000"}
+SIM_NS=${SIM_NS:-"250 1000 3000 4000"}
+MEM_NS=${MEM_NS:-"1000 4000 10000"}
 echo "# simulated agents (real handlers, real store, one process); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# per agent and phase: requests served by the store, KiB it sent, CPU seconds (whole phase)"
 printf '%-7s %-6s %9s %9s %11s   %-22s %-22s %-22s\n' transport N form_ms loss_ms scaleup_ms \
