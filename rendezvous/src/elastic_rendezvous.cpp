@@ -300,13 +300,11 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     if (auto it = placed_.find(id); it == placed_.end() || it->second != n) unplaced.push_back(id);
   }
   const auto placing = Clock::now();
-  for (const auto& id : unplaced) {
-    if (round_ != n) break;
-    const std::string key = "place/" + id;
-    const std::string value = placement_record(rec, n, id);
-    co_await store().set(key, value);
-    placed_[id] = n;
-  }
+  std::vector<std::pair<std::string, std::string>> placements;
+  for (const auto& id : unplaced)
+    placements.emplace_back("place/" + id, placement_record(rec, n, id));
+  co_await store().set_all(std::move(placements));
+  for (const auto& id : unplaced) placed_[id] = n;
   if (unplaced.size() > 1) {
     spdlog::info(
         "round {}: {} nodes placed ({} in the round) in {} ms", n, unplaced.size(),

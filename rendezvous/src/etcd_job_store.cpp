@@ -52,6 +52,22 @@ json claim_txn(const std::string& key, const std::string& value, const std::stri
   return txn;
 }
 
+// One transaction of unconditional puts (keys and values base64).
+json puts_txn(const std::vector<std::pair<std::string, std::string>>& entries, size_t from,
+              size_t to) {
+  json txn;
+  txn["success"] = json::array();
+  for (size_t i = from; i < to; ++i) {
+    json put;
+    put["key"] = entries[i].first;
+    put["value"] = entries[i].second;
+    json op;
+    op["request_put"] = std::move(put);
+    txn["success"].push_back(std::move(op));
+  }
+  return txn;
+}
+
 }  // namespace
 
 void check_etcd_tls(const EtcdTls& tls) { etcd::make_tls_context(tls); }
@@ -336,6 +352,20 @@ asio::awaitable<void> EtcdJobStore::set(std::string key, std::string value) {
   put["key"] = base64_encode(base_ + key);
   put["value"] = base64_encode(value);
   co_await call("/v3/kv/put", put, request_deadline());
+}
+
+asio::awaitable<void> EtcdJobStore::set_all(
+    std::vector<std::pair<std::string, std::string>> entries) {
+  check_open();
+  constexpr size_t kPerTxn = 128;  // etcd's default --max-txn-ops
+  for (auto& [k, v] : entries) {
+    k = base64_encode(base_ + k);
+    v = base64_encode(v);
+  }
+  for (size_t from = 0; from < entries.size(); from += kPerTxn) {
+    const json txn = puts_txn(entries, from, std::min(entries.size(), from + kPerTxn));
+    co_await call("/v3/kv/txn", txn, request_deadline());
+  }
 }
 
 asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::read_prefix(std::string prefix) {

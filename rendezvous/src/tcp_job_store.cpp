@@ -573,6 +573,28 @@ asio::awaitable<void> TcpJobStore::set(std::string key, std::string value) {
   }
 }
 
+asio::awaitable<void> TcpJobStore::set_all(
+    std::vector<std::pair<std::string, std::string>> entries) {
+  constexpr size_t kPerRequest = 4096;  // well within the server's keys per request
+  const auto turn = co_await requests_->lock();
+  for (size_t from = 0; from < entries.size(); from += kPerRequest) {
+    std::vector<std::string> keys, values;
+    for (size_t i = from; i < std::min(entries.size(), from + kPerRequest); ++i) {
+      keys.push_back(base_ + entries[i].first);
+      values.push_back(entries[i].second);
+    }
+    for (;;) {
+      const auto client = co_await usable_client();
+      try {
+        co_await client->multi_set(keys, values);
+        break;
+      } catch (const std::exception& e) {
+        request_failed(e);
+      }
+    }
+  }
+}
+
 asio::awaitable<std::vector<KeyEvent>> TcpJobStore::read_prefix(std::string prefix) {
   const std::string full_prefix = base_ + prefix;
   const auto turn = co_await requests_->lock();

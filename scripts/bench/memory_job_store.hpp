@@ -99,6 +99,12 @@ class MemoryJobStore final : public rendezvous::JobStore,
     kv_->set(base_ + key, std::move(value));
   }
 
+  boost::asio::awaitable<void> set_all(
+      std::vector<std::pair<std::string, std::string>> entries) override {
+    co_await turn();
+    for (auto& [k, v] : entries) kv_->set(base_ + k, std::move(v));
+  }
+
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override {
     co_await turn();
     std::vector<KeyEvent> out;

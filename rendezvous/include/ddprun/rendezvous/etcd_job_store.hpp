@@ -81,6 +81,9 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
+  // Transactions of up to 128 puts (etcd's default --max-txn-ops).
+  boost::asio::awaitable<void> set_all(
+      std::vector<std::pair<std::string, std::string>> entries) override;
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
   // Also revokes the lease (in the background, briefly), so that peers see this node leave at once
   // rather than after the TTL.

@@ -11,6 +11,7 @@
 // throws StoreTimeout or StoreConnectionError (errors.hpp). Coroutine parameters are taken by
 // value: the callee owns them.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -60,6 +61,9 @@ class JobStore {
   virtual boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                           std::string desired) = 0;
   virtual boost::asio::awaitable<void> set(std::string key, std::string value) = 0;
+  // set() of every (key, value), in as few requests as the backend allows; not atomic as a whole.
+  virtual boost::asio::awaitable<void> set_all(
+      std::vector<std::pair<std::string, std::string>> entries) = 0;
   // Every key under `prefix` with its value, in key order.
   virtual boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) = 0;
   // Gives up the presence and closes every connection: pending and later operations throw

@@ -79,6 +79,9 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
+  // MULTI_SET, up to 4096 keys a request.
+  boost::asio::awaitable<void> set_all(
+      std::vector<std::pair<std::string, std::string>> entries) override;
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
   void leave() override;
 
