@@ -132,6 +132,7 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
   ++events_;
   const std::string& k = e.key;
   if (k.starts_with("nodes/")) {
+    ++membership_;
     const std::string id = k.substr(6);
     if (e.deleted) {
       nodes_.erase(id);
@@ -218,6 +219,7 @@ asio::awaitable<void> ElasticRendezvous::leadership() {
 
 asio::awaitable<void> ElasticRendezvous::lead() {
   spdlog::info("this node leads the job's rendezvous");
+  checked_.reset();  // another leader may have acted meanwhile: look at everything again
   co_await follow(followed_by_leader());
   while (leading()) {
     const uint64_t seen = events_;
@@ -241,6 +243,14 @@ std::string ElasticRendezvous::reason_to_end(int n, const Record& rec) const {
   return "";
 }
 
+asio::awaitable<void> ElasticRendezvous::end_led_round(int n, std::string why, int restarts) {
+  if (interrupt_.round != n) {
+    const std::string value = fmt::format("{} {}", n, why);
+    co_await store().set("interrupt", value);
+  }
+  co_await advance_round(n, false, restarts);
+}
+
 asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   const auto now = Clock::now();
   if (closed_) co_return Clock::time_point::max();
@@ -248,14 +258,10 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   if (!rounds_.contains(n) && (place_.round == n || master_.round == n)) {
     // Round n formed, and its record is gone: the store restarted and the leader that knew it did
     // not come back. Nobody can tell its participants now; it ends, and the next round re-forms.
-    if (interrupt_.round != n) {
-      const std::string value = fmt::format(
-          "{} the job's leader did not come back after the store restarted, and the round's "
-          "record went with it",
-          n);
-      co_await store().set("interrupt", value);
-    }
-    co_await advance_round(n, false, restarts_);
+    co_await end_led_round(n,
+                           "the job's leader did not come back after the store restarted, and "
+                           "the round's record went with it",
+                           restarts_);
     co_return now;
   }
   if (!rounds_.contains(n)) {
@@ -275,10 +281,10 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     rounds_[n] = parse_record(decided);
     co_return now;  // look again: the world may have moved meanwhile
   }
-  const Record rec = rounds_.at(n);
+  const Record& rec = rounds_.at(n);  // (map nodes stay put: no copy of an O(N) record per event)
   if (finished_ < n) {
     const auto done = done_.find(n);
-    if (done != done_.end() &&
+    if (done != done_.end() && done->second.size() >= rec.participants.size() &&
         std::all_of(rec.participants.begin(), rec.participants.end(),
                     [&](const std::string& id) { return done->second.contains(id); })) {
       const std::string number = std::to_string(n);
@@ -286,15 +292,15 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
       co_return now;
     }
   }
+  // What follows depends on the membership and the round only: an exit barrier's stream of done/
+  // events does not redo it, O(N) each.
+  if (checked_ == std::make_pair(n, membership_)) co_return Clock::time_point::max();
   if (const std::string why = reason_to_end(n, rec); !why.empty()) {
-    if (interrupt_.round != n) {
-      const std::string value = fmt::format("{} {}", n, why);
-      co_await store().set("interrupt", value);
-    }
-    co_await advance_round(n, false, rec.restarts);
+    co_await end_led_round(n, why, rec.restarts);
     co_return now;
   }
   // Every present node learns its part: participants, and spares (a full round).
+  const uint64_t membership = membership_;
   std::vector<std::string> unplaced;
   for (const auto& [id, _] : nodes_) {
     if (auto it = placed_.find(id); it == placed_.end() || it->second != n) unplaced.push_back(id);
@@ -305,6 +311,7 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     placements.emplace_back("place/" + id, placement_record(rec, n, id));
   co_await store().set_all(std::move(placements));
   for (const auto& id : unplaced) placed_[id] = n;
+  checked_ = std::make_pair(n, membership);
   if (unplaced.size() > 1) {
     spdlog::info(
         "round {}: {} nodes placed ({} in the round) in {} ms", n, unplaced.size(),

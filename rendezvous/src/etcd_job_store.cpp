@@ -31,18 +31,25 @@ std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds heartbeat) {
   return std::max<std::chrono::milliseconds>(heartbeat / 3, std::chrono::milliseconds(500));
 }
 
-// Creates `key` = `value` on `lease` if the key is absent, else reads it (all base64 but the
-// lease). (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
-json claim_txn(const std::string& key, const std::string& value, const std::string& lease) {
+// Puts `key` = `value` (on `lease` unless it is empty) if the key holds `expected`, or, with
+// `expected` empty, if it is absent; else reads it. Keys and values base64, `expected` raw.
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+json compare_and_put_txn(const std::string& key, const std::string& expected,
+                         const std::string& value, const std::string& lease) {
   json compare;
   compare["key"] = key;
   compare["result"] = "EQUAL";
-  compare["target"] = "CREATE";
-  compare["create_revision"] = "0";  // the key does not exist
+  if (expected.empty()) {
+    compare["target"] = "CREATE";
+    compare["create_revision"] = "0";  // the key does not exist
+  } else {
+    compare["target"] = "VALUE";
+    compare["value"] = base64_encode(expected);
+  }
   json put;
   put["key"] = key;
   put["value"] = value;
-  put["lease"] = lease;
+  if (!lease.empty()) put["lease"] = lease;
   json get;
   get["key"] = key;
   json txn;
@@ -50,6 +57,15 @@ json claim_txn(const std::string& key, const std::string& value, const std::stri
   txn["success"] = json::array({json{{"request_put", put}}});
   txn["failure"] = json::array({json{{"request_range", get}}});
   return txn;
+}
+
+// The value a failed compare_and_put_txn read, if the key was there.
+std::optional<std::string> value_read(const json& reply) {
+  const json responses = reply.value("responses", json::array());
+  if (responses.empty()) return std::nullopt;
+  const json kvs = responses[0].value("response_range", json::object()).value("kvs", json::array());
+  if (kvs.empty()) return std::nullopt;
+  return base64_decode(kvs[0].value("value", ""));
 }
 
 // One transaction of unconditional puts (keys and values base64).
@@ -299,51 +315,24 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::watch_prefixes(
 
 asio::awaitable<std::string> EtcdJobStore::claim(std::string key, std::string value) {
   check_open();
-  const json txn = claim_txn(base64_encode(base_ + key), base64_encode(value), lease_);
+  const std::string none;
+  const json txn =
+      compare_and_put_txn(base64_encode(base_ + key), none, base64_encode(value), lease_);
   const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
   if (reply.value("succeeded", false)) co_return value;
-  const json responses = reply.value("responses", json::array());
-  if (!responses.empty()) {
-    const json kvs =
-        responses[0].value("response_range", json::object()).value("kvs", json::array());
-    if (!kvs.empty()) co_return base64_decode(kvs[0].value("value", ""));
-  }
-  co_return std::string();  // deleted meanwhile: not held
+  co_return value_read(reply).value_or(std::string());  // deleted meanwhile: not held
 }
 
 asio::awaitable<std::string> EtcdJobStore::compare_set(std::string key, std::string expected,
                                                        std::string desired) {
   check_open();
-  const std::string k = base64_encode(base_ + key);
-  json compare;
-  compare["key"] = k;
-  compare["result"] = "EQUAL";
-  if (expected.empty()) {
-    compare["target"] = "CREATE";
-    compare["create_revision"] = "0";  // the key does not exist
-  } else {
-    compare["target"] = "VALUE";
-    compare["value"] = base64_encode(expected);
-  }
-  json put;
-  put["key"] = k;
-  put["value"] = base64_encode(desired);
-  json get;
-  get["key"] = k;
-  json txn;
-  txn["compare"] = json::array({compare});
-  txn["success"] = json::array({json{{"request_put", put}}});
-  txn["failure"] = json::array({json{{"request_range", get}}});
+  const std::string no_lease;
+  const json txn =
+      compare_and_put_txn(base64_encode(base_ + key), expected, base64_encode(desired), no_lease);
   const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
   if (reply.value("succeeded", false)) co_return desired;
   // torch's rules: the current value, or `expected` itself when the key is missing.
-  const json responses = reply.value("responses", json::array());
-  if (!responses.empty()) {
-    const json kvs =
-        responses[0].value("response_range", json::object()).value("kvs", json::array());
-    if (!kvs.empty()) co_return base64_decode(kvs[0].value("value", ""));
-  }
-  co_return expected;
+  co_return value_read(reply).value_or(expected);
 }
 
 asio::awaitable<void> EtcdJobStore::set(std::string key, std::string value) {

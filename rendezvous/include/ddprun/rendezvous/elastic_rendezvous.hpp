@@ -110,6 +110,8 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   // One pass of the leader's work on the current round; returns when it next needs a look
   // without any event (the last call's end), or time_point::max().
   boost::asio::awaitable<std::chrono::steady_clock::time_point> lead_step();
+  // Ends round `n` as its leader: says why (once), then advances the round.
+  boost::asio::awaitable<void> end_led_round(int n, std::string why, int restarts);
   // Why round `n` (record `rec`) must end now, or "".
   std::string reason_to_end(int n, const Record& rec) const;
 
@@ -131,10 +133,13 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   // Followed by the leader (and, nodes_, by an agent with a membership listener or that hosts the
   // store).
   std::map<std::string, int> nodes_;  // id -> nproc
+  uint64_t membership_ = 0;           // changes of nodes_ seen
   std::map<int, Record> rounds_;
   std::map<int, std::set<std::string>> done_;
   // The leader's own bookkeeping.
   std::map<std::string, int> placed_;  // id -> the round its placement was written for
+  // The (round, membership_) whose end conditions and placements were last settled.
+  std::optional<std::pair<int, uint64_t>> checked_;
   std::optional<std::pair<int, std::chrono::steady_clock::time_point>> last_call_;  // round, end
   bool ran_ = false;  // this node took part in a round
   JobEnd ending_;
