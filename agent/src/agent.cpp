@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -18,10 +19,12 @@
 #include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/event_log.hpp"
 #include "ddprun/agent/failure_json.hpp"
+#include "ddprun/agent/python_template.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
 #include "ddprun/rendezvous/metrics_server.hpp"
+#include "filtered_log.hpp"
 #include "head_control.hpp"
 
 namespace ddprun::agent {
@@ -44,27 +47,37 @@ std::string host_name() {
   return buf;
 }
 
-// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${role_name}, ${rank}, ${local_rank}.
-std::string line_prefix(const Environment& env, const std::string& role, const WorkerIdentity& id) {
-  auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-  std::string out = it != env.end() ? it->second : "[${role_name}${local_rank}]:";
-  const std::pair<std::string, std::string> vars[] = {
-      {"${role_name}", role},
-      {"${rank}", std::to_string(id.rank)},
-      {"${local_rank}", std::to_string(id.local_rank)}};
-  for (const auto& [name, value] : vars) {
-    for (size_t pos; (pos = out.find(name)) != std::string::npos;)
-      out.replace(pos, name.size(), value);
+// The console prefix of a worker's teed lines (torchrun's TailLog header, or the template).
+std::string line_prefix(const AgentConfig& cfg, const WorkerIdentity& id) {
+  if (cfg.log_line_prefix_template.empty()) {
+    return fmt::format("[{}{}]:", cfg.role, id.local_rank);
   }
-  return out;
+  return safe_substitute(cfg.log_line_prefix_template,
+                         {{"role_name", cfg.role},
+                          {"rank", std::to_string(id.rank)},
+                          {"local_rank", std::to_string(id.local_rank)},
+                          {"hostname", host_name()}});
+}
+
+// The worker's command line: every argument after the program gets torchrun's ${local_rank}
+// macro substituted (Python's Template rules, so "$$" becomes "$" too).
+std::vector<std::string> worker_argv(const std::vector<std::string>& entrypoint, int local_rank) {
+  std::vector<std::string> argv;
+  argv.reserve(entrypoint.size());
+  const std::map<std::string, std::string> vars = {{"local_rank", std::to_string(local_rank)}};
+  for (size_t i = 0; i < entrypoint.size(); ++i) {
+    argv.push_back(i == 0 ? entrypoint[i] : safe_substitute(entrypoint[i], vars));
+  }
+  return argv;
 }
 
 // The stream plan of one standard stream of one worker: tee beats redirect beats the console
 // filter.
 StreamTarget plan_stream(bool tee, bool redirect, bool on_console, const fs::path& file,
-                         TeeTarget& tee_target, int console_fd) {
+                         TeeTarget& tee_target, int console_fd,
+                         const std::shared_ptr<FilteredLog>& duplicate) {
   if (tee) {
-    tee_target = {file.string(), on_console ? console_fd : -1};
+    tee_target = {file.string(), on_console ? console_fd : -1, on_console ? duplicate : nullptr};
     return {StreamTarget::Kind::kPipe, {}};
   }
   if (redirect) return {StreamTarget::Kind::kFile, file.string()};
@@ -72,9 +85,17 @@ StreamTarget plan_stream(bool tee, bool redirect, bool on_console, const fs::pat
   return {};
 }
 
+// --duplicate_std{out,err}_filters: the attempt's file of matching teed lines, or null.
+std::shared_ptr<FilteredLog> filtered_log(const fs::path& attempt_dir, const char* name,
+                                          const std::vector<std::string>& needles) {
+  if (needles.empty()) return nullptr;
+  return std::make_shared<FilteredLog>((attempt_dir / name).string(), needles);
+}
+
 std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& attempt_dir,
                                      const rendezvous::Round& round,
-                                     const rendezvous::WorkerStoreAddress& master) {
+                                     const rendezvous::WorkerStoreAddress& master,
+                                     const std::map<int, CpuSet>& bindings) {
   AttemptEnvironment attempt;
   attempt.role = cfg.role;
   attempt.master_addr = master.addr;
@@ -84,6 +105,11 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.run_id = cfg.run_id;
   attempt.virtual_local_rank = cfg.virtual_local_rank;
 
+  fs::create_directories(attempt_dir);
+  const auto dup_out =
+      filtered_log(attempt_dir, "filtered_stdout.log", cfg.duplicate_stdout_filters);
+  const auto dup_err =
+      filtered_log(attempt_dir, "filtered_stderr.log", cfg.duplicate_stderr_filters);
   std::vector<WorkerLaunch> launches(cfg.nproc);
   for (int r = 0; r < cfg.nproc; ++r) {
     WorkerLaunch& l = launches[r];
@@ -105,16 +131,46 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
     const fs::path dir = attempt_dir / std::to_string(r);
     fs::create_directories(dir);
     l.error_file = (dir / "error.json").string();
-    l.prefix = line_prefix(cfg.env, cfg.role, l.id);
+    l.prefix = line_prefix(cfg, l.id);
     const bool on_console = !cfg.console_ranks || cfg.console_ranks->contains(r);
-    l.spawn.argv = cfg.entrypoint;
+    l.spawn.argv = worker_argv(cfg.entrypoint, l.id.local_rank);
+    if (auto b = bindings.find(l.id.local_rank); b != bindings.end()) {
+      l.spawn.cpus.assign(b->second.begin(), b->second.end());
+    }
     l.spawn.env = worker_environment(cfg.env, attempt, l.id, l.error_file);
     l.spawn.out = plan_stream(includes_out(cfg.tee[r]), includes_out(cfg.redirects[r]), on_console,
-                              dir / "stdout.log", l.tee_out, STDOUT_FILENO);
+                              dir / "stdout.log", l.tee_out, STDOUT_FILENO, dup_out);
     l.spawn.err = plan_stream(includes_err(cfg.tee[r]), includes_err(cfg.redirects[r]), on_console,
-                              dir / "stderr.log", l.tee_err, STDERR_FILENO);
+                              dir / "stderr.log", l.tee_err, STDERR_FILENO, dup_err);
   }
   return launches;
+}
+
+// --numa-binding: the CPUs of each local rank's worker, from its accelerator (the one whose index
+// is its local rank). Throws std::runtime_error naming the mode and torch's reason.
+std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg) {
+  std::map<int, CpuSet> out;
+  if (!cfg.numa_binding) return out;
+  const std::string mode(numa_mode_name(*cfg.numa_binding));
+  try {
+    NumaMachine machine;
+    machine.device_pci = cuda_device_pci_addresses();
+    machine.allowed = current_affinity();
+    std::vector<int> local_ranks;
+    if (cfg.placement) {
+      local_ranks.push_back(cfg.placement->local_rank);
+    } else {
+      for (int r = 0; r < cfg.nproc; ++r) local_ranks.push_back(r);
+    }
+    for (int r : local_ranks) {
+      out[r] = numa_cpus(machine, *cfg.numa_binding, r);
+      spdlog::info("--numa-binding={}: local rank {} runs on CPUs {}", mode, r,
+                   format_cpu_list(out[r]));
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("--numa-binding={}: {}", mode, e.what()));
+  }
+  return out;
 }
 
 nlohmann::json job_end_fields(const AgentOutcome& o) {
@@ -139,6 +195,7 @@ struct Run {
   int& signaled;
   asio::any_io_executor ex;
   EventLog& events;
+  const std::map<int, CpuSet>& bindings;  // --numa-binding: local rank -> its CPUs
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
   // outside (another node failed, left or joined); such a reason stops the workers. Returns the
@@ -240,7 +297,7 @@ struct Run {
       const rendezvous::WorkerStoreAddress master = co_await rdzv->worker_store(*round);
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, master);
+      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, master, bindings);
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       switch (r.state) {
@@ -316,11 +373,13 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   rdzv_config.max_restarts = cfg.max_restarts;
   rdzv_config.host = host_name();
   std::shared_ptr<rendezvous::Rendezvous> rdzv;
+  std::map<int, CpuSet> bindings;
   try {
     const std::string base =
         cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
     fs::create_directories(base);
     run_dir = make_temp_dir((fs::path(base) / (cfg.run_id + "_XXXXXX")).string());
+    bindings = numa_bindings(cfg);
     rdzv = rendezvous::make_rendezvous(io, rdzv_config);
   } catch (const std::exception& e) {
     outcome.state = AgentOutcome::State::kLaunchError;
@@ -333,9 +392,8 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   WorkerGroup group(io, cfg.shutdown_timeout, containment);
   std::unique_ptr<EventLog> events;
   try {
-    events = cfg.event_log.empty()
-                 ? std::make_unique<EventLog>()
-                 : std::make_unique<EventLog>(cfg.event_log, host_name(), cfg.run_id);
+    events = std::make_unique<EventLog>(cfg.event_log, cfg.events_to_console ? STDERR_FILENO : -1,
+                                        host_name(), cfg.run_id);
   } catch (const std::exception& e) {
     outcome.state = AgentOutcome::State::kLaunchError;
     outcome.summary = e.what();
@@ -357,7 +415,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     spdlog::info("metrics at http://*:{}/metrics", metrics_server->port());
   }
   group.set_event_log(events.get());
-  if (!cfg.event_log.empty() || cfg.metrics_port) {
+  if (!cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port) {
     // Following every node's presence costs this agent one event per join or leave anywhere in
     // the job: only for an agent that reports them.
     rdzv->watch_membership([&events](const rendezvous::MembershipChange& m) {
@@ -396,7 +454,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
                                    {"max_restarts", cfg.max_restarts},
                                    {"rendezvous", rdzv->describe()},
                                    {"log_dir", run_dir.string()}});
-  Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor(), *events};
+  Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor(), *events, bindings};
   bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {

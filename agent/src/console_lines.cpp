@@ -2,10 +2,17 @@
 
 namespace ddprun::agent {
 
-ConsoleLines::ConsoleLines(std::string prefix, size_t max_line)
-    : prefix_(std::move(prefix)), max_line_(max_line == 0 ? 1 : max_line) {}
+ConsoleLines::ConsoleLines(std::string prefix, size_t max_line,
+                           std::function<bool(std::string_view)> keep)
+    : prefix_(std::move(prefix)), max_line_(max_line == 0 ? 1 : max_line), keep_(std::move(keep)) {}
 
 void ConsoleLines::emit(std::string& out, std::string_view text, char end) {
+  if (keep_) {
+    const std::string line = partial_ + std::string(text) + end;
+    partial_.clear();
+    if (keep_(line)) out += prefix_ + line;
+    return;
+  }
   out += prefix_;
   out += partial_;
   out += text;

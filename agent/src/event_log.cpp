@@ -10,10 +10,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "ddprun/agent/console.hpp"
+
 namespace ddprun::agent {
 
-EventLog::EventLog(const std::string& path, std::string node, std::string run_id)
-    : node_(std::move(node)), run_id_(std::move(run_id)) {
+EventLog::EventLog(const std::string& path, int console_fd, std::string node, std::string run_id)
+    : console_fd_(console_fd), node_(std::move(node)), run_id_(std::move(run_id)) {
+  if (path.empty()) return;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     throw std::system_error(errno, std::generic_category(), "--event_log " + path);
@@ -26,7 +29,7 @@ EventLog::~EventLog() {
 
 void EventLog::record(const std::string& event, nlohmann::json fields) {
   if (observer_) observer_(event, fields);
-  if (fd_ < 0) return;
+  if (fd_ < 0 && console_fd_ < 0) return;
   nlohmann::json line = nlohmann::json::object();
   line["time_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -38,6 +41,8 @@ void EventLog::record(const std::string& event, nlohmann::json fields) {
   // Invalid UTF-8 (a worker's bytes in a reason) is replaced, never an exception.
   const std::string text =
       line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (console_fd_ >= 0) Console::of(console_fd_).write(text);
+  if (fd_ < 0) return;
   ssize_t n;
   do {
     n = ::write(fd_, text.data(), text.size());

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "ddprun/agent/console.hpp"
+#include "filtered_log.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -16,10 +17,15 @@ constexpr size_t kMaxConsoleLine = 64 * 1024;
 }  // namespace
 
 LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path,
-                 int console_fd, std::string prefix)
+                 int console_fd, std::string prefix, std::shared_ptr<FilteredLog> duplicate)
     : pipe_(io, pipe_fd),
       console_fd_(console_fd),
-      lines_(std::move(prefix), kMaxConsoleLine),
+      lines_(prefix, kMaxConsoleLine),
+      duplicate_(std::move(duplicate)),
+      duplicate_lines_(prefix, kMaxConsoleLine,
+                       [d = duplicate_.get()](std::string_view line) {
+                         return d != nullptr && d->matches(line);
+                       }),
       buf_(64 * 1024) {
   if (!file_path.empty()) {
     file_ = std::fopen(file_path.c_str(), "w");
@@ -58,6 +64,7 @@ void LogPump::emit(const char* data, size_t n) {
   }
   if (console_fd_ < 0) return;
   Console::of(console_fd_).write(lines_.feed(std::string_view(data, n)));
+  if (duplicate_) duplicate_->write(duplicate_lines_.feed(std::string_view(data, n)));
 }
 
 void LogPump::finish() {
@@ -77,6 +84,7 @@ void LogPump::complete() {
   if (done_) return;
   done_ = true;
   if (console_fd_ >= 0) Console::of(console_fd_).write(lines_.finish());
+  if (duplicate_) duplicate_->write(duplicate_lines_.finish());
   boost::system::error_code ec;
   pipe_.close(ec);
   if (on_eof_) on_eof_();

@@ -71,7 +71,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     for (auto [fd, target] : {std::pair{w.take_stdout_pipe(), &l.tee_out},
                               std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
       if (fd < 0) continue;
-      auto pump = std::make_shared<LogPump>(io_, fd, target->file, target->console_fd, l.prefix);
+      auto pump = std::make_shared<LogPump>(io_, fd, target->file, target->console_fd, l.prefix,
+                                            target->duplicate);
       ++open_pumps_;
       pump->start([this] {
         --open_pumps_;

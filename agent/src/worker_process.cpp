@@ -1,6 +1,7 @@
 #include "ddprun/agent/worker_process.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace ddprun::agent {
 namespace {
@@ -110,6 +112,12 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   int report_fds[2];
   if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   UniqueFd report_read(report_fds[0]), report_write(report_fds[1]);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : spec.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
+  const bool bind = !spec.cpus.empty();
   const pid_t parent = ::getpid();
   const int cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
 
@@ -127,6 +135,11 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
     for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
       ::signal(s, SIG_DFL);
+    if (bind && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      const int e = -errno;  // negative: the binding failed, not the exec
+      [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);
+      ::_exit(127);
+    }
     if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
     if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
@@ -146,7 +159,10 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   do {
     n = ::read(report_read.get(), &child_errno, sizeof child_errno);
   } while (n < 0 && errno == EINTR);
-  if (n == sizeof child_errno) {
+  if (n == sizeof child_errno && child_errno < 0) {
+    exec_error_ = fmt::format("cannot bind '{}' to CPUs {}: {}", spec.argv[0],
+                              fmt::join(spec.cpus, ","), std::strerror(-child_errno));
+  } else if (n == sizeof child_errno) {
     exec_error_ = fmt::format("cannot execute '{}': {}", spec.argv[0], std::strerror(child_errno));
   }
 

@@ -57,6 +57,9 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     if (c.module) a.entrypoint.push_back("-m");
     a.entrypoint.push_back(c.training_script);
   }
+  // torch.distributed.launch's argument, through torchrun's ${local_rank} macro.
+  if (!c.local_rank_argument.empty())
+    a.entrypoint.push_back(c.local_rank_argument + "=${local_rank}");
   a.entrypoint.insert(a.entrypoint.end(), c.training_script_args.begin(),
                       c.training_script_args.end());
   a.entrypoint_name = entrypoint_name(c);
@@ -68,6 +71,11 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.redirects = agent::parse_std_spec(c.redirects, c.nproc);
   a.tee = agent::parse_std_spec(c.tee, c.nproc);
   a.console_ranks = agent::parse_rank_filter(c.local_ranks_filter);
+  a.log_line_prefix_template = c.log_line_prefix_template;
+  a.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  a.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  a.numa_binding = c.numa_binding;
+  a.events_to_console = c.event_log_handler == EventLogHandler::kConsole;
   a.signals = agent::parse_signal_list(c.signals_to_handle);
   a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout.value_or(30));
   a.virtual_local_rank = c.virtual_local_rank;

@@ -6,119 +6,20 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "command_line_parts.hpp"
+#include "completion.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/launch_config.hpp"
 #include "ddprun/launcher/option_values.hpp"
 #include "ddprun/launcher/visible_gpus.hpp"
+#include "option_table.hpp"
 
 namespace ddprun::launcher {
 namespace {
-
-// One torchrun option: its spellings, argparse's dest (which names the PET_ variable), what its
-// value looks like, and its line in --help. Values are kept as text and converted once after
-// parsing, so PET_* goes through the same checks.
-struct OptionSpec {
-  const char* names;
-  const char* dest;
-  const char* metavar;  // nullptr: a flag
-  const char* help;
-};
-
-// Every option, in --help's order; parse_command_line binds each dest to where its value goes.
-const std::vector<OptionSpec>& option_table() {
-  static const std::vector<OptionSpec> table = {
-      {"--nnodes", "nnodes", "N|MIN:MAX",
-       "number of nodes; MIN:MAX is an elastic job (--rdzv_backend=c10d)"},
-      {"--nproc_per_node,--nproc-per-node", "nproc_per_node", "N|auto|cpu|gpu",
-       "workers per node; gpu and auto count the GPUs CUDA_VISIBLE_DEVICES leaves visible"},
-      {"--standalone", "standalone", nullptr,
-       "single node, a store on a free port, a random run id"},
-      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static|c10d|etcd-v3",
-       "how nodes meet (default static); etcd and etcd-v2 mean etcd-v3: etcd 3.4+ over its v3 API"},
-      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT]",
-       "c10d: the store every node joins (default port 29400); ddprund there, or the first agent. "
-       "etcd: the cluster's members, comma-separated (default port 2379)"},
-      {"--rdzv_id,--rdzv-id", "rdzv_id", "ID", "the job's id, the same on every node"},
-      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "K=V,...",
-       "join_timeout, last_call_timeout, heartbeat_timeout (or keep_alive_interval and "
-       "keep_alive_max_attempt), is_host, reconnect_timeout (c10d: how long a lost ddprund is "
-       "waited for, workers running; default 30); read_timeout, close_timeout, timeout, "
-       "store_type; "
-       "etcd: etcd_prefix, protocol=https, cacert, cert, key (or ca_cert, ssl_cert, "
-       "ssl_cert_key)"},
-      {"--max_restarts,--max-restarts", "max_restarts", "N",
-       "job-wide restarts of the worker groups before failing (default 0)"},
-      {"--monitor_interval,--monitor-interval", "monitor_interval", "S",
-       "accepted for compatibility: worker exits are seen as events"},
-      {"--start_method,--start-method", "start_method", "M",
-       "accepted for compatibility: spawn, fork or forkserver"},
-      {"--event_log_handler,--event-log-handler", "event_log_handler", "NAME",
-       "only null: events go to ddprun's log"},
-      {"--event_log,--event-log", "event_log", "FILE",
-       "append one JSON object per line to FILE for every event this agent sees (rounds, nodes "
-       "joining and leaving, workers started and exited, restarts, the exit barrier, the end)"},
-      {"--metrics_port,--metrics-port", "metrics_port", "PORT",
-       "serve this agent's Prometheus metrics at http://*:PORT/metrics (0 picks a free port)"},
-      {"--role", "role", "NAME", "ROLE_NAME and the console prefix (default \"default\")"},
-      {"-m,--module", "module", nullptr, "run the script as `python -m`"},
-      {"--no_python,--no-python", "no_python", nullptr, "run the script as an executable"},
-      {"--run_path,--run-path", "run_path", nullptr,
-       "run the script with python (runpy.run_path semantics)"},
-      {"--log_dir,--log-dir", "log_dir", "DIR",
-       "DIR/<run_id>_<rand>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json"},
-      {"-r,--redirects", "redirects", "0-3|R:V,...",
-       "redirect stdout (1), stderr (2) or both (3) of all or some ranks to the log files"},
-      {"-t,--tee", "tee", "0-3|R:V,...",
-       "like --redirects, and to the console with a [role rank]: prefix"},
-      {"--local_ranks_filter,--local-ranks-filter", "local_ranks_filter", "R,...",
-       "local ranks whose output reaches the console"},
-      {"--duplicate_stdout_filters,--duplicate-stdout-filters", "duplicate_stdout_filters", "R,...",
-       "not implemented yet (refused)"},
-      {"--duplicate_stderr_filters,--duplicate-stderr-filters", "duplicate_stderr_filters", "R,...",
-       "not implemented yet (refused)"},
-      {"--node_rank,--node-rank", "node_rank", "N", "static: this node's rank"},
-      {"--master_addr,--master-addr", "master_addr", "ADDR",
-       "static: node 0's address (default 127.0.0.1)"},
-      {"--master_port,--master-port", "master_port", "PORT",
-       "static: node 0's store port (default 29500); 0 lets the OS pick on one node"},
-      {"--local_addr,--local-addr", "local_addr", "ADDR",
-       "this node's address as the others reach it"},
-      {"--signals_to_handle,--signals-to-handle", "signals_to_handle", "LIST",
-       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
-      {"--shutdown_timeout,--shutdown-timeout", "shutdown_timeout", "S",
-       "seconds from SIGTERM to SIGKILL when stopping workers (default "
-       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)"},
-      {"--virtual_local_rank,--virtual-local-rank", "virtual_local_rank", nullptr,
-       "LOCAL_RANK=0 and one CUDA device per worker"},
-      {"--logs_specs,--logs-specs", "logs_specs", "NAME",
-       "refused: a Python entry point (ddprun writes torchrun's default layout)"},
-      {"--numa_binding,--numa-binding", "numa_binding", "MODE", "not implemented yet (refused)"},
-      {"--no_slurm,--no-slurm", "no_slurm", nullptr,
-       "ignore Slurm's and Open MPI's variables (by default srun's or mpirun's placement fills "
-       "--nnodes, --node_rank, --master_addr, --master_port and --rdzv_id where not given)"},
-      {"--hostfile", "hostfile", "FILE",
-       "head-node launch: start one agent per host of FILE (lines: host slots=N) over ssh"},
-      {"-H,--hosts", "hosts", "H1:N,H2:N",
-       "head-node launch on these hosts (N: that host's workers when --nproc_per_node is not "
-       "given)"},
-      {"--include", "include", "H1@H2", "head-node launch: only these hosts"},
-      {"--exclude", "exclude", "H1@H2", "head-node launch: not these hosts"},
-      {"--ssh_port,--ssh-port", "ssh_port", "PORT", "head-node launch: ssh's port"},
-      {"--ssh_identity,--ssh-identity", "ssh_identity", "FILE",
-       "head-node launch: ssh's identity file (-i)"},
-      {"--ssh_option,--ssh-option", "ssh_option", "OPT",
-       "head-node launch: one more ssh -o option, e.g. StrictHostKeyChecking=no (repeatable)"},
-      {"--env", "env", "VAR[=VALUE]",
-       "head-node launch: set VAR on every host, to VALUE or to its value here (repeatable)"},
-      {"--head_control,--head-control", "head_control", nullptr,
-       "internal: started by a head node; stdin carries its signals, and its end stops the job"},
-  };
-  return table;
-}
 
 // argparse's dest in upper case behind PET_ (torchrun's argparse_util.env).
 std::string pet_name(const char* dest) {
@@ -181,6 +82,9 @@ int resolve_nproc(const std::string& text, const agent::Environment& env, bool u
     }
     return gpus;
   }
+  if (text == "xpu") {
+    throw UsageError("--nproc_per_node=xpu: ddprun counts NVIDIA GPUs only; give a number");
+  }
   if (text == "auto") {
     const int gpus = visible_gpus(env, use_slurm);
     return gpus > 0 ? gpus : cpus;
@@ -189,6 +93,23 @@ int resolve_nproc(const std::string& text, const agent::Environment& env, bool u
   if (n <= 0)
     throw UsageError(fmt::format("argument --nproc_per_node: must be positive, got {}", n));
   return n;
+}
+
+// torchrun's comma_separated_list: ",," stands for a comma inside a filter (the first pair wins, so
+// ",,," is a comma ending one filter), every other comma separates two.
+std::vector<std::string> split_filters(const std::string& text) {
+  std::vector<std::string> out(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, 2, ",,") == 0) {
+      out.back() += ',';
+      ++i;
+    } else if (text[i] == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += text[i];
+    }
+  }
+  return out;
 }
 
 // The rdzv_conf keys torchrun reads, by the kind of value each takes; others are refused so that
@@ -331,12 +252,13 @@ std::pair<std::string, int> parse_endpoint(const std::string& e, int default_por
 
 }  // namespace
 
-LaunchConfig parse_command_line(const std::vector<std::string>& args,
-                                const agent::Environment& env) {
+LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env,
+                                Dialect dialect) {
   LaunchConfig c;
   std::string nnodes = "1:1", max_restarts = "0", monitor_interval = "0.1", node_rank = "0";
   std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
-  std::string dup_stdout, dup_stderr;
+  std::string dup_stdout, dup_stderr, print_completion;
+  bool use_env = false, legacy_local_rank = false;
   std::string hostfile, host_list, include, exclude, ssh_port, metrics_port;
   const std::map<std::string, std::string*> texts = {
       {"nnodes", &nnodes},
@@ -353,7 +275,9 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       {"log_dir", &c.log_dir},
       {"redirects", &c.redirects},
       {"tee", &c.tee},
+      {"log_line_prefix_template", &c.log_line_prefix_template},
       {"local_ranks_filter", &c.local_ranks_filter},
+      {"print_completion", &print_completion},
       {"duplicate_stdout_filters", &dup_stdout},
       {"duplicate_stderr_filters", &dup_stderr},
       {"node_rank", &node_rank},
@@ -385,12 +309,20 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       {"virtual_local_rank", &c.virtual_local_rank},
       {"no_slurm", &c.no_slurm},
       {"head_control", &c.head_control},
+      {"use_env", &use_env},
+      {"legacy_local_rank", &legacy_local_rank},
   };
 
   CLI::App app{"ddprun"};
   app.prefix_command();  // everything from the training script on belongs to the script
+  std::vector<const OptionSpec*> specs;
+  for (const OptionSpec& spec : option_table()) specs.push_back(&spec);
+  if (dialect == Dialect::kDistributedLaunch) {
+    for (const OptionSpec& spec : launch_option_table()) specs.push_back(&spec);
+  }
   std::vector<std::pair<CLI::Option*, const OptionSpec*>> given;
-  for (const OptionSpec& spec : option_table()) {
+  for (const OptionSpec* p : specs) {
+    const OptionSpec& spec = *p;
     CLI::Option* opt = nullptr;
     if (!spec.metavar) {
       opt = app.add_flag(spec.names, *switches.at(spec.dest));
@@ -420,7 +352,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     }
     const std::string name = pet_name(spec->dest);
     auto it = env.find(name);
-    if (it == env.end() || lists.contains(spec->dest)) continue;
+    if (it == env.end() || lists.contains(spec->dest) || !spec->pet) continue;
     c.given.insert(spec->dest);
     if (spec->metavar) {
       *texts.at(spec->dest) = it->second;
@@ -428,6 +360,19 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
       *switches.at(spec->dest) = parse_bool(it->second, name);
     }
   }
+
+  for (const auto& [opt, spec] : given) {
+    if (spec->choices.empty() || !c.given.contains(spec->dest)) continue;
+    const std::string& value = *texts.at(spec->dest);
+    if (std::none_of(spec->choices.begin(), spec->choices.end(),
+                     [&](const char* choice) { return value == choice; })) {
+      std::string names = spec->names;
+      std::replace(names.begin(), names.end(), ',', '/');
+      throw UsageError(fmt::format("argument {}: invalid choice: '{}' (choose from {})", names,
+                                   value, fmt::join(spec->choices, ", ")));
+    }
+  }
+  if (!print_completion.empty()) throw CompletionRequested{completion_script(print_completion)};
 
   std::vector<std::string> rest = app.remaining();
   if (rest.empty()) throw UsageError("the following arguments are required: training_script");
@@ -443,12 +388,13 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
 
   parse_nnodes(nnodes, c);
   // A head resolves nothing of its hosts' GPUs: each host's agent counts its own.
-  const bool head = !hostfile.empty() || !host_list.empty();
-  c.nproc =
-      head && !all_digits(c.nproc_per_node) ? 1 : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
+  const bool head_launch = !hostfile.empty() || !host_list.empty();
+  c.nproc = head_launch && !all_digits(c.nproc_per_node)
+                ? 1
+                : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
   c.max_restarts = parse_int(max_restarts, "--max_restarts");
   if (c.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
-  c.monitor_interval = parse_double(monitor_interval, "--monitor_interval");
+  parse_double(monitor_interval, "--monitor_interval");  // checked; worker exits are events
   c.node_rank = parse_int(node_rank, "--node_rank");
   if (!metrics_port.empty()) {
     const int p = parse_int(metrics_port, "--metrics_port");
@@ -497,20 +443,43 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
     throw UsageError(
         "don't use both the '--no_python' flag and the '--module' flag at the same time");
   }
-  if (event_log_handler != "null") {
-    throw UsageError("--event_log_handler: only 'null' is supported (events go to ddprun's log)");
-  }
+  c.event_log_handler = event_log_handler == "console" ? EventLogHandler::kConsole
+                        : event_log_handler == "dynamic_rendezvous"
+                            ? EventLogHandler::kDynamicRendezvous
+                            : EventLogHandler::kNull;
   if (!logs_specs.empty()) {
     throw UsageError(
         "--logs_specs names a Python entry point; ddprun uses torchrun's default layout");
   }
-  if (!numa_binding.empty()) throw UsageError("--numa_binding is not implemented yet");
-  if (!dup_stdout.empty() || !dup_stderr.empty()) {
-    throw UsageError(
-        "--duplicate_stdout_filters/--duplicate_stderr_filters are not implemented yet");
+  if (!numa_binding.empty()) c.numa_binding = agent::parse_numa_mode(numa_binding);
+  if (c.given.contains("duplicate_stdout_filters")) {
+    c.duplicate_stdout_filters = split_filters(dup_stdout);
+  }
+  if (c.given.contains("duplicate_stderr_filters")) {
+    c.duplicate_stderr_filters = split_filters(dup_stderr);
+  }
+  if (c.log_line_prefix_template.empty()) {
+    if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+      c.log_line_prefix_template = it->second;
+    }
+  }
+  if (dialect == Dialect::kDistributedLaunch && !use_env) {
+    if (c.no_python) {
+      throw UsageError(
+          "When using the '--no-python' flag, you must also set the '--use-env' flag.");
+    }
+    c.local_rank_argument = legacy_local_rank ? "--local_rank" : "--local-rank";
   }
 
+  const bool head = !hostfile.empty() || !host_list.empty();
   if (c.standalone) {
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    c.rdzv_id = random_run_id();
+  } else if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty() && !c.master_port &&
+             c.max_nodes == 1 && !head && !c.placement) {
+    // torch 2.14: one node with no store port asked for gets a c10d store on a free port and a
+    // random run id, as --standalone does (two such jobs on a machine no longer collide).
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
     c.rdzv_id = random_run_id();
@@ -568,40 +537,52 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args,
   return c;
 }
 
+namespace {
+
+// One option's lines of --help: its names and value, then its help word-wrapped to 100 columns
+// from column 34 on.
+std::string help_lines(const OptionSpec& spec) {
+  constexpr size_t kColumn = 34, kWidth = 100;
+  std::string out;
+  std::string names = spec.names;
+  for (size_t comma = names.find(','); comma != std::string::npos;
+       comma = names.find(',', comma + 2)) {
+    names.replace(comma, 1, ", ");
+  }
+  const std::string left = "  " + names + (spec.metavar ? std::string(" ") + spec.metavar : "");
+  if (left.size() >= kColumn) out += left + "\n";
+  std::string line = left.size() < kColumn ? left + std::string(kColumn - left.size(), ' ')
+                                           : std::string(kColumn, ' ');
+  bool empty = true;
+  for (std::string_view words = spec.help; !words.empty();) {
+    const size_t space = words.find(' ');
+    const std::string_view word = words.substr(0, space);
+    if (!empty && line.size() + 1 + word.size() > kWidth) {
+      out += line + "\n";
+      line = std::string(kColumn, ' ');
+      empty = true;
+    }
+    line += (empty ? "" : " ") + std::string(word);
+    empty = false;
+    words = space == std::string_view::npos ? std::string_view() : words.substr(space + 1);
+  }
+  return out + line + "\n";
+}
+
+}  // namespace
+
 std::string cli_help() {
   std::string out =
       "usage: ddprun [options] training_script [training_script_args ...]\n"
+      "       ddprun launch [options] [--use-env] training_script [training_script_args ...]\n"
       "       ddprun status --rdzv_endpoint=HOST:PORT --rdzv_id=ID [--rdzv_backend=B] [--json]\n\n"
       "A torchrun-compatible launcher: one agent per node starts, watches and restarts the "
       "workers.\nEvery option has torchrun's name in both spellings (--nproc_per_node, "
       "--nproc-per-node) and\nfalls back to the PET_<NAME> variable (the command line wins).\n\n";
-  constexpr size_t kColumn = 34, kWidth = 100;
-  for (const OptionSpec& spec : option_table()) {
-    std::string names = spec.names;
-    for (size_t comma = names.find(','); comma != std::string::npos;
-         comma = names.find(',', comma + 2)) {
-      names.replace(comma, 1, ", ");
-    }
-    const std::string left = "  " + names + (spec.metavar ? std::string(" ") + spec.metavar : "");
-    if (left.size() >= kColumn) out += left + "\n";
-    // The help, word-wrapped to kWidth columns from kColumn on.
-    std::string line = left.size() < kColumn ? left + std::string(kColumn - left.size(), ' ')
-                                             : std::string(kColumn, ' ');
-    bool empty = true;
-    for (std::string_view words = spec.help; !words.empty();) {
-      const size_t space = words.find(' ');
-      const std::string_view word = words.substr(0, space);
-      if (!empty && line.size() + 1 + word.size() > kWidth) {
-        out += line + "\n";
-        line = std::string(kColumn, ' ');
-        empty = true;
-      }
-      line += (empty ? "" : " ") + std::string(word);
-      empty = false;
-      words = space == std::string_view::npos ? std::string_view() : words.substr(space + 1);
-    }
-    out += line + "\n";
-  }
+  for (const OptionSpec& spec : option_table()) out += help_lines(spec);
+  out +=
+      "\n`ddprun launch` takes torch.distributed.launch's command line: the options above, and\n";
+  for (const OptionSpec& spec : launch_option_table()) out += help_lines(spec);
   out +=
       "\nPython scripts run as $PYTHON_EXEC (default python3) -u [-m] script args.\n\n"
       "Exit status: 0 every worker succeeded; 1 the worker group failed (after the restarts "

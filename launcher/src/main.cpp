@@ -25,13 +25,22 @@ int main(int argc, char** argv) {
   if (!args.empty() && args.front() == "status") {
     return launcher::run_status({args.begin() + 1, args.end()}, agent::current_environment());
   }
+  // torch.distributed.launch's command line (deprecated there, as here: a notice, not an error).
+  const bool launch_dialect = !args.empty() && args.front() == "launch";
+  if (launch_dialect) {
+    std::cerr << "ddprun launch: torch.distributed.launch is deprecated; use ddprun as torchrun "
+                 "(LOCAL_RANK is in every worker's environment)\n";
+  }
 
   agent::AgentConfig config;
   bool head_control = false;
   bool per_process = false;
   try {
     const launcher::LaunchConfig launch =
-        launcher::parse_command_line(args, agent::current_environment());
+        launch_dialect ? launcher::parse_command_line({args.begin() + 1, args.end()},
+                                                      agent::current_environment(),
+                                                      launcher::Dialect::kDistributedLaunch)
+                       : launcher::parse_command_line(args, agent::current_environment());
     if (!launch.scheduler_notice.empty()) spdlog::info("{}", launch.scheduler_notice);
     if (!launch.hosts.empty()) {
       rendezvous::prepare_server_process();
@@ -49,6 +58,9 @@ int main(int argc, char** argv) {
     if (!head_control) std::cerr << notice << std::flush;  // not once per host of a head
   } catch (const launcher::HelpRequested&) {
     std::cout << launcher::cli_help();
+    return launcher::kExitSuccess;
+  } catch (const launcher::CompletionRequested& c) {
+    std::cout << c.script;
     return launcher::kExitSuccess;
   } catch (const launcher::UsageError& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Launch benchmark: ddprun against torchrun of torch 2.6 (Debian trixie's, through scripts/torch2/python;
-# the headline) and torch 1.13 (Debian bookworm's, via shared/tools/torchrun-ref, or $TORCHRUN) on the
+# the headline) and torch 1.13 (Debian bookworm's, via scripts/torch1/torchrun, or $TORCHRUN) on the
 # same machine in one run. Ratios are the evidence; the last line states the headline.
 #   1. whole-job wall time of `--standalone --nproc_per_node=N --no_python /bin/true`, N = 1, 8, 64
 #      (hyperfine; torchrun with --monitor_interval 0.1), beside the machine's floor: a shell that
@@ -15,7 +15,7 @@ bash scripts/torch2-root.sh >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target ddprun >/dev/null
 DDPRUN=$PWD/build/launcher/ddprun
-TORCHRUN=${TORCHRUN:-"bash $(cd .. && pwd)/shared/tools/torchrun-ref"}
+TORCHRUN=${TORCHRUN:-$PWD/scripts/torch1/torchrun}
 TORCHRUN2="$PWD/scripts/torch2/python -m torch.distributed.run"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

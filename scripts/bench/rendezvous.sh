@@ -32,7 +32,7 @@ bash scripts/torch2-root.sh >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target ddprun ddprund >/dev/null
 DDPRUN=$PWD/build/launcher/ddprun
-TORCHRUN=${TORCHRUN:-"bash $(cd .. && pwd)/shared/tools/torchrun-ref"}
+TORCHRUN=${TORCHRUN:-$PWD/scripts/torch1/torchrun}
 TORCHRUN2="$PWD/scripts/torch2/python -m torch.distributed.run"
 work=$(mktemp -d)
 # etcd members' pids live in files: the fault runs restart members from inside $(...) subshells.

@@ -37,18 +37,55 @@ class EtcdCluster:
     """`members` etcd processes forming one cluster; with tls=True clients must speak TLS and present a
     certificate signed by the cluster's CA (self.certs)."""
 
-    def __init__(self, members=3, tls=False):
+    def __init__(self, members=3, tls=False, attempts=5):
         self.dir = tempfile.mkdtemp()
         self.tls = tls
         self.certs = make_certificates(self.dir) if tls else None
         self.names = [f"m{i}" for i in range(members)]
-        self.client = [free_port() for _ in self.names]
-        self.peer = [free_port() for _ in self.names]
         self.scheme = "https" if tls else "http"
         self.procs = {}
+        # etcd needs its ports on its command line, so they are picked by binding and releasing
+        # them, and a test running beside this one may take one first: a member that cannot bind
+        # exits at once, and the cluster starts again on new ports.
+        for attempt in range(attempts):
+            self.client = [free_port() for _ in self.names]
+            self.peer = [free_port() for _ in self.names]
+            for n in self.names:
+                self.start(n, "new")
+            try:
+                wait_for(lambda: self.healthy() or self.a_member_exited(), "a healthy etcd cluster",
+                         timeout=60)
+            except AssertionError:
+                self.stop_all()
+                raise
+            if not self.a_member_exited():
+                return
+            lost = self.port_collision()
+            self.stop_all()
+            if not lost:
+                raise AssertionError(f"an etcd member exited at start; logs in {self.dir}")
+            for n in self.names:
+                shutil.rmtree(f"{self.dir}/{n}", ignore_errors=True)
+        raise AssertionError(f"etcd's ports were taken {attempts} times in a row")
+
+    def a_member_exited(self):
+        return any(p.poll() is not None for p in self.procs.values())
+
+    def port_collision(self):
         for n in self.names:
-            self.start(n, "new")
-        wait_for(self.healthy, "a healthy etcd cluster", timeout=60)
+            with open(f"{self.dir}/{n}.log", errors="replace") as f:
+                if "address already in use" in f.read():
+                    return True
+        return False
+
+    def stop_all(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        self.procs = {}
+        for n in self.names:  # a new attempt's logs start empty
+            open(f"{self.dir}/{n}.log", "w").close()
 
     def start(self, name, state="existing"):
         i = self.names.index(name)
@@ -104,7 +141,5 @@ class EtcdCluster:
         return self
 
     def __exit__(self, *exc):
-        for p in self.procs.values():
-            p.kill()
-            p.wait()
+        self.stop_all()
         shutil.rmtree(self.dir, ignore_errors=True)

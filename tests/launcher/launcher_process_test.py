@@ -15,7 +15,7 @@ from proc_util import free_port, wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 EXAMPLES = os.path.join(HERE, "..", "..", "examples")
-TORCHRUN_REF = os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-ref")
+TORCH1_LAUNCHER = os.path.join(HERE, "..", "..", "scripts", "torch1", "torchrun")
 # The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another, such as
 # scripts/torch2/python (torch 2.6) for the tests labelled torch2.
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
@@ -46,7 +46,7 @@ DUMP_ENV = ("import os,json,sys; "
 # no longer sets.
 DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
 TORCH1_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
-# Set by the bash wrapper that runs the reference torchrun, not by torchrun.
+# Set by the bash wrappers that start a reference torchrun (scripts/torch2/python), not by torchrun.
 SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
 
 
@@ -63,11 +63,11 @@ def worker_envs(launcher, flags, nproc):
 
 
 def reference_torchrun():
-    """torchrun of the workers' torch: 2.x's own, or Debian's 1.13 through shared/tools/torchrun-ref."""
+    """torchrun of the workers' torch: 2.x's own, or Debian's 1.13 through scripts/torch1/torchrun."""
     version = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], check=True,
                              capture_output=True, text=True).stdout.strip()
     if version.startswith("1."):
-        return ["bash", TORCHRUN_REF], version
+        return [TORCH1_LAUNCHER], version
     return [PY, "-m", "torch.distributed.run"], version
 
 

@@ -10,6 +10,7 @@
 
 #include "ddprun/agent/environment.hpp"
 #include "ddprun/agent/log_spec.hpp"
+#include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 
 namespace ddprun::agent {
@@ -36,7 +37,15 @@ struct AgentConfig {
   std::vector<Std> redirects;
   std::vector<Std> tee;
   std::optional<std::set<int>> console_ranks;  // nullopt: every local rank
-  std::vector<int> signals;                    // forwarded to the workers
+  // The prefix of each teed console line, a Python string.Template over role_name, rank,
+  // local_rank and hostname (torchrun's --log-line-prefix-template); empty: "[<role><local
+  // rank>]:".
+  std::string log_line_prefix_template;
+  // Teed console lines containing any of these go to <attempt>/filtered_std{out,err}.log too.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  std::optional<NumaMode> numa_binding;  // each worker bound to the CPUs near its accelerator
+  std::vector<int> signals;              // forwarded to the workers
   std::chrono::milliseconds shutdown_timeout{30'000};
   bool virtual_local_rank = false;
   std::optional<Placement> placement;  // set: nproc is 1, placed by a scheduler
@@ -47,6 +56,7 @@ struct AgentConfig {
   std::string
       event_log;  // --event_log: a file for one JSON line per event (event_log.hpp); "" none
   std::optional<int> metrics_port;  // --metrics_port: Prometheus text at GET /metrics; 0 any port
+  bool events_to_console = false;   // --event_log_handler=console: each event as a line on stderr
   // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and
   // host are taken from the fields above and this machine's name.
   rendezvous::RendezvousConfig rdzv;

@@ -2,7 +2,8 @@
 // Copies a worker's teed stream from its pipe to the log file as it arrives, whole, and to the
 // console (console.hpp: never blocking the event loop) as lines with a per-worker prefix
 // (console_lines.hpp: '\r' ends a line too, long lines come in pieces, a final unterminated line is
-// completed at EOF).
+// completed at EOF), and those lines that match --duplicate_*_filters to the attempt's filtered
+// file.
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -16,12 +17,14 @@
 
 namespace ddprun::agent {
 
+class FilteredLog;
+
 class LogPump : public std::enable_shared_from_this<LogPump> {
  public:
   // Takes ownership of `pipe_fd`. Create with std::make_shared: pending reads hold the pump alive.
-  // `file_path` empty: no file; `console_fd` < 0: no console.
+  // `file_path` empty: no file; `console_fd` < 0: no console; `duplicate` null: no filtered copy.
   LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path, int console_fd,
-          std::string prefix);
+          std::string prefix, std::shared_ptr<FilteredLog> duplicate = nullptr);
   ~LogPump();
   LogPump(const LogPump&) = delete;
   LogPump& operator=(const LogPump&) = delete;
@@ -41,6 +44,8 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   std::FILE* file_ = nullptr;
   int console_fd_;
   ConsoleLines lines_;
+  std::shared_ptr<FilteredLog> duplicate_;
+  ConsoleLines duplicate_lines_;
   std::vector<char> buf_;
   bool done_ = false;
   std::function<void()> on_eof_;

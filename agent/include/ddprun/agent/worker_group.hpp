@@ -21,11 +21,15 @@ namespace ddprun::agent {
 
 class LogPump;
 class EventLog;
+class FilteredLog;
 
 // Where a teed stream goes besides its pipe.
 struct TeeTarget {
   std::string file;     // the log file
   int console_fd = -1;  // STDOUT_FILENO / STDERR_FILENO, or -1 when filtered out
+  // The attempt's file of console lines matching --duplicate_*_filters (shared by the workers), or
+  // null.
+  std::shared_ptr<FilteredLog> duplicate;
 };
 
 struct WorkerLaunch {

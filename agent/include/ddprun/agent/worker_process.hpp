@@ -30,6 +30,7 @@ struct SpawnSpec {
   StreamTarget out;
   StreamTarget err;
   bool stdin_pipe = false;  // true: stdin is a pipe the caller writes (take_stdin_pipe)
+  std::vector<int> cpus;    // the CPUs it may run on (sched_setaffinity before exec); empty: all
 };
 
 struct ExitStatus {

@@ -24,6 +24,19 @@ class UsageError : public std::runtime_error {
 // -h/--help was given; the CLI prints cli_help() and exits 0.
 struct HelpRequested {};
 
+// --print-completion SHELL was given; the CLI prints `script` and exits 0.
+struct CompletionRequested {
+  std::string script;
+};
+
+// Whose command line is parsed: torchrun's (`ddprun ...`) or torch.distributed.launch's
+// (`ddprun launch ...`: --use-env, and without it a --local-rank=N argument for the script).
+enum class Dialect { kTorchrun, kDistributedLaunch };
+
+// --event_log_handler: torch's registered handlers. kConsole writes each event to stderr;
+// kDynamicRendezvous (torch's rendezvous events, dropped by default) and kNull write none.
+enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
+
 struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
@@ -41,7 +54,6 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_config;  // rdzv_conf parsed; keys torchrun reads only
   bool standalone = false;
   int max_restarts = 0;
-  double monitor_interval = 0.1;  // accepted for compatibility; ddprun reacts to events
   std::string start_method = "spawn";
   std::string role = "default";
   bool module = false;
@@ -51,6 +63,14 @@ struct LaunchConfig {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
+  std::string log_line_prefix_template;  // --log_line_prefix_template, else the variable, else ""
+  std::vector<std::string> duplicate_stdout_filters;  // split at ',' (",," is a comma)
+  std::vector<std::string> duplicate_stderr_filters;
+  std::optional<agent::NumaMode> numa_binding;
+  EventLogHandler event_log_handler = EventLogHandler::kNull;
+  // ddprun launch without --use-env: the script's local-rank argument, "--local-rank" (torch 2.x)
+  // or "--local_rank" (--legacy_local_rank, torch 1.x), given "=N" before the script's own.
+  std::string local_rank_argument;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::optional<int>
@@ -81,10 +101,11 @@ struct LaunchConfig {
   std::set<std::string> given;  // dests given on the command line or by PET_*
 };
 
-// Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
-// Throws UsageError with a one-line message, or HelpRequested.
-LaunchConfig parse_command_line(const std::vector<std::string>& args,
-                                const agent::Environment& env);
+// Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT,
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Throws UsageError with a one-line message,
+// HelpRequested or CompletionRequested.
+LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env,
+                                Dialect dialect = Dialect::kTorchrun);
 
 // The text `ddprun --help` prints.
 std::string cli_help();

@@ -1,0 +1,133 @@
+#include "option_table.hpp"
+
+namespace ddprun::launcher {
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = {
+      {"--nnodes", "nnodes", "N|MIN:MAX",
+       "number of nodes; MIN:MAX is an elastic job (--rdzv_backend=c10d)"},
+      {"--nproc_per_node,--nproc-per-node", "nproc_per_node", "N|auto|cpu|gpu|xpu",
+       "workers per node; gpu and auto count the GPUs CUDA_VISIBLE_DEVICES leaves visible (xpu: "
+       "ddprun counts NVIDIA GPUs only, and refuses it)"},
+      {"--standalone", "standalone", nullptr,
+       "single node, a store on a free port, a random run id"},
+      {"--rdzv_backend,--rdzv-backend", "rdzv_backend", "static|c10d|etcd-v3",
+       "how nodes meet (default static); etcd and etcd-v2 mean etcd-v3: etcd 3.4+ over its v3 API"},
+      {"--rdzv_endpoint,--rdzv-endpoint", "rdzv_endpoint", "HOST[:PORT]",
+       "c10d: the store every node joins (default port 29400); ddprund there, or the first agent. "
+       "etcd: the cluster's members, comma-separated (default port 2379)"},
+      {"--rdzv_id,--rdzv-id", "rdzv_id", "ID", "the job's id, the same on every node"},
+      {"--rdzv_conf,--rdzv-conf", "rdzv_conf", "K=V,...",
+       "join_timeout, last_call_timeout, heartbeat_timeout (or keep_alive_interval and "
+       "keep_alive_max_attempt), is_host, reconnect_timeout (c10d: how long a lost ddprund is "
+       "waited for, workers running; default 30); read_timeout, close_timeout, timeout, "
+       "store_type; "
+       "etcd: etcd_prefix, protocol=https, cacert, cert, key (or ca_cert, ssl_cert, "
+       "ssl_cert_key)"},
+      {"--max_restarts,--max-restarts", "max_restarts", "N",
+       "job-wide restarts of the worker groups before failing (default 0)"},
+      {"--monitor_interval,--monitor-interval", "monitor_interval", "S",
+       "accepted for compatibility: worker exits are seen as events"},
+      {"--start_method,--start-method", "start_method", "M",
+       "accepted for compatibility: spawn, fork or forkserver"},
+      {"--event_log_handler,--event-log-handler",
+       "event_log_handler",
+       "null|console|dynamic_rendezvous",
+       "console: each event (as --event_log writes it) also as a JSON line on stderr; null and "
+       "dynamic_rendezvous: none (the default)",
+       {"null", "console", "dynamic_rendezvous"}},
+      {"--event_log,--event-log", "event_log", "FILE",
+       "append one JSON object per line to FILE for every event this agent sees (rounds, nodes "
+       "joining and leaving, workers started and exited, restarts, the exit barrier, the end)"},
+      {"--metrics_port,--metrics-port", "metrics_port", "PORT",
+       "serve this agent's Prometheus metrics at http://*:PORT/metrics (0 picks a free port)"},
+      {"--role", "role", "NAME", "ROLE_NAME and the console prefix (default \"default\")"},
+      {"-m,--module", "module", nullptr, "run the script as `python -m`"},
+      {"--no_python,--no-python", "no_python", nullptr, "run the script as an executable"},
+      {"--run_path,--run-path", "run_path", nullptr,
+       "run the script with python (runpy.run_path semantics)"},
+      {"--log_dir,--log-dir", "log_dir", "DIR",
+       "DIR/<run_id>_<rand>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json"},
+      {"-r,--redirects", "redirects", "0-3|R:V,...",
+       "redirect stdout (1), stderr (2) or both (3) of all or some ranks to the log files"},
+      {"-t,--tee", "tee", "0-3|R:V,...",
+       "like --redirects, and to the console with a [role rank]: prefix"},
+      {"--log_line_prefix_template,--log-line-prefix-template", "log_line_prefix_template",
+       "TEMPLATE",
+       "the console prefix of teed lines, with ${role_name}, ${rank}, ${local_rank}, ${hostname} "
+       "(default TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else [${role_name}${local_rank}]:)"},
+      {"--local_ranks_filter,--local-ranks-filter", "local_ranks_filter", "R,...",
+       "local ranks whose output reaches the console"},
+      {"--duplicate_stdout_filters,--duplicate-stdout-filters", "duplicate_stdout_filters", "S1,S2",
+       "teed stdout lines shown on the console that contain any of these strings (,, is a "
+       "comma) are copied to <attempt folder>/filtered_stdout.log"},
+      {"--duplicate_stderr_filters,--duplicate-stderr-filters", "duplicate_stderr_filters", "S1,S2",
+       "the same for stderr, to <attempt folder>/filtered_stderr.log"},
+      {"--node_rank,--node-rank", "node_rank", "N", "static: this node's rank"},
+      {"--master_addr,--master-addr", "master_addr", "ADDR",
+       "static: node 0's address (default 127.0.0.1)"},
+      {"--master_port,--master-port", "master_port", "PORT",
+       "static: node 0's store port (default 29500); 0 lets the OS pick on one node"},
+      {"--local_addr,--local-addr", "local_addr", "ADDR",
+       "this node's address as the others reach it"},
+      {"--signals_to_handle,--signals-to-handle", "signals_to_handle", "LIST",
+       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
+      {"--shutdown_timeout,--shutdown-timeout", "shutdown_timeout", "S",
+       "seconds from SIGTERM to SIGKILL when stopping workers (default "
+       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)"},
+      {"--virtual_local_rank,--virtual-local-rank", "virtual_local_rank", nullptr,
+       "LOCAL_RANK=0 and one CUDA device per worker"},
+      {"--logs_specs,--logs-specs",
+       "logs_specs",
+       "NAME",
+       "refused: a Python entry point (ddprun writes torchrun's default layout)",
+       {},
+       false},
+      {"--numa_binding,--numa-binding",
+       "numa_binding",
+       "MODE",
+       "bind each worker to CPUs near the GPU whose index is its local rank: all of its NUMA "
+       "node, all of its socket, an exclusive share of its node's cores, or one core complex",
+       {"node", "socket", "exclusive", "core-complex"},
+       false},
+      {"--no_slurm,--no-slurm", "no_slurm", nullptr,
+       "ignore Slurm's and Open MPI's variables (by default srun's or mpirun's placement fills "
+       "--nnodes, --node_rank, --master_addr, --master_port and --rdzv_id where not given)"},
+      {"--hostfile", "hostfile", "FILE",
+       "head-node launch: start one agent per host of FILE (lines: host slots=N) over ssh"},
+      {"-H,--hosts", "hosts", "H1:N,H2:N",
+       "head-node launch on these hosts (N: that host's workers when --nproc_per_node is not "
+       "given)"},
+      {"--include", "include", "H1@H2", "head-node launch: only these hosts"},
+      {"--exclude", "exclude", "H1@H2", "head-node launch: not these hosts"},
+      {"--ssh_port,--ssh-port", "ssh_port", "PORT", "head-node launch: ssh's port"},
+      {"--ssh_identity,--ssh-identity", "ssh_identity", "FILE",
+       "head-node launch: ssh's identity file (-i)"},
+      {"--ssh_option,--ssh-option", "ssh_option", "OPT",
+       "head-node launch: one more ssh -o option, e.g. StrictHostKeyChecking=no (repeatable)"},
+      {"--env", "env", "VAR[=VALUE]",
+       "head-node launch: set VAR on every host, to VALUE or to its value here (repeatable)"},
+      {"--head_control,--head-control", "head_control", nullptr,
+       "internal: started by a head node; stdin carries its signals, and its end stops the job"},
+      {"--print_completion,--print-completion",
+       "print_completion",
+       "SHELL",
+       "print a completion script of ddprun's options for the shell and exit",
+       {"bash", "zsh", "tcsh"},
+       false},
+  };
+  return table;
+}
+
+const std::vector<OptionSpec>& launch_option_table() {
+  static const std::vector<OptionSpec> table = {
+      {"--use_env,--use-env", "use_env", nullptr,
+       "ddprun launch: the script reads LOCAL_RANK from the environment; without it the script "
+       "gets --local-rank=N before its own arguments (torch.distributed.launch)"},
+      {"--legacy_local_rank,--legacy-local-rank", "legacy_local_rank", nullptr,
+       "ddprun launch: give the script torch 1.x's spelling, --local_rank=N"},
+  };
+  return table;
+}
+
+}  // namespace ddprun::launcher
