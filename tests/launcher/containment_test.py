@@ -30,7 +30,8 @@ def in_ddprun_cgroup(pid):
 def main(ddprun, case, cgroups_on):
     d = tempfile.mkdtemp()
     mode = {"end": "end", "fail": "fail"}.get(case, "wait")
-    script = (f'echo $$ > {d}/wrapper.$RANK; sleep 300 & echo $! > {d}/bg.$RANK; '
+    # "$$$$" is the shell's "$$" (worker arguments go through torchrun's ${local_rank} macro).
+    script = (f'echo $$$$ > {d}/wrapper.$RANK; sleep 300 & echo $! > {d}/bg.$RANK; '
               f'/usr/bin/python3 {ESCAPEES} {d} {mode}; exit $?')
     proc = subprocess.Popen([ddprun, "--standalone", f"--nproc_per_node={NPROC}", "--no_python",
                              "/bin/bash", "-c", script],

@@ -195,8 +195,9 @@ def case_a_peer_lost_at_the_exit_barrier_re_forms_the_job():
         d = tempfile.mkdtemp()
         os.makedirs(f"{d}/wb")
         # Node a's worker finishes at once; node b's waits until SIGTERMed (or its agent dies).
+        # "$$$$": workers' arguments go through torchrun's ${local_rank} macro, where "$$" is "$".
         script = (f'if [ "$1" = b ]; then exec {PY} {PROBE} "$0/wb"; fi; '
-                  'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT.$$"')
+                  'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT.$$$$"')
         a = agent(s.endpoint, "2:2", script, d, "a")
         b = agent(s.endpoint, "2:2", script, d, "b")
         wait_for(lambda: count(f"{d}/wb", "ready.") == 1 and count(d, "ran.a.") == 1,

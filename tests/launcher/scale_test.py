@@ -17,8 +17,9 @@ DDPRUN = DDPRUND = LOAD = None
 PROCS = []
 CONNECTIONS = 3000
 
-# Rank 0 writes its pid and MASTER_PORT, then every worker waits for "$0/go".
-WORKER = ('echo "$$ $MASTER_PORT" > "$0/w.$RANK.$TORCHELASTIC_RESTART_COUNT.tmp" && '
+# Rank 0 writes its pid and MASTER_PORT, then every worker waits for "$0/go". ("$$$$" is the shell's
+# "$$": worker arguments go through torchrun's ${local_rank} macro, where "$$" stands for "$".)
+WORKER = ('echo "$$$$ $MASTER_PORT" > "$0/w.$RANK.$TORCHELASTIC_RESTART_COUNT.tmp" && '
           'mv "$0/w.$RANK.$TORCHELASTIC_RESTART_COUNT.tmp" "$0/w.$RANK.$TORCHELASTIC_RESTART_COUNT"; '
           'while [ ! -e "$0/go" ]; do sleep 0.05; done')
 

@@ -13,8 +13,10 @@ LaunchConfig parse(std::vector<std::string> args, Environment env = {}) {
 }  // namespace
 
 TEST_CASE("cli: dash and underscore spellings are the same flag", "[cli]") {
-  const auto a = parse({"--nproc_per_node=3", "--max_restarts", "2", "--rdzv_id=j", "train.py"});
-  const auto b = parse({"--nproc-per-node", "3", "--max-restarts=2", "--rdzv-id", "j", "train.py"});
+  const auto a = parse(
+      {"--nproc_per_node=3", "--max_restarts", "2", "--rdzv_id=j", "--master_port=9", "train.py"});
+  const auto b = parse({"--nproc-per-node", "3", "--max-restarts=2", "--rdzv-id", "j",
+                        "--master-port", "9", "train.py"});
   CHECK(a.nproc == 3);
   CHECK(b.nproc == 3);
   CHECK(a.max_restarts == 2);
@@ -107,7 +109,7 @@ TEST_CASE("cli: the script's own arguments pass untouched", "[cli]") {
 }
 
 TEST_CASE("cli: defaults match torchrun's", "[cli]") {
-  const auto c = parse({"train.py"});
+  const auto c = parse({"--nnodes=2", "train.py"});
   CHECK(c.nproc == 1);
   CHECK(c.rdzv_backend == "static");
   CHECK(c.rdzv_id == "none");
@@ -127,6 +129,21 @@ TEST_CASE("cli: standalone is a single-node c10d job on a free port with a fresh
   const auto agent = make_agent_config(a, {}, nullptr);
   CHECK(agent.rdzv.store_port == 0);
   CHECK(agent.rdzv.max_nodes == 1);
+}
+
+TEST_CASE("cli: one node without a store port is a c10d job on a free port, as in torch 2.14",
+          "[cli]") {
+  const auto a = parse({"--rdzv_id=mine", "train.py"});
+  const auto b = parse({"train.py"});
+  CHECK(a.rdzv_backend == "c10d");
+  CHECK(a.rdzv_endpoint == "localhost:0");
+  CHECK(a.rdzv_id != "mine");  // torch replaces it with a fresh one too
+  CHECK(a.rdzv_id != b.rdzv_id);
+  CHECK(make_agent_config(a, {}, nullptr).rdzv.store_port == 0);
+  // A port, an endpoint or more than one node keep the static backend.
+  CHECK(parse({"--master_port=29500", "train.py"}).rdzv_backend == "static");
+  CHECK(parse({"--rdzv_endpoint=h:1", "train.py"}).rdzv_backend == "static");
+  CHECK(parse({"--nnodes=2", "train.py"}).rdzv_backend == "static");
 }
 
 TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {

@@ -127,7 +127,7 @@ TEST_CASE("slurm: explicit options and MASTER_* win, --no_slurm ignores it all",
   const LaunchConfig m = parse({"train.py"}, env);
   CHECK(m.master_port == 23456);
   CHECK(m.master_addr == "10.0.0.1");
-  const LaunchConfig off = parse({"--no_slurm", "train.py"}, env);
+  const LaunchConfig off = parse({"--no_slurm", "--master_port=29500", "train.py"}, env);
   CHECK(off.max_nodes == 1);
   CHECK(off.rdzv_id == "none");
   CHECK(off.scheduler_notice.empty());
