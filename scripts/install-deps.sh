@@ -15,6 +15,7 @@ packages=(
   etcd-server etcd-client libssl-dev openssl
   openssh-server openssh-client slurmctld slurmd slurm-client munge util-linux
   openmpi-bin man-db
+  zsh tcsh
 )
 
 missing=()

@@ -50,9 +50,9 @@ TORCH1_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
 SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
 
 
-def worker_envs(launcher, flags, nproc):
+def worker_envs(launcher, nproc):
     out = tempfile.mkdtemp()
-    cmd = [*launcher, *flags, "--no_python", PY, "-c", DUMP_ENV, out]
+    cmd = [*launcher, "--no_python", PY, "-c", DUMP_ENV, out]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ})
     assert r.returncode == 0, (cmd, r.stderr)
     envs = {}
@@ -62,10 +62,14 @@ def worker_envs(launcher, flags, nproc):
     return envs
 
 
+def torch_version():
+    return subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def reference_torchrun():
     """torchrun of the workers' torch: 2.x's own, or Debian's 1.13 through scripts/torch1/torchrun."""
-    version = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], check=True,
-                             capture_output=True, text=True).stdout.strip()
+    version = torch_version()
     if version.startswith("1."):
         return [TORCH1_LAUNCHER], version
     return [PY, "-m", "torch.distributed.run"], version
@@ -79,9 +83,33 @@ def port_flags(flags):
     return [f"--master_port={free_port()}"]
 
 
+def compare_envs(ref, ours, differs, torch1, what):
+    for rank in ref:
+        t, d = ref[rank], ours[rank]
+        for key in set(t) | set(d):
+            if key in differs or key in SHELL_ARTIFACTS or key == "MASTER_PORT":
+                continue
+            if (key in DDPRUN_EXTRAS and key not in t) or (
+                    torch1 and key in TORCH1_ONLY and key not in d):
+                continue
+            if key == "TORCHELASTIC_ERROR_FILE":
+                # Paths differ by temp folder; the layout must not.
+                assert t[key].split("/")[-3:] == d[key].split("/")[-3:], (t[key], d[key])
+                assert os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(
+                    d[key])))).startswith(d["TORCHELASTIC_RUN_ID"] + "_"), d[key]
+                continue
+            assert t.get(key) == d.get(key), (what, rank, key, t.get(key), d.get(key))
+        assert d["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+# torch 2.14 on one node without a store port: c10d on a free port with a fresh run id, as ddprun.
+IMPLICIT_C10D = {"MASTER_ADDR", "TORCHELASTIC_RUN_ID"}
+
+
 def case_env_parity():
     torchrun, version = reference_torchrun()
     torch1 = version.startswith("1.")
+    agent_store = {"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set()
     flag_sets = [
         (["--nproc_per_node=2"], 2, set()),
         (["--nproc_per_node=3", "--role=trainer", "--max_restarts=2", "--rdzv_id=job7"], 3, set()),
@@ -89,33 +117,156 @@ def case_env_parity():
         # A random run id each (torchrun's is a UUID). torch 1.13 gave c10d workers their own store
         # on a port it probed; ddprun shares the agent's store, as torch 2.x does, and names its host
         # by IP where 2.x gives the machine's FQDN.
-        (["--standalone", "--nproc_per_node=2"], 2,
-         {"MASTER_ADDR", "TORCHELASTIC_RUN_ID"} |
-         ({"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set())),
+        (["--standalone", "--nproc_per_node=2"], 2, {"MASTER_ADDR", "TORCHELASTIC_RUN_ID"} |
+         agent_store),
         (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_id=job8", "--nproc_per_node=2",
-          "--rdzv_conf=last_call_timeout=1"], 2,
-         {"MASTER_ADDR"} | ({"TORCHELASTIC_USE_AGENT_STORE"} if torch1 else set())),
+          "--rdzv_conf=last_call_timeout=1"], 2, {"MASTER_ADDR"} | agent_store),
     ]
+    if not torch1:  # what torch 2.14 added, with every flag of it that runs without a GPU
+        flag_sets += [
+            (["--nproc-per-node=2", "--virtual-local-rank", "--signals-to-handle=SIGTERM,SIGUSR1",
+              "--shutdown-timeout=5"], 2, set()),
+            (["--nproc-per-node=2", "--tee=3", "--local-ranks-filter=1",
+              "--log-line-prefix-template=${hostname}:${rank}|", "--duplicate-stdout-filters=a,,b",
+              "--duplicate-stderr-filters=c", "--event-log-handler=console",
+              "--start-method=fork", "--monitor-interval=0.2", "--run-path"], 2, set()),
+            (["--nproc-per-node=2", "--event-log-handler=dynamic_rendezvous"], 2, set()),
+            (["--nproc-per-node=2", "--rdzv-id=ignored"], 2, IMPLICIT_C10D),
+        ]
     for flags, nproc, differs in flag_sets:
-        ref = worker_envs([*torchrun, "--monitor_interval=0.1"], flags + port_flags(flags), nproc)
-        ours = worker_envs([DDPRUN], flags + port_flags(flags), nproc)
-        for rank in range(nproc):
-            t, d = ref[rank], ours[rank]
-            for key in set(t) | set(d):
-                if key in differs or key in SHELL_ARTIFACTS or key == "MASTER_PORT":
-                    continue
-                if (key in DDPRUN_EXTRAS and key not in t) or (
-                        torch1 and key in TORCH1_ONLY and key not in d):
-                    continue
-                if key == "TORCHELASTIC_ERROR_FILE":
-                    # Paths differ by temp folder; the layout must not.
-                    assert t[key].split("/")[-3:] == d[key].split("/")[-3:], (t[key], d[key])
-                    assert os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(
-                        d[key])))).startswith(d["TORCHELASTIC_RUN_ID"] + "_"), d[key]
-                    continue
-                assert t.get(key) == d.get(key), (flags, rank, key, t.get(key), d.get(key))
-            assert d["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        def ports():
+            return [] if differs is IMPLICIT_C10D else port_flags(flags)
+        ref_flags = flags if "--monitor-interval=0.2" in flags else ["--monitor_interval=0.1", *flags]
+        envs = run_path_envs if "--run-path" in flags else worker_envs
+        ref = envs([*torchrun, *ref_flags, *ports()], nproc)
+        ours = envs([DDPRUN, *flags, *ports()], nproc)
+        compare_envs(ref, ours, differs, torch1, flags)
     print(f"env parity with torchrun (torch {version}) for", len(flag_sets), "flag sets: passed")
+
+
+def run_path_envs(launcher, nproc):
+    """--run-path: the script by path (torchrun runs it in its own interpreter with runpy)."""
+    out = tempfile.mkdtemp()
+    script = os.path.join(out, "dump_env.py")
+    with open(script, "w") as f:
+        f.write("import os, json, sys\n"
+                "json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK']), 'w'))\n")
+    r = subprocess.run([*launcher, script, out], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON_EXEC": PY})
+    assert r.returncode == 0, (launcher, r.stderr)
+    return {rank: json.load(open(os.path.join(out, str(rank)))) for rank in range(nproc)}
+
+
+def console_and_filtered(launcher, logs, prog):
+    r = subprocess.run([*launcher, "--nproc-per-node=2", "--tee=3", "--local-ranks-filter=0,1",
+                        f"--log-dir={logs}", "--duplicate-stdout-filters=loss,,x,step",
+                        "--duplicate-stderr-filters=warn", "--role=tr",
+                        "--log-line-prefix-template=${role_name}-${rank}-$local_rank-${hostname}|",
+                        "--no-python", PY, "-c", prog],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON_EXEC": PY})
+    assert r.returncode == 0, (launcher, r.stderr)
+    (attempt,) = glob.glob(f"{logs}/*/attempt_0")
+    files = {name: sorted(open(os.path.join(attempt, name)).read().splitlines())
+             for name in ("filtered_stdout.log", "filtered_stderr.log")}
+    stdout = sorted(line for line in r.stdout.splitlines() if "|" in line)
+    return files, stdout
+
+
+def case_tee_prefix_and_duplicate_filters_match_torchrun():
+    if torch_version().startswith("1."):
+        print("torch 1.13 has no duplicate filters or prefix template flag: skipped")
+        sys.exit(77)
+    torchrun, version = reference_torchrun()
+    prog = ("import os, sys\n"
+            "r = os.environ['RANK']\n"
+            "print('step 1 loss,x 0.5 from', r); print('no match', r); print('loss,y', r)\n"
+            "print('warn: disk', r, file=sys.stderr); print('plain', r, file=sys.stderr)\n")
+    theirs = console_and_filtered(torchrun, tempfile.mkdtemp(), prog)
+    ours = console_and_filtered([DDPRUN], tempfile.mkdtemp(), prog)
+    assert ours == theirs, (ours, theirs)
+    assert len(ours[0]["filtered_stdout.log"]) == 2 and len(ours[0]["filtered_stderr.log"]) == 2
+    print(f"tee prefixes and duplicate filters identical to torchrun {version}'s: passed")
+
+
+def launch_run(launcher, flags, script_args):
+    out = tempfile.mkdtemp()
+    script = os.path.join(out, "probe.py")
+    with open(script, "w") as f:
+        f.write("import os, json, sys\n"
+                "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)},\n"
+                "          open(os.path.join(sys.argv[-1], os.environ['LOCAL_RANK']), 'w'))\n")
+    r = subprocess.run([*launcher, *flags, f"--master_port={free_port()}", script, *script_args,
+                        out], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON_EXEC": PY})
+    assert r.returncode == 0, (launcher, r.stderr)
+    return {rank: json.load(open(os.path.join(out, str(rank)))) for rank in range(2)}, r
+
+
+def case_launch_matches_torch_distributed_launch():
+    version = torch_version()
+    torch1 = version.startswith("1.")
+    reference = [TORCH1_LAUNCHER, "--launch"] if torch1 else [PY, "-m", "torch.distributed.launch"]
+    ours = [DDPRUN, "launch"] + (["--legacy_local_rank"] if torch1 else [])
+    spelling = "--local_rank" if torch1 else "--local-rank"
+    flag_sets = [["--nproc_per_node=2", "--nnodes=1", "--node_rank=0", "--master_addr=localhost"],
+                 ["--nproc_per_node=2", "--use_env"]]
+    if not torch1:  # 1.13 knows the underscore spellings only
+        flag_sets.append(["--nproc-per-node=2", "--use-env"])
+    for flags in flag_sets:
+        ref, _ = launch_run(reference, flags, ["--lr", "0.1"])
+        got, r = launch_run(ours, flags, ["--lr", "0.1"])
+        for rank in range(2):  # the last argument is each run's own output folder
+            assert got[rank]["argv"][:-1] == ref[rank]["argv"][:-1], (flags, got[rank], ref[rank])
+            if not any(f.startswith("--use") for f in flags):
+                assert got[rank]["argv"][0] == f"{spelling}={rank}", got[rank]["argv"]
+        compare_envs({k: v["env"] for k, v in ref.items()}, {k: v["env"] for k, v in got.items()},
+                     set(), torch1, flags)
+        assert "deprecated" in r.stderr, r.stderr
+    r = subprocess.run([DDPRUN, "launch", "--no-python", "true"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--use-env" in r.stderr, r.stderr
+    print(f"ddprun launch gives every rank torch.distributed.launch's arguments and environment "
+          f"(torch {version}): passed")
+
+
+def case_numa_binding_without_a_gpu_fails_clearly():
+    if glob.glob("/dev/nvidia[0-9]*"):
+        print("this machine has a GPU: skipped (scripts/gpu-test.sh binds for real)")
+        sys.exit(77)
+    args = ["--numa-binding=node", "--nproc-per-node=1", "--no-python", "true"]
+    r = subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "--numa-binding=node: No accelerator available for NUMA binding" in r.stderr, r.stderr
+    if not torch_version().startswith("1."):
+        torchrun, _ = reference_torchrun()
+        t = subprocess.run([*torchrun, *args], capture_output=True, text=True, timeout=120)
+        assert t.returncode != 0 and "No accelerator available for NUMA binding" in t.stderr
+    print("--numa-binding without an accelerator fails at launch with torch's reason: passed")
+
+
+def case_print_completion_completes_ddprun():
+    bash = subprocess.run(
+        ["bash", "-c", 'source <("$0" --print-completion bash)\n'
+         'COMP_WORDS=(ddprun --nproc); COMP_CWORD=1; _ddprun; echo "${COMPREPLY[@]}"\n'
+         'COMP_WORDS=(ddprun --numa-binding c); COMP_CWORD=2; _ddprun; echo "${COMPREPLY[@]}"\n'
+         'complete -p ddprun', DDPRUN], capture_output=True, text=True, check=True)
+    lines = bash.stdout.splitlines()
+    assert lines[0].split() == ["--nproc_per_node", "--nproc-per-node"], lines
+    assert lines[1] == "core-complex", lines
+    assert "-F _ddprun ddprun" in lines[2], lines
+    script = tempfile.mktemp()
+    with open(script, "w") as f:
+        f.write(subprocess.run([DDPRUN, "--print-completion", "zsh"], capture_output=True,
+                               text=True, check=True).stdout)
+    zsh = subprocess.run(["zsh", "-n", script], capture_output=True, text=True)
+    assert zsh.returncode == 0, zsh.stderr
+    with open(script, "w") as f:
+        f.write(subprocess.run([DDPRUN, "--print-completion", "tcsh"], capture_output=True,
+                               text=True, check=True).stdout)
+    tcsh = subprocess.run(["tcsh", "-f", "-c", f"source {script}; complete ddprun"],
+                          capture_output=True, text=True)
+    assert tcsh.returncode == 0 and "nproc_per_node" in tcsh.stdout, (tcsh.stdout, tcsh.stderr)
+    print("--print-completion: bash completes options and values, zsh parses, tcsh loads: passed")
 
 
 # --- real PyTorch training ---------------------------------------------------------------------

@@ -158,6 +158,10 @@ TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
       {{"--signals_to_handle=SIGKILL", "t.py"}, "SIGKILL"},
       {{"--rdzv_conf=joint_timeout=5", "t.py"}, "unknown key 'joint_timeout'"},
       {{"--start_method=thread", "t.py"}, "invalid choice"},
+      {{"--numa-binding=numa", "t.py"}, "invalid choice: 'numa'"},
+      {{"--event-log-handler=syslog", "t.py"}, "invalid choice: 'syslog'"},
+      {{"--print-completion=fish", "t.py"}, "choose from bash, zsh, tcsh"},
+      {{"--nproc_per_node=xpu", "t.py"}, "NVIDIA GPUs only"},
       {{"--no_python", "-m", "t.py"}, "at the same time"},
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:port", "t.py"}, "bad port"},
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=host:70000", "t.py"}, "bad port"},
@@ -327,4 +331,92 @@ TEST_CASE("cli: --event_log and --metrics_port, and their PET_ variables", "[cli
   CHECK_FALSE(parse({"train.py"}).metrics_port);
   CHECK_THROWS_AS(parse({"--metrics_port=70000", "train.py"}), UsageError);
   CHECK(make_agent_config(c, {}, nullptr).event_log == "/tmp/e.jsonl");
+}
+
+TEST_CASE("cli: duplicate filters split at commas, and a doubled comma is a comma", "[cli]") {
+  const auto c = parse({"--duplicate-stdout-filters", "loss,,step,acc", "--duplicate_stderr_filters",
+                        "Error", "t.py"});
+  CHECK(c.duplicate_stdout_filters == std::vector<std::string>{"loss,step", "acc"});
+  CHECK(c.duplicate_stderr_filters == std::vector<std::string>{"Error"});
+  CHECK(parse({"--duplicate-stdout-filters", "a,,,b", "t.py"}).duplicate_stdout_filters ==
+        std::vector<std::string>{"a,", "b"});
+  CHECK(parse({"t.py"}).duplicate_stdout_filters.empty());
+  const auto pet = parse({"t.py"}, {{"PET_DUPLICATE_STDERR_FILTERS", "x,y"}});
+  CHECK(pet.duplicate_stderr_filters == std::vector<std::string>{"x", "y"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  CHECK(a.duplicate_stdout_filters == c.duplicate_stdout_filters);
+}
+
+TEST_CASE("cli: the line prefix template comes from the flag, else torch's variable", "[cli]") {
+  const Environment env = {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}> "}};
+  CHECK(parse({"t.py"}, env).log_line_prefix_template == "${rank}> ");
+  CHECK(parse({"--log-line-prefix-template", "${hostname}:", "t.py"}, env)
+            .log_line_prefix_template == "${hostname}:");
+  CHECK(parse({"t.py"}, {{"PET_LOG_LINE_PREFIX_TEMPLATE", "[$rank]"}}).log_line_prefix_template ==
+        "[$rank]");
+  CHECK(parse({"t.py"}).log_line_prefix_template.empty());
+}
+
+TEST_CASE("cli: numa binding and logs specs take no PET_ variable, as in torchrun", "[cli]") {
+  CHECK(parse({"--numa-binding=core-complex", "t.py"}).numa_binding ==
+        ddprun::agent::NumaMode::kCoreComplex);
+  CHECK_FALSE(parse({"t.py"}, {{"PET_NUMA_BINDING", "node"}}).numa_binding.has_value());
+  CHECK_NOTHROW(parse({"t.py"}, {{"PET_LOGS_SPECS", "custom"}}));
+  CHECK(make_agent_config(parse({"--numa_binding", "socket", "t.py"}), {}, nullptr).numa_binding ==
+        ddprun::agent::NumaMode::kSocket);
+}
+
+TEST_CASE("cli: every event log handler of torch 2.14 is accepted; console prints events",
+          "[cli]") {
+  CHECK(parse({"t.py"}).event_log_handler == EventLogHandler::kNull);
+  CHECK(parse({"--event-log-handler=console", "t.py"}).event_log_handler ==
+        EventLogHandler::kConsole);
+  CHECK(parse({"--event_log_handler", "dynamic_rendezvous", "t.py"}).event_log_handler ==
+        EventLogHandler::kDynamicRendezvous);
+  CHECK(make_agent_config(parse({"--event-log-handler=console", "t.py"}), {}, nullptr)
+            .events_to_console);
+  CHECK_FALSE(make_agent_config(parse({"t.py"}), {}, nullptr).events_to_console);
+}
+
+TEST_CASE("cli: --print-completion prints the shell's script without a training script",
+          "[cli]") {
+  for (const char* shell : {"bash", "zsh", "tcsh"}) {
+    INFO(shell);
+    try {
+      parse({"--print-completion", shell});
+      FAIL("no completion");
+    } catch (const CompletionRequested& c) {
+      CHECK_THAT(c.script, Catch::Contains("ddprun"));
+      CHECK_THAT(c.script, Catch::Contains("nproc_per_node"));
+      CHECK_THAT(c.script, Catch::Contains("core-complex"));
+      CHECK_THAT(c.script, !Catch::Contains("head_control"));
+    }
+  }
+}
+
+TEST_CASE("launch: without --use-env the script gets --local-rank=N before its arguments",
+          "[cli]") {
+  const auto c = parse_command_line({"--nproc_per_node=2", "--master_port=29500", "train.py", "--lr",
+                                     "1"},
+                                    {}, Dialect::kDistributedLaunch);
+  CHECK(c.local_rank_argument == "--local-rank");
+  const auto a = make_agent_config(c, {{"PYTHON_EXEC", "py"}}, nullptr);
+  CHECK(a.entrypoint ==
+        std::vector<std::string>{"py", "-u", "train.py", "--local-rank=${local_rank}", "--lr", "1"});
+  const auto legacy = parse_command_line({"--legacy_local_rank", "train.py"}, {},
+                                         Dialect::kDistributedLaunch);
+  CHECK(legacy.local_rank_argument == "--local_rank");
+  for (const char* use_env : {"--use-env", "--use_env"}) {
+    CHECK(parse_command_line({use_env, "train.py"}, {}, Dialect::kDistributedLaunch)
+              .local_rank_argument.empty());
+  }
+  // torch.distributed.launch reads no PET_ variable for it.
+  CHECK(parse_command_line({"train.py"}, {{"PET_USE_ENV", "1"}}, Dialect::kDistributedLaunch)
+            .local_rank_argument == "--local-rank");
+  CHECK_THROWS_WITH(
+      parse_command_line({"--no-python", "train"}, {}, Dialect::kDistributedLaunch),
+      Catch::Contains("you must also set the '--use-env' flag"));
+  // torchrun itself has no --use-env.
+  CHECK_THROWS_WITH(parse({"--use-env", "train.py"}), Catch::Contains("unrecognized argument"));
+  CHECK(parse({"train.py"}).local_rank_argument.empty());
 }
