@@ -4,7 +4,7 @@ TCPStore client, against torch's TCPStore server and against ddprund; every resu
     torch_store_differential.py DDPRUND [PYTHON] [SEEDS] [OPS]
 
 starts ddprund here and runs the client part under PYTHON (default this python; scripts/torch2/python
-for torch 2.6), which also starts torch's server. Two clients per server take turns at random. An
+for torch 2.14), which also starts torch's server. Two clients per server take turns at random. An
 operation that depends on an earlier result (a get only of a key that check() says exists) keeps the
 two runs in step exactly as long as the servers agree, so no model of the store is needed.
 
@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 KEYS = [f"k{i}" for i in range(6)]
 COUNTERS = [f"c{i}" for i in range(3)]
+QUEUES = [f"q{i}" for i in range(2)]
 
 
 def run_sequence(port, seed, ops, torch_modern):
@@ -46,6 +47,10 @@ def run_sequence(port, seed, ops, torch_modern):
     kinds = ["set", "get", "add", "compare_set", "delete_key", "num_keys", "wait"]
     if torch_modern:
         kinds += ["check", "append", "multi_get", "multi_set"]
+        if hasattr(clients[0], "queue_push"):  # torch 2.5+: every other operation of its client
+            kinds += ["list_keys", "queue_push", "queue_pop", "queue_len", "barrier", "clone",
+                      "has_extended_api"]
+    barriers = 0
     for _ in range(ops):
         s = rng.choice(clients)
         kind = rng.choice(kinds)
@@ -88,8 +93,30 @@ def run_sequence(port, seed, ops, torch_modern):
             ks = rng.sample(KEYS, 2)
             vs = [value(), value()]
             record(f"multi_set {ks}", lambda: s.multi_set(ks, vs))
+        elif kind == "list_keys":
+            record("list_keys", lambda: sorted(s.list_keys()))
+        elif kind == "queue_push":
+            q, v = rng.choice(QUEUES), value().hex()
+            record(f"queue_push {q}", lambda: s.queue_push(q, v))
+        elif kind == "queue_pop":
+            q = rng.choice(QUEUES)
+            # Only what is there: a blocking pop of an empty queue waits for a push.
+            record(f"queue_pop {q}", lambda: s.queue_pop(q, block=False) if s.queue_len(q) else "empty")
+        elif kind == "queue_len":
+            q = rng.choice(QUEUES)
+            record(f"queue_len {q}", lambda: s.queue_len(q))
+        elif kind == "barrier":
+            barriers += 1
+            name = f"b{barriers}"
+            record(f"barrier {name}", lambda: s.barrier(name, 1, timeout))
+        elif kind == "clone":
+            record("clone num_keys", lambda: s.clone().num_keys())
+        elif kind == "has_extended_api":
+            record("has_extended_api", lambda: s.has_extended_api())
     final = [(key, clients[0].get(key) if clients[0].check([key]) else None)
              for key in KEYS + COUNTERS]
+    if hasattr(clients[0], "list_keys"):
+        final.append(("list_keys", sorted(clients[0].list_keys())))
     return log, final
 
 
@@ -110,9 +137,11 @@ def client(ddprund_port, seeds, ops):
             assert a == b, f"seed {seed}, operation {i}: torch's server {a!r}, ddprund {b!r}"
         assert theirs[1] == ours[1], (seed, theirs[1], ours[1])
         total += len(ours[0])
-        for key in KEYS + COUNTERS:  # the next seed starts from empty stores
-            for port in (reference.port, ddprund_port):
-                dist.TCPStore("127.0.0.1", port, is_master=False).delete_key(key)
+        for port in (reference.port, ddprund_port):  # the next seed starts from empty stores
+            store = dist.TCPStore("127.0.0.1", port, is_master=False)
+            keys = store.list_keys() if hasattr(store, "list_keys") else KEYS + COUNTERS
+            for key in keys:
+                store.delete_key(key)
     print(f"torch {torch.__version__}: {total} operations over {seeds} seeds, "
           "torch's server and ddprund gave equal results")
 

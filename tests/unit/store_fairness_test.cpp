@@ -79,7 +79,8 @@ TEST_CASE("fairness: a client GETting a 60 MB value without reading costs others
   CHECK(p99(lat) < 50ms);
   // One reply is queued, by reference to the stored value: no copies of it.
   CHECK(rss_mib() - before < 30);
-  CHECK(server.call([](StoreServer& s) { return s.connection_count(); }) == 2);  // not dropped
+  // Not dropped: the setter and the heavy client stay once the small clients' closes are seen.
+  CHECK(server.eventually([](StoreServer& s) { return s.connection_count() == 2; }));
 }
 
 TEST_CASE("fairness: 8 clients reading a 60 MB value keep small requests and keep-alives prompt",
