@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing, builds, runs the libFuzzer target
 # for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop,
-# the latter with torch 1.13 and, labelled torch2, torch 2.6), then the multi-node tests on a
+# the latter with torch 1.13 and, labelled torch2, torch 2.14), then the multi-node tests on a
 # sanitizer build (scripts/sanitize-test.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ bash scripts/install-deps.sh
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-# The torch 2.6 root (minutes on a fresh machine, nothing after) is built while the compiler runs.
+# The torch 2.14 root (minutes on a fresh machine, nothing after) is built while the compiler runs.
 bash scripts/torch2-root.sh >"$scratch/torch2-root.log" 2>&1 &
 torch2_root=$!
 
@@ -37,7 +37,7 @@ grep -E '^Done' "$corpus/fuzz.log"
 
 if ! wait "$torch2_root"; then
   cat "$scratch/torch2-root.log" >&2
-  echo "test: the torch 2.6 root could not be built" >&2
+  echo "test: the torch 2.14 root could not be built" >&2
   exit 1
 fi
 

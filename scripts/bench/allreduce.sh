@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# All-reduce benchmark: libddp (Gloo) against torch.distributed's gloo of torch 2.6 (Debian trixie's,
+# All-reduce benchmark: libddp (Gloo) against torch.distributed's gloo of torch 2.14 (Debian forky's,
 # through scripts/torch2/python; the headline) and torch 1.13 (Debian bookworm's), all as 2 worker
 # processes under ddprun on this machine, in one run. Medians; the last line states the ratio against
-# torch 2.6 at 16 MiB and the gradient-sync overhead.
+# torch 2.14 at 16 MiB and the gradient-sync overhead.
 #   1. bus bandwidth of a float32 sum all-reduce, 1-256 MiB: busbw = bytes / time * 2(n-1)/n;
 #   2. one step of ResNet-50-shaped gradients (161 tensors, 25.6M float32): ddp::GradientSync (caller
 #      buffers and in place), torch DDP's backward on the same tensors, one fused all-reduce.
@@ -22,21 +22,21 @@ sizes="1 4 16 64 256"
 for round in $(seq "$ROUNDS"); do
   $DDPRUN --standalone --nproc_per_node=2 --no_python build/scripts/bench/allreduce_bench \
     busbw $sizes 2>/dev/null >>"$work/ddp.txt"
-  for t in "torch1.13 /usr/bin/python3" "torch2.6 $PWD/scripts/torch2/python"; do
+  for t in "torch1.13 /usr/bin/python3" "torch2.14 $PWD/scripts/torch2/python"; do
     read -r name py <<<"$t"
     PYTHON_EXEC=$py $DDPRUN --standalone --nproc_per_node=2 \
       scripts/bench/torch_allreduce_bench.py busbw $sizes 2>/dev/null >>"$work/$name.txt"
   done
   $DDPRUN --standalone --nproc_per_node=2 --no_python build/scripts/bench/allreduce_bench \
     gradsync "$work/resnet50.txt" 2>/dev/null >>"$work/ddp.txt"
-  for t in "torch1.13 /usr/bin/python3" "torch2.6 $PWD/scripts/torch2/python"; do
+  for t in "torch1.13 /usr/bin/python3" "torch2.14 $PWD/scripts/torch2/python"; do
     read -r name py <<<"$t"
     PYTHON_EXEC=$py $DDPRUN --standalone --nproc_per_node=2 \
       scripts/bench/torch_allreduce_bench.py ddp "$work/resnet50.txt" 2>/dev/null >>"$work/$name.txt"
   done
 done
 
-python3 - "$work/ddp.txt" "$work/torch2.6.txt" "$work/torch1.13.txt" <<'PY'
+python3 - "$work/ddp.txt" "$work/torch2.14.txt" "$work/torch1.13.txt" <<'PY'
 import statistics, sys
 def load(path):
     out = {}
@@ -47,9 +47,9 @@ def load(path):
     return {k: statistics.median(v) for k, v in out.items()}
 ddp, torch2, torch1 = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
 n = 2
-print(f"# all-reduce benchmark: libddp (Gloo) vs torch.distributed gloo (torch 2.6 and 1.13), {n} ranks")
+print(f"# all-reduce benchmark: libddp (Gloo) vs torch.distributed gloo (torch 2.14 and 1.13), {n} ranks")
 print("\n## float32 sum all-reduce: bus bandwidth (GB/s, median)")
-print(f"{'size':>8} {'torch 2.6':>10} {'torch 1.13':>11} {'ddp':>8} {'vs 2.6':>7} {'vs 1.13':>8}")
+print(f"{'size':>8} {'torch 2.14':>10} {'torch 1.13':>11} {'ddp':>8} {'vs 2.14':>7} {'vs 1.13':>8}")
 ratio16 = None
 for (kind, nbytes), t in sorted(torch2.items()):
     if kind != "allreduce":
@@ -67,8 +67,8 @@ print("\n## one step, ResNet-50-shaped gradients (161 tensors, 25.6M float32), m
 print(f"fused all-reduce (libddp)          {f * 1e3:8.1f}")
 print(f"GradientSync, gradients in place   {g * 1e3:8.1f}   {g / f:.2f}x fused")
 print(f"GradientSync, caller buffers       {gc * 1e3:8.1f}   {gc / f:.2f}x fused")
-print(f"torch 2.6 DDP backward (gloo)      {d2 * 1e3:8.1f}   {d2 / f:.2f}x fused")
+print(f"torch 2.14 DDP backward (gloo)      {d2 * 1e3:8.1f}   {d2 / f:.2f}x fused")
 print(f"torch 1.13 DDP backward (gloo)     {d1 * 1e3:8.1f}   {d1 / f:.2f}x fused")
-print(f"\nallreduce: ddp/torch 2.6 busbw at 16 MiB {ratio16:.2f}x; GradientSync (in place) "
-      f"{(g / f - 1) * 100:+.0f}% vs fused all-reduce, torch 2.6 DDP {(d2 / f - 1) * 100:+.0f}%")
+print(f"\nallreduce: ddp/torch 2.14 busbw at 16 MiB {ratio16:.2f}x; GradientSync (in place) "
+      f"{(g / f - 1) * 100:+.0f}% vs fused all-reduce, torch 2.14 DDP {(d2 / f - 1) * 100:+.0f}%")
 PY

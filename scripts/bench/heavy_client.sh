@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Heavy clients: what one client that reads 60 MB values (or never reads at all) costs everyone else
-# on ddprund, against torch's own TCPStore server of torch 2.6 (Debian trixie's, through
+# on ddprund, against torch's own TCPStore server of torch 2.14 (Debian forky's, through
 # scripts/torch2/python; the headline) and of torch 1.13 (Debian bookworm's), side by side in one
 # run. Latency: small set+get round trips from another client while the load runs (p50/p99/max of
 # RUNS runs, medians). Memory: the server's RSS growth while the load is held. The last line states
@@ -55,9 +55,9 @@ stop() {  # PID NAME
 rss_mib() { awk '/VmRSS/ {printf "%d", $2 / 1024}' "/proc/$1/status"; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 dialect_of() { [[ $1 == t1 ]] && echo legacy || echo modern; }
-label_of() { case $1 in ddprund) echo ddprund ;; t2) echo "torch 2.6" ;; *) echo "torch 1.13" ;; esac; }
+label_of() { case $1 in ddprund) echo ddprund ;; t2) echo "torch 2.14" ;; *) echo "torch 1.13" ;; esac; }
 
-echo "# heavy clients: ddprund vs torch's TCPStore server (2.6 and 1.13); median of $RUNS runs of ${SECS}s"
+echo "# heavy clients: ddprund vs torch's TCPStore server (2.14 and 1.13); median of $RUNS runs of ${SECS}s"
 echo "# machine: $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
 declare -A p99
 for load in nonreader readers; do
@@ -109,4 +109,4 @@ for server in t2 t1 ddprund; do
 done
 echo
 awk -v t="${p99[readers.t2]}" -v d="${p99[readers.ddprund]}" 'BEGIN {
-  printf "heavy clients: small set+get p99 beside 8 readers of a 60 MB value: ddprund %.2f ms, torch 2.6 %.2f ms (%.1fx lower)\n", d, t, t / d }'
+  printf "heavy clients: small set+get p99 beside 8 readers of a 60 MB value: ddprund %.2f ms, torch 2.14 %.2f ms (%.1fx lower)\n", d, t, t / d }'

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Init storm: N clients connect at once and each does what init_process_group does through the store
 # (store_load storm: ADD to a counter, SET its address, WAIT for the barrier key, GET two peers' keys
-# and the barrier key), against ddprund and against torch's own TCPStore servers (torch 2.6, Debian
-# trixie's, built without libuv: its poll-based server; torch 1.13, Debian bookworm's), one server per
+# and the barrier key), against ddprund and against torch's own TCPStore servers (torch 2.14, Debian
+# forky's, built without libuv: its poll-based server; torch 1.13, Debian bookworm's), one server per
 # storm, side by side in one run. Measured: ms from the first connect to the last client released,
 # and the server's peak RSS growth per connection.
 #
@@ -53,7 +53,7 @@ serve() {
   case $1 in
     ddprund) build/rendezvous/ddprund --port 0 --log-level error >"$work/port" 2>"$work/log" & ;;
     *)
-      local py=$([[ $1 == torch2.6 ]] && echo "$PY2" || echo "$PY1")
+      local py=$([[ $1 == torch2.14 ]] && echo "$PY2" || echo "$PY1")
       mkfifo "$work/stdin"
       $py -c '
 import datetime, sys, torch.distributed as dist
@@ -84,7 +84,7 @@ for n in $NS; do
     printf '%-8s not run: a server needs a descriptor per client and this machine allows %s per process\n' "$n" "$fds"
     continue
   fi
-  for server in ddprund torch2.6 torch1.13; do
+  for server in ddprund torch2.14 torch1.13; do
     dialect=$([[ $server == torch1.13 ]] && echo legacy || echo modern)
     serve "$server"
     before=$(kib "$PID" VmRSS)
@@ -113,4 +113,4 @@ ran=$(for n in $NS; do ((n + 512 > fds)) || echo "$n"; done | sort -n)
 big=$(tail -1 <<<"$ran")
 mid=$( (grep -x 16000 <<<"$ran") || tail -1 <<<"$ran")
 echo
-echo "init storm: ddprund released $big clients in ${took[$big.ddprund]:-?} ms; at $mid clients torch 2.6's server took $(ratio "$mid" torch2.6) ddprund's time, torch 1.13's $(ratio "$mid" torch1.13)"
+echo "init storm: ddprund released $big clients in ${took[$big.ddprund]:-?} ms; at $mid clients torch 2.14's server took $(ratio "$mid" torch2.14) ddprund's time, torch 1.13's $(ratio "$mid" torch1.13)"

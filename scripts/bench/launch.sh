@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Launch benchmark: ddprun against torchrun of torch 2.6 (Debian trixie's, through scripts/torch2/python;
+# Launch benchmark: ddprun against torchrun of torch 2.14 (Debian forky's, through scripts/torch2/python;
 # the headline) and torch 1.13 (Debian bookworm's, via scripts/torch1/torchrun, or $TORCHRUN) on the
 # same machine in one run. Ratios are the evidence; the last line states the headline.
 #   1. whole-job wall time of `--standalone --nproc_per_node=N --no_python /bin/true`, N = 1, 8, 64
@@ -28,11 +28,11 @@ hyperfine_ms() {  # $1: runs, $2: command; prints the median in ms
   python3 -c "import json; print(json.load(open('$work/h.json'))['results'][0]['median'] * 1000)"
 }
 
-echo "# launch benchmark: ddprun vs torchrun (torch 2.6 and 1.13); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# launch benchmark: ddprun vs torchrun (torch 2.14 and 1.13); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
 echo "## whole job: --standalone --nproc_per_node=N --no_python /bin/true (median ms, hyperfine)"
-printf '%-4s %13s %13s %10s %10s %9s %12s\n' N "torchrun 2.6" "torchrun 1.13" ddprun floor \
-  "vs 2.6" "ddprun/floor"
+printf '%-4s %13s %13s %10s %10s %9s %12s\n' N "torchrun 2.14" "torchrun 1.13" ddprun floor \
+  "vs 2.14" "ddprun/floor"
 for n in 1 8 64; do
   t2=$(hyperfine_ms "$RUNS" "$TORCHRUN2 --standalone --nproc_per_node=$n --monitor_interval 0.1 --no_python /bin/true")
   t1=$(hyperfine_ms "$RUNS" "$TORCHRUN --standalone --nproc_per_node=$n --monitor_interval 0.1 --no_python /bin/true")
@@ -65,7 +65,7 @@ echo "## restart latency: worker failure -> all 4 restarted workers running (med
 t2=$(for _ in $(seq "$RUNS"); do restart_ms $TORCHRUN2 --monitor_interval 0.1; done | median)
 t1=$(for _ in $(seq "$RUNS"); do restart_ms $TORCHRUN --monitor_interval 0.1; done | median)
 d=$(for _ in $(seq "$RUNS"); do restart_ms "$DDPRUN"; done | median)
-echo "torchrun 2.6 ${t2} ms, torchrun 1.13 ${t1} ms, ddprun ${d} ms, $(ratio "$t2" "$d")x vs 2.6"
+echo "torchrun 2.14 ${t2} ms, torchrun 1.13 ${t1} ms, ddprun ${d} ms, $(ratio "$t2" "$d")x vs 2.14"
 echo
-echo "launch: ddprun is ${speedup8}x faster than torch 2.6's torchrun for a whole 8-worker job" \
+echo "launch: ddprun is ${speedup8}x faster than torch 2.14's torchrun for a whole 8-worker job" \
   "(${floor8}x the fork-and-reap floor); restart in ${d} ms vs ${t2} ms"

@@ -3,7 +3,7 @@
 # it started. Time = from the last agent's start to the last worker's start (median of RUNS), for the
 # c10d backend (--nnodes=N:N, the store in a standalone ddprund; torchrun's c10d store in its first
 # agent), ddprun's etcd backend (a 3-member etcd cluster on loopback, started here) and the static
-# backend (node 0 hosting the store). torchrun is torch 2.6's (Debian trixie's, through
+# backend (node 0 hosting the store). torchrun is torch 2.14's (Debian forky's, through
 # scripts/torch2/python; the headline) and torch 1.13's (Debian bookworm's), run for the N this
 # machine holds. torchrun's etcd backends speak etcd's v2 API, which etcd 3.4 turns off: no column.
 # Then faults, ddprun only (torchrun's survivors never notice a dead agent whose workers held no
@@ -228,8 +228,8 @@ leader_loss_restarts() {
 }
 
 echo "# rendezvous benchmark: last agent started -> every worker started (ms, median of $RUNS)"
-printf '%-6s %13s %13s %13s %13s %13s %13s %13s\n' N 2.6-c10d 1.13-c10d ddprun-c10d ddprun-etcd \
-  2.6-static 1.13-static ddprun-static
+printf '%-6s %13s %13s %13s %13s %13s %13s %13s\n' N 2.14-c10d 1.13-c10d ddprun-c10d ddprun-etcd \
+  2.14-static 1.13-static ddprun-static
 for n in $NS; do
   row=()
   for backend in c10d etcd static; do
@@ -268,8 +268,8 @@ echo "dead agent, c10d:                          $dead_c10d"
 echo "dead agent, etcd:                          $dead_etcd"
 echo "dead agent and the etcd leader together:   $dead_leader"
 echo "worker restarts from losing the etcd leader under a 2:2 job (most in $RUNS runs): $restarts"
-echo "rendezvous (c10d): at N=8 ddprun takes ${d8} ms, torch 2.6's torchrun ${t8} ms" \
+echo "rendezvous (c10d): at N=8 ddprun takes ${d8} ms, torch 2.14's torchrun ${t8} ms" \
   "($(awk -v a="$t8" -v b="$d8" 'BEGIN{printf "%.0f", a/b}')x)"
 echo "rendezvous (etcd): at N=8 ddprun on etcd takes ${e8} ms:" \
   "$(awk -v a="$e8" -v b="$d8" 'BEGIN{printf "%.1f", a/b}')x ddprun's c10d," \
-  "$(awk -v a="$t8" -v b="$e8" 'BEGIN{printf "%.0f", a/b}')x faster than torch 2.6's torchrun c10d"
+  "$(awk -v a="$t8" -v b="$e8" 'BEGIN{printf "%.0f", a/b}')x faster than torch 2.14's torchrun c10d"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Store benchmark: ddprund against torch's own TCPStore server, of torch 2.6 (Debian trixie's, through
+# Store benchmark: ddprund against torch's own TCPStore server, of torch 2.14 (Debian forky's, through
 # scripts/torch2/python; modern dialect; the headline) and of torch 1.13 (Debian bookworm's; legacy
 # dialect), side by side in one run on this machine. Each torch is measured with its own client and
 # dialect against its own server and against ddprund. Medians of RUNS runs; ratios are the evidence
@@ -55,10 +55,10 @@ rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 start_ddprund dd
 start_torch t1 "$PY1"
 start_torch t2 "$PY2"
-echo "# store benchmark: ddprund vs torch's TCPStore server (2.6 and 1.13); median of $RUNS runs of ${SECS}s"
+echo "# store benchmark: ddprund vs torch's TCPStore server (2.14 and 1.13); median of $RUNS runs of ${SECS}s"
 echo "# machine: $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
 # Each torch with its own python and dialect: "VERSION PYTHON TORCH_SERVER_PORT DIALECT".
-torches=("2.6 $PY2 $t2_PORT modern" "1.13 $PY1 $t1_PORT legacy")
+torches=("2.14 $PY2 $t2_PORT modern" "1.13 $PY1 $t1_PORT legacy")
 echo
 echo "## torch's Python client, set/get/add of 64-byte values (ops/s, all processes together)"
 printf '%-6s %-10s %12s %12s %8s\n' torch processes torch ddprund ratio
@@ -79,7 +79,7 @@ for t in "${torches[@]}"; do
     a=$(runs $LOAD ops --port "$tport" --dialect "$dialect" --connections "$conns" --seconds "$SECS")
     b=$(runs $LOAD ops --port "$dd_PORT" --dialect "$dialect" --connections "$conns" --seconds "$SECS")
     printf '%-6s %-12s %12s %12s %7sx\n' "$version" "$conns" "$a" "$b" "$(ratio "$b" "$a")"
-    [[ $version == 2.6 ]] && ratio64=$(ratio "$b" "$a")
+    [[ $version == 2.14 ]] && ratio64=$(ratio "$b" "$a")
   done
 done
 echo
@@ -112,9 +112,9 @@ for name in mt2 mt1 mdd; do
   base=$(rss_kib "$pid")
   $LOAD fill --port "$port" --dialect "$dialect" --keys 100000 >/dev/null
   filled=$(rss_kib "$pid")
-  label=$(case $name in mdd) echo ddprund ;; mt1) echo "torch 1.13" ;; *) echo "torch 2.6" ;; esac)
+  label=$(case $name in mdd) echo ddprund ;; mt1) echo "torch 1.13" ;; *) echo "torch 2.14" ;; esac)
   printf '%-10s %6d bytes per idle connection (2,000 held), %4d bytes per key (100,000 keys, 64-byte values)\n' \
     "$label" $(((held - before) * 1024 / 2000)) $(((filled - base) * 1024 / 100000))
 done
 echo
-echo "store: ddprund/torch 2.6 aggregate ops/s at 64 connections (C++ client, modern dialect): ${ratio64}x"
+echo "store: ddprund/torch 2.14 aggregate ops/s at 64 connections (C++ client, modern dialect): ${ratio64}x"
