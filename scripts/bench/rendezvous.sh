@@ -96,7 +96,7 @@ etcd_healthy
 
 # ddprun's agents run without per-worker cgroups here (torchrun has none): with hundreds of agents on
 # one machine the kernel serializes cgroup creation (one mkdir took 14 s among 1000 agents), which a
-# real cluster, one agent per node, never sees. Their heartbeat timeout is 30 s, as README advises for
+# real cluster, one agent per node, never sees. Their heartbeat timeout is 30 s, as docs/performance.md advises for
 # loaded nodes: 1000 agents and then their 1000 workers starting at once on 2 cores starve keep-alives
 # of 5 s. Neither changes how a round forms.
 export DDPRUN_CGROUPS=0

@@ -54,7 +54,7 @@ def main(ddprun, case, cgroups_on):
     if case != "sigkill":
         pids = {(k, r): int(open(f"{d}/{k}.{r}").read()) for k in KINDS for r in range(NPROC)}
         cgroups = None
-    # Across a SIGKILL without cgroups, the setsid grandchild is out of reach (README says so).
+    # Across a SIGKILL without cgroups, the setsid grandchild is out of reach (docs/cli.md says so).
     must_die = {k: p for k, p in pids.items() if cgroups is not False or k[0] != "grand"}
     try:
         wait_for(lambda: not any(alive(p) for p in must_die.values()), "every process to be gone", 10)

@@ -110,7 +110,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
 // The text `ddprun --help` prints.
 std::string cli_help();
 
-// Exit statuses of `ddprun`, documented in --help and README.
+// Exit statuses of `ddprun`, documented in --help and docs/cli.md.
 constexpr int kExitSuccess = 0;
 constexpr int kExitWorkerFailure = 1;
 constexpr int kExitUsage = 2;
