@@ -10,7 +10,8 @@
 # (the ones CI runs on Gloo) on NCCL and device buffers written late on the default stream, and
 # train_cuda; more workers than GPUs failing with NCCL's reason, in bounded time; with that
 # machine's python3 and torch 2.x: examples/ddp_train.py over NCCL under ddprun, the TCPStore
-# client (modern dialect) against ddprund, and gloo all-reduce through ddprund.
+# client (modern dialect) against ddprund, and gloo all-reduce through ddprund; --nproc_per_node=gpu
+# and --numa-binding against what torch computes on that machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
@@ -45,6 +46,34 @@ gpu_count_matches_torch() {  # $1: folder holding ddprun
   [[ $failed == 0 ]] || { echo "gpu-test: --nproc_per_node=gpu differs from torch"; exit 1; }
 }
 
+# --numa-binding: each worker's allowed CPUs are those torch.numa.binding computes for its GPU on this
+# machine, in every mode (torch 2.9+; on an older torch the check says so and is skipped).
+numa_binding_matches_torch() {  # $1: folder holding ddprun
+  local mode want got failed=0
+  if ! python3 -c 'import torch.numa.binding' 2>/dev/null; then
+    echo "== --numa-binding: this torch has no torch.numa.binding, not compared"
+    return
+  fi
+  echo "== --numa-binding against torch.numa.binding, every mode, one worker per GPU"
+  for mode in node socket exclusive core-complex; do
+    want=$(python3 -c '
+import sys, torch, torch.numa.binding as nb
+o = nb.NumaOptions(affinity_mode=nb.AffinityMode(sys.argv[1]))
+for d in range(torch.cuda.device_count()):
+    print(d, nb._get_ranges_str_from_ints(nb._get_logical_cpus_to_bind_to(device_index=d, numa_options=o)))
+' "$mode" 2>&1 || true)
+    got=$("$1/ddprun" --numa-binding="$mode" --nproc_per_node=gpu --master_port=0 --no_python \
+      sh -c 'echo "$LOCAL_RANK $(sed -n "s/^Cpus_allowed_list:\t*//p" /proc/self/status)"' 2>&1 |
+      grep -E '^[0-9]+ ' | sort -n || true)
+    echo "$mode: $(echo "$got" | tr '\n' ';')"
+    if [[ $want != "$got" ]]; then
+      echo "--numa-binding=$mode: torch binds [$want], ddprun bound [$got]"
+      failed=1
+    fi
+  done
+  [[ $failed == 0 ]] || { echo "gpu-test: --numa-binding differs from torch"; exit 1; }
+}
+
 checks() {  # $1: folder holding the programs
   local bin=$1 gpus out status run
   gpus=$(nvidia-smi -L | wc -l)
@@ -67,6 +96,7 @@ checks() {  # $1: folder holding the programs
   grep -q 'traceback : ddp::CommError: NCCL communicator creation failed: .*Duplicate GPU' <<<"$out" ||
     { echo "gpu-test: the summary does not give NCCL's reason"; echo "$out"; exit 1; }
   gpu_count_matches_torch "$bin"
+  numa_binding_matches_torch "$bin"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') DDP over NCCL under ddprun (--nproc_per_node=gpu)"
   timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
