@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -193,6 +194,7 @@ struct Run {
   std::shared_ptr<rendezvous::Rendezvous> rdzv;
   WorkerGroup& group;
   int& signaled;
+  bool& peer_stopped;  // the group is stopping with a signal a peer announced
   asio::any_io_executor ex;
   EventLog& events;
   const std::map<int, CpuSet>& bindings;  // --numa-binding: local rank -> its CPUs
@@ -213,13 +215,27 @@ struct Run {
     auto watch = std::make_shared<Watch>();
     asio::co_spawn(
         ex,
-        [watch, rdzv = rdzv, round, &group = group,
-         &events = events]() mutable -> asio::awaitable<void> {
+        [watch, rdzv = rdzv, round, &group = group, &events = events, &signaled = signaled,
+         &peer_stopped = peer_stopped]() mutable -> asio::awaitable<void> {
           std::string why;
           try {
             why = co_await rdzv->interruption(round);
           } catch (const std::exception& e) {
             why = e.what();
+          }
+          if (const int s = rdzv->peer_stop_signal(); s != 0) {
+            // The job is being stopped by a signal that reached another node first: this node's
+            // workers get the same signal, as if it had reached this agent (unless it already
+            // has: then they are stopping with it).
+            if (signaled == 0 && !watch->group_done) {
+              spdlog::warn("{}: forwarding {} to the workers and shutting down", why,
+                           signal_name(s));
+              events.record("signal", {{"signal", signal_name(s)}, {"from", why}});
+              signaled = s;
+              peer_stopped = true;
+              group.stop(s);
+            }
+            co_return;
           }
           if (!watch->group_done && !why.empty()) {
             spdlog::warn("stopping this node's workers: {}", why);
@@ -269,6 +285,12 @@ struct Run {
         co_return out;
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
+      if (!round && rdzv->peer_stop_signal() != 0) {  // stopped with a peer, by its signal
+        if (signaled == 0) signaled = rdzv->peer_stop_signal();
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = signaled;
+        co_return out;
+      }
       if (!round) {
         AgentOutcome ended = co_await job_ended(interrupted_by);
         if (ended.state == AgentOutcome::State::kFailed) ended.own_worker_exitcode = own_failure;
@@ -424,10 +446,15 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     });
   }
   int signaled = 0;
+  bool peer_stopped = false;
   const auto on_signal = [&](int signo) {
     events->record("signal", {{"signal", signal_name(signo)}});
+    if (signaled == 0) asio::co_spawn(io, rdzv->announce_stop(signo), asio::detached);
     signaled = signo;
-    if (group.active()) {
+    if (std::exchange(peer_stopped, false) && group.active()) {
+      // The workers are already stopping with the job's signal, which a peer passed on first:
+      // this one is the same stop arriving here, not a second request to kill at once.
+    } else if (group.active()) {
       group.stop(signo);
     } else {
       rdzv->abandon();  // waiting in the rendezvous (or its exit barrier): stop waiting now
@@ -454,7 +481,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
                                    {"max_restarts", cfg.max_restarts},
                                    {"rendezvous", rdzv->describe()},
                                    {"log_dir", run_dir.string()}});
-  Run run{cfg, run_dir, rdzv, group, signaled, io.get_executor(), *events, bindings};
+  Run run{cfg, run_dir, rdzv, group, signaled, peer_stopped, io.get_executor(), *events, bindings};
   bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {

@@ -70,6 +70,17 @@ void StaticRendezvous::on_event(const KeyEvent& e) {
     }
   } else if (k == "attempt" && !e.deleted) {
     attempt_ = std::max(attempt_, std::stoi(e.value));
+  } else if (k == "stopped" && !e.deleted && stop_signal_ == 0) {
+    const auto space = e.value.find(' ');
+    try {
+      const int node = std::stoi(e.value.substr(0, space));
+      const int signo = space == std::string::npos ? 0 : std::stoi(e.value.substr(space + 1));
+      if (node != config_.node_rank && signo > 0) {
+        stopped_node_ = node;
+        stop_signal_ = signo;
+      }
+    } catch (const std::exception&) {  // not written by an agent: nothing to act on
+    }
   } else if (k.starts_with("done/") && !e.deleted) {
     const auto slash = k.find('/', 5);
     done_[std::stoi(k.substr(5, slash - 5))].insert(std::stoi(k.substr(slash + 1)));
@@ -93,13 +104,20 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
   // after (a peer may have spent it meanwhile).
   if (exhausted()) co_return std::nullopt;
   clear_expelled();
-  if (!co_await wait_until(all_present, Clock::now() + config_.join_timeout)) {
+  const auto stopped = [this] { return stop_signal_ != 0; };
+  if (!co_await wait_until([&] { return all_present() || stopped(); },
+                           Clock::now() + config_.join_timeout)) {
     std::vector<int> missing;
     for (int r = 0; r < n; ++r) {
       if (!present(r)) missing.push_back(r);
     }
     throw StoreTimeout(fmt::format("node ranks {} did not join within {} s", missing,
                                    config_.join_timeout.count() / 1000));
+  }
+  if (stopped()) {  // a peer was stopped by a signal: so is the job
+    ending_ = JobEnd{JobEnd::Kind::kClosed,
+                     fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_)};
+    co_return std::nullopt;
   }
   if (exhausted()) co_return std::nullopt;
   Round r;
@@ -120,6 +138,13 @@ asio::awaitable<WorkerStoreAddress> StaticRendezvous::worker_store(Round) {
   co_return WorkerStoreAddress{config_.master_addr, config_.store_port};
 }
 
+asio::awaitable<void> StaticRendezvous::announce_stop(int signo) {
+  try {
+    co_await store().compare_set("stopped", "", fmt::format("{} {}", config_.node_rank, signo));
+  } catch (const std::exception&) {  // the store is gone: the others see this node leave instead
+  }
+}
+
 asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
   clear_stop_request();
   std::string reason;
@@ -128,6 +153,10 @@ asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
         if (stop_requested()) return true;
         if (expelled()) {
           reason = kExpelledReason;
+          return true;
+        }
+        if (stop_signal_ != 0) {
+          reason = fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_);
           return true;
         }
         if (attempt_ > r.number) {

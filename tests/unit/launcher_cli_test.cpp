@@ -334,8 +334,8 @@ TEST_CASE("cli: --event_log and --metrics_port, and their PET_ variables", "[cli
 }
 
 TEST_CASE("cli: duplicate filters split at commas, and a doubled comma is a comma", "[cli]") {
-  const auto c = parse({"--duplicate-stdout-filters", "loss,,step,acc", "--duplicate_stderr_filters",
-                        "Error", "t.py"});
+  const auto c = parse({"--duplicate-stdout-filters", "loss,,step,acc",
+                        "--duplicate_stderr_filters", "Error", "t.py"});
   CHECK(c.duplicate_stdout_filters == std::vector<std::string>{"loss,step", "acc"});
   CHECK(c.duplicate_stderr_filters == std::vector<std::string>{"Error"});
   CHECK(parse({"--duplicate-stdout-filters", "a,,,b", "t.py"}).duplicate_stdout_filters ==
@@ -350,8 +350,9 @@ TEST_CASE("cli: duplicate filters split at commas, and a doubled comma is a comm
 TEST_CASE("cli: the line prefix template comes from the flag, else torch's variable", "[cli]") {
   const Environment env = {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}> "}};
   CHECK(parse({"t.py"}, env).log_line_prefix_template == "${rank}> ");
-  CHECK(parse({"--log-line-prefix-template", "${hostname}:", "t.py"}, env)
-            .log_line_prefix_template == "${hostname}:");
+  CHECK(
+      parse({"--log-line-prefix-template", "${hostname}:", "t.py"}, env).log_line_prefix_template ==
+      "${hostname}:");
   CHECK(parse({"t.py"}, {{"PET_LOG_LINE_PREFIX_TEMPLATE", "[$rank]"}}).log_line_prefix_template ==
         "[$rank]");
   CHECK(parse({"t.py"}).log_line_prefix_template.empty());
@@ -378,8 +379,7 @@ TEST_CASE("cli: every event log handler of torch 2.14 is accepted; console print
   CHECK_FALSE(make_agent_config(parse({"t.py"}), {}, nullptr).events_to_console);
 }
 
-TEST_CASE("cli: --print-completion prints the shell's script without a training script",
-          "[cli]") {
+TEST_CASE("cli: --print-completion prints the shell's script without a training script", "[cli]") {
   for (const char* shell : {"bash", "zsh", "tcsh"}) {
     INFO(shell);
     try {
@@ -396,15 +396,15 @@ TEST_CASE("cli: --print-completion prints the shell's script without a training 
 
 TEST_CASE("launch: without --use-env the script gets --local-rank=N before its arguments",
           "[cli]") {
-  const auto c = parse_command_line({"--nproc_per_node=2", "--master_port=29500", "train.py", "--lr",
-                                     "1"},
-                                    {}, Dialect::kDistributedLaunch);
+  const auto c =
+      parse_command_line({"--nproc_per_node=2", "--master_port=29500", "train.py", "--lr", "1"}, {},
+                         Dialect::kDistributedLaunch);
   CHECK(c.local_rank_argument == "--local-rank");
   const auto a = make_agent_config(c, {{"PYTHON_EXEC", "py"}}, nullptr);
-  CHECK(a.entrypoint ==
-        std::vector<std::string>{"py", "-u", "train.py", "--local-rank=${local_rank}", "--lr", "1"});
-  const auto legacy = parse_command_line({"--legacy_local_rank", "train.py"}, {},
-                                         Dialect::kDistributedLaunch);
+  CHECK(a.entrypoint == std::vector<std::string>{"py", "-u", "train.py",
+                                                 "--local-rank=${local_rank}", "--lr", "1"});
+  const auto legacy =
+      parse_command_line({"--legacy_local_rank", "train.py"}, {}, Dialect::kDistributedLaunch);
   CHECK(legacy.local_rank_argument == "--local_rank");
   for (const char* use_env : {"--use-env", "--use_env"}) {
     CHECK(parse_command_line({use_env, "train.py"}, {}, Dialect::kDistributedLaunch)
@@ -413,9 +413,8 @@ TEST_CASE("launch: without --use-env the script gets --local-rank=N before its a
   // torch.distributed.launch reads no PET_ variable for it.
   CHECK(parse_command_line({"train.py"}, {{"PET_USE_ENV", "1"}}, Dialect::kDistributedLaunch)
             .local_rank_argument == "--local-rank");
-  CHECK_THROWS_WITH(
-      parse_command_line({"--no-python", "train"}, {}, Dialect::kDistributedLaunch),
-      Catch::Contains("you must also set the '--use-env' flag"));
+  CHECK_THROWS_WITH(parse_command_line({"--no-python", "train"}, {}, Dialect::kDistributedLaunch),
+                    Catch::Contains("you must also set the '--use-env' flag"));
   // torchrun itself has no --use-env.
   CHECK_THROWS_WITH(parse({"--use-env", "train.py"}), Catch::Contains("unrecognized argument"));
   CHECK(parse({"train.py"}).local_rank_argument.empty());

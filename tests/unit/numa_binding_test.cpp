@@ -8,9 +8,9 @@ using namespace ddprun::agent;
 namespace {
 
 const std::string kSysfs = DDPRUN_TEST_SYSFS_DIR;
-const std::vector<std::string> kTwoSocketGpus = {
-    "0000:01:00.0", "0000:02:00.0", "0000:41:00.0", "0000:42:00.0",
-    "0000:81:00.0", "0000:82:00.0", "0000:c1:00.0", "0000:c2:00.0"};
+const std::vector<std::string> kTwoSocketGpus = {"0000:01:00.0", "0000:02:00.0", "0000:41:00.0",
+                                                 "0000:42:00.0", "0000:81:00.0", "0000:82:00.0",
+                                                 "0000:c1:00.0", "0000:c2:00.0"};
 
 std::string bind(const NumaMachine& m, NumaMode mode, int device) {
   return format_cpu_list(numa_cpus(m, mode, device));

@@ -1,3 +1,4 @@
+#include <csignal>
 // The rendezvous handlers in-process: several nodes' handlers and a real store server on one
 // io_context, talking over loopback. A round forms in milliseconds, so each policy is checked here
 // and the multi-process tests only check that the pieces are wired together.
@@ -507,6 +508,35 @@ TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere res
   nodes[0]->abandon();
   REQUIRE(job.run_until([&] { return done->done; }));
   CHECK_FALSE(done->get());
+}
+
+TEST_CASE("rendezvous: a static node stopped by a signal stops the others with the same signal",
+          "[rendezvous]") {
+  Job job(3, 3);
+  RendezvousConfig c = job.config();
+  c.backend = Backend::kStatic;
+  c.master_addr = "127.0.0.1";
+  c.store_port = job.port();
+  std::vector<std::shared_ptr<Rendezvous>> nodes;
+  for (int rank : {0, 1, 2}) {
+    c.node_rank = rank;
+    TcpJobStoreSpec spec{c.run_id, "127.0.0.1", job.port(), c.join_timeout, c.heartbeat_timeout};
+    auto store = std::make_shared<TcpJobStore>(job.io().get_executor(), spec);
+    nodes.push_back(StaticRendezvous::create(job.io(), c, store, nullptr));
+    job.adopt(nodes.back());
+  }
+  auto r0 = form(job, nodes);
+  auto why0 = job.start(nodes[0]->interruption(r0[0]));
+  job.run(completed(nodes[1]->announce_stop(SIGINT)));
+  job.run(completed(nodes[2]->announce_stop(SIGTERM)));  // the first stop is the job's
+  REQUIRE(job.run_until([&] { return why0->done; }));
+  CHECK_THAT(why0->get(), Catch::Contains("node 1 was stopped by signal 2"));
+  CHECK(nodes[0]->peer_stop_signal() == SIGINT);
+  CHECK(nodes[1]->peer_stop_signal() == 0);  // its own stop is not a peer's
+  // A node that would start another round ends with the job instead of waiting for the others.
+  auto next = job.start(nodes[0]->next_round());
+  REQUIRE(job.run_until([&] { return next->done; }));
+  CHECK_FALSE(next->get().has_value());
 }
 
 TEST_CASE("rendezvous: static node 0's settings are the job's even when a peer asks first",

@@ -76,6 +76,16 @@ class Rendezvous {
   virtual boost::asio::awaitable<std::string> interruption(Round r) = 0;
   // Releases a pending interruption() (the workers ended on their own).
   virtual void stop_waiting() = 0;
+  // This node was stopped by signal `signo` (forwarded to its workers). Where one node's stop ends
+  // the whole job (the static backend: its ranks cannot be filled), the others are told, so that
+  // their workers get the same signal rather than a stop for a lost peer, whichever reaches them
+  // first; an elastic job re-forms without the node instead. Never throws.
+  virtual boost::asio::awaitable<void> announce_stop(int signo) {
+    (void)signo;
+    co_return;
+  }
+  // The signal a peer announced with announce_stop() (0: none), once interruption() has said so.
+  virtual int peer_stop_signal() const { return 0; }
   // Records this node's worker failures in `r` (opaque text, read back by final_failures()) and
   // ends the round as failed.
   virtual boost::asio::awaitable<void> report_failure(Round r, std::string failures) = 0;

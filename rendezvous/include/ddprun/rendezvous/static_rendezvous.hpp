@@ -9,6 +9,8 @@
 //   failures/<attempt>/<node>  that node's worker failures in that attempt
 //   done/<attempt>/<node>      the node's workers all succeeded (the exit barrier)
 //   closed                     why the job ended
+//   stopped                    "<node_rank> <signal>": the first node stopped by a signal; the
+//                              others stop their workers with the same signal
 #include <map>
 #include <memory>
 #include <set>
@@ -37,6 +39,8 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::awaitable<WorkerStoreAddress> worker_store(Round r) override;
   boost::asio::awaitable<std::string> interruption(Round r) override;
   void stop_waiting() override { JobSession::stop_waiting(); }
+  boost::asio::awaitable<void> announce_stop(int signo) override;
+  int peer_stop_signal() const override { return stop_signal_; }
   boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
   boost::asio::awaitable<void> end_round(Round r) override;
   boost::asio::awaitable<bool> exit_barrier(Round r) override;
@@ -62,6 +66,8 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   std::map<int, int> nodes_;  // node rank -> nproc
   int attempt_ = 0;
   std::map<int, std::set<int>> done_;
+  int stopped_node_ = -1;  // the node that announced a stop, and its signal
+  int stop_signal_ = 0;
   JobEnd ending_;
 };
 
