@@ -316,10 +316,19 @@ struct Run {
                      round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
                      round->world_size);
       }
-      const rendezvous::WorkerStoreAddress master = co_await rdzv->worker_store(*round);
+      const std::optional<rendezvous::WorkerStoreAddress> master =
+          co_await rdzv->worker_store(*round);
+      if (!master) {  // the round ended before its store was known: no worker starts in it
+        const std::string why = co_await rdzv->interruption(*round);
+        spdlog::warn("round {} ended before its workers started: {}", round->number, why);
+        events.record("round_ended_before_start", {{"round", round->number}, {"reason", why}});
+        interrupted_by = why;
+        co_await rdzv->end_round(*round);
+        continue;
+      }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, master, bindings);
+      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, *master, bindings);
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       switch (r.state) {

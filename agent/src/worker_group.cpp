@@ -4,6 +4,7 @@
 #include "ddprun/agent/signals.hpp"
 
 #include <csignal>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
@@ -45,6 +46,11 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   stopping_ = sigkill_sent_ = false;
   stop_signal_ = 0;
   interrupted_ = false;
+  if (std::exchange(interrupt_pending_, false)) {
+    GroupResult result;
+    result.state = GroupResult::State::kInterrupted;
+    co_return result;
+  }
   active_ = true;
 
   for (size_t i = 0; i < launches_.size(); ++i) {
@@ -195,7 +201,11 @@ void WorkerGroup::kill_survivors() {
 }
 
 void WorkerGroup::interrupt() {
-  if (!active_ || stopping_) return;
+  if (!active_) {
+    interrupt_pending_ = true;
+    return;
+  }
+  if (stopping_) return;
   interrupted_ = true;
   begin_stopping(SIGTERM);
 }

@@ -369,7 +369,7 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
   }
 }
 
-asio::awaitable<WorkerStoreAddress> ElasticRendezvous::worker_store(Round r) {
+asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_store(Round r) {
   // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
   if (r.node_rank == 0) {
     round_server_.reset();
@@ -383,8 +383,12 @@ asio::awaitable<WorkerStoreAddress> ElasticRendezvous::worker_store(Round r) {
     const std::string value = fmt::format("{} {}:{}", r.number, addr, round_server_->port());
     co_await store().set("master", value);
   }
-  const bool known = co_await wait_until([&] { return master_.round == r.number; },
+  // Node 0 may never publish: it died, was paused or cut off, or went on to a later round. The
+  // round then ends (the leader sees the node go, or a later round forms), and so does this wait.
+  const auto over = [&] { return round_ > r.number || closed_.has_value() || expelled(); };
+  const bool known = co_await wait_until([&] { return master_.round == r.number || over(); },
                                          Clock::now() + config_.join_timeout);
+  if (master_.round != r.number && over()) co_return std::nullopt;
   if (!known) throw StoreTimeout("the round's node 0 did not publish its worker store");
   const std::string v = master_.text;
   const auto colon = v.rfind(':');
@@ -400,7 +404,11 @@ asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
         if (expelled()) return !(why = kExpelledReason).empty();
         if (closed_) return !(why = "the job was closed: " + *closed_).empty();
         if (round_ > r.number) {
-          why = interrupt_.round == r.number ? interrupt_.text : "another node's workers failed";
+          // The leader says why it ended a round; a failure anywhere spends a restart instead.
+          why = interrupt_.round == r.number ? interrupt_.text
+                : restarts_ > r.restart_count
+                    ? "another node's workers failed"
+                    : fmt::format("the job went on to round {} without this node", round_);
           return true;
         }
         return false;

@@ -35,7 +35,7 @@ asio::awaitable<std::optional<Round>> LocalRendezvous::next_round() {
   co_return r;
 }
 
-asio::awaitable<WorkerStoreAddress> LocalRendezvous::worker_store(Round r) {
+asio::awaitable<std::optional<WorkerStoreAddress>> LocalRendezvous::worker_store(Round r) {
   if (r.number > 0) server_.store().clear();
   co_return WorkerStoreAddress{config_.master_addr, server_.port()};
 }

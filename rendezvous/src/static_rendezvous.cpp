@@ -133,7 +133,7 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
   co_return r;
 }
 
-asio::awaitable<WorkerStoreAddress> StaticRendezvous::worker_store(Round) {
+asio::awaitable<std::optional<WorkerStoreAddress>> StaticRendezvous::worker_store(Round) {
   // torchrun's static rendezvous: the workers use the job's store, node 0's.
   co_return WorkerStoreAddress{config_.master_addr, config_.store_port};
 }

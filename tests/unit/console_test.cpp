@@ -67,3 +67,12 @@ TEST_CASE("console: a console nobody reads never blocks the writer, and drops wh
   ::close(fds[0]);
   ::close(fds[1]);
 }
+
+TEST_CASE("console lines: a keep filter passes whole matching lines only, prefixed", "[console]") {
+  ConsoleLines lines("[0]:", 1024,
+                     [](std::string_view line) { return line.find("loss") != std::string::npos; });
+  CHECK(lines.feed("step 1 lo") == "");
+  CHECK(lines.feed("ss 0.5\nno\nloss 0.4\r") == "[0]:step 1 loss 0.5\n[0]:loss 0.4\r");
+  CHECK(lines.feed("tail loss") == "");
+  CHECK(lines.finish() == "[0]:tail loss\n");
+}

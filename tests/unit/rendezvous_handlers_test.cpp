@@ -349,9 +349,12 @@ TEST_CASE("rendezvous: each round's node 0 hosts a fresh worker store", "[rendez
   auto wa = job.start(a->worker_store(r0[0]));
   auto wb = job.start(b->worker_store(r0[1]));
   REQUIRE(job.run_until([&] { return wa->done && wb->done; }));
-  const WorkerStoreAddress s0 = wa->get();
+  const auto a0 = wa->get(), b0 = wb->get();  // (get() moves the value out: once each)
+  REQUIRE(a0);
+  REQUIRE(b0);
+  const WorkerStoreAddress s0 = *a0;
   CHECK(s0.addr == "127.0.0.1");
-  CHECK(wb->get().port == s0.port);
+  CHECK(b0->port == s0.port);
   CHECK(s0.port != job.port());
 
   job.run(completed(a->end_round(r0[0])));
@@ -359,8 +362,41 @@ TEST_CASE("rendezvous: each round's node 0 hosts a fresh worker store", "[rendez
   auto wa1 = job.start(a->worker_store(r1[0]));
   auto wb1 = job.start(b->worker_store(r1[1]));
   REQUIRE(job.run_until([&] { return wa1->done && wb1->done; }));
-  CHECK(wa1->get().port == wb1->get().port);
-  CHECK(wa1->get().port != s0.port);
+  const auto a1 = wa1->get(), b1 = wb1->get();
+  REQUIRE(a1);
+  REQUIRE(b1);
+  CHECK(a1->port == b1->port);
+  CHECK(a1->port != s0.port);
+}
+
+TEST_CASE("rendezvous: a round's worker store is waited for only while the round lasts",
+          "[rendezvous]") {
+  Job job(2, 2);
+  auto a = job.add();
+  auto b = job.add();
+  auto r0 = form(job, {a, b});
+  // Node 0 moves on without publishing (another reason ended the round for it first).
+  const int zero = r0[0].node_rank == 0 ? 0 : 1;
+  auto node0 = zero == 0 ? a : b, other = zero == 0 ? b : a;
+  auto waiting = job.start(other->worker_store(r0[1 - zero]));
+  job.idle_for(100ms);
+  CHECK_FALSE(waiting->done);
+  job.run(completed(node0->end_round(r0[zero])));
+  REQUIRE(job.run_until([&] { return waiting->done; }));  // at once, not at the join timeout
+  CHECK_FALSE(waiting->get().has_value());
+  CHECK_THAT(job.run(other->interruption(r0[1 - zero])), Catch::Contains("went on to round 1"));
+
+  // Node 0 of the next round dies before publishing: the wait ends when the leader sees it go.
+  auto r1 = form(job, {a, b});
+  const int zero1 = r1[0].node_rank == 0 ? 0 : 1;
+  auto dead = zero1 == 0 ? a : b, survivor = zero1 == 0 ? b : a;
+  auto waiting1 = job.start(survivor->worker_store(r1[1 - zero1]));
+  job.idle_for(100ms);
+  CHECK_FALSE(waiting1->done);
+  dead->abandon();
+  REQUIRE(job.run_until([&] { return waiting1->done; }));
+  CHECK_FALSE(waiting1->get().has_value());
+  CHECK_THAT(job.run(survivor->interruption(r1[1 - zero1])), Catch::Contains("left the job"));
 }
 
 TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come back is gone",
@@ -492,7 +528,7 @@ TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere res
   CHECK(r0[0].base_rank == 2);
   CHECK(r0[1].base_rank == 0);
   CHECK(r0[0].world_size == 5);
-  CHECK(job.run(nodes[0]->worker_store(r0[0])).port == job.port());
+  CHECK(job.run(nodes[0]->worker_store(r0[0]))->port == job.port());
 
   auto why = job.start(nodes[1]->interruption(r0[1]));
   job.run(completed(nodes[0]->report_failure(r0[0], "node 1 failed")));
@@ -582,7 +618,7 @@ TEST_CASE("rendezvous: one node restarts within its budget and empties its store
   run_on(io, completed(node->join()));
   const Round r0 = *run_on(io, node->next_round());
   CHECK(r0.world_size == 3);
-  const WorkerStoreAddress s = run_on(io, node->worker_store(r0));
+  const WorkerStoreAddress s = *run_on(io, node->worker_store(r0));
   auto client = run_on(
       io, AsyncStoreClient::connect(io.get_executor(), "127.0.0.1", static_cast<uint16_t>(s.port)));
   run_on(io, completed(client->set("written by attempt 0", "x")));

@@ -64,7 +64,9 @@ class WorkerGroup {
   // they exit (SIGKILL after the shutdown timeout). A second call kills them at once.
   void stop(int signo);
   // Stops the workers (SIGTERM, then SIGKILL after the shutdown timeout) so that the job can
-  // restart; run() ends with kInterrupted unless a worker had failed on its own.
+  // restart; run() ends with kInterrupted unless a worker had failed on its own. Called before the
+  // next run() (the round ended before its workers started), it is kept for that run(), which then
+  // starts no worker and ends with kInterrupted at once: an interruption is never lost.
   void interrupt();
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
@@ -94,6 +96,7 @@ class WorkerGroup {
   bool sigkill_sent_ = false;
   int stop_signal_ = 0;
   bool interrupted_ = false;
+  bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()
   std::vector<WorkerFailure> failures_;
   EventLog* event_log_ = nullptr;
 };

@@ -53,7 +53,7 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
 
   boost::asio::awaitable<void> join() override;
   boost::asio::awaitable<std::optional<Round>> next_round() override;
-  boost::asio::awaitable<WorkerStoreAddress> worker_store(Round r) override;
+  boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) override;
   boost::asio::awaitable<std::string> interruption(Round r) override;
   void stop_waiting() override { JobSession::stop_waiting(); }
   boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;

@@ -23,7 +23,7 @@ class LocalRendezvous final : public Rendezvous {
 
   boost::asio::awaitable<void> join() override;
   boost::asio::awaitable<std::optional<Round>> next_round() override;
-  boost::asio::awaitable<WorkerStoreAddress> worker_store(Round r) override;
+  boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) override;
   // Nothing outside the node ends a round: completes only after stop_waiting().
   boost::asio::awaitable<std::string> interruption(Round r) override;
   void stop_waiting() override;

@@ -69,8 +69,10 @@ class Rendezvous {
   // the round is full. nullopt once the job has ended (ending() says how). Throws StoreTimeout when
   // too few nodes join within the join timeout, and StoreConnectionError when the store is lost.
   virtual boost::asio::awaitable<std::optional<Round>> next_round() = 0;
-  // Where the round's workers find their store; hosts it when this node does.
-  virtual boost::asio::awaitable<WorkerStoreAddress> worker_store(Round r) = 0;
+  // Where the round's workers find their store; hosts it when this node does. nullopt when the
+  // round ended before its store was known (superseded, the job closed, this node expelled): no
+  // worker may start in it, and interruption(r) says why.
+  virtual boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) = 0;
   // Completes with why `r` must end on this node because of something outside it (a peer failed,
   // left or joined, the job was closed); with "" after stop_waiting().
   virtual boost::asio::awaitable<std::string> interruption(Round r) = 0;
