@@ -126,7 +126,7 @@ class Trial:
         cmd = [self.args.ddprund, "--host", self.store_host, "--port", str(port), "--log-level",
                "warn"]
         if self.netns:
-            cmd = ["ip", "netns", "exec", self.namespaces[0], *cmd]
+            cmd = in_namespace(self.namespaces[0], cmd)
         for _ in range(40):  # the same port after a restart: retried while the old one lingers
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(
                 os.path.join(self.dir, "ddprund.log"), "a"), text=True,
@@ -150,7 +150,7 @@ class Trial:
                f"--max_restarts={self.max_restarts}", "--shutdown_timeout=3",
                f"--event_log={self.dir}/events.{name}", "--no_python", PY, WORKER, self.out, str(BEATS)]
         if ns:
-            cmd = ["ip", "netns", "exec", ns, *cmd]
+            cmd = in_namespace(ns, cmd)
         log = os.path.join(self.dir, f"agent.{name}.log")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"),
                                 stdin=subprocess.DEVNULL,
@@ -194,6 +194,8 @@ class Trial:
                 self.worker_kills += 1
                 return f"pid {pid}"
         elif kind.startswith("store_restart"):
+            if self.ddprund.poll() is not None:
+                return None  # down already: this fault would change nothing
             d = 0.1 + 1.4 * v if kind.endswith("short") else 2.5 + 3.5 * v
             self.ddprund.kill()
             self.ddprund.wait()
@@ -212,10 +214,12 @@ class Trial:
                 return f"{a.name} cut for {d:.1f}s"
         elif kind in ("etcd_member_kill", "etcd_leader_kill"):
             try:
-                name = self.etcd.leader() if kind == "etcd_leader_kill" else \
-                    self.pick(u, self.etcd.names)
+                up = [n for n in self.etcd.names if self.etcd.procs[n].poll() is None]
+                name = self.etcd.leader() if kind == "etcd_leader_kill" else self.pick(u, up)
             except AssertionError:
                 return None
+            if self.etcd.procs[name].poll() is not None:
+                return None  # down already
             self.etcd.kill(name)
             d = 0.5 + 3.5 * v
             self.pending.append((now + d, lambda n=name: self.etcd.start(n)))
@@ -434,6 +438,12 @@ class Trial:
         return found
 
 
+def in_namespace(ns, cmd):
+    """`cmd` in network namespace `ns`, as the same process (ip netns exec forks and waits, so its
+    pid would not be the command's: signals to it would miss)."""
+    return ["nsenter", f"--net=/var/run/netns/{ns}", *cmd]
+
+
 def uncovered(lo, hi, windows):
     """How much of [lo, hi] no window covers."""
     covered, start = 0.0, lo
@@ -483,7 +493,11 @@ def main():
         backend, seed = queue.pop(0)
         trial = Trial(args, seed, backend)
         started = time.monotonic()
-        ok = trial.run()
+        try:
+            ok = trial.run()
+        except Exception as e:  # noqa: BLE001 - the driver's own trouble fails the trial, named
+            trial.violations.append(f"driver: {type(e).__name__}: {e}")
+            ok = False
         took = time.monotonic() - started
         faults = ", ".join(f"{k} ({d}) at {t:.1f}s" for t, k, d in trial.faults)
         results.append((backend, seed, ok, trial.faults, trial.violations, took))
