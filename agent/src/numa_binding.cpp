@@ -93,6 +93,22 @@ std::vector<int> devices_of_node(const NumaMachine& m, int node) {
   return out;
 }
 
+// The node of accelerator `device`, and where the device stands among that node's devices.
+struct NodeShare {
+  int node = 0;
+  int position = 0;
+  int devices = 0;
+};
+NodeShare node_share(const NumaMachine& m, int device) {
+  NodeShare share;
+  share.node = numa_node_of_device(m, device);
+  const std::vector<int> devices = devices_of_node(m, share.node);
+  share.position =
+      static_cast<int>(std::find(devices.begin(), devices.end(), device) - devices.begin());
+  share.devices = static_cast<int>(devices.size());
+  return share;
+}
+
 // The lowest CPU of the group each of `cpus` belongs to -> the group's CPUs among `cpus`.
 template <typename GroupOf>
 std::map<int, CpuSet> group_by(const CpuSet& cpus, GroupOf group_of) {
@@ -150,13 +166,9 @@ CpuSet socket_cpus(const NumaMachine& m, int device) {
 }
 
 CpuSet exclusive_cpus(const NumaMachine& m, int device) {
-  const int node = numa_node_of_device(m, device);
-  const std::vector<int> devices = devices_of_node(m, node);
-  const int position =
-      static_cast<int>(std::find(devices.begin(), devices.end(), device) - devices.begin());
+  const auto [node, position, n] = node_share(m, device);
   const auto cores =
       group_by(allowed_cpus_of_node(m, node), [&](int cpu) { return thread_siblings(m, cpu); });
-  const int n = static_cast<int>(devices.size());
   const int per_device = static_cast<int>(cores.size()) / n;
   const int extra = static_cast<int>(cores.size()) % n;
   if (per_device < 1) {
@@ -177,10 +189,7 @@ CpuSet exclusive_cpus(const NumaMachine& m, int device) {
 }
 
 CpuSet core_complex_cpus(const NumaMachine& m, int device) {
-  const int node = numa_node_of_device(m, device);
-  const std::vector<int> devices = devices_of_node(m, node);
-  const int position =
-      static_cast<int>(std::find(devices.begin(), devices.end(), device) - devices.begin());
+  [[maybe_unused]] const auto [node, position, devices] = node_share(m, device);
   const auto caches = group_by(allowed_cpus_of_node(m, node),
                                [&](int cpu) { return last_level_cache_sharers(m, cpu); });
   if (caches.empty()) {

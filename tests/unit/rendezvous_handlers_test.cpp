@@ -189,6 +189,11 @@ std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rendezvous>>
   return rounds;
 }
 
+// Of a two-node round: the index of the node that is node rank 0, then the other's.
+std::pair<int, int> node_zero_first(const std::vector<Round>& rounds) {
+  return rounds[0].node_rank == 0 ? std::pair{0, 1} : std::pair{1, 0};
+}
+
 }  // namespace
 
 TEST_CASE("rendezvous: MAX nodes form a round at once, ranks in join order", "[rendezvous]") {
@@ -376,27 +381,26 @@ TEST_CASE("rendezvous: a round's worker store is waited for only while the round
   auto b = job.add();
   auto r0 = form(job, {a, b});
   // Node 0 moves on without publishing (another reason ended the round for it first).
-  const int zero = r0[0].node_rank == 0 ? 0 : 1;
-  auto node0 = zero == 0 ? a : b, other = zero == 0 ? b : a;
-  auto waiting = job.start(other->worker_store(r0[1 - zero]));
+  const auto [zero, other] = node_zero_first(r0);
+  std::vector<std::shared_ptr<Rendezvous>> nodes = {a, b};
+  auto waiting = job.start(nodes[other]->worker_store(r0[other]));
   job.idle_for(100ms);
   CHECK_FALSE(waiting->done);
-  job.run(completed(node0->end_round(r0[zero])));
+  job.run(completed(nodes[zero]->end_round(r0[zero])));
   REQUIRE(job.run_until([&] { return waiting->done; }));  // at once, not at the join timeout
   CHECK_FALSE(waiting->get().has_value());
-  CHECK_THAT(job.run(other->interruption(r0[1 - zero])), Catch::Contains("went on to round 1"));
+  CHECK_THAT(job.run(nodes[other]->interruption(r0[other])), Catch::Contains("went on to round 1"));
 
   // Node 0 of the next round dies before publishing: the wait ends when the leader sees it go.
-  auto r1 = form(job, {a, b});
-  const int zero1 = r1[0].node_rank == 0 ? 0 : 1;
-  auto dead = zero1 == 0 ? a : b, survivor = zero1 == 0 ? b : a;
-  auto waiting1 = job.start(survivor->worker_store(r1[1 - zero1]));
+  auto r1 = form(job, nodes);
+  const auto [dead, survivor] = node_zero_first(r1);
+  auto waiting1 = job.start(nodes[survivor]->worker_store(r1[survivor]));
   job.idle_for(100ms);
   CHECK_FALSE(waiting1->done);
-  dead->abandon();
+  nodes[dead]->abandon();
   REQUIRE(job.run_until([&] { return waiting1->done; }));
   CHECK_FALSE(waiting1->get().has_value());
-  CHECK_THAT(job.run(survivor->interruption(r1[1 - zero1])), Catch::Contains("left the job"));
+  CHECK_THAT(job.run(nodes[survivor]->interruption(r1[survivor])), Catch::Contains("left the job"));
 }
 
 TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come back is gone",
