@@ -49,7 +49,8 @@ std::string host_name() {
 }
 
 // The console prefix of a worker's teed lines (torchrun's TailLog header, or the template).
-std::string line_prefix(const AgentConfig& cfg, const WorkerIdentity& id) {
+std::string line_prefix(const AgentConfig& cfg, const WorkerIdentity& id,
+                        const std::string& hostname) {
   if (cfg.log_line_prefix_template.empty()) {
     return fmt::format("[{}{}]:", cfg.role, id.local_rank);
   }
@@ -57,7 +58,7 @@ std::string line_prefix(const AgentConfig& cfg, const WorkerIdentity& id) {
                          {{"role_name", cfg.role},
                           {"rank", std::to_string(id.rank)},
                           {"local_rank", std::to_string(id.local_rank)},
-                          {"hostname", host_name()}});
+                          {"hostname", hostname}});
 }
 
 // The worker's command line: every argument after the program gets torchrun's ${local_rank}
@@ -107,6 +108,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.virtual_local_rank = cfg.virtual_local_rank;
 
   fs::create_directories(attempt_dir);
+  const std::string hostname = cfg.log_line_prefix_template.empty() ? "" : host_name();
   const auto dup_out =
       filtered_log(attempt_dir, "filtered_stdout.log", cfg.duplicate_stdout_filters);
   const auto dup_err =
@@ -132,7 +134,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
     const fs::path dir = attempt_dir / std::to_string(r);
     fs::create_directories(dir);
     l.error_file = (dir / "error.json").string();
-    l.prefix = line_prefix(cfg, l.id);
+    l.prefix = line_prefix(cfg, l.id, hostname);
     const bool on_console = !cfg.console_ranks || cfg.console_ranks->contains(r);
     l.spawn.argv = worker_argv(cfg.entrypoint, l.id.local_rank);
     if (auto b = bindings.find(l.id.local_rank); b != bindings.end()) {

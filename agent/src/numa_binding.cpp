@@ -202,29 +202,34 @@ CpuSet core_complex_cpus(const NumaMachine& m, int device) {
   return ordered[position % ordered.size()].second;
 }
 
+// Each mode: torch's name for it and how its CPUs are found.
+struct ModeEntry {
+  NumaMode mode;
+  std::string_view name;
+  CpuSet (*cpus)(const NumaMachine&, int);
+};
+constexpr ModeEntry kModes[] = {{NumaMode::kNode, "node", node_cpus},
+                                {NumaMode::kSocket, "socket", socket_cpus},
+                                {NumaMode::kExclusive, "exclusive", exclusive_cpus},
+                                {NumaMode::kCoreComplex, "core-complex", core_complex_cpus}};
+
+const ModeEntry& entry(NumaMode mode) {
+  for (const ModeEntry& m : kModes) {
+    if (m.mode == mode) return m;
+  }
+  return kModes[0];
+}
+
 }  // namespace
 
 std::optional<NumaMode> parse_numa_mode(std::string_view text) {
-  if (text == "node") return NumaMode::kNode;
-  if (text == "socket") return NumaMode::kSocket;
-  if (text == "exclusive") return NumaMode::kExclusive;
-  if (text == "core-complex") return NumaMode::kCoreComplex;
+  for (const ModeEntry& m : kModes) {
+    if (m.name == text) return m.mode;
+  }
   return std::nullopt;
 }
 
-std::string_view numa_mode_name(NumaMode mode) {
-  switch (mode) {
-    case NumaMode::kNode:
-      return "node";
-    case NumaMode::kSocket:
-      return "socket";
-    case NumaMode::kExclusive:
-      return "exclusive";
-    case NumaMode::kCoreComplex:
-      return "core-complex";
-  }
-  return "node";
-}
+std::string_view numa_mode_name(NumaMode mode) { return entry(mode).name; }
 
 CpuSet parse_cpu_list(std::string_view text) {
   CpuSet out;
@@ -261,21 +266,7 @@ std::string format_cpu_list(const CpuSet& cpus) {
 }
 
 CpuSet numa_cpus(const NumaMachine& machine, NumaMode mode, int device) {
-  CpuSet cpus;
-  switch (mode) {
-    case NumaMode::kNode:
-      cpus = node_cpus(machine, device);
-      break;
-    case NumaMode::kSocket:
-      cpus = socket_cpus(machine, device);
-      break;
-    case NumaMode::kExclusive:
-      cpus = exclusive_cpus(machine, device);
-      break;
-    case NumaMode::kCoreComplex:
-      cpus = core_complex_cpus(machine, device);
-      break;
-  }
+  CpuSet cpus = entry(mode).cpus(machine, device);
   if (cpus.empty()) throw std::runtime_error("Must bind to a non-empty set of CPU indices");
   return cpus;
 }

@@ -121,12 +121,16 @@ const std::vector<OptionSpec>& option_table() {
 
 const std::vector<OptionSpec>& launch_option_table() {
   static const std::vector<OptionSpec> table = {
-      {"--use_env,--use-env", "use_env", nullptr,
+      {"--use_env,--use-env",
+       "use_env",
+       nullptr,
        "ddprun launch: the script reads LOCAL_RANK from the environment; without it the script "
        "gets --local-rank=N before its own arguments (torch.distributed.launch)",
        {},
        false},
-      {"--legacy_local_rank,--legacy-local-rank", "legacy_local_rank", nullptr,
+      {"--legacy_local_rank,--legacy-local-rank",
+       "legacy_local_rank",
+       nullptr,
        "ddprun launch: give the script torch 1.x's spelling, --local_rank=N",
        {},
        false},
