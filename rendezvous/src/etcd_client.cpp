@@ -40,6 +40,13 @@ std::string describe(const Endpoint& e) {
                                                : fmt::format("{}:{}", e.host, e.port);
 }
 
+// Whether a try failed because its member is not there (as opposed to silent, or answering).
+bool gone(const boost::system::error_code& ec) {
+  return ec == asio::error::connection_refused || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == asio::error::eof ||
+         ec == http::error::end_of_stream;
+}
+
 // Why a try on a member failed, in words, with a hint where the usual cause is a setting (then
 // `hinted` is set).
 std::string failure(const std::exception& e, bool tls, bool& hinted) {
@@ -297,7 +304,7 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
   // A failure that points at a setting is worth more than the timeouts of later tries (a loaded
   // machine): it is the one reported.
   std::string hinted_error;
-  electing_ = false;
+  members_down_ = true;
   asio::steady_timer pause(ex_);
   for (size_t attempt = 0;; ++attempt) {
     if (closed_) throw StoreConnectionError("the etcd client was closed");
@@ -324,9 +331,9 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
                                       : res.body().substr(0, 200);
       const std::string what = fmt::format("{} answered {} to {}: {}", connection_->host(),
                                            res.result_int(), path, message);
+      members_down_ = false;
       if (j.is_object() && transient(code)) {
         last_error = what;
-        if (message.find("leader") != std::string::npos) electing_ = true;
       } else if (!j.is_object() && res.result_int() >= 500) {
         last_error = what;
       } else if (!j.is_object()) {
@@ -345,9 +352,8 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
       last_error = fmt::format("{}: {}", describe(endpoints_[current_]),
                                failure(e, tls_ != nullptr, hinted));
       if (hinted) hinted_error = last_error;
-      // Connected, and no answer in time: what a member does while the cluster elects a leader.
       const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
-      if (connection_ && system && system->code() == beast::error::timeout) electing_ = true;
+      if (!system || !gone(system->code())) members_down_ = false;
     }
     if (!refused.empty()) throw StoreError(refused);
     // Move on to the next member; after trying them all, pause before the next round of tries.
@@ -397,11 +403,11 @@ asio::awaitable<void> WatchStream::open(std::string key, std::string range_end,
     lines_.clear();
     current_ = (current_ + 1) % endpoints_.size();
     try {
-      auto c = std::make_unique<Connection>(ex_, tls_);
-      co_await c->connect(endpoints_[current_], deadline);
-      co_await c->send("/v3/watch", payload, deadline);
-      const unsigned status = co_await c->read_stream_header(deadline);
-      connection_ = std::move(c);
+      // Held in connection_ from the start, so that drop_member() and close() cut a try short.
+      connection_ = std::make_unique<Connection>(ex_, tls_);
+      co_await connection_->connect(endpoints_[current_], deadline);
+      co_await connection_->send("/v3/watch", payload, deadline);
+      const unsigned status = co_await connection_->read_stream_header(deadline);
       if (status != 200) throw StoreConnectionError(fmt::format("HTTP status {}", status));
       const json first = json::parse(co_await read_line());
       const json& result = first.at("result");

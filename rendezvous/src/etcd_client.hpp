@@ -55,10 +55,10 @@ class Client {
   // differently (a bad request, auth required).
   boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
                                               Clock::time_point deadline);
-  // Whether, during the last call, a member took a request and did not answer in time, or answered
-  // that it has no leader: the signs of a leader election, during which no lease can expire (a new
-  // leader renews every lease). Members that refuse connections or cannot be reached are not.
-  bool saw_an_election() const { return electing_; }
+  // Whether every try of the last call found its member gone (the connection refused, or reset):
+  // the members are down for every client, not silent or cut off from this one, so nobody can
+  // change the job meanwhile. An answer, or a member that takes a request and stays silent, is not.
+  bool members_down() const { return members_down_; }
   // The member the next call goes to first (an index into the endpoints), and choosing it.
   size_t member() const { return current_; }
   void prefer(size_t member);
@@ -73,7 +73,7 @@ class Client {
   size_t current_ = 0;
   std::unique_ptr<Connection> connection_;
   bool closed_ = false;
-  bool electing_ = false;
+  bool members_down_ = false;
 };
 
 // One watch: POST /v3/watch with a create_request, then events as they come. Reconnecting is the
@@ -94,6 +94,7 @@ class WatchStream {
   size_t member() const { return current_; }
   // Breaks the stream (next() throws) without closing the watch, so that the caller opens it again
   // on another member: for a member that stopped answering while its stream stays silently open.
+  // During open(), ends the try on the current member (open() goes on with the next).
   void drop_member();
   void close();
 

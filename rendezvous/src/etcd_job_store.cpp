@@ -130,11 +130,14 @@ asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::ti
       std::max(1.0, std::ceil(std::chrono::duration<double>(spec_.heartbeat_timeout).count())));
   json grant;
   grant["TTL"] = std::to_string(ttl_s);
+  const auto sent = Clock::now();
   const json granted = co_await client.call("/v3/lease/grant", grant, deadline);
   const std::string lease = granted.value("ID", std::string());
-  if (lease.empty() || int_field(granted, "TTL") <= 0) {
+  const int64_t ttl = int_field(granted, "TTL");
+  if (lease.empty() || ttl <= 0) {
     throw StoreError(fmt::format("etcd granted no lease: {}", granted.dump()));
   }
+  lease_expiry_ = sent + std::chrono::seconds(ttl);
   json put;
   put["key"] = base64_encode(base_ + presence_key_);
   put["value"] = base64_encode(presence_value_);
@@ -185,62 +188,108 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_k
 
 asio::awaitable<void> EtcdJobStore::keep_alive() {
   const auto self = shared_from_this();  // the object outlives this coroutine
-  auto last_renewed = Clock::now();
-  json body;
-  body["ID"] = lease_;
+  const auto interval = spec_.heartbeat_timeout / 3;
+  // Since when every member has been down (refusing connections): nobody can change the job then,
+  // so this node's workers wait for etcd, within the reconnect timeout.
+  std::optional<Clock::time_point> down_since;
   while (broken_.empty()) {
-    keep_alive_timer_.expires_after(spec_.heartbeat_timeout / 3);
+    // (At the lease's end at the latest: a renewal that was answered too late counts for nothing.)
+    keep_alive_timer_.expires_at(down_since ? Clock::now() + interval
+                                            : std::min(Clock::now() + interval, lease_expiry_));
     co_await keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!broken_.empty()) break;
-    // Retried across members until the lease would have run out since the last renewal; while the
-    // cluster elects a leader, no lease runs out (the new leader renews them all), so a sign of an
-    // election buys one more heartbeat timeout. Members that are all gone, or cut off, do not.
     // Renewed through the member that holds this node's watch when it can be: a member that no
     // longer answers (stopped, or cut off from its peers) keeps a watch open and silent, so the
-    // watch moves with the keep-alive.
+    // watch moves with the keep-alive. Tried across members until the lease would run out: etcd
+    // counts a renewal's TTL from when it gets it, which is after it was sent, so a lease this
+    // node could not renew in time may be gone, and its workers are stale (after a pause, too).
     const size_t watch_member = watch_->member();
     lease_client_->prefer(watch_member);
-    std::string failure;
-    std::optional<json> reply;
-    // (After a pause the lease may be long gone: the first try still gets its time, to learn so.)
-    for (auto give_up = std::max(last_renewed + spec_.heartbeat_timeout,
-                                 Clock::now() + attempt_timeout(spec_.heartbeat_timeout));
-         !reply && failure.empty(); give_up += spec_.heartbeat_timeout) {
+    const auto sent = Clock::now();
+    int64_t ttl = 0;
+    bool tried = false;
+    bool answered = false;
+    if (sent < lease_expiry_ || down_since) {
+      json body;
+      body["ID"] = lease_;
+      tried = true;
       try {
-        reply = co_await lease_client_->call("/v3/lease/keepalive", body, give_up);
+        const json reply = co_await lease_client_->call(
+            "/v3/lease/keepalive", body, down_since ? sent + interval : lease_expiry_);
+        ttl = int_field(reply.value("result", json::object()), "TTL");
+        answered = true;
       } catch (const std::exception& e) {
-        const bool more = lease_client_->saw_an_election() &&
-                          give_up < last_renewed + 2 * spec_.heartbeat_timeout;
-        if (!more) failure = fmt::format("lost the rendezvous store: {}", e.what());
+        if (!broken_.empty()) break;
+        spdlog::debug("etcd lease keep-alive: {}", e.what());
       }
     }
-    // The gateway answers 200 for a lease it no longer has, without a TTL: this node was paused
-    // or cut off for longer than the heartbeat timeout, and its peers saw its key go (the watch
-    // says so here too). It rejoins as a new node, on a new lease.
-    if (reply && int_field(reply->value("result", json::object()), "TTL") <= 0) {
-      spdlog::warn(
-          "etcd dropped this node's lease (it was paused or cut off for longer than the heartbeat "
-          "timeout): rejoining the job as a new node");
-      try {
-        co_await put_presence(*lease_client_, Clock::now() + spec_.heartbeat_timeout);
-        body["ID"] = lease_;
-        last_renewed = Clock::now();
-      } catch (const std::exception& e) {
-        failure = fmt::format("etcd dropped this node's lease, and a new one failed: {}", e.what());
-      }
-    } else if (reply) {
-      last_renewed = Clock::now();
+    if (ttl > 0) {
+      lease_expiry_ = sent + std::chrono::seconds(ttl);
+      if (down_since) spdlog::warn("etcd is back; this node's lease held");
+      down_since.reset();
       if (lease_client_->member() != watch_member) {
         const EtcdEndpoint& e = spec_.endpoints[watch_member];
         spdlog::warn("etcd member {}:{} did not answer in time; moving this node's watch off it",
                      e.host, e.port);
         watch_->drop_member();
       }
+      continue;
     }
-    if (!failure.empty()) {
-      if (broken_.empty()) lost(failure);
+    if (tried && lease_client_->members_down() && Clock::now() >= lease_expiry_) {
+      if (!down_since) {
+        down_since = sent;
+        spdlog::warn(
+            "every etcd member refuses connections, for every node: the workers keep running while "
+            "etcd is waited for (rdzv_conf reconnect_timeout={:g} s)",
+            std::chrono::duration<double>(spec_.reconnect_timeout).count());
+      }
+      if (Clock::now() < *down_since + spec_.reconnect_timeout) continue;
+      lost(fmt::format(
+          "lost the rendezvous store: etcd is unreachable: every member refused connections for "
+          "rdzv_conf reconnect_timeout={:g} s",
+          std::chrono::duration<double>(spec_.reconnect_timeout).count()));
       break;
     }
+    down_since.reset();
+    // The gateway answers 200 without a TTL for a lease it no longer has.
+    co_await rejoin(answered ? "etcd dropped this node's lease"
+                             : "this node's etcd lease ran out before it could be renewed");
+  }
+}
+
+asio::awaitable<void> EtcdJobStore::rejoin(std::string why) {
+  spdlog::warn(
+      "{} (it was paused, or cut off from etcd, for longer than the heartbeat timeout): its peers "
+      "go "
+      "on without it; its workers are stopped and it rejoins the job as a new node",
+      why);
+  // The session learns it now, not when the watch brings the key's deletion (later, or never from
+  // a member that stopped answering).
+  if (mirror_.erase(presence_key_) > 0 && follows(presence_key_)) {
+    pending_.push_back(KeyEvent{presence_key_, "", true});
+    watch_->drop_member();
+  }
+  // The old lease goes first, so that its keys (presence, claims) go for every peer too, even
+  // when it is still alive; then the presence comes back on a new one.
+  const auto deadline = Clock::now() + spec_.reconnect_timeout;
+  std::string failure;
+  try {
+    json body;
+    body["ID"] = lease_;
+    try {
+      co_await lease_client_->call("/v3/lease/revoke", body, deadline);
+    } catch (const StoreConnectionError&) {
+      throw;
+    } catch (const StoreError& e) {
+      spdlog::debug("etcd lease revoke: {}", e.what());  // not found: it is gone already
+    }
+    co_await put_presence(*lease_client_, deadline);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty() && broken_.empty()) {
+    lost(fmt::format("lost the rendezvous store: could not rejoin within {:g} s: {}",
+                     std::chrono::duration<double>(spec_.reconnect_timeout).count(), failure));
   }
 }
 
@@ -252,7 +301,23 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
       pending_.pop_front();
       co_return e;
     }
-    bool reopen = false;
+    if (reopen_by_) {
+      // One short try at a time, so that events queued meanwhile (a lapsed lease) are not held up
+      // by a silent member. Bounded by the heartbeat timeout: longer, and the lease is gone
+      // anyway. When the lease is lost meanwhile, that is the reason to give, not the watch.
+      std::string failed;
+      try {
+        co_await watch_->open(
+            base_, etcd::prefix_end(base_), revision_ + 1,
+            std::min(*reopen_by_, Clock::now() + attempt_timeout(spec_.heartbeat_timeout)));
+        reopen_by_.reset();
+      } catch (const StoreConnectionError& e) {
+        if (!broken_.empty() || Clock::now() >= *reopen_by_)
+          failed = broken_.empty() ? e.what() : broken_;
+      }
+      if (!failed.empty()) throw StoreConnectionError(failed);
+      continue;
+    }
     try {
       const json result = co_await watch_->next();
       for (const auto& ev : result.value("events", json::array())) {
@@ -275,19 +340,7 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
       if (!broken_.empty()) throw StoreConnectionError(broken_);
       spdlog::warn("etcd watch lost ({}); resuming it from revision {} on another member", e.what(),
                    revision_ + 1);
-      reopen = true;
-    }
-    if (reopen) {
-      // Bounded by the heartbeat timeout: longer, and the lease is gone anyway. When the lease is
-      // lost meanwhile, that is the reason to give, not the closed watch.
-      std::string failed;
-      try {
-        co_await watch_->open(base_, etcd::prefix_end(base_), revision_ + 1,
-                              Clock::now() + spec_.heartbeat_timeout);
-      } catch (const StoreConnectionError& e) {
-        failed = broken_.empty() ? e.what() : broken_;
-      }
-      if (!failed.empty()) throw StoreConnectionError(failed);
+      reopen_by_ = Clock::now() + spec_.heartbeat_timeout;
     }
   }
 }

@@ -14,15 +14,26 @@
 
 namespace ddprun::rendezvous {
 
+namespace {
+
+EtcdJobStoreSpec etcd_spec(const RendezvousConfig& c) {
+  return EtcdJobStoreSpec{c.etcd_endpoints,    c.etcd_prefix,       c.run_id,  c.join_timeout,
+                          c.heartbeat_timeout, c.reconnect_timeout, c.etcd_tls};
+}
+
+TcpJobStoreSpec tcp_spec(const RendezvousConfig& c) {
+  return TcpJobStoreSpec{c.run_id,       c.endpoint_host,     c.endpoint_port,
+                         c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
+}
+
+}  // namespace
+
 // The job's store as a client sees it (no server, no handler): for `ddprun status`.
 std::shared_ptr<JobStore> make_job_store(boost::asio::io_context& io, const RendezvousConfig& c) {
   if (c.backend == Backend::kEtcdV3) {
-    EtcdJobStoreSpec etcd{c.etcd_endpoints, c.etcd_prefix,       c.run_id,
-                          c.join_timeout,   c.heartbeat_timeout, c.etcd_tls};
-    return std::make_shared<EtcdJobStore>(io.get_executor(), etcd);
+    return std::make_shared<EtcdJobStore>(io.get_executor(), etcd_spec(c));
   }
-  TcpJobStoreSpec spec{c.run_id,       c.endpoint_host,     c.endpoint_port,
-                       c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
+  TcpJobStoreSpec spec = tcp_spec(c);
   if (c.backend == Backend::kStatic) spec.port = c.store_port;
   return std::make_shared<TcpJobStore>(io.get_executor(), spec);
 }
@@ -31,8 +42,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& c) {
   if (c.max_nodes == 1) return std::make_shared<LocalRendezvous>(io, c);
   std::unique_ptr<StoreThread> server;
-  TcpJobStoreSpec spec{c.run_id,       c.endpoint_host,     c.endpoint_port,
-                       c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
+  TcpJobStoreSpec spec = tcp_spec(c);
   if (c.backend == Backend::kStatic) {
     spec.port = c.store_port;
     if (c.node_rank == 0) {
@@ -47,9 +57,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
   }
   std::string node_id = fmt::format("{}_{}_{:x}", c.host, ::getpid(), std::random_device{}());
   if (c.backend == Backend::kEtcdV3) {
-    EtcdJobStoreSpec etcd{c.etcd_endpoints, c.etcd_prefix,       c.run_id,
-                          c.join_timeout,   c.heartbeat_timeout, c.etcd_tls};
-    auto store = std::make_shared<EtcdJobStore>(io.get_executor(), etcd);
+    auto store = std::make_shared<EtcdJobStore>(io.get_executor(), etcd_spec(c));
     return ElasticRendezvous::create(io, c, std::move(node_id), store, nullptr);
   }
   if (c.host_store != RendezvousConfig::HostStore::kNo) {

@@ -161,6 +161,12 @@ class Trial:
         self.agents.append(agent)
         return agent
 
+    def resume(self, a):
+        a.proc.send_signal(signal.SIGCONT)
+        # The pause ends when the agent can run again: later than planned when the driver was busy
+        # (an etcd member starting).
+        a.pauses[-1][1] = time.monotonic()
+
     def live_agents(self):
         return [a for a in self.agents if a.proc.poll() is None and a.killed_at is None]
 
@@ -185,8 +191,8 @@ class Trial:
             if a:
                 d = 0.3 + 1.3 * v if kind.endswith("short") else 2.6 + 3.4 * v
                 a.proc.send_signal(signal.SIGSTOP)
-                a.pauses.append((now, now + d))
-                self.pending.append((now + d, lambda p=a.proc: p.send_signal(signal.SIGCONT)))
+                a.pauses.append([now, now + d])
+                self.pending.append((now + d, lambda a=a: self.resume(a)))
                 return f"{a.name} for {d:.1f}s"
         elif kind == "worker_kill":
             pid = self.live_worker(u)

@@ -5,17 +5,20 @@
 // are read with one range and then watched from the revision after it, so the snapshot and the
 // events are consistent; compare-and-set is a transaction. Every call fails over between the
 // cluster's members, so losing a member (the leader included) costs a retry, not the job. A lease
-// that etcd dropped while this agent was paused or cut off (its peers saw the presence key go) is
-// replaced by a new one with the presence key on it: the watch reports the key's deletion, then
-// its creation, and the agent rejoins as a new node. Job keys live under "<prefix><run_id>/".
-// The gateway takes one range per watch stream, so the watch covers the whole job and this store
-// keeps a mirror of every job key; next_event() reports only the keys the session follows, and
-// watch_prefixes() answers from the mirror, in step with the stream. A claim is a key on this
-// agent's lease, created by a transaction that requires it to be absent.
+// that may be gone (not renewed within its TTL, counted from when the last renewal was sent: after
+// a pause, or cut off from every member) or that etcd dropped is revoked and replaced by a new one
+// with the presence key on it: the session hears the key's deletion at once, then its creation,
+// and the agent rejoins as a new node (or, after the reconnect timeout without etcd, gives up). Job
+// keys live under "<prefix><run_id>/". The gateway takes one range per watch stream, so the watch
+// covers the whole job and this store keeps a mirror of every job key; next_event() reports only
+// the keys the session follows, and watch_prefixes() answers from the mirror, in step with the
+// stream. A claim is a key on this agent's lease, created by a transaction that requires it to be
+// absent.
 #include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +66,8 @@ struct EtcdJobStoreSpec {
   std::string run_id;
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{5'000};
+  // How long a node whose lease lapsed tries to rejoin before it gives the store up for lost.
+  std::chrono::milliseconds reconnect_timeout{30'000};
   EtcdTls tls;
 };
 
@@ -94,6 +99,9 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
                                               std::chrono::steady_clock::time_point deadline);
   boost::asio::awaitable<void> keep_alive();
+  // This node's lease lapsed (`why`): tells the session its presence is gone, revokes the lease and
+  // puts the presence on a new one, within the reconnect timeout, or gives the store up for lost.
+  boost::asio::awaitable<void> rejoin(std::string why);
   // Grants a lease of the heartbeat timeout through `client` and puts the presence key on it.
   boost::asio::awaitable<void> put_presence(etcd::Client& client,
                                             std::chrono::steady_clock::time_point deadline);
@@ -114,7 +122,11 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::steady_timer keep_alive_timer_;
   std::string presence_key_;
   std::string presence_value_;
-  std::string lease_;     // the lease ID, as the gateway writes it
+  std::string lease_;  // the lease ID, as the gateway writes it
+  // The earliest time etcd may drop the lease: when its last renewal was sent, plus its TTL.
+  std::chrono::steady_clock::time_point lease_expiry_;
+  // Set while the watch is to be opened again, to when that must have happened.
+  std::optional<std::chrono::steady_clock::time_point> reopen_by_;
   int64_t revision_ = 0;  // the last revision of the job's keys this node has seen
   std::deque<KeyEvent> pending_;
   std::string broken_;
