@@ -275,6 +275,13 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
       }
       if (now < last_call_->second) co_return last_call_->second;
     }
+    // A node that only a store restart's grace keeps here may be cut off and still running an
+    // older round: the round waits until it is heard from, or gone (within a heartbeat timeout;
+    // either is an event).
+    if (std::any_of(nodes_.begin(), nodes_.end(),
+                    [&](const auto& node) { return store().unconfirmed("nodes/" + node.first); })) {
+      co_return Clock::time_point::max();
+    }
     const std::string key = fmt::format("rounds/{}", n);
     const std::string proposal = propose(n);
     const std::string decided = co_await store().compare_set(key, "", proposal);

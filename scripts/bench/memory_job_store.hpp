@@ -115,6 +115,9 @@ class MemoryJobStore final : public rendezvous::JobStore,
     co_return out;
   }
 
+  // An in-memory store never restarts: every presence is its holder's.
+  bool unconfirmed(const std::string&) const override { return false; }
+
   boost::asio::awaitable<std::string> claim(std::string key, std::string value) override {
     co_await turn();
     std::string now = kv_->compare_set(base_ + key, "", std::move(value), &presence_);

@@ -438,6 +438,36 @@ TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come 
   CHECK(job.leader() == id_of(a));
 }
 
+TEST_CASE("rendezvous: after a store restart no round forms around a node not heard from since",
+          "[rendezvous]") {
+  Job job(2, 4);
+  job.config().heartbeat_timeout = 1s;
+  job.config().last_call_timeout = 100ms;
+  auto a = job.add();
+  auto b = job.add();
+  auto c = job.add();
+  auto r0 = form(job, {a, b, c});
+  job.restart_store();
+  c->abandon();  // cut off (or dead) while the store restarts: its peers keep it for a heartbeat
+  auto client = job.client();
+  REQUIRE(job.run_until([&] {
+    return job.run(client->check({TcpJobStore::job_key("job", "rounds/0")})) &&
+           job.run(client->check({TcpJobStore::job_key("job", "leader")}));
+  }));
+  client->close();
+  // A newcomer ends round 0 while c is still inside that heartbeat: the next round must not count
+  // on c, whose workers may still run round 0.
+  const auto joined = Clock::now();
+  auto d = job.add();
+  CHECK_THAT(job.run(a->interruption(r0[0])), Catch::Contains("scale-up"));
+  job.run(completed(a->end_round(r0[0])));
+  job.run(completed(b->end_round(r0[1])));
+  const auto r1 = form(job, {a, b, d});
+  CHECK(r1[0].num_nodes == 3);
+  CHECK(r1[0].restart_count == 0);
+  CHECK(Clock::now() - joined < 3s);  // c's heartbeat, not a timeout
+}
+
 TEST_CASE("rendezvous: when the leader dies another agent leads and the job re-forms without it",
           "[rendezvous]") {
   Job job(2, 3);

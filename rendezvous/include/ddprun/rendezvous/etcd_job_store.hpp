@@ -90,6 +90,8 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<void> set_all(
       std::vector<std::pair<std::string, std::string>> entries) override;
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
+  // etcd keeps its keys: every presence is its holder's lease.
+  bool unconfirmed(const std::string&) const override { return false; }
   // Also revokes the lease (in the background, briefly), so that peers see this node leave at once
   // rather than after the TTL.
   void leave() override;

@@ -66,6 +66,11 @@ class JobStore {
       std::vector<std::pair<std::string, std::string>> entries) = 0;
   // Every key under `prefix` with its value, in key order.
   virtual boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) = 0;
+  // Whether `key`, another agent's presence that this session was told of, is only kept for its
+  // holder (a store that lost its keys gives their holders time to come back) and its holder has
+  // not been heard from since: it may be cut off and running an older round. Such a key is
+  // reported deleted, or becomes confirmed, within the heartbeat timeout.
+  virtual bool unconfirmed(const std::string& key) const = 0;
   // Gives up the presence and closes every connection: pending and later operations throw
   // StoreConnectionError. Idempotent.
   virtual void leave() = 0;

@@ -83,6 +83,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   boost::asio::awaitable<void> set_all(
       std::vector<std::pair<std::string, std::string>> entries) override;
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
+  bool unconfirmed(const std::string& key) const override { return withheld_.contains(key); }
   void leave() override;
 
  private:
