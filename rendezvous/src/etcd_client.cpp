@@ -305,6 +305,7 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
   // machine): it is the one reported.
   std::string hinted_error;
   members_down_ = true;
+  electing_ = false;
   asio::steady_timer pause(ex_);
   for (size_t attempt = 0;; ++attempt) {
     if (closed_) throw StoreConnectionError("the etcd client was closed");
@@ -334,6 +335,7 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
       members_down_ = false;
       if (j.is_object() && transient(code)) {
         last_error = what;
+        if (message.find("leader") != std::string::npos) electing_ = true;
       } else if (!j.is_object() && res.result_int() >= 500) {
         last_error = what;
       } else if (!j.is_object()) {

@@ -125,7 +125,7 @@ asio::awaitable<json> EtcdJobStore::call(std::string path, json body, Clock::tim
   throw StoreConnectionError(broken_.empty() ? failed : broken_);
 }
 
-asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::time_point deadline) {
+asio::awaitable<void> EtcdJobStore::grant_lease(etcd::Client& client, Clock::time_point deadline) {
   const auto ttl_s = static_cast<int64_t>(
       std::max(1.0, std::ceil(std::chrono::duration<double>(spec_.heartbeat_timeout).count())));
   json grant;
@@ -137,13 +137,16 @@ asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::ti
   if (lease.empty() || ttl <= 0) {
     throw StoreError(fmt::format("etcd granted no lease: {}", granted.dump()));
   }
+  lease_ = lease;
   lease_expiry_ = sent + std::chrono::seconds(ttl);
+}
+
+asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::time_point deadline) {
   json put;
   put["key"] = base64_encode(base_ + presence_key_);
   put["value"] = base64_encode(presence_value_);
-  put["lease"] = lease;
+  put["lease"] = lease_;
   co_await client.call("/v3/kv/put", put, deadline);
-  lease_ = lease;
 }
 
 bool EtcdJobStore::follows(const std::string& key) const {
@@ -163,6 +166,7 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_k
   std::string failed;
   try {
     const auto turn = co_await client_turn_->lock();
+    co_await grant_lease(*client_, deadline);
     co_await put_presence(*client_, deadline);
   } catch (const StoreConnectionError& e) {
     failed = broken_.empty() ? e.what() : broken_;
@@ -213,14 +217,21 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
       json body;
       body["ID"] = lease_;
       tried = true;
-      try {
-        const json reply = co_await lease_client_->call(
-            "/v3/lease/keepalive", body, down_since ? sent + interval : lease_expiry_);
-        ttl = int_field(reply.value("result", json::object()), "TTL");
-        answered = true;
-      } catch (const std::exception& e) {
-        if (!broken_.empty()) break;
-        spdlog::debug("etcd lease keep-alive: {}", e.what());
+      // While the cluster elects a leader no lease runs out, and the new leader renews them all: a
+      // sign of an election buys one more heartbeat timeout.
+      auto give_up = down_since ? sent + interval : lease_expiry_;
+      for (bool extended = false; !answered;) {
+        try {
+          const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, give_up);
+          ttl = int_field(reply.value("result", json::object()), "TTL");
+          answered = true;
+        } catch (const std::exception& e) {
+          if (!broken_.empty()) co_return;
+          spdlog::debug("etcd lease keep-alive: {}", e.what());
+          if (extended || down_since || !lease_client_->saw_an_election()) break;
+          extended = true;
+          give_up += spec_.heartbeat_timeout;
+        }
       }
     }
     if (ttl > 0) {
@@ -235,7 +246,7 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
       }
       continue;
     }
-    if (tried && lease_client_->members_down() && Clock::now() >= lease_expiry_) {
+    if (tried && !answered && lease_client_->members_down()) {
       if (!down_since) {
         down_since = sent;
         spdlog::warn(
@@ -269,23 +280,34 @@ asio::awaitable<void> EtcdJobStore::rejoin(std::string why) {
     pending_.push_back(KeyEvent{presence_key_, "", true});
     watch_->drop_member();
   }
-  // The old lease goes first, so that its keys (presence, claims) go for every peer too, even
-  // when it is still alive; then the presence comes back on a new one.
+  // The old lease is revoked, so that its keys (presence, claims) go for every peer too, even when
+  // it is still alive; then the presence comes back on a new one. The new lease comes first: a
+  // claim made on hearing the old one's keys go (the leader's) is made on it.
   const auto deadline = Clock::now() + spec_.reconnect_timeout;
+  json old;
+  old["ID"] = lease_;
   std::string failure;
-  try {
-    json body;
-    body["ID"] = lease_;
+  for (bool revoked = false; failure.empty();) {
     try {
-      co_await lease_client_->call("/v3/lease/revoke", body, deadline);
-    } catch (const StoreConnectionError&) {
-      throw;
+      co_await grant_lease(*lease_client_, deadline);
+      if (!revoked) {
+        try {
+          co_await lease_client_->call("/v3/lease/revoke", old, deadline);
+        } catch (const StoreConnectionError&) {
+          throw;
+        } catch (const StoreError& e) {
+          spdlog::debug("etcd lease revoke: {}", e.what());  // not found: it is gone already
+        }
+        revoked = true;
+      }
+      co_await put_presence(*lease_client_, deadline);
+      break;
+    } catch (const StoreConnectionError& e) {
+      failure = e.what();
     } catch (const StoreError& e) {
-      spdlog::debug("etcd lease revoke: {}", e.what());  // not found: it is gone already
+      // The new lease ran out before the presence was on it (a slow revoke): another one.
+      if (Clock::now() >= deadline) failure = e.what();
     }
-    co_await put_presence(*lease_client_, deadline);
-  } catch (const std::exception& e) {
-    failure = e.what();
   }
   if (!failure.empty() && broken_.empty()) {
     lost(fmt::format("lost the rendezvous store: could not rejoin within {:g} s: {}",
@@ -303,8 +325,9 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
     }
     if (reopen_by_) {
       // One short try at a time, so that events queued meanwhile (a lapsed lease) are not held up
-      // by a silent member. Bounded by the heartbeat timeout: longer, and the lease is gone
-      // anyway. When the lease is lost meanwhile, that is the reason to give, not the watch.
+      // by a silent member. Bounded as a rejoin is (the lease, not the watch, keeps a
+      // node that cannot hear out of later rounds). When the store is lost meanwhile, that is the
+      // reason to give, not the watch.
       std::string failed;
       try {
         co_await watch_->open(
@@ -340,7 +363,7 @@ asio::awaitable<KeyEvent> EtcdJobStore::next_event() {
       if (!broken_.empty()) throw StoreConnectionError(broken_);
       spdlog::warn("etcd watch lost ({}); resuming it from revision {} on another member", e.what(),
                    revision_ + 1);
-      reopen_by_ = Clock::now() + spec_.heartbeat_timeout;
+      reopen_by_ = Clock::now() + spec_.reconnect_timeout;
     }
   }
 }

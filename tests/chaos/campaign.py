@@ -9,10 +9,10 @@ One seed fixes a trial's schedule (which faults, when, against which agent, for 
 the system does in between is real, so a seed that found a bug finds it in some runs, not all.
 
 Faults: SIGKILL an agent (a replacement starts 0-3 s later); SIGSTOP an agent for 0.3-1.6 s or
-2.6-6 s; SIGKILL a worker; on c10d, SIGKILL ddprund and restart it on its port after 0.1-1.5 s or
-2.5-6 s, and (as root, agents in network namespaces of their own around ddprund's) cut an agent's
-link for 0.5-4 s; on etcd, SIGKILL a member or the leader and restart it 0.5-4 s later. Two in five
-faults follow the previous one within 0.6 s.
+2.6-6 s; SIGKILL a worker; as root, with the agents in network namespaces of their own around the
+store's (ddprund, or the etcd members), cut an agent's link for 0.5-4 s; on c10d, SIGKILL ddprund
+and restart it on its port after 0.1-1.5 s or 2.5-6 s; on etcd, SIGKILL a member or the leader and
+restart it 0.5-4 s later. Two in five faults follow the previous one within 0.6 s.
 
 Invariants, checked after every trial:
 - liveness: every agent ends within a bound after the last fault: 0 (the job finished), 1 only
@@ -77,9 +77,10 @@ class Trial:
         self.tag = f"{os.getpid()}x{seed}"
         self.agents = []
         self.worker_kills = 0
+        self.killed_workers = set()
         self.faults = []      # (t, kind, detail)
         self.violations = []
-        self.netns = args.netns and backend == "c10d"
+        self.netns = args.netns
         self.namespaces = []
         self.store = None
         self.etcd = None
@@ -95,10 +96,10 @@ class Trial:
         self.nproc = [r.choice([1, 2]) for _ in range(3)]
         self.max_restarts = r.randint(4, 6)
         kinds = ["agent_kill", "agent_pause_short", "agent_pause_long", "worker_kill"]
+        if self.netns:
+            kinds += ["partition"]
         if self.backend == "c10d":
             kinds += ["store_restart_short", "store_restart_long"]
-            if self.netns:
-                kinds += ["partition"]
         else:
             kinds += ["etcd_member_kill", "etcd_leader_kill"]
         t = r.uniform(0.5, 3.0)
@@ -113,11 +114,12 @@ class Trial:
     # --- processes ------------------------------------------------------------------------------
 
     def start_store(self):
+        host = f"{NET}.1" if self.netns else "127.0.0.1"
         if self.backend == "etcd":
-            self.etcd = EtcdCluster(members=3)
+            self.etcd = EtcdCluster(members=3, host=host,
+                                    netns=self.namespaces[0] if self.netns else None)
             self.endpoint = self.etcd.endpoints()
             return
-        host = f"{NET}.1" if self.netns else "127.0.0.1"
         self.store_port = 0
         self.store_host = host
         self.ddprund = self.launch_ddprund(0)
@@ -198,6 +200,7 @@ class Trial:
             pid = self.live_worker(u)
             if pid:
                 os.kill(pid, signal.SIGKILL)
+                self.killed_workers.add(pid)
                 self.worker_kills += 1
                 return f"pid {pid}"
         elif kind.startswith("store_restart"):
@@ -243,7 +246,8 @@ class Trial:
             pid = int(f.rsplit(".", 1)[1])
             with open(os.path.join(self.out, f)) as fh:
                 last = fh.read().splitlines()[-1:]
-            if last and last[0].startswith(("beat", "start")) and os.path.exists(f"/proc/{pid}"):
+            if last and last[0].startswith(("beat", "start")) and alive(pid) and \
+                    pid not in self.killed_workers:
                 candidates.append(pid)
         return self.pick(u, candidates)
 
@@ -469,6 +473,15 @@ def in_namespace(ns, cmd):
     """`cmd` in network namespace `ns`, as the same process (ip netns exec forks and waits, so its
     pid would not be the command's: signals to it would miss)."""
     return ["nsenter", f"--net=/var/run/netns/{ns}", *cmd]
+
+
+def alive(pid):
+    """Whether `pid` runs (a zombie, killed already and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def uncovered(lo, hi, windows):

@@ -35,11 +35,14 @@ def make_certificates(d, name="ca"):
 
 class EtcdCluster:
     """`members` etcd processes forming one cluster; with tls=True clients must speak TLS and present a
-    certificate signed by the cluster's CA (self.certs)."""
+    certificate signed by the cluster's CA (self.certs). With `netns`, the members (and etcdctl) run
+    in that network namespace, serving clients on `host`, an address of it."""
 
-    def __init__(self, members=3, tls=False, attempts=5):
+    def __init__(self, members=3, tls=False, attempts=5, host="127.0.0.1", netns=None):
         self.dir = tempfile.mkdtemp()
         self.tls = tls
+        self.host = host
+        self.inside = ["nsenter", f"--net=/var/run/netns/{netns}"] if netns else []
         self.certs = make_certificates(self.dir) if tls else None
         self.names = [f"m{i}" for i in range(members)]
         self.scheme = "https" if tls else "http"
@@ -90,13 +93,13 @@ class EtcdCluster:
     def start(self, name, state="existing"):
         i = self.names.index(name)
         cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer))
-        url = f"{self.scheme}://127.0.0.1:{self.client[i]}"
+        url = f"{self.scheme}://{self.host}:{self.client[i]}"
         tls = []
         if self.tls:
             tls = ["--cert-file", f"{self.dir}/server.pem", "--key-file", f"{self.dir}/server.key",
                    "--trusted-ca-file", self.certs["ca"], "--client-cert-auth"]
         self.procs[name] = subprocess.Popen(
-            ["etcd", "--name", name, "--data-dir", f"{self.dir}/{name}",
+            [*self.inside, "etcd", "--name", name, "--data-dir", f"{self.dir}/{name}",
              "--listen-client-urls", url, "--advertise-client-urls", url,
              "--listen-peer-urls", f"http://127.0.0.1:{self.peer[i]}",
              "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer[i]}",
@@ -110,11 +113,11 @@ class EtcdCluster:
     def endpoints(self, order=None):
         """--rdzv_endpoint for the members, in the order of the names in `order` if given."""
         ports = [self.client[self.names.index(n)] for n in order] if order else self.client
-        return ",".join(f"127.0.0.1:{c}" for c in ports)
+        return ",".join(f"{self.host}:{c}" for c in ports)
 
     def etcdctl(self, *args, user=None):
-        cmd = ["etcdctl", "--endpoints",
-               ",".join(f"{self.scheme}://127.0.0.1:{c}" for c in self.client), *args]
+        cmd = [*self.inside, "etcdctl", "--endpoints",
+               ",".join(f"{self.scheme}://{self.host}:{c}" for c in self.client), *args]
         if self.tls:
             cmd += ["--cacert", self.certs["ca"], "--cert", self.certs["cert"],
                     "--key", self.certs["key"]]

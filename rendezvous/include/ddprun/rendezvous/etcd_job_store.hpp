@@ -104,7 +104,10 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // This node's lease lapsed (`why`): tells the session its presence is gone, revokes the lease and
   // puts the presence on a new one, within the reconnect timeout, or gives the store up for lost.
   boost::asio::awaitable<void> rejoin(std::string why);
-  // Grants a lease of the heartbeat timeout through `client` and puts the presence key on it.
+  // Grants a lease of the heartbeat timeout through `client`: this node's lease from now on.
+  boost::asio::awaitable<void> grant_lease(etcd::Client& client,
+                                           std::chrono::steady_clock::time_point deadline);
+  // Puts the presence key on this node's lease.
   boost::asio::awaitable<void> put_presence(etcd::Client& client,
                                             std::chrono::steady_clock::time_point deadline);
   boost::asio::awaitable<void> revoke(std::string lease);
