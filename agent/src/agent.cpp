@@ -1,8 +1,6 @@
 #include "ddprun/agent/agent.hpp"
 
-#include <unistd.h>
 #include <cstdlib>
-
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -24,6 +22,7 @@
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
+#include "ddprun/rendezvous/local_address.hpp"
 #include "ddprun/rendezvous/metrics_server.hpp"
 #include "filtered_log.hpp"
 #include "head_control.hpp"
@@ -39,12 +38,6 @@ std::string make_temp_dir(const std::string& templ) {
   if (::mkdtemp(buf.data()) == nullptr) {
     throw std::system_error(errno, std::generic_category(), "mkdtemp " + templ);
   }
-  return buf;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof buf - 1);
   return buf;
 }
 
@@ -108,7 +101,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.virtual_local_rank = cfg.virtual_local_rank;
 
   fs::create_directories(attempt_dir);
-  const std::string hostname = cfg.log_line_prefix_template.empty() ? "" : host_name();
+  const std::string hostname = cfg.log_line_prefix_template.empty() ? "" : rendezvous::host_name();
   const auto dup_out =
       filtered_log(attempt_dir, "filtered_stdout.log", cfg.duplicate_stdout_filters);
   const auto dup_err =
@@ -385,7 +378,7 @@ struct Run {
             failures.empty()
                 ? fmt::format("{} FAILED: {}, and no restarts remain\n", cfg.entrypoint_name,
                               interrupted_by.empty() ? "the job failed" : interrupted_by)
-                : format_failure_summary(cfg.entrypoint_name, host_name(), failures);
+                : format_failure_summary(cfg.entrypoint_name, rendezvous::host_name(), failures);
         out.state = AgentOutcome::State::kFailed;
         break;
       }
@@ -404,7 +397,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   rdzv_config.run_id = cfg.run_id;
   rdzv_config.nproc = cfg.nproc;
   rdzv_config.max_restarts = cfg.max_restarts;
-  rdzv_config.host = host_name();
+  rdzv_config.host = rendezvous::host_name();
   std::shared_ptr<rendezvous::Rendezvous> rdzv;
   std::map<int, CpuSet> bindings;
   try {
@@ -426,7 +419,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   std::unique_ptr<EventLog> events;
   try {
     events = std::make_unique<EventLog>(cfg.event_log, cfg.events_to_console ? STDERR_FILENO : -1,
-                                        host_name(), cfg.run_id);
+                                        rendezvous::host_name(), cfg.run_id);
   } catch (const std::exception& e) {
     outcome.state = AgentOutcome::State::kLaunchError;
     outcome.summary = e.what();

@@ -1,11 +1,10 @@
 #include "ddprun/launcher/agent_config.hpp"
 
-#include <unistd.h>
-
 #include <cctype>
 
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/option_values.hpp"
+#include "ddprun/rendezvous/local_address.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -14,14 +13,9 @@ namespace {
 std::string entrypoint_name(const LaunchConfig& c) { return c.training_script; }
 
 bool is_this_host(const std::string& host) {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == name;
+  return host == "localhost" || host.starts_with("127.") || host == "::1" ||
+         host == rendezvous::host_name();
 }
-
-// How long a silent node stays a member: heartbeat_timeout, else torchrun's older pair
-// keep_alive_interval x keep_alive_max_attempt, else 5 s.
-std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c);
 
 // rdzv_conf durations are seconds (fractions allowed); parse_command_line checked every value.
 std::chrono::milliseconds seconds_or(const LaunchConfig& c, const char* key,
@@ -30,6 +24,8 @@ std::chrono::milliseconds seconds_or(const LaunchConfig& c, const char* key,
   return it == c.rdzv_config.end() ? fallback : parse_seconds(it->second, key);
 }
 
+// How long a silent node stays a member: heartbeat_timeout, else torchrun's older pair
+// keep_alive_interval x keep_alive_max_attempt, else 5 s.
 std::chrono::milliseconds heartbeat_timeout(const LaunchConfig& c) {
   if (c.rdzv_config.contains("heartbeat_timeout")) {
     return seconds_or(c, "heartbeat_timeout", std::chrono::seconds(5));

@@ -50,11 +50,6 @@ void parse_nnodes(const std::string& text, LaunchConfig& c) {
   }
 }
 
-bool all_digits(const std::string& s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-}
-
 // The GPUs of this node: Slurm's count for the step where it gives one (and --no_slurm is not
 // given), else what CUDA_VISIBLE_DEVICES leaves of the device nodes.
 int visible_gpus(const agent::Environment& env, bool use_slurm) {

@@ -6,18 +6,13 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/launcher/option_values.hpp"
+
 namespace ddprun::launcher {
 namespace {
 
 [[noreturn]] void malformed(std::string_view list, std::string_view why) {
   throw std::invalid_argument(fmt::format("malformed host list '{}': {}", list, why));
-}
-
-bool all_digits(std::string_view s) {
-  if (s.empty()) return false;
-  for (char ch : s)
-    if (!std::isdigit(static_cast<unsigned char>(ch))) return false;
-  return true;
 }
 
 unsigned long parse_number(std::string_view list, std::string_view s) {

@@ -19,6 +19,11 @@ namespace {
 
 }  // namespace
 
+bool all_digits(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
 long parse_integer(std::string_view text, std::string_view what) {
   long value = 0;
   const char* end = text.data() + text.size();

@@ -31,7 +31,7 @@ void apply_scheduler(const agent::Environment& env, LaunchConfig& c, std::string
           "--rdzv_backend={} would not keep",
           p->scheduler, p->tasks_on_node, p->scheduler, c.rdzv_backend));
     }
-    c.nproc_per_node = "1";
+    c.nproc_per_node.assign(1, '1');  // (not = "1": g++ 12 warns -Wrestrict there, wrongly)
     c.placement = agent::Placement{p->local_rank, p->tasks_on_node, p->node_rank, p->num_nodes};
   }
   std::vector<std::string> taken;

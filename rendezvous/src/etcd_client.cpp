@@ -458,3 +458,9 @@ asio::awaitable<json> WatchStream::next() {
 }
 
 }  // namespace ddprun::rendezvous::etcd
+
+namespace ddprun::rendezvous {
+
+void check_etcd_tls(const EtcdTls& tls) { etcd::make_tls_context(tls); }
+
+}  // namespace ddprun::rendezvous

@@ -19,7 +19,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/rendezvous/etcd_job_store.hpp"
+#include "ddprun/rendezvous/etcd_endpoint.hpp"
 
 namespace ddprun::rendezvous::etcd {
 

@@ -86,8 +86,6 @@ json puts_txn(const std::vector<std::pair<std::string, std::string>>& entries, s
 
 }  // namespace
 
-void check_etcd_tls(const EtcdTls& tls) { etcd::make_tls_context(tls); }
-
 EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
     : ex_(ex),
       spec_(std::move(spec)),

@@ -38,4 +38,10 @@ std::string local_address_towards(const std::string& host, int port) {
   return out;
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
 }  // namespace ddprun::rendezvous

@@ -36,9 +36,9 @@ StoreConnection::StoreConnection(std::shared_ptr<StoreServer::State> state,
     : state_(std::move(state)),
       socket_(std::move(socket)),
       timer_(socket_.get_executor()),
-      drained_(socket_.get_executor(), Clock::time_point::max()),
       peer_name_(describe(socket_)),
       parser_(state_->options.limits),
+      drained_(socket_.get_executor(), Clock::time_point::max()),
       last_rx_(Clock::now()) {}
 
 void StoreConnection::start() {

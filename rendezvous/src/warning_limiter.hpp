@@ -32,7 +32,6 @@ class WarningLimiter {
       spdlog::warn("{}", message);
     }
   }
-  size_t suppressed() const { return suppressed_; }
 
  private:
   size_t burst_;

@@ -30,7 +30,6 @@ class Containment {
 
   // A cgroup for the next worker, or nullptr where cgroups are not used.
   std::unique_ptr<WorkerCgroup> worker_cgroup();
-  bool uses_cgroups() const { return tree_ != nullptr; }
   // A worker (its process group, and its cgroup's path or empty) started / was stopped and reaped.
   void started(pid_t pgid, const std::string& cgroup);
   void ended(pid_t pgid);

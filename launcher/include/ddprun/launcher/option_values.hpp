@@ -10,6 +10,9 @@ namespace ddprun::launcher {
 // any case, and any integer (non-zero is true: argparse_util reads PET_ flags as int()).
 bool parse_bool(std::string_view text, std::string_view what);
 
+// Whether `text` is one or more decimal digits and nothing else (no sign, no space).
+bool all_digits(std::string_view text);
+
 // A whole decimal integer, nothing before or after it.
 long parse_integer(std::string_view text, std::string_view what);
 

@@ -26,34 +26,16 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json_fwd.hpp>
 
+#include "ddprun/rendezvous/etcd_endpoint.hpp"
 #include "ddprun/rendezvous/job_store.hpp"
 
 namespace boost::asio::ssl {
 class context;
-}
+}  // namespace boost::asio::ssl
 
 namespace ddprun::rendezvous {
 
 class AsyncMutex;
-
-struct EtcdEndpoint {
-  std::string host;
-  int port = 2379;
-};
-
-// TLS to the cluster (rdzv_conf protocol=https). The server's certificate is checked against
-// ca_file (empty: the system's trusted CAs) and the endpoint's host name or IP address; cert_file
-// and key_file, when given, are this node's client certificate (etcd's --client-cert-auth).
-struct EtcdTls {
-  bool enabled = false;
-  std::string ca_file;
-  std::string cert_file;
-  std::string key_file;
-};
-
-// Throws std::invalid_argument naming the file and the reason when `tls` cannot be loaded (a
-// missing file, not PEM, a key that does not match the certificate).
-void check_etcd_tls(const EtcdTls& tls);
 
 namespace etcd {
 class Client;

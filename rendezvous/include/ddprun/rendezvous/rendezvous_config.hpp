@@ -7,7 +7,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "ddprun/rendezvous/etcd_job_store.hpp"
+#include "ddprun/rendezvous/etcd_endpoint.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 
 namespace ddprun::rendezvous {
