@@ -159,6 +159,9 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
     if (k.substr(6) == node_id_) place_ = parse_placement(e.value);
   } else if (k.starts_with("rounds/")) {
     rounds_[std::stoi(k.substr(7))] = parse_record(e.value);
+  } else if (k.starts_with("ready/")) {
+    const auto slash = k.find('/', 6);
+    ready_[std::stoi(k.substr(6, slash - 6))].insert(k.substr(slash + 1));
   } else if (k.starts_with("done/")) {
     const auto slash = k.find('/', 5);
     done_[std::stoi(k.substr(5, slash - 5))].insert(k.substr(slash + 1));
@@ -377,8 +380,26 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
 }
 
 asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_store(Round r) {
-  // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
+  // This node's workers of earlier rounds are stopped: it says so. Node 0 publishes the round's
+  // worker store, and so lets every member start its workers, only once every member has said so:
+  // a member cut off from the store when the round formed, whose old workers still run, holds the
+  // round back until its presence lapses and the round ends.
+  const auto over = [&] { return round_ > r.number || closed_.has_value() || expelled(); };
+  co_await store().set(fmt::format("ready/{}/{}", r.number, node_id_), "");
   if (r.node_rank == 0) {
+    if (!follows_ready_) {
+      follows_ready_ = true;
+      std::vector<std::string> prefixes;
+      prefixes.push_back("ready/");
+      co_await follow(std::move(prefixes));
+    }
+    const bool all = co_await wait_until(
+        [&] { return static_cast<int>(ready_[r.number].size()) >= r.num_nodes || over(); },
+        Clock::now() + config_.join_timeout);
+    ready_.erase(ready_.begin(), ready_.lower_bound(r.number));
+    if (over()) co_return std::nullopt;
+    if (!all) throw StoreTimeout("not every node of the round stopped its earlier workers in time");
+    // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
     round_server_.reset();
     ServerOptions options;
     options.expected_clients = static_cast<size_t>(r.world_size) * 2;  // torch 1.13: 2 each
@@ -392,7 +413,6 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
   }
   // Node 0 may never publish: it died, was paused or cut off, or went on to a later round. The
   // round then ends (the leader sees the node go, or a later round forms), and so does this wait.
-  const auto over = [&] { return round_ > r.number || closed_.has_value() || expelled(); };
   const bool known = co_await wait_until([&] { return master_.round == r.number || over(); },
                                          Clock::now() + config_.join_timeout);
   if (master_.round != r.number && over()) co_return std::nullopt;

@@ -403,6 +403,43 @@ TEST_CASE("rendezvous: a round's worker store is waited for only while the round
   CHECK_THAT(job.run(nodes[survivor]->interruption(r1[survivor])), Catch::Contains("left the job"));
 }
 
+TEST_CASE(
+    "rendezvous: no member starts a round's workers before every member stopped its earlier ones",
+    "[rendezvous]") {
+  Job job(2, 4);
+  job.config().last_call_timeout = 100ms;
+  auto a = job.add();
+  auto b = job.add();
+  auto c = job.add();
+  auto r0 = form(job, {a, b, c});
+  // A newcomer ends round 0. c does not hear of it (cut off from the store, its round-0 workers
+  // still running) but is still present, so round 1 counts on it.
+  auto d = job.add();
+  CHECK_THAT(job.run(a->interruption(r0[0])), Catch::Contains("scale-up"));
+  job.run(completed(a->end_round(r0[0])));
+  job.run(completed(b->end_round(r0[1])));
+  const std::vector<std::shared_ptr<Rendezvous>> live = {a, b, d};
+  const auto r1 = form(job, live);
+  REQUIRE(r1[0].num_nodes == 4);
+  std::vector<std::shared_ptr<Pending<std::optional<WorkerStoreAddress>>>> stores;
+  for (size_t i = 0; i < live.size(); ++i)
+    stores.push_back(job.start(live[i]->worker_store(r1[i])));
+  job.idle_for(300ms);
+  for (auto& s : stores) CHECK_FALSE(s->done);  // node 0 has not published: c's old workers run
+  // c comes back, stops its round-0 workers and joins round 1: now the round's workers may start.
+  const auto rc = form(job, {c});
+  stores.push_back(job.start(c->worker_store(rc[0])));
+  REQUIRE(job.run_until(
+      [&] { return std::all_of(stores.begin(), stores.end(), [](auto& s) { return s->done; }); }));
+  const auto first = stores[0]->get();
+  REQUIRE(first.has_value());
+  for (auto& s : stores) {
+    const auto got = s->get();
+    REQUIRE(got.has_value());
+    CHECK(got->port == first->port);
+  }
+}
+
 TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come back is gone",
           "[rendezvous]") {
   Job job(2, 3);

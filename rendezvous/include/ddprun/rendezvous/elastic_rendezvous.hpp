@@ -136,6 +136,9 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   uint64_t membership_ = 0;           // changes of nodes_ seen
   std::map<int, Record> rounds_;
   std::map<int, std::set<std::string>> done_;
+  // Node 0 of a round: the members that have stopped their previous workers (ready/<round>/<id>).
+  std::map<int, std::set<std::string>> ready_;
+  bool follows_ready_ = false;
   // The leader's own bookkeeping.
   std::map<std::string, int> placed_;  // id -> the round its placement was written for
   // The (round, membership_) whose end conditions and placements were last settled.
