@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "launcher"))
 from etcd_cluster import EtcdCluster, have_etcd  # noqa: E402
 from netns import bridge_hosts, remove_namespaces  # noqa: E402
-from proc_util import free_port  # noqa: E402
+from proc_util import alive, free_port  # noqa: E402
 
 WORKER = os.path.join(HERE, "chaos_worker.py")
 PY = "/usr/bin/python3"
@@ -473,15 +473,6 @@ def in_namespace(ns, cmd):
     """`cmd` in network namespace `ns`, as the same process (ip netns exec forks and waits, so its
     pid would not be the command's: signals to it would miss)."""
     return ["nsenter", f"--net=/var/run/netns/{ns}", *cmd]
-
-
-def alive(pid):
-    """Whether `pid` runs (a zombie, killed already and not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def uncovered(lo, hi, windows):

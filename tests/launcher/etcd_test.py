@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from etcd_cluster import EtcdCluster, have_etcd, make_certificates
-from proc_util import finish, free_port, wait_for
+from proc_util import alive, finish, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
@@ -97,10 +97,7 @@ def case_losing_a_follower_costs_no_restart():
 
 def case_a_stalled_member_holding_the_watch_is_left_behind():
     with EtcdCluster() as cluster:
-        leader = cluster.leader()
-        stalled = next(n for n in cluster.names if n != leader)
-        # Every agent opens its watch on the second endpoint it is given: the member to stall.
-        order = [leader, stalled] + [n for n in cluster.names if n not in (leader, stalled)]
+        stalled, order = follower_under_every_watch(cluster)
         d = tempfile.mkdtemp()
         procs = []
         for i in range(3):
@@ -125,18 +122,22 @@ def case_a_stalled_member_holding_the_watch_is_left_behind():
 def live_worker(d, i):
     for f in os.listdir(f"{d}/w{i}"):
         pid = int(open(f"{d}/w{i}/{f}").read()) if f.startswith("ready.") else 0
-        if pid and os.path.exists(f"/proc/{pid}") and \
-                open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+        if pid and alive(pid):
             return pid
     return None
 
 
+def follower_under_every_watch(cluster):
+    """A follower, and an endpoint order that puts every agent's watch on it (agents open their
+    watch on the second endpoint they are given)."""
+    leader = cluster.leader()
+    follower = next(n for n in cluster.names if n != leader)
+    return follower, [leader, follower] + [n for n in cluster.names if n not in (leader, follower)]
+
+
 def case_a_node_paused_past_its_lease_rejoins_past_a_silent_member():
     with EtcdCluster() as cluster:
-        leader = cluster.leader()
-        silent = next(n for n in cluster.names if n != leader)
-        # Every agent opens its watch on the second endpoint it is given: the member to silence.
-        order = [leader, silent] + [n for n in cluster.names if n not in (leader, silent)]
+        silent, order = follower_under_every_watch(cluster)
         d = tempfile.mkdtemp()
         procs = job_of_two_waiting_workers(cluster, d, "last_call_timeout=1,heartbeat_timeout=2",
                                            order=order)
@@ -152,9 +153,8 @@ def case_a_node_paused_past_its_lease_rejoins_past_a_silent_member():
         procs[0].send_signal(signal.SIGCONT)
         woke = time.monotonic()
         try:
-            gone = wait_for(lambda: not os.path.exists(f"/proc/{stale}") or
-                            open(f"/proc/{stale}/stat").read().split()[2] == "Z",
-                            "the woken node's stale worker stopped", timeout=10) - woke
+            gone = wait_for(lambda: not alive(stale), "the woken node's stale worker stopped",
+                            timeout=10) - woke
             wait_for(lambda: live_worker(d, 0) not in (None, stale) and live_worker(d, 1),
                      "both nodes' workers of the re-formed round", timeout=30)
         finally:
