@@ -15,6 +15,7 @@ packages=(
   etcd-server etcd-client libssl-dev openssl
   openssh-server openssh-client slurmctld slurmd slurm-client munge util-linux
   openmpi-bin man-db
+  python3-build python3-setuptools python3-wheel python3-venv python3-pip
   zsh tcsh
 )
 

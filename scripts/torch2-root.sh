@@ -2,7 +2,8 @@
 # Builds, once, the Debian forky root filesystem whose python3-torch (2.14, on Python 3.14) the tests
 # and benchmarks run beside bookworm's own torch 1.13 (installing forky packages into the bookworm
 # system would break it). About a minute and 1.4 GB, from this machine's Debian mirror; an existing
-# complete root is kept, a half-built one is started again. Prints the root's path.
+# complete root is kept, a half-built one is started again. Prints the root's path. It also holds
+# auditwheel, which scripts/build-wheel.sh uses to check the wheel's platform tag.
 #
 #   DDPRUN_TORCH2_ROOT   where the root lives (default /var/cache/ddprun/torch2-forky)
 #
@@ -33,7 +34,7 @@ rm -rf "$root.partial"
 mkdir -p "$(dirname "$root")"
 # A mirror's forky Release may be past its Valid-Until (a testing suite's is short); the archive's
 # own keyring still checks its signature.
-mmdebstrap --quiet --variant=apt --include=python3-torch \
+mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel \
   --aptopt='Acquire::Check-Valid-Until "false"' forky "$root.partial" \
   "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror forky main" >&2
 touch "$root.partial/$marker"

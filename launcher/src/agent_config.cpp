@@ -4,6 +4,7 @@
 
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/option_values.hpp"
+#include "ddprun/launcher/python_interpreter.hpp"
 #include "ddprun/rendezvous/local_address.hpp"
 
 namespace ddprun::launcher {
@@ -48,8 +49,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   if (c.no_python && !c.run_path) {
     a.entrypoint.push_back(c.training_script);
   } else {
-    auto py = env.find("PYTHON_EXEC");
-    a.entrypoint = {py != env.end() ? py->second : "python3", "-u"};
+    a.entrypoint = {choose_python(env).program, "-u"};
     if (c.module) a.entrypoint.push_back("-m");
     a.entrypoint.push_back(c.training_script);
   }
@@ -130,6 +130,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
           "*****************************************\n";
     }
   }
+  env.erase(kInstalledInterpreterVariable);
   a.env = std::move(env);
   return a;
 }

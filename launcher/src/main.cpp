@@ -12,18 +12,40 @@
 #include "ddprun/launcher/agent_config.hpp"
 #include "ddprun/launcher/head_node.hpp"
 #include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/launcher/python_interpreter.hpp"
 #include "ddprun/launcher/status_command.hpp"
 #include "ddprun/rendezvous/process_setup.hpp"
 
 using namespace ddprun;
+
+namespace {
+
+// What the failure summary needs to say which interpreter ran Python workers, if they could not
+// import what the script imports.
+struct PythonWorkers {
+  launcher::PythonInterpreter python;
+  std::string script;
+  bool module = false;
+  agent::Environment env;
+
+  std::string hint() const {
+    const auto missing =
+        launcher::missing_imports(python.program, script, module, env, std::chrono::seconds(10));
+    return launcher::interpreter_hint(python, launcher::resolved_program(python.program, env),
+                                      missing, script);
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(std::make_shared<spdlog::logger>(
       "ddprun", std::make_shared<agent::ConsoleSink>(STDERR_FILENO)));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
   const std::vector<std::string> args(argv + 1, argv + argc);
+  const agent::Environment env = agent::current_environment();
   if (!args.empty() && args.front() == "status") {
-    return launcher::run_status({args.begin() + 1, args.end()}, agent::current_environment());
+    return launcher::run_status({args.begin() + 1, args.end()}, env);
   }
   // torch.distributed.launch's command line (deprecated there, as here: a notice, not an error).
   const bool launch_dialect = !args.empty() && args.front() == "launch";
@@ -35,26 +57,32 @@ int main(int argc, char** argv) {
   agent::AgentConfig config;
   bool head_control = false;
   bool per_process = false;
+  std::optional<PythonWorkers> python_workers;
   try {
     const launcher::LaunchConfig launch =
-        launch_dialect ? launcher::parse_command_line({args.begin() + 1, args.end()},
-                                                      agent::current_environment(),
+        launch_dialect ? launcher::parse_command_line({args.begin() + 1, args.end()}, env,
                                                       launcher::Dialect::kDistributedLaunch)
-                       : launcher::parse_command_line(args, agent::current_environment());
+                       : launcher::parse_command_line(args, env);
     if (!launch.scheduler_notice.empty()) spdlog::info("{}", launch.scheduler_notice);
     if (!launch.hosts.empty()) {
       rendezvous::prepare_server_process();
       try {
-        return launcher::run_head_node(launch, agent::current_environment());
+        return launcher::run_head_node(launch, env);
       } catch (const std::exception& e) {  // the machine refused a pipe or a process
         std::cerr << "ddprun: error: " << e.what() << std::endl;
         return launcher::kExitLaunchError;
       }
     }
     std::string notice;
-    config = launcher::make_agent_config(launch, agent::current_environment(), &notice);
+    config = launcher::make_agent_config(launch, env, &notice);
     head_control = launch.head_control;
     per_process = launch.placement.has_value();
+    // Said once per node; per process, by the first rank only.
+    if (!(launch.no_python && !launch.run_path) &&
+        !(per_process && (launch.placement->node_rank != 0 || launch.placement->local_rank != 0))) {
+      python_workers = PythonWorkers{launcher::choose_python(env), launch.training_script,
+                                     launch.module, config.env};
+    }
     if (!head_control) std::cerr << notice << std::flush;  // not once per host of a head
   } catch (const launcher::HelpRequested&) {
     std::cout << launcher::cli_help();
@@ -82,12 +110,14 @@ int main(int argc, char** argv) {
   switch (outcome.state) {
     case agent::AgentOutcome::State::kSucceeded:
       return launcher::kExitSuccess;
-    case agent::AgentOutcome::State::kFailed:
+    case agent::AgentOutcome::State::kFailed: {
+      const std::string summary =
+          outcome.summary + (python_workers ? python_workers->hint() : std::string());
       if (head_control) {
         std::cerr << launcher::kSummaryBegin << "\n"
-                  << outcome.summary << launcher::kSummaryEnd << std::endl;
+                  << summary << launcher::kSummaryEnd << std::endl;
       } else {
-        std::cerr << outcome.summary << std::flush;
+        std::cerr << summary << std::flush;
       }
       // Started per process by srun or mpirun, ddprun is its one worker to the scheduler: the
       // worker's own status, as the scheduler would have seen it without ddprun.
@@ -96,6 +126,7 @@ int main(int argc, char** argv) {
         return code > 0 ? code : 128 - code;
       }
       return launcher::kExitWorkerFailure;
+    }
     case agent::AgentOutcome::State::kSignaled:
       return 128 + outcome.signal;
     case agent::AgentOutcome::State::kLaunchError:

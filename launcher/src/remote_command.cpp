@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/launcher/python_interpreter.hpp"
+
 namespace ddprun::launcher {
 
 std::string shell_quote(std::string_view s) {
@@ -61,6 +63,8 @@ EnvList forwarded_environment(const LaunchConfig& c, const agent::Environment& e
     for (const char* prefix : {"NCCL_", "PYTHON", "CUDA_", "UCX_"}) {
       if (key.starts_with(prefix)) set(key, value);
     }
+    // The head's interpreter, at the same path on every host as ddprun itself.
+    if (key == kInstalledInterpreterVariable) set(key, value);
   }
   for (const auto& [key, value] : env_files) set(key, value);
   for (const auto& e : c.env_vars) {

@@ -319,7 +319,29 @@ def case_failure_summary_reads_error_file():
     assert "exitcode  : 1" in err[root:], err
     assert "ValueError: learning rate must be positive, got -1" in err[root:], err
     assert "/attempt_0/1/error.json" in err[root:], err
+    assert "cannot import" not in err, err  # the interpreter had everything the script imports
     print("failure summary names rank, exit code and the @record error message: passed")
+
+
+def case_an_interpreter_without_the_scripts_imports_is_named_once():
+    # The first python3 on PATH is one without torch (no site-packages), as a pyenv shim or a
+    # bare virtual environment would be.
+    bare = tempfile.mkdtemp()
+    with open(f"{bare}/python3", "w") as f:
+        f.write(f'#!/bin/sh\nexec {PY} -S "$@"\n')
+    os.chmod(f"{bare}/python3", 0o755)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_EXEC"}
+    env["PATH"] = f"{bare}:/usr/bin:/bin"
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--standalone",
+                        os.path.join(EXAMPLES, "ddp_train.py")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "No module named 'torch'" in r.stderr, r.stderr
+    hint = f"The workers ran {bare}/python3 (the first python3 on PATH), which cannot import torch"
+    assert r.stderr.count(hint) == 1, r.stderr
+    assert "PYTHON_EXEC=" in r.stderr, r.stderr
+    print("workers whose python3 cannot import torch: the summary names that interpreter once, "
+          "and how to choose another: passed")
 
 
 def case_sigterm_ignoring_worker_is_killed():

@@ -75,7 +75,7 @@ def main():
                  "./usr/share/man/man1/ddprund.1.gz", "." + UNIT, "./etc/default/ddprund"):
         assert re.search(rf" {re.escape(path)}( -> .*)?$", files, re.M), f"{path} is missing"
     info = run("dpkg-deb", "-I", deb).stdout
-    assert "Depends: libc6" in info and "libspdlog1.10" in info, info
+    assert "Depends: libc6" in info and "libgloo0" in info and "libspdlog" not in info, info
     assert run("dpkg-deb", "--ctrl-tarfile", deb).stdout is not None
     conffiles = subprocess.run(f"dpkg-deb -e {shlex.quote(deb)} {out}/ctrl && cat {out}/ctrl/conffiles",
                                shell=True, capture_output=True, text=True).stdout
@@ -85,6 +85,11 @@ def main():
     try:
         run("dpkg", "-i", deb)
         assert run("/usr/bin/ddprun", "--help").stdout.startswith("usage: ddprun")
+        # The programs carry everything but glibc.
+        for program in ("/usr/bin/ddprun", "/usr/bin/ddprund"):
+            needed = re.findall(r"^\s*(\S+\.so[.\d]*)", run("ldd", program).stdout, re.M)
+            assert set(needed) <= {"linux-vdso.so.1", "libc.so.6", "libm.so.6",
+                                   "/lib64/ld-linux-x86-64.so.2"}, (program, needed)
         # The man pages render, with the options from --help.
         page = run("man", "-l", "/usr/share/man/man1/ddprun.1.gz", env={**os.environ,
                    "MANPAGER": "cat", "MANWIDTH": "100"}).stdout

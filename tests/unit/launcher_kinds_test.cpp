@@ -346,8 +346,13 @@ TEST_CASE("head: ssh never prompts and the user's ssh options come first", "[hea
 }
 
 TEST_CASE("head: forwarded variables: prefixes, then .ddprun_env, then --env", "[head]") {
-  const Environment env = {{"NCCL_DEBUG", "INFO"}, {"PYTHONPATH", "/p"}, {"HOME", "/root"},
-                           {"CUDA_HOME", "/c"},    {"SET_HERE", "1"},    {"UCX_TLS", "tcp"}};
+  const Environment env = {{"NCCL_DEBUG", "INFO"},
+                           {"PYTHONPATH", "/p"},
+                           {"HOME", "/root"},
+                           {"CUDA_HOME", "/c"},
+                           {"SET_HERE", "1"},
+                           {"UCX_TLS", "tcp"},
+                           {"DDPRUN_INTERPRETER", "/venv/bin/python"}};
   LaunchConfig c = parse({"-H", "a", "--env", "SET_HERE", "--env", "NCCL_DEBUG=WARN", "t.py"});
   const EnvList files = parse_env_file("# x\nexport A=1\n  B=2 3\nPYTHONPATH=/q\n\n", "f");
   CHECK(files == EnvList{{"A", "1"}, {"B", "2 3"}, {"PYTHONPATH", "/q"}});
@@ -355,6 +360,7 @@ TEST_CASE("head: forwarded variables: prefixes, then .ddprun_env, then --env", "
   std::sort(got.begin(), got.end());
   CHECK(got == EnvList{{"A", "1"},
                        {"CUDA_HOME", "/c"},
+                       {"DDPRUN_INTERPRETER", "/venv/bin/python"},
                        {"NCCL_DEBUG", "WARN"},
                        {"PYTHONPATH", "/q"},
                        {"SET_HERE", "1"},

@@ -22,8 +22,9 @@ std::string shell_quote(std::string_view s);
 EnvList parse_env_file(std::string_view text, const std::string& source);
 
 // The variables every host's agent gets, later entries winning: the head's NCCL_*, PYTHON*, CUDA_*
-// and UCX_* variables, then each .ddprun_env file's lines (`env_files`: home's, then the current
-// folder's), then --env. Throws std::invalid_argument for --env VAR naming a variable not set here.
+// and UCX_* variables and the interpreter ddprun was installed with, then each .ddprun_env file's
+// lines (`env_files`: home's, then the current folder's), then --env. Throws std::invalid_argument
+// for --env VAR naming a variable not set here.
 EnvList forwarded_environment(const LaunchConfig& c, const agent::Environment& env,
                               const EnvList& env_files);
 

@@ -1,0 +1,17 @@
+"""A worker for the wheel test: one DDP (gloo) step, then a line of JSON to $REPORT_DIR/<rank>.json
+naming the interpreter that ran it and the torch it imported."""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo", init_method="env://")
+model = DDP(torch.nn.Linear(4, 1))
+model(torch.ones(2, 4)).sum().backward()
+dist.destroy_process_group()
+with open(os.path.join(os.environ["REPORT_DIR"], os.environ["RANK"] + ".json"), "w") as f:
+    json.dump({"executable": sys.executable, "prefix": sys.prefix, "torch": torch.__version__,
+               "private": sorted(k for k in os.environ if k.startswith("DDPRUN_"))}, f)
