@@ -18,6 +18,7 @@
 #include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/event_log.hpp"
 #include "ddprun/agent/failure_json.hpp"
+#include "ddprun/agent/file_timer.hpp"
 #include "ddprun/agent/python_template.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
@@ -441,6 +442,18 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     spdlog::info("metrics at http://*:{}/metrics", metrics_server->port());
   }
   group.set_event_log(events.get());
+  std::unique_ptr<FileTimerServer> timers;
+  if (!cfg.timer_file.empty()) {
+    try {
+      timers = std::make_unique<FileTimerServer>(
+          io, cfg.timer_file, [&group](int pid) { return group.runs(pid); },
+          [&group](const ExpiredTimer& t) { group.expire_timer(t); });
+    } catch (const std::exception& e) {
+      outcome.state = AgentOutcome::State::kLaunchError;
+      outcome.summary = e.what();
+      return outcome;
+    }
+  }
   if (!cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port) {
     // Following every node's presence costs this agent one event per join or leave anywhere in
     // the job: only for an agent that reports them.
@@ -499,6 +512,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       outcome = std::move(result);
     }
     signals.cancel();
+    timers.reset();  // its FIFO's read would keep the io_context busy below
     control.close();
     containment.stop_listening();
     rdzv->abandon();

@@ -43,7 +43,9 @@ std::string block(size_t index, const WorkerFailure& f, const std::string& host)
 
 }  // namespace
 
-std::string describe_failure(const WorkerFailure& f) {
+namespace {
+
+std::string describe_exit(const WorkerFailure& f) {
   if (f.error) {
     if (!f.error->traceback.empty()) return f.error->message + "\n" + f.error->traceback;
     if (!f.error->message.empty()) return f.error->message;
@@ -63,6 +65,13 @@ std::string describe_failure(const WorkerFailure& f) {
     return text;
   }
   return "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+}
+
+}  // namespace
+
+std::string describe_failure(const WorkerFailure& f) {
+  if (f.expired_timer.empty()) return describe_exit(f);
+  return f.expired_timer + "\n" + describe_exit(f);
 }
 
 std::string format_failure_summary(const std::string& entrypoint, const std::string& host,

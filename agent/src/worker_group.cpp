@@ -6,6 +6,7 @@
 #include <csignal>
 #include <utility>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -42,6 +43,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   pumps_.clear();
   failures_.clear();
   stopped_by_us_.assign(launches_.size(), false);
+  expired_timers_.assign(launches_.size(), {});
   running_ = open_pumps_ = 0;
   stopping_ = sigkill_sent_ = false;
   stop_signal_ = 0;
@@ -140,6 +142,7 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
   const WorkerLaunch& l = launches_[index];
   const WorkerProcess& w = *workers_[index];
   containment_.ended(w.pid());
+  const bool timed_out = !expired_timers_[index].empty();
   if (event_log_ != nullptr) {
     nlohmann::json exited = {{"local_rank", l.id.local_rank},
                              {"rank", l.id.rank},
@@ -151,19 +154,21 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
       exited["signal"] = signal_name(-status.code);
       exited["oom_killed"] = status.oom_killed;
       // A SIGKILL ddprun did not send usually comes from the kernel's OOM killer.
-      exited["oom_hint"] = status.oom_killed || (-status.code == SIGKILL && !sigkill_sent_);
+      exited["oom_hint"] =
+          status.oom_killed || (-status.code == SIGKILL && !sigkill_sent_ && !timed_out);
     }
     event_log_->record("worker_exited", std::move(exited));
   }
-  if (status.code != 0 && !stopped_by_us_[index]) {
+  if ((status.code != 0 || timed_out) && !stopped_by_us_[index]) {
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
     f.rank = l.id.rank;
     f.pid = w.pid();
     f.exitcode = status.code;
     f.time = status.time;
-    f.sigkill_sent_by_ddprun = sigkill_sent_;
+    f.sigkill_sent_by_ddprun = sigkill_sent_ || timed_out;
     f.oom_killed = status.oom_killed;
+    f.expired_timer = expired_timers_[index];
     if (!w.exec_error().empty()) {
       f.error = ErrorRecord{w.exec_error(), {}, {}, {}};
     } else if ((f.error = read_error_file(l.error_file))) {
@@ -175,6 +180,34 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
     if (!stopping_) begin_stopping(SIGTERM);
   }
   wake();
+}
+
+bool WorkerGroup::runs(int pid) const {
+  for (const auto& w : workers_) {
+    if (w->running() && w->pid() == pid) return true;
+  }
+  return false;
+}
+
+void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    WorkerProcess& w = *workers_[i];
+    if (!w.running() || w.pid() != timer.pid) continue;
+    expired_timers_[i] = fmt::format(
+        "torch expiration timer '{}' ran out: the worker was still inside it {:.3f} s past its "
+        "deadline, and ddprun sent it {}",
+        timer.scope, timer.overstay.count() / 1000.0, signal_name(timer.signal));
+    if (event_log_ != nullptr) {
+      event_log_->record("timer_expired", {{"local_rank", launches_[i].id.local_rank},
+                                           {"rank", launches_[i].id.rank},
+                                           {"pid", timer.pid},
+                                           {"scope", timer.scope},
+                                           {"overstay_s", timer.overstay.count() / 1000.0},
+                                           {"signal", signal_name(timer.signal)}});
+    }
+    ::kill(timer.pid, timer.signal);
+    return;
+  }
 }
 
 void WorkerGroup::begin_stopping(int signo) {

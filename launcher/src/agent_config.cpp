@@ -2,6 +2,9 @@
 
 #include <cctype>
 
+#include <fmt/format.h>
+
+#include "command_line_parts.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/option_values.hpp"
 #include "ddprun/launcher/python_interpreter.hpp"
@@ -129,6 +132,19 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
           "performance in your application as needed. \n"
           "*****************************************\n";
     }
+  }
+  // torchrun's watchdog: with TORCHELASTIC_ENABLE_FILE_TIMER=1 the agent serves torch's expiration
+  // timers at TORCHELASTIC_TIMER_FILE, or at a fresh path in the temporary folder that every worker
+  // is given.
+  if (auto it = env.find("TORCHELASTIC_ENABLE_FILE_TIMER"); it != env.end() && it->second == "1") {
+    auto& path = env["TORCHELASTIC_TIMER_FILE"];
+    if (path.empty()) {
+      auto tmp = env.find("TMPDIR");
+      path = fmt::format("{}/watchdog_timer_{}",
+                         tmp == env.end() || tmp->second.empty() ? "/tmp" : tmp->second,
+                         random_run_id());
+    }
+    a.timer_file = path;
   }
   env.erase(kInstalledInterpreterVariable);
   a.env = std::move(env);

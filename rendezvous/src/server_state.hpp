@@ -9,7 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "ddprun/rendezvous/store_server.hpp"
-#include "warning_limiter.hpp"
+#include "ddprun/rendezvous/warning_limiter.hpp"
 
 namespace ddprun::rendezvous {
 

@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -342,6 +343,56 @@ def case_an_interpreter_without_the_scripts_imports_is_named_once():
     assert "PYTHON_EXEC=" in r.stderr, r.stderr
     print("workers whose python3 cannot import torch: the summary names that interpreter once, "
           "and how to choose another: passed")
+
+
+def case_file_timer_expiry_restarts_the_group_and_names_the_scope():
+    out = tempfile.mkdtemp()
+    fifo, events = os.path.join(out, "timers"), os.path.join(out, "events.jsonl")
+    script = os.path.join(WORKLOADS, "timer_overstay.py")
+    bystander = subprocess.Popen(["sleep", "300"])
+    env = {**os.environ, "PYTHON_EXEC": PY, "TORCHELASTIC_ENABLE_FILE_TIMER": "1",
+           "TORCHELASTIC_TIMER_FILE": fifo, "OUT_DIR": out}
+    p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                          f"--event_log={events}", script],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # A stranger writes garbage, an oversized line and a request to kill a process that is
+        # not a worker of the job.
+        wait_for(lambda: os.path.exists(fifo) and stat.S_ISFIFO(os.stat(fifo).st_mode),
+                 "the timer FIFO")
+        evil = json.dumps({"version": 1, "pid": bystander.pid, "scope_id": "evil",
+                           "expiration_time": time.time() - 5, "signal": 9})
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, b"garbage\n" * 100 + b"x" * 10000 + b"\n" + evil.encode() + b"\n")
+        os.close(fd)
+        _, err = p.communicate(timeout=240)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert bystander.poll() is None, "a process that is not a worker was signalled"
+    bystander.kill()
+    done = sorted(f for f in os.listdir(out) if f[0].isdigit())
+    assert done == ["0.0", "1.0", "1.1"], done  # rank 1's first attempt never finished
+    expired = [e for e in map(json.loads, open(events)) if e["event"] == "timer_expired"]
+    assert len(expired) == 1 and expired[0]["rank"] == 1 and expired[0]["scope"] == "step", expired
+    assert expired[0]["overstay_s"] < 0.5, expired  # the deadline plus at most a tick or two
+    assert "restarting the workers (restart 1 of at most 1)" in err, err
+    for warning in ("not one of this node's workers", "not a timer request", "longer than 4096"):
+        assert warning in err, (warning, err)
+    assert not os.path.exists(fifo), "the FIFO outlived the job"
+
+    # Without a restart the failure summary names the rank and the timer (a fresh FIFO path).
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=2", script],
+            env={"TORCHELASTIC_ENABLE_FILE_TIMER": "1", "OUT_DIR": out})
+    assert r.returncode == 1, r.stderr
+    root = r.stderr[r.stderr.index("Root Cause (first observed failure):"):]
+    assert "rank      : 1 (local_rank: 1)" in root, root
+    assert "torch expiration timer 'step' ran out" in root and "sent it SIGKILL" in root, root
+    assert "out-of-memory" not in root, root
+    print(f"torch's FileTimerClient: rank 1 killed {expired[0]['overstay_s']:.3f} s past its "
+          "deadline, the group restarted and finished; the summary names the scope; garbage and "
+          "a foreign pid on the FIFO changed nothing: passed")
 
 
 def case_sigterm_ignoring_worker_is_killed():

@@ -57,6 +57,8 @@ struct AgentConfig {
       event_log;  // --event_log: a file for one JSON line per event (event_log.hpp); "" none
   std::optional<int> metrics_port;  // --metrics_port: Prometheus text at GET /metrics; 0 any port
   bool events_to_console = false;   // --event_log_handler=console: each event as a line on stderr
+  // The FIFO where workers' torch expiration timers are served (file_timer.hpp); "" none.
+  std::string timer_file;
   // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and
   // host are taken from the fields above and this machine's name.
   rendezvous::RendezvousConfig rdzv;

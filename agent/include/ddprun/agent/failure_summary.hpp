@@ -20,7 +20,9 @@ struct WorkerFailure {
   std::optional<ErrorRecord> error;
   bool sigkill_sent_by_ddprun = false;
   bool oom_killed = false;  // the worker's cgroup counted an OOM kill (memory.events)
-  std::string host;         // the node it ran on; empty: the host given to format_failure_summary
+  // Set when ddprun signalled it because a torch expiration timer ran out: which one, by how much.
+  std::string expired_timer;
+  std::string host;  // the node it ran on; empty: the host given to format_failure_summary
 };
 
 // The root cause is the earliest failure; the others are listed under "Failures".

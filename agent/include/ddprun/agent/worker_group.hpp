@@ -14,6 +14,7 @@
 
 #include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/failure_summary.hpp"
+#include "ddprun/agent/file_timer.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_process.hpp"
 
@@ -68,6 +69,11 @@ class WorkerGroup {
   // next run() (the round ended before its workers started), it is kept for that run(), which then
   // starts no worker and ends with kInterrupted at once: an interruption is never lost.
   void interrupt();
+  // Whether `pid` is one of this attempt's running workers.
+  bool runs(int pid) const;
+  // A torch expiration timer of one of the running workers ran out: the worker gets the timer's
+  // signal, and its failure (it is one, whatever its exit) names the timer and the overstay.
+  void expire_timer(const ExpiredTimer& timer);
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
   // Where workers started and exited are recorded (--event_log); it outlives the group.
@@ -90,6 +96,7 @@ class WorkerGroup {
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
   std::vector<std::shared_ptr<LogPump>> pumps_;
   std::vector<bool> stopped_by_us_;
+  std::vector<std::string> expired_timers_;  // per worker: the timer that ran out, if one did
   size_t running_ = 0;
   size_t open_pumps_ = 0;
   bool stopping_ = false;
