@@ -27,6 +27,7 @@
 #include "ddprun/rendezvous/metrics_server.hpp"
 #include "filtered_log.hpp"
 #include "head_control.hpp"
+#include "health_check.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -178,6 +179,8 @@ nlohmann::json job_end_fields(const AgentOutcome& o) {
       return {{"state", "failed"}, {"summary", o.summary}};
     case AgentOutcome::State::kSignaled:
       return {{"state", "signaled"}, {"signal", signal_name(o.signal)}};
+    case AgentOutcome::State::kUnhealthy:
+      return {{"state", "unhealthy"}, {"reason", o.summary}};
     case AgentOutcome::State::kLaunchError:
       break;
   }
@@ -194,6 +197,28 @@ struct Run {
   asio::any_io_executor ex;
   EventLog& events;
   const std::map<int, CpuSet>& bindings;  // --numa-binding: local rank -> its CPUs
+  asio::io_context& io;
+  Containment& containment;
+  bool checked_for_next_round = false;  // the health check ran just before joining
+
+  // --health_check, before this node takes part in a round: nullopt when it passes (or there is
+  // none), else the outcome of a node that stays out.
+  asio::awaitable<std::optional<AgentOutcome>> unhealthy() {
+    if (cfg.health_check.empty()) co_return std::nullopt;
+    const std::optional<std::string> why =
+        co_await run_health_check(io, containment, cfg.health_check, cfg.health_check_timeout,
+                                  cfg.env, (run_dir / "health_check.log").string());
+    if (!why) co_return std::nullopt;
+    spdlog::error("health check failed ({}): this node stays out of the job", *why);
+    nlohmann::json fields;
+    fields["reason"] = *why;
+    events.record("health_check_failed", std::move(fields));
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    out.state = AgentOutcome::State::kUnhealthy;
+    out.summary = "the health check failed (" + *why + ")";
+    co_return out;
+  }
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
   // outside (another node failed, left or joined); such a reason stops the workers. Returns the
@@ -250,9 +275,16 @@ struct Run {
   asio::awaitable<AgentOutcome> run() {
     std::exception_ptr error;
     AgentOutcome out;
+    bool joined = false;
     try {
-      co_await rdzv->join();
-      out = co_await rounds();
+      if (std::optional<AgentOutcome> sick = co_await unhealthy()) {
+        out = std::move(*sick);
+      } else {
+        checked_for_next_round = true;
+        joined = true;
+        co_await rdzv->join();
+        out = co_await rounds();
+      }
     } catch (...) {
       error = std::current_exception();
     }
@@ -262,7 +294,7 @@ struct Run {
       out.state = AgentOutcome::State::kSignaled;
       out.signal = signaled;
     }
-    co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
+    if (joined) co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
     if (error) std::rethrow_exception(error);
     co_return out;
   }
@@ -279,6 +311,9 @@ struct Run {
         out.state = AgentOutcome::State::kSignaled;
         out.signal = signaled;
         co_return out;
+      }
+      if (!std::exchange(checked_for_next_round, false)) {
+        if (std::optional<AgentOutcome> sick = co_await unhealthy()) co_return std::move(*sick);
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
       if (!round && rdzv->peer_stop_signal() != 0) {  // stopped with a peer, by its signal
@@ -498,7 +533,8 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
                                    {"max_restarts", cfg.max_restarts},
                                    {"rendezvous", rdzv->describe()},
                                    {"log_dir", run_dir.string()}});
-  Run run{cfg, run_dir, rdzv, group, signaled, peer_stopped, io.get_executor(), *events, bindings};
+  Run run{cfg,     run_dir,  rdzv, group,      signaled, peer_stopped, io.get_executor(),
+          *events, bindings, io,   containment};
   bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {

@@ -81,6 +81,8 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.placement = c.placement;
   a.event_log = c.event_log;
   a.metrics_port = c.metrics_port;
+  a.health_check = c.health_check;
+  a.health_check_timeout = c.health_check_timeout;
 
   rendezvous::RendezvousConfig& r = a.rdzv;
   r.backend = c.backend;

@@ -254,7 +254,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
   std::string dup_stdout, dup_stderr, print_completion;
   bool use_env = false, legacy_local_rank = false;
-  std::string hostfile, host_list, include, exclude, ssh_port, metrics_port;
+  std::string hostfile, host_list, include, exclude, ssh_port, metrics_port, health_check_timeout;
   const std::map<std::string, std::string*> texts = {
       {"nnodes", &nnodes},
       {"nproc_per_node", &c.nproc_per_node},
@@ -286,6 +286,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
       {"hostfile", &hostfile},
       {"event_log", &c.event_log},
       {"metrics_port", &metrics_port},
+      {"health_check", &c.health_check},
+      {"health_check_timeout", &health_check_timeout},
       {"hosts", &host_list},
       {"include", &include},
       {"exclude", &exclude},
@@ -395,6 +397,12 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
     const int p = parse_int(metrics_port, "--metrics_port");
     if (p < 0 || p > 65535) throw UsageError("argument --metrics_port: not a TCP port");
     c.metrics_port = p;
+  }
+  if (!health_check_timeout.empty()) {
+    c.health_check_timeout = parse_seconds(health_check_timeout, "--health_check_timeout");
+    if (c.health_check_timeout.count() <= 0) {
+      throw UsageError("argument --health_check_timeout: must be positive");
+    }
   }
   if (!master_port.empty()) {
     const int p = parse_int(master_port, "--master_port");
@@ -581,8 +589,9 @@ std::string cli_help() {
   out +=
       "\nPython scripts run as $PYTHON_EXEC (default python3) -u [-m] script args.\n\n"
       "Exit status: 0 every worker succeeded; 1 the worker group failed (after the restarts "
-      "allowed);\n2 usage error; 3 the launch itself failed (e.g. the store port is taken); "
-      "128+N ddprun received\nsignal N, forwarded it to the workers and shut down.\n";
+      "allowed);\n2 usage error; 3 the launch itself failed (e.g. the store port is taken); 4 "
+      "--health_check failed:\nthis node did not join the job, or left it; 128+N ddprun received "
+      "signal N, forwarded it\nto the workers and shut down.\n";
   return out;
 }
 

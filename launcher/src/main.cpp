@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
     }
     case agent::AgentOutcome::State::kSignaled:
       return 128 + outcome.signal;
+    case agent::AgentOutcome::State::kUnhealthy:
+      std::cerr << "ddprun: this node is kept out of the job: " << outcome.summary << std::endl;
+      return launcher::kExitUnhealthy;
     case agent::AgentOutcome::State::kLaunchError:
       std::cerr << "ddprun: error: " << outcome.summary << std::endl;
       return launcher::kExitLaunchError;

@@ -41,6 +41,11 @@ const std::vector<OptionSpec>& option_table() {
        "joining and leaving, workers started and exited, restarts, the exit barrier, the end)"},
       {"--metrics_port,--metrics-port", "metrics_port", "PORT",
        "serve this agent's Prometheus metrics at http://*:PORT/metrics (0 picks a free port)"},
+      {"--health_check,--health-check", "health_check", "CMD",
+       "run CMD with /bin/sh before this node joins each round; a non-zero exit or a timeout keeps "
+       "the node out of the job (exit status 4, the reason the command's last line)"},
+      {"--health_check_timeout,--health-check-timeout", "health_check_timeout", "S",
+       "seconds --health_check may take (default 60)"},
       {"--role", "role", "NAME", "ROLE_NAME and the console prefix (default \"default\")"},
       {"-m,--module", "module", nullptr, "run the script as `python -m`"},
       {"--no_python,--no-python", "no_python", nullptr, "run the script as an executable"},

@@ -147,6 +147,54 @@ def case_a_spare_takes_a_dead_nodes_place():
         print("with 3 agents for 2:2 the third waits as a spare and replaces a SIGKILLed node: passed")
 
 
+def case_a_node_failing_its_health_check_never_joins():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        report = 'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"'
+        sick = agent(s.endpoint, "2:3", report, d, "2",
+                     extra=["--health_check", "echo checking; echo GPU 2 is missing >&2; exit 3"])
+        status, _, err = finish([sick])[0]
+        assert status == 4, (status, err)
+        assert "kept out of the job: the health check failed (exit status 3: GPU 2 is missing)" in err, err
+        healthy = [agent(s.endpoint, "2:3", report, d, str(i), extra=["--health_check", "true"])
+                   for i in range(2)]
+        for status, _, err in finish(healthy):
+            assert status == 0, err
+        ran = sorted(f.split(".")[1:4] for f in os.listdir(d) if f.startswith("ran."))
+        assert [r[0] for r in ran] == ["0", "1"] and all(r[2] == "2" for r in ran), ran
+        # A check that hangs is bounded by its timeout.
+        slow = agent(s.endpoint, "2:3", report, d, "3",
+                     extra=["--health_check", "echo probing; sleep 60", "--health_check_timeout=0.5"])
+        status, _, err = finish([slow])[0]
+        assert status == 4 and "timed out after 0.5 s: probing" in err, (status, err)
+        print(f"{BACKEND}: a node whose --health_check fails (or hangs) exits 4 with the reason and "
+              "never joins; the others run without it: passed")
+
+
+def case_a_node_whose_health_check_starts_failing_leaves():
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        # Attempt 0: every worker waits for "go"; then rank 0 fails. Later attempts report and end.
+        script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then touch "$0/ready.$1"; '
+                  'while [ ! -e "$0/go" ]; do sleep 0.05; done; '
+                  'if [ "$RANK" = 0 ]; then exit 3; fi; exec sleep 60; fi; '
+                  'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
+        procs = [agent(s.endpoint, "2:3", script, d, str(i),
+                       extra=["--max_restarts=1", "--health_check", f'test ! -e "{d}/sick.{i}"'])
+                 for i in range(3)]
+        wait_for(lambda: count(d, "ready.") == 3, "3 workers")
+        open(f"{d}/sick.2", "w").close()  # node 2 turns sick while its workers run
+        open(f"{d}/go", "w").close()
+        results = finish(procs)
+        assert results[2][0] == 4 and "the health check failed (exit status 1)" in results[2][2], results[2]
+        for status, _, err in results[:2]:
+            assert status == 0, err
+        ran = sorted(f.split(".")[1:] for f in os.listdir(d) if f.startswith("ran."))
+        assert [r[0] for r in ran] == ["0", "1"] and all(r[2:] == ["2", "1"] for r in ran), ran
+        print(f"{BACKEND}: a node whose --health_check fails between rounds leaves, and the others "
+              "restart without it at WORLD_SIZE=2: passed")
+
+
 def case_a_worker_failure_restarts_every_node():
     with Store() as s:
         d = tempfile.mkdtemp()

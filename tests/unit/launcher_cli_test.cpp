@@ -419,3 +419,30 @@ TEST_CASE("launch: without --use-env the script gets --local-rank=N before its a
   CHECK_THROWS_WITH(parse({"--use-env", "train.py"}), Catch::Contains("unrecognized argument"));
   CHECK(parse({"train.py"}).local_rank_argument.empty());
 }
+
+TEST_CASE("cli: --health_check and its timeout reach the agent and PET_ variables are fallbacks",
+          "[cli]") {
+  auto c = parse({"--health_check", "nvidia-smi -L", "--health-check-timeout=2.5", "t.py"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  CHECK(a.health_check == "nvidia-smi -L");
+  CHECK(a.health_check_timeout == std::chrono::milliseconds(2500));
+  c = parse({"t.py"}, {{"PET_HEALTH_CHECK", "true"}});
+  CHECK(c.health_check == "true");
+  CHECK(c.health_check_timeout == std::chrono::seconds(60));
+  CHECK_THROWS_AS(parse({"--health_check_timeout=0", "t.py"}), UsageError);
+  CHECK_THROWS_AS(parse({"--health_check_timeout=soon", "t.py"}), UsageError);
+}
+
+TEST_CASE("cli: TORCHELASTIC_ENABLE_FILE_TIMER gives every worker the timer FIFO's path", "[cli]") {
+  auto a = make_agent_config(parse({"t.py"}), {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}, nullptr);
+  REQUIRE_FALSE(a.timer_file.empty());
+  CHECK(a.timer_file.starts_with("/tmp/watchdog_timer_"));
+  CHECK(a.env.at("TORCHELASTIC_TIMER_FILE") == a.timer_file);
+  a = make_agent_config(
+      parse({"t.py"}),
+      {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"TORCHELASTIC_TIMER_FILE", "/run/t"}}, nullptr);
+  CHECK(a.timer_file == "/run/t");
+  a = make_agent_config(parse({"t.py"}), {{"TORCHELASTIC_ENABLE_FILE_TIMER", "0"}}, nullptr);
+  CHECK(a.timer_file.empty());
+  CHECK_FALSE(a.env.contains("TORCHELASTIC_TIMER_FILE"));
+}

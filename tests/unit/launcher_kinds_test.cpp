@@ -286,9 +286,9 @@ TEST_CASE("head: every argument reaches the host's shell byte for byte", "[head]
 }
 
 TEST_CASE("head: each host's agent gets a static job, its rank and the head's options", "[head]") {
-  const LaunchConfig c =
-      parse({"-H", "a:2,b", "--max_restarts=3", "--tee=3", "--log_dir=logs", "--master_port=23000",
-             "--rdzv_id=r1", "-m", "pkg.train", "--x", "y z"});
+  const LaunchConfig c = parse({"-H", "a:2,b", "--max_restarts=3", "--tee=3", "--log_dir=logs",
+                                "--master_port=23000", "--rdzv_id=r1", "--health_check=test -e /ok",
+                                "--health_check_timeout=7", "-m", "pkg.train", "--x", "y z"});
   const Strings args = agent_arguments(c, 1);
   CHECK(args.back() == "y z");
   // What the host's ddprun makes of them.
@@ -306,6 +306,8 @@ TEST_CASE("head: each host's agent gets a static job, its rank and the head's op
   CHECK(host.max_restarts == 3);
   CHECK(host.tee == "3");
   CHECK(host.log_dir == "logs");
+  CHECK(host.health_check == "test -e /ok");
+  CHECK(host.health_check_timeout == std::chrono::seconds(7));
   CHECK(host.module);
   CHECK(host.training_script == "pkg.train");
   CHECK(host.training_script_args == Strings{"--x", "y z"});

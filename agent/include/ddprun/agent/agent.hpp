@@ -57,6 +57,9 @@ struct AgentConfig {
       event_log;  // --event_log: a file for one JSON line per event (event_log.hpp); "" none
   std::optional<int> metrics_port;  // --metrics_port: Prometheus text at GET /metrics; 0 any port
   bool events_to_console = false;   // --event_log_handler=console: each event as a line on stderr
+  // Run with /bin/sh before this node joins each round (health_check.hpp); "" none.
+  std::string health_check;
+  std::chrono::milliseconds health_check_timeout{60'000};
   // The FIFO where workers' torch expiration timers are served (file_timer.hpp); "" none.
   std::string timer_file;
   // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and
@@ -67,10 +70,11 @@ struct AgentConfig {
 
 // How a run ended, mapped by the launcher to its exit status.
 struct AgentOutcome {
-  enum class State { kSucceeded, kFailed, kSignaled, kLaunchError };
+  // kUnhealthy: the health check failed; the node did not join the job, or left it.
+  enum class State { kSucceeded, kFailed, kSignaled, kLaunchError, kUnhealthy };
   State state = State::kSucceeded;
   int signal = 0;           // kSignaled
-  std::string summary;      // kFailed: the failure summary; kLaunchError: the reason
+  std::string summary;      // kFailed: the failure summary; kLaunchError, kUnhealthy: the reason
   std::string run_log_dir;  // <log_dir>/<run_id>_<rand>
   // kFailed: the exit code (< 0: -signal) of this node's first worker to fail in the last round,
   // when one of its own did.

@@ -1,6 +1,7 @@
 #pragma once
 // Everything `ddprun` was asked to do, parsed and validated from its command line and the PET_*
 // environment fallbacks (the command line wins), with torchrun's names and defaults.
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -83,6 +84,8 @@ struct LaunchConfig {
   std::vector<std::string> training_script_args;
   std::string event_log;            // --event_log FILE
   std::optional<int> metrics_port;  // --metrics_port
+  std::string health_check;         // --health_check: a shell command; "" none
+  std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
 
   // A head-node launch (--hostfile or -H): one agent per host, started over ssh, node ranks in
   // the hosts' order. Empty: this process is the node's agent.
@@ -115,6 +118,7 @@ constexpr int kExitSuccess = 0;
 constexpr int kExitWorkerFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitLaunchError = 3;
+constexpr int kExitUnhealthy = 4;  // --health_check failed: this node did not join, or left
 // Shut down by signal N (forwarded to the workers first): 128 + N.
 
 }  // namespace ddprun::launcher
