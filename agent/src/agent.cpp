@@ -386,6 +386,12 @@ struct Run {
         case GroupResult::State::kInterrupted:
           co_await rdzv->end_round(*round);
           break;
+        case GroupResult::State::kUnhealthy:
+          // No restart here (a fresh worker would meet what holds the stuck one): the node
+          // leaves, and the job goes on without it where it can.
+          out.state = AgentOutcome::State::kUnhealthy;
+          out.summary = r.unhealthy;
+          co_return out;
       }
     }
   }
@@ -477,6 +483,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     spdlog::info("metrics at http://*:{}/metrics", metrics_server->port());
   }
   group.set_event_log(events.get());
+  group.watch_uninterruptible(cfg.uninterruptible_timeout);
   std::unique_ptr<FileTimerServer> timers;
   if (!cfg.timer_file.empty()) {
     try {

@@ -12,12 +12,18 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/agent/log_pump.hpp"
+#include "ddprun/agent/proc_state.hpp"
 
 namespace ddprun::agent {
 namespace {
 // How long teed output may keep arriving after every worker has exited (a stray process that left
 // the worker's process group may hold the pipe).
 constexpr auto kPumpDrain = std::chrono::seconds(2);
+// After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process in
+// uninterruptible sleep dies only when the kernel lets it).
+constexpr auto kKillGrace = std::chrono::seconds(5);
+// How often workers' states are read when uninterruptible sleep is watched.
+constexpr auto kStatePoll = std::chrono::milliseconds(250);
 }  // namespace
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
@@ -26,7 +32,8 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds 
       shutdown_timeout_(shutdown_timeout),
       containment_(containment),
       wake_(io),
-      kill_timer_(io) {}
+      kill_timer_(io),
+      state_timer_(io) {}
 
 WorkerGroup::~WorkerGroup() {
   for (auto& p : pumps_) p->finish();
@@ -44,6 +51,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   failures_.clear();
   stopped_by_us_.assign(launches_.size(), false);
   expired_timers_.assign(launches_.size(), {});
+  d_since_.assign(launches_.size(), std::nullopt);
+  unhealthy_.clear();
   running_ = open_pumps_ = 0;
   stopping_ = sigkill_sent_ = false;
   stop_signal_ = 0;
@@ -100,6 +109,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     event_log_->record("workers_started", {{"workers", std::move(started)}});
   }
 
+  if (d_timeout_.count() > 0) watch_states();
   boost::asio::steady_timer drain(io_);
   bool draining = false;
   while (running_ > 0 || open_pumps_ > 0) {
@@ -119,14 +129,18 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   drain.cancel();
   kill_timer_.cancel();
+  state_timer_.cancel();
   containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
 
   GroupResult result;
   result.failures = std::move(failures_);
   result.stop_signal = stop_signal_;
+  result.unhealthy = unhealthy_;
   if (stop_signal_ != 0) {
     result.state = GroupResult::State::kStopped;
+  } else if (!unhealthy_.empty()) {
+    result.state = GroupResult::State::kUnhealthy;
   } else if (!result.failures.empty()) {
     result.state = GroupResult::State::kFailed;
   } else if (interrupted_) {
@@ -230,6 +244,68 @@ void WorkerGroup::kill_survivors() {
     spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL",
                  w->pid());
     w->signal_group(SIGKILL);
+  }
+  kill_timer_.expires_after(kKillGrace);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) abandon_survivors();
+  });
+}
+
+void WorkerGroup::abandon_survivors() {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    WorkerProcess& w = *workers_[i];
+    if (!w.running()) continue;
+    const char state = read_proc_state(w.pid()).value_or('?');
+    spdlog::error(
+        "worker pid {} survived SIGKILL for {} s (state {}, kernel wait channel {}): ddprun "
+        "stops waiting for it and leaves it to the kernel",
+        w.pid(), std::chrono::duration_cast<std::chrono::seconds>(kKillGrace).count(), state,
+        read_wchan(w.pid()));
+    w.abandon();
+    --running_;
+  }
+  wake();
+}
+
+void WorkerGroup::watch_states() {
+  state_timer_.expires_after(kStatePoll);
+  state_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !active_) return;
+    check_states();
+    if (unhealthy_.empty()) watch_states();
+  });
+}
+
+void WorkerGroup::check_states() {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerProcess& w = *workers_[i];
+    if (!w.running() || read_proc_state(w.pid()) != 'D') {
+      d_since_[i].reset();
+      continue;
+    }
+    if (!d_since_[i]) d_since_[i] = now;
+    const auto stuck = now - *d_since_[i];
+    if (stuck < d_timeout_) continue;
+    const WorkerIdentity& id = launches_[i].id;
+    const std::string wchan = read_wchan(w.pid());
+    unhealthy_ = fmt::format(
+        "worker local_rank {} (rank {}, pid {}) has been in uninterruptible sleep (state D, "
+        "kernel wait channel {}) for {:.1f} s, at least TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT "
+        "({:g} s): this node takes no further part in the job",
+        id.local_rank, id.rank, w.pid(), wchan, std::chrono::duration<double>(stuck).count(),
+        std::chrono::duration<double>(d_timeout_).count());
+    spdlog::error("{}", unhealthy_);
+    if (event_log_ != nullptr) {
+      event_log_->record("worker_uninterruptible",
+                         {{"local_rank", id.local_rank},
+                          {"rank", id.rank},
+                          {"pid", w.pid()},
+                          {"wchan", wchan},
+                          {"seconds", std::chrono::duration<double>(stuck).count()}});
+    }
+    if (!stopping_) begin_stopping(SIGTERM);
+    return;
   }
 }
 

@@ -219,6 +219,12 @@ void WorkerProcess::reap(int wait_status) {
   if (on_exit_) on_exit_(s);
 }
 
+void WorkerProcess::abandon() {
+  running_ = false;
+  boost::system::error_code ec;
+  pidfd_.close(ec);
+}
+
 void WorkerProcess::signal_group(int signo) {
   if (!running_) return;
   ::kill(-pid_, signo);

@@ -1,6 +1,8 @@
 #include "ddprun/launcher/agent_config.hpp"
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -147,6 +149,15 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
                          random_run_id());
     }
     a.timer_file = path;
+  }
+  // torch 2.13's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: seconds; unset, non-positive or not a
+  // number turns the watch off, as in torch.
+  if (auto it = env.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); it != env.end()) {
+    char* end = nullptr;
+    const double s = std::strtod(it->second.c_str(), &end);
+    if (end != it->second.c_str() && *end == '\0' && s > 0 && std::isfinite(s)) {
+      a.uninterruptible_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+    }
   }
   env.erase(kInstalledInterpreterVariable);
   a.env = std::move(env);

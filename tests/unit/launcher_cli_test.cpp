@@ -446,3 +446,17 @@ TEST_CASE("cli: TORCHELASTIC_ENABLE_FILE_TIMER gives every worker the timer FIFO
   CHECK(a.timer_file.empty());
   CHECK_FALSE(a.env.contains("TORCHELASTIC_TIMER_FILE"));
 }
+
+TEST_CASE("cli: TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT is read as torch reads it", "[cli]") {
+  const auto timeout = [](const char* value) {
+    return make_agent_config(parse({"t.py"}),
+                             {{"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", value}}, nullptr)
+        .uninterruptible_timeout;
+  };
+  CHECK(timeout("2.5") == std::chrono::milliseconds(2500));
+  CHECK(timeout("0").count() == 0);
+  CHECK(timeout("-3").count() == 0);
+  CHECK(timeout("soon").count() == 0);
+  CHECK(timeout("").count() == 0);
+  CHECK(make_agent_config(parse({"t.py"}), {}, nullptr).uninterruptible_timeout.count() == 0);
+}

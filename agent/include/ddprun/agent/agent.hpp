@@ -60,6 +60,9 @@ struct AgentConfig {
   // Run with /bin/sh before this node joins each round (health_check.hpp); "" none.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60'000};
+  // A worker in uninterruptible sleep this long makes the node leave the job (worker_group.hpp);
+  // zero: not watched.
+  std::chrono::milliseconds uninterruptible_timeout{0};
   // The FIFO where workers' torch expiration timers are served (file_timer.hpp); "" none.
   std::string timer_file;
   // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and

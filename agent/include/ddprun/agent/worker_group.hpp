@@ -43,12 +43,14 @@ struct WorkerLaunch {
 };
 
 struct GroupResult {
-  // kInterrupted: interrupt() ended it (another node's event), no local failure.
-  enum class State { kSucceeded, kFailed, kStopped, kInterrupted };
+  // kInterrupted: interrupt() ended it (another node's event), no local failure. kUnhealthy: a
+  // worker stayed in uninterruptible sleep too long; this node must take no further part.
+  enum class State { kSucceeded, kFailed, kStopped, kInterrupted, kUnhealthy };
   State state = State::kSucceeded;
   std::vector<WorkerFailure>
-      failures;         // the workers that failed on their own (not those ddprun stopped)
-  int stop_signal = 0;  // kStopped: the signal forwarded
+      failures;           // the workers that failed on their own (not those ddprun stopped)
+  int stop_signal = 0;    // kStopped: the signal forwarded
+  std::string unhealthy;  // kUnhealthy: which worker, in which state and kernel function, how long
 };
 
 class WorkerGroup {
@@ -69,6 +71,10 @@ class WorkerGroup {
   // next run() (the round ended before its workers started), it is kept for that run(), which then
   // starts no worker and ends with kInterrupted at once: an interruption is never lost.
   void interrupt();
+  // A worker continuously in uninterruptible sleep (D state) for `timeout` makes the attempt end
+  // as kUnhealthy (its workers stopped); zero: not watched
+  // (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).
+  void watch_uninterruptible(std::chrono::milliseconds timeout) { d_timeout_ = timeout; }
   // Whether `pid` is one of this attempt's running workers.
   bool runs(int pid) const;
   // A torch expiration timer of one of the running workers ran out: the worker gets the timer's
@@ -83,6 +89,9 @@ class WorkerGroup {
   void on_exit(size_t index, const ExitStatus& status);
   void begin_stopping(int signo);
   void kill_survivors();
+  void abandon_survivors();
+  void watch_states();
+  void check_states();
   void wake();
 
   boost::asio::io_context& io_;
@@ -90,6 +99,10 @@ class WorkerGroup {
   Containment& containment_;
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
+  boost::asio::steady_timer state_timer_;
+  std::chrono::milliseconds d_timeout_{0};
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> d_since_;
+  std::string unhealthy_;
   bool woken_ = false;
   bool active_ = false;
   std::vector<WorkerLaunch> launches_;

@@ -65,6 +65,9 @@ class WorkerProcess {
   // Sends `signo` to the worker's process group, and to the processes of its cgroup that left the
   // group; a no-op once it has exited.
   void signal_group(int signo);
+  // Stops watching a process that survived SIGKILL (uninterruptible sleep): running() turns false
+  // and it is never waited for (the destructor does not block on it); on_exit is not called.
+  void abandon();
 
   // The read end of a kPipe stream (or -1). The caller takes ownership.
   int take_stdout_pipe() { return std::exchange(stdout_pipe_, -1); }
