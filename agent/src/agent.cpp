@@ -70,11 +70,17 @@ std::vector<std::string> worker_argv(const std::vector<std::string>& entrypoint,
 
 // The stream plan of one standard stream of one worker: tee beats redirect beats the console
 // filter.
-StreamTarget plan_stream(bool tee, bool redirect, bool on_console, const fs::path& file,
-                         TeeTarget& tee_target, int console_fd,
+StreamTarget plan_stream(bool tee, bool redirect, bool on_console, bool watched,
+                         const fs::path& file, TeeTarget& tee_target, int console_fd,
                          const std::shared_ptr<FilteredLog>& duplicate) {
   if (tee) {
     tee_target = {file.string(), on_console ? console_fd : -1, on_console ? duplicate : nullptr};
+    return {StreamTarget::Kind::kPipe, {}};
+  }
+  if (watched) {
+    // Hang detection reads the output as progress: through the agent, to where it would go.
+    tee_target = {redirect ? file.string() : std::string(),
+                  !redirect && on_console ? console_fd : -1, nullptr, true};
     return {StreamTarget::Kind::kPipe, {}};
   }
   if (redirect) return {StreamTarget::Kind::kFile, file.string()};
@@ -136,10 +142,11 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
       l.spawn.cpus.assign(b->second.begin(), b->second.end());
     }
     l.spawn.env = worker_environment(cfg.env, attempt, l.id, l.error_file);
+    const bool watched = cfg.hang.mode != HangPolicy::Mode::kOff;
     l.spawn.out = plan_stream(includes_out(cfg.tee[r]), includes_out(cfg.redirects[r]), on_console,
-                              dir / "stdout.log", l.tee_out, STDOUT_FILENO, dup_out);
+                              watched, dir / "stdout.log", l.tee_out, STDOUT_FILENO, dup_out);
     l.spawn.err = plan_stream(includes_err(cfg.tee[r]), includes_err(cfg.redirects[r]), on_console,
-                              dir / "stderr.log", l.tee_err, STDERR_FILENO, dup_err);
+                              watched, dir / "stderr.log", l.tee_err, STDERR_FILENO, dup_err);
   }
   return launches;
 }
@@ -484,12 +491,27 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   }
   group.set_event_log(events.get());
   group.watch_uninterruptible(cfg.uninterruptible_timeout);
+  // Heartbeat files are mapped by the workers: in memory (/dev/shm) where there is one, never on
+  // a shared log folder.
+  std::string heartbeat_dir;
+  if (cfg.hang.mode != HangPolicy::Mode::kOff) {
+    try {
+      heartbeat_dir = make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-heartbeats-XXXXXX"
+                                                           : "/tmp/ddprun-heartbeats-XXXXXX");
+    } catch (const std::exception& e) {
+      outcome.state = AgentOutcome::State::kLaunchError;
+      outcome.summary = e.what();
+      return outcome;
+    }
+    group.watch_hangs(cfg.hang, heartbeat_dir);
+  }
   std::unique_ptr<FileTimerServer> timers;
   if (!cfg.timer_file.empty()) {
     try {
       timers = std::make_unique<FileTimerServer>(
           io, cfg.timer_file, [&group](int pid) { return group.runs(pid); },
-          [&group](const ExpiredTimer& t) { group.expire_timer(t); });
+          [&group](const ExpiredTimer& t) { group.expire_timer(t); },
+          [&group](int pid) { group.progress_of(pid); });
     } catch (const std::exception& e) {
       outcome.state = AgentOutcome::State::kLaunchError;
       outcome.summary = e.what();
@@ -572,6 +594,10 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   // What the workers and the agent wrote comes before what the caller prints next (bounded).
   Console::of(STDOUT_FILENO).flush();
   Console::of(STDERR_FILENO).flush();
+  if (!heartbeat_dir.empty()) {
+    std::error_code ignored;
+    fs::remove_all(heartbeat_dir, ignored);
+  }
   return outcome;
 }
 

@@ -19,7 +19,7 @@ nlohmann::json to_json(const WorkerFailure& f) {
       {"host", f.host},
       {"sigkill_sent_by_ddprun", f.sigkill_sent_by_ddprun},
       {"oom_killed", f.oom_killed},
-      {"expired_timer", f.expired_timer}};
+      {"ended_because", f.ended_because}};
 }
 
 WorkerFailure from_json(const nlohmann::json& j) {
@@ -33,7 +33,7 @@ WorkerFailure from_json(const nlohmann::json& j) {
   f.host = j.value("host", "");
   f.sigkill_sent_by_ddprun = j.value("sigkill_sent_by_ddprun", false);
   f.oom_killed = j.value("oom_killed", false);
-  f.expired_timer = j.value("expired_timer", "");
+  f.ended_because = j.value("ended_because", "");
   const std::string message = j.value("message", ""), traceback = j.value("traceback", "");
   if (!message.empty() || !traceback.empty()) f.error = ErrorRecord{message, traceback, {}, {}};
   return f;

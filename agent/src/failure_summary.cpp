@@ -70,8 +70,8 @@ std::string describe_exit(const WorkerFailure& f) {
 }  // namespace
 
 std::string describe_failure(const WorkerFailure& f) {
-  if (f.expired_timer.empty()) return describe_exit(f);
-  return f.expired_timer + "\n" + describe_exit(f);
+  if (f.ended_because.empty()) return describe_exit(f);
+  return f.ended_because + "\n" + describe_exit(f);
 }
 
 std::string format_failure_summary(const std::string& entrypoint, const std::string& host,

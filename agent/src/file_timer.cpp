@@ -65,10 +65,11 @@ std::optional<TimerRequest> parse_timer_request(std::string_view line, std::stri
 }
 
 FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, IsWorker is_worker,
-                                 Expire expire)
+                                 Expire expire, Progress progress)
     : path_(std::move(path)),
       is_worker_(std::move(is_worker)),
       expire_(std::move(expire)),
+      progress_(std::move(progress)),
       reader_(io),
       tick_(io) {
   ::unlink(path_.c_str());
@@ -151,6 +152,7 @@ void FileTimerServer::apply(const TimerRequest& request) {
         request.pid));
     return;
   }
+  if (progress_) progress_(request.pid);
   const auto key = std::pair{request.pid, request.scope};
   if (request.expiration_time < 0) {
     timers_.erase(key);

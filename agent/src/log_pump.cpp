@@ -58,6 +58,7 @@ void LogPump::read_more() {
 }
 
 void LogPump::emit(const char* data, size_t n) {
+  if (on_output_) on_output_();
   if (file_ != nullptr) {
     std::fwrite(data, 1, n, file_);
     std::fflush(file_);

@@ -22,8 +22,8 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 // After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process in
 // uninterruptible sleep dies only when the kernel lets it).
 constexpr auto kKillGrace = std::chrono::seconds(5);
-// How often workers' states are read when uninterruptible sleep is watched.
-constexpr auto kStatePoll = std::chrono::milliseconds(250);
+// How often workers' states, heartbeats and silences are looked at, when they are watched.
+constexpr auto kStatePoll = std::chrono::milliseconds(100);
 }  // namespace
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
@@ -50,9 +50,21 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   pumps_.clear();
   failures_.clear();
   stopped_by_us_.assign(launches_.size(), false);
-  expired_timers_.assign(launches_.size(), {});
+  ended_because_.assign(launches_.size(), {});
   d_since_.assign(launches_.size(), std::nullopt);
   unhealthy_.clear();
+  hang_declared_ = false;
+  clocks_.clear();
+  heartbeats_.clear();
+  heard_beat_.assign(launches_.size(), false);
+  if (hang_policy_.mode != HangPolicy::Mode::kOff) {
+    for (size_t i = 0; i < launches_.size(); ++i) {
+      clocks_.emplace_back(hang_policy_, std::chrono::steady_clock::now());
+      heartbeats_.push_back(std::make_unique<HeartbeatFile>(
+          heartbeat_dir_ + "/heartbeat." + std::to_string(launches_[i].id.local_rank)));
+      launches_[i].spawn.env["DDPRUN_HEARTBEAT_FILE"] = heartbeats_.back()->path();
+    }
+  }
   running_ = open_pumps_ = 0;
   stopping_ = sigkill_sent_ = false;
   stop_signal_ = 0;
@@ -88,8 +100,17 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     for (auto [fd, target] : {std::pair{w.take_stdout_pipe(), &l.tee_out},
                               std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
       if (fd < 0) continue;
-      auto pump = std::make_shared<LogPump>(io_, fd, target->file, target->console_fd, l.prefix,
-                                            target->duplicate);
+      auto pump =
+          std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
+                                    target->raw ? std::string() : l.prefix, target->duplicate);
+      if (!clocks_.empty()) {
+        pump->set_on_output([this, i] {
+          // A worker's output is progress until it sends heartbeats (then those alone are).
+          if (i < clocks_.size() && !heard_beat_[i]) {
+            clocks_[i].progress(std::chrono::steady_clock::now());
+          }
+        });
+      }
       ++open_pumps_;
       pump->start([this] {
         --open_pumps_;
@@ -109,7 +130,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     event_log_->record("workers_started", {{"workers", std::move(started)}});
   }
 
-  if (d_timeout_.count() > 0) watch_states();
+  if (monitored()) watch_states();
   boost::asio::steady_timer drain(io_);
   bool draining = false;
   while (running_ > 0 || open_pumps_ > 0) {
@@ -156,7 +177,7 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
   const WorkerLaunch& l = launches_[index];
   const WorkerProcess& w = *workers_[index];
   containment_.ended(w.pid());
-  const bool timed_out = !expired_timers_[index].empty();
+  const bool ended_by_us = !ended_because_[index].empty();
   if (event_log_ != nullptr) {
     nlohmann::json exited = {{"local_rank", l.id.local_rank},
                              {"rank", l.id.rank},
@@ -169,20 +190,20 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
       exited["oom_killed"] = status.oom_killed;
       // A SIGKILL ddprun did not send usually comes from the kernel's OOM killer.
       exited["oom_hint"] =
-          status.oom_killed || (-status.code == SIGKILL && !sigkill_sent_ && !timed_out);
+          status.oom_killed || (-status.code == SIGKILL && !sigkill_sent_ && !ended_by_us);
     }
     event_log_->record("worker_exited", std::move(exited));
   }
-  if ((status.code != 0 || timed_out) && !stopped_by_us_[index]) {
+  if (ended_by_us || (status.code != 0 && !stopped_by_us_[index])) {
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
     f.rank = l.id.rank;
     f.pid = w.pid();
     f.exitcode = status.code;
     f.time = status.time;
-    f.sigkill_sent_by_ddprun = sigkill_sent_ || timed_out;
+    f.sigkill_sent_by_ddprun = sigkill_sent_ || ended_by_us;
     f.oom_killed = status.oom_killed;
-    f.expired_timer = expired_timers_[index];
+    f.ended_because = ended_because_[index];
     if (!w.exec_error().empty()) {
       f.error = ErrorRecord{w.exec_error(), {}, {}, {}};
     } else if ((f.error = read_error_file(l.error_file))) {
@@ -207,7 +228,7 @@ void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerProcess& w = *workers_[i];
     if (!w.running() || w.pid() != timer.pid) continue;
-    expired_timers_[i] = fmt::format(
+    ended_because_[i] = fmt::format(
         "torch expiration timer '{}' ran out: the worker was still inside it {:.3f} s past its "
         "deadline, and ddprun sent it {}",
         timer.scope, timer.overstay.count() / 1000.0, signal_name(timer.signal));
@@ -272,11 +293,61 @@ void WorkerGroup::watch_states() {
   state_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || !active_) return;
     check_states();
-    if (unhealthy_.empty()) watch_states();
+    check_hangs();
+    if (unhealthy_.empty() && !hang_declared_) watch_states();
   });
 }
 
+bool WorkerGroup::monitored() const {
+  return d_timeout_.count() > 0 || hang_policy_.mode != HangPolicy::Mode::kOff;
+}
+
+void WorkerGroup::progress_of(int pid) {
+  for (size_t i = 0; i < workers_.size() && i < clocks_.size(); ++i) {
+    if (workers_[i]->running() && workers_[i]->pid() == pid) {
+      clocks_[i].progress(std::chrono::steady_clock::now());
+    }
+  }
+}
+
+void WorkerGroup::check_hangs() {
+  if (clocks_.empty() || stopping_ || hang_declared_) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<size_t> hung;
+  for (size_t i = 0; i < workers_.size() && i < clocks_.size(); ++i) {
+    if (!workers_[i]->running()) continue;
+    if (heartbeats_[i]->beat()) {
+      heard_beat_[i] = true;
+      clocks_[i].progress(now);
+    }
+    if (clocks_[i].hung(now)) hung.push_back(i);
+  }
+  if (hung.empty()) return;
+  hang_declared_ = true;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t i : hung) {
+    const double silent = clocks_[i].silent(now).count() / 1000.0;
+    const double timeout = clocks_[i].timeout().count() / 1000.0;
+    ended_because_[i] = fmt::format(
+        "hung: no progress for {:.1f} s (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
+        "torch timer{})",
+        silent, hang_policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
+        heard_beat_[i] ? "" : " or a line of output");
+    const WorkerIdentity& id = launches_[i].id;
+    spdlog::error("worker local_rank {} (rank {}, pid {}) is hung: no progress for {:.1f} s",
+                  id.local_rank, id.rank, workers_[i]->pid(), silent);
+    ranks.push_back({{"local_rank", id.local_rank},
+                     {"rank", id.rank},
+                     {"pid", workers_[i]->pid()},
+                     {"silent_s", silent},
+                     {"timeout_s", timeout}});
+  }
+  if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
+  begin_stopping(SIGTERM);
+}
+
 void WorkerGroup::check_states() {
+  if (d_timeout_.count() == 0) return;
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerProcess& w = *workers_[i];

@@ -83,6 +83,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.placement = c.placement;
   a.event_log = c.event_log;
   a.metrics_port = c.metrics_port;
+  a.hang = c.hang;
   a.health_check = c.health_check;
   a.health_check_timeout = c.health_check_timeout;
 

@@ -255,6 +255,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   std::string dup_stdout, dup_stderr, print_completion;
   bool use_env = false, legacy_local_rank = false;
   std::string hostfile, host_list, include, exclude, ssh_port, metrics_port, health_check_timeout;
+  std::string hang_timeout;
   const std::map<std::string, std::string*> texts = {
       {"nnodes", &nnodes},
       {"nproc_per_node", &c.nproc_per_node},
@@ -287,6 +288,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
       {"event_log", &c.event_log},
       {"metrics_port", &metrics_port},
       {"health_check", &c.health_check},
+      {"hang_timeout", &hang_timeout},
       {"health_check_timeout", &health_check_timeout},
       {"hosts", &host_list},
       {"include", &include},
@@ -397,6 +399,15 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
     const int p = parse_int(metrics_port, "--metrics_port");
     if (p < 0 || p > 65535) throw UsageError("argument --metrics_port: not a TCP port");
     c.metrics_port = p;
+  }
+  if (hang_timeout == "auto") {
+    c.hang.mode = agent::HangPolicy::Mode::kAuto;
+  } else if (!hang_timeout.empty()) {
+    c.hang.mode = agent::HangPolicy::Mode::kFixed;
+    c.hang.timeout = parse_seconds(hang_timeout, "--hang_timeout");
+    if (c.hang.timeout.count() <= 0) {
+      throw UsageError("argument --hang_timeout: must be positive seconds or auto");
+    }
   }
   if (!health_check_timeout.empty()) {
     c.health_check_timeout = parse_seconds(health_check_timeout, "--health_check_timeout");

@@ -41,6 +41,10 @@ const std::vector<OptionSpec>& option_table() {
        "joining and leaving, workers started and exited, restarts, the exit barrier, the end)"},
       {"--metrics_port,--metrics-port", "metrics_port", "PORT",
        "serve this agent's Prometheus metrics at http://*:PORT/metrics (0 picks a free port)"},
+      {"--hang_timeout,--hang-timeout", "hang_timeout", "S|auto",
+       "a worker without progress (a heartbeat, a torch timer, or while it sends no heartbeat a "
+       "line of output) for S seconds is hung: the group stops and restarts as for a failure; auto "
+       "learns S from the intervals seen (off by default)"},
       {"--health_check,--health-check", "health_check", "CMD",
        "run CMD with /bin/sh before this node joins each round; a non-zero exit or a timeout keeps "
        "the node out of the job (exit status 4, the reason the command's last line)"},

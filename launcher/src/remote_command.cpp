@@ -117,6 +117,11 @@ std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index) {
   if (!c.rdzv_conf.empty()) args.push_back(fmt::format("--rdzv_conf={}", c.rdzv_conf));
   if (!c.event_log.empty()) args.push_back(fmt::format("--event_log={}", c.event_log));
   if (c.metrics_port) args.push_back(fmt::format("--metrics_port={}", *c.metrics_port));
+  if (c.hang.mode == agent::HangPolicy::Mode::kAuto) args.push_back("--hang_timeout=auto");
+  if (c.hang.mode == agent::HangPolicy::Mode::kFixed) {
+    args.push_back(
+        fmt::format("--hang_timeout={}", std::chrono::duration<double>(c.hang.timeout).count()));
+  }
   if (!c.health_check.empty()) {
     args.push_back(fmt::format("--health_check={}", c.health_check));
     args.push_back(fmt::format("--health_check_timeout={}",

@@ -460,3 +460,18 @@ TEST_CASE("cli: TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT is read as torch read
   CHECK(timeout("").count() == 0);
   CHECK(make_agent_config(parse({"t.py"}), {}, nullptr).uninterruptible_timeout.count() == 0);
 }
+
+TEST_CASE("cli: --hang_timeout takes seconds or auto and PET_HANG_TIMEOUT is its fallback",
+          "[cli]") {
+  using Mode = ddprun::agent::HangPolicy::Mode;
+  CHECK(parse({"t.py"}).hang.mode == Mode::kOff);
+  auto c = parse({"--hang_timeout=2.5", "t.py"});
+  CHECK(c.hang.mode == Mode::kFixed);
+  CHECK(c.hang.timeout == std::chrono::milliseconds(2500));
+  CHECK(parse({"--hang-timeout", "auto", "t.py"}).hang.mode == Mode::kAuto);
+  CHECK(parse({"t.py"}, {{"PET_HANG_TIMEOUT", "auto"}}).hang.mode == Mode::kAuto);
+  CHECK(make_agent_config(parse({"--hang_timeout=3", "t.py"}), {}, nullptr).hang.timeout ==
+        std::chrono::seconds(3));
+  CHECK_THROWS_AS(parse({"--hang_timeout=0", "t.py"}), UsageError);
+  CHECK_THROWS_AS(parse({"--hang_timeout=never", "t.py"}), UsageError);
+}

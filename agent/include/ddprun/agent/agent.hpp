@@ -11,6 +11,7 @@
 #include "ddprun/agent/environment.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/numa_binding.hpp"
+#include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 
 namespace ddprun::agent {
@@ -60,6 +61,7 @@ struct AgentConfig {
   // Run with /bin/sh before this node joins each round (health_check.hpp); "" none.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60'000};
+  HangPolicy hang;  // --hang_timeout (progress_clock.hpp)
   // A worker in uninterruptible sleep this long makes the node leave the job (worker_group.hpp);
   // zero: not watched.
   std::chrono::milliseconds uninterruptible_timeout{0};

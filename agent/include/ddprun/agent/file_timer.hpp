@@ -57,10 +57,13 @@ class FileTimerServer {
   // Called for each expired timer with a signal > 0 (the earliest per worker; the worker's other
   // timers go with it); it sends the signal.
   using Expire = std::function<void(const ExpiredTimer&)>;
+  // Called for each accepted request (a timer set or cleared): the worker made progress.
+  using Progress = std::function<void(int pid)>;
 
   // Creates the FIFO at `path` (replacing what is there) and serves it on `io`. Throws
   // std::runtime_error when it cannot.
-  FileTimerServer(boost::asio::io_context& io, std::string path, IsWorker is_worker, Expire expire);
+  FileTimerServer(boost::asio::io_context& io, std::string path, IsWorker is_worker, Expire expire,
+                  Progress progress = nullptr);
   // Removes the FIFO.
   ~FileTimerServer();
   FileTimerServer(const FileTimerServer&) = delete;
@@ -82,6 +85,7 @@ class FileTimerServer {
   std::string path_;
   IsWorker is_worker_;
   Expire expire_;
+  Progress progress_;
   boost::asio::posix::stream_descriptor reader_;
   int keep_open_ = -1;  // a writer of our own: the FIFO never reads as ended
   boost::asio::steady_timer tick_;

@@ -29,6 +29,8 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   LogPump(const LogPump&) = delete;
   LogPump& operator=(const LogPump&) = delete;
 
+  // Called on the io_context whenever output arrives (hang detection's progress).
+  void set_on_output(std::function<void()> on_output) { on_output_ = std::move(on_output); }
   // Pumps until EOF, then calls `on_eof` (on the io_context).
   void start(std::function<void()> on_eof);
   // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives
@@ -49,6 +51,7 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   std::vector<char> buf_;
   bool done_ = false;
   std::function<void()> on_eof_;
+  std::function<void()> on_output_;
 };
 
 }  // namespace ddprun::agent

@@ -15,6 +15,8 @@
 #include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/file_timer.hpp"
+#include "ddprun/agent/heartbeat_file.hpp"
+#include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_process.hpp"
 
@@ -31,6 +33,7 @@ struct TeeTarget {
   // The attempt's file of console lines matching --duplicate_*_filters (shared by the workers), or
   // null.
   std::shared_ptr<FilteredLog> duplicate;
+  bool raw = false;  // console lines as the worker wrote them, without the prefix
 };
 
 struct WorkerLaunch {
@@ -75,6 +78,15 @@ class WorkerGroup {
   // as kUnhealthy (its workers stopped); zero: not watched
   // (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).
   void watch_uninterruptible(std::chrono::milliseconds timeout) { d_timeout_ = timeout; }
+  // --hang_timeout: each worker gets a heartbeat file in `heartbeat_dir` (DDPRUN_HEARTBEAT_FILE);
+  // a worker without progress for its timeout (progress_clock.hpp) is hung: a `hang` event, the
+  // workers are stopped, and each hung worker is a failure that says how long it was silent.
+  void watch_hangs(HangPolicy policy, std::string heartbeat_dir) {
+    hang_policy_ = policy;
+    heartbeat_dir_ = std::move(heartbeat_dir);
+  }
+  // A torch timer request from `pid` (set or cleared): progress, if it is a running worker.
+  void progress_of(int pid);
   // Whether `pid` is one of this attempt's running workers.
   bool runs(int pid) const;
   // A torch expiration timer of one of the running workers ran out: the worker gets the timer's
@@ -92,6 +104,8 @@ class WorkerGroup {
   void abandon_survivors();
   void watch_states();
   void check_states();
+  void check_hangs();
+  bool monitored() const;
   void wake();
 
   boost::asio::io_context& io_;
@@ -103,13 +117,21 @@ class WorkerGroup {
   std::chrono::milliseconds d_timeout_{0};
   std::vector<std::optional<std::chrono::steady_clock::time_point>> d_since_;
   std::string unhealthy_;
+  HangPolicy hang_policy_;
+  std::string heartbeat_dir_;
+  std::vector<ProgressClock> clocks_;
+  std::vector<std::unique_ptr<HeartbeatFile>> heartbeats_;
+  std::vector<bool>
+      heard_beat_;  // per worker: it sent a heartbeat (its output is no longer progress)
+  bool hang_declared_ = false;
   bool woken_ = false;
   bool active_ = false;
   std::vector<WorkerLaunch> launches_;
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
   std::vector<std::shared_ptr<LogPump>> pumps_;
   std::vector<bool> stopped_by_us_;
-  std::vector<std::string> expired_timers_;  // per worker: the timer that ran out, if one did
+  // Per worker: why ddprun ended it (an expired torch timer, a hang), making its exit a failure.
+  std::vector<std::string> ended_because_;
   size_t running_ = 0;
   size_t open_pumps_ = 0;
   bool stopping_ = false;

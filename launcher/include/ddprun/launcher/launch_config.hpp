@@ -84,6 +84,7 @@ struct LaunchConfig {
   std::vector<std::string> training_script_args;
   std::string event_log;            // --event_log FILE
   std::optional<int> metrics_port;  // --metrics_port
+  agent::HangPolicy hang;           // --hang_timeout SECONDS|auto
   std::string health_check;         // --health_check: a shell command; "" none
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
 

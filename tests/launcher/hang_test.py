@@ -1,0 +1,108 @@
+"""Hang detection (--hang_timeout): a rank that stops making progress is a failure, whether its
+progress is its output (no code change), torch's timers, or heartbeats from Python, C++ (libddp) or
+a shell.
+
+    hang_test.py DDPRUN HEARTBEAT_PROBE CASE
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+WHEEL_PACKAGE = os.path.join(HERE, "..", "..", "packaging", "wheel")
+# The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another (torch 2.14).
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = PROBE = None
+
+
+def ddprun(*args, env=None, timeout=180):
+    return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON_EXEC": PY, **(env or {})})
+
+
+def events(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def ddp_rank_blocked(hang_timeout, limit_s):
+    out = tempfile.mkdtemp()
+    log = os.path.join(out, "events.jsonl")
+    r = ddprun("--standalone", "--nproc_per_node=2", "--max_restarts=1",
+               f"--hang_timeout={hang_timeout}", f"--event_log={log}",
+               os.path.join(WORKLOADS, "hang_ddp.py"), env={"OUT_DIR": out})
+    assert r.returncode == 0, r.stderr
+    assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.1.0", "done.1.1"]
+    hang = [e for e in events(log) if e["event"] == "hang"]
+    assert len(hang) == 1, hang
+    assert 1 in [w["rank"] for w in hang[0]["workers"]], hang
+    blocked = float(open(os.path.join(out, "blocked")).read())
+    detected = hang[0]["time_ms"] / 1000 - blocked
+    assert detected < limit_s, (detected, hang)
+    assert "is hung: no progress for" in r.stderr and "restarting the workers" in r.stderr, r.stderr
+    return detected
+
+
+def case_a_ddp_rank_blocked_in_data_loading_is_a_failure_that_restarts():
+    detected = ddp_rank_blocked("5", 5 + 2)
+    print(f"DDP (gloo), rank 1 blocked at step 10, printing only: hang declared {detected:.1f} s "
+          "after it blocked (--hang_timeout=5), the restart ran every step: passed")
+
+
+def case_auto_learns_the_timeout_from_the_steps():
+    detected = ddp_rank_blocked("auto", 5)
+    print(f"the same under --hang_timeout=auto (steps of about 100 ms): declared {detected:.1f} s "
+          "after it blocked: passed")
+
+
+def case_heartbeats_from_python_cpp_and_a_shell_are_progress():
+    python_beats = ("import sys, time; from ddprun import heartbeat\n"
+                    "for _ in range(int(sys.argv[1])):\n"
+                    "    heartbeat.beat(); time.sleep(0.1)\n"
+                    "if sys.argv[2] == 'hang':\n"
+                    "    while True: print('still here', flush=True); time.sleep(0.1)\n")
+    shell_beats = ('i=0; while [ $i -lt "$0" ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.1; '
+                   'i=$((i+1)); done; if [ "$1" = hang ]; then exec sleep 3600; fi')
+    workers = {
+        "python": lambda n, end: ["--no_python", PY, "-c", python_beats, n, end],
+        "c++": lambda n, end: ["--no_python", PROBE, n, "100", end],
+        "shell": lambda n, end: ["--no_python", "/bin/sh", "-c", shell_beats, n, end],
+    }
+    env = {"PYTHONPATH": WHEEL_PACKAGE}
+    for name, command in workers.items():
+        # 3 s of beats and no output under a 1 s timeout: alive throughout.
+        r = ddprun("--standalone", "--nproc_per_node=1", "--hang_timeout=1", *command("30", "end"),
+                   env=env)
+        assert r.returncode == 0, (name, r.stderr)
+        # Then the beats stop: output alone no longer counts once a worker has beaten.
+        start = time.monotonic()
+        r = ddprun("--standalone", "--nproc_per_node=1", "--hang_timeout=1", *command("5", "hang"),
+                   env=env)
+        took = time.monotonic() - start
+        assert r.returncode == 1 and "hung: no progress for" in r.stderr, (name, r.stderr)
+        assert "or a line of output" not in r.stderr, (name, r.stderr)
+        assert took < 30, (name, took)
+    print("heartbeats from Python (ddprun.heartbeat), C++ (ddp::heartbeat) and a shell (touch) keep "
+          "a silent worker alive; when they stop it is hung, its output no longer counting: passed")
+
+
+def case_a_flood_of_beats_or_a_removed_channel_costs_nothing():
+    start = time.monotonic()
+    r = ddprun("--standalone", "--nproc_per_node=2", "--hang_timeout=1", "--no_python", PROBE,
+               "flood", "2")
+    assert r.returncode == 0, r.stderr
+    flood_s = time.monotonic() - start
+    r = ddprun("--standalone", "--nproc_per_node=1", "--hang_timeout=1", "--no_python", "/bin/sh",
+               "-c", 'touch "$DDPRUN_HEARTBEAT_FILE"; rm -f "$DDPRUN_HEARTBEAT_FILE"; exec sleep 3600')
+    assert r.returncode == 1 and "hung: no progress for" in r.stderr, r.stderr
+    print(f"two workers beating as fast as they can for 2 s: the job ends in {flood_s:.1f} s; a worker "
+          "that removes its channel is declared hung, nothing else happens: passed")
+
+
+if __name__ == "__main__":
+    DDPRUN, PROBE = (os.path.abspath(p) for p in sys.argv[1:3])
+    globals()["case_" + sys.argv[3]]()

@@ -1,0 +1,38 @@
+"""DDP over gloo: 20 steps of about 100 ms, each printing one line, no heartbeat code. In the first
+attempt rank 1 blocks in stuck_in_data_loading() at step 10 (writing the time it did to
+$OUT_DIR/blocked), so rank 0 waits in the backward pass's all-reduce. Each rank writes
+$OUT_DIR/done.<attempt>.<rank> when it has run every step."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def stuck_in_data_loading(out):
+    with open(os.path.join(out, "blocked"), "w") as f:
+        f.write(str(time.time()))
+    time.sleep(3600)
+
+
+def main():
+    out, attempt = os.environ["OUT_DIR"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(20):
+        if attempt == "0" and rank == 1 and step == 10:
+            stuck_in_data_loading(out)
+        loss = model(torch.randn(4, 8)).pow(2).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        print(f"rank {rank} step {step} loss {loss.item():.3f}", flush=True)
+        time.sleep(0.1)
+    open(os.path.join(out, f"done.{attempt}.{rank}"), "w").close()
+
+
+main()

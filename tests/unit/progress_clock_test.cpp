@@ -1,0 +1,37 @@
+#include <catch2/catch.hpp>
+
+#include "ddprun/agent/progress_clock.hpp"
+
+using namespace ddprun::agent;
+using namespace std::chrono_literals;
+using Clock = ProgressClock::Clock;
+
+TEST_CASE("progress clock: a fixed timeout counts from the last progress", "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock c({HangPolicy::Mode::kFixed, 5s}, t0);
+  CHECK_FALSE(c.hung(t0 + 5s));
+  CHECK(c.hung(t0 + 5s + 1ms));
+  c.progress(t0 + 4s);
+  CHECK_FALSE(c.hung(t0 + 9s));
+  CHECK(c.silent(t0 + 9s) == 5s);
+  CHECK(c.timeout() == 5s);
+}
+
+TEST_CASE(
+    "progress clock: auto waits for its warm-up then takes the longest interval times the "
+    "factor with a floor",
+    "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock c({HangPolicy::Mode::kAuto, 0s}, t0);
+  CHECK(c.timeout() == ProgressClock::kAutoInitial);
+  c.progress(t0 + 30s);  // the start (imports) is not an interval
+  auto t = t0 + 30s;
+  for (size_t i = 0; i < ProgressClock::kAutoWarmup - 1; ++i) c.progress(t += 100ms);
+  CHECK(c.timeout() == ProgressClock::kAutoInitial);
+  c.progress(t += 100ms);
+  CHECK(c.timeout() == ProgressClock::kAutoFloor);  // 5 x 100 ms is under the floor
+  c.progress(t += 1s);
+  CHECK(c.timeout() == 5s);  // the longest interval, times 5
+  CHECK_FALSE(c.hung(t + 5s));
+  CHECK(c.hung(t + 5s + 1ms));
+}
