@@ -96,7 +96,8 @@ TEST_CASE("error file: torch's @record format and the older flat one are read", 
 
 TEST_CASE("summary: the earliest failure is the root cause, at sub-second precision", "[agent]") {
   const auto t0 = std::chrono::system_clock::now();
-  WorkerFailure late{3, 3, 300, 1, t0 + std::chrono::milliseconds(400), "", std::nullopt, false};
+  WorkerFailure late{3,     3,     300, 1, t0 + std::chrono::milliseconds(400), "", std::nullopt,
+                     false, false, ""};
   WorkerFailure early{1,
                       1,
                       100,
@@ -104,7 +105,9 @@ TEST_CASE("summary: the earliest failure is the root cause, at sub-second precis
                       t0 + std::chrono::milliseconds(100),
                       "/x/error.json",
                       ErrorRecord{"RuntimeError: nan loss", "", std::nullopt, std::nullopt},
-                      false};
+                      false,
+                      false,
+                      ""};
   const std::string s = format_failure_summary("train.py", "node7", {late, early});
   const auto root = s.find("Root Cause (first observed failure):");
   REQUIRE(root != std::string::npos);
