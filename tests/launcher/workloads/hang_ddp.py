@@ -1,6 +1,7 @@
 """DDP over gloo: 20 steps of about 100 ms, each printing one line, no heartbeat code. In the first
 attempt rank 1 blocks in stuck_in_data_loading() at step 10 (writing the time it did to
-$OUT_DIR/blocked), so rank 0 waits in the backward pass's all-reduce. Each rank writes
+$OUT_DIR/blocked), so rank 0 waits in the backward pass's all-reduce. In a later attempt each rank
+writes the time its first step finished to $OUT_DIR/first_step.<rank>, and every rank writes
 $OUT_DIR/done.<attempt>.<rank> when it has run every step."""
 import os
 import time
@@ -31,6 +32,9 @@ def main():
         opt.step()
         opt.zero_grad()
         print(f"rank {rank} step {step} loss {loss.item():.3f}", flush=True)
+        if attempt != "0" and step == 0:
+            with open(os.path.join(out, f"first_step.{rank}"), "w") as f:
+                f.write(str(time.time()))
         time.sleep(0.1)
     open(os.path.join(out, f"done.{attempt}.{rank}"), "w").close()
 
