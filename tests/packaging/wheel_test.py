@@ -46,7 +46,8 @@ def main():
     assert re.fullmatch(r"ddprun-[\d.]+-py3-none-manylinux_2_\d+_x86_64\.whl",
                         os.path.basename(wheel)), wheel
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"ddprun/bin/ddprun", "ddprun/bin/ddprund", "ddprun/__main__.py"} <= set(names), names
+    assert {"ddprun/bin/ddprun", "ddprun/bin/ddprund", "ddprun/__main__.py",
+            "ddprun/heartbeat.py"} <= set(names), names
 
     venv = os.path.join(work, "venv")
     run("/usr/bin/python3", "-m", "venv", "--system-site-packages", venv)
@@ -82,6 +83,19 @@ def main():
     run(f"{venv}/bin/ddprun", "--standalone", "--nproc_per_node=1", probe,
         env={**env, "PYTHON_EXEC": f"{bare}/python3", "REPORT_DIR": out}, cwd=work)
     assert reports(out, 1) == [{"no_site": 1}]
+
+    # The heartbeat helper for hang detection: importable, and beating into the worker's file.
+    out = os.path.join(work, "heartbeat")
+    os.mkdir(out)
+    beats = ("import os, struct; from ddprun import heartbeat\n"
+             "for _ in range(3): heartbeat.beat()\n"
+             "data = open(os.environ['DDPRUN_HEARTBEAT_FILE'], 'rb').read()\n"
+             "open(os.environ['REPORT_DIR'] + '/0.json', 'w').write(str(struct.unpack('<Q', data)[0]))\n")
+    with open(os.path.join(work, "beats.py"), "w") as f:
+        f.write(beats)
+    run(f"{venv}/bin/ddprun", "--standalone", "--nproc_per_node=1", "--hang_timeout=30",
+        os.path.join(work, "beats.py"), env={**env, "REPORT_DIR": out}, cwd=work)
+    assert reports(out, 1) == [3]
 
     # The wheel's ddprund serving two agents of the wheel's ddprun.
     port = free_port()
@@ -120,8 +134,8 @@ def main():
     assert not left and not os.path.exists(f"{venv}/bin/ddprun"), left
     print(f"the wheel ({os.path.basename(wheel)}, {int(size) // 1024} KiB): installed in a venv, "
           "DDP jobs on the environment's python through ddprun and python -m ddprun, PYTHON_EXEC "
-          "wins, its ddprund serves a 2-node job, its programs run torch 2.14 in forky, uninstalled "
-          "without a trace: passed")
+          "wins, ddprun.heartbeat beats, its ddprund serves a 2-node job, its programs run torch "
+          "2.14 in forky, uninstalled without a trace: passed")
 
 
 if __name__ == "__main__":
