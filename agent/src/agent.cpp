@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <utility>
@@ -369,6 +370,11 @@ struct Run {
       std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, *master, bindings);
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
+      if (!r.stacks.empty()) {
+        const fs::path stacks = attempt_dir / "hang_stacks.log";
+        std::ofstream(stacks) << r.stacks;
+        spdlog::error("hang: every rank's stack is in {}", stacks.string());
+      }
       switch (r.state) {
         case GroupResult::State::kSucceeded: {
           const bool passed = co_await rdzv->exit_barrier(*round);
@@ -504,6 +510,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
       return outcome;
     }
     group.watch_hangs(cfg.hang, heartbeat_dir);
+    group.capture_python_stacks(cfg.python_workers);
   }
   std::unique_ptr<FileTimerServer> timers;
   if (!cfg.timer_file.empty()) {

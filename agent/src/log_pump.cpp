@@ -59,6 +59,10 @@ void LogPump::read_more() {
 
 void LogPump::emit(const char* data, size_t n) {
   if (on_output_) on_output_();
+  if (tail_limit_ > 0) {
+    tail_.append(data, n);
+    if (tail_.size() > tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
+  }
   if (file_ != nullptr) {
     std::fwrite(data, 1, n, file_);
     std::fflush(file_);

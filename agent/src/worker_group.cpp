@@ -13,6 +13,7 @@
 
 #include "ddprun/agent/log_pump.hpp"
 #include "ddprun/agent/proc_state.hpp"
+#include "ddprun/agent/python_stacks.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -22,6 +23,10 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 // After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process in
 // uninterruptible sleep dies only when the kernel lets it).
 constexpr auto kKillGrace = std::chrono::seconds(5);
+// After SIGABRT on a hang, how long Python workers have to write their stacks and die.
+constexpr auto kStackDumpLimit = std::chrono::seconds(2);
+// How much of a worker's stderr is kept for its stack dump.
+constexpr size_t kStackTail = 256 * 1024;
 // How often workers' states, heartbeats and silences are looked at, when they are watched.
 constexpr auto kStatePoll = std::chrono::milliseconds(100);
 }  // namespace
@@ -57,12 +62,14 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   clocks_.clear();
   heartbeats_.clear();
   heard_beat_.assign(launches_.size(), false);
+  err_pumps_.assign(launches_.size(), nullptr);
   if (hang_policy_.mode != HangPolicy::Mode::kOff) {
     for (size_t i = 0; i < launches_.size(); ++i) {
       clocks_.emplace_back(hang_policy_, std::chrono::steady_clock::now());
       heartbeats_.push_back(std::make_unique<HeartbeatFile>(
           heartbeat_dir_ + "/heartbeat." + std::to_string(launches_[i].id.local_rank)));
       launches_[i].spawn.env["DDPRUN_HEARTBEAT_FILE"] = heartbeats_.back()->path();
+      if (python_stacks_) launches_[i].spawn.env.try_emplace("PYTHONFAULTHANDLER", "1");
     }
   }
   running_ = open_pumps_ = 0;
@@ -111,6 +118,10 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
           }
         });
       }
+      if (target == &l.tee_err && python_stacks_ && !clocks_.empty()) {
+        pump->keep_tail(kStackTail);
+        err_pumps_[i] = pump;
+      }
       ++open_pumps_;
       pump->start([this] {
         --open_pumps_;
@@ -158,6 +169,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   result.failures = std::move(failures_);
   result.stop_signal = stop_signal_;
   result.unhealthy = unhealthy_;
+  if (hang_declared_ && python_stacks_) collect_stacks(result);
   if (stop_signal_ != 0) {
     result.state = GroupResult::State::kStopped;
   } else if (!unhealthy_.empty()) {
@@ -343,7 +355,38 @@ void WorkerGroup::check_hangs() {
                      {"timeout_s", timeout}});
   }
   if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
-  begin_stopping(SIGTERM);
+  if (!python_stacks_) {
+    begin_stopping(SIGTERM);
+    return;
+  }
+  // Every thread's stack from every worker (faulthandler, on SIGABRT), then the usual stop for
+  // those still there.
+  stopping_ = true;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!workers_[i]->running()) continue;
+    stopped_by_us_[i] = true;
+    ::kill(workers_[i]->pid(), SIGABRT);
+  }
+  kill_timer_.expires_after(kStackDumpLimit);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) begin_stopping(SIGTERM);
+  });
+}
+
+void WorkerGroup::collect_stacks(GroupResult& result) {
+  std::map<int, std::string> frames;
+  for (size_t i = 0; i < launches_.size() && i < err_pumps_.size(); ++i) {
+    const int rank = launches_[i].id.rank;
+    const auto stack = err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt;
+    frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
+    result.stacks += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
+                                 launches_[i].id.local_rank, stack ? stack->text : frames[rank]);
+  }
+  const std::string grouped = ranks_by_frame(frames);
+  spdlog::error("hang: every rank's innermost frame: {}", grouped);
+  for (auto& f : result.failures) {
+    if (!f.ended_because.empty()) f.ended_because += "\nevery rank's innermost frame: " + grouped;
+  }
 }
 
 void WorkerGroup::check_states() {

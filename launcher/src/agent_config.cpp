@@ -55,6 +55,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
     a.entrypoint.push_back(c.training_script);
   } else {
     a.entrypoint = {choose_python(env).program, "-u"};
+    a.python_workers = true;
     if (c.module) a.entrypoint.push_back("-m");
     a.entrypoint.push_back(c.training_script);
   }

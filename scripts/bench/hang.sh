@@ -2,7 +2,8 @@
 # Hang benchmark, on a real job: DDP over gloo, 2 ranks, steps of about 100 ms that each print a line
 # (tests/launcher/workloads/hang_ddp.py, no heartbeat code); in the first attempt rank 1 blocks in
 # stuck_in_data_loading() at step 10. From the moment it blocks: to the hang being declared (the
-# agent's `hang` event) and to the restarted group's first finished step, median of RUNS, under
+# agent's `hang` event; every rank's stack follows within the dump's 2 s) and to the restarted
+# group's first finished step, median of RUNS, under
 # ddprun --hang_timeout=5, ddprun --hang_timeout=auto, and torch 2.14's torchrun (which does not
 # detect it: reported as not detected within CAP seconds, then killed). Then what one heartbeat
 # costs the worker: libddp's ddp::heartbeat() and the wheel's ddprun.heartbeat.beat() under torch
@@ -89,7 +90,7 @@ with tempfile.NamedTemporaryFile() as hb:
                                   env={**env, "PYTHONPATH": f"{repo}/packaging/wheel"}).stdout)
 print(f"one heartbeat: ddp::heartbeat() {cpp:.1f} ns, ddprun.heartbeat.beat() {python:.0f} ns", flush=True)
 print(f"hang: declared {fixed[0]:.1f} s and restarted to the first step {fixed[1]:.1f} s after the "
-      f"hang with --hang_timeout=5 (target 5+2 s; stacks not captured yet), declared {auto[0]:.1f} s "
+      f"hang with --hang_timeout=5 (target 5+2 s, stacks included), declared {auto[0]:.1f} s "
       f"with auto (target 5 s); torchrun 2.14 {torch_text}; a heartbeat costs {cpp:.1f} ns (C++) "
       f"and {python:.0f} ns (Python), target under 1000 ns")
 PY

@@ -4,6 +4,7 @@ a shell.
 
     hang_test.py DDPRUN HEARTBEAT_PROBE CASE
 """
+import glob
 import json
 import os
 import subprocess
@@ -33,7 +34,7 @@ def ddp_rank_blocked(hang_timeout, limit_s):
     out = tempfile.mkdtemp()
     log = os.path.join(out, "events.jsonl")
     r = ddprun("--standalone", "--nproc_per_node=2", "--max_restarts=1",
-               f"--hang_timeout={hang_timeout}", f"--event_log={log}",
+               f"--hang_timeout={hang_timeout}", f"--event_log={log}", f"--log_dir={out}/logs",
                os.path.join(WORKLOADS, "hang_ddp.py"), env={"OUT_DIR": out})
     assert r.returncode == 0, r.stderr
     assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.1.0", "done.1.1"]
@@ -44,6 +45,13 @@ def ddp_rank_blocked(hang_timeout, limit_s):
     detected = hang[0]["time_ms"] / 1000 - blocked
     assert detected < limit_s, (detected, hang)
     assert "is hung: no progress for" in r.stderr and "restarting the workers" in r.stderr, r.stderr
+    # Every rank's stack: rank 1 where it blocked, rank 0 waiting in the backward pass.
+    line = next(l for l in r.stderr.splitlines() if "every rank's innermost frame:" in l)
+    frames = dict(g.split(": ", 1) for g in line.split("innermost frame: ", 1)[1].split("; "))
+    assert frames["rank 1"] == "hang_ddp.py:17 in stuck_in_data_loading", line
+    assert "backward" in frames["rank 0"], line
+    dumps = glob.glob(f"{out}/logs/*/attempt_0/hang_stacks.log")
+    assert len(dumps) == 1 and "stuck_in_data_loading" in open(dumps[0]).read(), dumps
     return detected
 
 

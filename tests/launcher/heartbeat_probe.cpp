@@ -1,7 +1,8 @@
 // A worker that beats through libddp: `heartbeat_probe BEATS INTERVAL_MS [hang]` beats BEATS times,
 // INTERVAL_MS apart, printing nothing, then exits 0, or with `hang` sleeps for an hour.
 // `heartbeat_probe flood SECONDS` beats as fast as it can for SECONDS, then exits 0.
-// `heartbeat_probe cost N` times N beats and prints the nanoseconds one took (scripts/bench/hang.sh).
+// `heartbeat_probe cost N` times N beats and prints the nanoseconds one took
+// (scripts/bench/hang.sh).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

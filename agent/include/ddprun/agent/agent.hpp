@@ -61,7 +61,8 @@ struct AgentConfig {
   // Run with /bin/sh before this node joins each round (health_check.hpp); "" none.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60'000};
-  HangPolicy hang;  // --hang_timeout (progress_clock.hpp)
+  HangPolicy hang;              // --hang_timeout (progress_clock.hpp)
+  bool python_workers = false;  // the entrypoint is a Python interpreter (stacks on a hang)
   // A worker in uninterruptible sleep this long makes the node leave the job (worker_group.hpp);
   // zero: not watched.
   std::chrono::milliseconds uninterruptible_timeout{0};

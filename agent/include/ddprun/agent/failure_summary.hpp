@@ -20,7 +20,7 @@ struct WorkerFailure {
   std::optional<ErrorRecord> error;
   bool sigkill_sent_by_ddprun = false;
   bool oom_killed = false;  // the worker's cgroup counted an OOM kill (memory.events)
-  std::string host;  // the node it ran on; empty: the host given to format_failure_summary
+  std::string host;         // the node it ran on; empty: the host given to format_failure_summary
   // Set when ddprun ended it on its own account: a torch expiration timer that ran out (which one,
   // by how much), a hang (how long without progress, where it was).
   std::string ended_because{};

@@ -31,6 +31,9 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
 
   // Called on the io_context whenever output arrives (hang detection's progress).
   void set_on_output(std::function<void()> on_output) { on_output_ = std::move(on_output); }
+  // Keeps the last `bytes` of the stream for tail() (a hung Python worker's stack dump).
+  void keep_tail(size_t bytes) { tail_limit_ = bytes; }
+  const std::string& tail() const { return tail_; }
   // Pumps until EOF, then calls `on_eof` (on the io_context).
   void start(std::function<void()> on_eof);
   // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives
@@ -52,6 +55,8 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   bool done_ = false;
   std::function<void()> on_eof_;
   std::function<void()> on_output_;
+  size_t tail_limit_ = 0;
+  std::string tail_;
 };
 
 }  // namespace ddprun::agent

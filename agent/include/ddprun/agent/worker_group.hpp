@@ -54,6 +54,7 @@ struct GroupResult {
       failures;           // the workers that failed on their own (not those ddprun stopped)
   int stop_signal = 0;    // kStopped: the signal forwarded
   std::string unhealthy;  // kUnhealthy: which worker, in which state and kernel function, how long
+  std::string stacks;     // after a hang, with capture_python_stacks: every rank's stack dump
 };
 
 class WorkerGroup {
@@ -85,6 +86,10 @@ class WorkerGroup {
     hang_policy_ = policy;
     heartbeat_dir_ = std::move(heartbeat_dir);
   }
+  // Python workers: they run with PYTHONFAULTHANDLER=1, and on a hang every worker gets SIGABRT
+  // first, so that each writes every thread's stack to its stderr; the ranks grouped by innermost
+  // frame go into the hung workers' failures, the whole dumps into GroupResult::stacks.
+  void capture_python_stacks(bool on) { python_stacks_ = on; }
   // A torch timer request from `pid` (set or cleared): progress, if it is a running worker.
   void progress_of(int pid);
   // Whether `pid` is one of this attempt's running workers.
@@ -124,6 +129,9 @@ class WorkerGroup {
   std::vector<bool>
       heard_beat_;  // per worker: it sent a heartbeat (its output is no longer progress)
   bool hang_declared_ = false;
+  bool python_stacks_ = false;
+  std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null
+  void collect_stacks(GroupResult& result);
   bool woken_ = false;
   bool active_ = false;
   std::vector<WorkerLaunch> launches_;

@@ -1,0 +1,25 @@
+#pragma once
+// Every rank's stack on a hang, for Python workers: started with PYTHONFAULTHANDLER=1, a worker
+// that gets SIGABRT has faulthandler write every thread's Python stack to its stderr before it
+// dies. These read that text back.
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ddprun::agent {
+
+struct PythonStack {
+  std::string innermost;  // the current thread's innermost frame: "train.py:14 in load_batch"
+  std::string text;       // the whole dump, every thread
+};
+
+// The last faulthandler dump in `output` (the end of a worker's stderr); nullopt when it holds
+// none.
+std::optional<PythonStack> last_python_stack(std::string_view output);
+
+// Ranks grouped by their innermost frame, ranges folded, the groups in the order of their first
+// rank: "rank 1: train.py:14 in stuck_in_data_loading; ranks 0, 2-7: graph.py:829 in backward".
+std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank);
+
+}  // namespace ddprun::agent

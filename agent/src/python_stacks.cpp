@@ -1,0 +1,94 @@
+#include "ddprun/agent/python_stacks.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace {
+
+constexpr std::string_view kDumpStart = "Fatal Python error:";
+constexpr std::string_view kFileLine = "  File \"";
+
+// `  File "/a/b/train.py", line 14 in load_batch` -> "train.py:14 in load_batch".
+std::optional<std::string> frame_of(std::string_view line) {
+  if (!line.starts_with(kFileLine)) return std::nullopt;
+  line.remove_prefix(kFileLine.size());
+  const size_t quote = line.find("\", line ");
+  if (quote == std::string_view::npos) return std::nullopt;
+  std::string_view path = line.substr(0, quote);
+  if (const size_t slash = path.rfind('/'); slash != std::string_view::npos) {
+    path.remove_prefix(slash + 1);
+  }
+  std::string_view rest = line.substr(quote + 8);  // "14 in load_batch"
+  const size_t in = rest.find(" in ");
+  if (in == std::string_view::npos) return std::nullopt;
+  return fmt::format("{}:{} in {}", path, rest.substr(0, in), rest.substr(in + 4));
+}
+
+std::string fold(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<PythonStack> last_python_stack(std::string_view output) {
+  const size_t start = output.rfind(kDumpStart);
+  if (start == std::string_view::npos) return std::nullopt;
+  const std::string_view dump = output.substr(start);
+  PythonStack stack;
+  stack.text = std::string(dump);
+  // The current thread's first frame; failing that, the first thread's.
+  std::optional<std::string> first_any, first_current;
+  bool in_current = false, block_open = false;
+  for (size_t pos = 0; pos < dump.size();) {
+    const size_t end = std::min(dump.find('\n', pos), dump.size());
+    const std::string_view line = dump.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.ends_with("(most recent call first):")) {
+      if (line.starts_with("Current thread's C stack")) break;  // native frames follow
+      in_current = line.starts_with("Current thread");
+      block_open = true;
+      continue;
+    }
+    if (!block_open) continue;
+    if (auto f = frame_of(line)) {
+      if (!first_any) first_any = f;
+      if (in_current && !first_current) first_current = f;
+      block_open = false;  // only a block's innermost frame counts
+    }
+  }
+  if (!first_current && !first_any) return std::nullopt;
+  stack.innermost = first_current ? *first_current : *first_any;
+  return stack;
+}
+
+std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const auto& [rank, frame] : frame_of_rank) {
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == frame; });
+    if (it == groups.end()) {
+      groups.push_back({frame, {rank}});
+    } else {
+      it->second.push_back(rank);
+    }
+  }
+  std::string out;
+  for (const auto& [frame, ranks] : groups) {
+    if (!out.empty()) out += "; ";
+    out += fmt::format("{} {}: {}", ranks.size() == 1 ? "rank" : "ranks", fold(ranks), frame);
+  }
+  return out;
+}
+
+}  // namespace ddprun::agent
