@@ -17,8 +17,9 @@ void ProgressClock::progress(Clock::time_point now) {
 }
 
 std::chrono::milliseconds ProgressClock::timeout() const {
+  if (!any_) return std::max(kStartTimeout, policy_.timeout);
   if (policy_.mode == HangPolicy::Mode::kFixed) return policy_.timeout;
-  if (intervals_ < kAutoWarmup) return kAutoInitial;
+  if (intervals_ < kAutoWarmup) return kStartTimeout;
   return std::max(kAutoFloor,
                   std::chrono::duration_cast<std::chrono::milliseconds>(longest_ * kAutoFactor));
 }

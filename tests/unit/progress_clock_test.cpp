@@ -9,6 +9,11 @@ using Clock = ProgressClock::Clock;
 TEST_CASE("progress clock: a fixed timeout counts from the last progress", "[hang]") {
   const Clock::time_point t0{};
   ProgressClock c({HangPolicy::Mode::kFixed, 5s}, t0);
+  // Starting (no progress yet) has a timeout of its own.
+  CHECK(c.timeout() == ProgressClock::kStartTimeout);
+  CHECK_FALSE(c.hung(t0 + 60s));
+  CHECK(c.hung(t0 + ProgressClock::kStartTimeout + 1ms));
+  c.progress(t0);
   CHECK_FALSE(c.hung(t0 + 5s));
   CHECK(c.hung(t0 + 5s + 1ms));
   c.progress(t0 + 4s);
@@ -23,11 +28,11 @@ TEST_CASE(
     "[hang]") {
   const Clock::time_point t0{};
   ProgressClock c({HangPolicy::Mode::kAuto, 0s}, t0);
-  CHECK(c.timeout() == ProgressClock::kAutoInitial);
+  CHECK(c.timeout() == ProgressClock::kStartTimeout);
   c.progress(t0 + 30s);  // the start (imports) is not an interval
   auto t = t0 + 30s;
   for (size_t i = 0; i < ProgressClock::kAutoWarmup - 1; ++i) c.progress(t += 100ms);
-  CHECK(c.timeout() == ProgressClock::kAutoInitial);
+  CHECK(c.timeout() == ProgressClock::kStartTimeout);
   c.progress(t += 100ms);
   CHECK(c.timeout() == ProgressClock::kAutoFloor);  // 5 x 100 ms is under the floor
   c.progress(t += 1s);

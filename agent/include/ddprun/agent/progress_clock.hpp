@@ -1,7 +1,9 @@
 #pragma once
 // Hang detection's clock for one worker: when it last made progress, and how long it may go
 // without. Progress is a heartbeat, a torch timer set or cleared, or, for a worker that has never
-// sent a heartbeat, a line of output.
+// sent a heartbeat, a line of output. Until its first progress a worker is starting (imports,
+// compilation, the process group) and may take kStartTimeout (or the fixed timeout, if longer),
+// as NVIDIA's resiliency launcher has an initial timeout of its own.
 #include <chrono>
 #include <cstddef>
 
@@ -17,13 +19,13 @@ struct HangPolicy {
 class ProgressClock {
  public:
   using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kStartTimeout{300'000};
   // kAuto, as NVIDIA's resiliency launcher learns it: once kAutoWarmup intervals between progress
-  // were seen, the largest of them times kAutoFactor, never below kAutoFloor; until then (a job's
-  // start: imports, the first step's compilation) kAutoInitial.
+  // were seen, the largest of them times kAutoFactor, never below kAutoFloor; until then
+  // kStartTimeout.
   static constexpr size_t kAutoWarmup = 5;
   static constexpr int kAutoFactor = 5;
   static constexpr std::chrono::milliseconds kAutoFloor{2'000};
-  static constexpr std::chrono::milliseconds kAutoInitial{300'000};
 
   ProgressClock(HangPolicy policy, Clock::time_point start);
 
