@@ -361,6 +361,22 @@ asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
   }
 }
 
+namespace {
+
+// Raising a restored counter loses to others raising it at most this many times in a row.
+constexpr int kCounterRaises = 16;
+
+// Whether `mine` and `there` are both decimal counters and `mine` is the larger.
+bool newer_count(const std::string& mine, const std::string& there) {
+  const auto decimal = [](const std::string& s) {
+    return !s.empty() && s.size() < 19 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return decimal(mine) && decimal(there) && std::stoll(mine) > std::stoll(there);
+}
+
+}  // namespace
+
 asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_point deadline) {
   ClientOptions o;
   o.timeout = std::min<Ms>(kReconnectTry, std::chrono::duration_cast<Ms>(std::max(
@@ -386,7 +402,13 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
       for (const auto& [key, value] : keys) {
         if (is_presence_key(key) || claimable_.contains(key)) continue;
         const std::string full_key = base_ + key;
-        co_await client->compare_set(full_key, "", value);
+        std::string now = co_await client->compare_set(full_key, "", value);
+        // A counter (the round, the restarts spent) never goes back: a node cut off before the
+        // store restarted may have put back an older one first (chaos seed 120513: two rounds 1).
+        for (int tries = 0; tries < kCounterRaises && now != value && newer_count(value, now);
+             ++tries) {
+          now = co_await client->compare_set(full_key, now, value);
+        }
         ++restored;
       }
     }
