@@ -398,7 +398,16 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
         Clock::now() + config_.join_timeout);
     ready_.erase(ready_.begin(), ready_.lower_bound(r.number));
     if (over()) co_return std::nullopt;
-    if (!all) throw StoreTimeout("not every node of the round stopped its earlier workers in time");
+    if (!all) {
+      // A member that never says so (it believes it is in another round, or hangs): this round
+      // cannot start; the job goes on to the next one rather than failing here.
+      spdlog::warn(
+          "round {}: not every node said within the join timeout that its earlier workers "
+          "stopped; the job goes on to a new round",
+          r.number);
+      co_await advance_round(r.number, false, r.restart_count);
+      co_return std::nullopt;
+    }
     // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
     round_server_.reset();
     ServerOptions options;
@@ -416,7 +425,14 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
   const bool known = co_await wait_until([&] { return master_.round == r.number || over(); },
                                          Clock::now() + config_.join_timeout);
   if (master_.round != r.number && over()) co_return std::nullopt;
-  if (!known) throw StoreTimeout("the round's node 0 did not publish its worker store");
+  if (!known) {
+    spdlog::warn(
+        "round {}: node 0 did not publish the round's worker store within the join "
+        "timeout; the job goes on to a new round",
+        r.number);
+    co_await advance_round(r.number, false, r.restart_count);
+    co_return std::nullopt;
+  }
   const std::string v = master_.text;
   const auto colon = v.rfind(':');
   co_return WorkerStoreAddress{v.substr(0, colon), std::stoi(v.substr(colon + 1))};
