@@ -229,17 +229,18 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
   wake();
 }
 
-bool WorkerGroup::runs(int pid) const {
-  for (const auto& w : workers_) {
-    if (w->running() && w->pid() == pid) return true;
+std::optional<size_t> WorkerGroup::running_worker(int pid) const {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i]->running() && workers_[i]->pid() == pid) return i;
   }
-  return false;
+  return std::nullopt;
 }
 
+bool WorkerGroup::runs(int pid) const { return running_worker(pid).has_value(); }
+
 void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    WorkerProcess& w = *workers_[i];
-    if (!w.running() || w.pid() != timer.pid) continue;
+  if (const std::optional<size_t> found = running_worker(timer.pid)) {
+    const size_t i = *found;
     ended_because_[i] = fmt::format(
         "torch expiration timer '{}' ran out: the worker was still inside it {:.3f} s past its "
         "deadline, and ddprun sent it {}",
@@ -253,7 +254,6 @@ void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
                                            {"signal", signal_name(timer.signal)}});
     }
     ::kill(timer.pid, timer.signal);
-    return;
   }
 }
 
@@ -315,11 +315,8 @@ bool WorkerGroup::monitored() const {
 }
 
 void WorkerGroup::progress_of(int pid) {
-  for (size_t i = 0; i < workers_.size() && i < clocks_.size(); ++i) {
-    if (workers_[i]->running() && workers_[i]->pid() == pid) {
-      clocks_[i].progress(std::chrono::steady_clock::now());
-    }
-  }
+  const std::optional<size_t> i = running_worker(pid);
+  if (i && *i < clocks_.size()) clocks_[*i].progress(std::chrono::steady_clock::now());
 }
 
 void WorkerGroup::check_hangs() {

@@ -401,11 +401,7 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
     if (!all) {
       // A member that never says so (it believes it is in another round, or hangs): this round
       // cannot start; the job goes on to the next one rather than failing here.
-      spdlog::warn(
-          "round {}: not every node said within the join timeout that its earlier workers "
-          "stopped; the job goes on to a new round",
-          r.number);
-      co_await advance_round(r.number, false, r.restart_count);
+      co_await abandon_round(r, "not every node said that its earlier workers stopped");
       co_return std::nullopt;
     }
     // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
@@ -426,11 +422,7 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
                                          Clock::now() + config_.join_timeout);
   if (master_.round != r.number && over()) co_return std::nullopt;
   if (!known) {
-    spdlog::warn(
-        "round {}: node 0 did not publish the round's worker store within the join "
-        "timeout; the job goes on to a new round",
-        r.number);
-    co_await advance_round(r.number, false, r.restart_count);
+    co_await abandon_round(r, "node 0 did not publish the round's worker store");
     co_return std::nullopt;
   }
   const std::string v = master_.text;
@@ -470,6 +462,12 @@ asio::awaitable<void> ElasticRendezvous::advance_round(int number, bool failed, 
       co_await store().compare_set("round", std::to_string(number), std::to_string(number + 1));
   round_ = std::max(round_, std::stoi(now));
   notify();
+}
+
+asio::awaitable<void> ElasticRendezvous::abandon_round(Round r, std::string why) {
+  spdlog::warn("round {}: {} within the join timeout; the job goes on to a new round", r.number,
+               why);
+  co_await advance_round(r.number, false, r.restart_count);
 }
 
 asio::awaitable<void> ElasticRendezvous::end_round(Round r) {

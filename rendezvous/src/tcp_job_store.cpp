@@ -19,6 +19,18 @@ using Ms = std::chrono::milliseconds;
 
 namespace {
 
+// Raising a restored counter loses to others raising it at most this many times in a row.
+constexpr int kCounterRaises = 16;
+
+// Whether `mine` and `there` are both decimal counters and `mine` is the larger.
+bool newer_count(const std::string& mine, const std::string& there) {
+  const auto decimal = [](const std::string& s) {
+    return !s.empty() && s.size() < 19 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return decimal(mine) && decimal(there) && std::stoll(mine) > std::stoll(there);
+}
+
 // One try at reaching the store during an outage: short, so that whether it refuses connections
 // (down for everyone) or does not answer (cut off) is known well within a heartbeat timeout.
 constexpr Ms kReconnectTry{250};
@@ -360,22 +372,6 @@ asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
     }
   }
 }
-
-namespace {
-
-// Raising a restored counter loses to others raising it at most this many times in a row.
-constexpr int kCounterRaises = 16;
-
-// Whether `mine` and `there` are both decimal counters and `mine` is the larger.
-bool newer_count(const std::string& mine, const std::string& there) {
-  const auto decimal = [](const std::string& s) {
-    return !s.empty() && s.size() < 19 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  return decimal(mine) && decimal(there) && std::stoll(mine) > std::stoll(there);
-}
-
-}  // namespace
 
 asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_point deadline) {
   ClientOptions o;

@@ -52,6 +52,15 @@ std::string fifo_path() {
 
 constexpr int kWorker = 4242;  // the one pid this node runs, as far as the server knows
 
+// A server on a fresh FIFO for which kWorker alone is a worker, recording what expires.
+struct Served {
+  boost::asio::io_context io;
+  std::vector<ExpiredTimer> expired;
+  std::string path = fifo_path();
+  FileTimerServer server{io, path, [](int pid) { return pid == kWorker; },
+                         [this](const ExpiredTimer& t) { expired.push_back(t); }};
+};
+
 }  // namespace
 
 TEST_CASE("file timer: torch's request lines parse and anything else is refused", "[timer]") {
@@ -83,12 +92,8 @@ TEST_CASE("file timer: torch's request lines parse and anything else is refused"
 
 TEST_CASE("file timer: an expired timer of a worker is reported once with its overstay",
           "[timer]") {
-  boost::asio::io_context io;
-  std::vector<ExpiredTimer> expired;
-  const std::string path = fifo_path();
-  FileTimerServer server(
-      io, path, [](int pid) { return pid == kWorker; },
-      [&](const ExpiredTimer& t) { expired.push_back(t); });
+  Served served;
+  auto& [io, expired, path, server] = served;
   send(path, request(kWorker, "step", unix_now() + 0.2, SIGKILL) +
                  request(kWorker, "inner", unix_now() + 0.3, SIGTERM));
   io.run_for(1s);
@@ -101,12 +106,8 @@ TEST_CASE("file timer: an expired timer of a worker is reported once with its ov
 }
 
 TEST_CASE("file timer: a released timer never expires", "[timer]") {
-  boost::asio::io_context io;
-  std::vector<ExpiredTimer> expired;
-  const std::string path = fifo_path();
-  FileTimerServer server(
-      io, path, [](int pid) { return pid == kWorker; },
-      [&](const ExpiredTimer& t) { expired.push_back(t); });
+  Served served;
+  auto& [io, expired, path, server] = served;
   send(path, request(kWorker, "step", unix_now() + 0.2, SIGKILL));
   send(path, request(kWorker, "step", -1, 0));
   io.run_for(600ms);
@@ -115,12 +116,8 @@ TEST_CASE("file timer: a released timer never expires", "[timer]") {
 }
 
 TEST_CASE("file timer: garbage oversized lines and foreign pids change nothing", "[timer]") {
-  boost::asio::io_context io;
-  std::vector<ExpiredTimer> expired;
-  const std::string path = fifo_path();
-  FileTimerServer server(
-      io, path, [](int pid) { return pid == kWorker; },
-      [&](const ExpiredTimer& t) { expired.push_back(t); });
+  Served served;
+  auto& [io, expired, path, server] = served;
   std::string flood;
   for (int i = 0; i < 2000; ++i) flood += "not json at all\n";
   flood += std::string(3 * FileTimerServer::kMaxLine, 'x') + "\n";  // dropped whole
@@ -135,12 +132,8 @@ TEST_CASE("file timer: garbage oversized lines and foreign pids change nothing",
 }
 
 TEST_CASE("file timer: a timer that asks for no signal expires without one", "[timer]") {
-  boost::asio::io_context io;
-  std::vector<ExpiredTimer> expired;
-  const std::string path = fifo_path();
-  FileTimerServer server(
-      io, path, [](int pid) { return pid == kWorker; },
-      [&](const ExpiredTimer& t) { expired.push_back(t); });
+  Served served;
+  auto& [io, expired, path, server] = served;
   send(path, request(kWorker, "quiet", unix_now() - 1, 0));
   io.run_for(400ms);
   CHECK(expired.empty());

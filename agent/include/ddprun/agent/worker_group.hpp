@@ -110,6 +110,8 @@ class WorkerGroup {
   void watch_states();
   void check_states();
   void check_hangs();
+  // The index of the running worker whose pid this is.
+  std::optional<size_t> running_worker(int pid) const;
   bool monitored() const;
   void wake();
 

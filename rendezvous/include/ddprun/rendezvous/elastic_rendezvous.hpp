@@ -102,6 +102,8 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   static std::string placement_record(const Record& rec, int round, const std::string& id);
   static Tagged parse_tagged(const std::string& value);
   boost::asio::awaitable<void> advance_round(int number, bool failed, int restarts);
+  // Round r cannot start (`why`, within the join timeout): the job goes on to a new round.
+  boost::asio::awaitable<void> abandon_round(Round r, std::string why);
   bool ended(bool ran);
   bool leading() const { return leader_ == node_id_; }
   // Claims the leadership whenever nobody holds it, and leads while this agent holds it.
