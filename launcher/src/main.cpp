@@ -12,6 +12,7 @@
 #include "ddprun/launcher/agent_config.hpp"
 #include "ddprun/launcher/head_node.hpp"
 #include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/launcher/log_level.hpp"
 #include "ddprun/launcher/python_interpreter.hpp"
 #include "ddprun/launcher/status_command.hpp"
 #include "ddprun/rendezvous/process_setup.hpp"
@@ -44,6 +45,14 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
   const std::vector<std::string> args(argv + 1, argv + argc);
   const agent::Environment env = agent::current_environment();
+  if (const auto level = env.find("LOGLEVEL"); level != env.end()) {
+    if (const auto threshold = launcher::parse_log_level(level->second)) {
+      spdlog::set_level(*threshold);
+    } else {
+      spdlog::warn("LOGLEVEL={} is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL); ignored",
+                   level->second);
+    }
+  }
   if (!args.empty() && args.front() == "status") {
     return launcher::run_status({args.begin() + 1, args.end()}, env);
   }

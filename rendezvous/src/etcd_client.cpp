@@ -6,16 +6,12 @@
 #include <fmt/format.h>
 #include <openssl/ssl.h>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
+#include "etcd_connection.hpp"
 
 namespace ddprun::rendezvous::etcd {
 namespace asio = boost::asio;
@@ -33,11 +29,6 @@ constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 // UNAVAILABLE ("no leader", "leader changed", "request timed out", a stopping member).
 bool transient(int code) {
   return code == 1 || code == 2 || code == 4 || code == 8 || code == 10 || code == 14;
-}
-
-std::string describe(const Endpoint& e) {
-  return e.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", e.host, e.port)
-                                               : fmt::format("{}:{}", e.host, e.port);
 }
 
 // Whether a try failed because its member is not there (as opposed to silent, or answering).
@@ -165,116 +156,6 @@ std::shared_ptr<asio::ssl::context> make_tls_context(const EtcdTls& tls) {
   return ctx;
 }
 
-// One HTTP/1.1 connection to one member, over TCP or TLS.
-class Connection {
- public:
-  Connection(asio::any_io_executor ex, const std::shared_ptr<asio::ssl::context>& tls) {
-    if (tls) {
-      tls_.emplace(ex, *tls);
-    } else {
-      plain_.emplace(ex);
-    }
-  }
-
-  asio::awaitable<void> connect(const Endpoint& e, Clock::time_point deadline) {
-    host_ = describe(e);
-    asio::ip::tcp::resolver resolver(tcp().get_executor());
-    tcp().expires_at(deadline);
-    const auto found =
-        co_await resolver.async_resolve(e.host, std::to_string(e.port), use_awaitable);
-    co_await tcp().async_connect(found, use_awaitable);
-    if (tls_) {
-      boost::system::error_code not_an_address;
-      asio::ip::make_address(e.host, not_an_address);
-      if (not_an_address) {
-        SSL_set_tlsext_host_name(tls_->native_handle(), e.host.c_str());  // SNI, for names only
-      }
-      tls_->set_verify_callback(asio::ssl::host_name_verification(e.host));
-      co_await tls_->async_handshake(asio::ssl::stream_base::client, use_awaitable);
-    }
-  }
-
-  asio::awaitable<void> send(const std::string& path, const std::string& body,
-                             Clock::time_point deadline) {
-    http::request<http::string_body> req(http::verb::post, path, 11);
-    req.set(http::field::host, host_);
-    req.set(http::field::content_type, "application/json");
-    req.keep_alive(true);
-    req.body() = body;
-    req.prepare_payload();
-    tcp().expires_at(deadline);
-    // (No co_await inside ?: here: GCC 12 destroys its temporaries twice.)
-    if (tls_) {
-      co_await http::async_write(*tls_, req, use_awaitable);
-    } else {
-      co_await http::async_write(*plain_, req, use_awaitable);
-    }
-  }
-
-  asio::awaitable<http::response<http::string_body>> read_response(Clock::time_point deadline) {
-    http::response<http::string_body> res;
-    tcp().expires_at(deadline);
-    if (tls_) {
-      co_await http::async_read(*tls_, buffer_, res, use_awaitable);
-    } else {
-      co_await http::async_read(*plain_, buffer_, res, use_awaitable);
-    }
-    co_return res;
-  }
-
-  // For a streamed body: reads the header, then hands out the body as it arrives.
-  asio::awaitable<unsigned> read_stream_header(Clock::time_point deadline) {
-    parser_.emplace();
-    parser_->body_limit(boost::none);
-    tcp().expires_at(deadline);
-    if (tls_) {
-      co_await http::async_read_header(*tls_, buffer_, *parser_, use_awaitable);
-    } else {
-      co_await http::async_read_header(*plain_, buffer_, *parser_, use_awaitable);
-    }
-    co_return parser_->get().result_int();
-  }
-  asio::awaitable<std::string> read_stream_body() {
-    std::array<char, 8192> chunk;
-    tcp().expires_never();  // a watch may be silent for as long as the job's keys are
-    for (;;) {
-      if (parser_->is_done()) throw StoreConnectionError("the etcd watch stream ended");
-      parser_->get().body().data = chunk.data();
-      parser_->get().body().size = chunk.size();
-      beast::error_code ec;
-      if (tls_) {
-        std::tie(ec, std::ignore) =
-            co_await http::async_read_some(*tls_, buffer_, *parser_, asio::as_tuple(use_awaitable));
-      } else {
-        std::tie(ec, std::ignore) = co_await http::async_read_some(*plain_, buffer_, *parser_,
-                                                                   asio::as_tuple(use_awaitable));
-      }
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec)
-        throw StoreConnectionError(
-            fmt::format("etcd watch stream from {}: {}", host_, ec.message()));
-      const size_t got = chunk.size() - parser_->get().body().size;
-      if (got > 0) co_return std::string(chunk.data(), got);
-    }
-  }
-
-  void close() {
-    beast::error_code ec;
-    tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-    tcp().close();
-  }
-  const std::string& host() const { return host_; }
-
- private:
-  beast::tcp_stream& tcp() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }
-
-  std::optional<beast::tcp_stream> plain_;
-  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
-  beast::flat_buffer buffer_;
-  std::optional<http::response_parser<http::buffer_body>> parser_;
-  std::string host_;
-};
-
 Client::Client(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
                std::chrono::milliseconds attempt_timeout, std::shared_ptr<asio::ssl::context> tls)
     : ex_(ex),
@@ -305,7 +186,6 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
   // machine): it is the one reported.
   std::string hinted_error;
   members_down_ = true;
-  electing_ = false;
   asio::steady_timer pause(ex_);
   for (size_t attempt = 0;; ++attempt) {
     if (closed_) throw StoreConnectionError("the etcd client was closed");
@@ -335,7 +215,6 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
       members_down_ = false;
       if (j.is_object() && transient(code)) {
         last_error = what;
-        if (message.find("leader") != std::string::npos) electing_ = true;
       } else if (!j.is_object() && res.result_int() >= 500) {
         last_error = what;
       } else if (!j.is_object()) {

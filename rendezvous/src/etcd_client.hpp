@@ -59,11 +59,6 @@ class Client {
   // the members are down for every client, not silent or cut off from this one, so nobody can
   // change the job meanwhile. An answer, or a member that takes a request and stays silent, is not.
   bool members_down() const { return members_down_; }
-  // Whether, during the last call, a member answered that it has no leader (or that the leader
-  // changed): the sign of a leader election, during which no lease can expire (the new leader
-  // renews every lease for its TTL). A member that does not answer in time is no such sign: this
-  // node may be the one cut off.
-  bool saw_an_election() const { return electing_; }
   // The member the next call goes to first (an index into the endpoints), and choosing it.
   size_t member() const { return current_; }
   void prefer(size_t member);
@@ -79,7 +74,6 @@ class Client {
   std::unique_ptr<Connection> connection_;
   bool closed_ = false;
   bool members_down_ = false;
-  bool electing_ = false;
 };
 
 // One watch: POST /v3/watch with a create_request, then events as they come. Reconnecting is the

@@ -14,6 +14,7 @@
 #include "async_mutex.hpp"
 #include "ddprun/rendezvous/errors.hpp"
 #include "etcd_client.hpp"
+#include "etcd_leadership.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -97,6 +98,7 @@ EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
       lease_client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
                                                    attempt_timeout(spec_.heartbeat_timeout), tls_)),
       watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints, tls_)),
+      leadership_(std::make_unique<etcd::LeadershipProbe>(ex, spec_.endpoints, tls_)),
       keep_alive_timer_(ex) {}
 
 EtcdJobStore::~EtcdJobStore() = default;
@@ -136,7 +138,8 @@ asio::awaitable<void> EtcdJobStore::grant_lease(etcd::Client& client, Clock::tim
     throw StoreError(fmt::format("etcd granted no lease: {}", granted.dump()));
   }
   lease_ = lease;
-  lease_expiry_ = sent + std::chrono::seconds(ttl);
+  lease_ttl_ = std::chrono::seconds(ttl);
+  lease_expiry_ = sent + lease_ttl_;
 }
 
 asio::awaitable<void> EtcdJobStore::put_presence(etcd::Client& client, Clock::time_point deadline) {
@@ -166,6 +169,11 @@ asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::join(std::string presence_k
     const auto turn = co_await client_turn_->lock();
     co_await grant_lease(*client_, deadline);
     co_await put_presence(*client_, deadline);
+    try {
+      co_await leadership_->learn_members(*client_, deadline);
+    } catch (const std::exception& e) {
+      spdlog::debug("etcd member list: {} (the endpoints are taken for the cluster)", e.what());
+    }
   } catch (const StoreConnectionError& e) {
     failed = broken_.empty() ? e.what() : broken_;
   }
@@ -208,6 +216,7 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
     const size_t watch_member = watch_->member();
     lease_client_->prefer(watch_member);
     const auto sent = Clock::now();
+    auto renewed = sent;
     int64_t ttl = 0;
     bool tried = false;
     bool answered = false;
@@ -215,25 +224,47 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
       json body;
       body["ID"] = lease_;
       tried = true;
-      // While the cluster elects a leader no lease runs out, and the new leader renews them all: a
-      // sign of an election buys one more heartbeat timeout.
       auto give_up = down_since ? sent + interval : lease_expiry_;
-      for (bool extended = false; !answered;) {
-        try {
-          const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, give_up);
-          ttl = int_field(reply.value("result", json::object()), "TTL");
-          answered = true;
-        } catch (const std::exception& e) {
-          if (!broken_.empty()) co_return;
-          spdlog::debug("etcd lease keep-alive: {}", e.what());
-          if (extended || down_since || !lease_client_->saw_an_election()) break;
-          extended = true;
-          give_up += spec_.heartbeat_timeout;
+      // The lease's last stretch is kept for asking the members whether they have a live leader:
+      // while a majority has none (an election), the lease cannot run out, and the next leader
+      // renews it for its TTL, so the renewals go on that long from the asking.
+      const auto asking = attempt_timeout(spec_.heartbeat_timeout);
+      bool last_try = false;
+      bool said = false;
+      for (;;) {
+        const auto try_until = down_since || last_try ? give_up : give_up - asking;
+        renewed = Clock::now();
+        if (renewed < try_until) {
+          try {
+            const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, try_until);
+            ttl = int_field(reply.value("result", json::object()), "TTL");
+            answered = true;
+            break;
+          } catch (const std::exception& e) {
+            if (!broken_.empty()) co_return;
+            spdlog::debug("etcd lease keep-alive: {}", e.what());
+            if (down_since || lease_client_->members_down()) break;
+          }
         }
+        const auto asked = Clock::now();
+        if (down_since || last_try || asked >= give_up) break;
+        const bool electing = co_await leadership_->no_live_leader(give_up);
+        if (!broken_.empty()) co_return;
+        if (!electing || asked + lease_ttl_ <= give_up) {
+          last_try = true;
+          continue;
+        }
+        if (!said) {
+          spdlog::info(
+              "etcd has no live leader (an election): this node's lease cannot run out meanwhile; "
+              "its renewals go on");
+          said = true;
+        }
+        give_up = asked + lease_ttl_;
       }
     }
     if (ttl > 0) {
-      lease_expiry_ = sent + std::chrono::seconds(ttl);
+      lease_expiry_ = renewed + std::chrono::seconds(ttl);
       if (down_since) spdlog::warn("etcd is back; this node's lease held");
       down_since.reset();
       if (lease_client_->member() != watch_member) {

@@ -62,7 +62,8 @@ class Agent:
     def __init__(self, name, proc, ns, log):
         self.name, self.proc, self.ns, self.log = name, proc, ns, log
         self.killed_at = None
-        self.pauses = []      # (from, to) monotonic
+        self.pauses = []      # [from, to] monotonic; `to` is planned until the agent is resumed
+        self.stopped = False  # SIGSTOPped and not yet resumed
         self.cuts = []        # (from, to)
         self.status = None
 
@@ -163,11 +164,12 @@ class Trial:
         self.agents.append(agent)
         return agent
 
-    def resume(self, a):
+    def resume(self, a, pause):
         a.proc.send_signal(signal.SIGCONT)
+        a.stopped = False
         # The pause ends when the agent can run again: later than planned when the driver was busy
         # (an etcd member starting).
-        a.pauses[-1][1] = time.monotonic()
+        pause[1] = time.monotonic()
 
     def live_agents(self):
         return [a for a in self.agents if a.proc.poll() is None and a.killed_at is None]
@@ -179,7 +181,7 @@ class Trial:
 
     def fire(self, kind, u, v):
         now = time.monotonic()
-        live = [a for a in self.live_agents() if not self.paused(a, now)]
+        live = [a for a in self.live_agents() if not a.stopped]
         if kind == "agent_kill":
             a = self.pick(u, live)
             if a:
@@ -193,8 +195,10 @@ class Trial:
             if a:
                 d = 0.3 + 1.3 * v if kind.endswith("short") else 2.6 + 3.4 * v
                 a.proc.send_signal(signal.SIGSTOP)
-                a.pauses.append([now, now + d])
-                self.pending.append((now + d, lambda a=a: self.resume(a)))
+                a.stopped = True
+                pause = [now, now + d]
+                a.pauses.append(pause)
+                self.pending.append((now + d, lambda a=a, p=pause: self.resume(a, p)))
                 return f"{a.name} for {d:.1f}s"
         elif kind == "worker_kill":
             pid = self.live_worker(u)
@@ -251,10 +255,6 @@ class Trial:
                 candidates.append(pid)
         return self.pick(u, candidates)
 
-    @staticmethod
-    def paused(a, t):
-        return any(p0 <= t <= p1 for p0, p1 in a.pauses)
-
     # --- one trial ------------------------------------------------------------------------------
 
     def run(self):
@@ -272,16 +272,18 @@ class Trial:
             deadline = None
             while True:
                 now = time.monotonic()
+                # What is due to end (a pause, a cut, a member down) ends before what is due to
+                # begin, so that a driver held up (an etcd member starting) keeps their order.
+                for item in [p for p in self.pending if p[0] <= now]:
+                    self.pending.remove(item)
+                    item[1]()
+                    last_fault = max(last_fault, now)
                 while schedule and now - t0 >= schedule[0][0]:
                     t, kind, u, v = schedule.pop(0)
                     detail = self.fire(kind, u, v)
                     if detail is not None:
                         self.faults.append((now - t0, kind, detail))
                     last_fault = now
-                for item in [p for p in self.pending if p[0] <= now]:
-                    self.pending.remove(item)
-                    item[1]()
-                    last_fault = max(last_fault, now)
                 if not schedule and not self.pending:
                     deadline = deadline or last_fault + LIVENESS
                     if all(a.proc.poll() is not None for a in self.agents):

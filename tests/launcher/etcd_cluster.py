@@ -135,7 +135,7 @@ class EtcdCluster:
 
     def leader(self):
         for s in self.status():
-            if s["Status"]["header"]["member_id"] == s["Status"]["leader"]:
+            if s["Status"]["header"]["member_id"] == s["Status"].get("leader"):
                 port = int(s["Endpoint"].rsplit(":", 1)[1])
                 return self.names[self.client.index(port)]
         raise AssertionError("no etcd leader")

@@ -544,6 +544,18 @@ def case_pet_variables_configure_ddprun():
     print("PET_* variables configure ddprun, the command line wins, bad values are usage errors: passed")
 
 
+def case_loglevel_sets_what_ddprun_logs():
+    job = ["--nproc_per_node=1", "--standalone", "--no_python", "/bin/true"]
+    quiet = run(job, env={"LOGLEVEL": "ERROR"})
+    assert quiet.returncode == 0 and "[info]" not in quiet.stderr, quiet.stderr
+    debug = run(job, env={"LOGLEVEL": "debug"})
+    assert debug.returncode == 0 and "[debug]" in debug.stderr, debug.stderr
+    bad = run(job, env={"LOGLEVEL": "loud"})
+    assert bad.returncode == 0, bad.stderr
+    assert "LOGLEVEL=loud is not a log level" in bad.stderr and "[info]" in bad.stderr, bad.stderr
+    print("LOGLEVEL quiets ddprun, opens its debug lines, and a bad one is named and ignored: passed")
+
+
 def case_missing_executable_is_a_clear_failure():
     r = run(["--nproc_per_node=1", "--standalone", "--no_python", "/nonexistent/trainer"])
     assert r.returncode == 1, r.returncode

@@ -39,6 +39,7 @@ class AsyncMutex;
 
 namespace etcd {
 class Client;
+class LeadershipProbe;
 class WatchStream;
 }  // namespace etcd
 
@@ -106,10 +107,12 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   std::unique_ptr<AsyncMutex> client_turn_;
   std::unique_ptr<etcd::Client> lease_client_;
   std::unique_ptr<etcd::WatchStream> watch_;
+  std::unique_ptr<etcd::LeadershipProbe> leadership_;
   boost::asio::steady_timer keep_alive_timer_;
   std::string presence_key_;
   std::string presence_value_;
   std::string lease_;  // the lease ID, as the gateway writes it
+  std::chrono::seconds lease_ttl_{0};
   // The earliest time etcd may drop the lease: when its last renewal was sent, plus its TTL.
   std::chrono::steady_clock::time_point lease_expiry_;
   // Set while the watch is to be opened again, to when that must have happened.
