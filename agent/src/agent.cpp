@@ -20,6 +20,7 @@
 #include "ddprun/agent/event_log.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/file_timer.hpp"
+#include "ddprun/agent/python_stacks.hpp"
 #include "ddprun/agent/python_template.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
@@ -270,14 +271,51 @@ struct Run {
             spdlog::warn("stopping this node's workers: {}", why);
             events.record("workers_interrupted", {{"reason", why}});
             watch->why = why;
-            group.interrupt();
+            if (rdzv->peer_hang(round)) {
+              group.interrupt_for_stacks();
+            } else {
+              group.interrupt();
+            }
           }
         },
         asio::detached);
+    if (round.num_nodes > 1) {
+      group.announce_hangs_with([this, round](std::function<void()> told) {
+        asio::co_spawn(
+            ex,
+            [rdzv = rdzv, round, told]() -> asio::awaitable<void> {
+              co_await rdzv->announce_hang(round);
+              told();
+            },
+            asio::detached);
+      });
+    } else {
+      group.announce_hangs_with(nullptr);
+    }
     GroupResult r = co_await group.run(std::move(launches));
     watch->group_done = true;
     rdzv->stop_waiting();
     co_return std::pair{std::move(r), watch->why};
+  }
+
+  // After a hang anywhere in the round: every node's ranks grouped by their innermost frames,
+  // logged here as on every node, and in this node's hung workers' failures (the summary).
+  asio::awaitable<void> summarise_hang(const rendezvous::Round& round, GroupResult& r) {
+    std::map<int, std::string> frames = r.frames;
+    if (round.num_nodes > 1) {
+      // Each node collects its stacks within its stack-dump limit and its shutdown timeout.
+      const auto wait = cfg.shutdown_timeout + std::chrono::seconds(5);
+      for (const std::string& text :
+           co_await rdzv->share_hang_frames(round, frames_to_text(r.frames), wait)) {
+        frames.merge(frames_from_text(text));
+      }
+    }
+    if (frames.empty()) co_return;
+    const std::string grouped = ranks_by_frame(frames);
+    spdlog::error("hang: every rank's innermost frame: {}", grouped);
+    for (auto& f : r.failures) {
+      if (!f.ended_because.empty()) f.ended_because += "\nevery rank's innermost frame: " + grouped;
+    }
   }
 
   asio::awaitable<AgentOutcome> run() {
@@ -375,6 +413,7 @@ struct Run {
         std::ofstream(stacks) << r.stacks;
         spdlog::error("hang: every rank's stack is in {}", stacks.string());
       }
+      if (r.hang || rdzv->peer_hang(*round)) co_await summarise_hang(*round, r);
       switch (r.state) {
         case GroupResult::State::kSucceeded: {
           const bool passed = co_await rdzv->exit_barrier(*round);

@@ -1,6 +1,7 @@
 #include "ddprun/agent/python_stacks.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <vector>
 
 #include <fmt/format.h>
@@ -87,6 +88,31 @@ std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank) {
   for (const auto& [frame, ranks] : groups) {
     if (!out.empty()) out += "; ";
     out += fmt::format("{} {}: {}", ranks.size() == 1 ? "rank" : "ranks", fold(ranks), frame);
+  }
+  return out;
+}
+
+std::string frames_to_text(const std::map<int, std::string>& frame_of_rank) {
+  std::string out;
+  for (auto [rank, frame] : frame_of_rank) {
+    std::replace(frame.begin(), frame.end(), '\n', ' ');
+    out += fmt::format("{}\t{}\n", rank, frame);
+  }
+  return out;
+}
+
+std::map<int, std::string> frames_from_text(std::string_view text) {
+  std::map<int, std::string> out;
+  while (!text.empty()) {
+    const auto end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    const auto tab = line.find('\t');
+    if (tab == std::string_view::npos || tab == 0) continue;
+    int rank = 0;
+    const auto [next, ec] = std::from_chars(line.data(), line.data() + tab, rank);
+    if (ec != std::errc() || next != line.data() + tab || rank < 0) continue;
+    out[rank] = std::string(line.substr(tab + 1));
   }
   return out;
 }

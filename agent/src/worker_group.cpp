@@ -25,6 +25,8 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 constexpr auto kKillGrace = std::chrono::seconds(5);
 // After SIGABRT on a hang, how long Python workers have to write their stacks and die.
 constexpr auto kStackDumpLimit = std::chrono::seconds(2);
+// How long the other nodes may take to hear of a hang before this node's workers are stopped.
+constexpr auto kAnnounceLimit = std::chrono::seconds(1);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
 // How often workers' states, heartbeats and silences are looked at, when they are watched.
@@ -58,7 +60,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   ended_because_.assign(launches_.size(), {});
   d_since_.assign(launches_.size(), std::nullopt);
   unhealthy_.clear();
-  hang_declared_ = false;
+  hang_declared_ = stacks_wanted_ = false;
+  ++attempt_;
   clocks_.clear();
   heartbeats_.clear();
   heard_beat_.assign(launches_.size(), false);
@@ -169,7 +172,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   result.failures = std::move(failures_);
   result.stop_signal = stop_signal_;
   result.unhealthy = unhealthy_;
-  if (hang_declared_ && python_stacks_) collect_stacks(result);
+  result.hang = hang_declared_;
+  if (stacks_wanted_) collect_stacks(result);
   if (stop_signal_ != 0) {
     result.state = GroupResult::State::kStopped;
   } else if (!unhealthy_.empty()) {
@@ -352,12 +356,40 @@ void WorkerGroup::check_hangs() {
                      {"timeout_s", timeout}});
   }
   if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
-  if (!python_stacks_) {
+  stacks_wanted_ = python_stacks_;
+  if (!announce_hang_) {
+    dump_stacks_then_stop();
+    return;
+  }
+  // The other nodes are told first, so that their ranks are still where the hang holds them when
+  // they dump their stacks too (not already failing for the loss of this node's).
+  auto once = std::make_shared<bool>(false);
+  auto told = [this, once, attempt = attempt_] {
+    if (std::exchange(*once, true) || attempt != attempt_ || !active_ || stopping_) return;
+    dump_stacks_then_stop();
+  };
+  kill_timer_.expires_after(kAnnounceLimit);
+  kill_timer_.async_wait([told](boost::system::error_code ec) {
+    if (!ec) told();
+  });
+  announce_hang_(told);
+}
+
+void WorkerGroup::interrupt_for_stacks() {
+  if (!active_ || stopping_ || !python_stacks_) {
+    interrupt();
+    return;
+  }
+  interrupted_ = true;
+  stacks_wanted_ = true;
+  dump_stacks_then_stop();
+}
+
+void WorkerGroup::dump_stacks_then_stop() {
+  if (!stacks_wanted_) {
     begin_stopping(SIGTERM);
     return;
   }
-  // Every thread's stack from every worker (faulthandler, on SIGABRT), then the usual stop for
-  // those still there.
   stopping_ = true;
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!workers_[i]->running()) continue;
@@ -371,18 +403,13 @@ void WorkerGroup::check_hangs() {
 }
 
 void WorkerGroup::collect_stacks(GroupResult& result) {
-  std::map<int, std::string> frames;
   for (size_t i = 0; i < launches_.size() && i < err_pumps_.size(); ++i) {
     const int rank = launches_[i].id.rank;
     const auto stack = err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt;
-    frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
-    result.stacks += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
-                                 launches_[i].id.local_rank, stack ? stack->text : frames[rank]);
-  }
-  const std::string grouped = ranks_by_frame(frames);
-  spdlog::error("hang: every rank's innermost frame: {}", grouped);
-  for (auto& f : result.failures) {
-    if (!f.ended_because.empty()) f.ended_because += "\nevery rank's innermost frame: " + grouped;
+    result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
+    result.stacks +=
+        fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank, launches_[i].id.local_rank,
+                    stack ? stack->text : result.frames[rank]);
   }
 }
 

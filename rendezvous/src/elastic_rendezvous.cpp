@@ -44,10 +44,18 @@ JobSession::Settings job_wide(const RendezvousConfig& c) {
           {"--max_restarts", std::to_string(c.max_restarts)}};
 }
 
+// A round's worker store, for `world_size` workers. (Outside the coroutines: g++ 12 warns of a
+// mismatched delete of the coroutine frame that holds the options.)
+std::unique_ptr<StoreThread> worker_store_server(int world_size) {
+  ServerOptions options;
+  options.expected_clients = static_cast<size_t>(world_size) * 2;  // torch 1.13: 2 each
+  return std::make_unique<StoreThread>(options);
+}
+
 // What every agent follows besides its own keys.
 WatchSet followed_by_all(const std::string& node_id) {
   return {{"settings", "leader", "round", "restarts", "closed", "master", "interrupt", "finished",
-           "place/" + node_id},
+           "hang", "place/" + node_id},
           {}};
 }
 
@@ -153,6 +161,12 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
     master_ = parse_tagged(e.value);
   } else if (k == "interrupt") {
     interrupt_ = parse_tagged(e.value);
+  } else if (k == "hang") {
+    const Tagged t = parse_tagged(e.value);
+    if (t.round >= hang_.round) hang_ = t;
+  } else if (k.starts_with("hang_frames/")) {
+    const auto slash = k.find('/', 12);
+    hang_frames_[std::stoi(k.substr(12, slash - 12))][k.substr(slash + 1)] = e.value;
   } else if (k == "finished") {
     finished_ = std::max(finished_, std::stoi(e.value));
   } else if (k.starts_with("place/")) {
@@ -406,9 +420,7 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
     }
     // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
     round_server_.reset();
-    ServerOptions options;
-    options.expected_clients = static_cast<size_t>(r.world_size) * 2;  // torch 1.13: 2 each
-    round_server_ = std::make_unique<StoreThread>(options);
+    round_server_ = worker_store_server(r.world_size);
     const std::string addr =
         config_.local_addr.empty()
             ? local_address_towards(config_.endpoint_host, config_.endpoint_port)
@@ -427,7 +439,10 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
   }
   const std::string v = master_.text;
   const auto colon = v.rfind(':');
-  co_return WorkerStoreAddress{v.substr(0, colon), std::stoi(v.substr(colon + 1))};
+  WorkerStoreAddress at;
+  at.addr = v.substr(0, colon);
+  at.port = std::stoi(v.substr(colon + 1));
+  co_return at;
 }
 
 asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
@@ -438,6 +453,9 @@ asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
         if (stop_requested()) return true;
         if (expelled()) return !(why = kExpelledReason).empty();
         if (closed_) return !(why = "the job was closed: " + *closed_).empty();
+        if (peer_hang(r)) {
+          return !(why = fmt::format("a rank of node {} is hung", hang_.text)).empty();
+        }
         if (round_ > r.number) {
           // The leader says why it ended a round; a failure anywhere spends a restart instead.
           why = interrupt_.round == r.number ? interrupt_.text
@@ -472,6 +490,41 @@ asio::awaitable<void> ElasticRendezvous::abandon_round(Round r, std::string why)
 
 asio::awaitable<void> ElasticRendezvous::end_round(Round r) {
   co_await advance_round(r.number, false, r.restart_count);
+}
+
+asio::awaitable<void> ElasticRendezvous::announce_hang(Round r) {
+  try {
+    co_await store().set("hang", fmt::format("{} {}", r.number, node_id_));
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes of the hang: {}", e.what());
+  }
+}
+
+bool ElasticRendezvous::peer_hang(Round r) const {
+  return hang_.round == r.number && hang_.text != node_id_;
+}
+
+asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_hang_frames(
+    Round r, std::string frames, std::chrono::milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  hang_frames_[r.number][node_id_] = frames;
+  try {
+    if (!follows_hang_frames_) {
+      follows_hang_frames_ = true;
+      std::vector<std::string> prefixes;
+      prefixes.push_back("hang_frames/");
+      co_await follow(std::move(prefixes));
+    }
+    co_await store().set(fmt::format("hang_frames/{}/{}", r.number, node_id_), frames);
+    co_await wait_until(
+        [&] { return static_cast<int>(hang_frames_[r.number].size()) >= r.num_nodes; }, deadline);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not gather the other nodes' stacks: {}", e.what());
+  }
+  std::vector<std::string> out;
+  for (const auto& [node, f] : hang_frames_[r.number]) out.push_back(f);
+  hang_frames_.erase(hang_frames_.begin(), hang_frames_.lower_bound(r.number));
+  co_return out;
 }
 
 asio::awaitable<void> ElasticRendezvous::report_failure(Round r, std::string failures) {

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from proc_util import finish, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -50,7 +51,7 @@ def ddp_rank_blocked(hang_timeout, limit_s):
     # Every rank's stack: rank 1 where it blocked, rank 0 waiting in the backward pass.
     line = next(l for l in r.stderr.splitlines() if "every rank's innermost frame:" in l)
     frames = dict(g.split(": ", 1) for g in line.split("innermost frame: ", 1)[1].split("; "))
-    assert frames["rank 1"] == "hang_ddp.py:17 in stuck_in_data_loading", line
+    assert frames["rank 1"] == "hang_ddp.py:19 in stuck_in_data_loading", line
     assert "backward" in frames["rank 0"], line
     dumps = glob.glob(f"{out}/logs/*/attempt_0/hang_stacks.log")
     assert len(dumps) == 1 and "stuck_in_data_loading" in open(dumps[0]).read(), dumps
@@ -69,6 +70,39 @@ def case_auto_learns_the_timeout_from_the_steps():
     detected = ddp_rank_blocked("auto", lambda timeout: timeout + 2)
     print(f"the same under --hang_timeout=auto (steps of about 100 ms): declared {detected:.1f} s "
           "after it blocked: passed")
+
+
+def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
+    out = tempfile.mkdtemp()
+    endpoint = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen(
+        [DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         f"--rdzv_endpoint={endpoint}", "--rdzv_id=hang2", "--max_restarts=1",
+         "--hang_timeout=5", f"--event_log={out}/events.{i}.jsonl", f"--log_dir={out}/logs.{i}",
+         os.path.join(WORKLOADS, "hang_ddp.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHON_EXEC": PY, "OUT_DIR": out, "HANG_DDP_CHATTY_RANK0": "1"})
+        for i in range(2)]
+    results = finish(procs, timeout=180)
+    for status, _, err in results:
+        assert status == 0, err
+    assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.1.0", "done.1.1"]
+    # Rank 0 keeps printing from a second thread while it waits in the all-reduce: only rank 1's
+    # node declares a hang, and the other node hears of it through the rendezvous.
+    declared = [[w["rank"] for w in e["workers"]] for i in range(2)
+                for e in events(f"{out}/events.{i}.jsonl") if e["event"] == "hang"]
+    assert declared == [[1]], declared
+    for i, (_, _, err) in enumerate(results):
+        # Every node's summary has every node's ranks: rank 1 where it blocked, rank 0 (the other
+        # node's) waiting in the backward pass.
+        line = next(l for l in err.splitlines() if "every rank's innermost frame:" in l)
+        frames = dict(g.split(": ", 1) for g in line.split("innermost frame: ", 1)[1].split("; "))
+        assert frames.get("rank 1") == "hang_ddp.py:19 in stuck_in_data_loading", (i, line)
+        assert "backward" in frames.get("rank 0", ""), (i, line)
+        if "is hung: no progress" not in err:
+            assert "stopping this node's workers: a rank of node" in err, err
+    print("DDP (gloo) across two c10d agents, the hung rank on the second node: both nodes' "
+          "summaries show both nodes' ranks, the restart ran every step: passed")
 
 
 def case_heartbeats_from_python_cpp_and_a_shell_are_progress():

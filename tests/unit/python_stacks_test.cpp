@@ -62,3 +62,16 @@ TEST_CASE("python stacks: ranks grouped by frame with ranges folded", "[hang]") 
   CHECK(ranks_by_frame({{5, "x"}}) == "rank 5: x");
   CHECK(ranks_by_frame({}).empty());
 }
+
+TEST_CASE("python stacks: frames shared between nodes read back as they were", "[hang]") {
+  const std::map<int, std::string> frames = {{0, "graph.py:829 in backward"},
+                                             {7, "train.py:14 in stuck_in_data_loading"}};
+  CHECK(ddprun::agent::frames_from_text(ddprun::agent::frames_to_text(frames)) == frames);
+  CHECK(ddprun::agent::frames_to_text({{3, "a\nb"}}) == "3\ta b\n");
+}
+
+TEST_CASE("python stacks: shared frames that are not rank and frame lines are skipped", "[hang]") {
+  const auto frames =
+      ddprun::agent::frames_from_text("garbage\n\tno rank\n-1\tneg\nx2\tbad\n2\tok\n5\tlast");
+  CHECK(frames == std::map<int, std::string>{{2, "ok"}, {5, "last"}});
+}

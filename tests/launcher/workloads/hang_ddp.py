@@ -2,8 +2,10 @@
 attempt rank 1 blocks in stuck_in_data_loading() at step 10 (writing the time it did to
 $OUT_DIR/blocked), so rank 0 waits in the backward pass's all-reduce. In a later attempt each rank
 writes the time its first step finished to $OUT_DIR/first_step.<rank>, and every rank writes
-$OUT_DIR/done.<attempt>.<rank> when it has run every step."""
+$OUT_DIR/done.<attempt>.<rank> when it has run every step. With HANG_DDP_CHATTY_RANK0=1, rank 0 also
+prints from a second thread twice a second (a logger), so that its output never stops."""
 import os
+import threading
 import time
 
 import torch
@@ -17,10 +19,18 @@ def stuck_in_data_loading(out):
     time.sleep(3600)
 
 
+def chatter():
+    while True:
+        print("rank 0 still here", flush=True)
+        time.sleep(0.5)
+
+
 def main():
     out, attempt = os.environ["OUT_DIR"], os.environ["TORCHELASTIC_RESTART_COUNT"]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if rank == 0 and os.environ.get("HANG_DDP_CHATTY_RANK0") == "1":
+        threading.Thread(target=chatter, daemon=True).start()
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

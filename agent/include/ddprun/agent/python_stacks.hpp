@@ -22,4 +22,9 @@ std::optional<PythonStack> last_python_stack(std::string_view output);
 // rank: "rank 1: train.py:14 in stuck_in_data_loading; ranks 0, 2-7: graph.py:829 in backward".
 std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank);
 
+// A node's ranks' innermost frames as the text it shares with the other nodes after a hang (one
+// "rank<TAB>frame" line each), and back. A line that is not one is skipped.
+std::string frames_to_text(const std::map<int, std::string>& frame_of_rank);
+std::map<int, std::string> frames_from_text(std::string_view text);
+
 }  // namespace ddprun::agent

@@ -3,6 +3,8 @@
 // at the first failure (or on request): the stop signal to each process group, SIGKILL after the
 // shutdown timeout, and every wait bounded.
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +57,8 @@ struct GroupResult {
   int stop_signal = 0;    // kStopped: the signal forwarded
   std::string unhealthy;  // kUnhealthy: which worker, in which state and kernel function, how long
   std::string stacks;     // after a hang, with capture_python_stacks: every rank's stack dump
+  std::map<int, std::string> frames;  // with the stacks: each rank's innermost frame
+  bool hang = false;                  // this node declared a hang in the attempt
 };
 
 class WorkerGroup {
@@ -86,6 +90,14 @@ class WorkerGroup {
     hang_policy_ = policy;
     heartbeat_dir_ = std::move(heartbeat_dir);
   }
+  // Called when this node declares a hang, before any worker is stopped, so that the other nodes
+  // can be told first: `told` is to be called once they have been (the workers are stopped anyway
+  // after a second without it). Set for each run(); empty: nobody to tell.
+  using HangAnnouncer = std::function<void(std::function<void()> told)>;
+  void announce_hangs_with(HangAnnouncer announce) { announce_hang_ = std::move(announce); }
+  // Another node declared a hang: as interrupt(), but Python workers dump their stacks first
+  // (GroupResult::stacks and frames), as on a hang of this node's own.
+  void interrupt_for_stacks();
   // Python workers: they run with PYTHONFAULTHANDLER=1, and on a hang every worker gets SIGABRT
   // first, so that each writes every thread's stack to its stderr; the ranks grouped by innermost
   // frame go into the hung workers' failures, the whole dumps into GroupResult::stacks.
@@ -110,6 +122,8 @@ class WorkerGroup {
   void watch_states();
   void check_states();
   void check_hangs();
+  // SIGABRT to every running worker (their stacks), then the usual stop for those still there.
+  void dump_stacks_then_stop();
   // The index of the running worker whose pid this is.
   std::optional<size_t> running_worker(int pid) const;
   bool monitored() const;
@@ -131,6 +145,9 @@ class WorkerGroup {
   std::vector<bool>
       heard_beat_;  // per worker: it sent a heartbeat (its output is no longer progress)
   bool hang_declared_ = false;
+  bool stacks_wanted_ = false;  // this attempt's stacks are to be collected
+  HangAnnouncer announce_hang_;
+  uint64_t attempt_ = 0;  // run()s so far: a late announcement's callback is for an earlier one
   bool python_stacks_ = false;
   std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null
   void collect_stacks(GroupResult& result);

@@ -56,6 +56,12 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) override;
   boost::asio::awaitable<std::string> interruption(Round r) override;
   void stop_waiting() override { JobSession::stop_waiting(); }
+  // A hang: the key "hang" ("<round> <node id>"), which every agent follows; the frames under
+  // "hang_frames/<round>/<node id>".
+  boost::asio::awaitable<void> announce_hang(Round r) override;
+  bool peer_hang(Round r) const override;
+  boost::asio::awaitable<std::vector<std::string>> share_hang_frames(
+      Round r, std::string frames, std::chrono::milliseconds wait) override;
   boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
   // Membership changes cost no restart.
   boost::asio::awaitable<void> end_round(Round r) override;
@@ -130,6 +136,7 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   Placement place_;  // this node's
   Tagged master_;
   Tagged interrupt_;
+  Tagged hang_{-1, ""};  // the last hang declared: its round and the node that declared it
   int finished_ = -1;
   uint64_t events_ = 0;  // key changes seen, for the leader to wait on
   // Followed by the leader (and, nodes_, by an agent with a membership listener or that hosts the
@@ -138,6 +145,8 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   uint64_t membership_ = 0;           // changes of nodes_ seen
   std::map<int, Record> rounds_;
   std::map<int, std::set<std::string>> done_;
+  std::map<int, std::map<std::string, std::string>> hang_frames_;  // round -> node -> frames
+  bool follows_hang_frames_ = false;
   // Node 0 of a round: the members that have stopped their previous workers (ready/<round>/<id>).
   std::map<int, std::set<std::string>> ready_;
   bool follows_ready_ = false;

@@ -15,6 +15,7 @@
 // static backend and none on the elastic one), and where each round's workers find their store.
 // Coroutine parameters are taken by value (the callee owns them); the caller keeps the object alive
 // (shared_ptr) while any of its coroutines runs.
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -88,6 +89,29 @@ class Rendezvous {
   }
   // The signal a peer announced with announce_stop() (0: none), once interruption() has said so.
   virtual int peer_stop_signal() const { return 0; }
+  // A rank of this node is hung in `r` (--hang_timeout): every other node of the round is told, so
+  // that it captures its own ranks' stacks before they stop (interruption() then says so, and
+  // peer_hang() is true there). Never throws. The default, for a single-node job: nothing to tell.
+  virtual boost::asio::awaitable<void> announce_hang(Round r) {
+    (void)r;
+    co_return;
+  }
+  // Whether `r` is being interrupted because another node declared a hang in it.
+  virtual bool peer_hang(Round r) const {
+    (void)r;
+    return false;
+  }
+  // After a hang in `r`: publishes this node's ranks' innermost frames (`frames`, opaque text) and
+  // returns every node's, this node's included, once each node of the round has published its own
+  // or `wait` has passed (then what came). Never throws: what cannot be shared is left out.
+  virtual boost::asio::awaitable<std::vector<std::string>> share_hang_frames(
+      Round r, std::string frames, std::chrono::milliseconds wait) {
+    (void)r;
+    (void)wait;
+    std::vector<std::string> out;
+    out.push_back(std::move(frames));
+    co_return out;
+  }
   // Records this node's worker failures in `r` (opaque text, read back by final_failures()) and
   // ends the round as failed.
   virtual boost::asio::awaitable<void> report_failure(Round r, std::string failures) = 0;
