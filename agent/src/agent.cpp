@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -20,6 +21,7 @@
 #include "ddprun/agent/event_log.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/file_timer.hpp"
+#include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/python_stacks.hpp"
 #include "ddprun/agent/python_template.hpp"
 #include "ddprun/agent/signals.hpp"
@@ -36,6 +38,9 @@ namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 namespace {
+
+// How long a restart waits for the GPU memory of the workers that ended to be released.
+constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 
 std::string make_temp_dir(const std::string& templ) {
   std::string buf = templ;
@@ -208,15 +213,21 @@ struct Run {
   const std::map<int, CpuSet>& bindings;  // --numa-binding: local rank -> its CPUs
   asio::io_context& io;
   Containment& containment;
+  const Nvml* nvml;                     // null: no GPU to check
   bool checked_for_next_round = false;  // the health check ran just before joining
 
   // --health_check, before this node takes part in a round: nullopt when it passes (or there is
   // none), else the outcome of a node that stays out.
   asio::awaitable<std::optional<AgentOutcome>> unhealthy() {
-    if (cfg.health_check.empty()) co_return std::nullopt;
-    const std::optional<std::string> why =
-        co_await run_health_check(io, containment, cfg.health_check, cfg.health_check_timeout,
-                                  cfg.env, (run_dir / "health_check.log").string());
+    std::optional<std::string> why;
+    if (nvml != nullptr) {
+      const std::string problem = gpu_health_problem(nvml->read(), gpu_device_nodes());
+      if (!problem.empty()) why = "GPUs: " + problem;
+    }
+    if (!why && !cfg.health_check.empty()) {
+      why = co_await run_health_check(io, containment, cfg.health_check, cfg.health_check_timeout,
+                                      cfg.env, (run_dir / "health_check.log").string());
+    }
     if (!why) co_return std::nullopt;
     spdlog::error("health check failed ({}): this node stays out of the job", *why);
     nlohmann::json fields;
@@ -227,6 +238,26 @@ struct Run {
     out.state = AgentOutcome::State::kUnhealthy;
     out.summary = "the health check failed (" + *why + ")";
     co_return out;
+  }
+
+  // Before workers start again on this node's GPUs: waits (bounded) until none of `pids`, the
+  // workers that ended, still holds GPU memory, which the driver releases after they exit.
+  asio::awaitable<void> gpu_memory_released(const std::vector<int>& pids) {
+    if (nvml == nullptr || pids.empty()) co_return;
+    const auto deadline = std::chrono::steady_clock::now() + kGpuMemoryWait;
+    asio::steady_timer tick(io);
+    for (;;) {
+      const std::vector<int> held = still_on_gpus(nvml->read(), pids);
+      if (held.empty()) co_return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::warn("GPU memory of ended worker(s) {} not released after {} s; going on",
+                     fmt::join(held, ", "),
+                     std::chrono::duration_cast<std::chrono::seconds>(kGpuMemoryWait).count());
+        co_return;
+      }
+      tick.expires_after(std::chrono::milliseconds(100));
+      co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
   }
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
@@ -414,6 +445,9 @@ struct Run {
         spdlog::error("hang: every rank's stack is in {}", stacks.string());
       }
       if (r.hang || rdzv->peer_hang(*round)) co_await summarise_hang(*round, r);
+      if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
+        co_await gpu_memory_released(r.pids);
+      }
       switch (r.state) {
         case GroupResult::State::kSucceeded: {
           const bool passed = co_await rdzv->exit_barrier(*round);
@@ -608,8 +642,10 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
                                    {"max_restarts", cfg.max_restarts},
                                    {"rendezvous", rdzv->describe()},
                                    {"log_dir", run_dir.string()}});
-  Run run{cfg,     run_dir,  rdzv, group,      signaled, peer_stopped, io.get_executor(),
-          *events, bindings, io,   containment};
+  // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
+  const std::unique_ptr<Nvml> nvml = Nvml::open();
+  Run run{cfg,     run_dir,  rdzv, group,       signaled,  peer_stopped, io.get_executor(),
+          *events, bindings, io,   containment, nvml.get()};
   bool finished = false;
   asio::co_spawn(io, run.run(), [&](std::exception_ptr e, AgentOutcome result) {
     if (e) {

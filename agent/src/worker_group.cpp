@@ -173,6 +173,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   result.stop_signal = stop_signal_;
   result.unhealthy = unhealthy_;
   result.hang = hang_declared_;
+  for (const auto& w : workers_) result.pids.push_back(w->pid());
   if (stacks_wanted_) collect_stacks(result);
   if (stop_signal_ != 0) {
     result.state = GroupResult::State::kStopped;

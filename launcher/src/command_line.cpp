@@ -11,6 +11,7 @@
 
 #include "command_line_parts.hpp"
 #include "completion.hpp"
+#include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/launcher/launch_config.hpp"
@@ -60,8 +61,9 @@ int visible_gpus(const agent::Environment& env, bool use_slurm) {
     return parse_int(it->second, "SLURM_GPUS_ON_NODE");
   }
   const auto it = env.find("CUDA_VISIBLE_DEVICES");
-  if (it == env.end()) return gpu_device_nodes();
-  return visible_gpu_count(it->second, gpu_device_nodes(), gpu_uuids());
+  const int nodes = static_cast<int>(agent::gpu_device_nodes());
+  if (it == env.end()) return nodes;
+  return visible_gpu_count(it->second, nodes, gpu_uuids());
 }
 
 int resolve_nproc(const std::string& text, const agent::Environment& env, bool use_slurm) {

@@ -54,19 +54,6 @@ std::optional<std::string> resolve_uuid(std::string_view entry,
 
 }  // namespace
 
-int gpu_device_nodes() {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev", ec)) {
-    const auto name = e.path().filename().string();
-    if (name.starts_with("nvidia") && name.size() > 6 &&
-        std::all_of(name.begin() + 6, name.end(), [](char ch) { return std::isdigit(ch); })) {
-      ++n;
-    }
-  }
-  return n;
-}
-
 std::vector<std::string> gpu_uuids() {
   std::vector<std::string> out;
   std::error_code ec;

@@ -59,6 +59,7 @@ struct GroupResult {
   std::string stacks;     // after a hang, with capture_python_stacks: every rank's stack dump
   std::map<int, std::string> frames;  // with the stacks: each rank's innermost frame
   bool hang = false;                  // this node declared a hang in the attempt
+  std::vector<int> pids;              // every worker the attempt started
 };
 
 class WorkerGroup {

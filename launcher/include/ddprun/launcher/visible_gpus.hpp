@@ -8,9 +8,6 @@
 
 namespace ddprun::launcher {
 
-// The GPU device nodes of this machine (/dev/nvidia0, /dev/nvidia1, ...).
-int gpu_device_nodes();
-
 // The GPUs' UUIDs ("GPU-..."), as the driver publishes them in /proc/driver/nvidia/gpus; empty
 // where it does not.
 std::vector<std::string> gpu_uuids();
