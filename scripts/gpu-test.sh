@@ -11,13 +11,13 @@
 # train_cuda; more workers than GPUs failing with NCCL's reason, in bounded time; with that
 # machine's python3 and torch 2.x: examples/ddp_train.py over NCCL under ddprun, the TCPStore
 # client (modern dialect) against ddprund, and gloo all-reduce through ddprund; --nproc_per_node=gpu
-# and --numa-binding against what torch computes on that machine.
+# and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
 bundle=.gpu-bundle
 programs=(build/launcher/ddprun build/rendezvous/ddprund build/worker_sdk/nccl_collectives_check
-  build/worker_sdk/nccl_gradient_sync_check build/worker_sdk/train_cuda)
+  build/worker_sdk/nccl_gradient_sync_check build/worker_sdk/train_cuda build/tests/gpu_health_test)
 
 build() {
   bash scripts/install-deps.sh
@@ -97,6 +97,8 @@ checks() {  # $1: folder holding the programs
     { echo "gpu-test: the summary does not give NCCL's reason"; echo "$out"; exit 1; }
   gpu_count_matches_torch "$bin"
   numa_binding_matches_torch "$bin"
+  echo "== the built-in health check: NVML reads every GPU, and finds them healthy"
+  "$bin/gpu_health_test"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') DDP over NCCL under ddprun (--nproc_per_node=gpu)"
   timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
