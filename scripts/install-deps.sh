@@ -10,7 +10,7 @@ packages=(
   libgloo-dev
   clang-14 libclang-rt-14-dev
   python3 python3-torch python3-numpy
-  hyperfine iproute2 procps
+  hyperfine iproute2 procps gdb
   mmdebstrap
   etcd-server etcd-client libssl-dev openssl
   openssh-server openssh-client slurmctld slurmd slurm-client munge util-linux

@@ -16,22 +16,22 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "agent_metrics.hpp"
+#include "bounded_command.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/agent/containment.hpp"
 #include "ddprun/agent/event_log.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/file_timer.hpp"
 #include "ddprun/agent/gpu_health.hpp"
-#include "ddprun/agent/python_stacks.hpp"
 #include "ddprun/agent/python_template.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
+#include "ddprun/agent/worker_stacks.hpp"
 #include "ddprun/rendezvous/local_address.hpp"
 #include "ddprun/rendezvous/metrics_server.hpp"
 #include "filtered_log.hpp"
 #include "head_control.hpp"
-#include "health_check.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -225,8 +225,9 @@ struct Run {
       if (!problem.empty()) why = "GPUs: " + problem;
     }
     if (!why && !cfg.health_check.empty()) {
-      why = co_await run_health_check(io, containment, cfg.health_check, cfg.health_check_timeout,
-                                      cfg.env, (run_dir / "health_check.log").string());
+      why =
+          co_await run_bounded_command(io, containment, cfg.health_check, cfg.health_check_timeout,
+                                       cfg.env, (run_dir / "health_check.log").string());
     }
     if (!why) co_return std::nullopt;
     spdlog::error("health check failed ({}): this node stays out of the job", *why);
@@ -584,6 +585,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     }
     group.watch_hangs(cfg.hang, heartbeat_dir);
     group.capture_python_stacks(cfg.python_workers);
+    group.capture_native_stacks(cfg.native_debugger);
   }
   std::unique_ptr<FileTimerServer> timers;
   if (!cfg.timer_file.empty()) {

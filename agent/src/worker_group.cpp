@@ -1,19 +1,24 @@
 #include "ddprun/agent/worker_group.hpp"
 
-#include "ddprun/agent/event_log.hpp"
-#include "ddprun/agent/signals.hpp"
-
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "bounded_command.hpp"
+#include "ddprun/agent/event_log.hpp"
 #include "ddprun/agent/log_pump.hpp"
 #include "ddprun/agent/proc_state.hpp"
-#include "ddprun/agent/python_stacks.hpp"
+#include "ddprun/agent/signals.hpp"
+#include "ddprun/agent/worker_stacks.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -27,6 +32,8 @@ constexpr auto kKillGrace = std::chrono::seconds(5);
 constexpr auto kStackDumpLimit = std::chrono::seconds(2);
 // How long the other nodes may take to hear of a hang before this node's workers are stopped.
 constexpr auto kAnnounceLimit = std::chrono::seconds(1);
+// How long gdb may take to attach to a hung native worker and print its threads' backtraces.
+constexpr auto kNativeStackLimit = std::chrono::seconds(20);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
 // How often workers' states, heartbeats and silences are looked at, when they are watched.
@@ -73,6 +80,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
           heartbeat_dir_ + "/heartbeat." + std::to_string(launches_[i].id.local_rank)));
       launches_[i].spawn.env["DDPRUN_HEARTBEAT_FILE"] = heartbeats_.back()->path();
       if (python_stacks_) launches_[i].spawn.env.try_emplace("PYTHONFAULTHANDLER", "1");
+      launches_[i].spawn.debuggable = !python_stacks_ && !gdb_.empty();
     }
   }
   running_ = open_pumps_ = 0;
@@ -168,6 +176,10 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
 
+  co_return conclude();
+}
+
+GroupResult WorkerGroup::conclude() {
   GroupResult result;
   result.failures = std::move(failures_);
   result.stop_signal = stop_signal_;
@@ -186,7 +198,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   workers_.clear();
   pumps_.clear();
-  co_return result;
+  return result;
 }
 
 void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
@@ -357,7 +369,7 @@ void WorkerGroup::check_hangs() {
                      {"timeout_s", timeout}});
   }
   if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
-  stacks_wanted_ = python_stacks_;
+  stacks_wanted_ = captures_stacks();
   if (!announce_hang_) {
     dump_stacks_then_stop();
     return;
@@ -377,7 +389,7 @@ void WorkerGroup::check_hangs() {
 }
 
 void WorkerGroup::interrupt_for_stacks() {
-  if (!active_ || stopping_ || !python_stacks_) {
+  if (!active_ || stopping_ || !captures_stacks()) {
     interrupt();
     return;
   }
@@ -392,6 +404,10 @@ void WorkerGroup::dump_stacks_then_stop() {
     return;
   }
   stopping_ = true;
+  if (!python_stacks_) {
+    boost::asio::co_spawn(io_, read_native_stacks(attempt_), boost::asio::detached);
+    return;
+  }
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!workers_[i]->running()) continue;
     stopped_by_us_[i] = true;
@@ -403,10 +419,53 @@ void WorkerGroup::dump_stacks_then_stop() {
   });
 }
 
+boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
+  namespace asio = boost::asio;
+  native_dumps_.assign(workers_.size(), "");
+  // One gdb per worker, all at once, each bounded; the stop comes once every one has ended.
+  struct Pending {
+    explicit Pending(asio::io_context& io) : done(io) {}
+    size_t left = 0;
+    asio::steady_timer done;
+  };
+  auto pending = std::make_shared<Pending>(io_);
+  pending->done.expires_at(asio::steady_timer::time_point::max());
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!workers_[i]->running()) continue;
+    ++pending->left;
+    const int pid = workers_[i]->pid();
+    const std::string file = fmt::format("{}/stacks.{}", heartbeat_dir_, i);
+    const std::string command = fmt::format(
+        "exec '{}' -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all bt'", gdb_,
+        pid);
+    asio::co_spawn(
+        io_,
+        [this, i, file, command, pending, env = launches_[i].spawn.env,
+         attempt]() -> asio::awaitable<void> {
+          co_await run_bounded_command(io_, containment_, command, kNativeStackLimit, env, file);
+          if (attempt == attempt_ && i < native_dumps_.size()) {
+            std::ifstream in(file);
+            native_dumps_[i].assign(std::istreambuf_iterator<char>(in), {});
+          }
+          std::filesystem::remove(file);
+          if (--pending->left == 0) pending->done.cancel();
+        },
+        asio::detached);
+  }
+  if (pending->left > 0) {
+    co_await pending->done.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  if (attempt == attempt_ && active_) begin_stopping(SIGTERM);
+}
+
 void WorkerGroup::collect_stacks(GroupResult& result) {
   for (size_t i = 0; i < launches_.size() && i < err_pumps_.size(); ++i) {
     const int rank = launches_[i].id.rank;
-    const auto stack = err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt;
+    const auto stack =
+        python_stacks_ ? (err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt)
+        : i < native_dumps_.size() && i < workers_.size()
+            ? gdb_stack(native_dumps_[i], workers_[i]->pid())
+            : std::nullopt;
     result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
     result.stacks +=
         fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank, launches_[i].id.local_rank,

@@ -118,6 +118,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
   }
   const bool bind = !spec.cpus.empty();
+  const bool debuggable = spec.debuggable;
   const pid_t parent = ::getpid();
   const int cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
 
@@ -129,7 +130,11 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
       [[maybe_unused]] auto moved = ::write(cgroup_procs, "0", 1);  // this process, into it
     }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);  // the agent died before the line above took effect
+    if (::getppid() != parent) ::_exit(1);
+    if (debuggable)
+      ::prctl(
+          PR_SET_PTRACER, parent, 0, 0,
+          0);  // fails harmlessly without Yama  // the agent died before the line above took effect
     sigset_t all;
     sigemptyset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);

@@ -1,5 +1,7 @@
 #include "ddprun/launcher/agent_config.hpp"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -85,6 +87,13 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.event_log = c.event_log;
   a.metrics_port = c.metrics_port;
   a.hang = c.hang;
+  if (a.hang.mode != agent::HangPolicy::Mode::kOff && !a.python_workers) {
+    // Native workers' stacks on a hang: gdb, where it is on PATH.
+    const std::string gdb = resolved_program("gdb", env);
+    if (gdb.find('/') != std::string::npos && ::access(gdb.c_str(), X_OK) == 0) {
+      a.native_debugger = gdb;
+    }
+  }
   a.health_check = c.health_check;
   a.health_check_timeout = c.health_check_timeout;
 

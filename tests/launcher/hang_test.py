@@ -105,6 +105,23 @@ def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
           "summaries show both nodes' ranks, the restart ran every step: passed")
 
 
+def case_a_hung_native_workers_stacks_come_from_gdb():
+    out = tempfile.mkdtemp()
+    # Two C++ workers that beat, then sleep in main(): gdb (installed by scripts/install-deps.sh)
+    # reads every thread of each before they are stopped.
+    r = ddprun("--standalone", "--nproc_per_node=2", "--hang_timeout=1", f"--log_dir={out}",
+               "--no_python", PROBE, "5", "100", "hang")
+    assert r.returncode == 1 and "hung: no progress for" in r.stderr, r.stderr
+    line = next(l for l in r.stderr.splitlines() if "every rank's innermost frame:" in l)
+    frame = line.split("innermost frame: ", 1)[1]
+    assert frame.startswith("ranks 0-1: heartbeat_probe.cpp:") and frame.endswith(" in main"), line
+    dumps = glob.glob(f"{out}/*/attempt_0/hang_stacks.log")
+    assert len(dumps) == 1, dumps
+    text = open(dumps[0]).read()
+    assert text.count("=== rank ") == 2 and text.count("Thread 1 ") == 2, text
+    print(f"two hung C++ workers: gdb read both, the summary says {frame!r}: passed")
+
+
 def case_heartbeats_from_python_cpp_and_a_shell_are_progress():
     python_beats = ("import sys, time; from ddprun import heartbeat\n"
                     "for _ in range(int(sys.argv[1])):\n"

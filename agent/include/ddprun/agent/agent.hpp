@@ -58,11 +58,13 @@ struct AgentConfig {
       event_log;  // --event_log: a file for one JSON line per event (event_log.hpp); "" none
   std::optional<int> metrics_port;  // --metrics_port: Prometheus text at GET /metrics; 0 any port
   bool events_to_console = false;   // --event_log_handler=console: each event as a line on stderr
-  // Run with /bin/sh before this node joins each round (health_check.hpp); "" none.
+  // Run with /bin/sh before this node joins each round (bounded_command.hpp); "" none.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60'000};
   HangPolicy hang;              // --hang_timeout (progress_clock.hpp)
   bool python_workers = false;  // the entrypoint is a Python interpreter (stacks on a hang)
+  // gdb, where it is installed: native workers' stacks on a hang (worker_group.hpp); "" none.
+  std::string native_debugger;
   // A worker in uninterruptible sleep this long makes the node leave the job (worker_group.hpp);
   // zero: not watched.
   std::chrono::milliseconds uninterruptible_timeout{0};

@@ -103,6 +103,10 @@ class WorkerGroup {
   // first, so that each writes every thread's stack to its stderr; the ranks grouped by innermost
   // frame go into the hung workers' failures, the whole dumps into GroupResult::stacks.
   void capture_python_stacks(bool on) { python_stacks_ = on; }
+  // Native workers: on a hang, `gdb` (a path; "" none) attaches to each worker in turn, at once
+  // and bounded in time, and its backtraces of every thread are the worker's stack; the workers
+  // are stopped after. Ignored for Python workers.
+  void capture_native_stacks(std::string gdb) { gdb_ = std::move(gdb); }
   // A torch timer request from `pid` (set or cleared): progress, if it is a running worker.
   void progress_of(int pid);
   // Whether `pid` is one of this attempt's running workers.
@@ -123,8 +127,12 @@ class WorkerGroup {
   void watch_states();
   void check_states();
   void check_hangs();
-  // SIGABRT to every running worker (their stacks), then the usual stop for those still there.
+  // Every running worker's stacks (SIGABRT to Python workers, gdb for native ones), then the usual
+  // stop for those still there.
   void dump_stacks_then_stop();
+  bool captures_stacks() const { return python_stacks_ || !gdb_.empty(); }
+  // gdb's backtraces of every running worker, into native_dumps_, then the stop.
+  boost::asio::awaitable<void> read_native_stacks(uint64_t attempt);
   // The index of the running worker whose pid this is.
   std::optional<size_t> running_worker(int pid) const;
   bool monitored() const;
@@ -150,8 +158,13 @@ class WorkerGroup {
   HangAnnouncer announce_hang_;
   uint64_t attempt_ = 0;  // run()s so far: a late announcement's callback is for an earlier one
   bool python_stacks_ = false;
+  std::string gdb_;
+  std::vector<std::string> native_dumps_;            // per worker: gdb's output on a hang
   std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null
   void collect_stacks(GroupResult& result);
+  // The ended attempt's result (outside the run() coroutine: g++ 12 warns of a mismatched delete
+  // of a coroutine frame that holds it).
+  GroupResult conclude();
   bool woken_ = false;
   bool active_ = false;
   std::vector<WorkerLaunch> launches_;

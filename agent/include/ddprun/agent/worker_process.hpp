@@ -31,6 +31,9 @@ struct SpawnSpec {
   StreamTarget err;
   bool stdin_pipe = false;  // true: stdin is a pipe the caller writes (take_stdin_pipe)
   std::vector<int> cpus;    // the CPUs it may run on (sched_setaffinity before exec); empty: all
+  // The agent and what it starts (a debugger reading a hung worker's stacks) may attach to it
+  // where the kernel restricts ptrace to ancestors (Yama's ptrace_scope 1): PR_SET_PTRACER.
+  bool debuggable = false;
 };
 
 struct ExitStatus {

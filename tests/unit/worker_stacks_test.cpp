@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "ddprun/agent/python_stacks.hpp"
+#include "ddprun/agent/worker_stacks.hpp"
 
 using namespace ddprun::agent;
 
@@ -74,4 +74,56 @@ TEST_CASE("python stacks: shared frames that are not rank and frame lines are sk
   const auto frames =
       ddprun::agent::frames_from_text("garbage\n\tno rank\n-1\tneg\nx2\tbad\n2\tok\n5\tlast");
   CHECK(frames == std::map<int, std::string>{{2, "ok"}, {5, "last"}});
+}
+
+namespace {
+// gdb 13's `thread apply all bt` on heartbeat_probe sleeping in main (recorded on this machine),
+// with a second thread added.
+constexpr std::string_view kGdbDump =
+    "[Thread debugging using libthread_db enabled]\n"
+    "__GI___clock_nanosleep (clock_id=clock_id@entry=0, flags=flags@entry=0, req=0x7ffe1b6053b0, "
+    "rem=0x7ffe1b6053b0) at ../sysdeps/unix/sysv/linux/clock_nanosleep.c:71\n"
+    "\n"
+    "Thread 2 (Thread 0x7f04c9a29640 (LWP 8751) \"loader\"):\n"
+    "#0  0x00007f04c9b2d9ef in poll () from /lib/x86_64-linux-gnu/libc.so.6\n"
+    "#1  0x000055d329957100 in read_batches (fd=3) at /src/loader.cpp:88\n"
+    "\n"
+    "Thread 1 (Thread 0x7f04c9e2a000 (LWP 8750) \"heartbeat_probe\"):\n"
+    "#0  __GI___clock_nanosleep (clock_id=clock_id@entry=0, flags=flags@entry=0, "
+    "req=0x7ffe1b6053b0, rem=0x7ffe1b6053b0) at ../sysdeps/unix/sysv/linux/clock_nanosleep.c:71\n"
+    "#1  0x00007f04c9af1e53 in __GI___nanosleep (req=<optimized out>, rem=<optimized out>) at "
+    "../sysdeps/unix/sysv/linux/nanosleep.c:25\n"
+    "#2  0x000055d3299572de in std::this_thread::sleep_for<long, std::ratio<3600l, 1l> > "
+    "(__rtime=...) at /usr/include/c++/12/bits/this_thread_sleep.h:80\n"
+    "#3  main (argc=4, argv=0x7ffe1b605518) at /work/main/tests/launcher/heartbeat_probe.cpp:37\n"
+    "[Inferior 1 (process 8750) detached]\n";
+}  // namespace
+
+TEST_CASE("worker stacks: gdb's main thread innermost frame in the program's own code",
+          "[hang]") {
+  const auto stack = ddprun::agent::gdb_stack(kGdbDump, 8750);
+  REQUIRE(stack);
+  CHECK(stack->innermost == "heartbeat_probe.cpp:37 in main");
+  CHECK(stack->text == kGdbDump);
+}
+
+TEST_CASE("worker stacks: without the program's source the innermost sourced or any frame",
+          "[hang]") {
+  const auto sourced = ddprun::agent::gdb_stack(
+      "Thread 1 (Thread 0x7f (LWP 5) \"w\"):\n"
+      "#0  0x00007f04 in poll () from /lib/x86_64-linux-gnu/libc.so.6\n"
+      "#1  0x00007f05 in wait_any (n=2) at /usr/include/x/wait.h:12\n",
+      5);
+  REQUIRE(sourced);
+  CHECK(sourced->innermost == "wait.h:12 in wait_any");
+  const auto bare = ddprun::agent::gdb_stack(
+      "Thread 1 (process 9 \"w\"):\n#0  0x00007f04 in poll () from /lib/libc.so.6\n", 9);
+  REQUIRE(bare);
+  CHECK(bare->innermost == "poll");
+}
+
+TEST_CASE("worker stacks: gdb output without frames is no stack", "[hang]") {
+  CHECK_FALSE(ddprun::agent::gdb_stack(
+      "ptrace: Operation not permitted.\n/proc/42/ns/mnt: No such file or directory.\n", 42));
+  CHECK_FALSE(ddprun::agent::gdb_stack("", 42));
 }

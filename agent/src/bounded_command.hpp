@@ -1,5 +1,7 @@
 #pragma once
-// --health_check: a command that says whether this node may take part in the next round.
+// A shell command the agent runs for itself, bounded in time and contained: --health_check, which
+// says whether this node may take part in the next round, and the debugger that reads a hung native
+// worker's stacks.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -16,7 +18,7 @@ namespace ddprun::agent {
 // cgroup) of its own that `containment` knows, so that it is never left behind. Waits at most
 // `timeout` (then kills the group). nullopt: it exited 0. Else why not, with the last line it
 // wrote: "exit status 3: no GPU 2", "timed out after 60 s: checking /scratch".
-boost::asio::awaitable<std::optional<std::string>> run_health_check(
+boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
     boost::asio::io_context& io, Containment& containment, const std::string& command,
     std::chrono::milliseconds timeout, const Environment& env, const std::string& log_file);
 

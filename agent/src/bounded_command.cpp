@@ -1,4 +1,4 @@
-#include "health_check.hpp"
+#include "bounded_command.hpp"
 
 #include <csignal>
 #include <fstream>
@@ -29,7 +29,7 @@ std::string last_line(const std::string& path) {
 
 }  // namespace
 
-boost::asio::awaitable<std::optional<std::string>> run_health_check(
+boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
     boost::asio::io_context& io, Containment& containment, const std::string& command,
     std::chrono::milliseconds timeout, const Environment& env, const std::string& log_file) {
   namespace asio = boost::asio;

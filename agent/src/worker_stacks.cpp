@@ -1,6 +1,7 @@
-#include "ddprun/agent/python_stacks.hpp"
+#include "ddprun/agent/worker_stacks.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <vector>
 
@@ -42,11 +43,11 @@ std::string fold(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::optional<PythonStack> last_python_stack(std::string_view output) {
+std::optional<WorkerStack> last_python_stack(std::string_view output) {
   const size_t start = output.rfind(kDumpStart);
   if (start == std::string_view::npos) return std::nullopt;
   const std::string_view dump = output.substr(start);
-  PythonStack stack;
+  WorkerStack stack;
   stack.text = std::string(dump);
   // The current thread's first frame; failing that, the first thread's.
   std::optional<std::string> first_any, first_current;
@@ -115,6 +116,91 @@ std::map<int, std::string> frames_from_text(std::string_view text) {
     out[rank] = std::string(line.substr(tab + 1));
   }
   return out;
+}
+
+namespace {
+
+// One frame line of a gdb backtrace: "#3  0x55d3 in main (argc=4, argv=0x7ffe) at /src/a.cpp:37",
+// "#0  __GI___clock_nanosleep (clock_id=0, ...) at ../sysdeps/unix/clock_nanosleep.c:71" or
+// "#1  0x7f04 in poll () from /lib/x86_64-linux-gnu/libc.so.6".
+struct GdbFrame {
+  std::string function;
+  std::string file;  // "" when gdb has no source for it
+  std::string line;
+};
+
+std::optional<GdbFrame> parse_gdb_frame(std::string_view line) {
+  if (line.size() < 2 || line[0] != '#' || !std::isdigit(static_cast<unsigned char>(line[1]))) {
+    return std::nullopt;
+  }
+  auto rest = line.substr(line.find_first_of(' '));
+  rest.remove_prefix(std::min(rest.find_first_not_of(' '), rest.size()));
+  if (rest.starts_with("0x")) {
+    const auto in = rest.find(" in ");
+    if (in == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(in + 4);
+  }
+  GdbFrame f;
+  f.function = std::string(rest.substr(0, rest.find(" (")));
+  if (const auto at = rest.rfind(") at "); at != std::string_view::npos) {
+    const auto where = rest.substr(at + 5);
+    const auto colon = where.rfind(':');
+    f.file = std::string(where.substr(0, colon));
+    if (colon != std::string_view::npos) f.line = std::string(where.substr(colon + 1));
+  }
+  return f;
+}
+
+bool own_code(const std::string& file) {
+  return !file.empty() && !file.starts_with("/usr/") && !file.starts_with("../sysdeps/") &&
+         !file.starts_with("./");
+}
+
+std::string frame_text(const GdbFrame& f) {
+  if (f.file.empty()) return f.function;
+  const auto slash = f.file.rfind('/');
+  return fmt::format("{}:{} in {}", slash == std::string::npos ? f.file : f.file.substr(slash + 1),
+                     f.line, f.function);
+}
+
+}  // namespace
+
+std::optional<WorkerStack> gdb_stack(std::string_view output, int pid) {
+  // The main thread's block: its header names the process's own id as its LWP (or, for a program
+  // without threads, the process).
+  const std::string lwp = fmt::format("(LWP {})", pid);
+  const std::string process = fmt::format("(process {}", pid);
+  std::vector<GdbFrame> frames, first_thread;
+  bool in_main = false;
+  int headers = 0;
+  size_t start = 0;
+  while (start < output.size()) {
+    const auto end = std::min(output.find('\n', start), output.size());
+    const std::string_view line = output.substr(start, end - start);
+    start = end + 1;
+    if (line.starts_with("Thread ")) {
+      ++headers;
+      in_main =
+          line.find(lwp) != std::string_view::npos || line.find(process) != std::string_view::npos;
+      continue;
+    }
+    const auto frame = parse_gdb_frame(line);
+    if (!frame) continue;
+    if (in_main) frames.push_back(*frame);
+    if (headers <= 1) first_thread.push_back(*frame);
+  }
+  if (frames.empty()) frames = std::move(first_thread);
+  if (frames.empty()) return std::nullopt;
+  WorkerStack stack;
+  stack.text = std::string(output);
+  const auto own = std::find_if(frames.begin(), frames.end(),
+                                [](const GdbFrame& f) { return own_code(f.file); });
+  const auto sourced =
+      std::find_if(frames.begin(), frames.end(), [](const GdbFrame& f) { return !f.file.empty(); });
+  stack.innermost = frame_text(own != frames.end()       ? *own
+                               : sourced != frames.end() ? *sourced
+                                                         : frames.front());
+  return stack;
 }
 
 }  // namespace ddprun::agent

@@ -1,7 +1,8 @@
 #pragma once
-// Every rank's stack on a hang, for Python workers: started with PYTHONFAULTHANDLER=1, a worker
-// that gets SIGABRT has faulthandler write every thread's Python stack to its stderr before it
-// dies. These read that text back.
+// Every rank's stack on a hang. Python workers: started with PYTHONFAULTHANDLER=1, a worker that
+// gets SIGABRT has faulthandler write every thread's Python stack to its stderr before it dies.
+// Native workers: gdb, where it is installed, attaches and prints every thread's backtrace. These
+// read that text back.
 #include <map>
 #include <optional>
 #include <string>
@@ -9,14 +10,20 @@
 
 namespace ddprun::agent {
 
-struct PythonStack {
+struct WorkerStack {
   std::string innermost;  // the current thread's innermost frame: "train.py:14 in load_batch"
   std::string text;       // the whole dump, every thread
 };
 
 // The last faulthandler dump in `output` (the end of a worker's stderr); nullopt when it holds
 // none.
-std::optional<PythonStack> last_python_stack(std::string_view output);
+std::optional<WorkerStack> last_python_stack(std::string_view output);
+
+// The main thread's innermost frame of worker `pid` in gdb's `thread apply all bt` output: the
+// innermost in the program's own code (a source file outside /usr and outside the C library's
+// sources), else the innermost with a source file, else the innermost; with every thread as text.
+// nullopt when the output holds no frame (gdb could not attach).
+std::optional<WorkerStack> gdb_stack(std::string_view output, int pid);
 
 // Ranks grouped by their innermost frame, ranges folded, the groups in the order of their first
 // rank: "rank 1: train.py:14 in stuck_in_data_loading; ranks 0, 2-7: graph.py:829 in backward".
