@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/tcp_job_store.hpp"
@@ -80,6 +81,22 @@ void StaticRendezvous::on_event(const KeyEvent& e) {
         stop_signal_ = signo;
       }
     } catch (const std::exception&) {  // not written by an agent: nothing to act on
+    }
+  } else if (k == "hang" && !e.deleted) {
+    const auto space = e.value.find(' ');
+    try {
+      const int attempt = std::stoi(e.value.substr(0, space));
+      if (attempt >= hang_attempt_ && space != std::string::npos) {
+        hang_attempt_ = attempt;
+        hang_node_ = std::stoi(e.value.substr(space + 1));
+      }
+    } catch (const std::exception&) {  // not written by an agent: nothing to act on
+    }
+  } else if (k.starts_with("hang_frames/") && !e.deleted) {
+    const auto slash = k.find('/', 12);
+    try {
+      hang_frames_[std::stoi(k.substr(12, slash - 12))][std::stoi(k.substr(slash + 1))] = e.value;
+    } catch (const std::exception&) {
     }
   } else if (k.starts_with("done/") && !e.deleted) {
     const auto slash = k.find('/', 5);
@@ -159,6 +176,10 @@ asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
           reason = fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_);
           return true;
         }
+        if (peer_hang(r)) {
+          reason = fmt::format("a rank of node {} is hung", hang_node_);
+          return true;
+        }
         if (attempt_ > r.number) {
           reason = "another node's workers failed";
           return true;
@@ -180,6 +201,35 @@ asio::awaitable<void> StaticRendezvous::advance(int attempt) {
       co_await store().compare_set("attempt", std::to_string(attempt), std::to_string(attempt + 1));
   attempt_ = std::max(attempt_, std::stoi(now));
   notify();
+}
+
+asio::awaitable<void> StaticRendezvous::announce_hang(Round r) {
+  try {
+    co_await store().set("hang", fmt::format("{} {}", r.number, config_.node_rank));
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes of the hang: {}", e.what());
+  }
+}
+
+bool StaticRendezvous::peer_hang(Round r) const {
+  return hang_attempt_ == r.number && hang_node_ != config_.node_rank;
+}
+
+asio::awaitable<std::vector<std::string>> StaticRendezvous::share_hang_frames(
+    Round r, std::string frames, std::chrono::milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  hang_frames_[r.number][config_.node_rank] = frames;
+  try {
+    co_await store().set(fmt::format("hang_frames/{}/{}", r.number, config_.node_rank), frames);
+    co_await wait_until(
+        [&] { return static_cast<int>(hang_frames_[r.number].size()) >= r.num_nodes; }, deadline);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not gather the other nodes' stacks: {}", e.what());
+  }
+  std::vector<std::string> out;
+  for (const auto& [node, f] : hang_frames_[r.number]) out.push_back(f);
+  hang_frames_.erase(hang_frames_.begin(), hang_frames_.lower_bound(r.number));
+  co_return out;
 }
 
 asio::awaitable<void> StaticRendezvous::report_failure(Round r, std::string failures) {

@@ -72,12 +72,17 @@ def case_auto_learns_the_timeout_from_the_steps():
           "after it blocked: passed")
 
 
-def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
+def hung_rank_on_the_second_node(backend):
     out = tempfile.mkdtemp()
-    endpoint = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    rendezvous = {
+        "c10d": lambda i: ["--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                           "--rdzv_id=hang2"],
+        "static": lambda i: [f"--node_rank={i}", "--master_addr=127.0.0.1",
+                             f"--master_port={port}"],
+    }[backend]
     procs = [subprocess.Popen(
-        [DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-         f"--rdzv_endpoint={endpoint}", "--rdzv_id=hang2", "--max_restarts=1",
+        [DDPRUN, "--nnodes=2", "--nproc_per_node=1", *rendezvous(i), "--max_restarts=1",
          "--hang_timeout=5", f"--event_log={out}/events.{i}.jsonl", f"--log_dir={out}/logs.{i}",
          os.path.join(WORKLOADS, "hang_ddp.py")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -101,8 +106,16 @@ def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
         assert "backward" in frames.get("rank 0", ""), (i, line)
         if "is hung: no progress" not in err:
             assert "stopping this node's workers: a rank of node" in err, err
-    print("DDP (gloo) across two c10d agents, the hung rank on the second node: both nodes' "
+    print(f"DDP (gloo) across two {backend} agents, the hung rank on the second node: both nodes' "
           "summaries show both nodes' ranks, the restart ran every step: passed")
+
+
+def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
+    hung_rank_on_the_second_node("c10d")
+
+
+def case_a_hung_rank_on_the_second_static_node_is_in_both_nodes_summaries():
+    hung_rank_on_the_second_node("static")
 
 
 def case_a_hung_native_workers_stacks_come_from_gdb():
