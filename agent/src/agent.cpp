@@ -311,19 +311,28 @@ struct Run {
           }
         },
         asio::detached);
+    WorkerGroup::HangCoordinator hangs;
     if (round.num_nodes > 1) {
-      group.announce_hangs_with([this, round](std::function<void()> told) {
+      hangs.announce = [this, round](std::function<void()> then) {
         asio::co_spawn(
             ex,
-            [rdzv = rdzv, round, told]() -> asio::awaitable<void> {
+            [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
               co_await rdzv->announce_hang(round);
-              told();
+              then();
             },
             asio::detached);
-      });
-    } else {
-      group.announce_hangs_with(nullptr);
+      };
+      hangs.frozen = [this, round](std::function<void()> then) {
+        asio::co_spawn(
+            ex,
+            [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
+              co_await rdzv->hang_frozen(round, std::chrono::seconds(3));
+              then();
+            },
+            asio::detached);
+      };
     }
+    group.coordinate_hangs_with(hangs);
     GroupResult r = co_await group.run(std::move(launches));
     watch->group_done = true;
     rdzv->stop_waiting();

@@ -30,8 +30,10 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 constexpr auto kKillGrace = std::chrono::seconds(5);
 // After SIGABRT on a hang, how long Python workers have to write their stacks and die.
 constexpr auto kStackDumpLimit = std::chrono::seconds(2);
-// How long the other nodes may take to hear of a hang before this node's workers are stopped.
+// How long the other nodes may take to hear of a hang, and then to freeze their workers, before
+// this node's workers dump their stacks anyway.
 constexpr auto kAnnounceLimit = std::chrono::seconds(1);
+constexpr auto kFreezeLimit = std::chrono::seconds(3);
 // How long gdb may take to attach to a hung native worker and print its threads' backtraces.
 constexpr auto kNativeStackLimit = std::chrono::seconds(20);
 // How much of a worker's stderr is kept for its stack dump.
@@ -370,22 +372,44 @@ void WorkerGroup::check_hangs() {
   }
   if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
   stacks_wanted_ = captures_stacks();
-  if (!announce_hang_) {
+  if (!hang_coordinator_.announce) {
     dump_stacks_then_stop();
     return;
   }
-  // The other nodes are told first, so that their ranks are still where the hang holds them when
-  // they dump their stacks too (not already failing for the loss of this node's).
-  auto once = std::make_shared<bool>(false);
-  auto told = [this, once, attempt = attempt_] {
-    if (std::exchange(*once, true) || attempt != attempt_ || !active_ || stopping_) return;
-    dump_stacks_then_stop();
+  if (python_stacks_) {
+    for (const auto& w : workers_) {
+      if (w->running()) ::kill(w->pid(), SIGSTOP);
+    }
+  }
+  // The other nodes are told first, so that their ranks are frozen where the hang holds them too.
+  hang_coordinator_.announce(
+      once_in_attempt([this] { freeze_then_dump(); }, std::chrono::milliseconds(kAnnounceLimit)));
+}
+
+std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
+                                                   std::chrono::milliseconds limit) {
+  auto done = std::make_shared<bool>(false);
+  auto go = [this, done, step = std::move(step), attempt = attempt_] {
+    if (std::exchange(*done, true) || attempt != attempt_ || !active_) return;
+    step();
   };
-  kill_timer_.expires_after(kAnnounceLimit);
-  kill_timer_.async_wait([told](boost::system::error_code ec) {
-    if (!ec) told();
+  kill_timer_.expires_after(limit);
+  kill_timer_.async_wait([go](boost::system::error_code ec) {
+    if (!ec) go();
   });
-  announce_hang_(told);
+  return go;
+}
+
+void WorkerGroup::freeze_then_dump() {
+  if (!python_stacks_ || !hang_coordinator_.frozen) {
+    dump_stacks_then_stop();
+    return;
+  }
+  stopping_ = true;
+  for (const auto& w : workers_) {
+    if (w->running()) ::kill(w->pid(), SIGSTOP);
+  }
+  hang_coordinator_.frozen(once_in_attempt([this] { dump_stacks_then_stop(); }, kFreezeLimit));
 }
 
 void WorkerGroup::interrupt_for_stacks() {
@@ -395,7 +419,7 @@ void WorkerGroup::interrupt_for_stacks() {
   }
   interrupted_ = true;
   stacks_wanted_ = true;
-  dump_stacks_then_stop();
+  freeze_then_dump();
 }
 
 void WorkerGroup::dump_stacks_then_stop() {
@@ -412,6 +436,7 @@ void WorkerGroup::dump_stacks_then_stop() {
     if (!workers_[i]->running()) continue;
     stopped_by_us_[i] = true;
     ::kill(workers_[i]->pid(), SIGABRT);
+    ::kill(workers_[i]->pid(), SIGCONT);  // frozen: the pending SIGABRT comes first
   }
   kill_timer_.expires_after(kStackDumpLimit);
   kill_timer_.async_wait([this](boost::system::error_code ec) {

@@ -49,28 +49,27 @@ std::optional<WorkerStack> last_python_stack(std::string_view output) {
   const std::string_view dump = output.substr(start);
   WorkerStack stack;
   stack.text = std::string(dump);
-  // The current thread's first frame; failing that, the first thread's.
-  std::optional<std::string> first_any, first_current;
-  bool in_current = false, block_open = false;
+  // The main thread's innermost frame: faulthandler lists the threads newest first, so the main
+  // thread comes last. (The "current" thread is whichever took the signal: a logger's, perhaps.)
+  std::optional<std::string> last_block;
+  bool block_open = false;
   for (size_t pos = 0; pos < dump.size();) {
     const size_t end = std::min(dump.find('\n', pos), dump.size());
     const std::string_view line = dump.substr(pos, end - pos);
     pos = end + 1;
     if (line.ends_with("(most recent call first):")) {
       if (line.starts_with("Current thread's C stack")) break;  // native frames follow
-      in_current = line.starts_with("Current thread");
       block_open = true;
       continue;
     }
     if (!block_open) continue;
     if (auto f = frame_of(line)) {
-      if (!first_any) first_any = f;
-      if (in_current && !first_current) first_current = f;
+      last_block = f;
       block_open = false;  // only a block's innermost frame counts
     }
   }
-  if (!first_current && !first_any) return std::nullopt;
-  stack.innermost = first_current ? *first_current : *first_any;
+  if (!last_block) return std::nullopt;
+  stack.innermost = *last_block;
   return stack;
 }
 

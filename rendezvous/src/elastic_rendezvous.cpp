@@ -11,6 +11,7 @@
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/local_address.hpp"
+#include "job_keys.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -54,14 +55,23 @@ std::unique_ptr<StoreThread> worker_store_server(int world_size) {
 
 // What every agent follows besides its own keys.
 WatchSet followed_by_all(const std::string& node_id) {
-  return {{"settings", "leader", "round", "restarts", "closed", "master", "interrupt", "finished",
-           "hang", "place/" + node_id},
-          {}};
+  WatchSet w;
+  for (std::string_view k :
+       {keys::kSettings, keys::kLeader, keys::kRound, keys::kRestarts, keys::kClosed, keys::kMaster,
+        keys::kInterrupt, keys::kFinished, keys::kHang}) {
+    w.keys.emplace_back(k);
+  }
+  w.keys.push_back(keys::key(keys::kPlace, node_id));
+  return w;
 }
 
 // What the leader follows besides.
 std::vector<std::string> followed_by_leader() {
-  return {"nodes/", "rounds/", "done/", "failures/"};
+  std::vector<std::string> prefixes;
+  for (std::string_view p : {keys::kNodes, keys::kRounds, keys::kDone, keys::kFailures}) {
+    prefixes.emplace_back(p);
+  }
+  return prefixes;
 }
 
 }  // namespace
@@ -69,16 +79,16 @@ std::vector<std::string> followed_by_leader() {
 asio::awaitable<void> ElasticRendezvous::join() {
   Settings settings = job_wide(config_);
   co_await agree_on(std::move(settings));
-  co_await open("nodes/" + node_id_, node_record(config_.nproc, config_.host),
+  co_await open(keys::key(keys::kNodes, node_id_), node_record(config_.nproc, config_.host),
                 followed_by_all(node_id_));
   // Counters start at 0 (the first node creates them): compare-and-set never creates a key whose
   // expected value is not empty.
-  const std::string round = co_await store().compare_set("round", "", "0");
+  const std::string round = co_await store().compare_set(std::string(keys::kRound), "", "0");
   round_ = std::max(round_, std::stoi(round));
-  const std::string restarts = co_await store().compare_set("restarts", "", "0");
+  const std::string restarts = co_await store().compare_set(std::string(keys::kRestarts), "", "0");
   restarts_ = std::max(restarts_, std::stoi(restarts));
   // Every agent asks once: the first becomes the leader (and each knows the key is a claim).
-  const std::string leader = co_await store().claim("leader", node_id_);
+  const std::string leader = co_await store().claim(std::string(keys::kLeader), node_id_);
   if (!leader.empty()) leader_ = leader;
   asio::co_spawn(executor(), leadership(), asio::detached);
 }
@@ -139,46 +149,49 @@ ElasticRendezvous::Tagged ElasticRendezvous::parse_tagged(const std::string& val
 void ElasticRendezvous::on_event(const KeyEvent& e) {
   ++events_;
   const std::string& k = e.key;
-  if (k.starts_with("nodes/")) {
+  if (k.starts_with(keys::kNodes)) {
     ++membership_;
-    const std::string id = k.substr(6);
+    const std::string id(keys::after(k, keys::kNodes));
     if (e.deleted) {
       nodes_.erase(id);
     } else {
       nodes_[id] = nproc_of_record(e.value);
     }
-  } else if (k == "leader") {
+  } else if (k == keys::kLeader) {
     leader_ = e.deleted ? std::nullopt : std::optional<std::string>(e.value);
   } else if (e.deleted) {
     return;
-  } else if (k == "round") {
+  } else if (k == keys::kRound) {
     round_ = std::max(round_, std::stoi(e.value));
-  } else if (k == "restarts") {
+  } else if (k == keys::kRestarts) {
     restarts_ = std::max(restarts_, std::stoi(e.value));
-  } else if (k == "closed") {
+  } else if (k == keys::kClosed) {
     closed_ = e.value;
-  } else if (k == "master") {
+  } else if (k == keys::kMaster) {
     master_ = parse_tagged(e.value);
-  } else if (k == "interrupt") {
+  } else if (k == keys::kInterrupt) {
     interrupt_ = parse_tagged(e.value);
-  } else if (k == "hang") {
+  } else if (k == keys::kHang) {
     const Tagged t = parse_tagged(e.value);
     if (t.round >= hang_.round) hang_ = t;
-  } else if (k.starts_with("hang_frames/")) {
-    const auto slash = k.find('/', 12);
-    hang_frames_[std::stoi(k.substr(12, slash - 12))][k.substr(slash + 1)] = e.value;
-  } else if (k == "finished") {
+  } else if (k.starts_with(keys::kHangFrozen)) {
+    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kHangFrozen));
+    hang_frozen_[n].insert(node);
+  } else if (k.starts_with(keys::kHangFrames)) {
+    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kHangFrames));
+    hang_frames_[n][node] = e.value;
+  } else if (k == keys::kFinished) {
     finished_ = std::max(finished_, std::stoi(e.value));
-  } else if (k.starts_with("place/")) {
-    if (k.substr(6) == node_id_) place_ = parse_placement(e.value);
-  } else if (k.starts_with("rounds/")) {
-    rounds_[std::stoi(k.substr(7))] = parse_record(e.value);
-  } else if (k.starts_with("ready/")) {
-    const auto slash = k.find('/', 6);
-    ready_[std::stoi(k.substr(6, slash - 6))].insert(k.substr(slash + 1));
-  } else if (k.starts_with("done/")) {
-    const auto slash = k.find('/', 5);
-    done_[std::stoi(k.substr(5, slash - 5))].insert(k.substr(slash + 1));
+  } else if (k.starts_with(keys::kPlace)) {
+    if (keys::after(k, keys::kPlace) == node_id_) place_ = parse_placement(e.value);
+  } else if (k.starts_with(keys::kRounds)) {
+    rounds_[std::stoi(std::string(keys::after(k, keys::kRounds)))] = parse_record(e.value);
+  } else if (k.starts_with(keys::kReady)) {
+    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kReady));
+    ready_[n].insert(node);
+  } else if (k.starts_with(keys::kDone)) {
+    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kDone));
+    done_[n].insert(node);
   }
 }
 
@@ -223,7 +236,7 @@ asio::awaitable<void> ElasticRendezvous::leadership() {
     for (;;) {
       co_await wait_until([this] { return !leader_ || leading(); }, Clock::time_point::max());
       if (!leader_) {
-        const std::string holder = co_await store().claim("leader", node_id_);
+        const std::string holder = co_await store().claim(std::string(keys::kLeader), node_id_);
         if (!holder.empty()) leader_ = holder;
         continue;
       }
@@ -263,7 +276,7 @@ std::string ElasticRendezvous::reason_to_end(int n, const Record& rec) const {
 asio::awaitable<void> ElasticRendezvous::end_led_round(int n, std::string why, int restarts) {
   if (interrupt_.round != n) {
     const std::string value = fmt::format("{} {}", n, why);
-    co_await store().set("interrupt", value);
+    co_await store().set(std::string(keys::kInterrupt), value);
   }
   co_await advance_round(n, false, restarts);
 }
@@ -295,11 +308,12 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     // A node that only a store restart's grace keeps here may be cut off and still running an
     // older round: the round waits until it is heard from, or gone (within a heartbeat timeout;
     // either is an event).
-    if (std::any_of(nodes_.begin(), nodes_.end(),
-                    [&](const auto& node) { return store().unconfirmed("nodes/" + node.first); })) {
+    if (std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& node) {
+          return store().unconfirmed(keys::key(keys::kNodes, node.first));
+        })) {
       co_return Clock::time_point::max();
     }
-    const std::string key = fmt::format("rounds/{}", n);
+    const std::string key = keys::key(keys::kRounds, n);
     const std::string proposal = propose(n);
     const std::string decided = co_await store().compare_set(key, "", proposal);
     rounds_[n] = parse_record(decided);
@@ -312,7 +326,7 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
         std::all_of(rec.participants.begin(), rec.participants.end(),
                     [&](const std::string& id) { return done->second.contains(id); })) {
       const std::string number = std::to_string(n);
-      co_await store().set("finished", number);
+      co_await store().set(std::string(keys::kFinished), number);
       co_return now;
     }
   }
@@ -332,7 +346,7 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   const auto placing = Clock::now();
   std::vector<std::pair<std::string, std::string>> placements;
   for (const auto& id : unplaced)
-    placements.emplace_back("place/" + id, placement_record(rec, n, id));
+    placements.emplace_back(keys::key(keys::kPlace, id), placement_record(rec, n, id));
   co_await store().set_all(std::move(placements));
   for (const auto& id : unplaced) placed_[id] = n;
   checked_ = std::make_pair(n, membership);
@@ -383,7 +397,7 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
     r.world_size = p.world_size;
     if (wants_membership()) {
       // Only for an agent that reports its rounds' members (the event log): it costs the record.
-      const std::string key = fmt::format("rounds/{}", n);
+      const std::string key = keys::key(keys::kRounds, n);
       for (auto& e : co_await store().read_prefix(key)) {
         if (e.key == key) r.members = parse_record(e.value).participants;
       }
@@ -399,12 +413,12 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
   // a member cut off from the store when the round formed, whose old workers still run, holds the
   // round back until its presence lapses and the round ends.
   const auto over = [&] { return round_ > r.number || closed_.has_value() || expelled(); };
-  co_await store().set(fmt::format("ready/{}/{}", r.number, node_id_), "");
+  co_await store().set(keys::key(keys::kReady, r.number, node_id_), "");
   if (r.node_rank == 0) {
     if (!follows_ready_) {
       follows_ready_ = true;
       std::vector<std::string> prefixes;
-      prefixes.push_back("ready/");
+      prefixes.emplace_back(keys::kReady);
       co_await follow(std::move(prefixes));
     }
     const bool all = co_await wait_until(
@@ -426,7 +440,7 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
             ? local_address_towards(config_.endpoint_host, config_.endpoint_port)
             : config_.local_addr;
     const std::string value = fmt::format("{} {}:{}", r.number, addr, round_server_->port());
-    co_await store().set("master", value);
+    co_await store().set(std::string(keys::kMaster), value);
   }
   // Node 0 may never publish: it died, was paused or cut off, or went on to a later round. The
   // round then ends (the leader sees the node go, or a later round forms), and so does this wait.
@@ -472,12 +486,12 @@ asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
 
 asio::awaitable<void> ElasticRendezvous::advance_round(int number, bool failed, int restarts) {
   if (failed) {
-    const std::string now = co_await store().compare_set("restarts", std::to_string(restarts),
-                                                         std::to_string(restarts + 1));
+    const std::string now = co_await store().compare_set(
+        std::string(keys::kRestarts), std::to_string(restarts), std::to_string(restarts + 1));
     restarts_ = std::max(restarts_, std::stoi(now));
   }
-  const std::string now =
-      co_await store().compare_set("round", std::to_string(number), std::to_string(number + 1));
+  const std::string now = co_await store().compare_set(
+      std::string(keys::kRound), std::to_string(number), std::to_string(number + 1));
   round_ = std::max(round_, std::stoi(now));
   notify();
 }
@@ -489,12 +503,15 @@ asio::awaitable<void> ElasticRendezvous::abandon_round(Round r, std::string why)
 }
 
 asio::awaitable<void> ElasticRendezvous::end_round(Round r) {
-  co_await advance_round(r.number, false, r.restart_count);
+  // A round ended for another node's hang is a failed one: it spends the restart that node's own
+  // failure report spends, whichever of them comes first (else the next round could form, from
+  // this node's end, before the restart was counted).
+  co_await advance_round(r.number, peer_hang(r), r.restart_count);
 }
 
 asio::awaitable<void> ElasticRendezvous::announce_hang(Round r) {
   try {
-    co_await store().set("hang", fmt::format("{} {}", r.number, node_id_));
+    co_await store().set(std::string(keys::kHang), fmt::format("{} {}", r.number, node_id_));
   } catch (const std::exception& e) {
     spdlog::warn("could not tell the other nodes of the hang: {}", e.what());
   }
@@ -504,18 +521,35 @@ bool ElasticRendezvous::peer_hang(Round r) const {
   return hang_.round == r.number && hang_.text != node_id_;
 }
 
+asio::awaitable<void> ElasticRendezvous::follow_hang() {
+  if (std::exchange(follows_hang_, true)) co_return;
+  std::vector<std::string> prefixes;
+  prefixes.emplace_back(keys::kHangFrames);
+  prefixes.emplace_back(keys::kHangFrozen);
+  co_await follow(std::move(prefixes));
+}
+
+asio::awaitable<void> ElasticRendezvous::hang_frozen(Round r, std::chrono::milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  hang_frozen_[r.number].insert(node_id_);
+  try {
+    co_await follow_hang();
+    co_await store().set(keys::key(keys::kHangFrozen, r.number, node_id_), "");
+    co_await wait_until(
+        [&] { return static_cast<int>(hang_frozen_[r.number].size()) >= r.num_nodes; }, deadline);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not hear whether the other nodes froze their workers: {}", e.what());
+  }
+  hang_frozen_.erase(hang_frozen_.begin(), hang_frozen_.lower_bound(r.number));
+}
+
 asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_hang_frames(
     Round r, std::string frames, std::chrono::milliseconds wait) {
   const auto deadline = Clock::now() + wait;
   hang_frames_[r.number][node_id_] = frames;
   try {
-    if (!follows_hang_frames_) {
-      follows_hang_frames_ = true;
-      std::vector<std::string> prefixes;
-      prefixes.push_back("hang_frames/");
-      co_await follow(std::move(prefixes));
-    }
-    co_await store().set(fmt::format("hang_frames/{}/{}", r.number, node_id_), frames);
+    co_await follow_hang();
+    co_await store().set(keys::key(keys::kHangFrames, r.number, node_id_), frames);
     co_await wait_until(
         [&] { return static_cast<int>(hang_frames_[r.number].size()) >= r.num_nodes; }, deadline);
   } catch (const std::exception& e) {
@@ -528,21 +562,21 @@ asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_hang_frames(
 }
 
 asio::awaitable<void> ElasticRendezvous::report_failure(Round r, std::string failures) {
-  const std::string key = fmt::format("failures/{}/{}", r.restart_count, node_id_);
+  const std::string key = keys::key(keys::kFailures, r.restart_count, node_id_);
   co_await store().set(key, failures);
   co_await advance_round(r.number, true, r.restart_count);
 }
 
 asio::awaitable<std::vector<std::string>> ElasticRendezvous::final_failures() {
   // The failure that spent the last restart was recorded under restart count max_restarts.
-  const std::string prefix = fmt::format("failures/{}/", config_.max_restarts);
+  const std::string prefix = keys::under(keys::kFailures, config_.max_restarts);
   std::vector<std::string> out;
   for (auto& e : co_await store().read_prefix(prefix)) out.push_back(std::move(e.value));
   co_return out;
 }
 
 asio::awaitable<bool> ElasticRendezvous::exit_barrier(Round r) {
-  const std::string key = fmt::format("done/{}/{}", r.number, node_id_);
+  const std::string key = keys::key(keys::kDone, r.number, node_id_);
   co_await store().set(key, "1");
   // The leader says when every participant is done; a peer whose agent is gone before it said
   // done never will, and the leader ends the round at once rather than at the timeout.
@@ -553,7 +587,7 @@ asio::awaitable<bool> ElasticRendezvous::exit_barrier(Round r) {
 }
 
 asio::awaitable<void> ElasticRendezvous::close(std::string why) {
-  closed_ = co_await store().compare_set("closed", "", why);
+  closed_ = co_await store().compare_set(std::string(keys::kClosed), "", why);
   ended(ran_);
   notify();
 }
@@ -562,7 +596,7 @@ asio::awaitable<void> ElasticRendezvous::leave(bool graceful) {
   if (graceful && server_) {
     try {  // the store lives in this agent: it stays until the others have read the outcome
       std::vector<std::string> presence;
-      presence.push_back("nodes/");
+      presence.emplace_back(keys::kNodes);
       co_await follow(std::move(presence));
       co_await wait_until(
           [this] {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/rendezvous/errors.hpp"
+#include "job_keys.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -61,7 +62,7 @@ std::string JobSession::settings_record(const Settings& settings) {
 
 asio::awaitable<void> JobSession::agree_on(Settings settings) {
   const std::string mine = JobSession::settings_record(settings);
-  const std::string key = "settings";
+  const std::string key(keys::kSettings);
   const std::string job = co_await store_->compare_set(key, "", mine);
   if (job != mine) {
     const std::string why = disagreement(settings, job);
@@ -74,8 +75,8 @@ asio::awaitable<void> JobSession::open(std::string presence_key, std::string val
                                        WatchSet watched) {
   presence_key_ = presence_key;
   if (!follows_all_of(watched, presence_key)) watched.keys.push_back(presence_key);
-  if (membership_listener_ && !follows_all_of(watched, "nodes/")) {
-    watched.prefixes.push_back("nodes/");
+  if (membership_listener_ && !follows_all_of(watched, keys::kNodes)) {
+    watched.prefixes.emplace_back(keys::kNodes);
   }
   watched_ = watched;
   for (const auto& e : co_await store_->join(presence_key, value, std::move(watched))) apply(e);
@@ -83,7 +84,7 @@ asio::awaitable<void> JobSession::open(std::string presence_key, std::string val
   asio::co_spawn(ex_, pump(), asio::detached);
 }
 
-bool JobSession::follows_all_of(const WatchSet& watched, const std::string& prefix) {
+bool JobSession::follows_all_of(const WatchSet& watched, std::string_view prefix) {
   return std::any_of(watched.prefixes.begin(), watched.prefixes.end(),
                      [&](const std::string& p) { return prefix.starts_with(p); });
 }
@@ -96,7 +97,7 @@ asio::awaitable<void> JobSession::follow(std::vector<std::string> prefixes) {
 void JobSession::set_membership_listener(std::function<void(const MembershipChange&)> listener) {
   const bool first = !membership_listener_;
   membership_listener_ = std::move(listener);
-  if (first && opened_ && !left_ && !follows_all_of(watched_, "nodes/")) {
+  if (first && opened_ && !left_ && !follows_all_of(watched_, keys::kNodes)) {
     asio::co_spawn(ex_, follow_membership(), asio::detached);
   }
 }
@@ -105,7 +106,7 @@ asio::awaitable<void> JobSession::follow_membership() {
   const auto self = shared_from_this();
   try {
     std::vector<std::string> prefixes;
-    prefixes.push_back("nodes/");
+    prefixes.emplace_back(keys::kNodes);
     co_await follow(std::move(prefixes));
   } catch (const std::exception& e) {
     if (!left_) spdlog::warn("could not follow the job's membership: {}", e.what());
@@ -117,7 +118,7 @@ void JobSession::apply(const KeyEvent& e) {
     if (e.deleted && present_) expelled_ = true;
     present_ = !e.deleted;
   }
-  if (e.key.starts_with("nodes/")) report_membership(e);
+  if (e.key.starts_with(keys::kNodes)) report_membership(e);
   try {
     on_event(e);
   } catch (const std::exception& ex) {

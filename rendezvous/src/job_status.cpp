@@ -10,6 +10,7 @@
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/job_store.hpp"
+#include "job_keys.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -47,9 +48,9 @@ JobStatus interpret_job_keys(Backend backend,
   std::map<int, std::vector<std::string>> failures;  // restart count / attempt -> records
   int counter = -1;
   for (const auto& [key, value] : keys) {
-    if (key.starts_with("nodes/")) {
-      present[key.substr(6)] = value;
-    } else if (key == "settings") {
+    if (key.starts_with(keys::kNodes)) {
+      present[std::string(keys::after(key, keys::kNodes))] = value;
+    } else if (key == keys::kSettings) {
       const auto j = nlohmann::json::parse(value, nullptr, false);
       if (j.is_object()) {
         s.nnodes = j.value("--nnodes", "");
@@ -57,20 +58,20 @@ JobStatus interpret_job_keys(Backend backend,
           s.max_restarts = to_int(j.value("--max_restarts", ""), 0);
         }
       }
-    } else if (key == "round" || key == "attempt") {
+    } else if (key == keys::kRound || key == keys::kAttempt) {
       counter = to_int(value, -1);
-    } else if (key == "restarts") {
+    } else if (key == keys::kRestarts) {
       s.restarts = to_int(value, 0);
-    } else if (key == "leader") {
+    } else if (key == keys::kLeader) {
       s.leader = value;
-    } else if (key == "closed") {
+    } else if (key == keys::kClosed) {
       s.closed = true;
       s.closed_reason = value;
-    } else if (key.starts_with("rounds/")) {
-      rounds[to_int(key.substr(7), -1)] = value;
-    } else if (key.starts_with("failures/")) {
-      const size_t slash = key.find('/', 9);
-      failures[to_int(key.substr(9, slash - 9), -1)].push_back(value);
+    } else if (key.starts_with(keys::kRounds)) {
+      rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
+    } else if (key.starts_with(keys::kFailures)) {
+      const std::string_view rest = keys::after(key, keys::kFailures);
+      failures[to_int(std::string(rest.substr(0, rest.find('/'))), -1)].push_back(value);
     }
   }
   if (!failures.empty()) s.last_failures = failures.rbegin()->second;

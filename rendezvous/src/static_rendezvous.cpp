@@ -8,6 +8,7 @@
 
 #include "ddprun/rendezvous/errors.hpp"
 #include "ddprun/rendezvous/tcp_job_store.hpp"
+#include "job_keys.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -37,7 +38,7 @@ std::shared_ptr<StaticRendezvous> StaticRendezvous::create(asio::io_context& io,
   // Node 0 hosts the store, so its settings are the job's: written before any peer can connect,
   // they are there for every peer's check (a peer that connected first would otherwise fix them).
   if (server) {
-    const std::string key = TcpJobStore::server_key(config.run_id, "settings");
+    const std::string key = TcpJobStore::server_key(config.run_id, std::string(keys::kSettings));
     const std::string value = settings_record(job_wide(config));
     server->call([&](StoreServer& s) { s.store().set(key, value); });
   }
@@ -53,25 +54,25 @@ asio::awaitable<void> StaticRendezvous::join() {
   // Every node follows every key: a static job waits for each node rank by name.
   WatchSet everything;
   everything.prefixes.push_back("");
-  co_await open(fmt::format("nodes/{}", config_.node_rank),
+  co_await open(keys::key(keys::kNodes, config_.node_rank),
                 node_record(config_.nproc, config_.host), std::move(everything));
   // The first node to get here starts the job at attempt 0; the others read what is there.
-  const std::string attempt = co_await store().compare_set("attempt", "", "0");
+  const std::string attempt = co_await store().compare_set(std::string(keys::kAttempt), "", "0");
   attempt_ = std::max(attempt_, std::stoi(attempt));
 }
 
 void StaticRendezvous::on_event(const KeyEvent& e) {
   const std::string& k = e.key;
-  if (k.starts_with("nodes/")) {
-    const int rank = std::stoi(k.substr(6));
+  if (k.starts_with(keys::kNodes)) {
+    const int rank = std::stoi(std::string(keys::after(k, keys::kNodes)));
     if (e.deleted) {
       nodes_.erase(rank);
     } else {
       nodes_[rank] = nproc_of_record(e.value);
     }
-  } else if (k == "attempt" && !e.deleted) {
+  } else if (k == keys::kAttempt && !e.deleted) {
     attempt_ = std::max(attempt_, std::stoi(e.value));
-  } else if (k == "stopped" && !e.deleted && stop_signal_ == 0) {
+  } else if (k == keys::kStopped && !e.deleted && stop_signal_ == 0) {
     const auto space = e.value.find(' ');
     try {
       const int node = std::stoi(e.value.substr(0, space));
@@ -82,25 +83,9 @@ void StaticRendezvous::on_event(const KeyEvent& e) {
       }
     } catch (const std::exception&) {  // not written by an agent: nothing to act on
     }
-  } else if (k == "hang" && !e.deleted) {
-    const auto space = e.value.find(' ');
-    try {
-      const int attempt = std::stoi(e.value.substr(0, space));
-      if (attempt >= hang_attempt_ && space != std::string::npos) {
-        hang_attempt_ = attempt;
-        hang_node_ = std::stoi(e.value.substr(space + 1));
-      }
-    } catch (const std::exception&) {  // not written by an agent: nothing to act on
-    }
-  } else if (k.starts_with("hang_frames/") && !e.deleted) {
-    const auto slash = k.find('/', 12);
-    try {
-      hang_frames_[std::stoi(k.substr(12, slash - 12))][std::stoi(k.substr(slash + 1))] = e.value;
-    } catch (const std::exception&) {
-    }
-  } else if (k.starts_with("done/") && !e.deleted) {
-    const auto slash = k.find('/', 5);
-    done_[std::stoi(k.substr(5, slash - 5))].insert(std::stoi(k.substr(slash + 1)));
+  } else if (k.starts_with(keys::kDone) && !e.deleted) {
+    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kDone));
+    done_[n].insert(std::stoi(node));
   }
 }
 
@@ -157,7 +142,8 @@ asio::awaitable<std::optional<WorkerStoreAddress>> StaticRendezvous::worker_stor
 
 asio::awaitable<void> StaticRendezvous::announce_stop(int signo) {
   try {
-    co_await store().compare_set("stopped", "", fmt::format("{} {}", config_.node_rank, signo));
+    co_await store().compare_set(std::string(keys::kStopped), "",
+                                 fmt::format("{} {}", config_.node_rank, signo));
   } catch (const std::exception&) {  // the store is gone: the others see this node leave instead
   }
 }
@@ -174,10 +160,6 @@ asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
         }
         if (stop_signal_ != 0) {
           reason = fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_);
-          return true;
-        }
-        if (peer_hang(r)) {
-          reason = fmt::format("a rank of node {} is hung", hang_node_);
           return true;
         }
         if (attempt_ > r.number) {
@@ -197,43 +179,14 @@ asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
 }
 
 asio::awaitable<void> StaticRendezvous::advance(int attempt) {
-  const std::string now =
-      co_await store().compare_set("attempt", std::to_string(attempt), std::to_string(attempt + 1));
+  const std::string now = co_await store().compare_set(
+      std::string(keys::kAttempt), std::to_string(attempt), std::to_string(attempt + 1));
   attempt_ = std::max(attempt_, std::stoi(now));
   notify();
 }
 
-asio::awaitable<void> StaticRendezvous::announce_hang(Round r) {
-  try {
-    co_await store().set("hang", fmt::format("{} {}", r.number, config_.node_rank));
-  } catch (const std::exception& e) {
-    spdlog::warn("could not tell the other nodes of the hang: {}", e.what());
-  }
-}
-
-bool StaticRendezvous::peer_hang(Round r) const {
-  return hang_attempt_ == r.number && hang_node_ != config_.node_rank;
-}
-
-asio::awaitable<std::vector<std::string>> StaticRendezvous::share_hang_frames(
-    Round r, std::string frames, std::chrono::milliseconds wait) {
-  const auto deadline = Clock::now() + wait;
-  hang_frames_[r.number][config_.node_rank] = frames;
-  try {
-    co_await store().set(fmt::format("hang_frames/{}/{}", r.number, config_.node_rank), frames);
-    co_await wait_until(
-        [&] { return static_cast<int>(hang_frames_[r.number].size()) >= r.num_nodes; }, deadline);
-  } catch (const std::exception& e) {
-    spdlog::warn("could not gather the other nodes' stacks: {}", e.what());
-  }
-  std::vector<std::string> out;
-  for (const auto& [node, f] : hang_frames_[r.number]) out.push_back(f);
-  hang_frames_.erase(hang_frames_.begin(), hang_frames_.lower_bound(r.number));
-  co_return out;
-}
-
 asio::awaitable<void> StaticRendezvous::report_failure(Round r, std::string failures) {
-  co_await store().set(fmt::format("failures/{}/{}", r.number, config_.node_rank), failures);
+  co_await store().set(keys::key(keys::kFailures, r.number, config_.node_rank), failures);
   co_await advance(r.number);
 }
 
@@ -243,14 +196,14 @@ asio::awaitable<void> StaticRendezvous::end_round(Round r) {
 
 asio::awaitable<std::vector<std::string>> StaticRendezvous::final_failures() {
   std::vector<std::string> out;
-  for (auto& e : co_await store().read_prefix(fmt::format("failures/{}/", attempt_ - 1))) {
+  for (auto& e : co_await store().read_prefix(keys::under(keys::kFailures, attempt_ - 1))) {
     out.push_back(std::move(e.value));
   }
   co_return out;
 }
 
 asio::awaitable<bool> StaticRendezvous::exit_barrier(Round r) {
-  co_await store().set(fmt::format("done/{}/{}", r.number, config_.node_rank), "1");
+  co_await store().set(keys::key(keys::kDone, r.number, config_.node_rank), "1");
   const auto all_done = [&] { return static_cast<int>(done_[r.number].size()) == r.num_nodes; };
   // A peer whose agent is gone before it said done never will: fail now, not at the timeout.
   const auto peer_lost = [&] {
@@ -265,7 +218,7 @@ asio::awaitable<bool> StaticRendezvous::exit_barrier(Round r) {
 }
 
 asio::awaitable<void> StaticRendezvous::close(std::string why) {
-  co_await store().compare_set("closed", "", why);
+  co_await store().compare_set(std::string(keys::kClosed), "", why);
   ending_ = JobEnd{JobEnd::Kind::kSucceeded, why};
 }
 

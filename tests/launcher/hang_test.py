@@ -72,31 +72,27 @@ def case_auto_learns_the_timeout_from_the_steps():
           "after it blocked: passed")
 
 
-def hung_rank_on_the_second_node(backend):
+def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
     out = tempfile.mkdtemp()
     port = free_port()
-    rendezvous = {
-        "c10d": lambda i: ["--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
-                           "--rdzv_id=hang2"],
-        "static": lambda i: [f"--node_rank={i}", "--master_addr=127.0.0.1",
-                             f"--master_port={port}"],
-    }[backend]
     procs = [subprocess.Popen(
-        [DDPRUN, "--nnodes=2", "--nproc_per_node=1", *rendezvous(i), "--max_restarts=1",
+        [DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=hang2", "--max_restarts=1",
          "--hang_timeout=5", f"--event_log={out}/events.{i}.jsonl", f"--log_dir={out}/logs.{i}",
          os.path.join(WORKLOADS, "hang_ddp.py")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHON_EXEC": PY, "OUT_DIR": out, "HANG_DDP_CHATTY_RANK0": "1"})
         for i in range(2)]
     results = finish(procs, timeout=180)
+    both = "\n=====\n".join(r[2] for r in results)
     for status, _, err in results:
-        assert status == 0, err
+        assert status == 0, both
     assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.1.0", "done.1.1"]
     # Rank 0 keeps printing from a second thread while it waits in the all-reduce: only rank 1's
     # node declares a hang, and the other node hears of it through the rendezvous.
     declared = [[w["rank"] for w in e["workers"]] for i in range(2)
                 for e in events(f"{out}/events.{i}.jsonl") if e["event"] == "hang"]
-    assert declared == [[1]], declared
+    assert declared == [[1]], (declared, both)
     for i, (_, _, err) in enumerate(results):
         # Every node's summary has every node's ranks: rank 1 where it blocked, rank 0 (the other
         # node's) waiting in the backward pass.
@@ -106,16 +102,8 @@ def hung_rank_on_the_second_node(backend):
         assert "backward" in frames.get("rank 0", ""), (i, line)
         if "is hung: no progress" not in err:
             assert "stopping this node's workers: a rank of node" in err, err
-    print(f"DDP (gloo) across two {backend} agents, the hung rank on the second node: both nodes' "
+    print("DDP (gloo) across two c10d agents, the hung rank on the second node: both nodes' "
           "summaries show both nodes' ranks, the restart ran every step: passed")
-
-
-def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
-    hung_rank_on_the_second_node("c10d")
-
-
-def case_a_hung_rank_on_the_second_static_node_is_in_both_nodes_summaries():
-    hung_rank_on_the_second_node("static")
 
 
 def case_a_hung_native_workers_stacks_come_from_gdb():

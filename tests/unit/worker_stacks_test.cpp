@@ -36,7 +36,7 @@ Current thread's C stack trace (most recent call first):
 
 }  // namespace
 
-TEST_CASE("python stacks: the current thread's innermost frame of the last dump", "[hang]") {
+TEST_CASE("python stacks: the main thread's innermost frame of the last dump", "[hang]") {
   auto s = last_python_stack(kPython311);
   REQUIRE(s);
   CHECK(s->innermost == "fh.py:3 in stuck_in_data_loading");
@@ -48,6 +48,22 @@ TEST_CASE("python stacks: the current thread's innermost frame of the last dump"
   s = last_python_stack(std::string(kPython314) + kPython311);
   REQUIRE(s);
   CHECK(s->innermost == "fh.py:3 in stuck_in_data_loading");
+}
+
+TEST_CASE("python stacks: the main thread counts when another thread took the signal", "[hang]") {
+  // Recorded shape: a logger thread (newest, listed first) handled SIGABRT.
+  const auto s = last_python_stack(R"(Fatal Python error: Aborted
+
+Current thread 0x00007f5d2d7fe6c0 (most recent call first):
+  File "/t/hang_ddp.py", line 25 in chatter
+  File "/usr/lib/python3.11/threading.py", line 975 in run
+
+Thread 0x00007f5d3a1b1040 (most recent call first):
+  File "/usr/lib/python3/dist-packages/torch/autograd/__init__.py", line 200 in backward
+  File "/t/hang_ddp.py", line 38 in main
+)");
+  REQUIRE(s);
+  CHECK(s->innermost == "__init__.py:200 in backward");
 }
 
 TEST_CASE("python stacks: output without a dump has none", "[hang]") {
@@ -99,8 +115,7 @@ constexpr std::string_view kGdbDump =
     "[Inferior 1 (process 8750) detached]\n";
 }  // namespace
 
-TEST_CASE("worker stacks: gdb's main thread innermost frame in the program's own code",
-          "[hang]") {
+TEST_CASE("worker stacks: gdb's main thread innermost frame in the program's own code", "[hang]") {
   const auto stack = ddprun::agent::gdb_stack(kGdbDump, 8750);
   REQUIRE(stack);
   CHECK(stack->innermost == "heartbeat_probe.cpp:37 in main");

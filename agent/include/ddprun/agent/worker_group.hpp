@@ -91,11 +91,18 @@ class WorkerGroup {
     hang_policy_ = policy;
     heartbeat_dir_ = std::move(heartbeat_dir);
   }
-  // Called when this node declares a hang, before any worker is stopped, so that the other nodes
-  // can be told first: `told` is to be called once they have been (the workers are stopped anyway
-  // after a second without it). Set for each run(); empty: nobody to tell.
-  using HangAnnouncer = std::function<void(std::function<void()> told)>;
-  void announce_hangs_with(HangAnnouncer announce) { announce_hang_ = std::move(announce); }
+  // How the nodes of a multi-node job dump their stacks together on a hang. Each node freezes its
+  // workers (SIGSTOP) the moment it declares a hang or hears of one, and makes them dump (SIGABRT,
+  // then SIGCONT) only once every node has frozen its own: a rank that dies first cannot make a
+  // rank elsewhere fail out of a collective before its stack is taken, since a frozen process
+  // handles the pending SIGABRT before it runs again. Each function calls its `then` once done
+  // (or once its own bound has passed); the group also goes on by itself after a few seconds.
+  struct HangCoordinator {
+    std::function<void(std::function<void()> then)> announce;  // tell the other nodes
+    std::function<void(std::function<void()> then)> frozen;    // wait for every node to freeze
+  };
+  // Set for each run(); empty functions: a single node, nobody to wait for.
+  void coordinate_hangs_with(HangCoordinator c) { hang_coordinator_ = std::move(c); }
   // Another node declared a hang: as interrupt(), but Python workers dump their stacks first
   // (GroupResult::stacks and frames), as on a hang of this node's own.
   void interrupt_for_stacks();
@@ -130,6 +137,12 @@ class WorkerGroup {
   // Every running worker's stacks (SIGABRT to Python workers, gdb for native ones), then the usual
   // stop for those still there.
   void dump_stacks_then_stop();
+  // Python workers: SIGSTOP each running worker; then, once the other nodes have frozen theirs,
+  // dump_stacks_then_stop(). Native workers: dump_stacks_then_stop() at once (gdb reads them).
+  void freeze_then_dump();
+  // Calls `step` once, for this attempt, when `then` is called or after `limit`.
+  std::function<void()> once_in_attempt(std::function<void()> step,
+                                        std::chrono::milliseconds limit);
   bool captures_stacks() const { return python_stacks_ || !gdb_.empty(); }
   // gdb's backtraces of every running worker, into native_dumps_, then the stop.
   boost::asio::awaitable<void> read_native_stacks(uint64_t attempt);
@@ -155,7 +168,7 @@ class WorkerGroup {
       heard_beat_;  // per worker: it sent a heartbeat (its output is no longer progress)
   bool hang_declared_ = false;
   bool stacks_wanted_ = false;  // this attempt's stacks are to be collected
-  HangAnnouncer announce_hang_;
+  HangCoordinator hang_coordinator_;
   uint64_t attempt_ = 0;  // run()s so far: a late announcement's callback is for an earlier one
   bool python_stacks_ = false;
   std::string gdb_;

@@ -11,7 +11,7 @@
 namespace ddprun::agent {
 
 struct WorkerStack {
-  std::string innermost;  // the current thread's innermost frame: "train.py:14 in load_batch"
+  std::string innermost;  // the main thread's innermost frame: "train.py:14 in load_batch"
   std::string text;       // the whole dump, every thread
 };
 

@@ -60,10 +60,11 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   // "hang_frames/<round>/<node id>".
   boost::asio::awaitable<void> announce_hang(Round r) override;
   bool peer_hang(Round r) const override;
+  boost::asio::awaitable<void> hang_frozen(Round r, std::chrono::milliseconds wait) override;
   boost::asio::awaitable<std::vector<std::string>> share_hang_frames(
       Round r, std::string frames, std::chrono::milliseconds wait) override;
   boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
-  // Membership changes cost no restart.
+  // Membership changes cost no restart; another node's hang does.
   boost::asio::awaitable<void> end_round(Round r) override;
   boost::asio::awaitable<bool> exit_barrier(Round r) override;
   boost::asio::awaitable<void> close(std::string why) override;
@@ -108,6 +109,8 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   static std::string placement_record(const Record& rec, int round, const std::string& id);
   static Tagged parse_tagged(const std::string& value);
   boost::asio::awaitable<void> advance_round(int number, bool failed, int restarts);
+  // Follows the keys a hang's nodes share (once).
+  boost::asio::awaitable<void> follow_hang();
   // Round r cannot start (`why`, within the join timeout): the job goes on to a new round.
   boost::asio::awaitable<void> abandon_round(Round r, std::string why);
   bool ended(bool ran);
@@ -146,7 +149,8 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   std::map<int, Record> rounds_;
   std::map<int, std::set<std::string>> done_;
   std::map<int, std::map<std::string, std::string>> hang_frames_;  // round -> node -> frames
-  bool follows_hang_frames_ = false;
+  std::map<int, std::set<std::string>> hang_frozen_;               // round -> nodes frozen
+  bool follows_hang_ = false;                                      // hang_frames/ and hang_frozen/
   // Node 0 of a round: the members that have stopped their previous workers (ready/<round>/<id>).
   std::map<int, std::set<std::string>> ready_;
   bool follows_ready_ = false;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -84,7 +85,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   boost::asio::awaitable<void> pump();
   boost::asio::awaitable<void> follow_membership();
   // Whether `watched` follows every key under `prefix`.
-  static bool follows_all_of(const WatchSet& watched, const std::string& prefix);
+  static bool follows_all_of(const WatchSet& watched, std::string_view prefix);
 
   boost::asio::any_io_executor ex_;
   std::shared_ptr<JobStore> store_;

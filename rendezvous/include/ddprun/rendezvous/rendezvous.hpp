@@ -101,6 +101,13 @@ class Rendezvous {
     (void)r;
     return false;
   }
+  // After a hang in `r`, once this node has frozen its workers: says so, and returns once every
+  // node of the round has, or `wait` has passed. Never throws.
+  virtual boost::asio::awaitable<void> hang_frozen(Round r, std::chrono::milliseconds wait) {
+    (void)r;
+    (void)wait;
+    co_return;
+  }
   // After a hang in `r`: publishes this node's ranks' innermost frames (`frames`, opaque text) and
   // returns every node's, this node's included, once each node of the round has published its own
   // or `wait` has passed (then what came). Never throws: what cannot be shared is left out.

@@ -41,12 +41,6 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   void stop_waiting() override { JobSession::stop_waiting(); }
   boost::asio::awaitable<void> announce_stop(int signo) override;
   int peer_stop_signal() const override { return stop_signal_; }
-  // A hang: the key "hang" ("<attempt> <node rank>"); the frames under
-  // "hang_frames/<attempt>/<node rank>".
-  boost::asio::awaitable<void> announce_hang(Round r) override;
-  bool peer_hang(Round r) const override;
-  boost::asio::awaitable<std::vector<std::string>> share_hang_frames(
-      Round r, std::string frames, std::chrono::milliseconds wait) override;
   boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
   boost::asio::awaitable<void> end_round(Round r) override;
   boost::asio::awaitable<bool> exit_barrier(Round r) override;
@@ -74,9 +68,6 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   std::map<int, std::set<int>> done_;
   int stopped_node_ = -1;  // the node that announced a stop, and its signal
   int stop_signal_ = 0;
-  int hang_attempt_ = -1;  // the last hang announced: its attempt and node
-  int hang_node_ = -1;
-  std::map<int, std::map<int, std::string>> hang_frames_;  // attempt -> node rank -> frames
   JobEnd ending_;
 };
 
