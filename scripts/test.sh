@@ -17,7 +17,13 @@ torch2_root=$!
 jobs=$(nproc)
 build=${DDPRUN_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_BUILD_TESTS=ON
-cmake --build "$build" -j "$jobs"
+# The project builds without a warning under -Wall -Wextra: a new one fails the run.
+cmake --build "$build" -j "$jobs" 2>&1 | tee "$scratch/build.log"
+if grep -q 'warning:' "$scratch/build.log"; then
+  grep 'warning:' "$scratch/build.log" | sort -u >&2
+  echo "test: the build printed warnings" >&2
+  exit 1
+fi
 
 # The frame parser under libFuzzer with ASan and UBSan (clang-only, so it has its own build).
 fuzz_build=${build}-fuzz
