@@ -1,8 +1,8 @@
 #include "ddprun/agent/gpu_health.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -48,11 +48,15 @@ std::vector<int> still_on_gpus(const std::vector<GpuState>& gpus, const std::vec
 }
 
 size_t gpu_device_nodes(const std::string& dev) {
-  static const std::regex kNode("nvidia[0-9]+");
   std::error_code ec;
   size_t n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dev, ec)) {
-    if (std::regex_match(entry.path().filename().string(), kNode)) ++n;
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 6 && name.starts_with("nvidia") &&
+        std::all_of(name.begin() + 6, name.end(),
+                    [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      ++n;
+    }
   }
   return n;
 }

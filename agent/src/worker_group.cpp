@@ -376,14 +376,9 @@ void WorkerGroup::check_hangs() {
     dump_stacks_then_stop();
     return;
   }
-  if (python_stacks_) {
-    for (const auto& w : workers_) {
-      if (w->running()) ::kill(w->pid(), SIGSTOP);
-    }
-  }
+  if (python_stacks_) freeze();
   // The other nodes are told first, so that their ranks are frozen where the hang holds them too.
-  hang_coordinator_.announce(
-      once_in_attempt([this] { freeze_then_dump(); }, std::chrono::milliseconds(kAnnounceLimit)));
+  hang_coordinator_.announce(once_in_attempt([this] { freeze_then_dump(); }, kAnnounceLimit));
 }
 
 std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
@@ -400,15 +395,19 @@ std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
   return go;
 }
 
+void WorkerGroup::freeze() {
+  for (const auto& w : workers_) {
+    if (w->running()) ::kill(w->pid(), SIGSTOP);
+  }
+}
+
 void WorkerGroup::freeze_then_dump() {
   if (!python_stacks_ || !hang_coordinator_.frozen) {
     dump_stacks_then_stop();
     return;
   }
   stopping_ = true;
-  for (const auto& w : workers_) {
-    if (w->running()) ::kill(w->pid(), SIGSTOP);
-  }
+  freeze();
   hang_coordinator_.frozen(once_in_attempt([this] { dump_stacks_then_stop(); }, kFreezeLimit));
 }
 
@@ -472,7 +471,8 @@ boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
             std::ifstream in(file);
             native_dumps_[i].assign(std::istreambuf_iterator<char>(in), {});
           }
-          std::filesystem::remove(file);
+          std::error_code gone;
+          std::filesystem::remove(file, gone);
           if (--pending->left == 0) pending->done.cancel();
         },
         asio::detached);
@@ -483,14 +483,18 @@ boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
   if (attempt == attempt_ && active_) begin_stopping(SIGTERM);
 }
 
+std::optional<WorkerStack> WorkerGroup::stack_of(size_t i) const {
+  if (python_stacks_) {
+    return err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt;
+  }
+  if (i >= native_dumps_.size() || i >= workers_.size()) return std::nullopt;
+  return gdb_stack(native_dumps_[i], workers_[i]->pid());
+}
+
 void WorkerGroup::collect_stacks(GroupResult& result) {
   for (size_t i = 0; i < launches_.size() && i < err_pumps_.size(); ++i) {
     const int rank = launches_[i].id.rank;
-    const auto stack =
-        python_stacks_ ? (err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt)
-        : i < native_dumps_.size() && i < workers_.size()
-            ? gdb_stack(native_dumps_[i], workers_[i]->pid())
-            : std::nullopt;
+    const std::optional<WorkerStack> stack = stack_of(i);
     result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
     result.stacks +=
         fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank, launches_[i].id.local_rank,

@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
     if (const auto threshold = launcher::parse_log_level(level->second)) {
       spdlog::set_level(*threshold);
     } else {
-      spdlog::warn("LOGLEVEL={} is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL); ignored",
-                   level->second);
+      spdlog::warn(
+          "LOGLEVEL={} is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL); ignored",
+          level->second);
     }
   }
   if (!args.empty() && args.front() == "status") {

@@ -174,12 +174,10 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
   } else if (k == keys::kHang) {
     const Tagged t = parse_tagged(e.value);
     if (t.round >= hang_.round) hang_ = t;
-  } else if (k.starts_with(keys::kHangFrozen)) {
-    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kHangFrozen));
-    hang_frozen_[n].insert(node);
-  } else if (k.starts_with(keys::kHangFrames)) {
-    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kHangFrames));
-    hang_frames_[n][node] = e.value;
+  } else if (k.starts_with(keys::kHangFrozen) || k.starts_with(keys::kHangFrames)) {
+    const std::string prefix(k.substr(0, k.find('/') + 1));
+    const auto [n, node] = keys::round_and_node(keys::after(k, prefix));
+    hang_shared_[prefix][n][node] = e.value;
   } else if (k == keys::kFinished) {
     finished_ = std::max(finished_, std::stoi(e.value));
   } else if (k.starts_with(keys::kPlace)) {
@@ -521,44 +519,46 @@ bool ElasticRendezvous::peer_hang(Round r) const {
   return hang_.round == r.number && hang_.text != node_id_;
 }
 
-asio::awaitable<void> ElasticRendezvous::follow_hang() {
-  if (std::exchange(follows_hang_, true)) co_return;
-  std::vector<std::string> prefixes;
-  prefixes.emplace_back(keys::kHangFrames);
-  prefixes.emplace_back(keys::kHangFrozen);
-  co_await follow(std::move(prefixes));
+asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_for_hang(
+    std::string prefix, Round r, std::string value, std::chrono::milliseconds wait,
+    std::string failed) {
+  const auto deadline = Clock::now() + wait;
+  auto& rounds = hang_shared_[prefix];
+  rounds[r.number][node_id_] = value;
+  try {
+    if (!std::exchange(follows_hang_, true)) {
+      std::vector<std::string> prefixes;
+      prefixes.emplace_back(keys::kHangFrames);
+      prefixes.emplace_back(keys::kHangFrozen);
+      co_await follow(std::move(prefixes));
+    }
+    co_await store().set(keys::key(prefix, r.number, node_id_), value);
+    co_await wait_until([&] { return static_cast<int>(rounds[r.number].size()) >= r.num_nodes; },
+                        deadline);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: {}", failed, e.what());
+  }
+  std::vector<std::string> out;
+  for (const auto& [node, v] : rounds[r.number]) out.push_back(v);
+  rounds.erase(rounds.begin(), rounds.lower_bound(r.number));
+  co_return out;
 }
 
+// (Named arguments, not temporaries, for the co_await'ed calls: g++ 12 destroyed a temporary
+// argument of one twice.)
 asio::awaitable<void> ElasticRendezvous::hang_frozen(Round r, std::chrono::milliseconds wait) {
-  const auto deadline = Clock::now() + wait;
-  hang_frozen_[r.number].insert(node_id_);
-  try {
-    co_await follow_hang();
-    co_await store().set(keys::key(keys::kHangFrozen, r.number, node_id_), "");
-    co_await wait_until(
-        [&] { return static_cast<int>(hang_frozen_[r.number].size()) >= r.num_nodes; }, deadline);
-  } catch (const std::exception& e) {
-    spdlog::warn("could not hear whether the other nodes froze their workers: {}", e.what());
-  }
-  hang_frozen_.erase(hang_frozen_.begin(), hang_frozen_.lower_bound(r.number));
+  std::string prefix(keys::kHangFrozen);
+  std::string failed = "could not hear whether the other nodes froze their workers";
+  std::string none;
+  co_await share_for_hang(std::move(prefix), r, std::move(none), wait, std::move(failed));
 }
 
 asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_hang_frames(
     Round r, std::string frames, std::chrono::milliseconds wait) {
-  const auto deadline = Clock::now() + wait;
-  hang_frames_[r.number][node_id_] = frames;
-  try {
-    co_await follow_hang();
-    co_await store().set(keys::key(keys::kHangFrames, r.number, node_id_), frames);
-    co_await wait_until(
-        [&] { return static_cast<int>(hang_frames_[r.number].size()) >= r.num_nodes; }, deadline);
-  } catch (const std::exception& e) {
-    spdlog::warn("could not gather the other nodes' stacks: {}", e.what());
-  }
-  std::vector<std::string> out;
-  for (const auto& [node, f] : hang_frames_[r.number]) out.push_back(f);
-  hang_frames_.erase(hang_frames_.begin(), hang_frames_.lower_bound(r.number));
-  co_return out;
+  std::string prefix(keys::kHangFrames);
+  std::string failed = "could not gather the other nodes' stacks";
+  co_return co_await share_for_hang(std::move(prefix), r, std::move(frames), wait,
+                                    std::move(failed));
 }
 
 asio::awaitable<void> ElasticRendezvous::report_failure(Round r, std::string failures) {

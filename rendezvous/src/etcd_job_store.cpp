@@ -216,55 +216,16 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
     const size_t watch_member = watch_->member();
     lease_client_->prefer(watch_member);
     const auto sent = Clock::now();
-    auto renewed = sent;
-    int64_t ttl = 0;
-    bool tried = false;
-    bool answered = false;
-    if (sent < lease_expiry_ || down_since) {
-      json body;
-      body["ID"] = lease_;
-      tried = true;
-      auto give_up = down_since ? sent + interval : lease_expiry_;
-      // The lease's last stretch is kept for asking the members whether they have a live leader:
-      // while a majority has none (an election), the lease cannot run out, and the next leader
-      // renews it for its TTL, so the renewals go on that long from the asking.
-      const auto asking = attempt_timeout(spec_.heartbeat_timeout);
-      bool last_try = false;
-      bool said = false;
-      for (;;) {
-        const auto try_until = down_since || last_try ? give_up : give_up - asking;
-        renewed = Clock::now();
-        if (renewed < try_until) {
-          try {
-            const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, try_until);
-            ttl = int_field(reply.value("result", json::object()), "TTL");
-            answered = true;
-            break;
-          } catch (const std::exception& e) {
-            if (!broken_.empty()) co_return;
-            spdlog::debug("etcd lease keep-alive: {}", e.what());
-            if (down_since || lease_client_->members_down()) break;
-          }
-        }
-        const auto asked = Clock::now();
-        if (down_since || last_try || asked >= give_up) break;
-        const bool electing = co_await leadership_->no_live_leader(give_up);
-        if (!broken_.empty()) co_return;
-        if (!electing || asked + lease_ttl_ <= give_up) {
-          last_try = true;
-          continue;
-        }
-        if (!said) {
-          spdlog::info(
-              "etcd has no live leader (an election): this node's lease cannot run out meanwhile; "
-              "its renewals go on");
-          said = true;
-        }
-        give_up = asked + lease_ttl_;
-      }
-    }
+    const bool tried = sent < lease_expiry_ || down_since;
+    const auto give_up = down_since ? sent + interval : lease_expiry_;
+    const bool waiting_for_etcd = down_since.has_value();
+    Renewal renewal;
+    if (tried) renewal = co_await renew(give_up, waiting_for_etcd);
+    if (!broken_.empty()) break;
+    const int64_t ttl = renewal.ttl;
+    const bool answered = renewal.answered;
     if (ttl > 0) {
-      lease_expiry_ = renewed + std::chrono::seconds(ttl);
+      lease_expiry_ = renewal.sent + std::chrono::seconds(ttl);
       if (down_since) spdlog::warn("etcd is back; this node's lease held");
       down_since.reset();
       if (lease_client_->member() != watch_member) {
@@ -294,6 +255,49 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
     // The gateway answers 200 without a TTL for a lease it no longer has.
     co_await rejoin(answered ? "etcd dropped this node's lease"
                              : "this node's etcd lease ran out before it could be renewed");
+  }
+}
+
+asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point give_up,
+                                                           bool waiting_for_etcd) {
+  Renewal out;
+  json body;
+  body["ID"] = lease_;
+  // The lease's last stretch is kept for asking the members whether they have a live leader:
+  // while a majority has none (an election), the lease cannot run out, and the next leader renews
+  // it for its TTL, so the renewals go on that long from the asking.
+  const auto asking = attempt_timeout(spec_.heartbeat_timeout);
+  bool last_try = false;
+  bool said = false;
+  for (;;) {
+    const auto try_until = waiting_for_etcd || last_try ? give_up : give_up - asking;
+    out.sent = Clock::now();
+    if (out.sent < try_until) {
+      try {
+        const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, try_until);
+        out.ttl = int_field(reply.value("result", json::object()), "TTL");
+        out.answered = true;
+        co_return out;
+      } catch (const std::exception& e) {
+        if (!broken_.empty()) co_return out;
+        spdlog::debug("etcd lease keep-alive: {}", e.what());
+        if (waiting_for_etcd || lease_client_->members_down()) co_return out;
+      }
+    }
+    const auto asked = Clock::now();
+    if (waiting_for_etcd || last_try || asked >= give_up) co_return out;
+    const bool electing = co_await leadership_->no_live_leader(give_up);
+    if (!broken_.empty()) co_return out;
+    if (!electing || asked + lease_ttl_ <= give_up) {
+      last_try = true;
+      continue;
+    }
+    if (!std::exchange(said, true)) {
+      spdlog::info(
+          "etcd has no live leader (an election): this node's lease cannot run out meanwhile; its "
+          "renewals go on");
+    }
+    give_up = asked + lease_ttl_;
   }
 }
 

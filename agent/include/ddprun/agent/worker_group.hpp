@@ -21,6 +21,7 @@
 #include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_process.hpp"
+#include "ddprun/agent/worker_stacks.hpp"
 
 namespace ddprun::agent {
 
@@ -140,6 +141,8 @@ class WorkerGroup {
   // Python workers: SIGSTOP each running worker; then, once the other nodes have frozen theirs,
   // dump_stacks_then_stop(). Native workers: dump_stacks_then_stop() at once (gdb reads them).
   void freeze_then_dump();
+  // SIGSTOP to every running worker.
+  void freeze();
   // Calls `step` once, for this attempt, when `then` is called or after `limit`.
   std::function<void()> once_in_attempt(std::function<void()> step,
                                         std::chrono::milliseconds limit);
@@ -175,6 +178,8 @@ class WorkerGroup {
   std::vector<std::string> native_dumps_;            // per worker: gdb's output on a hang
   std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null
   void collect_stacks(GroupResult& result);
+  // Worker i's stack after a dump (its faulthandler output, or gdb's); nullopt: none.
+  std::optional<WorkerStack> stack_of(size_t i) const;
   // The ended attempt's result (outside the run() coroutine: g++ 12 warns of a mismatched delete
   // of a coroutine frame that holds it).
   GroupResult conclude();

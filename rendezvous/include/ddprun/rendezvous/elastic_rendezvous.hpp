@@ -109,8 +109,13 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   static std::string placement_record(const Record& rec, int round, const std::string& id);
   static Tagged parse_tagged(const std::string& value);
   boost::asio::awaitable<void> advance_round(int number, bool failed, int restarts);
-  // Follows the keys a hang's nodes share (once).
-  boost::asio::awaitable<void> follow_hang();
+  // After a hang in `r`: puts `value` under <prefix><round>/<this node> and returns every node's
+  // value there once each node of the round has put its own, or `wait` has passed (then what came;
+  // a store error is logged after `failed`).
+  boost::asio::awaitable<std::vector<std::string>> share_for_hang(std::string prefix, Round r,
+                                                                  std::string value,
+                                                                  std::chrono::milliseconds wait,
+                                                                  std::string failed);
   // Round r cannot start (`why`, within the join timeout): the job goes on to a new round.
   boost::asio::awaitable<void> abandon_round(Round r, std::string why);
   bool ended(bool ran);
@@ -148,9 +153,9 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   uint64_t membership_ = 0;           // changes of nodes_ seen
   std::map<int, Record> rounds_;
   std::map<int, std::set<std::string>> done_;
-  std::map<int, std::map<std::string, std::string>> hang_frames_;  // round -> node -> frames
-  std::map<int, std::set<std::string>> hang_frozen_;               // round -> nodes frozen
-  bool follows_hang_ = false;                                      // hang_frames/ and hang_frozen/
+  // What a hang's nodes share: key prefix (hang_frames/, hang_frozen/) -> round -> node -> value.
+  std::map<std::string, std::map<int, std::map<std::string, std::string>>> hang_shared_;
+  bool follows_hang_ = false;  // both prefixes followed
   // Node 0 of a round: the members that have stopped their previous workers (ready/<round>/<id>).
   std::map<int, std::set<std::string>> ready_;
   bool follows_ready_ = false;

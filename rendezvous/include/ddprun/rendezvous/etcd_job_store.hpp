@@ -84,6 +84,16 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
                                               std::chrono::steady_clock::time_point deadline);
   boost::asio::awaitable<void> keep_alive();
+  // One renewal of the lease, tried until `give_up` (asking the members about an election before
+  // the lease's end, which may move `give_up` later); `waiting_for_etcd`: every member was down at
+  // the last try, one try until `give_up` only.
+  struct Renewal {
+    int64_t ttl = 0;                             // > 0: renewed for that many seconds
+    bool answered = false;                       // a member answered (ttl 0: the lease is gone)
+    std::chrono::steady_clock::time_point sent;  // when the last try was sent
+  };
+  boost::asio::awaitable<Renewal> renew(std::chrono::steady_clock::time_point give_up,
+                                        bool waiting_for_etcd);
   // This node's lease lapsed (`why`): tells the session its presence is gone, revokes the lease and
   // puts the presence on a new one, within the reconnect timeout, or gives the store up for lost.
   boost::asio::awaitable<void> rejoin(std::string why);
