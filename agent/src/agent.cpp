@@ -25,6 +25,7 @@
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/python_template.hpp"
 #include "ddprun/agent/signals.hpp"
+#include "ddprun/agent/warm_interpreter.hpp"
 #include "ddprun/agent/worker_env.hpp"
 #include "ddprun/agent/worker_group.hpp"
 #include "ddprun/agent/worker_stacks.hpp"
@@ -183,6 +184,24 @@ std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg) {
     throw std::runtime_error(fmt::format("--numa-binding={}: {}", mode, e.what()));
   }
   return out;
+}
+
+// --preload's interpreter, or null: none asked for, or the workers are not Python.
+std::unique_ptr<WarmInterpreter> make_warm_interpreter(asio::io_context& io,
+                                                       Containment& containment,
+                                                       const AgentConfig& cfg) {
+  if (cfg.preload.modules.empty() || !cfg.python_workers || cfg.entrypoint.size() < 3) {
+    return nullptr;
+  }
+  std::error_code ec;
+  std::string main_dir = fs::current_path(ec).string();
+  if (cfg.entrypoint[2] != "-m") {
+    const fs::path script = fs::canonical(cfg.entrypoint[2], ec);
+    if (!ec) main_dir = script.parent_path().string();
+  }
+  return std::make_unique<WarmInterpreter>(
+      io, containment, std::vector<std::string>(cfg.entrypoint.begin(), cfg.entrypoint.begin() + 2),
+      main_dir, cfg.preload);
 }
 
 nlohmann::json job_end_fields(const AgentOutcome& o) {
@@ -596,6 +615,10 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     group.capture_python_stacks(cfg.python_workers);
     group.capture_native_stacks(cfg.native_debugger);
   }
+  std::unique_ptr<WarmInterpreter> warm = make_warm_interpreter(io, containment, cfg);
+  if (warm) {
+    group.start_workers_from(warm.get(), worker_environment(cfg.env, {}, {}, std::string()));
+  }
   std::unique_ptr<FileTimerServer> timers;
   if (!cfg.timer_file.empty()) {
     try {
@@ -671,6 +694,8 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     }
     signals.cancel();
     timers.reset();  // its FIFO's read would keep the io_context busy below
+    group.start_workers_from(nullptr, {});
+    warm.reset();  // so would its interpreter's exit watch
     control.close();
     containment.stop_listening();
     rdzv->abandon();

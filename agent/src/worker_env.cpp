@@ -1,5 +1,7 @@
 #include "ddprun/agent/worker_env.hpp"
 
+#include <algorithm>
+#include <array>
 #include <vector>
 
 namespace ddprun::agent {
@@ -58,6 +60,38 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
     env["LOCAL_RANK"] = std::to_string(id.local_rank);
   }
   return env;
+}
+
+bool is_per_worker_variable(std::string_view name) {
+  static constexpr std::array<std::string_view, 18> kNames{
+      "RANK",
+      "GROUP_RANK",
+      "ROLE_RANK",
+      "ROLE_NAME",
+      "LOCAL_RANK",
+      "LOCAL_WORLD_SIZE",
+      "WORLD_SIZE",
+      "GROUP_WORLD_SIZE",
+      "ROLE_WORLD_SIZE",
+      "MASTER_ADDR",
+      "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT",
+      "TORCHELASTIC_MAX_RESTARTS",
+      "TORCHELASTIC_RUN_ID",
+      "TORCHELASTIC_USE_AGENT_STORE",
+      "TORCHELASTIC_ERROR_FILE",
+      "CUDA_VISIBLE_DEVICES",
+      "DDPRUN_HEARTBEAT_FILE",
+  };
+  return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
+}
+
+Environment shared_part(const Environment& env) {
+  Environment out;
+  for (const auto& [name, value] : env) {
+    if (!is_per_worker_variable(name)) out.emplace(name, value);
+  }
+  return out;
 }
 
 }  // namespace ddprun::agent

@@ -18,6 +18,7 @@
 #include "ddprun/agent/log_pump.hpp"
 #include "ddprun/agent/proc_state.hpp"
 #include "ddprun/agent/signals.hpp"
+#include "ddprun/agent/warm_interpreter.hpp"
 #include "ddprun/agent/worker_stacks.hpp"
 
 namespace ddprun::agent {
@@ -38,6 +39,9 @@ constexpr auto kFreezeLimit = std::chrono::seconds(3);
 constexpr auto kNativeStackLimit = std::chrono::seconds(20);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
+// How long a round's first workers wait for the warm interpreter's imports (--preload); cold
+// starts after that.
+constexpr std::chrono::seconds kWarmReadyLimit{60};
 // How often workers' states, heartbeats and silences are looked at, when they are watched.
 constexpr auto kStatePoll = std::chrono::milliseconds(100);
 }  // namespace
@@ -58,6 +62,19 @@ WorkerGroup::~WorkerGroup() {
 void WorkerGroup::wake() {
   woken_ = true;
   wake_.cancel();
+}
+
+void WorkerGroup::add_watch_variables(Environment& env) const {
+  if (hang_policy_.mode != HangPolicy::Mode::kOff && python_stacks_) {
+    env.try_emplace("PYTHONFAULTHANDLER", "1");
+  }
+}
+
+void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) {
+  warm_ = warm;
+  if (warm_ == nullptr) return;
+  add_watch_variables(sample);
+  warm_->prepare(shared_part(sample));
 }
 
 boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
@@ -81,9 +98,13 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
       heartbeats_.push_back(std::make_unique<HeartbeatFile>(
           heartbeat_dir_ + "/heartbeat." + std::to_string(launches_[i].id.local_rank)));
       launches_[i].spawn.env["DDPRUN_HEARTBEAT_FILE"] = heartbeats_.back()->path();
-      if (python_stacks_) launches_[i].spawn.env.try_emplace("PYTHONFAULTHANDLER", "1");
       launches_[i].spawn.debuggable = !python_stacks_ && !gdb_.empty();
     }
+  }
+  for (WorkerLaunch& l : launches_) add_watch_variables(l.spawn.env);
+  if (warm_ != nullptr && !launches_.empty()) {
+    warm_->prepare(shared_part(launches_.front().spawn.env));
+    co_await warm_->ready(kWarmReadyLimit);
   }
   running_ = open_pumps_ = 0;
   stopping_ = sigkill_sent_ = false;
@@ -100,7 +121,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     const WorkerLaunch& l = launches_[i];
     try {
       workers_.push_back(
-          std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup()));
+          std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup(), warm_));
     } catch (const std::system_error& e) {
       // The machine refused a process: stop what started and report it like a failed worker.
       spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());

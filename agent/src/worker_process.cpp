@@ -84,7 +84,7 @@ void close_fd(int& fd) {
 }  // namespace
 
 WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
-                             std::unique_ptr<WorkerCgroup> cgroup)
+                             std::unique_ptr<WorkerCgroup> cgroup, ForkServer* server)
     : pidfd_(io), cgroup_(std::move(cgroup)) {
   // Everything the child touches is prepared here: after fork() only async-signal-safe calls
   // remain.
@@ -122,7 +122,14 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   const pid_t parent = ::getpid();
   const int cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
 
-  const pid_t pid = ::fork();
+  const int pass_fd = spec.pass_fd;
+  std::optional<pid_t> served;
+  if (server != nullptr) {
+    served = server->start(
+        spec, ChildFds{in_fd >= 0 ? in_fd : STDIN_FILENO, out_fd >= 0 ? out_fd : STDOUT_FILENO,
+                       err_fd >= 0 ? err_fd : STDERR_FILENO, cgroup_procs});
+  }
+  const pid_t pid = served ? *served : ::fork();
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
     ::setpgid(0, 0);
@@ -148,6 +155,13 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
     if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
+    if (pass_fd >= 0) {
+      if (pass_fd == 3) {
+        ::fcntl(3, F_SETFD, 0);
+      } else {
+        ::dup2(pass_fd, 3);
+      }
+    }
     ::execvpe(argv[0], argv.data(), envp.data());
     const int e = errno;
     [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);
@@ -160,10 +174,11 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   in_read.reset();
   report_write.reset();
   int child_errno = 0;
-  ssize_t n;
-  do {
+  ssize_t n = 0;
+  while (!served) {
     n = ::read(report_read.get(), &child_errno, sizeof child_errno);
-  } while (n < 0 && errno == EINTR);
+    if (n >= 0 || errno != EINTR) break;
+  }
   if (n == sizeof child_errno && child_errno < 0) {
     exec_error_ = fmt::format("cannot bind '{}' to CPUs {}: {}", spec.argv[0],
                               fmt::join(spec.cpus, ","), std::strerror(-child_errno));

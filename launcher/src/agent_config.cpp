@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "command_line_parts.hpp"
 #include "ddprun/agent/signals.hpp"
@@ -96,6 +97,11 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   }
   a.health_check = c.health_check;
   a.health_check_timeout = c.health_check_timeout;
+  if (a.python_workers) {
+    a.preload = c.preload;
+  } else if (!c.preload.modules.empty()) {
+    spdlog::warn("--preload is ignored with --no_python: the workers are not Python");
+  }
 
   rendezvous::RendezvousConfig& r = a.rdzv;
   r.backend = c.backend;

@@ -257,7 +257,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   std::string dup_stdout, dup_stderr, print_completion;
   bool use_env = false, legacy_local_rank = false;
   std::string hostfile, host_list, include, exclude, ssh_port, metrics_port, health_check_timeout;
-  std::string hang_timeout;
+  std::string hang_timeout, preload;
   const std::map<std::string, std::string*> texts = {
       {"nnodes", &nnodes},
       {"nproc_per_node", &c.nproc_per_node},
@@ -291,6 +291,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
       {"metrics_port", &metrics_port},
       {"health_check", &c.health_check},
       {"hang_timeout", &hang_timeout},
+      {"preload", &preload},
       {"health_check_timeout", &health_check_timeout},
       {"hosts", &host_list},
       {"include", &include},
@@ -411,6 +412,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
       throw UsageError("argument --hang_timeout: must be positive seconds or auto");
     }
   }
+  c.preload = parse_preload(preload);
   if (!health_check_timeout.empty()) {
     c.health_check_timeout = parse_seconds(health_check_timeout, "--health_check_timeout");
     if (c.health_check_timeout.count() <= 0) {

@@ -50,6 +50,10 @@ const std::vector<OptionSpec>& option_table() {
        "the node out of the job (exit status 4, the reason the command's last line)"},
       {"--health_check_timeout,--health-check-timeout", "health_check_timeout", "S",
        "seconds --health_check may take (default 60)"},
+      {"--preload", "preload", "MODULE,...|auto",
+       "Python workers fork from one interpreter per node that imported these modules once (auto: "
+       "torch and what DDP imports on first use), at the first start and every restart; workers "
+       "start cold, with one log line saying why, where that is not safe"},
       {"--role", "role", "NAME", "ROLE_NAME and the console prefix (default \"default\")"},
       {"-m,--module", "module", nullptr, "run the script as `python -m`"},
       {"--no_python,--no-python", "no_python", nullptr, "run the script as an executable"},

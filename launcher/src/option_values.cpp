@@ -61,4 +61,38 @@ std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view 
   return std::chrono::milliseconds(std::llround(s * 1000));
 }
 
+agent::PreloadSpec parse_preload(std::string_view text) {
+  agent::PreloadSpec spec;
+  if (text.empty()) return spec;
+  if (text == "auto") {
+    spec.modules = {"auto"};
+    return spec;
+  }
+  auto is_identifier = [](std::string_view part) {
+    if (part.empty() || std::isdigit(static_cast<unsigned char>(part.front()))) return false;
+    return std::all_of(part.begin(), part.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+    });
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view name = text.substr(start, comma - start);
+    size_t part_start = 0;
+    bool valid = !name.empty();
+    while (valid && part_start <= name.size()) {
+      const size_t dot = std::min(name.find('.', part_start), name.size());
+      valid = is_identifier(name.substr(part_start, dot - part_start));
+      part_start = dot + 1;
+    }
+    if (!valid) {
+      throw UsageError(fmt::format(
+          "argument --preload: '{}' is not a Python module name (MODULE,... or auto)", name));
+    }
+    spec.modules.emplace_back(name);
+    start = comma + 1;
+  }
+  return spec;
+}
+
 }  // namespace ddprun::launcher

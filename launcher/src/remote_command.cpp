@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ddprun/launcher/python_interpreter.hpp"
 
@@ -126,6 +127,9 @@ std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index) {
     args.push_back(fmt::format("--health_check={}", c.health_check));
     args.push_back(fmt::format("--health_check_timeout={}",
                                std::chrono::duration<double>(c.health_check_timeout).count()));
+  }
+  if (!c.preload.modules.empty()) {
+    args.push_back(fmt::format("--preload={}", fmt::join(c.preload.modules, ",")));
   }
   if (c.virtual_local_rank) args.push_back("--virtual_local_rank");
   if (c.module) args.push_back("--module");

@@ -11,6 +11,7 @@
 #include "ddprun/agent/environment.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/numa_binding.hpp"
+#include "ddprun/agent/preload_spec.hpp"
 #include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 
@@ -63,6 +64,9 @@ struct AgentConfig {
   std::chrono::milliseconds health_check_timeout{60'000};
   HangPolicy hang;              // --hang_timeout (progress_clock.hpp)
   bool python_workers = false;  // the entrypoint is a Python interpreter (stacks on a hang)
+  // --preload: Python workers start from a warm interpreter (warm_interpreter.hpp); no modules:
+  // every worker starts cold. The entrypoint is then {python, -u, [-m], script, args...}.
+  PreloadSpec preload;
   // gdb, where it is installed: native workers' stacks on a hang (worker_group.hpp); "" none.
   std::string native_debugger;
   // A worker in uninterruptible sleep this long makes the node leave the job (worker_group.hpp);

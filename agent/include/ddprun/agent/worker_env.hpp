@@ -1,6 +1,7 @@
 #pragma once
 // The environment contract between the agent and a worker (torchrun's, reference/torchrun.md 2.1).
 #include <string>
+#include <string_view>
 
 #include "ddprun/agent/environment.hpp"
 
@@ -35,5 +36,13 @@ struct AttemptEnvironment {
 // agent's own values win), and CUDA_VISIBLE_DEVICES narrowed to one device with virtual_local_rank.
 Environment worker_environment(const Environment& agent_env, const AttemptEnvironment& attempt,
                                const WorkerIdentity& id, const std::string& error_file);
+
+// The variables whose values differ between the workers of a node or between rounds: those
+// worker_environment sets from the identity and the attempt, the error file, and the heartbeat
+// file (DDPRUN_HEARTBEAT_FILE, set by the worker group). The rest of a worker's environment is the
+// node's, the same for every worker of every round while the agent runs.
+bool is_per_worker_variable(std::string_view name);
+// `env` without the per-worker variables.
+Environment shared_part(const Environment& env);
 
 }  // namespace ddprun::agent

@@ -26,6 +26,7 @@
 namespace ddprun::agent {
 
 class LogPump;
+class WarmInterpreter;
 class EventLog;
 class FilteredLog;
 
@@ -111,6 +112,10 @@ class WorkerGroup {
   // first, so that each writes every thread's stack to its stderr; the ranks grouped by innermost
   // frame go into the hung workers' failures, the whole dumps into GroupResult::stacks.
   void capture_python_stacks(bool on) { python_stacks_ = on; }
+  // --preload: workers start from `warm` where it can (it outlives the group). Its interpreter
+  // starts now, with the shared part of `sample` (any worker's environment) as run() will give it
+  // to the workers, so that its imports overlap the rendezvous. Call after the settings above.
+  void start_workers_from(WarmInterpreter* warm, Environment sample);
   // Native workers: on a hang, `gdb` (a path; "" none) attaches to each worker in turn, at once
   // and bounded in time, and its backtraces of every thread are the worker's stack; the workers
   // are stopped after. Ignored for Python workers.
@@ -128,6 +133,8 @@ class WorkerGroup {
   void set_event_log(EventLog* log) { event_log_ = log; }
 
  private:
+  // Variables the watching adds to every worker's environment (PYTHONFAULTHANDLER for stacks).
+  void add_watch_variables(Environment& env) const;
   void on_exit(size_t index, const ExitStatus& status);
   void begin_stopping(int signo);
   void kill_survivors();
@@ -174,6 +181,7 @@ class WorkerGroup {
   HangCoordinator hang_coordinator_;
   uint64_t attempt_ = 0;  // run()s so far: a late announcement's callback is for an earlier one
   bool python_stacks_ = false;
+  WarmInterpreter* warm_ = nullptr;
   std::string gdb_;
   std::vector<std::string> native_dumps_;            // per worker: gdb's output on a hang
   std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null

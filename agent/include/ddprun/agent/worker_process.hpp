@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,27 @@ struct SpawnSpec {
   // The agent and what it starts (a debugger reading a hung worker's stacks) may attach to it
   // where the kernel restricts ptrace to ancestors (Yama's ptrace_scope 1): PR_SET_PTRACER.
   bool debuggable = false;
+  // A descriptor the child gets as its fd 3 (not close-on-exec there); -1: none.
+  int pass_fd = -1;
+};
+
+// The descriptors a started worker takes as its stdin, stdout and stderr, and its cgroup's
+// cgroup.procs (-1: none); the caller keeps and closes them.
+struct ChildFds {
+  int in = 0;
+  int out = 1;
+  int err = 2;
+  int cgroup_procs = -1;
+};
+
+// Starts a worker some other way than fork and exec here (warm_interpreter.hpp). The worker must
+// be set up as WorkerProcess sets up its child, with `fds`.
+class ForkServer {
+ public:
+  virtual ~ForkServer() = default;
+  // The pid of the started worker, a child of this process by the time this returns; nullopt:
+  // not started (the caller starts it itself).
+  virtual std::optional<pid_t> start(const SpawnSpec& spec, const ChildFds& fds) = 0;
 };
 
 struct ExitStatus {
@@ -48,8 +70,9 @@ class WorkerProcess {
   // exec: everything it starts is in it), and gets SIGKILL if the agent dies (PR_SET_PDEATHSIG,
   // checked against a race with the agent's death). Throws std::system_error when a pipe or fork
   // fails. An exec failure is not thrown: the process exits 127 and exec_error() says why.
+  // With `server`, the worker is started by it where it can (spec.pass_fd is then not used).
   WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
-                std::unique_ptr<WorkerCgroup> cgroup = nullptr);
+                std::unique_ptr<WorkerCgroup> cgroup = nullptr, ForkServer* server = nullptr);
   // Kills the process group (and the cgroup) if the process is still running, and reaps it.
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;

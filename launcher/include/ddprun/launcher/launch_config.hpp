@@ -87,6 +87,7 @@ struct LaunchConfig {
   agent::HangPolicy hang;           // --hang_timeout SECONDS|auto
   std::string health_check;         // --health_check: a shell command; "" none
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
+  agent::PreloadSpec preload;                              // --preload MODULE,...|auto
 
   // A head-node launch (--hostfile or -H): one agent per host, started over ssh, node ranks in
   // the hosts' order. Empty: this process is the node's agent.

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <string_view>
 
+#include "ddprun/agent/preload_spec.hpp"
+
 namespace ddprun::launcher {
 
 // torchrun's spellings (RendezvousParameters.get_as_bool): 1/true/t/yes/y and 0/false/f/no/n in
@@ -21,5 +23,9 @@ double parse_double(std::string_view text, std::string_view what);
 
 // Non-negative seconds, fractions allowed, as milliseconds.
 std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what);
+
+// --preload: "auto", or comma-separated dotted Python module names ("torch,numpy.linalg"); ""
+// none. Empty names, names that are not identifiers, and auto among names are errors.
+agent::PreloadSpec parse_preload(std::string_view text);
 
 }  // namespace ddprun::launcher

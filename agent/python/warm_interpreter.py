@@ -1,0 +1,254 @@
+# ddprun's warm interpreter (--preload): run by the agent as `python -u - FD` with this source on
+# stdin and a SOCK_SEQPACKET socket to the agent at FD. It imports the preloaded modules once, then
+# forks every worker the agent asks for. Each worker is set up as a cold `python -u script args`
+# would be and then runs the script (or the module, for -m).
+#
+# Messages, one per packet. Agent to here: first the environment the agent started this
+# interpreter with (JSON object), then one request per worker: JSON {"args": the worker's argv
+# after the interpreter and its options, "env": its environment, "cpus": [..],
+# "agent": pid, "cgroup": bool} with four descriptors attached (stdin, stdout, stderr, and its
+# cgroup's cgroup.procs, or a /dev/null stand-in where "cgroup" is false). Here to the agent:
+# "ready MODULES" once the imports are done (those imported, comma-separated), or "cold REASON"
+# (then this process exits); per request "pid N" (the worker, already a child of the agent: it
+# was started by a child of this process that exited at once), or "cold REASON".
+import ctypes
+import json
+import os
+import socket
+import sys
+import threading
+import traceback
+
+_AUTO = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
+         "torch.distributed.algorithms.join", "numpy"]
+_PR_SET_PDEATHSIG = 1
+# The interpreter and its options as the kernel started it (behind any wrapper the agent ran):
+# what a cold start's sys.orig_argv begins with.
+_INTERPRETER_ARGV = sys.orig_argv[:len(sys.orig_argv) - len(sys.argv)] \
+    if hasattr(sys, "orig_argv") else []
+
+
+def _send(sock, text):
+    sock.send(text.encode())
+
+
+def _thread_count():
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _cuda_in_use():
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return "CUDA was initialised"
+    except Exception:
+        pass
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink("/proc/self/fd/" + fd)
+            except OSError:
+                continue
+            if target.startswith("/dev/nvidia"):
+                return "a GPU device (" + target + ") is open"
+    except OSError:
+        pass
+    return None
+
+
+def _unsafe():
+    """Why forking now would not give a cold start's process, or None."""
+    threads = _thread_count()
+    if threads != 1:
+        return "it runs %d threads (a fork keeps only one)" % threads
+    return _cuda_in_use()
+
+
+def _preload(spec, imported):
+    automatic = spec == ["auto"]
+    for name in _AUTO if automatic else spec:
+        try:
+            __import__(name)
+        except ImportError as e:
+            if automatic:
+                continue  # this torch has no such module; auto takes what exists
+            return "preload %s failed: %s" % (name, e)
+        except BaseException as e:  # a module's own error at import
+            last = traceback.format_exception_only(type(e), e)[-1].strip()
+            return "preload %s failed: %s" % (name, last)
+        imported.append(name)
+    return None
+
+
+def _libc_prctl(option, value):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+               ctypes.c_ulong(0))
+
+
+def _reseed():
+    # `random` is reseeded by its own fork hook; numpy's global generator is not.
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()
+        except Exception:
+            pass
+
+
+def _worker_environment(request_env, given_env, own_env):
+    """The worker's environment as a wrapper between the agent and python would have made it:
+    what the wrapper changed in ours (given by the agent, then own at start), changed in its."""
+    env = dict(request_env)
+    for name, value in own_env.items():
+        if given_env.get(name) != value:
+            env[name] = value
+    for name in given_env:
+        if name not in own_env:
+            env.pop(name, None)
+    return env
+
+
+def _run_script(args):
+    path = args[0]
+    sys.argv = list(args)
+    file = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n"
+                         % (sys.orig_argv[0], file, e.errno, e.strerror))
+        sys.exit(2)
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    import importlib.machinery
+    import types
+    main = types.ModuleType("__main__")
+    main.__file__ = file
+    main.__cached__ = None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", file)
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    code = compile(source, file, "exec")
+    try:
+        exec(code, main.__dict__)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as e:
+        # As the interpreter reports it: from the script's frame on.
+        e.__traceback__ = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        sys.excepthook(type(e), e, e.__traceback__)
+        sys.exit(1)
+
+
+def _run_module(args):
+    import runpy
+    sys.argv = ["-m"] + list(args[1:])
+    sys.path[0] = os.getcwd()
+    runpy._run_module_as_main(args[0], alter_argv=True)
+
+
+def _become_worker(request, fds, release):
+    own = set(fds)
+    os.setpgid(0, 0)
+    if request["cgroup"]:
+        os.write(fds[3], b"0")
+    if os.read(release, 1) != b"x":  # the warm interpreter died before the worker was adopted
+        os._exit(1)
+    os.close(release)
+    _libc_prctl(_PR_SET_PDEATHSIG, 9)
+    if os.getppid() != request["agent"]:
+        os._exit(1)  # the agent died before the line above took effect
+    if request["cpus"]:
+        try:
+            os.sched_setaffinity(0, request["cpus"])
+        except OSError as e:
+            os.write(fds[2], ("cannot bind to CPUs %s: %s\n" % (request["cpus"], e.strerror))
+                     .encode())
+            os._exit(127)
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    for fd in own:
+        if fd > 2:
+            os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _reseed()
+    if not sys.stdout.write_through:  # started without -u: line buffered on a terminal only
+        sys.stdout.reconfigure(line_buffering=os.isatty(1))
+    args = request["args"]
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = _INTERPRETER_ARGV + list(args)
+    if args[0] == "-m":
+        _run_module(args[1:])
+    else:
+        _run_script(args)
+
+
+def _serve(sock, given_env, own_env):
+    while True:
+        try:
+            message, ancillary, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 4))
+        except InterruptedError:
+            continue
+        if not message:
+            return  # the agent is gone
+        fds = []
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(memoryview(data).cast("i"))
+        problem = _unsafe()
+        if problem is not None:
+            _send(sock, "cold " + problem)
+            return
+        request = json.loads(message)
+        request["env"] = _worker_environment(request["env"], given_env, own_env)
+        release_read, release_write = os.pipe()
+        pid_read, pid_write = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            worker = -1
+            try:
+                sock.close()
+                os.close(release_write)
+                os.close(pid_read)
+                worker = os.fork()
+            finally:
+                if worker != 0:  # this process: report the worker, and end
+                    if worker > 0:
+                        os.write(pid_write, str(worker).encode())
+                    os._exit(0)
+            os.close(pid_write)
+            _become_worker(request, fds, release_read)
+            return  # the script ended: the interpreter exits as after `python script.py`
+        os.close(release_read)
+        os.close(pid_write)
+        for fd in fds:
+            os.close(fd)
+        worker = os.read(pid_read, 32)
+        os.close(pid_read)
+        os.waitpid(middle, 0)  # the worker is the agent's child (its subreaper) from here on
+        os.write(release_write, b"x")
+        os.close(release_write)
+        _send(sock, "pid " + worker.decode() if worker else "cold a fork failed")
+
+
+def main():
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    given_env = json.loads(sock.recv(1 << 20))
+    own_env = dict(os.environ)
+    main_dir, modules = sys.argv[2], sys.argv[3:]
+    sys.path[0] = main_dir
+    imported = []
+    problem = _preload(modules, imported) or _unsafe()
+    if problem is not None:
+        _send(sock, "cold " + problem)
+        return
+    _send(sock, "ready " + ",".join(imported))
+    _serve(sock, given_env, own_env)
+
+
+main()
