@@ -1,5 +1,6 @@
-# ddprun's warm interpreter (--preload): run by the agent as `python -u - FD` with this source on
-# stdin and a SOCK_SEQPACKET socket to the agent at FD. It imports the preloaded modules once, then
+# ddprun's warm interpreter (--preload): run by the agent as `python -u - FD MAIN_DIR PAD MODULE...`
+# with this source on stdin and a SOCK_SEQPACKET socket to the agent at FD; MAIN_DIR is sys.path[0]
+# for the imports, PAD room for a worker's command line. It imports the preloaded modules once, then
 # forks every worker the agent asks for. Each worker is set up as a cold `python -u script args`
 # would be and then runs the script (or the module, for -m).
 #
@@ -11,13 +12,16 @@
 # "ready MODULES" once the imports are done (those imported, comma-separated), or "cold REASON"
 # (then this process exits); per request "pid N" (the worker, already a child of the agent: it
 # was started by a child of this process that exited at once), or "cold REASON".
-import ctypes
-import json
-import os
-import socket
-import sys
-import threading
-import traceback
+# What the interpreter put in __main__ before this program ran: a worker's fresh __main__ gets the
+# same (for example __annotations__, which some Python versions add).
+_MAIN_AT_START = {name: value for name, value in globals().items() if name.startswith("__")}
+import ctypes  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
 
 _AUTO = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
          "torch.distributed.algorithms.join", "numpy"]
@@ -89,6 +93,20 @@ def _libc_prctl(option, value):
                ctypes.c_ulong(0))
 
 
+def _set_command_line(argv):
+    """What /proc/self/cmdline (ps, pgrep -f, py-spy) shows: `argv`, written over this process's
+    own argument area, which the agent padded for it; cut short where it does not fit."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, IndexError, ValueError):
+        return
+    size = end - start
+    data = b"\0".join(os.fsencode(a) for a in argv)[:size - 1]
+    ctypes.memmove(start, data + b"\0" * (size - len(data)), size)
+
+
 def _reseed():
     # `random` is reseeded by its own fork hook; numpy's global generator is not.
     numpy = sys.modules.get("numpy")
@@ -127,6 +145,8 @@ def _run_script(args):
     import importlib.machinery
     import types
     main = types.ModuleType("__main__")
+    if "__annotations__" in _MAIN_AT_START:
+        main.__annotations__ = {}
     main.__file__ = file
     main.__cached__ = None
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", file)
@@ -182,6 +202,7 @@ def _become_worker(request, fds, release):
     args = request["args"]
     if hasattr(sys, "orig_argv"):
         sys.orig_argv = _INTERPRETER_ARGV + list(args)
+        _set_command_line(sys.orig_argv)
     if args[0] == "-m":
         _run_module(args[1:])
     else:
@@ -240,7 +261,7 @@ def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
     given_env = json.loads(sock.recv(1 << 20))
     own_env = dict(os.environ)
-    main_dir, modules = sys.argv[2], sys.argv[3:]
+    main_dir, modules = sys.argv[2], sys.argv[4:]  # (argv[3] is room for a worker's argv)
     sys.path[0] = main_dir
     imported = []
     problem = _preload(modules, imported) or _unsafe()

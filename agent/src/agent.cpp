@@ -190,18 +190,8 @@ std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg) {
 std::unique_ptr<WarmInterpreter> make_warm_interpreter(asio::io_context& io,
                                                        Containment& containment,
                                                        const AgentConfig& cfg) {
-  if (cfg.preload.modules.empty() || !cfg.python_workers || cfg.entrypoint.size() < 3) {
-    return nullptr;
-  }
-  std::error_code ec;
-  std::string main_dir = fs::current_path(ec).string();
-  if (cfg.entrypoint[2] != "-m") {
-    const fs::path script = fs::canonical(cfg.entrypoint[2], ec);
-    if (!ec) main_dir = script.parent_path().string();
-  }
-  return std::make_unique<WarmInterpreter>(
-      io, containment, std::vector<std::string>(cfg.entrypoint.begin(), cfg.entrypoint.begin() + 2),
-      main_dir, cfg.preload);
+  if (cfg.preload.modules.empty() || !cfg.python_workers) return nullptr;
+  return std::make_unique<WarmInterpreter>(io, containment, cfg.entrypoint, cfg.preload);
 }
 
 nlohmann::json job_end_fields(const AgentOutcome& o) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
@@ -64,13 +65,21 @@ std::optional<std::string> receive(int fd, bool dontwait) {
 }  // namespace
 
 WarmInterpreter::WarmInterpreter(asio::io_context& io, Containment& containment,
-                                 std::vector<std::string> python, std::string main_dir,
-                                 PreloadSpec preload)
-    : io_(io),
-      containment_(containment),
-      python_(std::move(python)),
-      main_dir_(std::move(main_dir)),
-      preload_(std::move(preload)) {}
+                                 const std::vector<std::string>& entrypoint, PreloadSpec preload)
+    : io_(io), containment_(containment), preload_(std::move(preload)) {
+  auto it = entrypoint.begin();
+  if (it != entrypoint.end()) python_.push_back(*it++);
+  while (it != entrypoint.end() && it->starts_with("-") && *it != "-m") python_.push_back(*it++);
+  std::error_code ec;
+  main_dir_ = std::filesystem::current_path(ec).string();
+  if (it != entrypoint.end() && *it != "-m") {
+    const auto script = std::filesystem::canonical(*it, ec);
+    if (!ec) main_dir_ = script.parent_path().string();
+  }
+  // Twice the template's length: ${local_rank} and the like grow a little when filled in.
+  command_room_ = 256;
+  for (const auto& a : entrypoint) command_room_ += 2 * (a.size() + 1);
+}
 
 WarmInterpreter::~WarmInterpreter() { retire(); }
 
@@ -94,7 +103,8 @@ void WarmInterpreter::launch(const Environment& env) {
   auto ours = std::make_unique<asio::posix::stream_descriptor>(io_, sv[0]);
   SpawnSpec spec;
   spec.argv = python_;
-  spec.argv.insert(spec.argv.end(), {"-", "3", main_dir_});
+  // Room in its argument area for each worker's command line (written over it after the fork).
+  spec.argv.insert(spec.argv.end(), {"-", "3", main_dir_, std::string(command_room_, '.')});
   spec.argv.insert(spec.argv.end(), preload_.modules.begin(), preload_.modules.end());
   spec.env = env;
   spec.stdin_pipe = true;
@@ -123,7 +133,7 @@ void WarmInterpreter::launch(const Environment& env) {
     containment_.ended(pid);
     if (!process_ || process_->pid() != pid) return;
     // Its own "cold" answer explains an exit already.
-    if (!take_ready_message() && given_up_.empty()) {
+    if (given_up_.empty() && (ready_ || take_ready_message() != Heard::kCold)) {
       go_cold(fmt::format("the warm interpreter exited ({}); a new one starts with the next round",
                           s.code < 0 ? fmt::format("signal {}", -s.code)
                                      : fmt::format("status {}", s.code)),
@@ -146,41 +156,52 @@ void WarmInterpreter::retire() {
   ready_ = false;
 }
 
-bool WarmInterpreter::take_ready_message() {
-  if (!control_) return false;
+WarmInterpreter::Heard WarmInterpreter::take_ready_message() {
+  if (!control_) return Heard::kNothing;
   const auto m = receive(control_->native_handle(), true);
-  if (!m) return false;
+  if (!m) return Heard::kNothing;
   if (m->starts_with("ready ")) {
     ready_ = true;
     last_cold_.clear();
     spdlog::info("--preload: workers start from a warm interpreter (pid {}) that imported {}",
                  process_ ? process_->pid() : -1, m->size() > 6 ? m->substr(6) : "nothing");
-  } else if (m->starts_with("cold ")) {
-    go_cold(m->substr(5), true);
-  } else {
-    go_cold("the warm interpreter ended before it was ready", false);
+    return Heard::kReady;
   }
-  return true;
+  control_.reset();  // it exits now: nothing more will come
+  if (m->starts_with("cold ")) {
+    go_cold(m->substr(5), true);
+    return Heard::kCold;
+  }
+  return Heard::kEnded;
 }
 
 asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
   if (ready_ || !control_ || !given_up_.empty()) co_return;
-  if (take_ready_message()) co_return;
-  asio::steady_timer timer(io_, limit);
-  timer.async_wait([this](boost::system::error_code ec) {
-    if (!ec && control_) control_->cancel();
-  });
-  boost::system::error_code ec;
-  co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
-                                asio::redirect_error(asio::use_awaitable, ec));
-  timer.cancel();
-  if (!take_ready_message() && control_ && !ready_) {
-    go_cold(fmt::format("the warm interpreter is not ready after {} ms", limit.count()), false);
+  Heard heard = take_ready_message();
+  if (heard == Heard::kNothing) {
+    asio::steady_timer timer(io_, limit);
+    timer.async_wait([this](boost::system::error_code ec) {
+      if (!ec && control_) control_->cancel();
+    });
+    boost::system::error_code ec;
+    co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+    timer.cancel();
+    heard = take_ready_message();
+  }
+  if (heard == Heard::kNothing) {
+    go_cold(fmt::format("the warm interpreter is not ready after {} s",
+                        std::chrono::duration_cast<std::chrono::seconds>(limit).count()),
+            false);
+  } else if (heard == Heard::kEnded) {
+    go_cold("the warm interpreter ended before it was ready", false);
   }
 }
 
 std::optional<pid_t> WarmInterpreter::start(const SpawnSpec& spec, const ChildFds& fds) {
-  if (!ready_) take_ready_message();
+  if (!ready_ && take_ready_message() == Heard::kEnded) {
+    go_cold("the warm interpreter ended before it was ready", false);
+  }
   if (!ready_ || !control_) return std::nullopt;
   if (spec.argv.size() <= python_.size() ||
       !std::equal(python_.begin(), python_.end(), spec.argv.begin())) {

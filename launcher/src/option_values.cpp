@@ -85,9 +85,9 @@ agent::PreloadSpec parse_preload(std::string_view text) {
       valid = is_identifier(name.substr(part_start, dot - part_start));
       part_start = dot + 1;
     }
-    if (!valid) {
+    if (!valid || name == "auto") {
       throw UsageError(fmt::format(
-          "argument --preload: '{}' is not a Python module name (MODULE,... or auto)", name));
+          "argument --preload: '{}' is not a Python module name (MODULE,... or auto alone)", name));
     }
     spec.modules.emplace_back(name);
     start = comma + 1;

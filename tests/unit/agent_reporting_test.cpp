@@ -132,3 +132,28 @@ TEST_CASE("summary: a signal death is named, and a SIGKILL ddprun did not send h
   f.exitcode = -SIGSEGV;
   CHECK_THAT(describe_failure(f), Catch::Contains("Signal 11 (SIGSEGV)"));
 }
+
+TEST_CASE("worker env: what differs between workers or rounds is per worker, the rest shared",
+          "[agent]") {
+  AttemptEnvironment a, b;
+  a.master_addr = "10.0.0.1";
+  a.master_port = 1;
+  b.master_addr = "10.0.0.2";
+  b.master_port = 2;
+  b.restart_count = 3;
+  b.run_id = "other";
+  b.use_agent_store = false;
+  b.role = "trainer";
+  const Environment node = {{"PATH", "/bin"}, {"OMP_NUM_THREADS", "1"}};
+  const auto first = worker_environment(node, a, WorkerIdentity{0, 0, 2, 2, 0, 1, 0, 2}, "/a");
+  const auto other = worker_environment(node, b, WorkerIdentity{1, 5, 8, 2, 2, 4, 5, 8}, "/b");
+  for (const auto& [name, value] : first) {
+    INFO(name);
+    if (other.at(name) != value) CHECK(is_per_worker_variable(name));
+  }
+  CHECK(shared_part(first) == shared_part(other));
+  CHECK(shared_part(first).at("OMP_NUM_THREADS") == "1");
+  CHECK_FALSE(shared_part(first).contains("RANK"));
+  CHECK(is_per_worker_variable("DDPRUN_HEARTBEAT_FILE"));
+  CHECK_FALSE(is_per_worker_variable("PYTHONPATH"));
+}

@@ -475,3 +475,26 @@ TEST_CASE("cli: --hang_timeout takes seconds or auto and PET_HANG_TIMEOUT is its
   CHECK_THROWS_AS(parse({"--hang_timeout=0", "t.py"}), UsageError);
   CHECK_THROWS_AS(parse({"--hang_timeout=never", "t.py"}), UsageError);
 }
+
+TEST_CASE("cli: --preload takes module names or auto and rejects anything else", "[cli]") {
+  CHECK(parse({"train.py"}).preload.modules.empty());
+  CHECK(parse({"--preload=auto", "train.py"}).preload.modules == std::vector<std::string>{"auto"});
+  CHECK(parse({"--preload", "torch,numpy.linalg,_priv", "train.py"}).preload.modules ==
+        std::vector<std::string>{"torch", "numpy.linalg", "_priv"});
+  CHECK(parse({"train.py"}, {{"PET_PRELOAD", "torch"}}).preload.modules ==
+        std::vector<std::string>{"torch"});
+  for (const char* bad : {"--preload=1torch", "--preload=torch,", "--preload=.torch",
+                          "--preload=torch..nn", "--preload=auto,torch", "--preload=a b"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse({bad, "train.py"}), UsageError);
+  }
+}
+
+TEST_CASE("cli: --preload reaches Python workers' agent and not --no_python's", "[cli]") {
+  Environment env;
+  const auto python = make_agent_config(parse({"--preload=torch", "train.py"}), env, nullptr);
+  CHECK(python.preload.modules == std::vector<std::string>{"torch"});
+  const auto native =
+      make_agent_config(parse({"--preload=torch", "--no_python", "/bin/true"}), env, nullptr);
+  CHECK(native.preload.modules.empty());
+}

@@ -35,11 +35,12 @@ namespace ddprun::agent {
 
 class WarmInterpreter : public ForkServer {
  public:
-  // `python`: the interpreter and its options, as the workers' argv starts (for example
-  // {"python3", "-u"}). `main_dir`: sys.path[0] while the modules are imported (the script's
-  // folder, or the working folder for -m). Nothing starts before prepare().
+  // `entrypoint`: the workers' command line, {python, options..., [-m], script, args...}: workers
+  // whose argv starts with the same interpreter and options are forked. sys.path[0] during the
+  // imports is the script's folder (the working folder for -m), as for a cold start. Nothing
+  // starts before prepare().
   WarmInterpreter(boost::asio::io_context& io, Containment& containment,
-                  std::vector<std::string> python, std::string main_dir, PreloadSpec preload);
+                  const std::vector<std::string>& entrypoint, PreloadSpec preload);
   ~WarmInterpreter() override;
   WarmInterpreter(const WarmInterpreter&) = delete;
   WarmInterpreter& operator=(const WarmInterpreter&) = delete;
@@ -56,14 +57,16 @@ class WarmInterpreter : public ForkServer {
  private:
   void launch(const Environment& env);
   void retire();  // kills and forgets the interpreter
-  // Reads the interpreter's "ready" / "cold REASON" without blocking; false while none is there.
-  bool take_ready_message();
+  // Reads the interpreter's "ready" or "cold REASON" without blocking (and says so in the log).
+  enum class Heard { kNothing, kReady, kCold, kEnded };
+  Heard take_ready_message();
   void go_cold(const std::string& why, bool for_good);
 
   boost::asio::io_context& io_;
   Containment& containment_;
-  std::vector<std::string> python_;
+  std::vector<std::string> python_;  // the interpreter and its options
   std::string main_dir_;
+  size_t command_room_ = 0;  // bytes a worker's command line may take
   PreloadSpec preload_;
   std::unique_ptr<WorkerProcess> process_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> control_;

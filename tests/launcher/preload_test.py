@@ -1,0 +1,275 @@
+"""--preload: Python workers forked from a warm interpreter are set up as cold ones, start cold
+where that is unsafe, and train as they would cold. Real ddprun, real workers, real PyTorch.
+
+    preload_test.py DDPRUN CASE     (CASE: one of the functions named case_*)
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+# The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another (torch2).
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = None
+WARM_LINE = "--preload: workers start from a warm interpreter"
+COLD_LINE = "--preload: workers start cold"
+
+# What a worker reports of itself: everything a cold start decides, as data.
+DUMP = r'''
+import json, os, re, signal, sys, __main__
+out = os.environ["DUMP_DIR"]
+def fds():
+    """The open descriptors and what they are, but shared libraries a module import holds open
+    (libffi under Python 3.14, for example) and the listing's own."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        if ".so" not in os.path.basename(target) and target != "/proc/self/fd":
+            out[fd] = re.sub(r"\[[0-9]+\]", "", target)
+    return out
+state = {
+    "env": dict(os.environ),
+    "argv": sys.argv,
+    "orig_argv": getattr(sys, "orig_argv", None),
+    "file": __main__.__dict__.get("__file__"),
+    "main_keys": sorted(k for k in vars(__main__) if k.startswith("__")),
+    "spec": re.sub("0x[0-9a-f]+", "0x", repr(__main__.__spec__)),
+    "loader": type(__main__.__loader__).__name__,
+    "name": __name__,
+    "path": sys.path,
+    "executable": sys.executable,
+    "cwd": os.getcwd(),
+    "ppid_is_ddprun": os.getppid() == int(os.environ["DDPRUN_PID"]),
+    "leads_its_group": os.getpgid(0) == os.getpid(),
+    "cgroup": "".join("N" if c.isdigit() else c for c in open("/proc/self/cgroup").read()),
+    "signals": {s: repr(signal.getsignal(getattr(signal, s)))
+                for s in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGHUP", "SIGUSR1", "SIGCHLD")},
+    "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "write_through": sys.stdout.write_through,
+    "fds": fds(),
+    "stdin_pipe": os.path.exists("/proc/self/fd/0"),
+    "affinity": sorted(os.sched_getaffinity(0)),
+    "cmdline": open("/proc/self/cmdline", "rb").read().rstrip(b"\0").decode(),
+    "warm": "torch" in sys.modules,
+}
+with open(os.path.join(out, os.environ["RANK"]), "w") as f:
+    json.dump(state, f)
+'''
+# Differ between any two runs, cold or warm: the store's port, the run id and the run's log folder.
+# (and this test's own folder).
+PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDPRUN_PID", "DUMP_DIR"}
+
+
+def run(args, env=None, timeout=180):
+    return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON_EXEC": PY, **(env or {})})
+
+
+def dump_states(work, preload, module):
+    """Each rank's DUMP state, for 2 workers run as a script or with -m in `work`."""
+    out = tempfile.mkdtemp()
+    with open(os.path.join(work, "dump_state.py"), "w") as f:
+        f.write(DUMP)
+    target = ["-m", "dump_state"] if module else ["dump_state.py", "x", "--flag=1"]
+    flags = [f"--preload={preload}"] if preload else []
+    # ddprun's own pid reaches the workers through a variable every run sets the same way.
+    wrapper = ("import os, sys; os.environ['DDPRUN_PID'] = str(os.getpid()); "
+               "os.execv(sys.argv[1], sys.argv[1:])")
+    r = subprocess.run([sys.executable, "-c", wrapper, DDPRUN, "--standalone", "--nproc_per_node=2",
+                        *flags, *target], capture_output=True, text=True, timeout=180, cwd=work,
+                       env={**os.environ, "PYTHON_EXEC": PY, "DUMP_DIR": out,
+                            "PYTHONPATH": work if module else os.environ.get("PYTHONPATH", "")})
+    assert r.returncode == 0, r.stderr
+    assert (WARM_LINE in r.stderr) == bool(preload), r.stderr
+    states = {}
+    for rank in ("0", "1"):
+        with open(os.path.join(out, rank)) as f:
+            states[rank] = json.load(f)
+        for name in PER_RUN:
+            states[rank]["env"].pop(name, None)
+    return states
+
+
+def case_environment_and_argv_match_a_cold_start():
+    for module in (False, True):
+        work = tempfile.mkdtemp()
+        cold = dump_states(work, None, module)
+        warm = dump_states(work, "auto", module)
+        for rank in ("0", "1"):
+            c, w = cold[rank], warm[rank]
+            assert not c.pop("warm") and w.pop("warm"), "the warm worker did not come from it"
+            for key in c:
+                if key == "env":
+                    changed = {k for k in c["env"].keys() | w["env"].keys()
+                               if c["env"].get(k) != w["env"].get(k)}
+                    assert not changed, {k: (c["env"].get(k), w["env"].get(k)) for k in changed}
+                assert c[key] == w[key], (rank, key, c[key], w[key])
+            assert c["ppid_is_ddprun"] and c["leads_its_group"]
+        assert cold["0"]["env"]["RANK"] == "0" and cold["1"]["env"]["LOCAL_RANK"] == "1"
+    print(f"{len(cold['0']['env'])} variables, argv, sys.orig_argv, /proc/PID/cmdline, __main__, "
+          "__file__, sys.path, the cgroup, signals, descriptors and the parent of a warm worker "
+          "are a cold one's, as a script and with -m: passed")
+
+
+RANDOM = r'''
+import os, random, sys
+import numpy
+out, rank, attempt = os.environ["OUT_DIR"], os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+with open(os.path.join(out, f"{attempt}.{rank}"), "w") as f:
+    f.write(f"{random.random()!r} {numpy.random.rand()!r} {'torch' in sys.modules}")
+if attempt == "0" and rank == "1":
+    sys.exit(1)
+'''
+
+
+def case_random_state_differs_between_ranks_and_attempts():
+    work = tempfile.mkdtemp()
+    script = os.path.join(work, "rand.py")
+    with open(script, "w") as f:
+        f.write(RANDOM)
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--preload=auto", script],
+            env={"OUT_DIR": work})
+    assert r.returncode == 0, r.stderr
+    values = {}
+    for path in glob.glob(os.path.join(work, "*.*[0-9]")):
+        py_random, np_random, warm = open(path).read().split()
+        assert warm == "True", path
+        values[os.path.basename(path)] = (py_random, np_random)
+    assert sorted(values) == ["0.0", "0.1", "1.0", "1.1"], values
+    assert len({v[0] for v in values.values()}) == 4, values
+    assert len({v[1] for v in values.values()}) == 4, values
+    print("random.random() and numpy's global generator differ between the warm workers of "
+          "two ranks and two attempts: passed")
+
+
+def modules_dir(sources):
+    work = tempfile.mkdtemp()
+    for name, text in sources.items():
+        with open(os.path.join(work, name + ".py"), "w") as f:
+            f.write(text)
+    script = os.path.join(work, "report.py")
+    with open(script, "w") as f:
+        f.write("import sys\nsys.stdout.write(f\"MARKER {'preload_marker' in sys.modules}\\n\")\n")
+    return work, script
+
+
+def cold_case(preload, extra_modules, reason):
+    work, script = modules_dir({"preload_marker": "VALUE = 1\n", **extra_modules})
+    r = run(["--standalone", "--nproc_per_node=2", f"--preload={preload}", script],
+            env={"PYTHONPATH": work})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("MARKER False") == 2, r.stdout  # both started cold
+    lines = [line for line in r.stderr.splitlines() if COLD_LINE in line]
+    assert len(lines) == 1, r.stderr  # said once
+    assert re.search(reason, lines[0]), lines[0]
+    assert WARM_LINE not in r.stderr, r.stderr
+    return lines[0].split(COLD_LINE, 1)[1].strip()
+
+
+def case_an_unsafe_warm_interpreter_is_not_used():
+    said = [
+        cold_case("preload_marker,ddprun_no_such_module", {},
+                  r"preload ddprun_no_such_module failed: No module named"),
+        cold_case("preload_marker,broken", {"broken": "raise RuntimeError('broken at import')\n"},
+                  r"preload broken failed: RuntimeError: broken at import"),
+        cold_case("preload_marker,thread_starter",
+                  {"thread_starter": "import threading, time\n"
+                                     "threading.Thread(target=time.sleep, args=(600,), "
+                                     "daemon=True).start()\n"},
+                  r"it runs 2 threads"),
+        # Without a GPU torch.cuda.init() fails at import; with one it succeeds and the warm
+        # interpreter holds CUDA: cold either way, for its own reason.
+        cold_case("preload_marker,cuda_starter",
+                  {"cuda_starter": "import torch\ntorch.cuda.init()\n"},
+                  r"preload cuda_starter failed|CUDA was initialised|a GPU device"),
+    ]
+    print("a preload that cannot be imported, one that raises, one that starts a thread and one "
+          "that initialises CUDA: every worker starts cold, one line says why (" +
+          "; ".join(said) + "): passed")
+
+
+KILLER = r'''
+import os, signal, sys, time
+out, rank, attempt = os.environ["OUT_DIR"], os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+with open(os.path.join(out, f"{attempt}.{rank}"), "w") as f:
+    f.write(str("torch" in sys.modules))
+def wait_for(done, seconds=30):
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert done()
+if attempt == "0" and rank == "0":
+    wait_for(lambda: os.path.exists(os.path.join(out, "0.1")))  # every worker started
+    # The warm interpreter: a child of the agent (this worker's parent) run as `python -u - 3`.
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+        except OSError:
+            continue
+        if (int(stat.rsplit(")", 1)[1].split()[1]) == os.getppid() and argv[1:4] == ["-u", "-", "3"]
+                and int(pid) != os.getpid()):
+            os.kill(int(pid), signal.SIGKILL)
+            with open(os.path.join(out, "killed"), "w") as f:
+                f.write(pid)
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}"))  # the agent saw it end
+    sys.exit(1)
+'''
+
+
+def case_a_killed_warm_interpreter_is_replaced():
+    work = tempfile.mkdtemp()
+    script = os.path.join(work, "killer.py")
+    with open(script, "w") as f:
+        f.write(KILLER)
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--preload=torch", script],
+            env={"OUT_DIR": work})
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(os.path.join(work, "killed")), r.stderr
+    assert "the warm interpreter exited (signal 9)" in r.stderr, r.stderr
+    assert r.stderr.count(WARM_LINE) == 2, r.stderr  # the first, and its replacement
+    for name in ("0.0", "0.1", "1.0", "1.1"):
+        assert open(os.path.join(work, name)).read() == "True", name
+    print("a warm interpreter SIGKILLed during a job is replaced: the restarted workers are warm "
+          "again, the job succeeds: passed")
+
+
+def case_a_ddp_job_restarts_warm_with_identical_replicas():
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--preload=auto",
+             os.path.join(WORKLOADS, "ddp_restart.py")], env={"OUT_DIR": out})
+    assert r.returncode == 0, r.stderr
+    assert WARM_LINE in r.stderr and COLD_LINE not in r.stderr, r.stderr
+    assert os.path.exists(os.path.join(out, "failed")), r.stderr
+    for rank in ("0", "1"):
+        assert open(os.path.join(out, f"identical.1.{rank}")).read() == "True", rank
+    failed = float(open(os.path.join(out, "failed")).read())
+    first = max(float(open(p).read()) for p in glob.glob(os.path.join(out, "first_step.1.*")))
+    print(f"DDP (gloo) restarted warm after rank 1 failed: first step {1000 * (first - failed):.0f} ms "
+          "after the failure, replicas bit-identical: passed")
+
+
+def case_no_python_ignores_preload_and_bad_names_are_usage_errors():
+    r = run(["--standalone", "--nproc_per_node=1", "--preload=auto", "--no_python", "/bin/true"])
+    assert r.returncode == 0, r.stderr
+    assert "--preload is ignored with --no_python" in r.stderr, r.stderr
+    for bad in ("1torch", "torch,,numpy", "torch.", "a-b"):
+        r = run(["--standalone", "--preload=" + bad, "x.py"])
+        assert r.returncode == 2 and "argument --preload" in r.stderr, (bad, r.stderr)
+    r = run(["--standalone", "--nproc_per_node=1", "/dev/null"], env={"PET_PRELOAD": "1bad"})
+    assert r.returncode == 2 and "argument --preload" in r.stderr, r.stderr
+    print("--no_python warns that it ignores --preload; malformed module names, also through "
+          "PET_PRELOAD, are usage errors (exit 2): passed")
+
+
+if __name__ == "__main__":
+    DDPRUN = os.path.abspath(sys.argv[1])
+    globals()["case_" + sys.argv[2]]()
