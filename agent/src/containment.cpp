@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -15,27 +14,28 @@
 namespace ddprun::agent {
 namespace {
 
-// This process's children, from /proc/<pid>/stat (parent pid and state): (pid, zombie).
+// This process's children: (pid, zombie). Each of its threads lists the children it forked or
+// adopted in /proc/self/task/<tid>/children; only those children's stat files are read (not every
+// process on the machine).
 std::vector<std::pair<pid_t, bool>> children() {
   std::vector<std::pair<pid_t, bool>> out;
-  const pid_t self = ::getpid();
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return out;
-  while (const dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; it ends at the last ')'.
-    const auto close = line.rfind(')');
-    if (close == std::string::npos || close + 4 >= line.size()) continue;
-    const char state = line[close + 2];
-    const long ppid = std::strtol(line.c_str() + close + 4, nullptr, 10);
-    if (ppid == self) out.emplace_back(static_cast<pid_t>(pid), state == 'Z');
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return out;
+  while (const dirent* t = ::readdir(tasks)) {
+    if (t->d_name[0] == '.') continue;
+    std::ifstream list(std::string("/proc/self/task/") + t->d_name + "/children");
+    long pid = 0;
+    while (list >> pid) {
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      // "pid (comm) state ...": comm may hold spaces and parentheses; it ends at the last ')'.
+      const auto close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size()) continue;
+      out.emplace_back(static_cast<pid_t>(pid), line[close + 2] == 'Z');
+    }
   }
-  ::closedir(proc);
+  ::closedir(tasks);
   return out;
 }
 
