@@ -186,14 +186,6 @@ std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg) {
   return out;
 }
 
-// --preload's interpreter, or null: none asked for, or the workers are not Python.
-std::unique_ptr<WarmInterpreter> make_warm_interpreter(asio::io_context& io,
-                                                       Containment& containment,
-                                                       const AgentConfig& cfg) {
-  if (cfg.preload.modules.empty() || !cfg.python_workers) return nullptr;
-  return std::make_unique<WarmInterpreter>(io, containment, cfg.entrypoint, cfg.preload);
-}
-
 nlohmann::json job_end_fields(const AgentOutcome& o) {
   switch (o.state) {
     case AgentOutcome::State::kSucceeded:
@@ -605,8 +597,9 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
     group.capture_python_stacks(cfg.python_workers);
     group.capture_native_stacks(cfg.native_debugger);
   }
-  std::unique_ptr<WarmInterpreter> warm = make_warm_interpreter(io, containment, cfg);
-  if (warm) {
+  std::unique_ptr<WarmInterpreter> warm;  // --preload, for Python workers only
+  if (!cfg.preload.modules.empty() && cfg.python_workers) {
+    warm = std::make_unique<WarmInterpreter>(io, containment, cfg.entrypoint, cfg.preload);
     group.start_workers_from(warm.get(), worker_environment(cfg.env, {}, {}, std::string()));
   }
   std::unique_ptr<FileTimerServer> timers;
