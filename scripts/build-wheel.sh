@@ -22,7 +22,7 @@ trap 'rm -rf "$stage"' EXIT
 cp -r packaging/wheel/. "$stage/"
 mkdir -p "$stage/ddprun/bin"
 strip --strip-unneeded -o "$stage/ddprun/bin/ddprun" "$build/launcher/ddprun"
-strip --strip-unneeded -o "$stage/ddprun/bin/ddprund" "$build/rendezvous/ddprund"
+strip --strip-unneeded -o "$stage/ddprun/bin/ddprund" "$build/rendezvous/store/ddprund"
 
 newest=0
 for program in "$stage"/ddprun/bin/*; do

@@ -11,4 +11,4 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target ddprun ddprund >/dev/null
 args=("$@")
 [[ " ${args[*]} " == *" --backend "* ]] || args+=(--backend both)
-exec /usr/bin/python3 tests/chaos/campaign.py build/launcher/ddprun build/rendezvous/ddprund "${args[@]}"
+exec /usr/bin/python3 tests/chaos/campaign.py build/launcher/ddprun build/rendezvous/store/ddprund "${args[@]}"

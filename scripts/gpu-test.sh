@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
 bundle=.gpu-bundle
-programs=(build/launcher/ddprun build/rendezvous/ddprund build/worker_sdk/nccl_collectives_check
+programs=(build/launcher/ddprun build/rendezvous/store/ddprund build/worker_sdk/nccl_collectives_check
   build/worker_sdk/nccl_gradient_sync_check build/worker_sdk/train_cuda build/tests/gpu_health_test)
 
 build() {

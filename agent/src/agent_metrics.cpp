@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/rendezvous/metrics_server.hpp"
+#include "ddprun/store/metrics_server.hpp"
 
 namespace ddprun::agent {
 
-using rendezvous::prometheus_sample;
+using store::prometheus_sample;
 
 void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
   if (event == "round_formed") {

@@ -9,7 +9,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include "ddprun/agent/containment.hpp"
+#include "containment.hpp"
 #include "ddprun/agent/environment.hpp"
 
 namespace ddprun::agent {

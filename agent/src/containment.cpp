@@ -1,4 +1,4 @@
-#include "ddprun/agent/containment.hpp"
+#include "containment.hpp"
 
 #include <dirent.h>
 #include <signal.h>

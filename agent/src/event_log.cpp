@@ -1,4 +1,4 @@
-#include "ddprun/agent/event_log.hpp"
+#include "event_log.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

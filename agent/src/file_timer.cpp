@@ -1,4 +1,4 @@
-#include "ddprun/agent/file_timer.hpp"
+#include "file_timer.hpp"
 
 #include <cerrno>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "ddprun/agent/guardian.hpp"
+#include "guardian.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "ddprun/agent/heartbeat_file.hpp"
+#include "heartbeat_file.hpp"
 
 #include <cerrno>
 #include <system_error>

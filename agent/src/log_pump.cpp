@@ -1,4 +1,4 @@
-#include "ddprun/agent/log_pump.hpp"
+#include "log_pump.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "ddprun/agent/proc_state.hpp"
+#include "proc_state.hpp"
 
 #include <fstream>
 #include <iterator>

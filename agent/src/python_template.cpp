@@ -1,4 +1,4 @@
-#include "ddprun/agent/python_template.hpp"
+#include "python_template.hpp"
 
 namespace ddprun::agent {
 namespace {

@@ -1,10 +1,14 @@
 #include "ddprun/agent/signals.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
+
+#include "ddprun/agent/split.hpp"
 
 namespace ddprun::agent {
 
@@ -13,12 +17,9 @@ std::vector<int> parse_signal_list(const std::string& text) {
       {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
       {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
   std::vector<int> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    std::string name = text.substr(start, comma - start);
-    name.erase(0, name.find_first_not_of(' '));
-    name.erase(name.find_last_not_of(' ') + 1);
+  for (std::string_view name : split(text)) {
+    name.remove_prefix(std::min(name.find_first_not_of(' '), name.size()));
+    name = name.substr(0, name.find_last_not_of(' ') + 1);
     bool found = false;
     for (const auto& [n, v] : kForwardable) {
       if (name == n) {
@@ -32,7 +33,6 @@ std::vector<int> parse_signal_list(const std::string& text) {
                       "SIGUSR1, SIGUSR2",
                       name));
     }
-    start = comma + 1;
   }
   return out;
 }

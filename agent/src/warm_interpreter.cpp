@@ -1,4 +1,4 @@
-#include "ddprun/agent/warm_interpreter.hpp"
+#include "warm_interpreter.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,8 +18,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/agent/worker_env.hpp"
 #include "warm_interpreter_source.hpp"
+#include "worker_env.hpp"
 
 namespace ddprun::agent {
 namespace {

@@ -1,8 +1,11 @@
-#include "ddprun/agent/worker_env.hpp"
+#include "worker_env.hpp"
 
 #include <algorithm>
 #include <array>
+#include <string>
 #include <vector>
+
+#include "ddprun/agent/split.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -10,17 +13,6 @@ namespace {
 std::string value_or(const Environment& env, const std::string& name, std::string fallback) {
   auto it = env.find(name);
   return it == env.end() ? std::move(fallback) : it->second;
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = std::min(s.find(',', start), s.size());
-    out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -51,8 +43,8 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
     env["LOCAL_RANK"] = "0";
     auto visible = agent_env.find("CUDA_VISIBLE_DEVICES");
     if (visible != agent_env.end() && !visible->second.empty()) {
-      const auto devices = split_commas(visible->second);
-      env["CUDA_VISIBLE_DEVICES"] = devices[id.local_rank % devices.size()];
+      const auto devices = split(visible->second);
+      env["CUDA_VISIBLE_DEVICES"] = std::string(devices[id.local_rank % devices.size()]);
     } else {
       env["CUDA_VISIBLE_DEVICES"] = std::to_string(id.local_rank);
     }

@@ -1,4 +1,4 @@
-#include "ddprun/agent/worker_group.hpp"
+#include "worker_group.hpp"
 
 #include <csignal>
 #include <filesystem>
@@ -14,12 +14,12 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "bounded_command.hpp"
-#include "ddprun/agent/event_log.hpp"
-#include "ddprun/agent/log_pump.hpp"
-#include "ddprun/agent/proc_state.hpp"
 #include "ddprun/agent/signals.hpp"
-#include "ddprun/agent/warm_interpreter.hpp"
-#include "ddprun/agent/worker_stacks.hpp"
+#include "event_log.hpp"
+#include "log_pump.hpp"
+#include "proc_state.hpp"
+#include "warm_interpreter.hpp"
+#include "worker_stacks.hpp"
 
 namespace ddprun::agent {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddprun/agent/worker_stacks.hpp"
+#include "worker_stacks.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "ddprun/launcher/agent_config.hpp"
+#include "agent_config.hpp"
 
 #include <unistd.h>
 
@@ -11,9 +11,9 @@
 
 #include "command_line_parts.hpp"
 #include "ddprun/agent/signals.hpp"
-#include "ddprun/launcher/option_values.hpp"
-#include "ddprun/launcher/python_interpreter.hpp"
-#include "ddprun/rendezvous/local_address.hpp"
+#include "ddprun/store/local_address.hpp"
+#include "option_values.hpp"
+#include "python_interpreter.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -23,7 +23,7 @@ std::string entrypoint_name(const LaunchConfig& c) { return c.training_script; }
 
 bool is_this_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "::1" ||
-         host == rendezvous::host_name();
+         host == store::host_name();
 }
 
 // rdzv_conf durations are seconds (fractions allowed); parse_command_line checked every value.

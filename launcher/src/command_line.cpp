@@ -14,10 +14,11 @@
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/signals.hpp"
-#include "ddprun/launcher/launch_config.hpp"
-#include "ddprun/launcher/option_values.hpp"
-#include "ddprun/launcher/visible_gpus.hpp"
+#include "ddprun/agent/split.hpp"
+#include "launch_config.hpp"
 #include "option_table.hpp"
+#include "option_values.hpp"
+#include "visible_gpus.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -139,15 +140,12 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   std::map<std::string, std::string> out;
   if (text.empty()) return out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (const std::string_view item : agent::split(text)) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
       throw UsageError(fmt::format("argument --rdzv_conf: '{}' is not key=value", item));
     }
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
     const auto kind = kRdzvConfKeys.find(key);
     if (kind == kRdzvConfKeys.end()) {
       throw UsageError(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
@@ -169,7 +167,6 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
         break;
     }
     out[key] = value;
-    start = comma + 1;
   }
   return out;
 }
@@ -510,13 +507,11 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
     if (c.rdzv_endpoint.empty()) {
       throw UsageError("--rdzv_backend=etcd needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...]");
     }
-    for (size_t start = 0; start <= c.rdzv_endpoint.size();) {
-      const size_t comma = std::min(c.rdzv_endpoint.find(',', start), c.rdzv_endpoint.size());
-      const auto [host, port] = parse_endpoint(c.rdzv_endpoint.substr(start, comma - start), 2379);
+    for (const std::string_view endpoint : agent::split(c.rdzv_endpoint)) {
+      const auto [host, port] = parse_endpoint(std::string(endpoint), 2379);
       if (port == 0)
         throw UsageError("--rdzv_endpoint: an etcd endpoint needs a port other than 0");
       c.etcd_endpoints.push_back(rendezvous::EtcdEndpoint{host, port});
-      start = comma + 1;
     }
     c.rdzv_host = c.etcd_endpoints.front().host;
     c.rdzv_port = c.etcd_endpoints.front().port;

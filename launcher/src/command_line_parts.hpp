@@ -4,7 +4,7 @@
 #include <string>
 
 #include "ddprun/agent/environment.hpp"
-#include "ddprun/launcher/launch_config.hpp"
+#include "launch_config.hpp"
 
 namespace ddprun::launcher {
 

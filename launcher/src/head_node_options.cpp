@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "command_line_parts.hpp"
-#include "ddprun/launcher/option_values.hpp"
+#include "option_values.hpp"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,7 +1,7 @@
 #include "host_output.hpp"
 
 #include "ddprun/agent/console.hpp"
-#include "ddprun/launcher/head_node.hpp"
+#include "head_node.hpp"
 
 namespace ddprun::launcher {
 

@@ -1,4 +1,4 @@
-#include "ddprun/launcher/hostfile.hpp"
+#include "hostfile.hpp"
 
 #include <algorithm>
 #include <charconv>

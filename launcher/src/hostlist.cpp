@@ -1,4 +1,4 @@
-#include "ddprun/launcher/hostlist.hpp"
+#include "hostlist.hpp"
 
 #include <cctype>
 #include <charconv>
@@ -6,7 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/launcher/option_values.hpp"
+#include "ddprun/agent/split.hpp"
+#include "option_values.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -28,9 +29,7 @@ unsigned long parse_number(std::string_view list, std::string_view s) {
 std::vector<std::string> expand_group(std::string_view list, std::string_view group) {
   std::vector<std::string> out;
   if (group.empty()) malformed(list, "an empty [] group");
-  for (size_t start = 0; start <= group.size();) {
-    const size_t comma = std::min(group.find(',', start), group.size());
-    const std::string_view item = group.substr(start, comma - start);
+  for (const std::string_view item : agent::split(group)) {
     const size_t dash = item.find('-');
     const std::string_view lo_text = item.substr(0, dash);
     const std::string_view hi_text =
@@ -43,7 +42,6 @@ std::vector<std::string> expand_group(std::string_view list, std::string_view gr
     for (unsigned long v = lo; v <= hi; ++v) {
       out.push_back(fmt::format("{:0{}}", v, lo_text.size()));
     }
-    start = comma + 1;
   }
   return out;
 }
@@ -106,9 +104,7 @@ std::vector<int> expand_tasks_per_node(std::string_view text) {
         fmt::format("malformed task counts '{}': expected e.g. 2(x3),1", text));
   };
   std::vector<int> out;
-  for (size_t start = 0; start <= text.size();) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    std::string_view item = text.substr(start, comma - start);
+  for (std::string_view item : agent::split(text)) {
     unsigned long repeat = 1;
     if (const size_t paren = item.find("(x"); paren != std::string_view::npos) {
       if (!item.ends_with(")")) bad();
@@ -120,7 +116,6 @@ std::vector<int> expand_tasks_per_node(std::string_view text) {
     if (!all_digits(item) || item.size() > 7 || repeat == 0) bad();
     if (out.size() + repeat > kMaxHosts) bad();
     out.insert(out.end(), repeat, std::stoi(std::string(item)));
-    start = comma + 1;
   }
   return out;
 }

@@ -1,4 +1,4 @@
-#include "ddprun/launcher/log_level.hpp"
+#include "log_level.hpp"
 
 #include <algorithm>
 #include <array>

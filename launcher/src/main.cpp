@@ -7,15 +7,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent_config.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/console.hpp"
-#include "ddprun/launcher/agent_config.hpp"
-#include "ddprun/launcher/head_node.hpp"
-#include "ddprun/launcher/launch_config.hpp"
-#include "ddprun/launcher/log_level.hpp"
-#include "ddprun/launcher/python_interpreter.hpp"
-#include "ddprun/launcher/status_command.hpp"
-#include "ddprun/rendezvous/process_setup.hpp"
+#include "ddprun/store/process_setup.hpp"
+#include "head_node.hpp"
+#include "launch_config.hpp"
+#include "log_level.hpp"
+#include "python_interpreter.hpp"
+#include "status_command.hpp"
 
 using namespace ddprun;
 
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
                        : launcher::parse_command_line(args, env);
     if (!launch.scheduler_notice.empty()) spdlog::info("{}", launch.scheduler_notice);
     if (!launch.hosts.empty()) {
-      rendezvous::prepare_server_process();
+      store::prepare_server_process();
       try {
         return launcher::run_head_node(launch, env);
       } catch (const std::exception& e) {  // the machine refused a pipe or a process
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     return launcher::kExitUsage;
   }
 
-  rendezvous::prepare_server_process();
+  store::prepare_server_process();
   if (head_control) {
     // stdin is the head's control channel: the agent reads it, and the workers get /dev/null so
     // that none of them reads the head's lines.

@@ -1,14 +1,16 @@
-#include "ddprun/launcher/option_values.hpp"
+#include "option_values.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "ddprun/launcher/launch_config.hpp"
+#include "ddprun/agent/split.hpp"
+#include "launch_config.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -74,23 +76,14 @@ agent::PreloadSpec parse_preload(std::string_view text) {
       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
     });
   };
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string_view name = text.substr(start, comma - start);
-    size_t part_start = 0;
-    bool valid = !name.empty();
-    while (valid && part_start <= name.size()) {
-      const size_t dot = std::min(name.find('.', part_start), name.size());
-      valid = is_identifier(name.substr(part_start, dot - part_start));
-      part_start = dot + 1;
-    }
+  for (const std::string_view name : agent::split(text)) {
+    const std::vector<std::string_view> parts = agent::split(name, '.');
+    const bool valid = !name.empty() && std::all_of(parts.begin(), parts.end(), is_identifier);
     if (!valid || name == "auto") {
       throw UsageError(fmt::format(
           "argument --preload: '{}' is not a Python module name (MODULE,... or auto alone)", name));
     }
     spec.modules.emplace_back(name);
-    start = comma + 1;
   }
   return spec;
 }

@@ -1,4 +1,4 @@
-#include "ddprun/launcher/python_interpreter.hpp"
+#include "python_interpreter.hpp"
 
 #include <cerrno>
 #include <optional>

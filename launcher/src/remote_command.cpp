@@ -1,11 +1,11 @@
-#include "ddprun/launcher/remote_command.hpp"
+#include "remote_command.hpp"
 
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ddprun/launcher/python_interpreter.hpp"
+#include "python_interpreter.hpp"
 
 namespace ddprun::launcher {
 

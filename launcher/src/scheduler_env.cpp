@@ -1,11 +1,11 @@
-#include "ddprun/launcher/scheduler_env.hpp"
+#include "scheduler_env.hpp"
 
 #include <charconv>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "ddprun/launcher/hostlist.hpp"
+#include "hostlist.hpp"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 
 #include "command_line_parts.hpp"
-#include "ddprun/launcher/scheduler_env.hpp"
+#include "scheduler_env.hpp"
 
 namespace ddprun::launcher {
 

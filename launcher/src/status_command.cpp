@@ -1,4 +1,4 @@
-#include "ddprun/launcher/status_command.hpp"
+#include "status_command.hpp"
 
 #include <ctime>
 #include <iostream>
@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "agent_config.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/signals.hpp"
-#include "ddprun/launcher/agent_config.hpp"
-#include "ddprun/launcher/launch_config.hpp"
-#include "ddprun/rendezvous/errors.hpp"
+#include "ddprun/store/errors.hpp"
+#include "launch_config.hpp"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddprun/launcher/visible_gpus.hpp"
+#include "visible_gpus.hpp"
 
 #include <algorithm>
 #include <cctype>

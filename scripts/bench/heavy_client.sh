@@ -32,7 +32,7 @@ trap cleanup EXIT
 start() {
   case $1 in
     ddprund)
-      build/rendezvous/ddprund --host 127.0.0.1 --port 0 --log-level error >"$work/$2.port" &
+      build/rendezvous/store/ddprund --host 127.0.0.1 --port 0 --log-level error >"$work/$2.port" &
       ;;
     *)
       mkfifo "$work/$2.stdin"

@@ -27,11 +27,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/store_client.hpp"
-#include "ddprun/rendezvous/wire_protocol.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/store_client.hpp"
+#include "ddprun/store/wire_protocol.hpp"
 
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
 

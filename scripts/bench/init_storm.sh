@@ -51,7 +51,7 @@ kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 serve() {
   rm -f "$work/port" "$work/stdin"
   case $1 in
-    ddprund) build/rendezvous/ddprund --port 0 --log-level error >"$work/port" 2>"$work/log" & ;;
+    ddprund) build/rendezvous/store/ddprund --port 0 --log-level error >"$work/port" 2>"$work/log" & ;;
     *)
       local py=$([[ $1 == torch2.14 ]] && echo "$PY2" || echo "$PY1")
       mkfifo "$work/stdin"

@@ -18,15 +18,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/job_store.hpp"
-#include "ddprun/rendezvous/key_value_store.hpp"
+#include "ddprun/job_store/job_store.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/key_value_store.hpp"
 
 namespace ddprun::bench {
 
 using rendezvous::KeyEvent;
-using rendezvous::KeyValueStore;
 using rendezvous::WatchSet;
+using store::KeyValueStore;
 
 // What the transport would have carried, for the simulation's per-agent figures.
 struct MemoryTraffic {
@@ -53,10 +53,9 @@ class MemoryJobStore final : public rendezvous::JobStore,
     co_await turn();
     kv_->set(base_ + presence_key, std::move(value), &presence_);
     std::vector<KeyEvent> snapshot;
-    for (const auto& k : watched.keys)
-      register_watch(rendezvous::wire::WatchMode::kKey, k, snapshot);
+    for (const auto& k : watched.keys) register_watch(store::wire::WatchMode::kKey, k, snapshot);
     for (const auto& p : watched.prefixes) {
-      register_watch(rendezvous::wire::WatchMode::kPrefix, p, snapshot);
+      register_watch(store::wire::WatchMode::kPrefix, p, snapshot);
     }
     co_return snapshot;
   }
@@ -67,7 +66,7 @@ class MemoryJobStore final : public rendezvous::JobStore,
     std::vector<KeyEvent> snapshot;
     for (const auto& p : prefixes) {
       if (std::find(prefixes_.begin(), prefixes_.end(), p) != prefixes_.end()) continue;
-      register_watch(rendezvous::wire::WatchMode::kPrefix, p, snapshot);
+      register_watch(store::wire::WatchMode::kPrefix, p, snapshot);
       prefixes_.push_back(p);
     }
     co_return snapshot;
@@ -76,7 +75,7 @@ class MemoryJobStore final : public rendezvous::JobStore,
   boost::asio::awaitable<KeyEvent> next_event() override {
     const auto self = shared_from_this();
     for (;;) {
-      if (left_) throw rendezvous::StoreConnectionError("this agent left the job");
+      if (left_) throw store::StoreConnectionError("this agent left the job");
       if (!pending_.empty()) {
         KeyEvent e = std::move(pending_.front());
         pending_.pop_front();
@@ -135,7 +134,7 @@ class MemoryJobStore final : public rendezvous::JobStore,
   }
 
  private:
-  struct Peer final : rendezvous::StorePeer {
+  struct Peer final : store::StorePeer {
     explicit Peer(MemoryJobStore* s) : store(s) {}
     void deliver(std::string_view bytes) override { store->delivered(this, bytes); }
     MemoryJobStore* store;
@@ -143,13 +142,13 @@ class MemoryJobStore final : public rendezvous::JobStore,
 
   // A request's round trip: its reply comes on a later turn of the loop.
   boost::asio::awaitable<void> turn() {
-    if (left_) throw rendezvous::StoreConnectionError("this agent left the job");
+    if (left_) throw store::StoreConnectionError("this agent left the job");
     ++traffic_->requests;
     co_await boost::asio::post(ex_, boost::asio::use_awaitable);
-    if (left_) throw rendezvous::StoreConnectionError("this agent left the job");
+    if (left_) throw store::StoreConnectionError("this agent left the job");
   }
 
-  void register_watch(rendezvous::wire::WatchMode mode, const std::string& key,
+  void register_watch(store::wire::WatchMode mode, const std::string& key,
                       std::vector<KeyEvent>& snapshot) {
     snapshot_ = &snapshot;
     kv_->watch(watcher_, mode, base_ + key, false);
@@ -172,7 +171,7 @@ class MemoryJobStore final : public rendezvous::JobStore,
   void delivered(Peer* to, std::string_view bytes) {
     traffic_->bytes_sent += bytes.size();
     if (to != &watcher_) return;
-    using rendezvous::wire::WatchEvent;
+    using store::wire::WatchEvent;
     while (!bytes.empty()) {
       const auto event = static_cast<WatchEvent>(bytes.front());
       bytes.remove_prefix(1);

@@ -112,7 +112,7 @@ one_run() {  # $1 ddprun|torchrun|torchrun2, $2 N, $3 backend; prints ms from th
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   if [[ $backend == c10d && $kind == ddprun ]]; then
     # Listening before any agent starts (an agent would otherwise host the local endpoint itself).
-    build/rendezvous/ddprund --host 127.0.0.1 --port 0 --log-level error >"$d/store.port" &
+    build/rendezvous/store/ddprund --host 127.0.0.1 --port 0 --log-level error >"$d/store.port" &
     store_pid=$!
     until [[ -s $d/store.port ]]; do kill -0 "$store_pid"; sleep 0.01; done
     port=$(head -1 "$d/store.port")
@@ -157,7 +157,7 @@ dead_agent_run() {  # $1 c10d|etcd, $2 leader|-
   local backend=$1 d store_pid= endpoint i
   d=$(mktemp -d -p "$work")
   if [[ $backend == c10d ]]; then
-    build/rendezvous/ddprund --host 127.0.0.1 --port 0 --log-level error >"$d/store.port" &
+    build/rendezvous/store/ddprund --host 127.0.0.1 --port 0 --log-level error >"$d/store.port" &
     store_pid=$!
     until [[ -s $d/store.port ]]; do kill -0 "$store_pid"; sleep 0.01; done
     endpoint=127.0.0.1:$(head -1 "$d/store.port")

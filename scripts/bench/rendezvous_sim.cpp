@@ -35,12 +35,13 @@
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
-#include "ddprun/rendezvous/store_server.hpp"
-#include "ddprun/rendezvous/store_thread.hpp"
+#include "ddprun/store/store_server.hpp"
+#include "ddprun/store/store_thread.hpp"
 #include "memory_job_store.hpp"
 
 namespace asio = boost::asio;
 using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 # start_ddprund NAME / start_torch NAME: a fresh server; sets ${NAME}_PORT and ${NAME}_PID.
 start_ddprund() {
-  build/rendezvous/ddprund --host 127.0.0.1 --port 0 --log-level warn >"$work/$1.port" 2>"$work/$1.log" &
+  build/rendezvous/store/ddprund --host 127.0.0.1 --port 0 --log-level warn >"$work/$1.port" 2>"$work/$1.log" &
   local pid=$!
   pids+=("$pid")
   until [[ -s "$work/$1.port" ]]; do kill -0 "$pid"; sleep 0.05; done

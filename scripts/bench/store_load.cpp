@@ -30,10 +30,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/this_coro.hpp>
 
-#include "ddprun/rendezvous/async_store_client.hpp"
+#include "ddprun/store/async_store_client.hpp"
 
 namespace asio = boost::asio;
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using Clock = std::chrono::steady_clock;
 
 namespace {

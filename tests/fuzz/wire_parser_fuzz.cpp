@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "ddprun/rendezvous/wire_protocol.hpp"
+#include "ddprun/store/wire_protocol.hpp"
 #include "parse_chunked.hpp"
 
-using namespace ddprun::rendezvous::wire;
+using namespace ddprun::store::wire;
 using ddprun::testing::parse_chunked;
 
 namespace {

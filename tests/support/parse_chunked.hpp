@@ -6,13 +6,13 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/rendezvous/wire_protocol.hpp"
+#include "ddprun/store/wire_protocol.hpp"
 
 namespace ddprun::testing {
 
-inline std::vector<rendezvous::wire::Request> parse_chunked(
-    std::string_view data, size_t chunk, rendezvous::wire::RequestParser& parser) {
-  std::vector<rendezvous::wire::Request> out;
+inline std::vector<store::wire::Request> parse_chunked(std::string_view data, size_t chunk,
+                                                       store::wire::RequestParser& parser) {
+  std::vector<store::wire::Request> out;
   std::string pending;
   size_t fed = 0;
   do {

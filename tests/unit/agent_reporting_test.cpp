@@ -7,7 +7,7 @@
 
 #include "ddprun/agent/error_file.hpp"
 #include "ddprun/agent/failure_summary.hpp"
-#include "ddprun/agent/worker_env.hpp"
+#include "worker_env.hpp"
 
 using namespace ddprun::agent;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/etcd_leader_vote.hpp"
+#include "etcd_leader_vote.hpp"
 
 using ddprun::rendezvous::etcd::leadership_settled;
 using ddprun::rendezvous::etcd::majority_without_live_leader;

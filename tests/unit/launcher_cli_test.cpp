@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "ddprun/launcher/agent_config.hpp"
-#include "ddprun/launcher/launch_config.hpp"
+#include "agent_config.hpp"
+#include "launch_config.hpp"
 
 using namespace ddprun::launcher;
 using ddprun::agent::Environment;

@@ -10,12 +10,12 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include "ddprun/launcher/agent_config.hpp"
-#include "ddprun/launcher/hostfile.hpp"
-#include "ddprun/launcher/hostlist.hpp"
-#include "ddprun/launcher/launch_config.hpp"
-#include "ddprun/launcher/remote_command.hpp"
-#include "ddprun/launcher/scheduler_env.hpp"
+#include "agent_config.hpp"
+#include "hostfile.hpp"
+#include "hostlist.hpp"
+#include "launch_config.hpp"
+#include "remote_command.hpp"
+#include "scheduler_env.hpp"
 
 using namespace ddprun::launcher;
 using ddprun::agent::Environment;

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "ddprun/launcher/log_level.hpp"
+#include "log_level.hpp"
 
 using ddprun::launcher::parse_log_level;
 using spdlog::level::level_enum;

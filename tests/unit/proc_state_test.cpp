@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "ddprun/agent/proc_state.hpp"
+#include "proc_state.hpp"
 
 using namespace ddprun::agent;
 

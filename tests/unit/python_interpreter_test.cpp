@@ -6,9 +6,9 @@
 
 #include <unistd.h>
 
-#include "ddprun/launcher/agent_config.hpp"
-#include "ddprun/launcher/launch_config.hpp"
-#include "ddprun/launcher/python_interpreter.hpp"
+#include "agent_config.hpp"
+#include "launch_config.hpp"
+#include "python_interpreter.hpp"
 
 using namespace ddprun::launcher;
 using ddprun::agent::Environment;

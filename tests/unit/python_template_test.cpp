@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "ddprun/agent/python_template.hpp"
+#include "python_template.hpp"
 
 using ddprun::agent::safe_substitute;
 

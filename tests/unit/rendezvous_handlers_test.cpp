@@ -14,15 +14,16 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/async_store_client.hpp"
+#include "ddprun/job_store/tcp_job_store.hpp"
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
-#include "ddprun/rendezvous/static_rendezvous.hpp"
-#include "ddprun/rendezvous/store_server.hpp"
-#include "ddprun/rendezvous/store_thread.hpp"
-#include "ddprun/rendezvous/tcp_job_store.hpp"
+#include "ddprun/store/async_store_client.hpp"
+#include "ddprun/store/store_server.hpp"
+#include "ddprun/store/store_thread.hpp"
+#include "static_rendezvous.hpp"
 
 using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;

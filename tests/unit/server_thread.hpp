@@ -8,16 +8,16 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "ddprun/rendezvous/store_server.hpp"
+#include "ddprun/store/store_server.hpp"
 
 namespace ddprun::testing {
 
 class ServerThread {
  public:
-  explicit ServerThread(rendezvous::ServerOptions options = {}) {
+  explicit ServerThread(store::ServerOptions options = {}) {
     options.host = "127.0.0.1";
     options.port = 0;
-    server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+    server_ = std::make_unique<store::StoreServer>(io_, options);
     port_ = server_->port();
     thread_ = std::thread([this] { io_.run(); });
   }
@@ -53,7 +53,7 @@ class ServerThread {
 
  private:
   boost::asio::io_context io_;
-  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::unique_ptr<store::StoreServer> server_;
   uint16_t port_ = 0;
   std::thread thread_;
 };

@@ -9,12 +9,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/store_client.hpp"
 #include "raw_connection.hpp"
 #include "server_thread.hpp"
 
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using namespace ddprun::testing;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;

@@ -10,11 +10,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/store/store_client.hpp"
 #include "raw_connection.hpp"
 #include "server_thread.hpp"
 
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using namespace ddprun::testing;
 using namespace std::chrono_literals;
 

@@ -5,10 +5,10 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/async_store_client.hpp"
+#include "ddprun/store/async_store_client.hpp"
 #include "server_thread.hpp"
 
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using ddprun::testing::ServerThread;
 namespace asio = boost::asio;
 

@@ -5,11 +5,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/store_client.hpp"
 #include "server_thread.hpp"
 
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using ddprun::testing::ServerThread;
 using namespace std::chrono_literals;
 

@@ -4,12 +4,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/store_client.hpp"
-#include "ddprun/rendezvous/store_watch.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/store_client.hpp"
+#include "ddprun/store/store_watch.hpp"
 #include "server_thread.hpp"
 
-using namespace ddprun::rendezvous;
+using namespace ddprun::store;
 using ddprun::testing::ServerThread;
 using namespace std::chrono_literals;
 using wire::WatchEvent;

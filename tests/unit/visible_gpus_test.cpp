@@ -3,7 +3,7 @@
 // GPUs by the same rules.
 #include <catch2/catch.hpp>
 
-#include "ddprun/launcher/visible_gpus.hpp"
+#include "visible_gpus.hpp"
 
 using ddprun::launcher::visible_gpu_count;
 

@@ -3,10 +3,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddprun/rendezvous/wire_protocol.hpp"
+#include "ddprun/store/wire_protocol.hpp"
 #include "parse_chunked.hpp"
 
-using namespace ddprun::rendezvous::wire;
+using namespace ddprun::store::wire;
 using ddprun::testing::parse_chunked;
 
 namespace {

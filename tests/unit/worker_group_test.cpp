@@ -7,8 +7,8 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
-#include "ddprun/agent/containment.hpp"
-#include "ddprun/agent/worker_group.hpp"
+#include "containment.hpp"
+#include "worker_group.hpp"
 
 using namespace ddprun::agent;
 using namespace std::chrono_literals;

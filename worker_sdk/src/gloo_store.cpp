@@ -2,7 +2,7 @@
 
 namespace ddp {
 
-GlooStore::GlooStore(ddprun::rendezvous::StoreClient& client, std::string prefix,
+GlooStore::GlooStore(ddprun::store::StoreClient& client, std::string prefix,
                      std::chrono::milliseconds timeout)
     : client_(client), prefix_(std::move(prefix)), timeout_(timeout) {}
 

@@ -5,13 +5,13 @@
 
 #include <gloo/rendezvous/store.h>
 
-#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/store/store_client.hpp"
 
 namespace ddp {
 
 class GlooStore final : public gloo::rendezvous::Store {
  public:
-  GlooStore(ddprun::rendezvous::StoreClient& client, std::string prefix,
+  GlooStore(ddprun::store::StoreClient& client, std::string prefix,
             std::chrono::milliseconds timeout);
   void set(const std::string& key, const std::vector<char>& data) override;
   // Waits for the key up to the timeout.
@@ -23,7 +23,7 @@ class GlooStore final : public gloo::rendezvous::Store {
  private:
   std::vector<std::string> scoped(const std::vector<std::string>& keys) const;
 
-  ddprun::rendezvous::StoreClient& client_;
+  ddprun::store::StoreClient& client_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
 };

@@ -5,9 +5,9 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "ddp/errors.hpp"
-#include "ddprun/rendezvous/errors.hpp"
-#include "ddprun/rendezvous/local_address.hpp"
-#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/local_address.hpp"
+#include "ddprun/store/store_client.hpp"
 #include "gloo_process_group.hpp"
 #include "gloo_store.hpp"
 #ifdef DDP_WITH_NCCL
@@ -22,19 +22,19 @@ std::string key_prefix(const WorkerEnv& env, const InitOptions& o, const char* b
                      backend);
 }
 
-ddprun::rendezvous::ClientOptions client_options(const InitOptions& o) {
-  ddprun::rendezvous::ClientOptions copts;
+ddprun::store::ClientOptions client_options(const InitOptions& o) {
+  ddprun::store::ClientOptions copts;
   copts.timeout = o.timeout;
   return copts;
 }
 
 std::unique_ptr<ProcessGroup> init_gloo(const WorkerEnv& env, const InitOptions& o) {
-  ddprun::rendezvous::StoreClient client(env.master_addr, static_cast<uint16_t>(env.master_port),
-                                         client_options(o));
+  ddprun::store::StoreClient client(env.master_addr, static_cast<uint16_t>(env.master_port),
+                                    client_options(o));
   GlooStore store(client, key_prefix(env, o, "gloo"), o.timeout);
   gloo::transport::tcp::attr attr;
   attr.hostname = o.local_addr.empty()
-                      ? ddprun::rendezvous::local_address_towards(env.master_addr, env.master_port)
+                      ? ddprun::store::local_address_towards(env.master_addr, env.master_port)
                       : o.local_addr;
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
@@ -53,8 +53,8 @@ std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEn
         return init_gloo(env, options);
       case Backend::kNccl: {
 #ifdef DDP_WITH_NCCL
-        ddprun::rendezvous::StoreClient client(
-            env.master_addr, static_cast<uint16_t>(env.master_port), client_options(options));
+        ddprun::store::StoreClient client(env.master_addr, static_cast<uint16_t>(env.master_port),
+                                          client_options(options));
         return std::make_unique<NcclProcessGroup>(env, client, key_prefix(env, options, "nccl"),
                                                   options.timeout,
                                                   static_cast<cudaStream_t>(options.cuda_stream));
@@ -63,10 +63,10 @@ std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEn
 #endif
       }
     }
-  } catch (const ddprun::rendezvous::StoreTimeout& e) {
+  } catch (const ddprun::store::StoreTimeout& e) {
     throw TimeoutError(fmt::format("rank {}: rendezvous of {} ranks timed out: {}", env.rank,
                                    env.world_size, e.what()));
-  } catch (const ddprun::rendezvous::StoreError& e) {
+  } catch (const ddprun::store::StoreError& e) {
     throw CommError(fmt::format("rank {}: cannot reach the store at {}:{}: {}", env.rank,
                                 env.master_addr, env.master_port, e.what()));
   } catch (const gloo::Exception& e) {

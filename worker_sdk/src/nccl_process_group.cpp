@@ -65,7 +65,7 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   return ncclSum;
 }
 
-NcclProcessGroup::NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::StoreClient& store,
+NcclProcessGroup::NcclProcessGroup(const WorkerEnv& env, ddprun::store::StoreClient& store,
                                    const std::string& prefix, Ms timeout,
                                    cudaStream_t compute_stream)
     : rank_(env.rank),

@@ -14,7 +14,7 @@
 
 #include "ddp/process_group.hpp"
 #include "ddp/worker_env.hpp"
-#include "ddprun/rendezvous/store_client.hpp"
+#include "ddprun/store/store_client.hpp"
 #include "op_watchdog.hpp"
 
 namespace ddp {
@@ -24,7 +24,7 @@ class NcclProcessGroup final : public ProcessGroup {
   // Picks device local_rank % device count, exchanges NCCL's unique id through the store under
   // `prefix`, and creates the communicator within `timeout`. `compute_stream` (nullptr: CUDA's
   // legacy default stream) is the stream whose work each operation runs after.
-  NcclProcessGroup(const WorkerEnv& env, ddprun::rendezvous::StoreClient& store,
+  NcclProcessGroup(const WorkerEnv& env, ddprun::store::StoreClient& store,
                    const std::string& prefix, Ms timeout, cudaStream_t compute_stream);
   ~NcclProcessGroup() override;
 

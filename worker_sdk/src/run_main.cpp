@@ -5,13 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
-#include <fstream>
 #include <string>
 #include <typeinfo>
+#include <vector>
 
 namespace ddp {
 namespace {
@@ -20,49 +21,34 @@ namespace {
 char g_error_file[4096];
 char g_program[256];
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-void write_error_json(const std::string& message) {
-  if (g_error_file[0] == '\0') return;
-  const std::string m = json_escape(message);
-  std::ofstream out(g_error_file, std::ios::trunc);
-  out << R"({"message": {"message": ")" << m << R"(", "extraInfo": {"py_callstack": ")" << m
-      << R"(", "timestamp": ")" << std::time(nullptr) << "\"}}}\n";
-}
-
-// Async-signal-safe pieces: appends to a fixed buffer.
+// Appends to a caller's fixed buffer, never allocating (the fatal-signal handler uses it).
 struct SafeBuf {
-  char data[1024];
+  char* data;
+  size_t cap;
   size_t len = 0;
   void add(const char* s) {
-    while (*s && len < sizeof data) data[len++] = *s++;
+    while (*s && len < cap) data[len++] = *s++;
+  }
+  // `s` as a JSON string's contents.
+  void add_escaped(const char* s) {
+    static const char kHex[] = "0123456789abcdef";
+    for (; *s; ++s) {
+      const auto c = static_cast<unsigned char>(*s);
+      if (c == '"' || c == '\\') {
+        const char pair[] = {'\\', static_cast<char>(c), '\0'};
+        add(pair);
+      } else if (c == '\n') {
+        add("\\n");
+      } else if (c == '\t') {
+        add("\\t");
+      } else if (c < 0x20) {
+        const char code[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15], '\0'};
+        add(code);
+      } else {
+        const char one[] = {static_cast<char>(c), '\0'};
+        add(one);
+      }
+    }
   }
   void add_number(long v) {
     char digits[24];
@@ -72,9 +58,30 @@ struct SafeBuf {
       digits[n++] = static_cast<char>('0' + v % 10);
       v /= 10;
     }
-    while (n > 0 && len < sizeof data) data[len++] = digits[--n];
+    while (n > 0 && len < cap) data[len++] = digits[--n];
   }
 };
+
+// torch's error file ({"message": {"message", "extraInfo": {"py_callstack", "timestamp"}}}) with
+// `message` in both texts, built in `buf` (6 bytes a character is the most escaping takes) and
+// written over TORCHELASTIC_ERROR_FILE. Async-signal-safe.
+void write_error_file(const char* message, char* buf, size_t cap) {
+  if (g_error_file[0] == '\0') return;
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  SafeBuf json{buf, cap};
+  json.add("{\"message\": {\"message\": \"");
+  json.add_escaped(message);
+  json.add("\", \"extraInfo\": {\"py_callstack\": \"");
+  json.add_escaped(message);
+  json.add("\", \"timestamp\": \"");
+  json.add_number(now.tv_sec);
+  json.add("\"}}}\n");
+  const int fd = ::open(g_error_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  [[maybe_unused]] auto n = ::write(fd, json.data, json.len);
+  ::close(fd);
+}
 
 const char* signal_text(int sig) {
   switch (sig) {
@@ -93,31 +100,17 @@ const char* signal_text(int sig) {
 }
 
 void on_fatal_signal(int sig) {
-  if (g_error_file[0] != '\0') {
-    SafeBuf msg;
-    msg.add("Fatal signal ");
-    msg.add_number(sig);
-    msg.add(" (");
-    msg.add(signal_text(sig));
-    msg.add(") in ");
-    msg.add(g_program);
-    msg.data[msg.len] = '\0';
-    timespec now{};
-    clock_gettime(CLOCK_REALTIME, &now);
-    SafeBuf json;
-    json.add("{\"message\": {\"message\": \"");
-    json.add(msg.data);
-    json.add("\", \"extraInfo\": {\"py_callstack\": \"");
-    json.add(msg.data);
-    json.add("\", \"timestamp\": \"");
-    json.add_number(now.tv_sec);
-    json.add("\"}}}\n");
-    const int fd = ::open(g_error_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      [[maybe_unused]] auto n = ::write(fd, json.data, json.len);
-      ::close(fd);
-    }
-  }
+  char text[512];
+  SafeBuf msg{text, sizeof text - 1};
+  msg.add("Fatal signal ");
+  msg.add_number(sig);
+  msg.add(" (");
+  msg.add(signal_text(sig));
+  msg.add(") in ");
+  msg.add(g_program);
+  text[msg.len] = '\0';
+  char json[4096];
+  write_error_file(text, json, sizeof json);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -152,7 +145,8 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& fn) {
     return fn(argc, argv);
   } catch (...) {
     const std::string message = describe_current_exception();
-    write_error_json(message);
+    std::vector<char> json(6 * message.size() + 256);
+    write_error_file(message.c_str(), json.data(), json.size());
     std::fprintf(stderr, "%s: %s\n", g_program, message.c_str());
     return 1;
   }

@@ -1,0 +1,356 @@
+#include "agent_run.hpp"
+
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "bounded_command.hpp"
+#include "ddprun/agent/failure_json.hpp"
+#include "ddprun/agent/failure_summary.hpp"
+#include "ddprun/agent/signals.hpp"
+#include "ddprun/store/local_address.hpp"
+#include "round_plan.hpp"
+#include "worker_stacks.hpp"
+
+namespace ddprun::agent {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+// How long a restart waits for the GPU memory of the workers that ended to be released.
+constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
+
+struct Run : AgentParts {
+  explicit Run(const AgentParts& parts) : AgentParts(parts) {}
+
+  bool checked_for_next_round = false;  // the health check ran just before joining
+
+  // --health_check, before this node takes part in a round: nullopt when it passes (or there is
+  // none), else the outcome of a node that stays out.
+  asio::awaitable<std::optional<AgentOutcome>> unhealthy() {
+    std::optional<std::string> why;
+    if (nvml != nullptr) {
+      const std::string problem = gpu_health_problem(nvml->read(), gpu_device_nodes());
+      if (!problem.empty()) why = "GPUs: " + problem;
+    }
+    if (!why && !cfg.health_check.empty()) {
+      why =
+          co_await run_bounded_command(io, containment, cfg.health_check, cfg.health_check_timeout,
+                                       cfg.env, (run_dir / "health_check.log").string());
+    }
+    if (!why) co_return std::nullopt;
+    spdlog::error("health check failed ({}): this node stays out of the job", *why);
+    nlohmann::json fields;
+    fields["reason"] = *why;
+    events.record("health_check_failed", std::move(fields));
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    out.state = AgentOutcome::State::kUnhealthy;
+    out.summary = "the health check failed (" + *why + ")";
+    co_return out;
+  }
+
+  // Before workers start again on this node's GPUs: waits (bounded) until none of `pids`, the
+  // workers that ended, still holds GPU memory, which the driver releases after they exit.
+  asio::awaitable<void> gpu_memory_released(const std::vector<int>& pids) {
+    if (nvml == nullptr || pids.empty()) co_return;
+    const auto deadline = std::chrono::steady_clock::now() + kGpuMemoryWait;
+    asio::steady_timer tick(io);
+    for (;;) {
+      const std::vector<int> held = still_on_gpus(nvml->read(), pids);
+      if (held.empty()) co_return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::warn("GPU memory of ended worker(s) {} not released after {} s; going on",
+                     fmt::join(held, ", "),
+                     std::chrono::duration_cast<std::chrono::seconds>(kGpuMemoryWait).count());
+        co_return;
+      }
+      tick.expires_after(std::chrono::milliseconds(100));
+      co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+  }
+
+  // Runs one round of the local group while the rendezvous watches for a reason to end it from
+  // outside (another node failed, left or joined); such a reason stops the workers. Returns the
+  // group's result and that reason, if one came first. The watcher may outlive this call: what it
+  // shares lives on the heap, and it keeps the rendezvous alive.
+  //
+  // Arguments are references to the caller's named objects, never temporaries: g++ 12 destroyed a
+  // temporary argument of a co_await'ed call twice (a shared_ptr released twice: use-after-free).
+  asio::awaitable<std::pair<GroupResult, std::string>> run_watched(
+      std::vector<WorkerLaunch>& launches, const rendezvous::Round& round) {
+    struct Watch {
+      bool group_done = false;
+      std::string why;
+    };
+    auto watch = std::make_shared<Watch>();
+    asio::co_spawn(
+        io,
+        [watch, rdzv = rdzv, round, &group = group, &events = events, &signaled = signaled,
+         &peer_stopped = peer_stopped]() mutable -> asio::awaitable<void> {
+          std::string why;
+          try {
+            why = co_await rdzv->interruption(round);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          if (const int s = rdzv->peer_stop_signal(); s != 0) {
+            // The job is being stopped by a signal that reached another node first: this node's
+            // workers get the same signal, as if it had reached this agent (unless it already
+            // has: then they are stopping with it).
+            if (signaled == 0 && !watch->group_done) {
+              spdlog::warn("{}: forwarding {} to the workers and shutting down", why,
+                           signal_name(s));
+              events.record("signal", {{"signal", signal_name(s)}, {"from", why}});
+              signaled = s;
+              peer_stopped = true;
+              group.stop(s);
+            }
+            co_return;
+          }
+          if (!watch->group_done && !why.empty()) {
+            spdlog::warn("stopping this node's workers: {}", why);
+            events.record("workers_interrupted", {{"reason", why}});
+            watch->why = why;
+            if (rdzv->peer_hang(round)) {
+              group.interrupt_for_stacks();
+            } else {
+              group.interrupt();
+            }
+          }
+        },
+        asio::detached);
+    WorkerGroup::HangCoordinator hangs;
+    if (round.num_nodes > 1) {
+      hangs.announce = [this, round](std::function<void()> then) {
+        asio::co_spawn(
+            io,
+            [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
+              co_await rdzv->announce_hang(round);
+              then();
+            },
+            asio::detached);
+      };
+      hangs.frozen = [this, round](std::function<void()> then) {
+        asio::co_spawn(
+            io,
+            [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
+              co_await rdzv->hang_frozen(round, std::chrono::seconds(3));
+              then();
+            },
+            asio::detached);
+      };
+    }
+    group.coordinate_hangs_with(hangs);
+    GroupResult r = co_await group.run(std::move(launches));
+    watch->group_done = true;
+    rdzv->stop_waiting();
+    co_return std::pair{std::move(r), watch->why};
+  }
+
+  // After a hang anywhere in the round: every node's ranks grouped by their innermost frames,
+  // logged here as on every node, and in this node's hung workers' failures (the summary).
+  asio::awaitable<void> summarise_hang(const rendezvous::Round& round, GroupResult& r) {
+    std::map<int, std::string> frames = r.frames;
+    if (round.num_nodes > 1) {
+      // Each node collects its stacks within its stack-dump limit and its shutdown timeout.
+      const auto wait = cfg.shutdown_timeout + std::chrono::seconds(5);
+      for (const std::string& text :
+           co_await rdzv->share_hang_frames(round, frames_to_text(r.frames), wait)) {
+        frames.merge(frames_from_text(text));
+      }
+    }
+    if (frames.empty()) co_return;
+    const std::string grouped = ranks_by_frame(frames);
+    spdlog::error("hang: every rank's innermost frame: {}", grouped);
+    for (auto& f : r.failures) {
+      if (!f.ended_because.empty()) f.ended_because += "\nevery rank's innermost frame: " + grouped;
+    }
+  }
+
+  asio::awaitable<AgentOutcome> run() {
+    std::exception_ptr error;
+    AgentOutcome out;
+    bool joined = false;
+    try {
+      if (std::optional<AgentOutcome> sick = co_await unhealthy()) {
+        out = std::move(*sick);
+      } else {
+        checked_for_next_round = true;
+        joined = true;
+        co_await rdzv->join();
+        out = co_await rounds();
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (error && signaled != 0) {  // the signal ended a wait in the rendezvous
+      error = nullptr;
+      out.run_log_dir = run_dir.string();
+      out.state = AgentOutcome::State::kSignaled;
+      out.signal = signaled;
+    }
+    if (joined) co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
+    if (error) std::rethrow_exception(error);
+    co_return out;
+  }
+
+  // The one round loop, whatever the backend.
+  asio::awaitable<AgentOutcome> rounds() {
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    std::string interrupted_by;  // why the last round was stopped from outside, if it was
+    int last_restart_count = 0;
+    std::optional<int> own_failure;  // this node's first failed worker's exit code, last round
+    for (;;) {
+      if (signaled != 0) {
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = signaled;
+        co_return out;
+      }
+      if (!std::exchange(checked_for_next_round, false)) {
+        if (std::optional<AgentOutcome> sick = co_await unhealthy()) co_return std::move(*sick);
+      }
+      const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
+      if (!round && rdzv->peer_stop_signal() != 0) {  // stopped with a peer, by its signal
+        if (signaled == 0) signaled = rdzv->peer_stop_signal();
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = signaled;
+        co_return out;
+      }
+      if (!round) {
+        AgentOutcome ended = co_await job_ended(interrupted_by);
+        if (ended.state == AgentOutcome::State::kFailed) ended.own_worker_exitcode = own_failure;
+        co_return ended;
+      }
+      own_failure.reset();
+      if (round->restart_count > last_restart_count) {
+        spdlog::warn("restarting the workers (restart {} of at most {})", round->restart_count,
+                     cfg.max_restarts);
+        events.record("restart", {{"restart_count", round->restart_count},
+                                  {"max_restarts", cfg.max_restarts}});
+        last_restart_count = round->restart_count;
+      }
+      events.record("round_formed", {{"round", round->number},
+                                     {"restart_count", round->restart_count},
+                                     {"node_rank", round->node_rank},
+                                     {"num_nodes", round->num_nodes},
+                                     {"base_rank", round->base_rank},
+                                     {"world_size", round->world_size},
+                                     {"members", round->members}});
+      if (round->num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
+        spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
+                     round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
+                     round->world_size);
+      }
+      const std::optional<rendezvous::WorkerStoreAddress> master =
+          co_await rdzv->worker_store(*round);
+      if (!master) {  // the round ended before its store was known: no worker starts in it
+        const std::string why = co_await rdzv->interruption(*round);
+        spdlog::warn("round {} ended before its workers started: {}", round->number, why);
+        events.record("round_ended_before_start", {{"round", round->number}, {"reason", why}});
+        interrupted_by = why;
+        co_await rdzv->end_round(*round);
+        continue;
+      }
+      const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
+      fs::remove_all(attempt_dir);
+      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, *master, bindings);
+      auto [r, why] = co_await run_watched(launches, *round);
+      if (!why.empty()) interrupted_by = why;
+      if (!r.stacks.empty()) {
+        const fs::path stacks = attempt_dir / "hang_stacks.log";
+        std::ofstream(stacks) << r.stacks;
+        spdlog::error("hang: every rank's stack is in {}", stacks.string());
+      }
+      if (r.hang || rdzv->peer_hang(*round)) co_await summarise_hang(*round, r);
+      if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
+        co_await gpu_memory_released(r.pids);
+      }
+      switch (r.state) {
+        case GroupResult::State::kSucceeded: {
+          const bool passed = co_await rdzv->exit_barrier(*round);
+          events.record("exit_barrier", {{"round", round->number}, {"passed", passed}});
+          if (passed) {
+            co_await rdzv->close("succeeded");
+            out.state = AgentOutcome::State::kSucceeded;
+            co_return out;
+          }
+          spdlog::warn("another node failed or left while this one waited at the exit barrier");
+          co_await rdzv->end_round(*round);  // (a no-op when the peer's failure already ended it)
+          break;
+        }
+        case GroupResult::State::kStopped:
+          out.state = AgentOutcome::State::kSignaled;
+          out.signal = r.stop_signal;
+          co_return out;
+        case GroupResult::State::kFailed:
+          if (!r.failures.empty()) own_failure = r.failures.front().exitcode;
+          co_await rdzv->report_failure(*round, failures_to_json(r.failures));
+          break;
+        case GroupResult::State::kInterrupted:
+          co_await rdzv->end_round(*round);
+          break;
+        case GroupResult::State::kUnhealthy:
+          // No restart here (a fresh worker would meet what holds the stuck one): the node
+          // leaves, and the job goes on without it where it can.
+          out.state = AgentOutcome::State::kUnhealthy;
+          out.summary = r.unhealthy;
+          co_return out;
+      }
+    }
+  }
+
+  asio::awaitable<AgentOutcome> job_ended(const std::string& interrupted_by) {
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    const rendezvous::JobEnd& end = rdzv->ending();
+    switch (end.kind) {
+      case rendezvous::JobEnd::Kind::kSucceeded:
+        out.state = AgentOutcome::State::kSucceeded;
+        break;
+      case rendezvous::JobEnd::Kind::kClosed:
+        out.state = AgentOutcome::State::kLaunchError;
+        out.summary = fmt::format("the job '{}' has already ended ({}); this node takes no part",
+                                  cfg.run_id, end.why);
+        break;
+      case rendezvous::JobEnd::Kind::kRestartsExhausted: {
+        // Every node prints the same summary: all nodes' failures of the round that spent the
+        // last restart.
+        std::vector<WorkerFailure> failures;
+        for (const auto& text : co_await rdzv->final_failures()) {
+          for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
+        }
+        out.summary =
+            failures.empty()
+                ? fmt::format("{} FAILED: {}, and no restarts remain\n", cfg.entrypoint_name,
+                              interrupted_by.empty() ? "the job failed" : interrupted_by)
+                : format_failure_summary(cfg.entrypoint_name, store::host_name(), failures);
+        out.state = AgentOutcome::State::kFailed;
+        break;
+      }
+    }
+    co_return out;
+  }
+};
+
+}  // namespace
+
+asio::awaitable<AgentOutcome> run_job(const AgentParts& parts) {
+  Run run(parts);
+  co_return co_await run.run();
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,213 @@
+#pragma once
+// One attempt of the local worker group: start every worker, watch them by event, and stop the rest
+// at the first failure (or on request): the stop signal to each process group, SIGKILL after the
+// shutdown timeout, and every wait bounded.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "containment.hpp"
+#include "ddprun/agent/failure_summary.hpp"
+#include "ddprun/agent/progress_clock.hpp"
+#include "ddprun/agent/worker_process.hpp"
+#include "file_timer.hpp"
+#include "heartbeat_file.hpp"
+#include "worker_env.hpp"
+#include "worker_stacks.hpp"
+
+namespace ddprun::agent {
+
+class LogPump;
+class WarmInterpreter;
+class EventLog;
+class FilteredLog;
+
+// Where a teed stream goes besides its pipe.
+struct TeeTarget {
+  std::string file;     // the log file
+  int console_fd = -1;  // STDOUT_FILENO / STDERR_FILENO, or -1 when filtered out
+  // The attempt's file of console lines matching --duplicate_*_filters (shared by the workers), or
+  // null.
+  std::shared_ptr<FilteredLog> duplicate;
+  bool raw = false;  // console lines as the worker wrote them, without the prefix
+};
+
+struct WorkerLaunch {
+  WorkerIdentity id;
+  SpawnSpec spawn;  // StreamTarget::kPipe streams are teed to the targets below
+  TeeTarget tee_out;
+  TeeTarget tee_err;
+  std::string prefix;      // console prefix of teed lines
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+};
+
+struct GroupResult {
+  // kInterrupted: interrupt() ended it (another node's event), no local failure. kUnhealthy: a
+  // worker stayed in uninterruptible sleep too long; this node must take no further part.
+  enum class State { kSucceeded, kFailed, kStopped, kInterrupted, kUnhealthy };
+  State state = State::kSucceeded;
+  std::vector<WorkerFailure>
+      failures;           // the workers that failed on their own (not those ddprun stopped)
+  int stop_signal = 0;    // kStopped: the signal forwarded
+  std::string unhealthy;  // kUnhealthy: which worker, in which state and kernel function, how long
+  std::string stacks;     // after a hang, with capture_python_stacks: every rank's stack dump
+  std::map<int, std::string> frames;  // with the stacks: each rank's innermost frame
+  bool hang = false;                  // this node declared a hang in the attempt
+  std::vector<int> pids;              // every worker the attempt started
+};
+
+class WorkerGroup {
+ public:
+  // `containment`: where workers' cgroups come from and who hears of their starts and ends; it
+  // outlives the group.
+  WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
+              Containment& containment);
+  ~WorkerGroup();
+
+  // Runs one attempt to its end. Workers whose exec fails count as failures with exit code 127.
+  boost::asio::awaitable<GroupResult> run(std::vector<WorkerLaunch> launches);
+  // Forwards `signo` to every running worker's process group; run() then ends with kStopped once
+  // they exit (SIGKILL after the shutdown timeout). A second call kills them at once.
+  void stop(int signo);
+  // Stops the workers (SIGTERM, then SIGKILL after the shutdown timeout) so that the job can
+  // restart; run() ends with kInterrupted unless a worker had failed on its own. Called before the
+  // next run() (the round ended before its workers started), it is kept for that run(), which then
+  // starts no worker and ends with kInterrupted at once: an interruption is never lost.
+  void interrupt();
+  // A worker continuously in uninterruptible sleep (D state) for `timeout` makes the attempt end
+  // as kUnhealthy (its workers stopped); zero: not watched
+  // (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).
+  void watch_uninterruptible(std::chrono::milliseconds timeout) { d_timeout_ = timeout; }
+  // --hang_timeout: each worker gets a heartbeat file in `heartbeat_dir` (DDPRUN_HEARTBEAT_FILE);
+  // a worker without progress for its timeout (progress_clock.hpp) is hung: a `hang` event, the
+  // workers are stopped, and each hung worker is a failure that says how long it was silent.
+  void watch_hangs(HangPolicy policy, std::string heartbeat_dir) {
+    hang_policy_ = policy;
+    heartbeat_dir_ = std::move(heartbeat_dir);
+  }
+  // How the nodes of a multi-node job dump their stacks together on a hang. Each node freezes its
+  // workers (SIGSTOP) the moment it declares a hang or hears of one, and makes them dump (SIGABRT,
+  // then SIGCONT) only once every node has frozen its own: a rank that dies first cannot make a
+  // rank elsewhere fail out of a collective before its stack is taken, since a frozen process
+  // handles the pending SIGABRT before it runs again. Each function calls its `then` once done
+  // (or once its own bound has passed); the group also goes on by itself after a few seconds.
+  struct HangCoordinator {
+    std::function<void(std::function<void()> then)> announce;  // tell the other nodes
+    std::function<void(std::function<void()> then)> frozen;    // wait for every node to freeze
+  };
+  // Set for each run(); empty functions: a single node, nobody to wait for.
+  void coordinate_hangs_with(HangCoordinator c) { hang_coordinator_ = std::move(c); }
+  // Another node declared a hang: as interrupt(), but Python workers dump their stacks first
+  // (GroupResult::stacks and frames), as on a hang of this node's own.
+  void interrupt_for_stacks();
+  // Python workers: they run with PYTHONFAULTHANDLER=1, and on a hang every worker gets SIGABRT
+  // first, so that each writes every thread's stack to its stderr; the ranks grouped by innermost
+  // frame go into the hung workers' failures, the whole dumps into GroupResult::stacks.
+  void capture_python_stacks(bool on) { python_stacks_ = on; }
+  // --preload: workers start from `warm` where it can (it outlives the group). Its interpreter
+  // starts now, with the shared part of `sample` (any worker's environment) as run() will give it
+  // to the workers, so that its imports overlap the rendezvous. Call after the settings above.
+  void start_workers_from(WarmInterpreter* warm, Environment sample);
+  // Native workers: on a hang, `gdb` (a path; "" none) attaches to each worker in turn, at once
+  // and bounded in time, and its backtraces of every thread are the worker's stack; the workers
+  // are stopped after. Ignored for Python workers.
+  void capture_native_stacks(std::string gdb) { gdb_ = std::move(gdb); }
+  // A torch timer request from `pid` (set or cleared): progress, if it is a running worker.
+  void progress_of(int pid);
+  // Whether `pid` is one of this attempt's running workers.
+  bool runs(int pid) const;
+  // A torch expiration timer of one of the running workers ran out: the worker gets the timer's
+  // signal, and its failure (it is one, whatever its exit) names the timer and the overstay.
+  void expire_timer(const ExpiredTimer& timer);
+  // Whether an attempt is under way (run() has not returned).
+  bool active() const { return active_; }
+  // Where workers started and exited are recorded (--event_log); it outlives the group.
+  void set_event_log(EventLog* log) { event_log_ = log; }
+
+ private:
+  // Variables the watching adds to every worker's environment (PYTHONFAULTHANDLER for stacks).
+  void add_watch_variables(Environment& env) const;
+  void on_exit(size_t index, const ExitStatus& status);
+  void begin_stopping(int signo);
+  void kill_survivors();
+  void abandon_survivors();
+  void watch_states();
+  void check_states();
+  void check_hangs();
+  // Every running worker's stacks (SIGABRT to Python workers, gdb for native ones), then the usual
+  // stop for those still there.
+  void dump_stacks_then_stop();
+  // Python workers: SIGSTOP each running worker; then, once the other nodes have frozen theirs,
+  // dump_stacks_then_stop(). Native workers: dump_stacks_then_stop() at once (gdb reads them).
+  void freeze_then_dump();
+  // SIGSTOP to every running worker.
+  void freeze();
+  // Calls `step` once, for this attempt, when `then` is called or after `limit`.
+  std::function<void()> once_in_attempt(std::function<void()> step,
+                                        std::chrono::milliseconds limit);
+  bool captures_stacks() const { return python_stacks_ || !gdb_.empty(); }
+  // gdb's backtraces of every running worker, into native_dumps_, then the stop.
+  boost::asio::awaitable<void> read_native_stacks(uint64_t attempt);
+  // The index of the running worker whose pid this is.
+  std::optional<size_t> running_worker(int pid) const;
+  bool monitored() const;
+  void wake();
+
+  boost::asio::io_context& io_;
+  std::chrono::milliseconds shutdown_timeout_;
+  Containment& containment_;
+  boost::asio::steady_timer wake_;
+  boost::asio::steady_timer kill_timer_;
+  boost::asio::steady_timer state_timer_;
+  std::chrono::milliseconds d_timeout_{0};
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> d_since_;
+  std::string unhealthy_;
+  HangPolicy hang_policy_;
+  std::string heartbeat_dir_;
+  std::vector<ProgressClock> clocks_;
+  std::vector<std::unique_ptr<HeartbeatFile>> heartbeats_;
+  std::vector<bool>
+      heard_beat_;  // per worker: it sent a heartbeat (its output is no longer progress)
+  bool hang_declared_ = false;
+  bool stacks_wanted_ = false;  // this attempt's stacks are to be collected
+  HangCoordinator hang_coordinator_;
+  uint64_t attempt_ = 0;  // run()s so far: a late announcement's callback is for an earlier one
+  bool python_stacks_ = false;
+  WarmInterpreter* warm_ = nullptr;
+  std::string gdb_;
+  std::vector<std::string> native_dumps_;            // per worker: gdb's output on a hang
+  std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null
+  void collect_stacks(GroupResult& result);
+  // Worker i's stack after a dump (its faulthandler output, or gdb's); nullopt: none.
+  std::optional<WorkerStack> stack_of(size_t i) const;
+  // The ended attempt's result (outside the run() coroutine: g++ 12 warns of a mismatched delete
+  // of a coroutine frame that holds it).
+  GroupResult conclude();
+  bool woken_ = false;
+  bool active_ = false;
+  std::vector<WorkerLaunch> launches_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;
+  std::vector<std::shared_ptr<LogPump>> pumps_;
+  std::vector<bool> stopped_by_us_;
+  // Per worker: why ddprun ended it (an expired torch timer, a hang), making its exit a failure.
+  std::vector<std::string> ended_because_;
+  size_t running_ = 0;
+  size_t open_pumps_ = 0;
+  bool stopping_ = false;
+  bool sigkill_sent_ = false;
+  int stop_signal_ = 0;
+  bool interrupted_ = false;
+  bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()
+  std::vector<WorkerFailure> failures_;
+  EventLog* event_log_ = nullptr;
+};
+
+}  // namespace ddprun::agent

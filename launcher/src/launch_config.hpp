@@ -1,0 +1,126 @@
+#pragma once
+// Everything `ddprun` was asked to do, parsed and validated from its command line and the PET_*
+// environment fallbacks (the command line wins), with torchrun's names and defaults.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/agent.hpp"
+#include "ddprun/agent/environment.hpp"
+#include "ddprun/rendezvous/rendezvous_config.hpp"
+#include "hostfile.hpp"
+
+namespace ddprun::launcher {
+
+// A malformed or unsupported command line. The CLI prints it as one line and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// -h/--help was given; the CLI prints cli_help() and exits 0.
+struct HelpRequested {};
+
+// --print-completion SHELL was given; the CLI prints `script` and exits 0.
+struct CompletionRequested {
+  std::string script;
+};
+
+// Whose command line is parsed: torchrun's (`ddprun ...`) or torch.distributed.launch's
+// (`ddprun launch ...`: --use-env, and without it a --local-rank=N argument for the script).
+enum class Dialect { kTorchrun, kDistributedLaunch };
+
+// --event_log_handler: torch's registered handlers. kConsole writes each event to stderr;
+// kDynamicRendezvous (torch's rendezvous events, dropped by default) and kNull write none.
+enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string nproc_per_node = "1";     // as given: an integer, auto, cpu or gpu
+  int nproc = 1;                        // resolved
+  std::string rdzv_backend = "static";  // as given (--standalone: c10d)
+  rendezvous::Backend backend = rendezvous::Backend::kStatic;  // rdzv_backend, parsed once
+  std::string rdzv_endpoint;
+  std::string rdzv_host;  // c10d: the endpoint's host (brackets of an IPv6 literal removed)
+  int rdzv_port = 29400;  // c10d: the endpoint's port (torchrun's default when none is given)
+  std::vector<rendezvous::EtcdEndpoint> etcd_endpoints;  // etcd: every endpoint given
+  rendezvous::EtcdTls etcd_tls;                          // etcd: from rdzv_conf
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  std::map<std::string, std::string> rdzv_config;  // rdzv_conf parsed; keys torchrun reads only
+  bool standalone = false;
+  int max_restarts = 0;
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: a fresh /tmp/torchelastic_* folder
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string log_line_prefix_template;  // --log_line_prefix_template, else the variable, else ""
+  std::vector<std::string> duplicate_stdout_filters;  // split at ',' (",," is a comma)
+  std::vector<std::string> duplicate_stderr_filters;
+  std::optional<agent::NumaMode> numa_binding;
+  EventLogHandler event_log_handler = EventLogHandler::kNull;
+  // ddprun launch without --use-env: the script's local-rank argument, "--local-rank" (torch 2.x)
+  // or "--local_rank" (--legacy_local_rank, torch 1.x), given "=N" before the script's own.
+  std::string local_rank_argument;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int>
+      master_port;  // 29500 for the static backend when not given; 0 lets the OS pick
+  std::string local_addr;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::optional<int> shutdown_timeout;  // seconds; default TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
+  bool virtual_local_rank = false;
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+  std::string event_log;            // --event_log FILE
+  std::optional<int> metrics_port;  // --metrics_port
+  agent::HangPolicy hang;           // --hang_timeout SECONDS|auto
+  std::string health_check;         // --health_check: a shell command; "" none
+  std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
+  agent::PreloadSpec preload;                              // --preload MODULE,...|auto
+
+  // A head-node launch (--hostfile or -H): one agent per host, started over ssh, node ranks in
+  // the hosts' order. Empty: this process is the node's agent.
+  std::vector<HostSlots> hosts;
+  int ssh_port = 0;  // 0: ssh's own default
+  std::string ssh_identity;
+  std::vector<std::string> ssh_options;  // each passed as ssh -o OPTION
+  std::vector<std::string> env_vars;     // --env VAR[=VALUE], for every host's agent
+  bool head_control = false;  // this agent was started by a head: stdin is its control channel
+
+  // Placement read from Slurm or Open MPI (off with --no_slurm); explicit options win over it.
+  bool no_slurm = false;
+  std::optional<agent::Placement> placement;  // a per-process launch: one worker, placed
+  std::string scheduler_notice;               // one line saying what was taken from where
+
+  std::set<std::string> given;  // dests given on the command line or by PET_*
+};
+
+// Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT,
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Throws UsageError with a one-line message,
+// HelpRequested or CompletionRequested.
+LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env,
+                                Dialect dialect = Dialect::kTorchrun);
+
+// The text `ddprun --help` prints.
+std::string cli_help();
+
+// Exit statuses of `ddprun`, documented in --help and docs/cli.md.
+constexpr int kExitSuccess = 0;
+constexpr int kExitWorkerFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitLaunchError = 3;
+constexpr int kExitUnhealthy = 4;  // --health_check failed: this node did not join, or left
+// Shut down by signal N (forwarded to the workers first): 128 + N.
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,194 @@
+#include "ddprun/rendezvous/job_session.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/store/errors.hpp"
+#include "job_keys.hpp"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+JobSession::JobSession(asio::any_io_executor ex, std::shared_ptr<JobStore> store)
+    : ex_(ex), store_(std::move(store)) {}
+
+JobSession::~JobSession() = default;
+
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+std::string JobSession::node_record(int nproc, const std::string& host) {
+  const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  return nlohmann::json{{"nproc", nproc}, {"host", host}, {"since_ms", since}}.dump();
+}
+
+int JobSession::nproc_of_record(const std::string& record) {
+  return nlohmann::json::parse(record).value("nproc", 1);
+}
+
+namespace {
+
+// Why `mine` cannot join a job whose settings are `theirs` (a JSON object).
+std::string disagreement(const JobSession::Settings& mine, const std::string& theirs) {
+  const auto job = nlohmann::json::parse(theirs, nullptr, false);
+  for (const auto& [flag, value] : mine) {
+    const std::string other = job.is_object() ? job.value(flag, std::string("(unset)")) : theirs;
+    if (other != value) {
+      return fmt::format(
+          "this node's {}={} differs from the job's {}={} (fixed by the first node to join): every "
+          "node of a job needs the same value",
+          flag, value, flag, other);
+    }
+  }
+  return fmt::format("this node's settings {} differ from the job's {}",
+                     JobSession::settings_record(mine), theirs);
+}
+
+}  // namespace
+
+std::string JobSession::settings_record(const Settings& settings) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [flag, value] : settings) j[flag] = value;
+  return j.dump();
+}
+
+asio::awaitable<void> JobSession::agree_on(Settings settings) {
+  const std::string mine = JobSession::settings_record(settings);
+  const std::string key(keys::kSettings);
+  const std::string job = co_await store_->compare_set(key, "", mine);
+  if (job != mine) {
+    const std::string why = disagreement(settings, job);
+    leave_store();
+    throw store::StoreError(why);
+  }
+}
+
+asio::awaitable<void> JobSession::open(std::string presence_key, std::string value,
+                                       WatchSet watched) {
+  presence_key_ = presence_key;
+  if (!follows_all_of(watched, presence_key)) watched.keys.push_back(presence_key);
+  if (membership_listener_ && !follows_all_of(watched, keys::kNodes)) {
+    watched.prefixes.emplace_back(keys::kNodes);
+  }
+  watched_ = watched;
+  for (const auto& e : co_await store_->join(presence_key, value, std::move(watched))) apply(e);
+  opened_ = true;
+  asio::co_spawn(ex_, pump(), asio::detached);
+}
+
+bool JobSession::follows_all_of(const WatchSet& watched, std::string_view prefix) {
+  return std::any_of(watched.prefixes.begin(), watched.prefixes.end(),
+                     [&](const std::string& p) { return prefix.starts_with(p); });
+}
+
+asio::awaitable<void> JobSession::follow(std::vector<std::string> prefixes) {
+  for (const auto& p : prefixes) watched_.prefixes.push_back(p);
+  for (const auto& e : co_await store_->watch_prefixes(std::move(prefixes))) apply(e);
+}
+
+void JobSession::set_membership_listener(std::function<void(const MembershipChange&)> listener) {
+  const bool first = !membership_listener_;
+  membership_listener_ = std::move(listener);
+  if (first && opened_ && !left_ && !follows_all_of(watched_, keys::kNodes)) {
+    asio::co_spawn(ex_, follow_membership(), asio::detached);
+  }
+}
+
+asio::awaitable<void> JobSession::follow_membership() {
+  const auto self = shared_from_this();
+  try {
+    std::vector<std::string> prefixes;
+    prefixes.emplace_back(keys::kNodes);
+    co_await follow(std::move(prefixes));
+  } catch (const std::exception& e) {
+    if (!left_) spdlog::warn("could not follow the job's membership: {}", e.what());
+  }
+}
+
+void JobSession::apply(const KeyEvent& e) {
+  if (e.key == presence_key_) {
+    if (e.deleted && present_) expelled_ = true;
+    present_ = !e.deleted;
+  }
+  if (e.key.starts_with(keys::kNodes)) report_membership(e);
+  try {
+    on_event(e);
+  } catch (const std::exception& ex) {
+    spdlog::warn("ignoring malformed rendezvous key '{}': {}", e.key, ex.what());
+  }
+  notify();
+}
+
+void JobSession::report_membership(const KeyEvent& e) {
+  const auto known = node_records_.find(e.key);
+  if (e.deleted == (known == node_records_.end())) return;  // no change of membership
+  const std::string record = e.deleted ? known->second : e.value;
+  if (e.deleted) {
+    node_records_.erase(known);
+  } else {
+    node_records_[e.key] = e.value;
+  }
+  if (!membership_listener_) return;
+  MembershipChange change;
+  change.node = e.key.substr(6);
+  change.joined = !e.deleted;
+  const auto j = nlohmann::json::parse(record, nullptr, false);
+  if (j.is_object()) {
+    change.host = j.value("host", "");
+    change.nproc = j.value("nproc", 0);
+  }
+  membership_listener_(change);
+}
+
+asio::awaitable<void> JobSession::pump() {
+  const auto self = shared_from_this();  // the session outlives this coroutine
+  while (!left_) {
+    try {
+      apply(co_await store_->next_event());
+    } catch (const std::exception& e) {
+      if (!left_) broken_ = e.what();
+      notify();
+      break;
+    }
+  }
+}
+
+void JobSession::stop_waiting() {
+  stop_waiting_ = true;
+  notify();
+}
+
+void JobSession::notify() {
+  for (auto* t : waiters_) t->cancel();
+}
+
+asio::awaitable<bool> JobSession::wait_until(std::function<bool()> pred,
+                                             Clock::time_point deadline) {
+  asio::steady_timer timer(ex_);
+  waiters_.push_back(&timer);
+  while (!pred() && broken_.empty() && Clock::now() < deadline) {
+    timer.expires_at(deadline);
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  std::erase(waiters_, &timer);
+  if (!broken_.empty()) throw store::StoreConnectionError(broken_);
+  co_return pred();
+}
+
+void JobSession::leave_store() {
+  if (left_) return;
+  left_ = true;
+  broken_ = "this agent left the job";  // any waiter still parked (an old round's watcher) ends
+  store_->leave();
+  notify();
+}
+
+}  // namespace ddprun::rendezvous

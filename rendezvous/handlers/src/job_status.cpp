@@ -1,0 +1,141 @@
+#include "ddprun/rendezvous/job_status.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/job_store/job_store.hpp"
+#include "ddprun/store/errors.hpp"
+#include "job_keys.hpp"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+
+namespace {
+
+int to_int(const std::string& s, int fallback) {
+  try {
+    return std::stoi(s);
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+NodeStatus node_of(const std::string& id, const std::string& record) {
+  NodeStatus n;
+  n.id = id;
+  const auto j = nlohmann::json::parse(record, nullptr, false);
+  if (j.is_object()) {
+    n.host = j.value("host", "");
+    n.nproc = j.value("nproc", 0);
+    if (j.contains("since_ms")) n.since_ms = j.value("since_ms", int64_t{0});
+  }
+  return n;
+}
+
+}  // namespace
+
+JobStatus interpret_job_keys(Backend backend,
+                             const std::vector<std::pair<std::string, std::string>>& keys) {
+  JobStatus s;
+  s.found = !keys.empty();
+  std::map<std::string, std::string> present;        // id -> record
+  std::map<int, std::string> rounds;                 // elastic: round -> record
+  std::map<int, std::vector<std::string>> failures;  // restart count / attempt -> records
+  int counter = -1;
+  for (const auto& [key, value] : keys) {
+    if (key.starts_with(keys::kNodes)) {
+      present[std::string(keys::after(key, keys::kNodes))] = value;
+    } else if (key == keys::kSettings) {
+      const auto j = nlohmann::json::parse(value, nullptr, false);
+      if (j.is_object()) {
+        s.nnodes = j.value("--nnodes", "");
+        if (j.contains("--max_restarts")) {
+          s.max_restarts = to_int(j.value("--max_restarts", ""), 0);
+        }
+      }
+    } else if (key == keys::kRound || key == keys::kAttempt) {
+      counter = to_int(value, -1);
+    } else if (key == keys::kRestarts) {
+      s.restarts = to_int(value, 0);
+    } else if (key == keys::kLeader) {
+      s.leader = value;
+    } else if (key == keys::kClosed) {
+      s.closed = true;
+      s.closed_reason = value;
+    } else if (key.starts_with(keys::kRounds)) {
+      rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
+    } else if (key.starts_with(keys::kFailures)) {
+      const std::string_view rest = keys::after(key, keys::kFailures);
+      failures[to_int(std::string(rest.substr(0, rest.find('/'))), -1)].push_back(value);
+    }
+  }
+  if (!failures.empty()) s.last_failures = failures.rbegin()->second;
+  // The failure that found no restart left counts one past the budget: the budget is spent.
+  if (s.max_restarts) s.restarts = std::min(s.restarts, *s.max_restarts);
+
+  std::vector<std::string> members;
+  std::vector<int> nproc;
+  if (backend == Backend::kStatic) {
+    // Node ranks are the ids; every present node is in the round.
+    std::vector<std::pair<int, std::string>> ranked;
+    for (const auto& [id, record] : present) ranked.emplace_back(to_int(id, -1), id);
+    std::sort(ranked.begin(), ranked.end());
+    for (const auto& [rank, id] : ranked) members.push_back(id);
+    s.round = counter;
+    s.restarts = std::max(0, counter);
+    if (s.max_restarts) s.restarts = std::min(s.restarts, *s.max_restarts);
+  } else if (!rounds.empty()) {
+    s.round = rounds.rbegin()->first;
+    s.forming = counter > s.round;
+    const auto j = nlohmann::json::parse(rounds.rbegin()->second, nullptr, false);
+    if (j.is_object()) {
+      members = j.value("participants", std::vector<std::string>());
+      nproc = j.value("nproc", std::vector<int>());
+    }
+  }
+  int next_rank = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const auto it = present.find(members[i]);
+    NodeStatus n = node_of(members[i], it == present.end() ? "{}" : it->second);
+    n.present = it != present.end();
+    if (i < nproc.size()) n.nproc = nproc[i];
+    n.node_rank = static_cast<int>(i);
+    n.first_rank = next_rank;
+    n.last_rank = next_rank + n.nproc - 1;
+    next_rank += n.nproc;
+    s.nodes.push_back(std::move(n));
+  }
+  s.world_size = next_rank;
+  if (const auto it = present.find(s.leader); !s.leader.empty() && it != present.end()) {
+    s.leader_host = node_of(s.leader, it->second).host;
+  }
+  for (const auto& [id, record] : present) {
+    if (std::find(members.begin(), members.end(), id) == members.end()) {
+      s.spares.push_back(node_of(id, record));
+    }
+  }
+  return s;
+}
+
+JobStatus read_job_status(const RendezvousConfig& c) {
+  asio::io_context io(1);
+  std::shared_ptr<JobStore> store = make_job_store(io, c);
+  auto read = [store]() -> asio::awaitable<std::vector<KeyEvent>> {
+    std::string everything;
+    auto keys = co_await store->read_prefix(everything);
+    store->leave();
+    co_return keys;
+  };
+  auto future = asio::co_spawn(io, read(), asio::use_future);
+  io.run();
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (auto& e : future.get()) keys.emplace_back(std::move(e.key), std::move(e.value));
+  return interpret_job_keys(c.backend, keys);
+}
+
+}  // namespace ddprun::rendezvous

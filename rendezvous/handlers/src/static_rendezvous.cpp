@@ -1,0 +1,253 @@
+#include "static_rendezvous.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/job_store/tcp_job_store.hpp"
+#include "ddprun/store/errors.hpp"
+#include "job_keys.hpp"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+StaticRendezvous::StaticRendezvous(asio::io_context& io, RendezvousConfig config,
+                                   std::shared_ptr<JobStore> store,
+                                   std::unique_ptr<store::StoreThread> server)
+    : JobSession(io.get_executor(), std::move(store)),
+      config_(std::move(config)),
+      server_(std::move(server)) {}
+
+namespace {
+
+// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
+JobSession::Settings job_wide(const RendezvousConfig& c) {
+  return {{"--nnodes", std::to_string(c.max_nodes)},
+          {"--max_restarts", std::to_string(c.max_restarts)}};
+}
+
+}  // namespace
+
+std::shared_ptr<StaticRendezvous> StaticRendezvous::create(
+    asio::io_context& io, RendezvousConfig config, std::shared_ptr<JobStore> store,
+    std::unique_ptr<store::StoreThread> server) {
+  // Node 0 hosts the store, so its settings are the job's: written before any peer can connect,
+  // they are there for every peer's check (a peer that connected first would otherwise fix them).
+  if (server) {
+    const std::string key = TcpJobStore::server_key(config.run_id, std::string(keys::kSettings));
+    const std::string value = settings_record(job_wide(config));
+    server->call([&](store::StoreServer& s) { s.store().set(key, value); });
+  }
+  return std::shared_ptr<StaticRendezvous>(
+      new StaticRendezvous(io, std::move(config), std::move(store), std::move(server)));
+}
+
+StaticRendezvous::~StaticRendezvous() = default;
+
+asio::awaitable<void> StaticRendezvous::join() {
+  Settings settings = job_wide(config_);
+  co_await agree_on(std::move(settings));
+  // Every node follows every key: a static job waits for each node rank by name.
+  WatchSet everything;
+  everything.prefixes.push_back("");
+  co_await open(keys::key(keys::kNodes, config_.node_rank),
+                node_record(config_.nproc, config_.host), std::move(everything));
+  // The first node to get here starts the job at attempt 0; the others read what is there.
+  const std::string attempt = co_await store().compare_set(std::string(keys::kAttempt), "", "0");
+  attempt_ = std::max(attempt_, std::stoi(attempt));
+}
+
+void StaticRendezvous::on_event(const KeyEvent& e) {
+  const std::string& k = e.key;
+  if (k.starts_with(keys::kNodes)) {
+    const int rank = std::stoi(std::string(keys::after(k, keys::kNodes)));
+    if (e.deleted) {
+      nodes_.erase(rank);
+    } else {
+      nodes_[rank] = nproc_of_record(e.value);
+    }
+  } else if (k == keys::kAttempt && !e.deleted) {
+    attempt_ = std::max(attempt_, std::stoi(e.value));
+  } else if (k == keys::kStopped && !e.deleted && stop_signal_ == 0) {
+    const auto space = e.value.find(' ');
+    try {
+      const int node = std::stoi(e.value.substr(0, space));
+      const int signo = space == std::string::npos ? 0 : std::stoi(e.value.substr(space + 1));
+      if (node != config_.node_rank && signo > 0) {
+        stopped_node_ = node;
+        stop_signal_ = signo;
+      }
+    } catch (const std::exception&) {  // not written by an agent: nothing to act on
+    }
+  } else if (k.starts_with(keys::kDone) && !e.deleted) {
+    const auto [n, node] = keys::round_and_node(keys::after(k, keys::kDone));
+    done_[n].insert(std::stoi(node));
+  }
+}
+
+asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
+  const int n = config_.max_nodes;
+  const auto all_present = [this, n] {
+    for (int r = 0; r < n; ++r) {
+      if (!present(r)) return false;
+    }
+    return true;
+  };
+  const auto exhausted = [this] {
+    if (attempt_ <= config_.max_restarts) return false;
+    ending_ = JobEnd{JobEnd::Kind::kRestartsExhausted, "no restarts remain"};
+    return true;
+  };
+  // The budget is checked before waiting for the nodes (those that failed may have left) and again
+  // after (a peer may have spent it meanwhile).
+  if (exhausted()) co_return std::nullopt;
+  clear_expelled();
+  const auto stopped = [this] { return stop_signal_ != 0; };
+  if (!co_await wait_until([&] { return all_present() || stopped(); },
+                           Clock::now() + config_.join_timeout)) {
+    std::vector<int> missing;
+    for (int r = 0; r < n; ++r) {
+      if (!present(r)) missing.push_back(r);
+    }
+    throw store::StoreTimeout(fmt::format("node ranks {} did not join within {} s", missing,
+                                          config_.join_timeout.count() / 1000));
+  }
+  if (stopped()) {  // a peer was stopped by a signal: so is the job
+    ending_ = JobEnd{JobEnd::Kind::kClosed,
+                     fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_)};
+    co_return std::nullopt;
+  }
+  if (exhausted()) co_return std::nullopt;
+  Round r;
+  r.number = attempt_;
+  r.restart_count = attempt_;
+  r.node_rank = config_.node_rank;
+  r.num_nodes = n;
+  for (int i = 0; i < n; ++i) {
+    if (i < config_.node_rank) r.base_rank += nodes_.at(i);
+    r.world_size += nodes_.at(i);
+    r.members.push_back(std::to_string(i));
+  }
+  co_return r;
+}
+
+asio::awaitable<std::optional<WorkerStoreAddress>> StaticRendezvous::worker_store(Round) {
+  // torchrun's static rendezvous: the workers use the job's store, node 0's.
+  co_return WorkerStoreAddress{config_.master_addr, config_.store_port};
+}
+
+asio::awaitable<void> StaticRendezvous::announce_stop(int signo) {
+  try {
+    co_await store().compare_set(std::string(keys::kStopped), "",
+                                 fmt::format("{} {}", config_.node_rank, signo));
+  } catch (const std::exception&) {  // the store is gone: the others see this node leave instead
+  }
+}
+
+asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
+  clear_stop_request();
+  std::string reason;
+  co_await wait_until(
+      [&] {
+        if (stop_requested()) return true;
+        if (expelled()) {
+          reason = kExpelledReason;
+          return true;
+        }
+        if (stop_signal_ != 0) {
+          reason = fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_);
+          return true;
+        }
+        if (attempt_ > r.number) {
+          reason = "another node's workers failed";
+          return true;
+        }
+        for (int i = 0; i < r.num_nodes; ++i) {
+          if (!present(i)) {
+            reason = fmt::format("node {} left the job (its agent died or was cut off)", i);
+            return true;
+          }
+        }
+        return false;
+      },
+      Clock::time_point::max());
+  co_return reason;
+}
+
+asio::awaitable<void> StaticRendezvous::advance(int attempt) {
+  const std::string now = co_await store().compare_set(
+      std::string(keys::kAttempt), std::to_string(attempt), std::to_string(attempt + 1));
+  attempt_ = std::max(attempt_, std::stoi(now));
+  notify();
+}
+
+asio::awaitable<void> StaticRendezvous::report_failure(Round r, std::string failures) {
+  co_await store().set(keys::key(keys::kFailures, r.number, config_.node_rank), failures);
+  co_await advance(r.number);
+}
+
+asio::awaitable<void> StaticRendezvous::end_round(Round r) {
+  co_await advance(r.number);  // a node left: its ranks cannot be filled, a restart it is
+}
+
+asio::awaitable<std::vector<std::string>> StaticRendezvous::final_failures() {
+  std::vector<std::string> out;
+  for (auto& e : co_await store().read_prefix(keys::under(keys::kFailures, attempt_ - 1))) {
+    out.push_back(std::move(e.value));
+  }
+  co_return out;
+}
+
+asio::awaitable<bool> StaticRendezvous::exit_barrier(Round r) {
+  co_await store().set(keys::key(keys::kDone, r.number, config_.node_rank), "1");
+  const auto all_done = [&] { return static_cast<int>(done_[r.number].size()) == r.num_nodes; };
+  // A peer whose agent is gone before it said done never will: fail now, not at the timeout.
+  const auto peer_lost = [&] {
+    for (int i = 0; i < r.num_nodes; ++i) {
+      if (!present(i) && !done_[r.number].contains(i)) return true;
+    }
+    return false;
+  };
+  co_await wait_until([&] { return all_done() || attempt_ > r.number || peer_lost(); },
+                      Clock::now() + config_.barrier_timeout);
+  co_return all_done();
+}
+
+asio::awaitable<void> StaticRendezvous::close(std::string why) {
+  co_await store().compare_set(std::string(keys::kClosed), "", why);
+  ending_ = JobEnd{JobEnd::Kind::kSucceeded, why};
+}
+
+asio::awaitable<void> StaticRendezvous::leave(bool graceful) {
+  if (graceful && server_) {
+    try {  // the store lives in this agent: it stays until the others have read the outcome
+      co_await wait_until(
+          [this] {
+            return std::all_of(nodes_.begin(), nodes_.end(),
+                               [this](const auto& n) { return n.first == config_.node_rank; });
+          },
+          Clock::now() +
+              std::min<std::chrono::milliseconds>(config_.join_timeout, std::chrono::seconds(30)));
+    } catch (const std::exception&) {
+    }
+  }
+  abandon();
+}
+
+std::string StaticRendezvous::describe() const {
+  if (server_)
+    return fmt::format("node {} of {}, store here on port {}", config_.node_rank, config_.max_nodes,
+                       server_->port());
+  return fmt::format("node {} of {}, store {}:{}", config_.node_rank, config_.max_nodes,
+                     config_.master_addr, config_.store_port);
+}
+
+void StaticRendezvous::abandon() {
+  leave_store();
+  if (server_) server_->stop();
+}
+
+}  // namespace ddprun::rendezvous

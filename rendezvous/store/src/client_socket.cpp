@@ -1,0 +1,184 @@
+#include "client_socket.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include "ddprun/store/errors.hpp"
+
+namespace ddprun::store {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+constexpr size_t kReadBuffer = 64 * 1024;
+}
+
+ClientSocket::ClientSocket(asio::any_io_executor ex)
+    : socket_(ex), watchdog_(ex), rbuf_(kReadBuffer) {}
+
+ClientSocket::~ClientSocket() { *alive_ = false; }
+
+void ClientSocket::close() {
+  watchdog_.cancel();  // nothing is pending once closed; an idle io_context can finish
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  rpos_ = rend_ = 0;
+}
+
+void ClientSocket::set_deadline(Clock::time_point deadline) {
+  deadline_ = deadline;
+  expired_ = false;
+}
+
+void ClientSocket::arm_watchdog() {
+  if (armed_ && armed_at_ <= deadline_) return;
+  armed_ = true;
+  armed_at_ = deadline_;
+  const uint64_t generation = ++generation_;
+  watchdog_.expires_at(deadline_);  // an earlier wait, if any, completes as stale
+  watchdog_.async_wait([this, alive = alive_, generation](boost::system::error_code) {
+    if (!*alive || generation != generation_) return;
+    armed_ = false;
+    if (!io_pending_) return;
+    if (Clock::now() >= deadline_) {
+      expired_ = true;
+      boost::system::error_code ec;
+      socket_.cancel(ec);
+    } else {
+      arm_watchdog();
+    }
+  });
+}
+
+void ClientSocket::fail(const boost::system::error_code& ec, const char* what) {
+  const bool timed_out =
+      expired_ || (ec == asio::error::operation_aborted && Clock::now() >= deadline_);
+  // A timeout leaves the connection open: whether the stream is still in step is the caller's call.
+  if (timed_out) throw StoreTimeout(fmt::format("{} timed out", what));
+  close();
+  throw StoreConnectionError(fmt::format("{} on the store connection to {} failed: {}", what,
+                                         endpoint_name_, ec.message()));
+}
+
+asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t port,
+                                            Clock::time_point deadline) {
+  endpoint_name_ = fmt::format("{}:{}", host, port);
+  set_deadline(deadline);
+  tcp::resolver resolver(socket_.get_executor());
+  auto [rec, endpoints] =
+      co_await resolver.async_resolve(host, std::to_string(port), tcp::resolver::numeric_service,
+                                      asio::as_tuple(asio::use_awaitable));
+  if (rec) {
+    throw StoreConnectionError(
+        fmt::format("cannot resolve store host '{}': {}", host, rec.message()));
+  }
+  asio::steady_timer backoff(socket_.get_executor());
+  auto delay = std::chrono::milliseconds(5);
+  std::string last_error = "no address";
+  for (;;) {
+    io_pending_ = true;
+    arm_watchdog();
+    auto [ec, ep] =
+        co_await asio::async_connect(socket_, endpoints, asio::as_tuple(asio::use_awaitable));
+    io_pending_ = false;
+    if (!ec) break;
+    last_error = ec.message();
+    if (expired_ || Clock::now() + delay >= deadline) {
+      close();
+      const std::string what =
+          fmt::format("could not connect to the store at {}: {}", endpoint_name_, last_error);
+      if (!expired_ && ec == asio::error::connection_refused) throw StoreRefused(what);
+      throw StoreTimeout(what);
+    }
+    backoff.expires_after(delay);
+    co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
+  boost::system::error_code ec;
+  socket_.set_option(tcp::no_delay(true), ec);
+  rpos_ = rend_ = 0;
+}
+
+asio::awaitable<void> ClientSocket::write(const std::string& bytes) {
+  if (!socket_.is_open()) throw StoreConnectionError("the store connection is closed");
+  io_pending_ = true;
+  arm_watchdog();
+  auto [ec, n] =
+      co_await asio::async_write(socket_, asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
+  io_pending_ = false;
+  if (ec) fail(ec, "write");
+}
+
+asio::awaitable<void> ClientSocket::fill(size_t need) {
+  if (rend_ - rpos_ >= need) co_return;
+  if (!socket_.is_open()) throw StoreConnectionError("the store connection is closed");
+  if (rpos_ > 0) {
+    std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
+    rend_ -= rpos_;
+    rpos_ = 0;
+  }
+  while (rend_ < need) {
+    io_pending_ = true;
+    arm_watchdog();
+    auto [ec, n] =
+        co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+                                         asio::as_tuple(asio::use_awaitable));
+    io_pending_ = false;
+    if (ec) fail(ec, "read");
+    rend_ += n;
+  }
+}
+
+asio::awaitable<uint8_t> ClientSocket::read_u8() {
+  co_await fill(1);
+  co_return static_cast<uint8_t>(rbuf_[rpos_++]);
+}
+
+template <class T>
+asio::awaitable<T> ClientSocket::read_scalar() {
+  co_await fill(sizeof(T));
+  T v;
+  std::memcpy(&v, rbuf_.data() + rpos_, sizeof(T));
+  rpos_ += sizeof(T);
+  co_return v;
+}
+
+asio::awaitable<uint32_t> ClientSocket::read_u32() { return read_scalar<uint32_t>(); }
+
+asio::awaitable<int64_t> ClientSocket::read_i64() { return read_scalar<int64_t>(); }
+
+asio::awaitable<std::string> ClientSocket::read_bytes(uint64_t max_bytes) {
+  const auto len = static_cast<uint64_t>(co_await read_i64());
+  if (len > max_bytes) {
+    close();
+    throw StoreConnectionError(
+        fmt::format("the store at {} sent a value of {} bytes, more than the limit of {}",
+                    endpoint_name_, len, max_bytes));
+  }
+  std::string out;
+  const size_t buffered = std::min<uint64_t>(len, rend_ - rpos_);
+  out.assign(rbuf_.data() + rpos_, buffered);
+  rpos_ += buffered;
+  if (buffered < len) {
+    // Large values go straight into the result instead of through the read buffer.
+    out.resize(len);
+    io_pending_ = true;
+    arm_watchdog();
+    auto [ec, n] =
+        co_await asio::async_read(socket_, asio::buffer(out.data() + buffered, len - buffered),
+                                  asio::as_tuple(asio::use_awaitable));
+    io_pending_ = false;
+    if (ec) fail(ec, "read");
+  }
+  co_return out;
+}
+
+}  // namespace ddprun::store

@@ -1,0 +1,64 @@
+#pragma once
+// A client's TCP connection with buffered reads and one deadline for all I/O. The deadline is
+// enforced by a watchdog timer that is re-armed only when it fires, so an operation costs no timer
+// syscalls.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+namespace ddprun::store {
+
+class ClientSocket {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit ClientSocket(boost::asio::any_io_executor ex);
+  ~ClientSocket();
+
+  // Connects, retrying while the server refuses (it may not be up yet) until `deadline`.
+  // Throws StoreTimeout at the deadline, StoreConnectionError when the host does not resolve.
+  boost::asio::awaitable<void> connect(const std::string& host, uint16_t port,
+                                       Clock::time_point deadline);
+  // Every read and write from now on fails with StoreTimeout once `deadline` passes.
+  void set_deadline(Clock::time_point deadline);
+
+  boost::asio::awaitable<void> write(const std::string& bytes);
+  boost::asio::awaitable<uint8_t> read_u8();
+  boost::asio::awaitable<uint32_t> read_u32();
+  boost::asio::awaitable<int64_t> read_i64();
+  // A `[u64 length][bytes]` value; a length above `max_bytes` is a StoreConnectionError.
+  boost::asio::awaitable<std::string> read_bytes(uint64_t max_bytes);
+
+  void close();
+  const std::string& endpoint_name() const { return endpoint_name_; }
+
+ private:
+  boost::asio::awaitable<void> fill(size_t need);
+  template <class T>
+  boost::asio::awaitable<T> read_scalar();
+  void arm_watchdog();
+  [[noreturn]] void fail(const boost::system::error_code& ec, const char* what);
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer watchdog_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  Clock::time_point deadline_ = Clock::time_point::max();
+  Clock::time_point armed_at_ = Clock::time_point::max();
+  uint64_t generation_ = 0;
+  bool armed_ = false;
+  bool io_pending_ = false;
+  bool expired_ = false;
+  std::vector<char> rbuf_;
+  size_t rpos_ = 0;
+  size_t rend_ = 0;
+  std::string endpoint_name_;
+};
+
+}  // namespace ddprun::store

@@ -1,0 +1,42 @@
+#pragma once
+// What the server and its connections share. Connections hold it by shared_ptr, so handlers that
+// run after StoreServer is gone still find it.
+#include <cstdint>
+#include <random>
+#include <unordered_set>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "ddprun/store/store_server.hpp"
+#include "ddprun/store/warning_limiter.hpp"
+
+namespace ddprun::store {
+
+class StoreConnection;
+
+struct StoreServer::State {
+  State(boost::asio::io_context& io, ServerOptions opts) : options(std::move(opts)), acceptor(io) {}
+
+  ServerOptions options;
+  boost::asio::ip::tcp::acceptor acceptor;
+  KeyValueStore store;
+  std::unordered_set<StoreConnection*> connections;
+  uint16_t port = 0;
+  // Connections read into this one buffer in turn (the server is single-threaded).
+  std::vector<char> read_buffer = std::vector<char>(256 * 1024);
+  bool stopped = false;
+  // SERVER_INFO's instance: a restarted server is told apart from the one before it.
+  uint64_t instance = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  // Dropped and refused connections: a flood of them writes a bounded log.
+  WarningLimiter connection_warnings;
+  // Partial requests, queued replies and held input of every connection (ServerOptions'
+  // max_buffered_bytes bounds it).
+  size_t buffered_bytes = 0;
+  StoreServer::Counters counters;
+  bool evicting = false;  // an eviction for the budget is under way
+  // Over the budget: evicts the connection that holds the most.
+  void enforce_budget();
+};
+
+}  // namespace ddprun::store
