@@ -46,6 +46,14 @@ std::string make_temp_dir(const std::string& templ) {
   return buf;
 }
 
+// The outcome of an agent that could not run the job.
+AgentOutcome launch_error(std::string why) {
+  AgentOutcome out;
+  out.state = AgentOutcome::State::kLaunchError;
+  out.summary = std::move(why);
+  return out;
+}
+
 // A folder made for the agent's run and removed with it (empty path: none).
 struct OwnedDir {
   std::string path;
@@ -150,7 +158,15 @@ class NodeAgent {
     AgentOutcome outcome;
     bool finished = false;
     asio::co_spawn(io_, run_job(parts), [&](std::exception_ptr e, AgentOutcome result) {
-      outcome = e ? launch_error(e) : std::move(result);
+      if (!e) {
+        outcome = std::move(result);
+      } else {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          outcome = launch_error(ex.what());
+        }
+      }
       signals.cancel();
       timers_.reset();  // its FIFO's read would keep the io_context busy below
       group_.start_workers_from(nullptr, {});
@@ -198,17 +214,6 @@ class NodeAgent {
     return cgroups == nullptr || std::string_view(cgroups) != "0";
   }
 
-  AgentOutcome launch_error(const std::exception_ptr& e) const {
-    AgentOutcome out;
-    out.state = AgentOutcome::State::kLaunchError;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      out.summary = ex.what();
-    }
-    return out;
-  }
-
   // A signal to this agent, or one the head node passed on.
   void on_signal(int signo) {
     events_.record("signal", {{"signal", signal_name(signo)}});
@@ -248,10 +253,7 @@ AgentOutcome run_agent(const AgentConfig& cfg) {
   try {
     agent = std::make_unique<NodeAgent>(cfg);
   } catch (const std::exception& e) {
-    AgentOutcome outcome;
-    outcome.state = AgentOutcome::State::kLaunchError;
-    outcome.summary = e.what();
-    return outcome;
+    return launch_error(e.what());
   }
   return agent->run();
 }
