@@ -131,10 +131,12 @@ std::unique_ptr<WorkerCgroup> CgroupTree::make_worker() {
 
 WorkerCgroup::WorkerCgroup(std::string path)
     : path_(std::move(path)),
-      procs_fd_(::open((path_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC)) {}
+      procs_fd_(::open((path_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC)),
+      dir_fd_(::open(path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)) {}
 
 WorkerCgroup::~WorkerCgroup() {
   if (procs_fd_ >= 0) ::close(procs_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
   kill_all();
   // The kernel empties it as the killed processes exit, within milliseconds; one still busy is
   // removed with the tree.

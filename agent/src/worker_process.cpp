@@ -1,6 +1,7 @@
 #include "ddprun/agent/worker_process.hpp"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -81,6 +82,27 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+// fork(), with the child created inside the cgroup whose folder `cgroup_dir` is open when it is
+// >= 0 (clone3 with CLONE_INTO_CGROUP, Linux 5.7). Moving a process afterwards by writing to
+// cgroup.procs takes the cgroup hierarchy's write lock, which waits for an RCU grace period: with
+// 8 workers that was most of the launcher's own start. `*moved` says whether the child is in the
+// cgroup already; when the kernel refuses clone3 this is a plain fork() and it is not.
+pid_t fork_into(int cgroup_dir, bool* moved) {
+  *moved = false;
+  if (cgroup_dir >= 0) {
+    clone_args args{};
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = static_cast<__u64>(cgroup_dir);
+    const long pid = ::syscall(SYS_clone3, &args, sizeof args);
+    if (pid >= 0) {
+      *moved = true;
+      return static_cast<pid_t>(pid);
+    }
+  }
+  return ::fork();
+}
+
 }  // namespace
 
 WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
@@ -121,6 +143,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   const bool debuggable = spec.debuggable;
   const pid_t parent = ::getpid();
   const int cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
+  const int cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
 
   const int pass_fd = spec.pass_fd;
   std::optional<pid_t> served;
@@ -129,11 +152,12 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
         spec, ChildFds{in_fd >= 0 ? in_fd : STDIN_FILENO, out_fd >= 0 ? out_fd : STDOUT_FILENO,
                        err_fd >= 0 ? err_fd : STDERR_FILENO, cgroup_procs});
   }
-  const pid_t pid = served ? *served : ::fork();
+  bool in_cgroup = false;
+  const pid_t pid = served ? *served : fork_into(cgroup_dir, &in_cgroup);
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
     ::setpgid(0, 0);
-    if (cgroup_procs >= 0) {
+    if (cgroup_procs >= 0 && !in_cgroup) {
       [[maybe_unused]] auto moved = ::write(cgroup_procs, "0", 1);  // this process, into it
     }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -173,17 +197,12 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   err.child.reset();
   in_read.reset();
   report_write.reset();
-  int child_errno = 0;
-  ssize_t n = 0;
-  while (!served) {
-    n = ::read(report_read.get(), &child_errno, sizeof child_errno);
-    if (n >= 0 || errno != EINTR) break;
-  }
-  if (n == sizeof child_errno && child_errno < 0) {
-    exec_error_ = fmt::format("cannot bind '{}' to CPUs {}: {}", spec.argv[0],
-                              fmt::join(spec.cpus, ","), std::strerror(-child_errno));
-  } else if (n == sizeof child_errno) {
-    exec_error_ = fmt::format("cannot execute '{}': {}", spec.argv[0], std::strerror(child_errno));
+  if (!served) {
+    // Read when the process has exited, not here: waiting for each exec would start the workers
+    // one after another.
+    report_fd_ = report_read.release();
+    program_ = spec.argv[0];
+    cpus_ = spec.cpus;
   }
 
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
@@ -213,6 +232,7 @@ WorkerProcess::~WorkerProcess() {
   close_fd(stdout_pipe_);
   close_fd(stderr_pipe_);
   close_fd(stdin_pipe_);
+  close_fd(report_fd_);
 }
 
 void WorkerProcess::watch_exit(std::function<void(const ExitStatus&)> on_exit) {
@@ -228,8 +248,25 @@ void WorkerProcess::watch_exit(std::function<void(const ExitStatus&)> on_exit) {
                     });
 }
 
+void WorkerProcess::read_exec_report() {
+  if (report_fd_ < 0) return;
+  int child_errno = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(report_fd_, &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  close_fd(report_fd_);
+  if (n == sizeof child_errno && child_errno < 0) {
+    exec_error_ = fmt::format("cannot bind '{}' to CPUs {}: {}", program_, fmt::join(cpus_, ","),
+                              std::strerror(-child_errno));
+  } else if (n == sizeof child_errno) {
+    exec_error_ = fmt::format("cannot execute '{}': {}", program_, std::strerror(child_errno));
+  }
+}
+
 void WorkerProcess::reap(int wait_status) {
   running_ = false;
+  read_exec_report();
   ExitStatus s;
   s.time = std::chrono::system_clock::now();
   s.code = WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status) : WEXITSTATUS(wait_status);

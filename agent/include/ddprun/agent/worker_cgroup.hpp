@@ -53,6 +53,9 @@ class WorkerCgroup {
   // A descriptor of cgroup.procs, open for writing: a forked child writes "0" to it to move
   // itself in (async-signal-safe). Owned by this object.
   int procs_fd() const { return procs_fd_; }
+  // A descriptor of the cgroup's folder (O_PATH), for clone3's CLONE_INTO_CGROUP. Owned by this
+  // object.
+  int dir_fd() const { return dir_fd_; }
   // SIGKILL to every process in it, at once.
   void kill_all();
   // `signo` to every process in it now.
@@ -66,6 +69,7 @@ class WorkerCgroup {
  private:
   std::string path_;
   int procs_fd_ = -1;
+  int dir_fd_ = -1;
 };
 
 }  // namespace ddprun::agent

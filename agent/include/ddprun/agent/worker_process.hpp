@@ -69,7 +69,8 @@ class WorkerProcess {
   // Forks and execs. The child leads a new process group, moves into `cgroup` when given (before
   // exec: everything it starts is in it), and gets SIGKILL if the agent dies (PR_SET_PDEATHSIG,
   // checked against a race with the agent's death). Throws std::system_error when a pipe or fork
-  // fails. An exec failure is not thrown: the process exits 127 and exec_error() says why.
+  // fails. An exec failure is not thrown: the process exits 127 and, once its exit is reported,
+  // exec_error() says why.
   // With `server`, the worker is started by it where it can (spec.pass_fd is then not used).
   WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
                 std::unique_ptr<WorkerCgroup> cgroup = nullptr, ForkServer* server = nullptr);
@@ -103,10 +104,16 @@ class WorkerProcess {
 
  private:
   void reap(int wait_status);
+  // Fills exec_error_ from the child's report pipe, once it has exited (it wrote an errno when its
+  // CPU binding or exec failed; an exec that succeeded closed the pipe).
+  void read_exec_report();
 
   pid_t pid_ = -1;
   bool running_ = false;
   std::string exec_error_;
+  int report_fd_ = -1;
+  std::string program_;
+  std::vector<int> cpus_;
   int stdout_pipe_ = -1;
   int stderr_pipe_ = -1;
   int stdin_pipe_ = -1;
