@@ -92,12 +92,12 @@ class NodeAgent {
       : cfg_(cfg),
         run_dir_(make_run_dir(cfg)),
         bindings_(numa_bindings(cfg)),
-        rdzv_(rendezvous::make_rendezvous(io_, rendezvous_config(cfg))),
+        rdzv_(rendezvous::make_rendezvous(io_, cfg.rdzv)),
         containment_(io_, cgroups_wanted()),
         group_(io_, cfg.shutdown_timeout, containment_),
         events_(cfg.event_log, cfg.events_to_console ? STDERR_FILENO : -1, store::host_name(),
-                cfg.run_id),
-        metrics_(cfg.max_restarts) {
+                cfg.rdzv.run_id),
+        metrics_(cfg.rdzv.max_restarts) {
     if (cfg.metrics_port) {
       events_.set_observer(
           [this](const std::string& e, const nlohmann::json& f) { metrics_.consume(e, f); });
@@ -145,10 +145,10 @@ class NodeAgent {
     });
     HeadControl control(io_, cfg_.control_fd, [this](int signo) { on_signal(signo); });
     // Signals are handled from here on: the first line says so to whoever waits for it.
-    spdlog::info("run {}: {}, {} workers here, logs in {}", cfg_.run_id, rdzv_->describe(),
-                 cfg_.nproc, run_dir_.string());
-    events_.record("agent_started", {{"nproc", cfg_.nproc},
-                                     {"max_restarts", cfg_.max_restarts},
+    spdlog::info("run {}: {}, {} workers here, logs in {}", cfg_.rdzv.run_id, rdzv_->describe(),
+                 cfg_.rdzv.nproc, run_dir_.string());
+    events_.record("agent_started", {{"nproc", cfg_.rdzv.nproc},
+                                     {"max_restarts", cfg_.rdzv.max_restarts},
                                      {"rendezvous", rdzv_->describe()},
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
@@ -196,16 +196,7 @@ class NodeAgent {
     const std::string base =
         cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
     fs::create_directories(base);
-    return make_temp_dir((fs::path(base) / (cfg.run_id + "_XXXXXX")).string());
-  }
-
-  static rendezvous::RendezvousConfig rendezvous_config(const AgentConfig& cfg) {
-    rendezvous::RendezvousConfig c = cfg.rdzv;
-    c.run_id = cfg.run_id;
-    c.nproc = cfg.nproc;
-    c.max_restarts = cfg.max_restarts;
-    c.host = store::host_name();
-    return c;
+    return make_temp_dir((fs::path(base) / (cfg.rdzv.run_id + "_XXXXXX")).string());
   }
 
   // DDPRUN_CGROUPS=0: workers in process groups only (where something else manages cgroups).

@@ -238,9 +238,9 @@ struct Run : AgentParts {
       own_failure.reset();
       if (round->restart_count > last_restart_count) {
         spdlog::warn("restarting the workers (restart {} of at most {})", round->restart_count,
-                     cfg.max_restarts);
+                     cfg.rdzv.max_restarts);
         events.record("restart", {{"restart_count", round->restart_count},
-                                  {"max_restarts", cfg.max_restarts}});
+                                  {"max_restarts", cfg.rdzv.max_restarts}});
         last_restart_count = round->restart_count;
       }
       events.record("round_formed", {{"round", round->number},
@@ -252,7 +252,7 @@ struct Run : AgentParts {
                                      {"members", round->members}});
       if (round->num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
         spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
-                     round->num_nodes, round->base_rank, round->base_rank + cfg.nproc - 1,
+                     round->num_nodes, round->base_rank, round->base_rank + cfg.rdzv.nproc - 1,
                      round->world_size);
       }
       const std::optional<rendezvous::WorkerStoreAddress> master =
@@ -324,7 +324,7 @@ struct Run : AgentParts {
       case rendezvous::JobEnd::Kind::kClosed:
         out.state = AgentOutcome::State::kLaunchError;
         out.summary = fmt::format("the job '{}' has already ended ({}); this node takes no part",
-                                  cfg.run_id, end.why);
+                                  cfg.rdzv.run_id, end.why);
         break;
       case rendezvous::JobEnd::Kind::kRestartsExhausted: {
         // Every node prints the same summary: all nodes' failures of the round that spent the

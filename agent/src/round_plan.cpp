@@ -81,8 +81,8 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.master_addr = master.addr;
   attempt.master_port = master.port;
   attempt.restart_count = round.restart_count;
-  attempt.max_restarts = cfg.max_restarts;
-  attempt.run_id = cfg.run_id;
+  attempt.max_restarts = cfg.rdzv.max_restarts;
+  attempt.run_id = cfg.rdzv.run_id;
   attempt.virtual_local_rank = cfg.virtual_local_rank;
 
   fs::create_directories(attempt_dir);
@@ -91,14 +91,14 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
       filtered_log(attempt_dir, "filtered_stdout.log", cfg.duplicate_stdout_filters);
   const auto dup_err =
       filtered_log(attempt_dir, "filtered_stderr.log", cfg.duplicate_stderr_filters);
-  std::vector<WorkerLaunch> launches(cfg.nproc);
-  for (int r = 0; r < cfg.nproc; ++r) {
+  std::vector<WorkerLaunch> launches(cfg.rdzv.nproc);
+  for (int r = 0; r < cfg.rdzv.nproc; ++r) {
     WorkerLaunch& l = launches[r];
     const int rank = round.base_rank + r;
     l.id = WorkerIdentity{r,
                           rank,
                           round.world_size,
-                          cfg.nproc,
+                          cfg.rdzv.nproc,
                           round.node_rank,
                           round.num_nodes,
                           rank,
@@ -140,7 +140,7 @@ std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg) {
     if (cfg.placement) {
       local_ranks.push_back(cfg.placement->local_rank);
     } else {
-      for (int r = 0; r < cfg.nproc; ++r) local_ranks.push_back(r);
+      for (int r = 0; r < cfg.rdzv.nproc; ++r) local_ranks.push_back(r);
     }
     for (int r : local_ranks) {
       out[r] = numa_cpus(machine, *cfg.numa_binding, r);

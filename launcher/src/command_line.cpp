@@ -18,6 +18,7 @@
 #include "launch_config.hpp"
 #include "option_table.hpp"
 #include "option_values.hpp"
+#include "rendezvous_options.hpp"
 #include "visible_gpus.hpp"
 
 namespace ddprun::launcher {
@@ -38,18 +39,16 @@ int parse_int(const std::string& text, const char* what) {
   return static_cast<int>(v);
 }
 
-void parse_nnodes(const std::string& text, LaunchConfig& c) {
+std::pair<int, int> parse_nnodes(const std::string& text) {
   const auto colon = text.find(':');
-  if (colon == std::string::npos) {
-    c.min_nodes = c.max_nodes = parse_int(text, "--nnodes");
-  } else {
-    c.min_nodes = parse_int(text.substr(0, colon), "--nnodes");
-    c.max_nodes = parse_int(text.substr(colon + 1), "--nnodes");
-  }
-  if (c.min_nodes <= 0 || c.max_nodes < c.min_nodes) {
+  const int min_nodes = parse_int(text.substr(0, colon), "--nnodes");
+  const int max_nodes =
+      colon == std::string::npos ? min_nodes : parse_int(text.substr(colon + 1), "--nnodes");
+  if (min_nodes <= 0 || max_nodes < min_nodes) {
     throw UsageError(
         fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
   }
+  return {min_nodes, max_nodes};
 }
 
 // The GPUs of this node: Slurm's count for the step where it gives one (and --no_slurm is not
@@ -110,208 +109,30 @@ std::vector<std::string> split_filters(const std::string& text) {
   return out;
 }
 
-// The rdzv_conf keys torchrun reads, by the kind of value each takes; others are refused so that
-// typos do not pass silently.
-enum class ConfKind { kSeconds, kCount, kBool, kText };
-const std::map<std::string, ConfKind> kRdzvConfKeys = {
-    {"join_timeout", ConfKind::kSeconds},
-    {"last_call_timeout", ConfKind::kSeconds},
-    {"close_timeout", ConfKind::kSeconds},
-    {"read_timeout", ConfKind::kSeconds},
-    {"keep_alive_interval", ConfKind::kSeconds},
-    {"heartbeat_timeout", ConfKind::kSeconds},
-    {"timeout", ConfKind::kSeconds},
-    // ddprun's: how long agents ride out a lost standalone c10d store (ddprund restarting).
-    {"reconnect_timeout", ConfKind::kSeconds},
-    {"keep_alive_max_attempt", ConfKind::kCount},
-    {"is_host", ConfKind::kBool},
-    {"store_type", ConfKind::kText},
-    {"etcd_prefix", ConfKind::kText},
-    // etcd over TLS, with torchrun's etcd-v2 spellings beside etcd's own.
-    {"protocol", ConfKind::kText},
-    {"cacert", ConfKind::kText},
-    {"cert", ConfKind::kText},
-    {"key", ConfKind::kText},
-    {"ca_cert", ConfKind::kText},
-    {"ssl_cert", ConfKind::kText},
-    {"ssl_cert_key", ConfKind::kText},
+// torchrun's defaults of the options whose text is read when nobody gave it.
+const std::map<std::string, std::string> kDefaultTexts = {
+    {"nnodes", "1:1"},
+    {"nproc_per_node", "1"},
+    {"rdzv_backend", "static"},
+    {"rdzv_id", "none"},
+    {"max_restarts", "0"},
+    {"monitor_interval", "0.1"},
+    {"start_method", "spawn"},
+    {"event_log_handler", "null"},
+    {"role", "default"},
+    {"redirects", "0"},
+    {"tee", "0"},
+    {"node_rank", "0"},
+    {"master_addr", "127.0.0.1"},
+    {"signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
 };
 
-std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
-  std::map<std::string, std::string> out;
-  if (text.empty()) return out;
-  for (const std::string_view item : agent::split(text)) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw UsageError(fmt::format("argument --rdzv_conf: '{}' is not key=value", item));
-    }
-    const std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
-    const auto kind = kRdzvConfKeys.find(key);
-    if (kind == kRdzvConfKeys.end()) {
-      throw UsageError(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
-    }
-    const std::string what = "--rdzv_conf " + key;
-    switch (kind->second) {
-      case ConfKind::kSeconds:
-        parse_seconds(value, what);
-        break;
-      case ConfKind::kCount:
-        if (parse_integer(value, what) < 1) {
-          throw UsageError(fmt::format("argument {}: must be at least 1", what));
-        }
-        break;
-      case ConfKind::kBool:
-        parse_bool(value, what);
-        break;
-      case ConfKind::kText:
-        break;
-    }
-    out[key] = value;
-  }
-  return out;
-}
-
-// rdzv_conf's TLS keys for etcd: protocol=https, and each file under etcd's name or torchrun's
-// etcd-v2 one. Files alone imply https. Every file is loaded here, so that a bad one is a usage
-// error at once rather than a rendezvous that never forms.
-rendezvous::EtcdTls parse_etcd_tls(const std::map<std::string, std::string>& conf) {
-  const auto file = [&](const char* name, const char* torch_name) {
-    const auto a = conf.find(name), b = conf.find(torch_name);
-    if (a != conf.end() && b != conf.end() && a->second != b->second) {
-      throw UsageError(
-          fmt::format("--rdzv_conf: {} and {} name different files", name, torch_name));
-    }
-    return a != conf.end() ? a->second : b != conf.end() ? b->second : std::string();
-  };
-  rendezvous::EtcdTls tls;
-  tls.ca_file = file("cacert", "ca_cert");
-  tls.cert_file = file("cert", "ssl_cert");
-  tls.key_file = file("key", "ssl_cert_key");
-  const bool files = !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty();
-  const auto protocol = conf.find("protocol");
-  if (protocol == conf.end()) {
-    tls.enabled = files;
-  } else if (protocol->second == "https") {
-    tls.enabled = true;
-  } else if (protocol->second != "http") {
-    throw UsageError(
-        fmt::format("--rdzv_conf protocol={}: must be http or https", protocol->second));
-  } else if (files) {
-    throw UsageError("--rdzv_conf: TLS files (cacert, cert, key) given with protocol=http");
-  }
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
-    throw UsageError("--rdzv_conf: a client certificate needs both cert and key");
-  }
-  try {
-    rendezvous::check_etcd_tls(tls);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(fmt::format("--rdzv_conf: {}", e.what()));
-  }
-  return tls;
-}
-
-rendezvous::Backend parse_backend(const std::string& name) {
-  if (name == "static") return rendezvous::Backend::kStatic;
-  if (name == "c10d") return rendezvous::Backend::kC10d;
-  if (name == "etcd-v3" || name == "etcd" || name == "etcd-v2") return rendezvous::Backend::kEtcdV3;
-  throw UsageError(fmt::format(
-      "--rdzv_backend: unknown backend '{}' (static, c10d, or etcd-v3 = etcd = etcd-v2)", name));
-}
-
-// host[:port], the host possibly an [IPv6] literal (or a bare one, which then has no port).
-std::pair<std::string, int> parse_endpoint(const std::string& e, int default_port) {
-  if (e.empty()) throw UsageError("--rdzv_endpoint: an empty endpoint");
-  const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
-  if (e.starts_with("[") && close == std::string::npos) {
-    throw UsageError(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
-  }
-  const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
-  const bool bare_ipv6 = close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
-  const std::string host = close != std::string::npos ? e.substr(1, close - 1)
-                           : bare_ipv6                ? e
-                                                      : e.substr(0, colon);
-  if (colon == std::string::npos || bare_ipv6) return {host, default_port};
-  if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
-  const std::string port = e.substr(colon + 1);
-  int p = -1;
-  try {
-    size_t used = 0;
-    p = std::stoi(port, &used);
-    if (used != port.size()) p = -1;
-  } catch (const std::exception&) {
-  }
-  if (p < 0 || p > 65535) throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", e));
-  return {host, p};
-}
-
-}  // namespace
-
-LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env,
-                                Dialect dialect) {
-  LaunchConfig c;
-  std::string nnodes = "1:1", max_restarts = "0", monitor_interval = "0.1", node_rank = "0";
-  std::string master_port, shutdown_timeout, event_log_handler = "null", logs_specs, numa_binding;
-  std::string dup_stdout, dup_stderr, print_completion;
-  bool use_env = false, legacy_local_rank = false;
-  std::string hostfile, host_list, include, exclude, ssh_port, metrics_port, health_check_timeout;
-  std::string hang_timeout, preload;
-  const std::map<std::string, std::string*> texts = {
-      {"nnodes", &nnodes},
-      {"nproc_per_node", &c.nproc_per_node},
-      {"rdzv_backend", &c.rdzv_backend},
-      {"rdzv_endpoint", &c.rdzv_endpoint},
-      {"rdzv_id", &c.rdzv_id},
-      {"rdzv_conf", &c.rdzv_conf},
-      {"max_restarts", &max_restarts},
-      {"monitor_interval", &monitor_interval},
-      {"start_method", &c.start_method},
-      {"event_log_handler", &event_log_handler},
-      {"role", &c.role},
-      {"log_dir", &c.log_dir},
-      {"redirects", &c.redirects},
-      {"tee", &c.tee},
-      {"log_line_prefix_template", &c.log_line_prefix_template},
-      {"local_ranks_filter", &c.local_ranks_filter},
-      {"print_completion", &print_completion},
-      {"duplicate_stdout_filters", &dup_stdout},
-      {"duplicate_stderr_filters", &dup_stderr},
-      {"node_rank", &node_rank},
-      {"master_addr", &c.master_addr},
-      {"master_port", &master_port},
-      {"local_addr", &c.local_addr},
-      {"signals_to_handle", &c.signals_to_handle},
-      {"shutdown_timeout", &shutdown_timeout},
-      {"logs_specs", &logs_specs},
-      {"numa_binding", &numa_binding},
-      {"hostfile", &hostfile},
-      {"event_log", &c.event_log},
-      {"metrics_port", &metrics_port},
-      {"health_check", &c.health_check},
-      {"hang_timeout", &hang_timeout},
-      {"preload", &preload},
-      {"health_check_timeout", &health_check_timeout},
-      {"hosts", &host_list},
-      {"include", &include},
-      {"exclude", &exclude},
-      {"ssh_port", &ssh_port},
-      {"ssh_identity", &c.ssh_identity},
-  };
-  const std::map<std::string, std::vector<std::string>*> lists = {
-      {"ssh_option", &c.ssh_options},
-      {"env", &c.env_vars},
-  };
-  const std::map<std::string, bool*> switches = {
-      {"standalone", &c.standalone},
-      {"module", &c.module},
-      {"no_python", &c.no_python},
-      {"run_path", &c.run_path},
-      {"virtual_local_rank", &c.virtual_local_rank},
-      {"no_slurm", &c.no_slurm},
-      {"head_control", &c.head_control},
-      {"use_env", &use_env},
-      {"legacy_local_rank", &legacy_local_rank},
-  };
-
+// The options as given: the command line, then PET_<DEST> for what it did not give, each value
+// checked against the option's choices. `rest` gets the training script and its arguments.
+OptionTexts read_options(const std::vector<std::string>& args, const agent::Environment& env,
+                         Dialect dialect, std::vector<std::string>& rest) {
+  OptionTexts o;
+  o.text = kDefaultTexts;
   CLI::App app{"ddprun"};
   app.prefix_command();  // everything from the training script on belongs to the script
   std::vector<const OptionSpec*> specs;
@@ -319,21 +140,19 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   if (dialect == Dialect::kDistributedLaunch) {
     for (const OptionSpec& spec : launch_option_table()) specs.push_back(&spec);
   }
-  std::vector<std::pair<CLI::Option*, const OptionSpec*>> given;
-  for (const OptionSpec* p : specs) {
-    const OptionSpec& spec = *p;
+  std::vector<std::pair<CLI::Option*, const OptionSpec*>> options;
+  for (const OptionSpec* spec : specs) {
     CLI::Option* opt = nullptr;
-    if (!spec.metavar) {
-      opt = app.add_flag(spec.names, *switches.at(spec.dest));
-    } else if (lists.contains(spec.dest)) {
-      // Repeated, one value each time: `--env A train.py` must not take train.py as a value.
-      opt = app.add_option(spec.names, *lists.at(spec.dest))->allow_extra_args(false);
+    if (!spec->metavar) {
+      opt = app.add_flag(spec->names, o.flags[spec->dest]);
+    } else if (spec->repeated) {
+      // One value each time: `--env A train.py` must not take train.py as a value.
+      opt = app.add_option(spec->names, o.lists[spec->dest])->allow_extra_args(false);
     } else {
-      opt = app.add_option(spec.names, *texts.at(spec.dest));
+      opt = app.add_option(spec->names, o.text[spec->dest]);
     }
-    given.emplace_back(opt, &spec);
+    options.emplace_back(opt, spec);
   }
-
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -342,27 +161,24 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
-
-  // PET_<DEST> for what the command line did not give.
-  for (const auto& [opt, spec] : given) {
+  for (const auto& [opt, spec] : options) {
     if (opt->count() > 0) {
-      c.given.insert(spec->dest);
+      o.given.insert(spec->dest);
       continue;
     }
     const std::string name = pet_name(spec->dest);
     auto it = env.find(name);
-    if (it == env.end() || lists.contains(spec->dest) || !spec->pet) continue;
-    c.given.insert(spec->dest);
+    if (it == env.end() || !spec->pet) continue;
+    o.given.insert(spec->dest);
     if (spec->metavar) {
-      *texts.at(spec->dest) = it->second;
+      o.text[spec->dest] = it->second;
     } else {
-      *switches.at(spec->dest) = parse_bool(it->second, name);
+      o.flags[spec->dest] = parse_bool(it->second, name);
     }
   }
-
-  for (const auto& [opt, spec] : given) {
-    if (spec->choices.empty() || !c.given.contains(spec->dest)) continue;
-    const std::string& value = *texts.at(spec->dest);
+  for (const auto& [opt, spec] : options) {
+    if (spec->choices.empty() || !o.given.contains(spec->dest)) continue;
+    const std::string& value = o[spec->dest];
     if (std::none_of(spec->choices.begin(), spec->choices.end(),
                      [&](const char* choice) { return value == choice; })) {
       std::string names = spec->names;
@@ -371,181 +187,203 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
                                    value, fmt::join(spec->choices, ", ")));
     }
   }
-  if (!print_completion.empty()) throw CompletionRequested{completion_script(print_completion)};
+  rest = app.remaining();
+  return o;
+}
 
-  std::vector<std::string> rest = app.remaining();
-  if (rest.empty()) throw UsageError("the following arguments are required: training_script");
-  if (rest.front().starts_with("-") && rest.front() != "-") {
-    throw UsageError(fmt::format("unrecognized argument: {}", rest.front()));
-  }
-  c.training_script = rest.front();
-  c.training_script_args.assign(rest.begin() + 1, rest.end());
+// A TCP port, or 0 where the OS picks one.
+int parse_port(const std::string& text, const char* what) {
+  const int p = parse_int(text, what);
+  if (p < 0 || p > 65535) throw UsageError(fmt::format("argument {}: not a TCP port", what));
+  return p;
+}
 
-  if (!c.no_slurm) {
-    apply_scheduler(env, c, nnodes, node_rank, master_port);
-  }
+// Positive seconds, fractions allowed.
+std::chrono::milliseconds parse_positive_seconds(const std::string& text, const char* what,
+                                                 const char* must) {
+  const auto s = parse_seconds(text, what);
+  if (s.count() <= 0) throw UsageError(fmt::format("argument {}: {}", what, must));
+  return s;
+}
 
-  parse_nnodes(nnodes, c);
-  // A head resolves nothing of its hosts' GPUs: each host's agent counts its own.
-  const bool head_launch = !hostfile.empty() || !host_list.empty();
-  c.nproc = head_launch && !all_digits(c.nproc_per_node)
-                ? 1
-                : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
-  c.max_restarts = parse_int(max_restarts, "--max_restarts");
-  if (c.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
-  parse_double(monitor_interval, "--monitor_interval");  // checked; worker exits are events
-  c.node_rank = parse_int(node_rank, "--node_rank");
-  if (!metrics_port.empty()) {
-    const int p = parse_int(metrics_port, "--metrics_port");
-    if (p < 0 || p > 65535) throw UsageError("argument --metrics_port: not a TCP port");
-    c.metrics_port = p;
-  }
-  if (hang_timeout == "auto") {
-    c.hang.mode = agent::HangPolicy::Mode::kAuto;
-  } else if (!hang_timeout.empty()) {
-    c.hang.mode = agent::HangPolicy::Mode::kFixed;
-    c.hang.timeout = parse_seconds(hang_timeout, "--hang_timeout");
-    if (c.hang.timeout.count() <= 0) {
-      throw UsageError("argument --hang_timeout: must be positive seconds or auto");
-    }
-  }
-  c.preload = parse_preload(preload);
-  if (!health_check_timeout.empty()) {
-    c.health_check_timeout = parse_seconds(health_check_timeout, "--health_check_timeout");
-    if (c.health_check_timeout.count() <= 0) {
-      throw UsageError("argument --health_check_timeout: must be positive");
-    }
-  }
-  if (!master_port.empty()) {
-    const int p = parse_int(master_port, "--master_port");
-    if (p < 0 || p > 65535) throw UsageError("argument --master_port: not a TCP port");
-    c.master_port = p;
-  }
-  if (shutdown_timeout.empty()) {
-    if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end()) {
-      shutdown_timeout = it->second;
-    }
-  }
-  if (!shutdown_timeout.empty()) {
-    c.shutdown_timeout = parse_int(shutdown_timeout, "--shutdown_timeout");
-    if (*c.shutdown_timeout < 0)
-      throw UsageError("argument --shutdown_timeout: must not be negative");
-  }
-  if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
-    throw UsageError(fmt::format(
-        "argument --start_method: invalid choice '{}' (choose from spawn, fork, forkserver)",
-        c.start_method));
-  }
+// --redirects, --tee, --local_ranks_filter and the duplicate filters, for `nproc` workers.
+void read_log_options(const OptionTexts& o, LaunchConfig& c) {
   try {
-    agent::parse_std_spec(c.redirects, c.nproc);
-    agent::parse_std_spec(c.tee, c.nproc);
-    agent::parse_rank_filter(c.local_ranks_filter);
-    agent::parse_signal_list(c.signals_to_handle);
+    c.redirects = agent::parse_std_spec(o["redirects"], c.rdzv.nproc);
+    c.tee = agent::parse_std_spec(o["tee"], c.rdzv.nproc);
+    c.console_ranks = agent::parse_rank_filter(o["local_ranks_filter"]);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  c.rdzv_config = parse_rdzv_conf(c.rdzv_conf);
-  for (const char* k :
-       {"join_timeout", "heartbeat_timeout", "timeout", "last_call_timeout", "reconnect_timeout"}) {
-    if (auto it = c.rdzv_config.find(k); it != c.rdzv_config.end()) {
-      if (parse_seconds(it->second, "--rdzv_conf").count() <= 0) {
-        throw UsageError(fmt::format("argument --rdzv_conf: {} must be positive seconds", k));
-      }
-    }
+  c.log_dir = o["log_dir"];
+  c.log_line_prefix_template = o["log_line_prefix_template"];
+  if (o.given.contains("duplicate_stdout_filters")) {
+    c.duplicate_stdout_filters = split_filters(o["duplicate_stdout_filters"]);
   }
+  if (o.given.contains("duplicate_stderr_filters")) {
+    c.duplicate_stderr_filters = split_filters(o["duplicate_stderr_filters"]);
+  }
+  const std::string& handler = o["event_log_handler"];
+  c.event_log_handler = handler == "console"              ? EventLogHandler::kConsole
+                        : handler == "dynamic_rendezvous" ? EventLogHandler::kDynamicRendezvous
+                                                          : EventLogHandler::kNull;
+  c.event_log = o["event_log"];
+  if (!o["logs_specs"].empty()) {
+    throw UsageError(
+        "--logs_specs names a Python entry point; ddprun uses torchrun's default layout");
+  }
+}
 
+// --hang_timeout, --health_check(_timeout), --metrics_port, --preload, --numa_binding.
+void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
+  const std::string& hang = o["hang_timeout"];
+  if (hang == "auto") {
+    c.hang.mode = agent::HangPolicy::Mode::kAuto;
+  } else if (!hang.empty()) {
+    c.hang.mode = agent::HangPolicy::Mode::kFixed;
+    c.hang.timeout =
+        parse_positive_seconds(hang, "--hang_timeout", "must be positive seconds or auto");
+  }
+  c.health_check = o["health_check"];
+  if (!o["health_check_timeout"].empty()) {
+    c.health_check_timeout = parse_positive_seconds(o["health_check_timeout"],
+                                                    "--health_check_timeout", "must be positive");
+  }
+  if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
+  c.preload = parse_preload(o["preload"]);
+  if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
+}
+
+// How workers are started and stopped: the script, --module/--no_python/--run_path, torch.
+// distributed.launch's local-rank argument, signals and the shutdown timeout.
+void read_worker_options(const OptionTexts& o, const agent::Environment& env, Dialect dialect,
+                         LaunchConfig& c) {
+  c.role = o["role"];
+  c.module = o.flag("module");
+  c.no_python = o.flag("no_python");
+  c.run_path = o.flag("run_path");
+  c.virtual_local_rank = o.flag("virtual_local_rank");
   if (c.no_python && c.module) {
     throw UsageError(
         "don't use both the '--no_python' flag and the '--module' flag at the same time");
   }
-  c.event_log_handler = event_log_handler == "console" ? EventLogHandler::kConsole
-                        : event_log_handler == "dynamic_rendezvous"
-                            ? EventLogHandler::kDynamicRendezvous
-                            : EventLogHandler::kNull;
-  if (!logs_specs.empty()) {
-    throw UsageError(
-        "--logs_specs names a Python entry point; ddprun uses torchrun's default layout");
+  if (dialect == Dialect::kDistributedLaunch && !o.flag("use_env")) {
+    if (c.no_python) {
+      throw UsageError(
+          "When using the '--no-python' flag, you must also set the '--use-env' flag.");
+    }
+    c.local_rank_argument = o.flag("legacy_local_rank") ? "--local_rank" : "--local-rank";
   }
-  if (!numa_binding.empty()) c.numa_binding = agent::parse_numa_mode(numa_binding);
-  if (c.given.contains("duplicate_stdout_filters")) {
-    c.duplicate_stdout_filters = split_filters(dup_stdout);
+  const std::string& start_method = o["start_method"];
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver") {
+    throw UsageError(fmt::format(
+        "argument --start_method: invalid choice '{}' (choose from spawn, fork, forkserver)",
+        start_method));
   }
-  if (c.given.contains("duplicate_stderr_filters")) {
-    c.duplicate_stderr_filters = split_filters(dup_stderr);
+  parse_double(o["monitor_interval"], "--monitor_interval");  // checked; worker exits are events
+  try {
+    c.signals = agent::parse_signal_list(o["signals_to_handle"]);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::string shutdown_timeout = o["shutdown_timeout"];
+  if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+      shutdown_timeout.empty() && it != env.end()) {
+    shutdown_timeout = it->second;
+  }
+  if (!shutdown_timeout.empty()) {
+    c.shutdown_timeout = std::chrono::seconds(parse_int(shutdown_timeout, "--shutdown_timeout"));
+    if (c.shutdown_timeout.count() < 0) {
+      throw UsageError("argument --shutdown_timeout: must not be negative");
+    }
   }
   if (c.log_line_prefix_template.empty()) {
     if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
       c.log_line_prefix_template = it->second;
     }
   }
-  if (dialect == Dialect::kDistributedLaunch && !use_env) {
-    if (c.no_python) {
-      throw UsageError(
-          "When using the '--no-python' flag, you must also set the '--use-env' flag.");
-    }
-    c.local_rank_argument = legacy_local_rank ? "--local_rank" : "--local-rank";
-  }
+}
 
-  const bool head = !hostfile.empty() || !host_list.empty();
-  if (c.standalone) {
-    c.rdzv_backend = "c10d";
-    c.rdzv_endpoint = "localhost:0";
-    c.rdzv_id = random_run_id();
-  } else if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty() && !c.master_port &&
-             c.max_nodes == 1 && !head && !c.placement) {
-    // torch 2.14: one node with no store port asked for gets a c10d store on a free port and a
-    // random run id, as --standalone does (two such jobs on a machine no longer collide).
-    c.rdzv_backend = "c10d";
-    c.rdzv_endpoint = "localhost:0";
-    c.rdzv_id = random_run_id();
+// --standalone, and torch 2.14's default for one node with no store port asked for: a c10d store
+// on a free port and a random run id (two such jobs on a machine no longer collide).
+void apply_single_node_default(OptionTexts& o, const LaunchConfig& c, int max_nodes) {
+  const bool static_alone = o["rdzv_backend"] == "static" && o["rdzv_endpoint"].empty() &&
+                            o["master_port"].empty() && max_nodes == 1 && c.hosts.empty() &&
+                            !c.placement;
+  if (!c.standalone && !static_alone) return;
+  o.text["rdzv_backend"] = "c10d";
+  o.text["rdzv_endpoint"] = "localhost:0";
+  o.text["rdzv_id"] = random_run_id();
+}
+
+}  // namespace
+
+const std::string& OptionTexts::operator[](const std::string& dest) const {
+  static const std::string kNone;
+  auto it = text.find(dest);
+  return it == text.end() ? kNone : it->second;
+}
+
+bool OptionTexts::flag(const std::string& dest) const {
+  auto it = flags.find(dest);
+  return it != flags.end() && it->second;
+}
+
+bool OptionTexts::fill(const std::string& dest, const std::string& value) {
+  if (given.contains(dest)) return false;
+  text[dest] = value;
+  return true;
+}
+
+LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env,
+                                Dialect dialect) {
+  std::vector<std::string> rest;
+  OptionTexts o = read_options(args, env, dialect, rest);
+  if (!o["print_completion"].empty()) {
+    throw CompletionRequested{completion_script(o["print_completion"])};
   }
-  c.backend = parse_backend(c.rdzv_backend);
-  if (c.backend == rendezvous::Backend::kC10d && !c.rdzv_endpoint.empty()) {
-    std::tie(c.rdzv_host, c.rdzv_port) = parse_endpoint(c.rdzv_endpoint, c.rdzv_port);
+  if (rest.empty()) throw UsageError("the following arguments are required: training_script");
+  if (rest.front().starts_with("-") && rest.front() != "-") {
+    throw UsageError(fmt::format("unrecognized argument: {}", rest.front()));
   }
-  if (c.backend == rendezvous::Backend::kEtcdV3) {
-    if (c.rdzv_endpoint.empty()) {
-      throw UsageError("--rdzv_backend=etcd needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...]");
-    }
-    for (const std::string_view endpoint : agent::split(c.rdzv_endpoint)) {
-      const auto [host, port] = parse_endpoint(std::string(endpoint), 2379);
-      if (port == 0)
-        throw UsageError("--rdzv_endpoint: an etcd endpoint needs a port other than 0");
-      c.etcd_endpoints.push_back(rendezvous::EtcdEndpoint{host, port});
-    }
-    c.rdzv_host = c.etcd_endpoints.front().host;
-    c.rdzv_port = c.etcd_endpoints.front().port;
-    c.etcd_tls = parse_etcd_tls(c.rdzv_config);
-    if (auto it = c.rdzv_config.find("etcd_prefix");
-        it != c.rdzv_config.end() && !it->second.starts_with("/")) {
-      throw UsageError(fmt::format("--rdzv_conf etcd_prefix={}: must start with /", it->second));
-    }
-  }
-  if (c.max_nodes > 1 && c.backend == rendezvous::Backend::kC10d) {
-    if (c.rdzv_endpoint.empty()) {
-      throw UsageError(fmt::format(
-          "--nnodes={}: a multi-node c10d job needs --rdzv_endpoint=HOST[:PORT] (every node the "
-          "same), or it would wait on localhost for nodes that never come",
-          nnodes));
-    }
-    if (c.rdzv_port == 0)
-      throw UsageError("--rdzv_endpoint: port 0 cannot be found by other nodes");
-  }
-  parse_head_node(hostfile, host_list, include, exclude, ssh_port, c);
-  if (c.backend == rendezvous::Backend::kStatic && !c.master_port) c.master_port = 29500;
-  if (c.max_nodes > 1 && c.backend == rendezvous::Backend::kStatic) {
-    if (c.min_nodes != c.max_nodes) {
-      throw UsageError(fmt::format(
-          "--nnodes={}: the static backend needs a fixed number of nodes; elastic MIN:MAX needs "
-          "--rdzv_backend=c10d",
-          nnodes));
-    }
-    if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {
-      throw UsageError(fmt::format("--node_rank={} is not in [0, {})", c.node_rank, c.max_nodes));
-    }
-    if (*c.master_port == 0) {
-      throw UsageError("--master_port=0 cannot be found by the other nodes: give a port");
-    }
+  LaunchConfig c;
+  c.training_script = rest.front();
+  c.training_script_args.assign(rest.begin() + 1, rest.end());
+  c.given = o.given;
+  c.standalone = o.flag("standalone");
+  c.no_slurm = o.flag("no_slurm");
+  c.head_control = o.flag("head_control");
+
+  if (!c.no_slurm) apply_scheduler(env, o, c);
+  // A head resolves nothing of its hosts' GPUs: each host's agent counts its own.
+  const bool head_launch = !o["hostfile"].empty() || !o["hosts"].empty();
+  c.nproc_per_node = o["nproc_per_node"];
+  RendezvousOptions r;
+  std::tie(r.min_nodes, r.max_nodes) = parse_nnodes(o["nnodes"]);
+  r.nproc = head_launch && !all_digits(c.nproc_per_node)
+                ? 1
+                : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
+  r.max_restarts = parse_int(o["max_restarts"], "--max_restarts");
+  if (r.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
+  r.node_rank = parse_int(o["node_rank"], "--node_rank");
+  c.rdzv.nproc = r.nproc;
+  read_log_options(o, c);
+  read_watch_options(o, c);
+  read_worker_options(o, env, dialect, c);
+  parse_head_node(o, c);
+  apply_single_node_default(o, c, r.max_nodes);
+  if (!c.hosts.empty()) r.min_nodes = r.max_nodes = static_cast<int>(c.hosts.size());
+  r.backend = o["rdzv_backend"];
+  r.endpoint = o["rdzv_endpoint"];
+  r.run_id = o["rdzv_id"];
+  r.conf = o["rdzv_conf"];
+  r.master_addr = o["master_addr"];
+  if (!o["master_port"].empty()) r.master_port = parse_port(o["master_port"], "--master_port");
+  r.local_addr = o["local_addr"];
+  c.rdzv = rendezvous_config(r);
+  for (const char* dest :
+       {"redirects", "tee", "local_ranks_filter", "signals_to_handle", "rdzv_conf"}) {
+    if (!o[dest].empty()) c.as_given[dest] = o[dest];
   }
   return c;
 }

@@ -104,8 +104,7 @@ class HeadNode {
     const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
     const std::string cwd = fs::current_path().string();
     for (size_t i = 0; i < hosts_.size(); ++i) start_host(i, self, cwd);
-    agent::SignalListener signals(io_, agent::parse_signal_list(c_.signals_to_handle),
-                                  [this](int signo) { on_signal(signo); });
+    agent::SignalListener signals(io_, c_.signals, [this](int signo) { on_signal(signo); });
     // Every host ready, or one failed for good: ssh gave up (its connect timeout), or the deadline.
     run_until(
         io_, [this] { return settled() || signaled_ != 0; },
@@ -193,7 +192,7 @@ class HeadNode {
   void stop_all(int signo) {
     for (auto& h : hosts_) send_control(h, signo);
     if (std::exchange(stopping_, true)) return;
-    give_up_.expires_after(std::chrono::seconds(c_.shutdown_timeout.value_or(30) + 15));
+    give_up_.expires_after(c_.shutdown_timeout + std::chrono::seconds(15));
     give_up_.async_wait([this](auto e) {
       if (e) return;
       spdlog::warn("head: closing the ssh connections still open");
@@ -301,7 +300,7 @@ int run_head_node(const LaunchConfig& c, const agent::Environment& env) {
     layout += fmt::format("{}{} ({})", i ? ", " : "", c.hosts[i].host, host_nproc(c, i));
   }
   spdlog::info("head: run {} on {} hosts: {}; the first host's agent holds the store at {}:{}",
-               c.rdzv_id, c.hosts.size(), layout, c.master_addr, c.master_port.value_or(0));
+               c.rdzv.run_id, c.hosts.size(), layout, c.rdzv.endpoint_host, c.rdzv.store_port);
   return HeadNode(c, env, std::move(forwarded)).run();
 }
 

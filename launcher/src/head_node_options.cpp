@@ -28,9 +28,12 @@ std::string random_run_id() {
   return fmt::format("{:016x}{:016x}", gen(), gen());
 }
 
-void parse_head_node(const std::string& hostfile, const std::string& host_list,
-                     const std::string& include, const std::string& exclude,
-                     const std::string& ssh_port, LaunchConfig& c) {
+void parse_head_node(OptionTexts& o, LaunchConfig& c) {
+  const std::string &hostfile = o["hostfile"], &host_list = o["hosts"];
+  const std::string &include = o["include"], &exclude = o["exclude"], &ssh_port = o["ssh_port"];
+  c.ssh_identity = o["ssh_identity"];
+  c.ssh_options = o.lists["ssh_option"];
+  c.env_vars = o.lists["env"];
   if (hostfile.empty() && host_list.empty()) {
     if (!include.empty() || !exclude.empty() || !ssh_port.empty() || !c.ssh_identity.empty() ||
         !c.ssh_options.empty() || !c.env_vars.empty()) {
@@ -41,7 +44,9 @@ void parse_head_node(const std::string& hostfile, const std::string& host_list,
     return;
   }
   if (!hostfile.empty() && !host_list.empty()) throw UsageError("give --hostfile or -H, not both");
-  if (c.head_control) throw UsageError("--head_control: an agent started by a head has no hosts");
+  if (o.flag("head_control")) {
+    throw UsageError("--head_control: an agent started by a head has no hosts");
+  }
   try {
     if (!hostfile.empty()) {
       std::ifstream in(hostfile);
@@ -60,15 +65,15 @@ void parse_head_node(const std::string& hostfile, const std::string& host_list,
     throw UsageError(e.what());
   }
   for (const char* dest : {"nnodes", "node_rank", "rdzv_endpoint", "standalone"}) {
-    if (c.given.contains(dest)) {
+    if (o.given.contains(dest)) {
       throw UsageError(fmt::format("--{} is decided by the hosts of a head-node launch", dest));
     }
   }
-  if (c.given.contains("rdzv_backend") && c.rdzv_backend != "static") {
+  if (o.given.contains("rdzv_backend") && o["rdzv_backend"] != "static") {
     throw UsageError(fmt::format(
         "a head-node launch meets on a static store on the first host; --rdzv_backend={} is not "
         "supported with --hostfile or -H",
-        c.rdzv_backend));
+        o["rdzv_backend"]));
   }
   if (!ssh_port.empty()) {
     const long port = parse_integer(ssh_port, "--ssh_port");
@@ -81,17 +86,13 @@ void parse_head_node(const std::string& hostfile, const std::string& host_list,
       throw UsageError(fmt::format("--env '{}': '{}' is not a variable name", e, name));
     }
   }
-  c.min_nodes = c.max_nodes = static_cast<int>(c.hosts.size());
-  if (!c.given.contains("rdzv_id")) c.rdzv_id = random_run_id();
-  if (!c.given.contains("master_addr")) {
-    const std::string& first = c.hosts.front().host;
-    c.master_addr = first.substr(first.find('@') + 1);  // user@host: the host
-  }
-  if (!c.master_port) {
-    // Two jobs on the same hosts must not meet on one port: a random one unless given.
-    std::random_device rd;
-    c.master_port = 20000 + static_cast<int>(rd() % 10000);
-  }
+  o.text["nnodes"] = std::to_string(c.hosts.size());
+  o.fill("rdzv_id", random_run_id());
+  const std::string& first = c.hosts.front().host;
+  o.fill("master_addr", first.substr(first.find('@') + 1));  // user@host: the host
+  // Two jobs on the same hosts must not meet on one port: a random one unless given.
+  std::random_device rd;
+  o.fill("master_port", std::to_string(20000 + static_cast<int>(rd() % 10000)));
 }
 
 }  // namespace ddprun::launcher

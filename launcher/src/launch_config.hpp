@@ -11,6 +11,7 @@
 
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/environment.hpp"
+#include "ddprun/agent/log_spec.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 #include "hostfile.hpp"
 
@@ -39,31 +40,20 @@ enum class Dialect { kTorchrun, kDistributedLaunch };
 enum class EventLogHandler { kNull, kConsole, kDynamicRendezvous };
 
 struct LaunchConfig {
-  int min_nodes = 1;
-  int max_nodes = 1;
-  std::string nproc_per_node = "1";     // as given: an integer, auto, cpu or gpu
-  int nproc = 1;                        // resolved
-  std::string rdzv_backend = "static";  // as given (--standalone: c10d)
-  rendezvous::Backend backend = rendezvous::Backend::kStatic;  // rdzv_backend, parsed once
-  std::string rdzv_endpoint;
-  std::string rdzv_host;  // c10d: the endpoint's host (brackets of an IPv6 literal removed)
-  int rdzv_port = 29400;  // c10d: the endpoint's port (torchrun's default when none is given)
-  std::vector<rendezvous::EtcdEndpoint> etcd_endpoints;  // etcd: every endpoint given
-  rendezvous::EtcdTls etcd_tls;                          // etcd: from rdzv_conf
-  std::string rdzv_id = "none";
-  std::string rdzv_conf;
-  std::map<std::string, std::string> rdzv_config;  // rdzv_conf parsed; keys torchrun reads only
+  // The job's rendezvous, complete: backend, nodes, this node's workers (nproc, resolved from
+  // --nproc_per_node), restarts, run id, endpoints, timeouts (rendezvous_options.hpp).
+  rendezvous::RendezvousConfig rdzv;
+  std::string nproc_per_node =
+      "1";  // as given: an integer, auto, cpu or gpu (each host resolves it)
   bool standalone = false;
-  int max_restarts = 0;
-  std::string start_method = "spawn";
   std::string role = "default";
   bool module = false;
   bool no_python = false;
   bool run_path = false;
-  std::string log_dir;  // empty: a fresh /tmp/torchelastic_* folder
-  std::string redirects = "0";
-  std::string tee = "0";
-  std::string local_ranks_filter;
+  std::string log_dir;                         // empty: a fresh /tmp/torchelastic_* folder
+  std::vector<agent::Std> redirects;           // one per local rank
+  std::vector<agent::Std> tee;                 // one per local rank
+  std::optional<std::set<int>> console_ranks;  // --local_ranks_filter; nullopt: every local rank
   std::string log_line_prefix_template;  // --log_line_prefix_template, else the variable, else ""
   std::vector<std::string> duplicate_stdout_filters;  // split at ',' (",," is a comma)
   std::vector<std::string> duplicate_stderr_filters;
@@ -72,13 +62,9 @@ struct LaunchConfig {
   // ddprun launch without --use-env: the script's local-rank argument, "--local-rank" (torch 2.x)
   // or "--local_rank" (--legacy_local_rank, torch 1.x), given "=N" before the script's own.
   std::string local_rank_argument;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  std::optional<int>
-      master_port;  // 29500 for the static backend when not given; 0 lets the OS pick
-  std::string local_addr;
-  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-  std::optional<int> shutdown_timeout;  // seconds; default TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
+  std::vector<int> signals;  // --signals_to_handle: forwarded to the workers
+  // --shutdown_timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s.
+  std::chrono::seconds shutdown_timeout{30};
   bool virtual_local_rank = false;
   std::string training_script;
   std::vector<std::string> training_script_args;
@@ -104,6 +90,11 @@ struct LaunchConfig {
   std::string scheduler_notice;               // one line saying what was taken from where
 
   std::set<std::string> given;  // dests given on the command line or by PET_*
+  // Texts passed on as they were given, by dest (--redirects, --tee, --local_ranks_filter,
+  // --signals_to_handle, --rdzv_conf): a head-node launch gives them to every host's agent, which
+  // parses them for its own workers, and workers see --signals_to_handle's as
+  // TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun sets it.
+  std::map<std::string, std::string> as_given;
 };
 
 // Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT,

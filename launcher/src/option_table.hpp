@@ -14,6 +14,7 @@ struct OptionSpec {
   const char* help;
   std::vector<const char*> choices = {};  // empty: any value
   bool pet = true;                        // PET_<DEST> is its fallback
+  bool repeated = false;                  // given once per value (--env A --env B)
 };
 
 // torchrun's options and ddprun's own.

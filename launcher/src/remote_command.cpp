@@ -98,24 +98,17 @@ std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index) {
       "--rdzv_backend=static",
       fmt::format("--nnodes={}", c.hosts.size()),
       fmt::format("--node_rank={}", index),
-      fmt::format("--master_addr={}", c.master_addr),
-      fmt::format("--master_port={}", c.master_port.value_or(29500)),
-      fmt::format("--rdzv_id={}", c.rdzv_id),
+      fmt::format("--master_addr={}", c.rdzv.endpoint_host),
+      fmt::format("--master_port={}", c.rdzv.store_port),
+      fmt::format("--rdzv_id={}", c.rdzv.run_id),
       fmt::format("--nproc_per_node={}", nproc),
-      fmt::format("--max_restarts={}", c.max_restarts),
+      fmt::format("--max_restarts={}", c.rdzv.max_restarts),
       fmt::format("--role={}", c.role),
-      fmt::format("--redirects={}", c.redirects),
-      fmt::format("--tee={}", c.tee),
-      fmt::format("--signals_to_handle={}", c.signals_to_handle),
+      fmt::format("--shutdown_timeout={}", c.shutdown_timeout.count()),
   };
+  // Parsed by each host for its own workers (its --nproc_per_node may differ from this one's).
+  for (const auto& [dest, text] : c.as_given) args.push_back(fmt::format("--{}={}", dest, text));
   if (!c.log_dir.empty()) args.push_back(fmt::format("--log_dir={}", c.log_dir));
-  if (!c.local_ranks_filter.empty()) {
-    args.push_back(fmt::format("--local_ranks_filter={}", c.local_ranks_filter));
-  }
-  if (c.shutdown_timeout) {
-    args.push_back(fmt::format("--shutdown_timeout={}", *c.shutdown_timeout));
-  }
-  if (!c.rdzv_conf.empty()) args.push_back(fmt::format("--rdzv_conf={}", c.rdzv_conf));
   if (!c.event_log.empty()) args.push_back(fmt::format("--event_log={}", c.event_log));
   if (c.metrics_port) args.push_back(fmt::format("--metrics_port={}", *c.metrics_port));
   if (c.hang.mode == agent::HangPolicy::Mode::kAuto) args.push_back("--hang_timeout=auto");

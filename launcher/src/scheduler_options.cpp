@@ -5,9 +5,9 @@
 
 namespace ddprun::launcher {
 
-void apply_scheduler(const agent::Environment& env, LaunchConfig& c, std::string& nnodes,
-                     std::string& node_rank, std::string& master_port) {
-  if (c.head_control || c.standalone || c.given.contains("hostfile") || c.given.contains("hosts")) {
+void apply_scheduler(const agent::Environment& env, OptionTexts& o, LaunchConfig& c) {
+  if (o.flag("head_control") || o.flag("standalone") || o.given.contains("hostfile") ||
+      o.given.contains("hosts")) {
     return;
   }
   std::optional<SchedulerPlacement> p;
@@ -19,43 +19,41 @@ void apply_scheduler(const agent::Environment& env, LaunchConfig& c, std::string
   if (!p) return;
   const bool per_process = p->per_process();
   if (per_process) {
-    if (c.given.contains("nproc_per_node") && c.nproc_per_node != "1") {
+    if (o.given.contains("nproc_per_node") && o["nproc_per_node"] != "1") {
       throw UsageError(
           fmt::format("{} started {} tasks on this node, and ddprun runs one worker per task: drop "
                       "--nproc_per_node={}, or start one task per node",
-                      p->scheduler, p->tasks_on_node, c.nproc_per_node));
+                      p->scheduler, p->tasks_on_node, o["nproc_per_node"]));
     }
-    if (c.given.contains("rdzv_backend") && c.rdzv_backend != "static") {
+    if (o.given.contains("rdzv_backend") && o["rdzv_backend"] != "static") {
       throw UsageError(fmt::format(
           "{} started {} tasks on this node: a per-process launch takes its ranks from {}, which "
           "--rdzv_backend={} would not keep",
-          p->scheduler, p->tasks_on_node, p->scheduler, c.rdzv_backend));
+          p->scheduler, p->tasks_on_node, p->scheduler, o["rdzv_backend"]));
     }
-    c.nproc_per_node.assign(1, '1');  // (not = "1": g++ 12 warns -Wrestrict there, wrongly)
+    o.text["nproc_per_node"] = std::string(1, '1');
     c.placement = agent::Placement{p->local_rank, p->tasks_on_node, p->node_rank, p->num_nodes};
   }
   std::vector<std::string> taken;
-  const auto take = [&](const char* dest, std::string& target, const std::string& value) {
-    if (c.given.contains(dest)) return;
-    target = value;
-    taken.push_back(fmt::format("--{}={}", dest, value));
+  const auto take = [&](const char* dest, const std::string& value) {
+    if (o.fill(dest, value)) taken.push_back(fmt::format("--{}={}", dest, value));
   };
   const int nodes = per_process ? p->world_size : p->num_nodes;
-  take("nnodes", nnodes, std::to_string(nodes));
-  if (!c.given.contains("rdzv_backend") || c.rdzv_backend == "static") {
-    take("node_rank", node_rank, std::to_string(per_process ? p->rank : p->node_rank));
+  take("nnodes", std::to_string(nodes));
+  if (!o.given.contains("rdzv_backend") || o["rdzv_backend"] == "static") {
+    take("node_rank", std::to_string(per_process ? p->rank : p->node_rank));
     auto addr = env.find("MASTER_ADDR");
     const std::string master = addr != env.end() ? addr->second : p->first_host;
-    if (master.empty() && nodes > 1 && !c.given.contains("master_addr")) {
+    if (master.empty() && nodes > 1 && !o.given.contains("master_addr")) {
       throw UsageError(
           fmt::format("{} does not say which host runs rank 0: give --master_addr (or MASTER_ADDR)",
                       p->scheduler));
     }
-    if (!master.empty()) take("master_addr", c.master_addr, master);
+    if (!master.empty()) take("master_addr", master);
     auto port = env.find("MASTER_PORT");
-    take("master_port", master_port, port != env.end() ? port->second : std::to_string(p->port));
+    take("master_port", port != env.end() ? port->second : std::to_string(p->port));
   }
-  take("rdzv_id", c.rdzv_id, p->job_id);
+  take("rdzv_id", p->job_id);
   std::string what;
   for (const auto& t : taken) what += " " + t;
   c.scheduler_notice = fmt::format(

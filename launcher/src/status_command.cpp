@@ -6,14 +6,19 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "agent_config.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/errors.hpp"
 #include "launch_config.hpp"
+#include "option_values.hpp"
+#include "rendezvous_options.hpp"
 
 namespace ddprun::launcher {
 namespace {
+
+// How long `ddprun status` waits for a store that does not answer, unless --rdzv_conf
+// join_timeout says otherwise.
+constexpr std::chrono::seconds kStatusWait{10};
 
 // The earliest failure of the latest failed round, every node's records together.
 std::optional<agent::WorkerFailure> root_cause(const rendezvous::JobStatus& s) {
@@ -150,35 +155,33 @@ int run_status(const std::vector<std::string>& args, const agent::Environment& e
     std::cerr << "ddprun status: error: " << e.what() << std::endl;
     return kExitUsage;
   }
-  // The launcher's own parsing gives the same endpoints, TLS and prefix a job of these options
-  // would use; a bounded default wait for a store that is not there.
-  std::vector<std::string> as_job = {"--no_slurm", "--rdzv_id=" + run_id,
-                                     "--rdzv_backend=" + backend};
-  std::string with_timeout = conf;
-  if (conf.find("join_timeout") == std::string::npos) {
-    with_timeout += std::string(conf.empty() ? "" : ",") + "join_timeout=10";
-  }
-  as_job.push_back("--rdzv_conf=" + with_timeout);
-  if (backend == "static") {
-    const size_t colon = endpoint.rfind(':');
-    if (colon == std::string::npos) {
-      std::cerr << "ddprun status: error: --rdzv_backend=static needs --rdzv_endpoint=HOST:PORT "
-                   "(node 0's --master_addr and --master_port)"
-                << std::endl;
-      return kExitUsage;
-    }
-    as_job.insert(as_job.end(),
-                  {"--nnodes=2", "--node_rank=1", "--master_addr=" + endpoint.substr(0, colon),
-                   "--master_port=" + endpoint.substr(colon + 1)});
-  } else {
-    as_job.insert(as_job.end(), {"--nnodes=1:2", "--rdzv_endpoint=" + endpoint});
-  }
-  as_job.push_back("status");
+  // The same endpoints, TLS and prefix a job of these options uses, as a node that would join it;
+  // a bounded default wait for a store that is not there.
+  RendezvousOptions job;
+  job.backend = backend;
+  job.run_id = run_id;
+  job.conf = conf;
   rendezvous::RendezvousConfig rdzv;
   try {
-    const LaunchConfig c = parse_command_line(as_job, env);
-    rdzv = make_agent_config(c, env, nullptr).rdzv;
-    rdzv.run_id = run_id;
+    if (backend == "static") {
+      const size_t colon = endpoint.rfind(':');
+      if (colon == std::string::npos) {
+        throw UsageError(
+            "--rdzv_backend=static needs --rdzv_endpoint=HOST:PORT (node 0's --master_addr and "
+            "--master_port)");
+      }
+      job.min_nodes = job.max_nodes = 2;
+      job.node_rank = 1;
+      job.master_addr = endpoint.substr(0, colon);
+      const long port = parse_integer(endpoint.substr(colon + 1), "--rdzv_endpoint");
+      if (port < 1 || port > 65535) throw UsageError("argument --rdzv_endpoint: not a TCP port");
+      job.master_port = static_cast<int>(port);
+    } else {
+      job.max_nodes = 2;
+      job.endpoint = endpoint;
+    }
+    rdzv = rendezvous_config(job);
+    if (conf.find("join_timeout") == std::string::npos) rdzv.join_timeout = kStatusWait;
   } catch (const UsageError& e) {
     std::cerr << "ddprun status: error: " << e.what() << std::endl;
     return kExitUsage;

@@ -17,11 +17,11 @@ TEST_CASE("cli: dash and underscore spellings are the same flag", "[cli]") {
       {"--nproc_per_node=3", "--max_restarts", "2", "--rdzv_id=j", "--master_port=9", "train.py"});
   const auto b = parse({"--nproc-per-node", "3", "--max-restarts=2", "--rdzv-id", "j",
                         "--master-port", "9", "train.py"});
-  CHECK(a.nproc == 3);
-  CHECK(b.nproc == 3);
-  CHECK(a.max_restarts == 2);
-  CHECK(b.max_restarts == 2);
-  CHECK(a.rdzv_id == b.rdzv_id);
+  CHECK(a.rdzv.nproc == 3);
+  CHECK(b.rdzv.nproc == 3);
+  CHECK(a.rdzv.max_restarts == 2);
+  CHECK(b.rdzv.max_restarts == 2);
+  CHECK(a.rdzv.run_id == b.rdzv.run_id);
 }
 
 TEST_CASE("cli: PET_ variables are fallbacks and the command line wins", "[cli]") {
@@ -30,12 +30,12 @@ TEST_CASE("cli: PET_ variables are fallbacks and the command line wins", "[cli]"
                            {"PET_STANDALONE", "1"},
                            {"PET_ROLE", "trainer"}};
   const auto from_env = parse({"train.py"}, env);
-  CHECK(from_env.nproc == 4);
-  CHECK(from_env.max_restarts == 3);
+  CHECK(from_env.rdzv.nproc == 4);
+  CHECK(from_env.rdzv.max_restarts == 3);
   CHECK(from_env.standalone);
   CHECK(from_env.role == "trainer");
   const auto overridden = parse({"--nproc_per_node=2", "--role=x", "train.py"}, env);
-  CHECK(overridden.nproc == 2);
+  CHECK(overridden.rdzv.nproc == 2);
   CHECK(overridden.role == "x");
 }
 
@@ -105,27 +105,27 @@ TEST_CASE("cli: the script's own arguments pass untouched", "[cli]") {
   CHECK(c.training_script == "train.py");
   CHECK(c.training_script_args ==
         std::vector<std::string>{"--lr", "0.1", "-m", "--nproc_per_node=9"});
-  CHECK(c.nproc == 2);
+  CHECK(c.rdzv.nproc == 2);
 }
 
 TEST_CASE("cli: defaults match torchrun's", "[cli]") {
   const auto c = parse({"--nnodes=2", "train.py"});
-  CHECK(c.nproc == 1);
-  CHECK(c.rdzv_backend == "static");
-  CHECK(c.rdzv_id == "none");
-  CHECK(c.master_addr == "127.0.0.1");
-  CHECK(c.master_port == 29500);
+  CHECK(c.rdzv.nproc == 1);
+  CHECK(c.rdzv.backend == ddprun::rendezvous::Backend::kStatic);
+  CHECK(c.rdzv.run_id == "none");
+  CHECK(c.rdzv.master_addr == "127.0.0.1");
+  CHECK(c.rdzv.store_port == 29500);
   CHECK(c.role == "default");
-  CHECK(c.signals_to_handle == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
-  CHECK_FALSE(c.shutdown_timeout.has_value());
+  CHECK(c.signals == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(c.shutdown_timeout == std::chrono::seconds(30));
 }
 
 TEST_CASE("cli: standalone is a single-node c10d job on a free port with a fresh run id", "[cli]") {
   const auto a = parse({"--standalone", "train.py"});
   const auto b = parse({"--standalone", "train.py"});
-  CHECK(a.rdzv_backend == "c10d");
-  CHECK(a.rdzv_endpoint == "localhost:0");
-  CHECK(a.rdzv_id != b.rdzv_id);
+  CHECK(a.rdzv.backend == ddprun::rendezvous::Backend::kC10d);
+  CHECK(a.rdzv.endpoint_port == 0);
+  CHECK(a.rdzv.run_id != b.rdzv.run_id);
   const auto agent = make_agent_config(a, {}, nullptr);
   CHECK(agent.rdzv.store_port == 0);
   CHECK(agent.rdzv.max_nodes == 1);
@@ -135,15 +135,17 @@ TEST_CASE("cli: one node without a store port is a c10d job on a free port, as i
           "[cli]") {
   const auto a = parse({"--rdzv_id=mine", "train.py"});
   const auto b = parse({"train.py"});
-  CHECK(a.rdzv_backend == "c10d");
-  CHECK(a.rdzv_endpoint == "localhost:0");
-  CHECK(a.rdzv_id != "mine");  // torch replaces it with a fresh one too
-  CHECK(a.rdzv_id != b.rdzv_id);
+  CHECK(a.rdzv.backend == ddprun::rendezvous::Backend::kC10d);
+  CHECK(a.rdzv.endpoint_port == 0);
+  CHECK(a.rdzv.run_id != "mine");  // torch replaces it with a fresh one too
+  CHECK(a.rdzv.run_id != b.rdzv.run_id);
   CHECK(make_agent_config(a, {}, nullptr).rdzv.store_port == 0);
   // A port, an endpoint or more than one node keep the static backend.
-  CHECK(parse({"--master_port=29500", "train.py"}).rdzv_backend == "static");
-  CHECK(parse({"--rdzv_endpoint=h:1", "train.py"}).rdzv_backend == "static");
-  CHECK(parse({"--nnodes=2", "train.py"}).rdzv_backend == "static");
+  CHECK(parse({"--master_port=29500", "train.py"}).rdzv.backend ==
+        ddprun::rendezvous::Backend::kStatic);
+  CHECK(parse({"--rdzv_endpoint=h:1", "train.py"}).rdzv.backend ==
+        ddprun::rendezvous::Backend::kStatic);
+  CHECK(parse({"--nnodes=2", "train.py"}).rdzv.backend == ddprun::rendezvous::Backend::kStatic);
 }
 
 TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
@@ -193,10 +195,13 @@ TEST_CASE("cli: what this version does not run yet is refused with the reason", 
 }
 
 TEST_CASE("cli: a c10d endpoint is host[:port] with torchrun's default port", "[cli]") {
-  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node1", "t.py"}).rdzv_port == 29400);
-  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node1:1234", "t.py"}).rdzv_port == 1234);
-  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]:99", "t.py"}).rdzv_port == 99);
-  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=::1", "t.py"}).rdzv_port == 29400);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node1", "t.py"}).rdzv.endpoint_port ==
+        29400);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node1:1234", "t.py"}).rdzv.endpoint_port ==
+        1234);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]:99", "t.py"}).rdzv.endpoint_port ==
+        99);
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=::1", "t.py"}).rdzv.endpoint_port == 29400);
 }
 
 TEST_CASE("cli: torchrun's keep-alive pair sets the heartbeat timeout unless it is given",
@@ -274,13 +279,13 @@ TEST_CASE("cli: etcd, etcd-v2 and etcd-v3 are one backend over a list of members
     INFO(name);
     const auto c = parse({"--nnodes=2:3", std::string("--rdzv_backend=") + name,
                           "--rdzv_endpoint=e1:2381,[::1]:2382,e3", "t.py"});
-    CHECK(c.backend == ddprun::rendezvous::Backend::kEtcdV3);
-    REQUIRE(c.etcd_endpoints.size() == 3);
-    CHECK(c.etcd_endpoints[0].host == "e1");
-    CHECK(c.etcd_endpoints[0].port == 2381);
-    CHECK(c.etcd_endpoints[1].host == "::1");
-    CHECK(c.etcd_endpoints[1].port == 2382);
-    CHECK(c.etcd_endpoints[2].port == 2379);
+    CHECK(c.rdzv.backend == ddprun::rendezvous::Backend::kEtcdV3);
+    REQUIRE(c.rdzv.etcd_endpoints.size() == 3);
+    CHECK(c.rdzv.etcd_endpoints[0].host == "e1");
+    CHECK(c.rdzv.etcd_endpoints[0].port == 2381);
+    CHECK(c.rdzv.etcd_endpoints[1].host == "::1");
+    CHECK(c.rdzv.etcd_endpoints[1].port == 2382);
+    CHECK(c.rdzv.etcd_endpoints[2].port == 2379);
     const auto a = make_agent_config(c, {}, nullptr);
     CHECK(a.rdzv.etcd_endpoints.size() == 3);
     CHECK(a.rdzv.endpoint_host == "e1");
@@ -303,9 +308,9 @@ TEST_CASE("cli: etcd TLS options are checked, under both spellings, before anyth
     return parse(
         {"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=" + conf, "t.py"});
   };
-  CHECK_FALSE(etcd("join_timeout=5").etcd_tls.enabled);
+  CHECK_FALSE(etcd("join_timeout=5").rdzv.etcd_tls.enabled);
   const auto https = etcd("protocol=https");  // the system's trusted CAs
-  CHECK(https.etcd_tls.enabled);
+  CHECK(https.rdzv.etcd_tls.enabled);
   CHECK(make_agent_config(https, {}, nullptr).rdzv.etcd_tls.enabled);
   CHECK_THROWS_WITH(etcd("protocol=ftp"), Catch::Contains("must be http or https"));
   CHECK_THROWS_WITH(etcd("cacert=/no/ca.pem"),

@@ -76,21 +76,20 @@ LaunchConfig parse(std::vector<std::string> args, Environment env = {}) {
 
 TEST_CASE("slurm: one task per node makes ddprun the node's agent of a static job", "[slurm]") {
   const LaunchConfig c = parse({"--nproc_per_node=4", "train.py"}, slurm_step(1, 1, 0));
-  CHECK(c.min_nodes == 2);
-  CHECK(c.max_nodes == 2);
-  CHECK(c.node_rank == 1);
-  CHECK(c.master_addr == "gpu07");
-  CHECK(c.rdzv_id == "4242");
-  CHECK(c.nproc == 4);
+  CHECK(c.rdzv.min_nodes == 2);
+  CHECK(c.rdzv.max_nodes == 2);
+  CHECK(c.rdzv.node_rank == 1);
+  CHECK(c.rdzv.master_addr == "gpu07");
+  CHECK(c.rdzv.run_id == "4242");
+  CHECK(c.rdzv.nproc == 4);
   CHECK(!c.placement);
-  REQUIRE(c.master_port);
-  CHECK(*c.master_port >= 20000);
-  CHECK(*c.master_port < 30000);
+  CHECK(c.rdzv.store_port >= 20000);
+  CHECK(c.rdzv.store_port < 30000);
   // Every node derives the same port; another step of the job another one.
-  CHECK(parse({"train.py"}, slurm_step(0, 1, 0)).master_port == c.master_port);
+  CHECK(parse({"train.py"}, slurm_step(0, 1, 0)).rdzv.store_port == c.rdzv.store_port);
   Environment other_step = slurm_step(0, 1, 0);
   other_step["SLURM_STEP_ID"] = "1";
-  CHECK(parse({"train.py"}, other_step).master_port != c.master_port);
+  CHECK(parse({"train.py"}, other_step).rdzv.store_port != c.rdzv.store_port);
   CHECK_THAT(c.scheduler_notice, Catch::Contains("Slurm job 4242") &&
                                      Catch::Contains("--node_rank=1") &&
                                      Catch::Contains("--master_addr=gpu07"));
@@ -98,9 +97,9 @@ TEST_CASE("slurm: one task per node makes ddprun the node's agent of a static jo
 
 TEST_CASE("slurm: several tasks per node make each task one placed worker", "[slurm]") {
   const LaunchConfig c = parse({"train.py"}, slurm_step(1, 4, 2));
-  CHECK(c.nproc == 1);
-  CHECK(c.max_nodes == 8);  // one rendezvous member per task
-  CHECK(c.node_rank == 6);  // = SLURM_PROCID, so RANK = SLURM_PROCID
+  CHECK(c.rdzv.nproc == 1);
+  CHECK(c.rdzv.max_nodes == 8);  // one rendezvous member per task
+  CHECK(c.rdzv.node_rank == 6);  // = SLURM_PROCID, so RANK = SLURM_PROCID
   REQUIRE(c.placement);
   CHECK(c.placement->local_rank == 2);
   CHECK(c.placement->local_world_size == 4);
@@ -118,25 +117,25 @@ TEST_CASE("slurm: explicit options and MASTER_* win, --no_slurm ignores it all",
   Environment env = slurm_step(1, 1, 0);
   const LaunchConfig c =
       parse({"--master_addr=head", "--rdzv_id=mine", "--node_rank=0", "train.py"}, env);
-  CHECK(c.master_addr == "head");
-  CHECK(c.rdzv_id == "mine");
-  CHECK(c.node_rank == 0);
-  CHECK(c.max_nodes == 2);
+  CHECK(c.rdzv.master_addr == "head");
+  CHECK(c.rdzv.run_id == "mine");
+  CHECK(c.rdzv.node_rank == 0);
+  CHECK(c.rdzv.max_nodes == 2);
   env["MASTER_PORT"] = "23456";
   env["MASTER_ADDR"] = "10.0.0.1";
   const LaunchConfig m = parse({"train.py"}, env);
-  CHECK(m.master_port == 23456);
-  CHECK(m.master_addr == "10.0.0.1");
+  CHECK(m.rdzv.store_port == 23456);
+  CHECK(m.rdzv.master_addr == "10.0.0.1");
   const LaunchConfig off = parse({"--no_slurm", "--master_port=29500", "train.py"}, env);
-  CHECK(off.max_nodes == 1);
-  CHECK(off.rdzv_id == "none");
+  CHECK(off.rdzv.max_nodes == 1);
+  CHECK(off.rdzv.run_id == "none");
   CHECK(off.scheduler_notice.empty());
   // c10d given: Slurm still fills the node count and run id, not the static options.
   const LaunchConfig dyn = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=store:29400", "train.py"},
                                  slurm_step(1, 1, 0));
-  CHECK(dyn.max_nodes == 2);
-  CHECK(dyn.rdzv_id == "4242");
-  CHECK(dyn.rdzv_host == "store");
+  CHECK(dyn.rdzv.max_nodes == 2);
+  CHECK(dyn.rdzv.run_id == "4242");
+  CHECK(dyn.rdzv.endpoint_host == "store");
 }
 
 TEST_CASE("slurm: a batch script outside srun is this node only", "[slurm]") {
@@ -147,21 +146,21 @@ TEST_CASE("slurm: a batch script outside srun is this node only", "[slurm]") {
                      {"SLURM_TASKS_PER_NODE", "1(x2)"},
                      {"SLURM_PROCID", "0"}};
   const LaunchConfig c = parse({"--nproc_per_node=2", "train.py"}, env);
-  CHECK(c.max_nodes == 1);
-  CHECK(c.nproc == 2);
-  CHECK(c.rdzv_id == "77");
-  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.rdzv.max_nodes == 1);
+  CHECK(c.rdzv.nproc == 2);
+  CHECK(c.rdzv.run_id == "77");
+  CHECK(c.rdzv.master_addr == "127.0.0.1");
   CHECK_THAT(c.scheduler_notice, Catch::Contains("not an srun step"));
   // --standalone is one node by definition: Slurm's variables change nothing.
   const LaunchConfig s = parse({"--standalone", "train.py"}, slurm_step(1, 1, 0));
-  CHECK(s.max_nodes == 1);
+  CHECK(s.rdzv.max_nodes == 1);
   CHECK(s.scheduler_notice.empty());
 }
 
 TEST_CASE("slurm: --nproc_per_node=gpu counts SLURM_GPUS_ON_NODE", "[slurm]") {
   Environment env = slurm_step(0, 1, 0);
   env["SLURM_GPUS_ON_NODE"] = "8";
-  CHECK(parse({"--nproc_per_node=gpu", "train.py"}, env).nproc == 8);
+  CHECK(parse({"--nproc_per_node=gpu", "train.py"}, env).rdzv.nproc == 8);
   env["SLURM_GPUS_ON_NODE"] = "eight";
   CHECK_THROWS_WITH(parse({"--nproc_per_node=gpu", "train.py"}, env),
                     Catch::Contains("SLURM_GPUS_ON_NODE"));
@@ -189,10 +188,10 @@ TEST_CASE("mpi: Open MPI's variables place one worker per process", "[mpi]") {
                            {"PMIX_NAMESPACE", "prterun-x-1@1"},
                            {"MASTER_ADDR", "node-a"}};
   const LaunchConfig c = parse({"train.py"}, env);
-  CHECK(c.max_nodes == 4);
-  CHECK(c.node_rank == 3);
-  CHECK(c.master_addr == "node-a");
-  CHECK(c.rdzv_id == "prterun-x-1@1");
+  CHECK(c.rdzv.max_nodes == 4);
+  CHECK(c.rdzv.node_rank == 3);
+  CHECK(c.rdzv.master_addr == "node-a");
+  CHECK(c.rdzv.run_id == "prterun-x-1@1");
   REQUIRE(c.placement);
   CHECK(c.placement->local_rank == 1);
   CHECK(c.placement->node_rank == 1);  // ranks 2 and 3 are the second node's
@@ -205,8 +204,8 @@ TEST_CASE("mpi: Open MPI's variables place one worker per process", "[mpi]") {
                                                   {"OMPI_COMM_WORLD_RANK", "1"},
                                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
-  CHECK(local.master_addr == "127.0.0.1");
-  CHECK(local.node_rank == 1);
+  CHECK(local.rdzv.master_addr == "127.0.0.1");
+  CHECK(local.rdzv.node_rank == 1);
 }
 
 TEST_CASE("hostfile: slots, comments and blank lines; mistakes name the line", "[hostfile]") {
@@ -240,9 +239,9 @@ TEST_CASE("hostfile: -H lists and --include/--exclude keep the hosts' order", "[
 TEST_CASE("head: options of a head-node launch are checked before anything starts", "[head]") {
   const LaunchConfig c = parse({"-H", "a:2,b:3", "--env", "X=1", "--env", "Y", "train.py", "--lr"});
   CHECK(c.hosts.size() == 2);
-  CHECK(c.max_nodes == 2);
-  CHECK(c.master_addr == "a");
-  CHECK(c.rdzv_id.size() == 32);
+  CHECK(c.rdzv.max_nodes == 2);
+  CHECK(c.rdzv.master_addr == "a");
+  CHECK(c.rdzv.run_id.size() == 32);
   CHECK(c.env_vars == Strings{"X=1", "Y"});
   CHECK(c.training_script_args == Strings{"--lr"});
   CHECK_THROWS_WITH(parse({"-H", "a", "--nnodes=2", "t.py"}), Catch::Contains("--nnodes"));
@@ -295,16 +294,16 @@ TEST_CASE("head: each host's agent gets a static job, its rank and the head's op
   const LaunchConfig host = parse(args);
   CHECK(host.head_control);
   CHECK(host.no_slurm);
-  CHECK(host.backend == ddprun::rendezvous::Backend::kStatic);
-  CHECK(host.max_nodes == 2);
-  CHECK(host.node_rank == 1);
-  CHECK(host.master_addr == "a");
-  CHECK(host.master_port == 23000);
-  CHECK(host.rdzv_id == "r1");
-  CHECK(host.nproc == 1);  // b has no slots
-  CHECK(parse(agent_arguments(c, 0)).nproc == 2);
-  CHECK(host.max_restarts == 3);
-  CHECK(host.tee == "3");
+  CHECK(host.rdzv.backend == ddprun::rendezvous::Backend::kStatic);
+  CHECK(host.rdzv.max_nodes == 2);
+  CHECK(host.rdzv.node_rank == 1);
+  CHECK(host.rdzv.master_addr == "a");
+  CHECK(host.rdzv.store_port == 23000);
+  CHECK(host.rdzv.run_id == "r1");
+  CHECK(host.rdzv.nproc == 1);  // b has no slots
+  CHECK(parse(agent_arguments(c, 0)).rdzv.nproc == 2);
+  CHECK(host.rdzv.max_restarts == 3);
+  CHECK(host.tee.at(0) == ddprun::agent::Std::kAll);
   CHECK(host.log_dir == "logs");
   CHECK(host.health_check == "test -e /ok");
   CHECK(host.health_check_timeout == std::chrono::seconds(7));
@@ -313,7 +312,7 @@ TEST_CASE("head: each host's agent gets a static job, its rank and the head's op
   CHECK(host.training_script_args == Strings{"--x", "y z"});
   // --nproc_per_node given wins over slots.
   const LaunchConfig n = parse({"-H", "a:2,b", "--nproc_per_node=4", "t.py"});
-  CHECK(parse(agent_arguments(n, 0)).nproc == 4);
+  CHECK(parse(agent_arguments(n, 0)).rdzv.nproc == 4);
 
   // Run as the host's shell runs it, with a stand-in for ddprun that prints where it runs, its
   // environment variable and its arguments.

@@ -31,10 +31,7 @@ struct Placement {
 struct AgentConfig {
   std::vector<std::string> entrypoint;  // the worker command line, identical for every local rank
   std::string entrypoint_name;          // names the job in the failure summary
-  int nproc = 1;
   std::string role = "default";
-  int max_restarts = 0;
-  std::string run_id = "none";
   std::string log_dir;  // base folder; empty: a fresh /tmp/torchelastic_* folder
   std::vector<Std> redirects;
   std::vector<Std> tee;
@@ -74,8 +71,8 @@ struct AgentConfig {
   std::chrono::milliseconds uninterruptible_timeout{0};
   // The FIFO where workers' torch expiration timers are served (file_timer.hpp); "" none.
   std::string timer_file;
-  // The job's rendezvous: backend, nodes, endpoint, timeouts. Its run_id, nproc, max_restarts and
-  // host are taken from the fields above and this machine's name.
+  // The job's rendezvous, complete: backend, nodes, endpoint, timeouts, and the job's run id, this
+  // node's workers (nproc) and the restarts allowed (max_restarts), which the agent reads here.
   rendezvous::RendezvousConfig rdzv;
   Environment env;  // the environment workers inherit
 };

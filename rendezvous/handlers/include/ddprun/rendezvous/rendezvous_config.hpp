@@ -16,7 +16,11 @@ namespace ddprun::rendezvous {
 // name: they mean "a highly available rendezvous on etcd", spoken here over the v3 API.
 enum class Backend { kStatic, kC10d, kEtcdV3 };
 
+// One home for each default: the launcher fills in only what a command line gave.
 struct RendezvousConfig {
+  // The static backend's store port when none is given (torchrun's --master_port default).
+  static constexpr int kStaticStorePort = 29500;
+
   Backend backend = Backend::kStatic;
   std::string run_id = "none";
   int min_nodes = 1;

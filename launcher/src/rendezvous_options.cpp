@@ -1,0 +1,295 @@
+#include "rendezvous_options.hpp"
+
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "ddprun/agent/split.hpp"
+#include "ddprun/store/local_address.hpp"
+#include "launch_config.hpp"
+#include "option_values.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+
+// --rdzv_conf, read into what it sets. Only the keys torchrun reads (and ddprun's
+// reconnect_timeout) are taken; others are refused so that typos do not pass silently.
+struct RdzvConf {
+  std::optional<milliseconds> join_timeout, last_call_timeout, heartbeat_timeout, reconnect_timeout;
+  std::optional<bool> is_host;
+  std::optional<std::string> etcd_prefix;
+  std::optional<std::string> protocol;
+  std::map<std::string, std::string> tls_files;  // by the name given (cacert, ca_cert, ...)
+};
+
+enum class ConfKind { kPositiveSeconds, kSeconds, kCount, kBool, kText, kTlsFile };
+const std::map<std::string, ConfKind> kRdzvConfKeys = {
+    {"join_timeout", ConfKind::kPositiveSeconds},
+    {"last_call_timeout", ConfKind::kPositiveSeconds},
+    {"heartbeat_timeout", ConfKind::kPositiveSeconds},
+    {"timeout", ConfKind::kPositiveSeconds},
+    // ddprun's: how long agents ride out a lost standalone c10d store (ddprund restarting).
+    {"reconnect_timeout", ConfKind::kPositiveSeconds},
+    {"close_timeout", ConfKind::kSeconds},
+    {"read_timeout", ConfKind::kSeconds},
+    {"keep_alive_interval", ConfKind::kSeconds},
+    {"keep_alive_max_attempt", ConfKind::kCount},
+    {"is_host", ConfKind::kBool},
+    {"store_type", ConfKind::kText},
+    {"etcd_prefix", ConfKind::kText},
+    {"protocol", ConfKind::kText},
+    // etcd over TLS, with torchrun's etcd-v2 spellings beside etcd's own.
+    {"cacert", ConfKind::kTlsFile},
+    {"cert", ConfKind::kTlsFile},
+    {"key", ConfKind::kTlsFile},
+    {"ca_cert", ConfKind::kTlsFile},
+    {"ssl_cert", ConfKind::kTlsFile},
+    {"ssl_cert_key", ConfKind::kTlsFile},
+};
+
+// torchrun's older pair for the heartbeat: keep_alive_interval (5 s) x keep_alive_max_attempt (3).
+constexpr milliseconds kKeepAliveInterval{5'000};
+constexpr long kKeepAliveAttempts = 3;
+
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  std::optional<milliseconds> keep_alive_interval;
+  std::optional<long> keep_alive_attempts;
+  if (text.empty()) return conf;
+  for (const std::string_view item : agent::split(text)) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw UsageError(fmt::format("argument --rdzv_conf: '{}' is not key=value", item));
+    }
+    const std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
+    const auto kind = kRdzvConfKeys.find(key);
+    if (kind == kRdzvConfKeys.end()) {
+      throw UsageError(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
+    }
+    const std::string what = "--rdzv_conf " + key;
+    switch (kind->second) {
+      case ConfKind::kPositiveSeconds: {
+        const milliseconds s = parse_seconds(value, what);
+        if (s.count() <= 0) {
+          throw UsageError(fmt::format("argument --rdzv_conf: {} must be positive seconds", key));
+        }
+        if (key == "join_timeout") conf.join_timeout = s;
+        if (key == "last_call_timeout") conf.last_call_timeout = s;
+        if (key == "heartbeat_timeout") conf.heartbeat_timeout = s;
+        if (key == "reconnect_timeout") conf.reconnect_timeout = s;
+        break;
+      }
+      case ConfKind::kSeconds: {
+        const milliseconds s = parse_seconds(value, what);
+        if (key == "keep_alive_interval") keep_alive_interval = s;
+        break;
+      }
+      case ConfKind::kCount:
+        keep_alive_attempts = parse_integer(value, what);
+        if (*keep_alive_attempts < 1) {
+          throw UsageError(fmt::format("argument {}: must be at least 1", what));
+        }
+        break;
+      case ConfKind::kBool:
+        conf.is_host = parse_bool(value, what);
+        break;
+      case ConfKind::kText:
+        if (key == "etcd_prefix") conf.etcd_prefix = value;
+        if (key == "protocol") conf.protocol = value;
+        break;
+      case ConfKind::kTlsFile:
+        conf.tls_files[key] = value;
+        break;
+    }
+  }
+  // How long a silent node stays a member: heartbeat_timeout, else the older pair.
+  if (!conf.heartbeat_timeout && (keep_alive_interval || keep_alive_attempts)) {
+    conf.heartbeat_timeout = keep_alive_interval.value_or(kKeepAliveInterval) *
+                             keep_alive_attempts.value_or(kKeepAliveAttempts);
+  }
+  return conf;
+}
+
+// TLS to etcd: protocol=https, and each file under etcd's name or torchrun's etcd-v2 one. Files
+// alone imply https. Every file is loaded here, so that a bad one is a usage error at once rather
+// than a rendezvous that never forms.
+rendezvous::EtcdTls etcd_tls(const RdzvConf& conf) {
+  const auto file = [&](const char* name, const char* torch_name) {
+    const auto a = conf.tls_files.find(name), b = conf.tls_files.find(torch_name);
+    if (a != conf.tls_files.end() && b != conf.tls_files.end() && a->second != b->second) {
+      throw UsageError(
+          fmt::format("--rdzv_conf: {} and {} name different files", name, torch_name));
+    }
+    return a != conf.tls_files.end()   ? a->second
+           : b != conf.tls_files.end() ? b->second
+                                       : std::string();
+  };
+  rendezvous::EtcdTls tls;
+  tls.ca_file = file("cacert", "ca_cert");
+  tls.cert_file = file("cert", "ssl_cert");
+  tls.key_file = file("key", "ssl_cert_key");
+  const bool files = !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty();
+  if (!conf.protocol) {
+    tls.enabled = files;
+  } else if (*conf.protocol == "https") {
+    tls.enabled = true;
+  } else if (*conf.protocol != "http") {
+    throw UsageError(fmt::format("--rdzv_conf protocol={}: must be http or https", *conf.protocol));
+  } else if (files) {
+    throw UsageError("--rdzv_conf: TLS files (cacert, cert, key) given with protocol=http");
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    throw UsageError("--rdzv_conf: a client certificate needs both cert and key");
+  }
+  try {
+    rendezvous::check_etcd_tls(tls);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--rdzv_conf: {}", e.what()));
+  }
+  return tls;
+}
+
+rendezvous::Backend parse_backend(const std::string& name) {
+  if (name == "static") return rendezvous::Backend::kStatic;
+  if (name == "c10d") return rendezvous::Backend::kC10d;
+  if (name == "etcd-v3" || name == "etcd" || name == "etcd-v2") return rendezvous::Backend::kEtcdV3;
+  throw UsageError(fmt::format(
+      "--rdzv_backend: unknown backend '{}' (static, c10d, or etcd-v3 = etcd = etcd-v2)", name));
+}
+
+// host[:port], the host possibly an [IPv6] literal (or a bare one, which then has no port).
+std::pair<std::string, int> parse_endpoint(const std::string& e, int default_port) {
+  if (e.empty()) throw UsageError("--rdzv_endpoint: an empty endpoint");
+  const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
+  if (e.starts_with("[") && close == std::string::npos) {
+    throw UsageError(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
+  }
+  const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
+  const bool bare_ipv6 = close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
+  const std::string host = close != std::string::npos ? e.substr(1, close - 1)
+                           : bare_ipv6                ? e
+                                                      : e.substr(0, colon);
+  if (colon == std::string::npos || bare_ipv6) return {host, default_port};
+  if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
+  const std::string port = e.substr(colon + 1);
+  int p = -1;
+  try {
+    size_t used = 0;
+    p = std::stoi(port, &used);
+    if (used != port.size()) p = -1;
+  } catch (const std::exception&) {
+  }
+  if (p < 0 || p > 65535) throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", e));
+  return {host, p};
+}
+
+bool is_this_host(const std::string& host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1" ||
+         host == store::host_name();
+}
+
+std::string nnodes_text(const RendezvousOptions& o) {
+  return o.min_nodes == o.max_nodes ? std::to_string(o.max_nodes)
+                                    : fmt::format("{}:{}", o.min_nodes, o.max_nodes);
+}
+
+// The etcd members named by --rdzv_endpoint; the first is also the endpoint.
+void etcd_endpoints(const RendezvousOptions& o, rendezvous::RendezvousConfig& r) {
+  if (o.endpoint.empty()) {
+    throw UsageError("--rdzv_backend=etcd needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...]");
+  }
+  for (const std::string_view endpoint : agent::split(o.endpoint)) {
+    const auto [host, port] = parse_endpoint(std::string(endpoint), 2379);
+    if (port == 0) throw UsageError("--rdzv_endpoint: an etcd endpoint needs a port other than 0");
+    r.etcd_endpoints.push_back(rendezvous::EtcdEndpoint{host, port});
+  }
+  r.endpoint_host = r.etcd_endpoints.front().host;
+  r.endpoint_port = r.etcd_endpoints.front().port;
+}
+
+void check_static(const RendezvousOptions& o, const rendezvous::RendezvousConfig& r) {
+  if (o.max_nodes == 1) return;
+  if (o.min_nodes != o.max_nodes) {
+    throw UsageError(fmt::format(
+        "--nnodes={}: the static backend needs a fixed number of nodes; elastic MIN:MAX needs "
+        "--rdzv_backend=c10d",
+        nnodes_text(o)));
+  }
+  if (o.node_rank < 0 || o.node_rank >= o.max_nodes) {
+    throw UsageError(fmt::format("--node_rank={} is not in [0, {})", o.node_rank, o.max_nodes));
+  }
+  if (r.store_port == 0) {
+    throw UsageError("--master_port=0 cannot be found by the other nodes: give a port");
+  }
+}
+
+}  // namespace
+
+rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
+  const RdzvConf conf = parse_rdzv_conf(o.conf);
+  rendezvous::RendezvousConfig r;
+  r.backend = parse_backend(o.backend);
+  r.run_id = o.run_id;
+  r.min_nodes = o.min_nodes;
+  r.max_nodes = o.max_nodes;
+  r.nproc = o.nproc;
+  r.max_restarts = o.max_restarts;
+  r.host = store::host_name();
+  r.join_timeout = conf.join_timeout.value_or(r.join_timeout);
+  r.heartbeat_timeout = conf.heartbeat_timeout.value_or(r.heartbeat_timeout);
+  if (r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty()) {
+    std::tie(r.endpoint_host, r.endpoint_port) = parse_endpoint(o.endpoint, r.endpoint_port);
+  }
+  if (r.backend == rendezvous::Backend::kEtcdV3) {
+    etcd_endpoints(o, r);
+    r.etcd_tls = etcd_tls(conf);
+    if (conf.etcd_prefix) {
+      if (!conf.etcd_prefix->starts_with("/")) {
+        throw UsageError(
+            fmt::format("--rdzv_conf etcd_prefix={}: must start with /", *conf.etcd_prefix));
+      }
+      r.etcd_prefix =
+          conf.etcd_prefix->ends_with("/") ? *conf.etcd_prefix : *conf.etcd_prefix + "/";
+    }
+  }
+  if (r.backend == rendezvous::Backend::kStatic) {
+    // Node 0 hosts the store on every address; workers and the other nodes reach it at
+    // master_addr.
+    r.store_port = o.master_port.value_or(rendezvous::RendezvousConfig::kStaticStorePort);
+    r.master_addr = o.master_addr;
+    r.endpoint_host = o.master_addr;
+    r.node_rank = o.node_rank;
+    check_static(o, r);
+  } else if (o.max_nodes > 1) {
+    if (r.backend == rendezvous::Backend::kC10d && o.endpoint.empty()) {
+      throw UsageError(fmt::format(
+          "--nnodes={}: a multi-node c10d job needs --rdzv_endpoint=HOST[:PORT] (every node the "
+          "same), or it would wait on localhost for nodes that never come",
+          nnodes_text(o)));
+    }
+    if (r.endpoint_port == 0) {
+      throw UsageError("--rdzv_endpoint: port 0 cannot be found by other nodes");
+    }
+    r.local_addr = o.local_addr;
+    r.last_call_timeout = conf.last_call_timeout.value_or(r.last_call_timeout);
+    r.reconnect_timeout = conf.reconnect_timeout.value_or(r.reconnect_timeout);
+    using HostStore = rendezvous::RendezvousConfig::HostStore;
+    if (conf.is_host) {
+      r.host_store = *conf.is_host ? HostStore::kYes : HostStore::kNo;
+    } else if (r.backend == rendezvous::Backend::kC10d && is_this_host(r.endpoint_host)) {
+      // torchrun's heuristic: an endpoint naming this machine is hosted by one of its agents (the
+      // first to bind); a standalone ddprund there holds the port already and is used instead.
+      r.host_store = HostStore::kIfFree;
+    }
+  } else {
+    // Single-node c10d: the store listens on the endpoint's port; workers reach it on this host.
+    r.store_port = r.endpoint_port;
+    r.master_addr = o.local_addr.empty() ? "127.0.0.1" : o.local_addr;
+  }
+  return r;
+}
+
+}  // namespace ddprun::launcher
