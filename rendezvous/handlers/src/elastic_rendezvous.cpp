@@ -9,6 +9,7 @@
 #include <boost/asio/detached.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/rendezvous/job_records.hpp"
 #include "ddprun/store/errors.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "job_keys.hpp"
@@ -77,7 +78,7 @@ std::vector<std::string> followed_by_leader() {
 asio::awaitable<void> ElasticRendezvous::join() {
   Settings settings = job_wide(config_);
   co_await agree_on(std::move(settings));
-  co_await open(keys::key(keys::kNodes, node_id_), node_record(config_.nproc, config_.host),
+  co_await open(keys::key(keys::kNodes, node_id_), records::node_text(config_.nproc, config_.host),
                 followed_by_all(node_id_));
   // Counters start at 0 (the first node creates them): compare-and-set never creates a key whose
   // expected value is not empty.
@@ -91,13 +92,10 @@ asio::awaitable<void> ElasticRendezvous::join() {
   asio::co_spawn(executor(), leadership(), asio::detached);
 }
 
-ElasticRendezvous::Record ElasticRendezvous::parse_record(const std::string& json) {
-  const auto j = nlohmann::json::parse(json);
-  Record r;
-  r.participants = j.at("participants").get<std::vector<std::string>>();
-  r.nproc = j.at("nproc").get<std::vector<int>>();
-  r.restarts = j.value("restarts", 0);
-  return r;
+records::Round ElasticRendezvous::parse_record(const std::string& text) {
+  auto round = records::parse_round(text);
+  if (!round) throw std::invalid_argument("a round's record is not one: " + text);
+  return std::move(*round);
 }
 
 ElasticRendezvous::Placement ElasticRendezvous::parse_placement(const std::string& json) {
@@ -113,7 +111,7 @@ ElasticRendezvous::Placement ElasticRendezvous::parse_placement(const std::strin
   return p;
 }
 
-std::string ElasticRendezvous::placement_record(const Record& rec, int round,
+std::string ElasticRendezvous::placement_record(const records::Round& rec, int round,
                                                 const std::string& id) {
   nlohmann::json j;
   j["round"] = round;
@@ -207,11 +205,7 @@ std::string ElasticRendezvous::propose(int round) const {
   if (static_cast<int>(chosen.size()) > config_.max_nodes) chosen.resize(config_.max_nodes);
   std::vector<int> nproc;
   for (const auto& id : chosen) nproc.push_back(nodes_.at(id));
-  nlohmann::json j;
-  j["participants"] = chosen;
-  j["nproc"] = nproc;
-  j["restarts"] = restarts_;
-  return j.dump();
+  return records::round_text(records::Round{chosen, nproc, restarts_});
 }
 
 bool ElasticRendezvous::ended(bool ran) {
@@ -254,7 +248,7 @@ asio::awaitable<void> ElasticRendezvous::lead() {
   }
 }
 
-std::string ElasticRendezvous::reason_to_end(int n, const Record& rec) const {
+std::string ElasticRendezvous::reason_to_end(int n, const records::Round& rec) const {
   const auto done = done_.find(n);
   for (const auto& id : rec.participants) {
     const bool said_done = done != done_.end() && done->second.contains(id);
@@ -315,7 +309,8 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     rounds_[n] = parse_record(decided);
     co_return now;  // look again: the world may have moved meanwhile
   }
-  const Record& rec = rounds_.at(n);  // (map nodes stay put: no copy of an O(N) record per event)
+  const records::Round& rec =
+      rounds_.at(n);  // (map nodes stay put: no copy of an O(N) record per event)
   if (finished_ < n) {
     const auto done = done_.find(n);
     if (done != done_.end() && done->second.size() >= rec.participants.size() &&

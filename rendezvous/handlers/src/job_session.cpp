@@ -8,8 +8,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <nlohmann/json.hpp>
 
+#include "ddprun/rendezvous/job_records.hpp"
 #include "ddprun/store/errors.hpp"
 #include "job_keys.hpp"
 
@@ -22,25 +22,19 @@ JobSession::JobSession(asio::any_io_executor ex, std::shared_ptr<JobStore> store
 
 JobSession::~JobSession() = default;
 
-// (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
-std::string JobSession::node_record(int nproc, const std::string& host) {
-  const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-  return nlohmann::json{{"nproc", nproc}, {"host", host}, {"since_ms", since}}.dump();
-}
-
 int JobSession::nproc_of_record(const std::string& record) {
-  return nlohmann::json::parse(record).value("nproc", 1);
+  const auto node = records::parse_node(record);
+  return node && node->nproc > 0 ? node->nproc : 1;
 }
 
 namespace {
 
 // Why `mine` cannot join a job whose settings are `theirs` (a JSON object).
 std::string disagreement(const JobSession::Settings& mine, const std::string& theirs) {
-  const auto job = nlohmann::json::parse(theirs, nullptr, false);
+  const auto job = records::parse_settings(theirs);
   for (const auto& [flag, value] : mine) {
-    const std::string other = job.is_object() ? job.value(flag, std::string("(unset)")) : theirs;
+    const auto it = job ? job->find(flag) : std::map<std::string, std::string>::const_iterator();
+    const std::string other = !job ? theirs : it == job->end() ? "(unset)" : it->second;
     if (other != value) {
       return fmt::format(
           "this node's {}={} differs from the job's {}={} (fixed by the first node to join): every "
@@ -49,19 +43,13 @@ std::string disagreement(const JobSession::Settings& mine, const std::string& th
     }
   }
   return fmt::format("this node's settings {} differ from the job's {}",
-                     JobSession::settings_record(mine), theirs);
+                     records::settings_text(mine), theirs);
 }
 
 }  // namespace
 
-std::string JobSession::settings_record(const Settings& settings) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [flag, value] : settings) j[flag] = value;
-  return j.dump();
-}
-
 asio::awaitable<void> JobSession::agree_on(Settings settings) {
-  const std::string mine = JobSession::settings_record(settings);
+  const std::string mine = records::settings_text(settings);
   const std::string key(keys::kSettings);
   const std::string job = co_await store_->compare_set(key, "", mine);
   if (job != mine) {
@@ -140,10 +128,9 @@ void JobSession::report_membership(const KeyEvent& e) {
   MembershipChange change;
   change.node = e.key.substr(6);
   change.joined = !e.deleted;
-  const auto j = nlohmann::json::parse(record, nullptr, false);
-  if (j.is_object()) {
-    change.host = j.value("host", "");
-    change.nproc = j.value("nproc", 0);
+  if (const auto node = records::parse_node(record)) {
+    change.host = node->host;
+    change.nproc = node->nproc;
   }
   membership_listener_(change);
 }

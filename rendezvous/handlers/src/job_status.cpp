@@ -6,9 +6,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
-#include <nlohmann/json.hpp>
 
 #include "ddprun/job_store/job_store.hpp"
+#include "ddprun/rendezvous/job_records.hpp"
 #include "ddprun/store/errors.hpp"
 #include "job_keys.hpp"
 
@@ -28,11 +28,10 @@ int to_int(const std::string& s, int fallback) {
 NodeStatus node_of(const std::string& id, const std::string& record) {
   NodeStatus n;
   n.id = id;
-  const auto j = nlohmann::json::parse(record, nullptr, false);
-  if (j.is_object()) {
-    n.host = j.value("host", "");
-    n.nproc = j.value("nproc", 0);
-    if (j.contains("since_ms")) n.since_ms = j.value("since_ms", int64_t{0});
+  if (const auto node = records::parse_node(record)) {
+    n.host = node->host;
+    n.nproc = node->nproc;
+    n.since_ms = node->since_ms;
   }
   return n;
 }
@@ -51,11 +50,10 @@ JobStatus interpret_job_keys(Backend backend,
     if (key.starts_with(keys::kNodes)) {
       present[std::string(keys::after(key, keys::kNodes))] = value;
     } else if (key == keys::kSettings) {
-      const auto j = nlohmann::json::parse(value, nullptr, false);
-      if (j.is_object()) {
-        s.nnodes = j.value("--nnodes", "");
-        if (j.contains("--max_restarts")) {
-          s.max_restarts = to_int(j.value("--max_restarts", ""), 0);
+      if (const auto settings = records::parse_settings(value)) {
+        if (auto it = settings->find("--nnodes"); it != settings->end()) s.nnodes = it->second;
+        if (auto it = settings->find("--max_restarts"); it != settings->end()) {
+          s.max_restarts = to_int(it->second, 0);
         }
       }
     } else if (key == keys::kRound || key == keys::kAttempt) {
@@ -92,10 +90,9 @@ JobStatus interpret_job_keys(Backend backend,
   } else if (!rounds.empty()) {
     s.round = rounds.rbegin()->first;
     s.forming = counter > s.round;
-    const auto j = nlohmann::json::parse(rounds.rbegin()->second, nullptr, false);
-    if (j.is_object()) {
-      members = j.value("participants", std::vector<std::string>());
-      nproc = j.value("nproc", std::vector<int>());
+    if (auto round = records::parse_round(rounds.rbegin()->second)) {
+      members = std::move(round->participants);
+      nproc = std::move(round->nproc);
     }
   }
   int next_rank = 0;

@@ -21,8 +21,10 @@ EtcdJobStoreSpec etcd_spec(const RendezvousConfig& c) {
                           c.heartbeat_timeout, c.reconnect_timeout, c.etcd_tls};
 }
 
+// The static backend's store is node 0's, at its store port; c10d's at the endpoint.
 TcpJobStoreSpec tcp_spec(const RendezvousConfig& c) {
-  return TcpJobStoreSpec{c.run_id,       c.endpoint_host,     c.endpoint_port,
+  const int port = c.backend == Backend::kStatic ? c.store_port : c.endpoint_port;
+  return TcpJobStoreSpec{c.run_id,       c.endpoint_host,     port,
                          c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
 }
 
@@ -33,18 +35,14 @@ std::shared_ptr<JobStore> make_job_store(boost::asio::io_context& io, const Rend
   if (c.backend == Backend::kEtcdV3) {
     return std::make_shared<EtcdJobStore>(io.get_executor(), etcd_spec(c));
   }
-  TcpJobStoreSpec spec = tcp_spec(c);
-  if (c.backend == Backend::kStatic) spec.port = c.store_port;
-  return std::make_shared<TcpJobStore>(io.get_executor(), spec);
+  return std::make_shared<TcpJobStore>(io.get_executor(), tcp_spec(c));
 }
 
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& c) {
   if (c.max_nodes == 1) return std::make_shared<LocalRendezvous>(io, c);
   std::unique_ptr<store::StoreThread> server;
-  TcpJobStoreSpec spec = tcp_spec(c);
   if (c.backend == Backend::kStatic) {
-    spec.port = c.store_port;
     if (c.node_rank == 0) {
       store::ServerOptions o;
       o.host = c.store_host;
@@ -52,7 +50,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
       o.in_agent = true;
       server = std::make_unique<store::StoreThread>(o);
     }
-    auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
+    auto store = std::make_shared<TcpJobStore>(io.get_executor(), tcp_spec(c));
     return StaticRendezvous::create(io, c, store, std::move(server));
   }
   std::string node_id = fmt::format("{}_{}_{:x}", c.host, ::getpid(), std::random_device{}());
@@ -71,7 +69,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
       if (c.host_store == RendezvousConfig::HostStore::kYes) throw;
     }
   }
-  auto store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
+  auto store = std::make_shared<TcpJobStore>(io.get_executor(), tcp_spec(c));
   return ElasticRendezvous::create(io, c, std::move(node_id), store, std::move(server));
 }
 

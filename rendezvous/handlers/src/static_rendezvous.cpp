@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddprun/job_store/tcp_job_store.hpp"
+#include "ddprun/rendezvous/job_records.hpp"
 #include "ddprun/store/errors.hpp"
 #include "job_keys.hpp"
 
@@ -38,7 +39,7 @@ std::shared_ptr<StaticRendezvous> StaticRendezvous::create(
   // they are there for every peer's check (a peer that connected first would otherwise fix them).
   if (server) {
     const std::string key = TcpJobStore::server_key(config.run_id, std::string(keys::kSettings));
-    const std::string value = settings_record(job_wide(config));
+    const std::string value = records::settings_text(job_wide(config));
     server->call([&](store::StoreServer& s) { s.store().set(key, value); });
   }
   return std::shared_ptr<StaticRendezvous>(
@@ -54,7 +55,7 @@ asio::awaitable<void> StaticRendezvous::join() {
   WatchSet everything;
   everything.prefixes.push_back("");
   co_await open(keys::key(keys::kNodes, config_.node_rank),
-                node_record(config_.nproc, config_.host), std::move(everything));
+                records::node_text(config_.nproc, config_.host), std::move(everything));
   // The first node to get here starts the job at attempt 0; the others read what is there.
   const std::string attempt = co_await store().compare_set(std::string(keys::kAttempt), "", "0");
   attempt_ = std::max(attempt_, std::stoi(attempt));

@@ -35,6 +35,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "ddprun/rendezvous/job_records.hpp"
 #include "ddprun/rendezvous/job_session.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
@@ -80,11 +81,6 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   const std::string& node_id() const { return node_id_; }
 
  private:
-  struct Record {
-    std::vector<std::string> participants;
-    std::vector<int> nproc;
-    int restarts = 0;
-  };
   // A node's part in a round (place/<id>).
   struct Placement {
     int round = -1;
@@ -104,9 +100,9 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
                     std::shared_ptr<JobStore> store, std::unique_ptr<store::StoreThread> server);
   void on_event(const KeyEvent& e) override;
   std::string propose(int round) const;
-  static Record parse_record(const std::string& json);
+  static records::Round parse_record(const std::string& text);
   static Placement parse_placement(const std::string& json);
-  static std::string placement_record(const Record& rec, int round, const std::string& id);
+  static std::string placement_record(const records::Round& rec, int round, const std::string& id);
   static Tagged parse_tagged(const std::string& value);
   boost::asio::awaitable<void> advance_round(int number, bool failed, int restarts);
   // After a hang in `r`: puts `value` under <prefix><round>/<this node> and returns every node's
@@ -129,7 +125,7 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   // Ends round `n` as its leader: says why (once), then advances the round.
   boost::asio::awaitable<void> end_led_round(int n, std::string why, int restarts);
   // Why round `n` (record `rec`) must end now, or "".
-  std::string reason_to_end(int n, const Record& rec) const;
+  std::string reason_to_end(int n, const records::Round& rec) const;
 
   boost::asio::io_context& io_;
   RendezvousConfig config_;
@@ -152,7 +148,7 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   // store).
   std::map<std::string, int> nodes_;  // id -> nproc
   uint64_t membership_ = 0;           // changes of nodes_ seen
-  std::map<int, Record> rounds_;
+  std::map<int, records::Round> rounds_;
   std::map<int, std::set<std::string>> done_;
   // What a hang's nodes share: key prefix (hang_frames/, hang_frozen/) -> round -> node -> value.
   std::map<std::string, std::map<int, std::map<std::string, std::string>>> hang_shared_;

@@ -23,8 +23,6 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
  public:
   // Job-wide settings as (flag, value); see agree_on().
   using Settings = std::vector<std::pair<std::string, std::string>>;
-  // The value of the key "settings" for `settings`.
-  static std::string settings_record(const Settings& settings);
 
   virtual ~JobSession();
   // Leaves the store (the presence key vanishes); the event pump and every wait end.
@@ -71,8 +69,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   // For waits that stop_waiting() releases: clear at their start, set by stop_waiting().
   bool stop_requested() const { return stop_waiting_; }
   void clear_stop_request() { stop_waiting_ = false; }
-  // The value of a node's presence key, {"nproc": N, "host": H, "since_ms": wall clock}.
-  static std::string node_record(int nproc, const std::string& host);
+  // The workers of the node whose presence record (job_records.hpp) is `record`; 1 where it does
+  // not say.
   static int nproc_of_record(const std::string& record);
   JobStore& store() { return *store_; }
   // Whether someone listens to membership changes (set_membership_listener()).

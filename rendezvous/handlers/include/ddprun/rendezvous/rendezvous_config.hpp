@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "ddprun/job_store/etcd_endpoint.hpp"
+#include "ddprun/job_store/job_timeouts.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 
 namespace ddprun::rendezvous {
@@ -45,10 +46,10 @@ struct RendezvousConfig {
   std::vector<EtcdEndpoint> etcd_endpoints;
   std::string etcd_prefix = "/ddprun/";
   EtcdTls etcd_tls;
-  std::chrono::milliseconds join_timeout{600'000};
-  std::chrono::milliseconds heartbeat_timeout{5'000};
+  std::chrono::milliseconds join_timeout = kDefaultJoinTimeout;
+  std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // c10d: how long agents ride out losing a standalone store (ddprund), workers running.
-  std::chrono::milliseconds reconnect_timeout{30'000};
+  std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds barrier_timeout{300'000};
 };

@@ -28,6 +28,7 @@
 
 #include "ddprun/job_store/etcd_endpoint.hpp"
 #include "ddprun/job_store/job_store.hpp"
+#include "ddprun/job_store/job_timeouts.hpp"
 
 namespace boost::asio::ssl {
 class context;
@@ -49,10 +50,10 @@ struct EtcdJobStoreSpec {
   std::vector<EtcdEndpoint> endpoints;  // the cluster's members, any order
   std::string prefix = "/ddprun/";
   std::string run_id;
-  std::chrono::milliseconds join_timeout{600'000};
-  std::chrono::milliseconds heartbeat_timeout{5'000};
+  std::chrono::milliseconds join_timeout = kDefaultJoinTimeout;
+  std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // How long a node whose lease lapsed tries to rejoin before it gives the store up for lost.
-  std::chrono::milliseconds reconnect_timeout{30'000};
+  std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   EtcdTls tls;
 };
 

@@ -37,6 +37,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/job_store/job_store.hpp"
+#include "ddprun/job_store/job_timeouts.hpp"
 #include "ddprun/store/async_store_client.hpp"
 
 namespace ddprun::store {
@@ -50,10 +51,10 @@ struct TcpJobStoreSpec {
   std::string run_id;
   std::string host;
   int port = 0;
-  std::chrono::milliseconds join_timeout{600'000};
-  std::chrono::milliseconds heartbeat_timeout{5'000};
+  std::chrono::milliseconds join_timeout = kDefaultJoinTimeout;
+  std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // How long a standalone store (ddprund) that went away is waited for, workers running.
-  std::chrono::milliseconds reconnect_timeout{30'000};
+  std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
 };
 
 class TcpJobStore final : public JobStore, public std::enable_shared_from_this<TcpJobStore> {
