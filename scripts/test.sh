@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh clone: installs what is missing, builds, runs the libFuzzer target
 # for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop,
 # the latter with torch 1.13 and, labelled torch2, torch 2.14), then the multi-node tests on a
-# sanitizer build (scripts/sanitize-test.sh). Exits non-zero on any failure.
+# sanitizer build (scripts/sanitize-test.sh). A warning from g++ 12 or clang 14 (-Wall -Wextra) fails
+# it too. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,8 @@ if grep -q 'warning:' "$scratch/build.log"; then
   echo "test: the build printed warnings" >&2
   exit 1
 fi
+# And under clang 14's front end, with the same flags (about 2 minutes on 2 cores).
+python3 scripts/clang-warnings.py "$build"
 
 # The frame parser under libFuzzer with ASan and UBSan (clang-only, so it has its own build).
 fuzz_build=${build}-fuzz

@@ -75,7 +75,8 @@ std::optional<WorkerStack> last_python_stack(std::string_view output) {
 
 std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (const auto& [rank, frame] : frame_of_rank) {
+  for (const auto& [rank, frame_text] : frame_of_rank) {
+    const std::string& frame = frame_text;  // (clang 14 cannot capture a structured binding)
     auto it =
         std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == frame; });
     if (it == groups.end()) {
