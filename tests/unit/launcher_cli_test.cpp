@@ -81,6 +81,11 @@ TEST_CASE("cli: every rdzv_conf value is checked for its kind up front", "[cli]"
              "--rdzv_conf=keep_alive_interval=0.25,keep_alive_max_attempt=4", "t.py"}),
       {}, nullptr);
   CHECK(a.rdzv.heartbeat_timeout == std::chrono::milliseconds(1000));
+  // Either half of the older pair alone takes torchrun's default for the other (5 s, 3 attempts).
+  CHECK(parse({"--rdzv_conf=keep_alive_max_attempt=2", "t.py"}).rdzv.heartbeat_timeout ==
+        std::chrono::seconds(10));
+  CHECK(parse({"--rdzv_conf=keep_alive_interval=1", "t.py"}).rdzv.heartbeat_timeout ==
+        std::chrono::seconds(3));
 }
 
 TEST_CASE("cli: --help lists every option of the table, both spellings", "[cli]") {
