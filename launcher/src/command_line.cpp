@@ -207,10 +207,10 @@ std::chrono::milliseconds parse_positive_seconds(const std::string& text, const 
 }
 
 // --redirects, --tee, --local_ranks_filter and the duplicate filters, for `nproc` workers.
-void read_log_options(const OptionTexts& o, LaunchConfig& c) {
+void read_log_options(const OptionTexts& o, int nproc, LaunchConfig& c) {
   try {
-    c.redirects = agent::parse_std_spec(o["redirects"], c.rdzv.nproc);
-    c.tee = agent::parse_std_spec(o["tee"], c.rdzv.nproc);
+    c.redirects = agent::parse_std_spec(o["redirects"], nproc);
+    c.tee = agent::parse_std_spec(o["tee"], nproc);
     c.console_ranks = agent::parse_rank_filter(o["local_ranks_filter"]);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
@@ -366,8 +366,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   r.max_restarts = parse_int(o["max_restarts"], "--max_restarts");
   if (r.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
   r.node_rank = parse_int(o["node_rank"], "--node_rank");
-  c.rdzv.nproc = r.nproc;
-  read_log_options(o, c);
+  read_log_options(o, r.nproc, c);
   read_watch_options(o, c);
   read_worker_options(o, env, dialect, c);
   parse_head_node(o, c);

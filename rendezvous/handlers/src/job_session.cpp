@@ -33,8 +33,11 @@ namespace {
 std::string disagreement(const JobSession::Settings& mine, const std::string& theirs) {
   const auto job = records::parse_settings(theirs);
   for (const auto& [flag, value] : mine) {
-    const auto it = job ? job->find(flag) : std::map<std::string, std::string>::const_iterator();
-    const std::string other = !job ? theirs : it == job->end() ? "(unset)" : it->second;
+    std::string other = theirs;  // not an object: shown whole
+    if (job) {
+      const auto it = job->find(flag);
+      other = it == job->end() ? "(unset)" : it->second;
+    }
     if (other != value) {
       return fmt::format(
           "this node's {}={} differs from the job's {}={} (fixed by the first node to join): every "
