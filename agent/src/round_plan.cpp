@@ -43,23 +43,27 @@ std::vector<std::string> worker_argv(const std::vector<std::string>& entrypoint,
   return argv;
 }
 
-// The stream plan of one standard stream of one worker: tee beats redirect beats the console
-// filter.
-StreamTarget plan_stream(bool tee, bool redirect, bool on_console, bool watched,
-                         const fs::path& file, TeeTarget& tee_target, int console_fd,
+// Where one standard stream of one worker goes: tee beats redirect beats the console filter.
+struct StreamRoute {
+  StreamTarget spawn;  // what the worker's descriptor is
+  TeeTarget tee;       // with a pipe: where the agent copies it
+};
+
+StreamRoute route_stream(bool tee, bool redirect, bool on_console, bool watched,
+                         const fs::path& file, int console_fd,
                          const std::shared_ptr<FilteredLog>& duplicate) {
+  const StreamTarget pipe{StreamTarget::Kind::kPipe, {}};
   if (tee) {
-    tee_target = {file.string(), on_console ? console_fd : -1, on_console ? duplicate : nullptr};
-    return {StreamTarget::Kind::kPipe, {}};
+    return {pipe, {file.string(), on_console ? console_fd : -1, on_console ? duplicate : nullptr}};
   }
   if (watched) {
     // Hang detection reads the output as progress: through the agent, to where it would go.
-    tee_target = {redirect ? file.string() : std::string(),
-                  !redirect && on_console ? console_fd : -1, nullptr, true};
-    return {StreamTarget::Kind::kPipe, {}};
+    return {pipe,
+            {redirect ? file.string() : std::string(), !redirect && on_console ? console_fd : -1,
+             nullptr, true}};
   }
-  if (redirect) return {StreamTarget::Kind::kFile, file.string()};
-  if (!on_console) return {StreamTarget::Kind::kDevNull, {}};
+  if (redirect) return {{StreamTarget::Kind::kFile, file.string()}, {}};
+  if (!on_console) return {{StreamTarget::Kind::kDevNull, {}}, {}};
   return {};
 }
 
@@ -120,10 +124,16 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
     }
     l.spawn.env = worker_environment(cfg.env, attempt, l.id, l.error_file);
     const bool watched = cfg.hang.mode != HangPolicy::Mode::kOff;
-    l.spawn.out = plan_stream(includes_out(cfg.tee[r]), includes_out(cfg.redirects[r]), on_console,
-                              watched, dir / "stdout.log", l.tee_out, STDOUT_FILENO, dup_out);
-    l.spawn.err = plan_stream(includes_err(cfg.tee[r]), includes_err(cfg.redirects[r]), on_console,
-                              watched, dir / "stderr.log", l.tee_err, STDERR_FILENO, dup_err);
+    const StreamRoute out =
+        route_stream(includes_out(cfg.tee[r]), includes_out(cfg.redirects[r]), on_console, watched,
+                     dir / "stdout.log", STDOUT_FILENO, dup_out);
+    const StreamRoute err =
+        route_stream(includes_err(cfg.tee[r]), includes_err(cfg.redirects[r]), on_console, watched,
+                     dir / "stderr.log", STDERR_FILENO, dup_err);
+    l.spawn.out = out.spawn;
+    l.tee_out = out.tee;
+    l.spawn.err = err.spawn;
+    l.tee_err = err.tee;
   }
   return launches;
 }
