@@ -102,8 +102,9 @@ class NodeAgent {
       events_.set_observer(
           [this](const std::string& e, const nlohmann::json& f) { metrics_.consume(e, f); });
       metrics_server_ = std::make_unique<store::MetricsServer>(
-          io_, static_cast<uint16_t>(*cfg.metrics_port), [this] { return metrics_.render(); });
-      spdlog::info("metrics at http://*:{}/metrics", metrics_server_->port());
+          io_, cfg.metrics_addr, static_cast<uint16_t>(*cfg.metrics_port),
+          [this] { return metrics_.render(); });
+      spdlog::info("metrics at http://{}:{}/metrics", cfg.metrics_addr, metrics_server_->port());
     }
     group_.set_event_log(&events_);
     group_.watch_uninterruptible(cfg.uninterruptible_timeout);

@@ -17,7 +17,7 @@ namespace ddprun::agent {
 EventLog::EventLog(const std::string& path, int console_fd, std::string node, std::string run_id)
     : console_fd_(console_fd), node_(std::move(node)), run_id_(std::move(run_id)) {
   if (path.empty()) return;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd_ < 0) {
     throw std::system_error(errno, std::generic_category(), "--event_log " + path);
   }

@@ -62,7 +62,7 @@ StreamFds open_target(const StreamTarget& t) {
       if (fds.child.get() < 0) throw_errno("open /dev/null");
       break;
     case StreamTarget::Kind::kFile:
-      fds.child.reset(::open(t.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      fds.child.reset(::open(t.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
       if (fds.child.get() < 0)
         throw std::system_error(errno, std::generic_category(), "open " + t.path);
       break;

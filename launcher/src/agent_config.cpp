@@ -56,6 +56,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.placement = c.placement;
   a.event_log = c.event_log;
   a.metrics_port = c.metrics_port;
+  a.metrics_addr = c.metrics_addr;
   a.hang = c.hang;
   if (a.hang.mode != agent::HangPolicy::Mode::kOff && !a.python_workers) {
     // Native workers' stacks on a hang: gdb, where it is on PATH.

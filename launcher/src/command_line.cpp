@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
+#include <boost/asio/ip/address.hpp>
 
 #include "command_line_parts.hpp"
 #include "completion.hpp"
@@ -250,6 +251,14 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
                                                     "--health_check_timeout", "must be positive");
   }
   if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
+  if (!o["metrics_addr"].empty()) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address(o["metrics_addr"], ec);
+    if (ec) {
+      throw UsageError(fmt::format("--metrics_addr: '{}' is not an IP address", o["metrics_addr"]));
+    }
+    c.metrics_addr = o["metrics_addr"];
+  }
   c.preload = parse_preload(o["preload"]);
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
 }

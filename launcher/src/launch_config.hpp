@@ -68,10 +68,11 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   std::string training_script;
   std::vector<std::string> training_script_args;
-  std::string event_log;            // --event_log FILE
-  std::optional<int> metrics_port;  // --metrics_port
-  agent::HangPolicy hang;           // --hang_timeout SECONDS|auto
-  std::string health_check;         // --health_check: a shell command; "" none
+  std::string event_log;                                     // --event_log FILE
+  std::optional<int> metrics_port;                           // --metrics_port
+  std::string metrics_addr = store::kDefaultMetricsAddress;  // --metrics_addr, a valid address
+  agent::HangPolicy hang;                                    // --hang_timeout SECONDS|auto
+  std::string health_check;  // --health_check: a shell command; "" none
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
   agent::PreloadSpec preload;                              // --preload MODULE,...|auto
 

@@ -40,7 +40,10 @@ const std::vector<OptionSpec>& option_table() {
        "append one JSON object per line to FILE for every event this agent sees (rounds, nodes "
        "joining and leaving, workers started and exited, restarts, the exit barrier, the end)"},
       {"--metrics_port,--metrics-port", "metrics_port", "PORT",
-       "serve this agent's Prometheus metrics at http://*:PORT/metrics (0 picks a free port)"},
+       "serve this agent's Prometheus metrics at http://ADDR:PORT/metrics (0 picks a free port)"},
+      {"--metrics_addr,--metrics-addr", "metrics_addr", "ADDR",
+       "the address --metrics_port listens on (default 127.0.0.1, this host only; :: or 0.0.0.0 "
+       "every address)"},
       {"--hang_timeout,--hang-timeout", "hang_timeout", "S|auto",
        "a worker without progress (a heartbeat, a torch timer, or while it sends no heartbeat a "
        "line of output) for S seconds is hung: the group stops and restarts as for a failure; auto "

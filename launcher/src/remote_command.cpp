@@ -111,6 +111,9 @@ std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index) {
   if (!c.log_dir.empty()) args.push_back(fmt::format("--log_dir={}", c.log_dir));
   if (!c.event_log.empty()) args.push_back(fmt::format("--event_log={}", c.event_log));
   if (c.metrics_port) args.push_back(fmt::format("--metrics_port={}", *c.metrics_port));
+  if (c.metrics_addr != store::kDefaultMetricsAddress) {
+    args.push_back(fmt::format("--metrics_addr={}", c.metrics_addr));
+  }
   if (c.hang.mode == agent::HangPolicy::Mode::kAuto) args.push_back("--hang_timeout=auto");
   if (c.hang.mode == agent::HangPolicy::Mode::kFixed) {
     args.push_back(

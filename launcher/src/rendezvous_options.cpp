@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/agent/split.hpp"
+#include "ddprun/store/errors.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "launch_config.hpp"
 #include "option_values.hpp"
@@ -22,6 +23,7 @@ struct RdzvConf {
   std::optional<bool> is_host;
   std::optional<std::string> etcd_prefix;
   std::optional<std::string> protocol;
+  std::optional<std::string> auth_token_file;
   std::map<std::string, std::string> tls_files;  // by the name given (cacert, ca_cert, ...)
 };
 
@@ -41,6 +43,8 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
     {"store_type", ConfKind::kText},
     {"etcd_prefix", ConfKind::kText},
     {"protocol", ConfKind::kText},
+    // ddprun's: the token every connection to the job's store proves (c10d, static).
+    {"auth_token_file", ConfKind::kText},
     // etcd over TLS, with torchrun's etcd-v2 spellings beside etcd's own.
     {"cacert", ConfKind::kTlsFile},
     {"cert", ConfKind::kTlsFile},
@@ -99,6 +103,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       case ConfKind::kText:
         if (key == "etcd_prefix") conf.etcd_prefix = value;
         if (key == "protocol") conf.protocol = value;
+        if (key == "auth_token_file") conf.auth_token_file = value;
         break;
       case ConfKind::kTlsFile:
         conf.tls_files[key] = value;
@@ -150,6 +155,25 @@ rendezvous::EtcdTls etcd_tls(const RdzvConf& conf) {
     throw UsageError(fmt::format("--rdzv_conf: {}", e.what()));
   }
   return tls;
+}
+
+// --rdzv_conf auth_token_file: read once, here.
+store::Token auth_token(const std::string& path, const rendezvous::RendezvousConfig& r) {
+  if (r.backend == rendezvous::Backend::kEtcdV3) {
+    throw UsageError(
+        "--rdzv_conf auth_token_file: for the c10d and static backends; etcd authenticates with "
+        "user and password_file");
+  }
+  if (r.run_id.find('/') != std::string::npos) {
+    throw UsageError(fmt::format(
+        "--rdzv_id={}: with a token, a run id has no '/' (its keys would hold another job's)",
+        r.run_id));
+  }
+  try {
+    return store::Token::from_file(path);
+  } catch (const store::StoreError& e) {
+    throw UsageError(fmt::format("--rdzv_conf auth_token_file: {}", e.what()));
+  }
 }
 
 rendezvous::Backend parse_backend(const std::string& name) {
@@ -289,6 +313,7 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
     r.store_port = r.endpoint_port;
     r.master_addr = o.local_addr.empty() ? "127.0.0.1" : o.local_addr;
   }
+  if (conf.auth_token_file) r.auth_token = auth_token(*conf.auth_token_file, r);
   return r;
 }
 

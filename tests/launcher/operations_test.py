@@ -214,14 +214,20 @@ def scrape(port, path="/metrics"):
 
 
 def metrics_port(log):
+    """The port of the metrics line in `log`, after checking that it listens on loopback only."""
     m = None
     def found():
         nonlocal m
         with open(log) as f:
-            m = re.search(r"metrics at http://\*:(\d+)/metrics", f.read())
+            m = re.search(r"metrics at http://([^ ]+):(\d+)/metrics", f.read())
         return m is not None
     wait_for(found, f"the metrics line in {log}")
-    return int(m.group(1))
+    port = int(m.group(2))
+    assert m.group(1) == "127.0.0.1", m.group(0)
+    listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                               text=True, check=True).stdout.split()
+    assert listening[3] == f"127.0.0.1:{port}", listening
+    return port
 
 
 def case_metrics_are_scraped_while_a_job_runs():

@@ -25,7 +25,8 @@ EtcdJobStoreSpec etcd_spec(const RendezvousConfig& c) {
 TcpJobStoreSpec tcp_spec(const RendezvousConfig& c) {
   const int port = c.backend == Backend::kStatic ? c.store_port : c.endpoint_port;
   return TcpJobStoreSpec{c.run_id,       c.endpoint_host,     port,
-                         c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout};
+                         c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout,
+                         c.auth_token};
 }
 
 }  // namespace
@@ -48,6 +49,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
       o.host = c.store_host;
       o.port = static_cast<uint16_t>(c.store_port);
       o.in_agent = true;
+      o.secret = c.auth_token;
       server = std::make_unique<store::StoreThread>(o);
     }
     auto store = std::make_shared<TcpJobStore>(io.get_executor(), tcp_spec(c));
@@ -62,6 +64,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
     store::ServerOptions o;
     o.port = static_cast<uint16_t>(c.endpoint_port);
     o.in_agent = true;
+    o.secret = c.auth_token;
     try {
       server = std::make_unique<store::StoreThread>(o);
     } catch (const store::StoreError&) {

@@ -17,10 +17,12 @@ using Clock = std::chrono::steady_clock;
 
 StaticRendezvous::StaticRendezvous(asio::io_context& io, RendezvousConfig config,
                                    std::shared_ptr<JobStore> store,
-                                   std::unique_ptr<store::StoreThread> server)
+                                   std::unique_ptr<store::StoreThread> server,
+                                   std::unique_ptr<store::StoreThread> worker_server)
     : JobSession(io.get_executor(), std::move(store)),
       config_(std::move(config)),
-      server_(std::move(server)) {}
+      server_(std::move(server)),
+      worker_server_(std::move(worker_server)) {}
 
 namespace {
 
@@ -37,13 +39,22 @@ std::shared_ptr<StaticRendezvous> StaticRendezvous::create(
     std::unique_ptr<store::StoreThread> server) {
   // Node 0 hosts the store, so its settings are the job's: written before any peer can connect,
   // they are there for every peer's check (a peer that connected first would otherwise fix them).
+  std::unique_ptr<store::StoreThread> worker_server;
   if (server) {
-    const std::string key = TcpJobStore::server_key(config.run_id, std::string(keys::kSettings));
-    const std::string value = records::settings_text(job_wide(config));
-    server->call([&](store::StoreServer& s) { s.store().set(key, value); });
+    std::vector<std::pair<std::string, std::string>> first = {
+        {std::string(keys::kSettings), records::settings_text(job_wide(config))}};
+    if (config.auth_token) {
+      worker_server = std::make_unique<store::StoreThread>(store::ServerOptions{});
+      first.emplace_back(keys::kMaster, std::to_string(worker_server->port()));
+    }
+    server->call([&](store::StoreServer& s) {
+      for (const auto& [key, value] : first) {
+        s.store().set(TcpJobStore::server_key(config.run_id, key), value);
+      }
+    });
   }
-  return std::shared_ptr<StaticRendezvous>(
-      new StaticRendezvous(io, std::move(config), std::move(store), std::move(server)));
+  return std::shared_ptr<StaticRendezvous>(new StaticRendezvous(
+      io, std::move(config), std::move(store), std::move(server), std::move(worker_server)));
 }
 
 StaticRendezvous::~StaticRendezvous() = default;
@@ -69,6 +80,11 @@ void StaticRendezvous::on_event(const KeyEvent& e) {
       nodes_.erase(rank);
     } else {
       nodes_[rank] = nproc_of_record(e.value);
+    }
+  } else if (k == keys::kMaster && !e.deleted) {
+    try {
+      worker_port_ = std::stoi(e.value);
+    } catch (const std::exception&) {  // not written by an agent: nothing to act on
     }
   } else if (k == keys::kAttempt && !e.deleted) {
     attempt_ = std::max(attempt_, std::stoi(e.value));
@@ -136,8 +152,14 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
 }
 
 asio::awaitable<std::optional<WorkerStoreAddress>> StaticRendezvous::worker_store(Round) {
-  // torchrun's static rendezvous: the workers use the job's store, node 0's.
-  co_return WorkerStoreAddress{config_.master_addr, config_.store_port};
+  // torchrun's static rendezvous: the workers use the job's store, node 0's; with a token, the
+  // store node 0 hosts for them beside it.
+  if (!config_.auth_token) co_return WorkerStoreAddress{config_.master_addr, config_.store_port};
+  if (!co_await wait_until([this] { return worker_port_ != 0; },
+                           Clock::now() + config_.join_timeout)) {
+    throw store::StoreTimeout("node 0 did not publish the workers' store");
+  }
+  co_return WorkerStoreAddress{config_.master_addr, worker_port_};
 }
 
 asio::awaitable<void> StaticRendezvous::announce_stop(int signo) {

@@ -56,13 +56,18 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
 
  private:
   StaticRendezvous(boost::asio::io_context& io, RendezvousConfig config,
-                   std::shared_ptr<JobStore> store, std::unique_ptr<store::StoreThread> server);
+                   std::shared_ptr<JobStore> store, std::unique_ptr<store::StoreThread> server,
+                   std::unique_ptr<store::StoreThread> worker_server);
   void on_event(const KeyEvent& e) override;
   boost::asio::awaitable<void> advance(int attempt);
   bool present(int node) const { return nodes_.contains(node); }
 
   RendezvousConfig config_;
   std::unique_ptr<store::StoreThread> server_;
+  // With a token, the job's store serves agents only: node 0 hosts the workers' store beside it,
+  // and publishes its port under keys::kMaster (0 until this node knows it).
+  std::unique_ptr<store::StoreThread> worker_server_;
+  int worker_port_ = 0;
   std::map<int, int> nodes_;  // node rank -> nproc
   int attempt_ = 0;
   std::map<int, std::set<int>> done_;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "client_auth.hpp"
 #include "client_socket.hpp"
 #include "ddprun/store/errors.hpp"
 
@@ -78,6 +79,7 @@ asio::awaitable<void> AsyncStoreClient::open() {
     throw StoreConnectionError(
         fmt::format("{} did not answer PING like a TCPStore server", socket_->endpoint_name()));
   }
+  if (options_.credential) co_await authenticate(*socket_, *options_.credential);
 }
 
 std::string AsyncStoreClient::full_key(std::string_view key) const {
@@ -360,7 +362,9 @@ asio::awaitable<ServerInfo> AsyncStoreClient::server_info() {
   co_await send(request(wire::Op::kServerInfo));
   ServerInfo info;
   info.instance = static_cast<uint64_t>(co_await socket_->read_i64());
-  info.in_agent = (co_await socket_->read_u8() & wire::kServerInAgent) != 0;
+  const uint8_t flags = co_await socket_->read_u8();
+  info.in_agent = (flags & wire::kServerInAgent) != 0;
+  info.needs_auth = (flags & wire::kServerNeedsAuth) != 0;
   op.done();
   co_return info;
 }

@@ -52,7 +52,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::optional<uint16_t> metrics_port;
   app.add_option("--metrics-port", metrics_port,
-                 "Serve Prometheus metrics at http://*:PORT/metrics (0 picks a free port)");
+                 "Serve Prometheus metrics at http://ADDR:PORT/metrics (0 picks a free port)");
+  std::string metrics_addr = ddprun::store::kDefaultMetricsAddress;
+  app.add_option("--metrics-addr,--metrics_addr", metrics_addr,
+                 "The address metrics are served on (:: or 0.0.0.0: every address)")
+      ->capture_default_str();
+  std::string token_file;
+  app.add_option("--auth-token-file,--auth_token_file", token_file,
+                 "Serve only connections that prove they hold this file's secret (every key) or a "
+                 "job's token derived from it (`ddprun token`: that job's keys)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -65,6 +73,12 @@ int main(int argc, char** argv) {
   }
   options.partial_request_timeout = std::chrono::milliseconds(partial_timeout_ms);
   options.expected_clients = options.listen_backlog;
+  try {
+    if (!token_file.empty()) options.secret = ddprun::store::Token::from_file(token_file);
+  } catch (const ddprun::store::StoreError& e) {
+    std::cerr << "ddprund: --auth-token-file: " << e.what() << '\n';
+    return 2;
+  }
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprund"));
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -75,12 +89,14 @@ int main(int argc, char** argv) {
   try {
     ddprun::store::StoreServer server(io, options);
     std::cout << server.port() << std::endl;
-    spdlog::info("listening on {}:{}", options.host.empty() ? "*" : options.host, server.port());
+    spdlog::info("listening on {}:{}{}", options.host.empty() ? "*" : options.host, server.port(),
+                 options.secret ? ", connections must authenticate" : "");
     std::unique_ptr<ddprun::store::MetricsServer> metrics;
     if (metrics_port) {
       metrics = std::make_unique<ddprun::store::MetricsServer>(
-          io, *metrics_port, [&server] { return ddprun::store::store_metrics(server); });
-      spdlog::info("metrics at http://*:{}/metrics", metrics->port());
+          io, metrics_addr, *metrics_port,
+          [&server] { return ddprun::store::store_metrics(server); });
+      spdlog::info("metrics at http://{}:{}/metrics", metrics_addr, metrics->port());
     }
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](boost::system::error_code ec, int signo) {

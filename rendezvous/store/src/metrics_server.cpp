@@ -88,24 +88,24 @@ asio::awaitable<void> accept_loop(std::shared_ptr<MetricsServer::State> state) {
 
 }  // namespace
 
-MetricsServer::MetricsServer(asio::io_context& io, uint16_t port,
+MetricsServer::MetricsServer(asio::io_context& io, const std::string& address, uint16_t port,
                              std::function<std::string()> render)
     : state_(std::make_shared<State>(io)) {
   state_->render = std::move(render);
   boost::system::error_code ec;
-  tcp::endpoint ep(tcp::v6(), port);
+  const asio::ip::address addr = asio::ip::make_address(address, ec);
+  if (ec) throw StoreError(fmt::format("metrics: '{}' is not an IP address", address));
+  tcp::endpoint ep(addr, port);
   state_->acceptor.open(ep.protocol(), ec);
-  if (!ec) {
+  if (!ec && addr.is_v6() && addr.to_v6().is_unspecified()) {
     state_->acceptor.set_option(asio::ip::v6_only(false), ec);
-  } else {
-    ep = tcp::endpoint(tcp::v4(), port);
-    state_->acceptor.open(ep.protocol(), ec);
   }
   if (!ec) state_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) state_->acceptor.bind(ep, ec);
   if (!ec) state_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    throw StoreError(fmt::format("metrics: cannot listen on port {}: {}", port, ec.message()));
+    throw StoreError(
+        fmt::format("metrics: cannot listen on {}:{}: {}", address, port, ec.message()));
   }
   asio::co_spawn(io, accept_loop(state_), asio::detached);
 }

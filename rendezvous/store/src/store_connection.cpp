@@ -39,7 +39,11 @@ StoreConnection::StoreConnection(std::shared_ptr<StoreServer::State> state,
       peer_name_(describe(socket_)),
       parser_(state_->options.limits),
       drained_(socket_.get_executor(), Clock::time_point::max()),
-      last_rx_(Clock::now()) {}
+      auth_(state_->options.secret ? Auth::kExpected : Auth::kNotNeeded),
+      accepted_(Clock::now()),
+      last_rx_(accepted_) {
+  parser_.handshake_only(auth_ == Auth::kExpected);
+}
 
 void StoreConnection::start() {
   boost::system::error_code ec;
@@ -66,9 +70,10 @@ asio::awaitable<void> StoreConnection::read_loop() {
         continue;
       }
     }
+    if (closing_) co_return;  // nothing more is read from a connection about to close
     auto [wait_ec] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read,
                                                  asio::as_tuple(asio::use_awaitable));
-    if (closed_) co_return;
+    if (closed_ || closing_) co_return;
     if (wait_ec) {
       close(wait_ec.message());
       co_return;
@@ -117,7 +122,7 @@ void StoreConnection::process(std::string_view in) {
     if (!handle(req)) break;
   }
   batching_ = false;
-  if (closed_) return;
+  if (closed_ || closing_) return;  // what is left goes unread
   const std::string_view rest = in.substr(pos);
   if (backlogged()) {
     held_input_.assign(rest);  // (at most one read's worth: the socket is not read meanwhile)
@@ -176,6 +181,10 @@ void StoreConnection::flush() {
                       }
                       self->out_.consume(n);
                       self->state_->counters.bytes_sent += n;
+                      if (!self->refusal_.empty() && self->out_.empty()) {
+                        self->close(self->refusal_);
+                        return;
+                      }
                       if (!self->backlogged()) {
                         self->backlogged_since_.reset();
                         self->drained_.cancel();
@@ -199,7 +208,12 @@ std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline
   // timeout to read its replies.
   if (backlogged_since_) return *backlogged_since_ + state_->options.partial_request_timeout;
   std::optional<Clock::time_point> deadline;
-  if (keepalive_.count() > 0) deadline = last_rx_ + keepalive_;
+  if (auth_ == Auth::kExpected || auth_ == Auth::kChallenged) {
+    deadline = accepted_ + state_->options.auth_timeout;
+  }
+  if (keepalive_.count() > 0) {
+    deadline = deadline ? std::min(*deadline, last_rx_ + keepalive_) : last_rx_ + keepalive_;
+  }
   if (request_since_) {
     const auto stall = *request_since_ + state_->options.partial_request_timeout;
     deadline = deadline ? std::min(*deadline, stall) : stall;
@@ -235,6 +249,13 @@ void StoreConnection::arm_timer() {
       self->last_rx_ = now;
       self->arm_timer();
       return;
+    }
+    if (self->auth_ == Auth::kExpected || self->auth_ == Auth::kChallenged) {
+      if (now >= self->accepted_ + self->state_->options.auth_timeout) {
+        self->close(fmt::format("did not authenticate within {} ms",
+                                self->state_->options.auth_timeout.count()));
+        return;
+      }
     }
     if (self->backlogged_since_) {
       self->close(fmt::format("did not read its replies ({} bytes queued) within {} ms",

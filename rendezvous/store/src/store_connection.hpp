@@ -56,6 +56,10 @@ class StoreConnection final : public StorePeer,
   // per family of operations, each adding its reply to reply_.
   bool handle(wire::Request& req);
   bool handle_session(const wire::Request& req);
+  // AUTH_BEGIN and AUTH_PROVE (store_auth.cpp).
+  bool handle_auth(const wire::Request& req);
+  // Whether an authenticated connection's request stays within its scope.
+  bool in_scope(const wire::Request& req) const;
   void handle_write(wire::Request& req);
   bool handle_read(const wire::Request& req);
   void handle_wait(const wire::Request& req);
@@ -85,6 +89,14 @@ class StoreConnection final : public StorePeer,
   bool closing_ = false;
   bool watch_only_ = false;
   bool timer_armed_ = false;
+  // Where the connection is in authenticating, when the server has a secret.
+  enum class Auth : uint8_t { kNotNeeded, kExpected, kChallenged, kDone };
+  Auth auth_;
+  std::string scope_;  // once kDone: the key prefix it may use ("" every key)
+  std::string client_nonce_;
+  std::string server_nonce_;
+  std::string refusal_;  // why the connection closes once its last reply is written
+  Clock::time_point accepted_;
   std::chrono::milliseconds keepalive_{0};
   Clock::time_point last_rx_;
   std::optional<Clock::time_point> request_since_;  // when the unfinished request began

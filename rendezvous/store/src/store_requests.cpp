@@ -15,6 +15,10 @@ bool StoreConnection::handle(wire::Request& req) {
     close(fmt::format("sent {} on a watch connection", wire::op_name(req.op)));
     return false;
   }
+  if (!in_scope(req)) {
+    close(fmt::format("sent {} outside its scope '{}'", wire::op_name(req.op), scope_));
+    return false;
+  }
   bool open = true;
   try {
     switch (req.op) {
@@ -25,6 +29,10 @@ bool StoreConnection::handle(wire::Request& req) {
       case Op::kWatchKey:
       case Op::kKeepAlive:
         open = handle_session(req);
+        break;
+      case Op::kAuthBegin:
+      case Op::kAuthProve:
+        open = handle_auth(req);
         break;
       case Op::kSet:
       case Op::kSetOwned:
@@ -90,7 +98,8 @@ bool StoreConnection::handle_session(const wire::Request& req) {
       return true;
     case Op::kServerInfo:
       wire::put_i64(reply_, static_cast<int64_t>(state_->instance));
-      wire::put_u8(reply_, state_->options.in_agent ? wire::kServerInAgent : 0);
+      wire::put_u8(reply_, (state_->options.in_agent ? wire::kServerInAgent : 0) |
+                               (state_->options.secret ? wire::kServerNeedsAuth : 0));
       return true;
     case Op::kKeepAlive:
       if (req.number < 0) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "blocking_run.hpp"
+#include "client_auth.hpp"
 #include "client_socket.hpp"
 #include "ddprun/store/errors.hpp"
 
@@ -28,6 +29,7 @@ asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(asio:
   validate.u32 = wire::kValidationMagic;
   wire::encode_request(validate, wire::Dialect::kModern, w->wbuf_);
   co_await w->socket_->write(w->wbuf_);
+  if (w->options_.credential) co_await authenticate(*w->socket_, *w->options_.credential);
   co_return w;
 }
 

@@ -38,6 +38,7 @@ Layout layout_of(Op op) {
   static constexpr F kPairs[] = {F::kKeyValueList};
   static constexpr F kModeKey[] = {F::kU8, F::kKey};
   static constexpr F kNumber[] = {F::kI64};
+  static constexpr F kValueOnly[] = {F::kValue};
   switch (op) {
     case Op::kValidate:
     case Op::kPing:
@@ -46,7 +47,10 @@ Layout layout_of(Op op) {
     case Op::kAppend:
     case Op::kQueuePush:
     case Op::kSetOwned:
+    case Op::kAuthBegin:
       return kKeyValue;
+    case Op::kAuthProve:
+      return kValueOnly;
     case Op::kCompareSet:
     case Op::kCompareSetOwned:
       return kKeyValueDesired;
@@ -117,9 +121,20 @@ bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
     case kExtCompareSetOwned:
       out = Op::kCompareSetOwned;
       return true;
+    case kExtAuthBegin:
+      out = Op::kAuthBegin;
+      return true;
+    case kExtAuthProve:
+      out = Op::kAuthProve;
+      return true;
     default:
       return false;
   }
+}
+
+bool allowed_before_auth(Op op) {
+  return op == Op::kValidate || op == Op::kPing || op == Op::kServerInfo || op == Op::kAuthBegin ||
+         op == Op::kAuthProve;
 }
 
 }  // namespace
@@ -144,6 +159,10 @@ int opcode_of(Op op, Dialect dialect) {
       return kExtServerInfo;
     case Op::kCompareSetOwned:
       return kExtCompareSetOwned;
+    case Op::kAuthBegin:
+      return kExtAuthBegin;
+    case Op::kAuthProve:
+      return kExtAuthProve;
     default:
       return -1;
   }
@@ -203,6 +222,10 @@ const char* op_name(Op op) {
       return "SERVER_INFO";
     case Op::kCompareSetOwned:
       return "COMPARE_SET_OWNED";
+    case Op::kAuthBegin:
+      return "AUTH_BEGIN";
+    case Op::kAuthProve:
+      return "AUTH_PROVE";
   }
   return "?";
 }
@@ -224,6 +247,9 @@ bool RequestParser::start_request(uint8_t opcode) {
     return fail(fmt::format("unknown opcode {} in the {} dialect", opcode,
                             dialect_ == Dialect::kLegacy ? "legacy" : "modern"));
   }
+  if (handshake_only_ && !allowed_before_auth(req_.op)) {
+    return fail(fmt::format("sent {} before authenticating", op_name(req_.op)));
+  }
   return true;
 }
 
@@ -231,12 +257,15 @@ bool RequestParser::detect_dialect(std::string_view bytes) {
   if (bytes.empty()) return false;
   if (static_cast<uint8_t>(bytes[0]) != 0) {
     dialect_ = Dialect::kLegacy;
-    return true;
+  } else {
+    if (bytes.size() < 5) return false;
+    uint32_t magic = 0;
+    std::memcpy(&magic, bytes.data() + 1, 4);
+    dialect_ = magic == kValidationMagic ? Dialect::kModern : Dialect::kLegacy;
   }
-  if (bytes.size() < 5) return false;
-  uint32_t magic = 0;
-  std::memcpy(&magic, bytes.data() + 1, 4);
-  dialect_ = magic == kValidationMagic ? Dialect::kModern : Dialect::kLegacy;
+  if (handshake_only_ && dialect_ == Dialect::kLegacy) {
+    return fail("spoke the legacy dialect (torch <= 2.1), which cannot authenticate");
+  }
   return true;
 }
 
@@ -250,6 +279,7 @@ bool RequestParser::read_scalar(Input& in, void* dst, size_t n) {
 
 bool RequestParser::read_length(Input& in, size_t limit, const char* what, uint64_t& len) {
   if (!read_scalar(in, &len, 8)) return false;
+  if (handshake_only_) limit = std::min(limit, kHandshakeFieldBytes);
   if (len > limit) {
     return fail(fmt::format("{} {} of {} bytes exceeds the limit of {}", op_name(req_.op), what,
                             len, limit));

@@ -14,6 +14,7 @@
 #include "ddprun/agent/preload_spec.hpp"
 #include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
+#include "ddprun/store/metrics_server.hpp"
 
 namespace ddprun::agent {
 
@@ -55,7 +56,8 @@ struct AgentConfig {
   std::string
       event_log;  // --event_log: a file for one JSON line per event (event_log.hpp); "" none
   std::optional<int> metrics_port;  // --metrics_port: Prometheus text at GET /metrics; 0 any port
-  bool events_to_console = false;   // --event_log_handler=console: each event as a line on stderr
+  std::string metrics_addr = store::kDefaultMetricsAddress;  // --metrics_addr
+  bool events_to_console = false;  // --event_log_handler=console: each event as a line on stderr
   // Run with /bin/sh before this node joins each round (bounded_command.hpp); "" none.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60'000};

@@ -41,6 +41,20 @@ std::string TcpJobStore::server_key(const std::string& run_id, const std::string
   return store::ClientOptions{}.key_prefix + job_key(run_id, key);
 }
 
+void TcpJobStore::check_credential(const store::ServerInfo& server) const {
+  if (server.needs_auth && !spec_.token) {
+    throw store::StoreAuthError(fmt::format(
+        "the store at {} serves only clients with a token: give --rdzv_conf auth_token_file=PATH",
+        endpoint()));
+  }
+}
+
+store::ClientOptions TcpJobStore::client_options() const {
+  store::ClientOptions o;
+  if (spec_.token) o.credential = store::Credential{server_key(spec_.run_id, ""), *spec_.token};
+  return o;
+}
+
 std::string TcpJobStore::endpoint() const { return fmt::format("{}:{}", spec_.host, spec_.port); }
 
 void TcpJobStore::check_open() const {
@@ -113,7 +127,7 @@ asio::awaitable<void> TcpJobStore::read_events(std::shared_ptr<store::AsyncStore
 
 asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_key,
                                                          std::string value, WatchSet watched) {
-  store::ClientOptions o;
+  store::ClientOptions o = client_options();
   o.timeout = spec_.join_timeout;
   const auto port = static_cast<uint16_t>(spec_.port);
   // After each step: leave() (a signal) may have come meanwhile; what opened since is closed too.
@@ -128,6 +142,7 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_ke
   presence_ = co_await store::AsyncStoreClient::connect(ex_, spec_.host, port, o);
   check_open();
   server_ = co_await presence_->server_info();
+  check_credential(server_);
   co_await presence_->keepalive(spec_.heartbeat_timeout);
   lease_start_ = Clock::now();
   const std::string full_key = base_ + presence_key;  // (named: no temporaries into a co_await)
@@ -173,7 +188,7 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::watch_prefixes(
     check_open();
     std::vector<std::string> all = extra_prefixes_;
     all.insert(all.end(), fresh.begin(), fresh.end());
-    store::ClientOptions o;
+    store::ClientOptions o = client_options();
     o.timeout = std::max<Ms>(spec_.heartbeat_timeout, Ms(1000));
     std::map<std::string, std::string> now_there;
     std::shared_ptr<store::AsyncStoreWatch> watch;
@@ -242,10 +257,11 @@ asio::awaitable<std::string> TcpJobStore::claim(std::string key, std::string val
 asio::awaitable<void> TcpJobStore::ensure_client() {
   check_open();
   if (client_) co_return;
-  store::ClientOptions o;
+  store::ClientOptions o = client_options();
   o.timeout = spec_.join_timeout;
   std::shared_ptr<store::AsyncStoreClient> client = co_await store::AsyncStoreClient::connect(
       ex_, spec_.host, static_cast<uint16_t>(spec_.port), o);
+  if (!spec_.token) check_credential(co_await client->server_info());
   if (!broken_.empty()) client->close();  // left meanwhile
   check_open();
   client_ = std::move(client);

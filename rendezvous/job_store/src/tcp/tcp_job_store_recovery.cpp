@@ -115,7 +115,7 @@ asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
 }
 
 asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_point deadline) {
-  store::ClientOptions o;
+  store::ClientOptions o = client_options();
   o.timeout = std::min<Ms>(kReconnectTry, std::chrono::duration_cast<Ms>(std::max(
                                               deadline - Clock::now(), Clock::duration(0))));
   const auto port = static_cast<uint16_t>(spec_.port);

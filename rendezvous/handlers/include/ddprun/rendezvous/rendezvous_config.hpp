@@ -2,6 +2,7 @@
 // Everything that chooses and configures a job's rendezvous, and the one place that builds it.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "ddprun/job_store/etcd_endpoint.hpp"
 #include "ddprun/job_store/job_timeouts.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/store/auth.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -52,6 +54,9 @@ struct RendezvousConfig {
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds barrier_timeout{300'000};
+  // --rdzv_conf auth_token_file (static, c10d): the job's connections to its store authenticate
+  // with it, and a store this node hosts for agents serves only those that hold it.
+  std::optional<store::Token> auth_token;
 };
 
 // The handler for `config`: one node (max_nodes == 1, any backend) runs alone around its own store;

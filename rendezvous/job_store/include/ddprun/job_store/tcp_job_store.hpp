@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -55,6 +56,8 @@ struct TcpJobStoreSpec {
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // How long a standalone store (ddprund) that went away is waited for, workers running.
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
+  // Given, every connection proves it (auth.hpp) for the job's keys; the run id has no '/'.
+  std::optional<store::Token> token;
 };
 
 class TcpJobStore final : public JobStore, public std::enable_shared_from_this<TcpJobStore> {
@@ -90,6 +93,10 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   void leave() override;
 
  private:
+  // A connection's options: the credential, when the spec has a token.
+  store::ClientOptions client_options() const;
+  // Throws StoreAuthError where the server wants a token and the spec has none.
+  void check_credential(const store::ServerInfo& server) const;
   using Clock = std::chrono::steady_clock;
 
   boost::asio::awaitable<void> heartbeat();

@@ -19,6 +19,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "ddprun/store/auth.hpp"
 #include "ddprun/store/wire_protocol.hpp"
 
 namespace ddprun::store {
@@ -35,12 +36,16 @@ struct ClientOptions {
   std::string key_prefix = "/";
   // Replies longer than this are treated as a broken server.
   uint64_t max_value_bytes = 1ull << 30;
+  // Given, the connection authenticates right after VALIDATE (modern dialect only), and fails
+  // with StoreAuthError where the server refuses it or cannot prove that it knows the token.
+  std::optional<Credential> credential;
 };
 
 // What SERVER_INFO tells about the server (see wire_protocol.hpp).
 struct ServerInfo {
-  uint64_t instance = 0;  // drawn when the server started: a restarted server has another
-  bool in_agent = false;  // the server lives inside an agent and ends with it
+  uint64_t instance = 0;    // drawn when the server started: a restarted server has another
+  bool in_agent = false;    // the server lives inside an agent and ends with it
+  bool needs_auth = false;  // the server has a secret: connections must authenticate
 };
 
 class AsyncStoreClient {

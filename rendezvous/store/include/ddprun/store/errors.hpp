@@ -30,4 +30,11 @@ class StoreConnectionError : public StoreError {
   using StoreError::StoreError;
 };
 
+// The server refused this client's credential, asks for one the client does not have, or could
+// not prove that it knows the client's token. Trying again does not help.
+class StoreAuthError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 }  // namespace ddprun::store

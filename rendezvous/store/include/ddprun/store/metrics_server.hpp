@@ -12,12 +12,16 @@
 
 namespace ddprun::store {
 
+// Where metrics are served unless an address is given: this host only.
+inline constexpr const char* kDefaultMetricsAddress = "127.0.0.1";
+
 class MetricsServer {
  public:
-  // Listens on `port` of every address (0: the OS picks; port() tells) and answers GET /metrics
-  // with render()'s text, called on the io_context at each scrape. Throws StoreError when the port
-  // cannot be bound.
-  MetricsServer(boost::asio::io_context& io, uint16_t port, std::function<std::string()> render);
+  // Listens on `address`:`port` (a numeric address; "::" every address; port 0: the OS picks,
+  // port() tells) and answers GET /metrics with render()'s text, called on the io_context at each
+  // scrape. Throws StoreError when the address is not one or cannot be bound.
+  MetricsServer(boost::asio::io_context& io, const std::string& address, uint16_t port,
+                std::function<std::string()> render);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

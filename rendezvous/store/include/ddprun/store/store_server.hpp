@@ -18,10 +18,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
 
+#include "ddprun/store/auth.hpp"
 #include "ddprun/store/key_value_store.hpp"
 #include "ddprun/store/wire_protocol.hpp"
 
@@ -44,6 +46,11 @@ struct ServerOptions {
   // Clients that may connect at once (0: unknown). Above net.core.somaxconn, one log line says
   // that the kernel caps the backlog, and how to raise it.
   size_t expected_clients = 0;
+  // With a secret, every connection authenticates first (auth.hpp): the secret grants every key,
+  // a scope's token the keys under the scope. A connection that has not within auth_timeout of
+  // its accept, or sends anything else first, is closed (one rate-limited log line).
+  std::optional<Token> secret;
+  std::chrono::milliseconds auth_timeout{10'000};
 };
 
 class StoreServer {

@@ -38,6 +38,12 @@
 //   COMPARE_SET_OWNED=205 [key][expected][desired]. COMPARE_SET (same reply), and a key it writes
 //                   is bound to this connection as by SET_OWNED: how an agent claims a role that
 //                   must end with it (the job's leader).
+//   AUTH_BEGIN=206  [scope][client nonce]. Replies [server nonce] (32 bytes), or an empty value
+//                   when the server has no secret (it cannot prove itself: see auth.hpp).
+//   AUTH_PROVE=207  [proof]. Replies [u8 0][server's proof] when the proof holds for the scope;
+//                   otherwise [u8 1], and the server closes the connection.
+// On a server with a secret, a connection may send only VALIDATE, PING, SERVER_INFO and the two
+// AUTH requests until AUTH_PROVE succeeds; anything else (a legacy client included) closes it.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -77,15 +83,17 @@ enum class Op : uint8_t {
   kQueueLen,
   kListKeys,
   kBarrier,
-  kWatchKey,        // legacy dialect only: watch one key, legacy event frames
-  kWatch,           // extension
-  kSetOwned,        // extension
-  kKeepAlive,       // extension
-  kGetPrefix,       // extension
-  kServerInfo,      // extension
-  kCompareSetOwned  // extension
+  kWatchKey,         // legacy dialect only: watch one key, legacy event frames
+  kWatch,            // extension
+  kSetOwned,         // extension
+  kKeepAlive,        // extension
+  kGetPrefix,        // extension
+  kServerInfo,       // extension
+  kCompareSetOwned,  // extension
+  kAuthBegin,        // extension
+  kAuthProve         // extension
 };
-constexpr size_t kOpCount = static_cast<size_t>(Op::kCompareSetOwned) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::kAuthProve) + 1;
 
 constexpr uint8_t kExtWatch = 200;
 constexpr uint8_t kExtSetOwned = 201;
@@ -93,7 +101,10 @@ constexpr uint8_t kExtKeepAlive = 202;
 constexpr uint8_t kExtGetPrefix = 203;
 constexpr uint8_t kExtServerInfo = 204;
 constexpr uint8_t kExtCompareSetOwned = 205;
-constexpr uint8_t kServerInAgent = 1;  // SERVER_INFO flags
+constexpr uint8_t kExtAuthBegin = 206;
+constexpr uint8_t kExtAuthProve = 207;
+constexpr uint8_t kServerInAgent = 1;    // SERVER_INFO flags
+constexpr uint8_t kServerNeedsAuth = 2;  // the server has a secret
 
 // Reply bytes.
 constexpr uint8_t kCheckReady = 0;
@@ -101,6 +112,8 @@ constexpr uint8_t kCheckNotReady = 1;
 constexpr uint8_t kStopWaiting = 0;
 constexpr uint8_t kWaitCanceled = 1;
 constexpr uint8_t kKeepAliveOk = 0;
+constexpr uint8_t kAuthAccepted = 0;
+constexpr uint8_t kAuthRefused = 1;
 
 // A watch frame: [u8 event][key][old value][new value] (the layout of torch 1.13's watch
 // callbacks). A legacy WATCH_KEY is acknowledged by the single byte kRegistered; EXISTING is
@@ -121,8 +134,9 @@ const char* op_name(Op op);
 // One decoded request. Only the fields its operation uses are meaningful.
 struct Request {
   Op op = Op::kValidate;
-  std::string key;
-  std::string value;    // SET, APPEND, QUEUE_PUSH, SET_OWNED; the expected value of COMPARE_SET
+  std::string key;      // the scope of AUTH_BEGIN
+  std::string value;    // SET, APPEND, QUEUE_PUSH, SET_OWNED, AUTH nonce and proof; the expected
+                        // value of COMPARE_SET
   std::string desired;  // COMPARE_SET
   int64_t number = 0;   // ADD delta, BARRIER world size, KEEPALIVE milliseconds
   uint32_t u32 = 0;     // VALIDATE magic, PING nonce
@@ -160,6 +174,10 @@ class RequestParser {
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
   Dialect dialect() const { return dialect_; }
+  // While on, only the requests a connection may send before it authenticates are accepted, each
+  // field at most kHandshakeFieldBytes long; anything else fails at its first byte.
+  void handshake_only(bool on) { handshake_only_ = on; }
+  static constexpr size_t kHandshakeFieldBytes = 1024;
   // True between requests: no partial request is held.
   bool idle() const { return !complete_ && step_ == 0 && !in_op_; }
   // Bytes of the request under way held so far (a partial request's memory).
@@ -203,6 +221,7 @@ class RequestParser {
   std::string* string_target_ = nullptr;
   size_t frame_bytes_ = 0;
   std::string error_;
+  bool handshake_only_ = false;
 };
 
 // Appends the frame of `req` in `dialect` to `out`. Throws std::invalid_argument if the dialect

@@ -1,0 +1,56 @@
+#include "client_auth.hpp"
+
+#include <fmt/format.h>
+
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/wire_protocol.hpp"
+
+namespace ddprun::store {
+
+boost::asio::awaitable<void> authenticate(ClientSocket& socket, const Credential& credential) {
+  const auth::Nonce nonce = auth::fresh_nonce();
+  const std::string client_nonce(auth::view(nonce));
+  std::string out;
+  wire::Request begin;
+  begin.op = wire::Op::kAuthBegin;
+  begin.key = credential.scope;
+  begin.value = client_nonce;
+  wire::encode_request(begin, wire::Dialect::kModern, out);
+  co_await socket.write(out);
+  const std::string server_nonce = co_await socket.read_bytes(auth::kNonceBytes);
+  if (server_nonce.empty()) {
+    socket.close();
+    throw StoreAuthError(fmt::format(
+        "the store at {} does not authenticate (it was started without a token), and this "
+        "client has one: refusing to use it",
+        socket.endpoint_name()));
+  }
+  if (server_nonce.size() != auth::kNonceBytes) {
+    socket.close();
+    throw StoreAuthError(
+        fmt::format("the store at {} sent a malformed challenge", socket.endpoint_name()));
+  }
+  wire::Request prove;
+  prove.op = wire::Op::kAuthProve;
+  prove.value = auth::proof(credential.token, auth::Side::kClient, credential.scope, client_nonce,
+                            server_nonce);
+  out.clear();
+  wire::encode_request(prove, wire::Dialect::kModern, out);
+  co_await socket.write(out);
+  if (co_await socket.read_u8() != wire::kAuthAccepted) {
+    socket.close();
+    throw StoreAuthError(fmt::format(
+        "the store at {} refused this token{}", socket.endpoint_name(),
+        credential.scope.empty() ? std::string(" for every key")
+                                 : fmt::format(" for the keys under '{}'", credential.scope)));
+  }
+  const std::string server_proof = co_await socket.read_bytes(64);
+  if (!auth::same_proof(server_proof, auth::proof(credential.token, auth::Side::kServer,
+                                                  credential.scope, client_nonce, server_nonce))) {
+    socket.close();
+    throw StoreAuthError(fmt::format("the store at {} could not prove that it knows this token",
+                                     socket.endpoint_name()));
+  }
+}
+
+}  // namespace ddprun::store

@@ -1,0 +1,92 @@
+// StoreConnection's side of authentication (auth.hpp): the challenge, the proof, and the scope
+// every later request must stay in.
+#include <fmt/format.h>
+
+#include "ddprun/store/auth.hpp"
+#include "store_connection.hpp"
+
+namespace ddprun::store {
+using wire::Op;
+
+bool StoreConnection::handle_auth(const wire::Request& req) {
+  const std::optional<Token>& secret = state_->options.secret;
+  if (req.op == Op::kAuthBegin) {
+    if (!secret) {
+      wire::put_bytes(reply_, {});  // nothing to prove: the client decides whether that will do
+      return true;
+    }
+    if (auth_ != Auth::kExpected) {
+      close("sent AUTH_BEGIN a second time");
+      return false;
+    }
+    if (req.value.size() != auth::kNonceBytes) {
+      close(fmt::format("sent AUTH_BEGIN with a nonce of {} bytes", req.value.size()));
+      return false;
+    }
+    scope_ = req.key;
+    client_nonce_ = req.value;
+    server_nonce_ = std::string(auth::view(auth::fresh_nonce()));
+    auth_ = Auth::kChallenged;
+    wire::put_bytes(reply_, server_nonce_);
+    return true;
+  }
+  if (auth_ != Auth::kChallenged) {
+    close("sent AUTH_PROVE without AUTH_BEGIN");
+    return false;
+  }
+  const auto holds = [&](const Token& token) {
+    return auth::same_proof(
+        req.value, auth::proof(token, auth::Side::kClient, scope_, client_nonce_, server_nonce_));
+  };
+  // The secret grants any scope; a scope's token only its own (and no token grants every key).
+  std::optional<Token> granted;
+  if (holds(*secret)) {
+    granted = *secret;
+  } else if (!scope_.empty()) {
+    Token token = scope_token(*secret, scope_);
+    if (holds(token)) granted = std::move(token);
+  }
+  if (!granted) {
+    wire::put_u8(reply_, wire::kAuthRefused);
+    refusal_ = fmt::format("refused: its proof for scope '{}' matches no token", scope_);
+    closing_ = true;
+    return true;
+  }
+  auth_ = Auth::kDone;
+  parser_.handshake_only(false);
+  wire::put_u8(reply_, wire::kAuthAccepted);
+  wire::put_bytes(reply_,
+                  auth::proof(*granted, auth::Side::kServer, scope_, client_nonce_, server_nonce_));
+  client_nonce_.clear();
+  server_nonce_.clear();
+  return true;
+}
+
+bool StoreConnection::in_scope(const wire::Request& req) const {
+  if (auth_ != Auth::kDone || scope_.empty()) return true;
+  switch (req.op) {
+    case Op::kGetNumKeys:
+    case Op::kListKeys:
+      return false;  // they would tell of every scope's keys
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kMultiSet:
+      for (const auto& k : req.keys) {
+        if (!k.starts_with(scope_)) return false;
+      }
+      return true;
+    case Op::kValidate:
+    case Op::kPing:
+    case Op::kServerInfo:
+    case Op::kKeepAlive:
+    case Op::kCancelWait:
+    case Op::kAuthBegin:
+    case Op::kAuthProve:
+      return true;
+    default:  // one key
+      return req.key.starts_with(scope_);
+  }
+}
+
+}  // namespace ddprun::store
