@@ -44,11 +44,45 @@ JobSession::Settings job_wide(const RendezvousConfig& c) {
           {"--max_restarts", std::to_string(c.max_restarts)}};
 }
 
-// A round's worker store, for `world_size` workers. (Outside the coroutines: g++ 12 warns of a
-// mismatched delete of the coroutine frame that holds the options.)
-std::unique_ptr<store::StoreThread> worker_store_server(int world_size) {
+// The addresses of round `r`'s members, from their presence records; empty where one does not say
+// (an agent that predates them), which leaves the worker store open to every peer.
+std::vector<boost::asio::ip::address> members_addresses(const Round& r,
+                                                        const std::vector<KeyEvent>& records) {
+  std::map<std::string, std::string> addr_of;
+  for (const auto& e : records) {
+    if (const auto node = records::parse_node(e.value)) {
+      addr_of[std::string(keys::after(e.key, keys::kNodes))] = node->addr;
+    }
+  }
+  std::vector<boost::asio::ip::address> out;
+  if (r.members.empty()) {
+    spdlog::warn("round {}: its record names no members: its worker store is open to every peer",
+                 r.number);
+  }
+  for (const auto& member : r.members) {
+    boost::system::error_code ec;
+    const auto it = addr_of.find(member);
+    const auto a = it == addr_of.end() ? boost::asio::ip::address()
+                                       : boost::asio::ip::make_address(it->second, ec);
+    if (it == addr_of.end() || ec) {
+      spdlog::warn(
+          "round {}: node {} did not say its address: its worker store is open to every "
+          "peer",
+          r.number, member);
+      return {};
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+// Round `r`'s worker store, open to `peers` (and loopback). (Outside the coroutines: g++ 12 warns
+// of a mismatched delete of the coroutine frame that holds the options.)
+std::unique_ptr<store::StoreThread> worker_store_server(
+    const Round& r, std::vector<boost::asio::ip::address> peers) {
   store::ServerOptions options;
-  options.expected_clients = static_cast<size_t>(world_size) * 2;  // torch 1.13: 2 each
+  options.expected_clients = static_cast<size_t>(r.world_size) * 2;  // torch 1.13: 2 each
+  options.allowed_peers = std::move(peers);
   return std::make_unique<store::StoreThread>(options);
 }
 
@@ -78,8 +112,11 @@ std::vector<std::string> followed_by_leader() {
 asio::awaitable<void> ElasticRendezvous::join() {
   Settings settings = job_wide(config_);
   co_await agree_on(std::move(settings));
-  co_await open(keys::key(keys::kNodes, node_id_), records::node_text(config_.nproc, config_.host),
-                followed_by_all(node_id_));
+  addr_ = config_.local_addr.empty()
+              ? store::local_address_towards(config_.endpoint_host, config_.endpoint_port)
+              : config_.local_addr;
+  co_await open(keys::key(keys::kNodes, node_id_),
+                records::node_text(config_.nproc, config_.host, addr_), followed_by_all(node_id_));
   // Counters start at 0 (the first node creates them): compare-and-set never creates a key whose
   // expected value is not empty.
   const std::string round = co_await store().compare_set(std::string(keys::kRound), "", "0");
@@ -423,14 +460,16 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
       co_await abandon_round(r, "not every node said that its earlier workers stopped");
       co_return std::nullopt;
     }
-    // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys.
+    // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys;
+    // open to the round's nodes only.
+    const std::string round_key = keys::key(keys::kRounds, r.number);
+    for (auto& e : co_await store().read_prefix(round_key)) {
+      if (e.key == round_key) r.members = parse_record(e.value).participants;
+    }
+    const std::vector<KeyEvent> records = co_await store().read_prefix(std::string(keys::kNodes));
     round_server_.reset();
-    round_server_ = worker_store_server(r.world_size);
-    const std::string addr =
-        config_.local_addr.empty()
-            ? store::local_address_towards(config_.endpoint_host, config_.endpoint_port)
-            : config_.local_addr;
-    const std::string value = fmt::format("{} {}:{}", r.number, addr, round_server_->port());
+    round_server_ = worker_store_server(r, members_addresses(r, records));
+    const std::string value = fmt::format("{} {}:{}", r.number, addr_, round_server_->port());
     co_await store().set(std::string(keys::kMaster), value);
   }
   // Node 0 may never publish: it died, was paused or cut off, or went on to a later round. The

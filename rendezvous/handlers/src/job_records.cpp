@@ -15,7 +15,7 @@ nlohmann::json object_of(std::string_view text) {
 
 }  // namespace
 
-std::string node_text(int nproc, const std::string& host) {
+std::string node_text(int nproc, const std::string& host, const std::string& addr) {
   const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
@@ -23,6 +23,7 @@ std::string node_text(int nproc, const std::string& host) {
   j["nproc"] = nproc;
   j["host"] = host;
   j["since_ms"] = since;
+  if (!addr.empty()) j["addr"] = addr;
   return j.dump();
 }
 
@@ -33,6 +34,7 @@ std::optional<Node> parse_node(std::string_view text) {
     Node n;
     n.nproc = j.value("nproc", 0);
     n.host = j.value("host", "");
+    n.addr = j.value("addr", "");
     if (j.contains("since_ms")) n.since_ms = j.at("since_ms").get<int64_t>();
     return n;
   } catch (const nlohmann::json::exception&) {

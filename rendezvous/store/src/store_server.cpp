@@ -89,6 +89,18 @@ void enable_keepalive_probes(tcp::socket& socket) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
+// An IPv4 peer of a dual-stack listener as IPv4.
+asio::ip::address unmapped(const asio::ip::address& a) {
+  if (!a.is_v6() || !a.to_v6().is_v4_mapped()) return a;
+  return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+}
+
+// Whether `peer` may use a store whose ServerOptions::allowed_peers is `allowed`.
+bool admitted(const asio::ip::address& peer, const std::vector<asio::ip::address>& allowed) {
+  return allowed.empty() || peer.is_loopback() ||
+         std::find(allowed.begin(), allowed.end(), peer) != allowed.end();
+}
+
 asio::awaitable<void> accept_loop(std::shared_ptr<StoreServer::State> state) {
   asio::steady_timer backoff(state->acceptor.get_executor());
   for (;;) {
@@ -108,6 +120,18 @@ asio::awaitable<void> accept_loop(std::shared_ptr<StoreServer::State> state) {
       state->connection_warnings.warn(
           fmt::format("store: refusing connection from {}:{}: {} connections are open (the limit)",
                       ep.address().to_string(), ep.port(), state->connections.size()));
+      socket.close(ignored);
+      ++state->counters.connections_refused;
+      continue;
+    }
+    boost::system::error_code peer_ec;
+    const auto peer = socket.remote_endpoint(peer_ec);
+    const asio::ip::address from = unmapped(peer.address());
+    if (peer_ec || !admitted(from, state->options.allowed_peers)) {
+      state->connection_warnings.warn(
+          fmt::format("store: refusing connection from {}: not an address of this store's nodes",
+                      peer_ec ? std::string("an unknown peer") : from.to_string()));
+      boost::system::error_code ignored;
       socket.close(ignored);
       ++state->counters.connections_refused;
       continue;

@@ -140,6 +140,9 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   std::optional<std::string> closed_;
   Placement place_;  // this node's
   Tagged master_;
+  // This node's address towards the job's store (--local_addr where given): in its presence
+  // record, and the address of the worker stores it hosts.
+  std::string addr_;
   Tagged interrupt_;
   Tagged hang_{-1, ""};  // the last hang declared: its round and the node that declared it
   int finished_ = -1;

@@ -18,9 +18,10 @@ struct Node {
   int nproc = 0;
   std::string host;
   std::optional<int64_t> since_ms;  // when it joined, wall clock
+  std::string addr;  // the address it reaches its peers from ("" where it does not say)
 };
-// {"nproc": N, "host": H, "since_ms": now}.
-std::string node_text(int nproc, const std::string& host);
+// {"nproc": N, "host": H, "since_ms": now, "addr": A (where not empty)}.
+std::string node_text(int nproc, const std::string& host, const std::string& addr = "");
 std::optional<Node> parse_node(std::string_view text);
 
 // settings: the job-wide settings every node must share, as (flag, value) pairs.

@@ -20,8 +20,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 
 #include "ddprun/store/auth.hpp"
 #include "ddprun/store/key_value_store.hpp"
@@ -51,6 +53,10 @@ struct ServerOptions {
   // its accept, or sends anything else first, is closed (one rate-limited log line).
   std::optional<Token> secret;
   std::chrono::milliseconds auth_timeout{10'000};
+  // Not empty: only peers with one of these addresses, or a loopback one, are served; every other
+  // is closed at accept (one rate-limited log line). For stores whose clients cannot authenticate
+  // (torch workers): a round's worker store, open to the round's nodes.
+  std::vector<boost::asio::ip::address> allowed_peers;
 };
 
 class StoreServer {
