@@ -153,24 +153,37 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
                        err_fd >= 0 ? err_fd : STDERR_FILENO, cgroup_procs});
   }
   bool in_cgroup = false;
+  // Every signal stays blocked from the fork until the child has put back the default dispositions:
+  // a stop signal that reaches it before its exec must not run the agent's handlers there (they
+  // would report it to the agent as the agent's own signal, through the descriptors they share).
+  sigset_t all, before;
+  sigfillset(&all);
+  if (!served) ::pthread_sigmask(SIG_SETMASK, &all, &before);
   const pid_t pid = served ? *served : fork_into(cgroup_dir, &in_cgroup);
+  if (pid != 0 && !served) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
+    for (int s = 1; s < NSIG; ++s) {
+      struct sigaction now {};
+      if (::sigaction(s, nullptr, &now) == 0 && now.sa_handler != SIG_IGN &&
+          now.sa_handler != SIG_DFL) {
+        ::signal(s, SIG_DFL);
+      }
+    }
+    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+      ::signal(s, SIG_DFL);
     ::setpgid(0, 0);
     if (cgroup_procs >= 0 && !in_cgroup) {
       [[maybe_unused]] auto moved = ::write(cgroup_procs, "0", 1);  // this process, into it
     }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    if (debuggable)
-      ::prctl(
-          PR_SET_PTRACER, parent, 0, 0,
-          0);  // fails harmlessly without Yama  // the agent died before the line above took effect
-    sigset_t all;
-    sigemptyset(&all);
-    ::sigprocmask(SIG_SETMASK, &all, nullptr);
-    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
-      ::signal(s, SIG_DFL);
+    // (The agent died before PR_SET_PDEATHSIG took effect.) PR_SET_PTRACER fails harmlessly
+    // without Yama.
+    if (debuggable) ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (bind && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
       const int e = -errno;  // negative: the binding failed, not the exec
       [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);

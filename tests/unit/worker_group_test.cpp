@@ -5,6 +5,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <catch2/catch.hpp>
 
 #include "containment.hpp"
@@ -56,4 +57,29 @@ TEST_CASE("worker group: an interruption before the workers start is kept, and n
   const GroupResult next = run(io, group, sleepers(1));
   CHECK(next.state == GroupResult::State::kInterrupted);
   CHECK(std::chrono::steady_clock::now() - started >= 200ms);
+}
+
+TEST_CASE(
+    "worker process: a stop signal that comes before its exec never runs the agent's handlers",
+    "[agent]") {
+  boost::asio::io_context io;
+  bool agent_signalled = false;
+  boost::asio::signal_set agent_signals(io, SIGTERM);
+  agent_signals.async_wait([&](boost::system::error_code ec, int) {
+    if (!ec) agent_signalled = true;
+  });
+  // Each worker is stopped at once, often before its exec: the window the child must keep shut.
+  for (int i = 0; i < 300 && !agent_signalled; ++i) {
+    SpawnSpec spec;
+    spec.argv = {"/bin/true"};
+    WorkerProcess w(io, spec);
+    w.signal_group(SIGTERM);
+    bool exited = false;
+    w.watch_exit([&](const ExitStatus&) { exited = true; });
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!exited && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+    REQUIRE(exited);
+  }
+  io.poll();
+  CHECK_FALSE(agent_signalled);
 }
