@@ -1,5 +1,6 @@
 #include "rendezvous_options.hpp"
 
+#include <fstream>
 #include <map>
 #include <utility>
 
@@ -24,7 +25,8 @@ struct RdzvConf {
   std::optional<std::string> etcd_prefix;
   std::optional<std::string> protocol;
   std::optional<std::string> auth_token_file;
-  std::map<std::string, std::string> tls_files;  // by the name given (cacert, ca_cert, ...)
+  std::optional<std::string> user, password_file;  // etcd's authentication
+  std::map<std::string, std::string> tls_files;    // by the name given (cacert, ca_cert, ...)
 };
 
 enum class ConfKind { kPositiveSeconds, kSeconds, kCount, kBool, kText, kTlsFile };
@@ -45,6 +47,9 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
     {"protocol", ConfKind::kText},
     // ddprun's: the token every connection to the job's store proves (c10d, static).
     {"auth_token_file", ConfKind::kText},
+    // etcd with authentication on: the user the agents log in as.
+    {"user", ConfKind::kText},
+    {"password_file", ConfKind::kText},
     // etcd over TLS, with torchrun's etcd-v2 spellings beside etcd's own.
     {"cacert", ConfKind::kTlsFile},
     {"cert", ConfKind::kTlsFile},
@@ -104,6 +109,8 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
         if (key == "etcd_prefix") conf.etcd_prefix = value;
         if (key == "protocol") conf.protocol = value;
         if (key == "auth_token_file") conf.auth_token_file = value;
+        if (key == "user") conf.user = value;
+        if (key == "password_file") conf.password_file = value;
         break;
       case ConfKind::kTlsFile:
         conf.tls_files[key] = value;
@@ -174,6 +181,26 @@ store::Token auth_token(const std::string& path, const rendezvous::RendezvousCon
   } catch (const store::StoreError& e) {
     throw UsageError(fmt::format("--rdzv_conf auth_token_file: {}", e.what()));
   }
+}
+
+// --rdzv_conf user and password_file: the password is read once, here.
+rendezvous::EtcdLogin etcd_login(const RdzvConf& conf, const rendezvous::RendezvousConfig& r) {
+  if (r.backend != rendezvous::Backend::kEtcdV3) {
+    throw UsageError(
+        "--rdzv_conf user, password_file: for the etcd backend (ddprund's stores "
+        "take auth_token_file)");
+  }
+  if (!conf.user || !conf.password_file || conf.user->empty()) {
+    throw UsageError("--rdzv_conf: etcd's login needs both user and password_file");
+  }
+  std::ifstream in(*conf.password_file);
+  std::string password;
+  if (!in || !std::getline(in, password) || password.empty()) {
+    throw UsageError(fmt::format("--rdzv_conf password_file={}: cannot read a password from it",
+                                 *conf.password_file));
+  }
+  if (password.back() == '\r') password.pop_back();
+  return rendezvous::EtcdLogin{*conf.user, password};
 }
 
 rendezvous::Backend parse_backend(const std::string& name) {
@@ -314,6 +341,7 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
     r.master_addr = o.local_addr.empty() ? "127.0.0.1" : o.local_addr;
   }
   if (conf.auth_token_file) r.auth_token = auth_token(*conf.auth_token_file, r);
+  if (conf.user || conf.password_file) r.etcd_login = etcd_login(conf, r);
   return r;
 }
 

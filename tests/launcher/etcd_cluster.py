@@ -38,8 +38,9 @@ class EtcdCluster:
     certificate signed by the cluster's CA (self.certs). With `netns`, the members (and etcdctl) run
     in that network namespace, serving clients on `host`, an address of it."""
 
-    def __init__(self, members=3, tls=False, attempts=5, host="127.0.0.1", netns=None):
+    def __init__(self, members=3, tls=False, attempts=5, host="127.0.0.1", netns=None, extra=()):
         self.dir = tempfile.mkdtemp()
+        self.extra = list(extra)  # more flags for every member
         self.tls = tls
         self.host = host
         self.inside = ["nsenter", f"--net=/var/run/netns/{netns}"] if netns else []
@@ -103,7 +104,7 @@ class EtcdCluster:
              "--listen-client-urls", url, "--advertise-client-urls", url,
              "--listen-peer-urls", f"http://127.0.0.1:{self.peer[i]}",
              "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer[i]}",
-             "--initial-cluster", cluster, "--initial-cluster-state", state, *tls],
+             "--initial-cluster", cluster, "--initial-cluster-state", state, *tls, *self.extra],
             stdout=subprocess.DEVNULL, stderr=open(f"{self.dir}/{name}.log", "a"))
 
     def kill(self, name):

@@ -283,17 +283,58 @@ def case_tls_mistakes_are_clear_bounded_errors():
               "join_timeout, each with a hint: passed")
 
 
-def case_an_etcd_with_auth_on_is_a_clear_error():
-    with EtcdCluster(members=1) as cluster:
-        for args in (("user", "add", "root:secret"), ("auth", "enable")):
+def case_a_job_logs_in_to_an_etcd_with_auth_on():
+    """A user whose role may use only the job's prefix runs a 2-node job while etcd lets its token
+    expire every second (--auth-token-ttl 1, the agents' calls 2 s apart): nothing restarts. No
+    login, a wrong password and a role without access are clear errors within join_timeout."""
+    with EtcdCluster(members=1, extra=["--auth-token-ttl", "1"]) as cluster:
+        for args in (("user", "add", "root:rootpw"), ("role", "add", "trainer"),
+                     ("role", "grant-permission", "trainer", "--prefix=true", "readwrite",
+                      "/ddprun/job/"),
+                     ("user", "add", "alice:alicepw"), ("user", "grant-role", "alice", "trainer"),
+                     ("role", "add", "elsewhere"),
+                     ("role", "grant-permission", "elsewhere", "--prefix=true", "readwrite",
+                      "/other/"),
+                     ("user", "add", "bob:bobpw"), ("user", "grant-role", "bob", "elsewhere"),
+                     ("auth", "enable")):
             r = cluster.etcdctl(*args)
-            assert r.returncode == 0, r.stderr
-        p = subprocess.run(
-            [DDPRUN, "--nnodes=2", "--rdzv_backend=etcd", f"--rdzv_endpoint={cluster.endpoints()}",
-             "--rdzv_conf=join_timeout=3", "--no_python", "/bin/true"],
-            capture_output=True, text=True, timeout=60)
-        assert p.returncode == 3 and "authentication enabled" in p.stderr, (p.returncode, p.stderr)
-        print("an etcd with auth enabled: exit 3, saying so: passed")
+            assert r.returncode == 0, (args, r.stderr)
+        d = tempfile.mkdtemp()
+        passwords = {}
+        for name, pw in (("alice", "alicepw"), ("wrong", "nope"), ("bob", "bobpw")):
+            passwords[name] = f"{d}/{name}.pw"
+            with open(passwords[name], "w") as f:
+                f.write(pw + "\n")
+        for user, pw, hint in ((None, None, "authentication on"),
+                               ("alice", "wrong", "refused the login"),
+                               ("bob", "bob", "may not use these keys")):
+            conf = "join_timeout=3"
+            if user:
+                conf += f",user={user},password_file={passwords[pw]}"
+            t0 = time.monotonic()
+            p = subprocess.run(
+                [DDPRUN, "--nnodes=2", "--rdzv_backend=etcd", "--rdzv_id=job",
+                 f"--rdzv_endpoint={cluster.endpoints()}", f"--rdzv_conf={conf}", "--no_python",
+                 "/bin/true"], capture_output=True, text=True, timeout=60)
+            took = time.monotonic() - t0
+            assert p.returncode == 3 and hint in p.stderr, (user, p.returncode, p.stderr)
+            assert took < 3 + 5, (user, took)
+        conf = (f"last_call_timeout=1,heartbeat_timeout=6,user=alice,"
+                f"password_file={passwords['alice']}")
+        procs = job_of_two_waiting_workers(cluster, d, conf)
+        # The token's lifetime passing, several times over, is what this case is about.
+        time.sleep(5)
+        for pid in worker_pids(d):
+            os.kill(pid, signal.SIGTERM)
+        results = finish(procs)
+        for status, _, err in results:
+            assert status == 0, err
+            assert "stopping this node's workers" not in err and "restarting" not in err, err
+        assert any("logged in again as 'alice'" in err for _, _, err in results), results
+        assert count(d, "ran.") == 0, os.listdir(d)
+        print("etcd with authentication: a 2-node job ran as a user limited to its prefix while "
+              "its token expired every second, without a restart; no login, a wrong password and "
+              "a role without access: exit 3 within join_timeout, each saying so: passed")
 
 
 def case_an_endpoint_that_is_not_etcd_is_a_clear_bounded_error():

@@ -12,6 +12,7 @@
 
 #include "ddprun/store/errors.hpp"
 #include "etcd_connection.hpp"
+#include "etcd_login.hpp"
 
 namespace ddprun::rendezvous::etcd {
 namespace asio = boost::asio;
@@ -157,11 +158,13 @@ std::shared_ptr<asio::ssl::context> make_tls_context(const EtcdTls& tls) {
 }
 
 Client::Client(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
-               std::chrono::milliseconds attempt_timeout, std::shared_ptr<asio::ssl::context> tls)
+               std::chrono::milliseconds attempt_timeout, std::shared_ptr<asio::ssl::context> tls,
+               std::shared_ptr<Login> login)
     : ex_(ex),
       endpoints_(std::move(endpoints)),
       attempt_timeout_(attempt_timeout),
-      tls_(std::move(tls)) {
+      tls_(std::move(tls)),
+      login_(std::move(login)) {
   if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
 }
 
@@ -186,6 +189,10 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
   // machine): it is the one reported.
   std::string hinted_error;
   members_down_ = true;
+  // Logging in again after etcd let the token expire: a few times per call (another caller may
+  // have logged in meanwhile), not without end against a cluster that refuses every token.
+  constexpr int kRelogins = 3;
+  int relogins = 0;
   asio::steady_timer pause(ex_);
   for (size_t attempt = 0;; ++attempt) {
     if (closed_) throw store::StoreConnectionError("the etcd client was closed");
@@ -196,13 +203,16 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
     }
     const auto attempt_deadline = std::min(deadline, now + attempt_timeout_);
     std::string refused;  // a reply no other member would change
+    std::string auth_refused;
     try {
+      std::string token;
+      if (login_) token = co_await login_->token(attempt_deadline);
       if (!connection_) {
         auto c = std::make_unique<Connection>(ex_, tls_);
         co_await c->connect(endpoints_[current_], attempt_deadline);
         connection_ = std::move(c);
       }
-      co_await connection_->send(path, payload, attempt_deadline);
+      co_await connection_->send(path, payload, attempt_deadline, token);
       const auto res = co_await connection_->read_response(attempt_deadline);
       const json j = json::parse(res.body(), nullptr, false);
       if (res.result() == http::status::ok && j.is_object()) co_return j;
@@ -219,15 +229,27 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
         last_error = what;
       } else if (!j.is_object()) {
         refused = fmt::format("{} (is it an etcd v3 endpoint?)", what);
+      } else if (login_ && message.find("invalid auth token") != std::string::npos &&
+                 relogins < kRelogins) {
+        login_->expired(token);  // it expired: log in again and make the call again, here
+        ++relogins;
+        continue;
+      } else if (message.find("permission denied") != std::string::npos) {
+        auth_refused = fmt::format(
+            "{} (user '{}' may not use these keys: grant its role readwrite on the job's prefix)",
+            what, login_ ? login_->user() : std::string("(none)"));
       } else if (message.find("user name is empty") != std::string::npos ||
-                 message.find("auth token") != std::string::npos ||
-                 message.find("permission denied") != std::string::npos) {
-        refused = fmt::format(
-            "{} (the cluster has authentication enabled, and ddprun does not log in to etcd yet)",
+                 message.find("auth token") != std::string::npos) {
+        auth_refused = fmt::format(
+            "{} (the cluster has authentication on: give --rdzv_conf user=NAME,password_file=PATH)",
             what);
+      } else if (message.find("authentication failed") != std::string::npos) {
+        auth_refused = what;
       } else {
         refused = what;
       }
+    } catch (const store::StoreAuthError&) {
+      throw;
     } catch (const std::exception& e) {
       bool hinted = false;
       last_error = fmt::format("{}: {}", describe(endpoints_[current_]),
@@ -236,6 +258,7 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
       const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
       if (!system || !gone(system->code())) members_down_ = false;
     }
+    if (!auth_refused.empty()) throw store::StoreAuthError(auth_refused);
     if (!refused.empty()) throw store::StoreError(refused);
     // Move on to the next member; after trying them all, pause before the next round of tries.
     if (connection_) connection_->close();
@@ -249,8 +272,8 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
 }
 
 WatchStream::WatchStream(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
-                         std::shared_ptr<asio::ssl::context> tls)
-    : ex_(ex), endpoints_(std::move(endpoints)), tls_(std::move(tls)) {}
+                         std::shared_ptr<asio::ssl::context> tls, std::shared_ptr<Login> login)
+    : ex_(ex), endpoints_(std::move(endpoints)), tls_(std::move(tls)), login_(std::move(login)) {}
 
 WatchStream::~WatchStream() = default;
 
@@ -284,17 +307,35 @@ asio::awaitable<void> WatchStream::open(std::string key, std::string range_end,
     connection_.reset();
     lines_.clear();
     current_ = (current_ + 1) % endpoints_.size();
+    std::string token;
     try {
+      if (login_) token = co_await login_->token(deadline);
       // Held in connection_ from the start, so that drop_member() and close() cut a try short.
       connection_ = std::make_unique<Connection>(ex_, tls_);
       co_await connection_->connect(endpoints_[current_], deadline);
-      co_await connection_->send("/v3/watch", payload, deadline);
+      co_await connection_->send("/v3/watch", payload, deadline, token);
       const unsigned status = co_await connection_->read_stream_header(deadline);
       if (status != 200) throw store::StoreConnectionError(fmt::format("HTTP status {}", status));
       const json first = json::parse(co_await read_line());
-      const json& result = first.at("result");
-      if (result.value("created", false)) co_return;
-      last_error = fmt::format("unexpected first watch message: {}", first.dump());
+      if (first.contains("error")) {
+        const std::string message = first["error"].value("message", first["error"].dump());
+        if (message.find("permission denied") != std::string::npos) {
+          throw store::StoreAuthError(fmt::format(
+              "etcd refused a watch of the job's keys: {} (grant the user's role read on the "
+              "job's prefix)",
+              message));
+        }
+        if (login_ && message.find("invalid auth token") != std::string::npos) {
+          login_->expired(token);
+        }
+        last_error = fmt::format("etcd watch error: {}", message);
+      } else if (first.at("result").value("created", false)) {
+        co_return;
+      } else {
+        last_error = fmt::format("unexpected first watch message: {}", first.dump());
+      }
+    } catch (const store::StoreAuthError&) {
+      throw;
     } catch (const std::exception& e) {
       bool hinted = false;
       last_error = fmt::format("{}: {}", describe(endpoints_[current_]),

@@ -40,19 +40,23 @@ int64_t int_field(const nlohmann::json& j, const char* name);
 std::shared_ptr<boost::asio::ssl::context> make_tls_context(const EtcdTls& tls);
 
 class Connection;
+class Login;
 
 class Client {
  public:
   // `attempt_timeout` bounds one try on one member, so that a silent member is left for the next.
-  // `tls`: null for plain HTTP.
+  // `tls`: null for plain HTTP. `login`: the user every call is made as (null: none); a call whose
+  // token etcd no longer takes logs in again and is made again.
   Client(boost::asio::any_io_executor ex, std::vector<Endpoint> endpoints,
-         std::chrono::milliseconds attempt_timeout, std::shared_ptr<boost::asio::ssl::context> tls);
+         std::chrono::milliseconds attempt_timeout, std::shared_ptr<boost::asio::ssl::context> tls,
+         std::shared_ptr<Login> login = nullptr);
   ~Client();
 
   // POSTs `body` to `path` (e.g. "/v3/kv/put") and returns the parsed reply, failing over between
   // endpoints until `deadline`. Throws StoreConnectionError when no member could serve it by then
-  // (with the last reason), StoreError for a reply that is an error no other member would answer
-  // differently (a bad request, auth required).
+  // (with the last reason), StoreAuthError when etcd refuses the user (no login on a cluster with
+  // authentication, a wrong password, a role without access to the key), StoreError for any other
+  // reply that no other member would answer differently (a bad request).
   boost::asio::awaitable<nlohmann::json> call(std::string path, nlohmann::json body,
                                               Clock::time_point deadline);
   // Whether every try of the last call found its member gone (the connection refused, or reset):
@@ -70,6 +74,7 @@ class Client {
   std::vector<Endpoint> endpoints_;
   std::chrono::milliseconds attempt_timeout_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
+  std::shared_ptr<Login> login_;
   size_t current_ = 0;
   std::unique_ptr<Connection> connection_;
   bool closed_ = false;
@@ -81,7 +86,8 @@ class Client {
 class WatchStream {
  public:
   WatchStream(boost::asio::any_io_executor ex, std::vector<Endpoint> endpoints,
-              std::shared_ptr<boost::asio::ssl::context> tls);
+              std::shared_ptr<boost::asio::ssl::context> tls,
+              std::shared_ptr<Login> login = nullptr);
   ~WatchStream();
   // Opens the watch on the first member that accepts it, trying each endpoint in turn from the one
   // after the last used, until `deadline`; returns once etcd confirmed it ("created").
@@ -104,6 +110,7 @@ class WatchStream {
   boost::asio::any_io_executor ex_;
   std::vector<Endpoint> endpoints_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
+  std::shared_ptr<Login> login_;
   size_t current_ = 0;
   std::unique_ptr<Connection> connection_;
   std::string lines_;

@@ -48,9 +48,10 @@ asio::awaitable<void> Connection::connect(const Endpoint& e, Clock::time_point d
 }
 
 asio::awaitable<void> Connection::send(const std::string& path, const std::string& body,
-                                       Clock::time_point deadline) {
+                                       Clock::time_point deadline, const std::string& token) {
   http::request<http::string_body> req(http::verb::post, path, 11);
   req.set(http::field::host, host_);
+  if (!token.empty()) req.set(http::field::authorization, token);
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
   req.body() = body;

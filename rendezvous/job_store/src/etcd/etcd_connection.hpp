@@ -27,9 +27,9 @@ class Connection {
              const std::shared_ptr<boost::asio::ssl::context>& tls);
 
   boost::asio::awaitable<void> connect(const Endpoint& e, Clock::time_point deadline);
-  // POSTs `body` (JSON) to `path`.
+  // POSTs `body` (JSON) to `path`, with etcd's auth token when `token` is not empty.
   boost::asio::awaitable<void> send(const std::string& path, const std::string& body,
-                                    Clock::time_point deadline);
+                                    Clock::time_point deadline, const std::string& token = "");
   boost::asio::awaitable<boost::beast::http::response<boost::beast::http::string_body>>
   read_response(Clock::time_point deadline);
   // For a streamed body: reads the header (returns the status), then hands out the body as it

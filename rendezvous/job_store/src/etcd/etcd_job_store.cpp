@@ -15,6 +15,7 @@
 #include "ddprun/store/errors.hpp"
 #include "etcd_client.hpp"
 #include "etcd_leadership.hpp"
+#include "etcd_login.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -92,12 +93,16 @@ EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
       spec_(std::move(spec)),
       base_(spec_.prefix + spec_.run_id + "/"),
       tls_(etcd::make_tls_context(spec_.tls)),
-      client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
-                                             attempt_timeout(spec_.heartbeat_timeout), tls_)),
+      login_(spec_.login ? std::make_shared<etcd::Login>(ex, spec_.endpoints,
+                                                         attempt_timeout(spec_.heartbeat_timeout),
+                                                         tls_, *spec_.login)
+                         : nullptr),
+      client_(std::make_unique<etcd::Client>(
+          ex, spec_.endpoints, attempt_timeout(spec_.heartbeat_timeout), tls_, login_)),
       client_turn_(std::make_unique<store::AsyncMutex>(ex)),
-      lease_client_(std::make_unique<etcd::Client>(ex, spec_.endpoints,
-                                                   attempt_timeout(spec_.heartbeat_timeout), tls_)),
-      watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints, tls_)),
+      lease_client_(std::make_unique<etcd::Client>(
+          ex, spec_.endpoints, attempt_timeout(spec_.heartbeat_timeout), tls_, login_)),
+      watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints, tls_, login_)),
       leadership_(std::make_unique<etcd::LeadershipProbe>(ex, spec_.endpoints, tls_)),
       keep_alive_timer_(ex) {}
 

@@ -48,6 +48,7 @@ struct RendezvousConfig {
   std::vector<EtcdEndpoint> etcd_endpoints;
   std::string etcd_prefix = "/ddprun/";
   EtcdTls etcd_tls;
+  std::optional<EtcdLogin> etcd_login;  // rdzv_conf user, password_file
   std::chrono::milliseconds join_timeout = kDefaultJoinTimeout;
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // c10d: how long agents ride out losing a standalone store (ddprund), workers running.

@@ -20,6 +20,14 @@ struct EtcdTls {
   std::string key_file;
 };
 
+// A user of a cluster with authentication on (rdzv_conf user, password_file): the agent logs in
+// with it and sends the token etcd gives with every call, logging in again when etcd lets the
+// token expire.
+struct EtcdLogin {
+  std::string user;
+  std::string password;
+};
+
 // Throws std::invalid_argument naming the file and the reason when `tls` cannot be loaded (a
 // missing file, not PEM, a key that does not match the certificate).
 void check_etcd_tls(const EtcdTls& tls);

@@ -42,6 +42,7 @@ namespace ddprun::rendezvous {
 
 namespace etcd {
 class Client;
+class Login;
 class LeadershipProbe;
 class WatchStream;
 }  // namespace etcd
@@ -55,6 +56,7 @@ struct EtcdJobStoreSpec {
   // How long a node whose lease lapsed tries to rejoin before it gives the store up for lost.
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   EtcdTls tls;
+  std::optional<EtcdLogin> login;
 };
 
 class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<EtcdJobStore> {
@@ -116,6 +118,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   EtcdJobStoreSpec spec_;
   std::string base_;                                // "<prefix><run_id>/"
   std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
+  std::shared_ptr<etcd::Login> login_;              // null: no authentication
   std::unique_ptr<etcd::Client> client_;            // requests, one at a time
   std::unique_ptr<store::AsyncMutex> client_turn_;
   std::unique_ptr<etcd::Client> lease_client_;
