@@ -28,21 +28,24 @@ fi
 # And under clang 14's front end, with the same flags (about 2 minutes on 2 cores).
 python3 scripts/clang-warnings.py "$build"
 
-# The frame parser under libFuzzer with ASan and UBSan (clang-only, so it has its own build).
+# The frame parser, and what a store with a secret reads before authentication, under libFuzzer
+# with ASan and UBSan (clang-only, so they have their own build).
 fuzz_build=${build}-fuzz
 cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
   -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 cmake --build "$fuzz_build" -j "$jobs"
-corpus=$scratch/corpus
-mkdir "$corpus"
-echo "fuzz: wire_parser_fuzz for ${DDPRUN_FUZZ_SECONDS:-30} s"
-if ! "$fuzz_build/tests/fuzz/wire_parser_fuzz" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
-  "$corpus" >"$corpus/fuzz.log" 2>&1; then
-  tail -n 60 "$corpus/fuzz.log"
-  echo "fuzz: wire_parser_fuzz FAILED" >&2
-  exit 1
-fi
-grep -E '^Done' "$corpus/fuzz.log"
+for fuzzer in wire_parser_fuzz auth_handshake_fuzz; do
+  corpus=$scratch/corpus-$fuzzer
+  mkdir "$corpus"
+  echo "fuzz: $fuzzer for ${DDPRUN_FUZZ_SECONDS:-30} s"
+  if ! "$fuzz_build/tests/fuzz/$fuzzer" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
+    "$corpus" >"$corpus/fuzz.log" 2>&1; then
+    tail -n 60 "$corpus/fuzz.log"
+    echo "fuzz: $fuzzer FAILED" >&2
+    exit 1
+  fi
+  grep -E '^Done' "$corpus/fuzz.log"
+done
 
 if ! wait "$torch2_root"; then
   cat "$scratch/torch2-root.log" >&2

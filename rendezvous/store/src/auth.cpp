@@ -1,16 +1,10 @@
 #include "ddprun/store/auth.hpp"
 
-#include <sys/stat.h>
-
-#include <fstream>
-#include <sstream>
-
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/store/errors.hpp"
 
@@ -34,25 +28,6 @@ Token::Token(std::string bytes) : bytes_(std::move(bytes)) {
   if (bytes_.size() < kMinBytes) {
     throw StoreError(
         fmt::format("a token must have at least {} bytes, not {}", kMinBytes, bytes_.size()));
-  }
-}
-
-Token Token::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw StoreError(fmt::format("cannot read the token file {}", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::string bytes = text.str();
-  while (!bytes.empty() && std::isspace(static_cast<unsigned char>(bytes.back()))) bytes.pop_back();
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    spdlog::warn("the token file {} can be read by others than its owner (chmod 600 {})", path,
-                 path);
-  }
-  try {
-    return Token(std::move(bytes));
-  } catch (const StoreError& e) {
-    throw StoreError(fmt::format("the token file {}: {}", path, e.what()));
   }
 }
 
