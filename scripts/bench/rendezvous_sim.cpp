@@ -32,9 +32,11 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "ddprun/job_store/tcp_job_store.hpp"
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
+#include "ddprun/store/auth.hpp"
 #include "ddprun/store/store_server.hpp"
 #include "ddprun/store/store_thread.hpp"
 #include "memory_job_store.hpp"
@@ -53,14 +55,21 @@ struct Agent {
 };
 
 struct Sim {
-  explicit Sim(bool memory) {
+  // `token`: the store has a secret and every agent authenticates with the job's token.
+  Sim(bool memory, bool token) {
     if (memory) {
       kv = std::make_shared<KeyValueStore>();
       traffic = std::make_shared<ddprun::bench::MemoryTraffic>();
     } else {
-      store = std::make_unique<StoreThread>(ServerOptions{});
+      ServerOptions o;
+      if (token) {
+        secret = Token(std::string(32, 's'));
+        o.secret = secret;
+      }
+      store = std::make_unique<StoreThread>(o);
     }
   }
+  std::optional<Token> secret;
   asio::io_context io{1};
   std::unique_ptr<StoreThread> store;                     // tcp
   std::shared_ptr<KeyValueStore> kv;                      // memory
@@ -98,6 +107,7 @@ void add_agent(Sim& sim, int max_nodes) {
   c.endpoint_host = "127.0.0.1";
   c.endpoint_port = sim.store ? sim.store->port() : 0;
   c.host_store = RendezvousConfig::HostStore::kNo;
+  if (sim.secret) c.auth_token = scope_token(*sim.secret, TcpJobStore::server_key(sim.run_id, ""));
   c.join_timeout = std::chrono::seconds(600);
   c.heartbeat_timeout = std::chrono::seconds(600);  // a loaded loop must not expel anyone
   c.last_call_timeout = std::chrono::seconds(600);  // the first round forms at max_nodes
@@ -163,8 +173,8 @@ std::string per_agent(const Sample& a, const Sample& b, int agents) {
                      double(b.bytes - a.bytes) / 1024 / agents, b.cpu - a.cpu);
 }
 
-int simulate(int n, std::chrono::seconds timeout, bool memory) {
-  Sim sim(memory);
+int simulate(int n, std::chrono::seconds timeout, bool memory, bool token) {
+  Sim sim(memory, token);
   sim.n = n;
   sim.run_id = fmt::format("sim{}", n);
   const auto deadline = [&] { return Clock::now() + timeout; };
@@ -218,10 +228,12 @@ int main(int argc, char** argv) {
   std::string transport = "tcp";
   app.add_option("--transport", transport, "tcp (sockets to a store thread) or memory (no sockets)")
       ->check(CLI::IsMember({"tcp", "memory"}));
+  bool token = false;
+  app.add_flag("--token", token, "tcp: the store has a secret; agents authenticate with a token");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::err);  // teardown closes thousands of sockets mid-write
   for (int n : ns) {
-    if (simulate(n, std::chrono::seconds(timeout_s), transport == "memory") != 0) {
+    if (simulate(n, std::chrono::seconds(timeout_s), transport == "memory", token) != 0) {
       std::cout << n << " did not complete within " << timeout_s << " s" << std::endl;
       return 1;
     }

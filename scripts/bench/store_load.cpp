@@ -1,6 +1,8 @@
 // Load generator for TCPStore servers (ddprund or torch's), using ddprun's C++ client on one
 // thread.
 //
+// Every mode takes --token-file F [--scope PREFIX]: connections authenticate first (auth.hpp).
+//
 //   store_load ops     --port P --dialect legacy|modern --connections N --seconds S
 //       N connections each loop set/get/add of 64-byte values on their own keys; prints ops/s.
 //   store_load connect --port P --dialect legacy|modern --connections N
@@ -31,6 +33,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "ddprun/store/async_store_client.hpp"
+#include "ddprun/store/auth.hpp"
 
 namespace asio = boost::asio;
 using namespace ddprun::store;
@@ -45,8 +48,10 @@ struct Config {
   int keys = 0;
   int addresses = 1;
   double seconds = 2.0;
+  std::optional<Credential> credential;  // --token-file, --scope
   ClientOptions options() const {
     ClientOptions o;
+    o.credential = credential;
     o.dialect = dialect == "legacy" ? wire::Dialect::kLegacy : wire::Dialect::kModern;
     o.timeout = std::chrono::seconds(60);
     return o;
@@ -146,6 +151,7 @@ bool run_all(int n, Make make, std::optional<Clock::time_point> deadline = {}) {
 
 int main(int argc, char** argv) {
   Config cfg;
+  std::string token_file, scope = "/";
   CLI::App app{"store_load: load generator for TCPStore servers"};
   app.require_subcommand(1);
   for (auto* sub :
@@ -157,9 +163,12 @@ int main(int argc, char** argv) {
     sub->add_option("--seconds", cfg.seconds);
     sub->add_option("--keys", cfg.keys);
     sub->add_option("--addresses", cfg.addresses)->check(CLI::Range(1, 250));
+    sub->add_option("--token-file", token_file, "authenticate with this token (or secret)");
+    sub->add_option("--scope", scope, "the key prefix asked for with --token-file");
   }
   CLI11_PARSE(app, argc, argv);
   const std::string mode = app.get_subcommands().front()->get_name();
+  if (!token_file.empty()) cfg.credential = Credential{scope, Token::from_file(token_file)};
 
   if (mode == "ops") {
     std::atomic<long> ops{0};
