@@ -40,7 +40,7 @@ ddprund() {  # extra args...; prints the port
 open_port=$(ddprund)
 auth_port=$(ddprund --auth-token-file "$work/secret")
 LOAD=build/scripts/bench/store_load
-token=(--token-file "$work/secret" --scope /load/)
+token=(--token-file "$work/secret" --scope /)  # a scope: every key is checked against it
 
 for ((r = 1; r <= RUNS; r++)); do
   build/scripts/bench/rendezvous_sim --agents "$AGENTS" | awk '{print $2}' >>"$work/form.open"

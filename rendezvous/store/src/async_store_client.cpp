@@ -73,13 +73,17 @@ asio::awaitable<void> AsyncStoreClient::open() {
   Request ping = request(wire::Op::kPing);
   ping.u32 = nonce;
   wire::encode_request(ping, options_.dialect, wbuf_);
+  std::string client_nonce;
+  if (options_.credential) client_nonce = begin_authentication(*options_.credential, wbuf_);
   co_await socket_->write(wbuf_);
   if (co_await socket_->read_u32() != nonce) {
     socket_->close();
     throw StoreConnectionError(
         fmt::format("{} did not answer PING like a TCPStore server", socket_->endpoint_name()));
   }
-  if (options_.credential) co_await authenticate(*socket_, *options_.credential);
+  if (options_.credential) {
+    co_await finish_authentication(*socket_, *options_.credential, client_nonce);
+  }
 }
 
 std::string AsyncStoreClient::full_key(std::string_view key) const {

@@ -7,16 +7,18 @@
 
 namespace ddprun::store {
 
-boost::asio::awaitable<void> authenticate(ClientSocket& socket, const Credential& credential) {
-  const auth::Nonce nonce = auth::fresh_nonce();
-  const std::string client_nonce(auth::view(nonce));
-  std::string out;
+std::string begin_authentication(const Credential& credential, std::string& out) {
   wire::Request begin;
   begin.op = wire::Op::kAuthBegin;
   begin.key = credential.scope;
-  begin.value = client_nonce;
+  begin.value = std::string(auth::view(auth::fresh_nonce()));
   wire::encode_request(begin, wire::Dialect::kModern, out);
-  co_await socket.write(out);
+  return begin.value;
+}
+
+boost::asio::awaitable<void> finish_authentication(ClientSocket& socket,
+                                                   const Credential& credential,
+                                                   const std::string& client_nonce) {
   const std::string server_nonce = co_await socket.read_bytes(auth::kNonceBytes);
   if (server_nonce.empty()) {
     socket.close();
@@ -34,7 +36,7 @@ boost::asio::awaitable<void> authenticate(ClientSocket& socket, const Credential
   prove.op = wire::Op::kAuthProve;
   prove.value = auth::proof(credential.token, auth::Side::kClient, credential.scope, client_nonce,
                             server_nonce);
-  out.clear();
+  std::string out;
   wire::encode_request(prove, wire::Dialect::kModern, out);
   co_await socket.write(out);
   if (co_await socket.read_u8() != wire::kAuthAccepted) {

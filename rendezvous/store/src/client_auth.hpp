@@ -7,8 +7,14 @@
 
 namespace ddprun::store {
 
-// Proves `credential` to the server and checks the server's proof back. Throws StoreAuthError when
-// the server refuses it (closing the connection), has no secret, or proves nothing.
-boost::asio::awaitable<void> authenticate(ClientSocket& socket, const Credential& credential);
+// Appends AUTH_BEGIN for `credential` to `out` (sent with the connection's first bytes, to save a
+// round trip) and returns the client nonce it carries.
+std::string begin_authentication(const Credential& credential, std::string& out);
+// Once AUTH_BEGIN is sent and every reply before its own read: reads the challenge, proves
+// `credential` and checks the server's proof back. Throws StoreAuthError when the server refuses it
+// (closing the connection), has no secret, or proves nothing.
+boost::asio::awaitable<void> finish_authentication(ClientSocket& socket,
+                                                   const Credential& credential,
+                                                   const std::string& client_nonce);
 
 }  // namespace ddprun::store

@@ -28,8 +28,13 @@ asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(asio:
   validate.op = wire::Op::kValidate;
   validate.u32 = wire::kValidationMagic;
   wire::encode_request(validate, wire::Dialect::kModern, w->wbuf_);
+  std::string client_nonce;
+  if (w->options_.credential)
+    client_nonce = begin_authentication(*w->options_.credential, w->wbuf_);
   co_await w->socket_->write(w->wbuf_);
-  if (w->options_.credential) co_await authenticate(*w->socket_, *w->options_.credential);
+  if (w->options_.credential) {
+    co_await finish_authentication(*w->socket_, *w->options_.credential, client_nonce);
+  }
   co_return w;
 }
 
