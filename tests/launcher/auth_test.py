@@ -252,6 +252,39 @@ def case_an_agent_without_the_token_is_a_clear_error():
     print("no token, a wrong token, and a store without one: clear errors at once: passed")
 
 
+def impostor_store():
+    """A store that answers the handshake without knowing any token; returns its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            hello = recv_exact(conn, 10)  # VALIDATE, PING
+            begin = recv_exact(conn, 9)  # AUTH_BEGIN, the scope's length
+            (n,) = struct.unpack("<q", begin[1:])
+            recv_exact(conn, n + 8 + 32)  # the scope, the client's nonce
+            conn.sendall(hello[6:10] + bytes_field(os.urandom(32)))
+            recv_exact(conn, 1 + 8 + 32)  # AUTH_PROVE
+            conn.sendall(b"\x00" + bytes_field(os.urandom(32)))  # accepted, with a made-up proof
+            while conn.recv(4096):
+                pass
+
+    import threading
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1]
+
+
+def case_a_store_that_cannot_prove_the_token_is_refused():
+    token = secret_file()
+    port = impostor_store()
+    r = subprocess.run([DDPRUN, "status", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                        "--rdzv_id=ja", f"--rdzv_conf=auth_token_file={token}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "could not prove that it knows this token" in r.stderr, (
+        r.returncode, r.stderr)
+    print("a store that accepts the proof but cannot prove the token back is refused: passed")
+
+
 def case_static_backend_store_serves_only_the_job():
     """Node 0's agent hosts the job's store (for agents, with the token) and the workers' store
     beside it: torch workers form a process group, a stranger cannot write the job's keys."""

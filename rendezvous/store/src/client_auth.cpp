@@ -38,21 +38,24 @@ boost::asio::awaitable<void> finish_authentication(ClientSocket& socket,
                             server_nonce);
   std::string out;
   wire::encode_request(prove, wire::Dialect::kModern, out);
-  co_await socket.write(out);
-  if (co_await socket.read_u8() != wire::kAuthAccepted) {
-    socket.close();
-    throw StoreAuthError(fmt::format(
-        "the store at {} refused this token{}", socket.endpoint_name(),
-        credential.scope.empty() ? std::string(" for every key")
-                                 : fmt::format(" for the keys under '{}'", credential.scope)));
-  }
-  const std::string server_proof = co_await socket.read_bytes(64);
-  if (!auth::same_proof(server_proof, auth::proof(credential.token, auth::Side::kServer,
-                                                  credential.scope, client_nonce, server_nonce))) {
-    socket.close();
-    throw StoreAuthError(fmt::format("the store at {} could not prove that it knows this token",
-                                     socket.endpoint_name()));
-  }
+  const std::string expected = auth::proof(credential.token, auth::Side::kServer, credential.scope,
+                                           client_nonce, server_nonce);
+  const std::string where = socket.endpoint_name();
+  const std::string scope = credential.scope;
+  socket.send_ahead(
+      std::move(out), [expected, where, scope](uint8_t status, const std::string& server_proof) {
+        if (status != wire::kAuthAccepted) {
+          throw StoreAuthError(fmt::format("the store at {} refused this token{}", where,
+                                           scope.empty()
+                                               ? std::string(" for every key")
+                                               : fmt::format(" for the keys under '{}'", scope)));
+        }
+        if (!auth::same_proof(server_proof, expected)) {
+          throw StoreAuthError(
+              fmt::format("the store at {} could not prove that it knows this token", where));
+        }
+      });
+  co_return;
 }
 
 }  // namespace ddprun::store

@@ -1,5 +1,7 @@
 #include "client_socket.hpp"
 
+#include <array>
+
 #include <algorithm>
 #include <cstring>
 
@@ -107,12 +109,33 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
   rpos_ = rend_ = 0;
 }
 
+void ClientSocket::send_ahead(std::string bytes, AheadCheck check) {
+  ahead_ = std::move(bytes);
+  ahead_check_ = std::move(check);
+}
+
+asio::awaitable<void> ClientSocket::settle() {
+  if (!ahead_check_) co_return;
+  const AheadCheck check = std::move(ahead_check_);
+  ahead_check_ = nullptr;
+  const uint8_t status = co_await read_u8();
+  std::string value;
+  if (status == 0) value = co_await read_bytes(1024);
+  try {
+    check(status, value);
+  } catch (...) {
+    close();
+    throw;
+  }
+}
+
 asio::awaitable<void> ClientSocket::write(const std::string& bytes) {
   if (!socket_.is_open()) throw StoreConnectionError("the store connection is closed");
+  const std::array<asio::const_buffer, 2> both = {asio::buffer(ahead_), asio::buffer(bytes)};
   io_pending_ = true;
   arm_watchdog();
-  auto [ec, n] =
-      co_await asio::async_write(socket_, asio::buffer(bytes), asio::as_tuple(asio::use_awaitable));
+  auto [ec, n] = co_await asio::async_write(socket_, both, asio::as_tuple(asio::use_awaitable));
+  ahead_.clear();
   io_pending_ = false;
   if (ec) fail(ec, "write");
 }
@@ -138,12 +161,14 @@ asio::awaitable<void> ClientSocket::fill(size_t need) {
 }
 
 asio::awaitable<uint8_t> ClientSocket::read_u8() {
+  co_await settle();
   co_await fill(1);
   co_return static_cast<uint8_t>(rbuf_[rpos_++]);
 }
 
 template <class T>
 asio::awaitable<T> ClientSocket::read_scalar() {
+  co_await settle();
   co_await fill(sizeof(T));
   T v;
   std::memcpy(&v, rbuf_.data() + rpos_, sizeof(T));

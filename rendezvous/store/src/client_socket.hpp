@@ -4,6 +4,7 @@
 // syscalls.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,11 +37,20 @@ class ClientSocket {
   // A `[u64 length][bytes]` value; a length above `max_bytes` is a StoreConnectionError.
   boost::asio::awaitable<std::string> read_bytes(uint64_t max_bytes);
 
+  // A reply the server owes ahead of the next one a caller reads (authentication's, which saves a
+  // round trip): `bytes` go out in front of the next write, and the next read first takes
+  // `[u8 status]`, then `[u64 length][bytes]` when the status is 0, and hands both to `check`,
+  // which throws to refuse them.
+  using AheadCheck = std::function<void(uint8_t status, const std::string& value)>;
+  void send_ahead(std::string bytes, AheadCheck check);
+
   void close();
   const std::string& endpoint_name() const { return endpoint_name_; }
 
  private:
   boost::asio::awaitable<void> fill(size_t need);
+  // Reads and checks the reply owed by send_ahead(), if one is.
+  boost::asio::awaitable<void> settle();
   template <class T>
   boost::asio::awaitable<T> read_scalar();
   void arm_watchdog();
@@ -59,6 +69,8 @@ class ClientSocket {
   size_t rpos_ = 0;
   size_t rend_ = 0;
   std::string endpoint_name_;
+  std::string ahead_;
+  AheadCheck ahead_check_;
 };
 
 }  // namespace ddprun::store
