@@ -294,6 +294,14 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   if (r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty()) {
     std::tie(r.endpoint_host, r.endpoint_port) = parse_endpoint(o.endpoint, r.endpoint_port);
   }
+  if (r.backend != rendezvous::Backend::kEtcdV3 &&
+      (conf.protocol.value_or("http") != "http" || !conf.tls_files.empty())) {
+    // Asked for encryption that would not happen: refused rather than run in the clear.
+    throw UsageError(
+        "--rdzv_conf protocol=https, cacert, cert, key: TLS is built for the etcd backend only; "
+        "connections to ddprund and agent-hosted stores authenticate (auth_token_file) but are "
+        "not encrypted");
+  }
   if (r.backend == rendezvous::Backend::kEtcdV3) {
     etcd_endpoints(o, r);
     r.etcd_tls = etcd_tls(conf);

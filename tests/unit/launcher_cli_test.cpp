@@ -1,3 +1,6 @@
+#include <filesystem>
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "agent_config.hpp"
@@ -305,6 +308,43 @@ TEST_CASE("cli: etcd, etcd-v2 and etcd-v3 are one backend over a list of members
   CHECK_THROWS_WITH(
       parse({"--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=etcd_prefix=x", "t.py"}),
       Catch::Contains("must start with /"));
+}
+
+TEST_CASE("cli: authentication options are read once and refused where they would not apply",
+          "[cli]") {
+  const std::string dir = std::filesystem::temp_directory_path() / "ddprun_cli_auth";
+  std::filesystem::create_directories(dir);
+  const std::string token = dir + "/token", password = dir + "/password";
+  std::ofstream(token) << "0123456789abcdef0123456789abcdef\n";
+  std::ofstream(password) << "s3cret\n";
+  const auto job = [](std::string backend, std::string conf, std::string id = "job") {
+    return parse({"--nnodes=2", "--rdzv_backend=" + backend, "--rdzv_endpoint=e:1",
+                  "--rdzv_id=" + id, "--rdzv_conf=" + conf, "t.py"});
+  };
+  const auto c10d = job("c10d", "auth_token_file=" + token);
+  REQUIRE(c10d.rdzv.auth_token);
+  CHECK(c10d.rdzv.auth_token->bytes() == "0123456789abcdef0123456789abcdef");
+  CHECK(make_agent_config(c10d, {}, nullptr).rdzv.auth_token.has_value());
+  CHECK_THROWS_WITH(job("c10d", "auth_token_file=" + token, "a/b"), Catch::Contains("no '/'"));
+  CHECK_THROWS_WITH(job("c10d", "auth_token_file=/no/token"),
+                    Catch::Contains("cannot read the token file /no/token"));
+  CHECK_THROWS_WITH(job("c10d", "auth_token_file=" + password),
+                    Catch::Contains("at least 16 bytes"));
+  CHECK_THROWS_WITH(job("etcd", "auth_token_file=" + token), Catch::Contains("user and password"));
+  const auto etcd = job("etcd", "user=alice,password_file=" + password);
+  REQUIRE(etcd.rdzv.etcd_login);
+  CHECK(etcd.rdzv.etcd_login->user == "alice");
+  CHECK(etcd.rdzv.etcd_login->password == "s3cret");
+  CHECK_THROWS_WITH(job("etcd", "user=alice"), Catch::Contains("both user and password_file"));
+  CHECK_THROWS_WITH(job("c10d", "user=alice,password_file=" + password),
+                    Catch::Contains("for the etcd backend"));
+  CHECK_THROWS_WITH(job("c10d", "protocol=https"), Catch::Contains("not encrypted"));
+  CHECK_THROWS_WITH(job("static", "cacert=/ca.pem"), Catch::Contains("not encrypted"));
+  CHECK_THROWS_WITH(parse({"--metrics_addr=localhost", "t.py"}),
+                    Catch::Contains("not an IP address"));
+  CHECK(parse({"--metrics_addr=::", "t.py"}).metrics_addr == "::");
+  CHECK(parse({"t.py"}).metrics_addr == "127.0.0.1");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("cli: etcd TLS options are checked, under both spellings, before anything starts",

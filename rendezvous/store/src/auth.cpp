@@ -1,9 +1,11 @@
 #include "ddprun/store/auth.hpp"
 
+#include <cstring>
+#include <memory>
+
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include "ddprun/store/errors.hpp"
@@ -11,15 +13,37 @@
 namespace ddprun::store {
 namespace {
 
+// HMAC-SHA256 (RFC 2104) over one cached SHA-256 implementation: OpenSSL 3's one-shot HMAC()
+// looks its algorithm up on every call, four times the cost of the hashing itself.
 std::string hmac_sha256(std::string_view key, std::string_view message) {
-  unsigned char out[EVP_MAX_MD_SIZE];
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
+                                                                                 &EVP_MD_CTX_free);
+  constexpr size_t kBlock = 64;
+  unsigned char k[kBlock] = {};
   unsigned int n = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), out,
-           &n) == nullptr) {
-    throw StoreError("HMAC-SHA256 failed");
+  if (sha256 == nullptr || ctx == nullptr) throw StoreError("SHA-256 is not available");
+  if (key.size() > kBlock) {
+    if (EVP_Digest(key.data(), key.size(), k, &n, sha256, nullptr) != 1) {
+      throw StoreError("SHA-256 failed");
+    }
+  } else {
+    std::memcpy(k, key.data(), key.size());
   }
-  return std::string(reinterpret_cast<const char*>(out), n);
+  unsigned char pad[kBlock];
+  const auto digest = [&](unsigned char x, std::string_view data, unsigned char* out) {
+    for (size_t i = 0; i < kBlock; ++i) pad[i] = k[i] ^ x;
+    if (EVP_DigestInit_ex2(ctx.get(), sha256, nullptr) != 1 ||
+        EVP_DigestUpdate(ctx.get(), pad, kBlock) != 1 ||
+        EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1 ||
+        EVP_DigestFinal_ex(ctx.get(), out, &n) != 1) {
+      throw StoreError("SHA-256 failed");
+    }
+  };
+  unsigned char inner[EVP_MAX_MD_SIZE], outer[EVP_MAX_MD_SIZE];
+  digest(0x36, message, inner);
+  digest(0x5c, std::string_view(reinterpret_cast<const char*>(inner), n), outer);
+  return std::string(reinterpret_cast<const char*>(outer), n);
 }
 
 }  // namespace

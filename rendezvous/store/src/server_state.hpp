@@ -3,6 +3,7 @@
 // run after StoreServer is gone still find it.
 #include <cstdint>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct StoreServer::State {
   bool evicting = false;  // an eviction for the budget is under way
   // Over the budget: evicts the connection that holds the most.
   void enforce_budget();
+  // The token of `scope` under the secret, derived once per scope (at most kScopeTokens kept).
+  const Token& scope_token(const std::string& scope);
+  static constexpr size_t kScopeTokens = 4096;
+  std::unordered_map<std::string, Token> scope_tokens;
 };
 
 }  // namespace ddprun::store

@@ -38,14 +38,14 @@ bool StoreConnection::handle_auth(const wire::Request& req) {
     return auth::same_proof(
         req.value, auth::proof(token, auth::Side::kClient, scope_, client_nonce_, server_nonce_));
   };
-  // The secret grants any scope; a scope's token only its own (and no token grants every key).
+  // A scope's token grants its own scope (no token grants every key); the secret any scope. The
+  // common case, a job's token, is tried first.
   std::optional<Token> granted;
-  if (holds(*secret)) {
-    granted = *secret;
-  } else if (!scope_.empty()) {
-    Token token = scope_token(*secret, scope_);
-    if (holds(token)) granted = std::move(token);
+  if (!scope_.empty()) {
+    const Token& token = state_->scope_token(scope_);
+    if (holds(token)) granted = token;
   }
+  if (!granted && holds(*secret)) granted = *secret;
   if (!granted) {
     wire::put_u8(reply_, wire::kAuthRefused);
     refusal_ = fmt::format("refused: its proof for scope '{}' matches no token", scope_);
@@ -60,6 +60,12 @@ bool StoreConnection::handle_auth(const wire::Request& req) {
   client_nonce_.clear();
   server_nonce_.clear();
   return true;
+}
+
+const Token& StoreServer::State::scope_token(const std::string& scope) {
+  if (const auto it = scope_tokens.find(scope); it != scope_tokens.end()) return it->second;
+  if (scope_tokens.size() >= kScopeTokens) scope_tokens.clear();  // strangers' made-up scopes
+  return scope_tokens.emplace(scope, store::scope_token(*options.secret, scope)).first->second;
 }
 
 bool StoreConnection::in_scope(const wire::Request& req) const {
