@@ -8,7 +8,8 @@
 //     "/ddprun/<job>/"): the keys under that prefix, nothing else.
 // The proof is an HMAC-SHA256 over both sides' fresh nonces, so the token never crosses the wire
 // and a recorded exchange proves nothing on another connection. The server proves the same back,
-// so a client that holds a token never talks to a store that does not know it.
+// so a client that holds a token takes no reply from a store that does not know it (its first
+// request goes out with its proof, and that request's reply is read after the server's proof).
 #include <array>
 #include <cstdint>
 #include <string>
