@@ -48,7 +48,7 @@ struct RendezvousConfig {
   std::vector<EtcdEndpoint> etcd_endpoints;
   std::string etcd_prefix = "/ddprun/";
   EtcdTls etcd_tls;
-  std::optional<EtcdLogin> etcd_login;  // rdzv_conf user, password_file
+  std::optional<EtcdLogin> etcd_login{};  // rdzv_conf user, password_file
   std::chrono::milliseconds join_timeout = kDefaultJoinTimeout;
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // c10d: how long agents ride out losing a standalone store (ddprund), workers running.
@@ -57,7 +57,7 @@ struct RendezvousConfig {
   std::chrono::milliseconds barrier_timeout{300'000};
   // --rdzv_conf auth_token_file (static, c10d): the job's connections to its store authenticate
   // with it, and a store this node hosts for agents serves only those that hold it.
-  std::optional<store::Token> auth_token;
+  std::optional<store::Token> auth_token{};
 };
 
 // The handler for `config`: one node (max_nodes == 1, any backend) runs alone around its own store;

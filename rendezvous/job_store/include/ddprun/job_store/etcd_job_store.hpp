@@ -56,7 +56,7 @@ struct EtcdJobStoreSpec {
   // How long a node whose lease lapsed tries to rejoin before it gives the store up for lost.
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   EtcdTls tls;
-  std::optional<EtcdLogin> login;
+  std::optional<EtcdLogin> login{};
 };
 
 class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<EtcdJobStore> {

@@ -57,7 +57,7 @@ struct TcpJobStoreSpec {
   // How long a standalone store (ddprund) that went away is waited for, workers running.
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   // Given, every connection proves it (auth.hpp) for the job's keys; the run id has no '/'.
-  std::optional<store::Token> token;
+  std::optional<store::Token> token{};
 };
 
 class TcpJobStore final : public JobStore, public std::enable_shared_from_this<TcpJobStore> {

@@ -51,12 +51,12 @@ struct ServerOptions {
   // With a secret, every connection authenticates first (auth.hpp): the secret grants every key,
   // a scope's token the keys under the scope. A connection that has not within auth_timeout of
   // its accept, or sends anything else first, is closed (one rate-limited log line).
-  std::optional<Token> secret;
+  std::optional<Token> secret{};
   std::chrono::milliseconds auth_timeout{10'000};
   // Not empty: only peers with one of these addresses, or a loopback one, are served; every other
   // is closed at accept (one rate-limited log line). For stores whose clients cannot authenticate
   // (torch workers): a round's worker store, open to the round's nodes.
-  std::vector<boost::asio::ip::address> allowed_peers;
+  std::vector<boost::asio::ip::address> allowed_peers{};
 };
 
 class StoreServer {
