@@ -52,7 +52,9 @@ class AsyncStoreClient {
  public:
   using Ms = std::chrono::milliseconds;
 
-  // Connects and, in the modern dialect, sends VALIDATE and checks a PING.
+  // Connects and, in the modern dialect, sends VALIDATE and checks a PING; with a credential, also
+  // AUTH_BEGIN, and its proof goes out in front of the first request (whose reply is read after the
+  // server's proof: a refused token fails that first operation with StoreAuthError).
   static boost::asio::awaitable<std::unique_ptr<AsyncStoreClient>> connect(
       boost::asio::any_io_executor ex, std::string host, uint16_t port, ClientOptions options = {});
   ~AsyncStoreClient();
