@@ -170,6 +170,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
         ::signal(s, SIG_DFL);
       }
     }
+    // And those the agent ignores (SIGPIPE), which exec would keep ignored.
     for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
       ::signal(s, SIG_DFL);
     ::setpgid(0, 0);

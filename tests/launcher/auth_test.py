@@ -9,14 +9,16 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import stat
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from proc_util import free_port, wait_for
+from proc_util import free_port, listening_address, wait_for
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
@@ -269,7 +271,6 @@ def impostor_store():
             while conn.recv(4096):
                 pass
 
-    import threading
     threading.Thread(target=serve, daemon=True).start()
     return listener.getsockname()[1]
 
@@ -327,12 +328,10 @@ def case_operations_endpoints_are_private():
                "--metrics_port=0", "--no_python", "/bin/sh", "-c", HOLD, base], log=log)
     wait_for(lambda: started(base) == 1, "the worker")
     text = open(log).read()
-    import re
     m = re.search(r"metrics at http://([^ ]+):(\d+)/metrics", text)
     assert m and m.group(1) == "127.0.0.1", text
-    listening = subprocess.run(["ss", "-Hltn", f"sport = :{m.group(2)}"], capture_output=True,
-                               text=True, check=True).stdout.split()
-    assert listening[3] == f"127.0.0.1:{m.group(2)}", listening
+    port = m.group(2)
+    assert listening_address(port) == f"127.0.0.1:{port}", listening_address(port)
     run_dirs = [d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d))]
     assert len(run_dirs) == 1, os.listdir(base)
     assert stat.S_IMODE(os.stat(os.path.join(base, run_dirs[0])).st_mode) == 0o700

@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.request
 from etcd_cluster import EtcdCluster, have_etcd
-from proc_util import free_port, wait_for
+from proc_util import free_port, listening_address, wait_for
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
@@ -224,9 +224,7 @@ def metrics_port(log):
     wait_for(found, f"the metrics line in {log}")
     port = int(m.group(2))
     assert m.group(1) == "127.0.0.1", m.group(0)
-    listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
-                               text=True, check=True).stdout.split()
-    assert listening[3] == f"127.0.0.1:{port}", listening
+    assert listening_address(port) == f"127.0.0.1:{port}", listening_address(port)
     return port
 
 

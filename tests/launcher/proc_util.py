@@ -1,6 +1,7 @@
 """Helpers the process-level tests share: bounded waits on observable state, a free loopback port,
 collecting processes."""
 import socket
+import subprocess
 import time
 
 
@@ -9,6 +10,13 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listening_address(port):
+    """The local address:port a TCP listener on `port` is bound to (`ss`)."""
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return out[3]
 
 
 def wait_for(pred, what, timeout=30):

@@ -462,9 +462,11 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
     }
     // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys;
     // open to the round's nodes only.
-    const std::string round_key = keys::key(keys::kRounds, r.number);
-    for (auto& e : co_await store().read_prefix(round_key)) {
-      if (e.key == round_key) r.members = parse_record(e.value).participants;
+    if (r.members.empty()) {  // (next_round() read them for an agent with a membership listener)
+      const std::string round_key = keys::key(keys::kRounds, r.number);
+      for (auto& e : co_await store().read_prefix(round_key)) {
+        if (e.key == round_key) r.members = parse_record(e.value).participants;
+      }
     }
     const std::vector<KeyEvent> records = co_await store().read_prefix(std::string(keys::kNodes));
     round_server_.reset();

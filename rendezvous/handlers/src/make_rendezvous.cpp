@@ -17,9 +17,8 @@ namespace ddprun::rendezvous {
 namespace {
 
 EtcdJobStoreSpec etcd_spec(const RendezvousConfig& c) {
-  return EtcdJobStoreSpec{c.etcd_endpoints,    c.etcd_prefix,       c.run_id,
-                          c.join_timeout,      c.heartbeat_timeout, c.reconnect_timeout,
-                          c.etcd_tls,          c.etcd_login};
+  return EtcdJobStoreSpec{c.etcd_endpoints,    c.etcd_prefix,       c.run_id,   c.join_timeout,
+                          c.heartbeat_timeout, c.reconnect_timeout, c.etcd_tls, c.etcd_login};
 }
 
 // The static backend's store is node 0's, at its store port; c10d's at the endpoint.

@@ -28,14 +28,12 @@ class Login {
   // etcd refused `used` as invalid: the next token() logs in again (once, whoever asks first).
   void expired(const std::string& used);
   const std::string& user() const { return login_.user; }
-  // Times this user logged in.
-  int logins() const { return logins_; }
 
  private:
   std::unique_ptr<Client> client_;  // without a login: authenticate needs none
   EtcdLogin login_;
   std::string token_;
-  int logins_ = 0;
+  int logins_ = 0;  // times logged in: every one after the first is logged
 };
 
 }  // namespace ddprun::rendezvous::etcd
