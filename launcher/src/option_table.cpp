@@ -22,8 +22,8 @@ const std::vector<OptionSpec>& option_table() {
        "keep_alive_max_attempt), is_host, reconnect_timeout (c10d: how long a lost ddprund is "
        "waited for, workers running; default 30); read_timeout, close_timeout, timeout, "
        "store_type; "
-       "etcd: etcd_prefix, protocol=https, cacert, cert, key (or ca_cert, ssl_cert, "
-       "ssl_cert_key)"},
+       "protocol=https, cacert, cert, key (or ca_cert, ssl_cert, ssl_cert_key): TLS to the job's "
+       "store; auth_token_file (c10d, static); etcd: etcd_prefix, user, password_file"},
       {"--max_restarts,--max-restarts", "max_restarts", "N",
        "job-wide restarts of the worker groups before failing (default 0)"},
       {"--monitor_interval,--monitor-interval", "monitor_interval", "S",

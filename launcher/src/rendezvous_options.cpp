@@ -125,10 +125,9 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   return conf;
 }
 
-// TLS to etcd: protocol=https, and each file under etcd's name or torchrun's etcd-v2 one. Files
-// alone imply https. Every file is loaded here, so that a bad one is a usage error at once rather
-// than a rendezvous that never forms.
-rendezvous::EtcdTls etcd_tls(const RdzvConf& conf) {
+// TLS to the job's store: protocol=https, and each file under etcd's name or torchrun's etcd-v2
+// one. Files alone imply https. (Loaded by check_tls.)
+store::TlsFiles tls_files(const RdzvConf& conf) {
   const auto file = [&](const char* name, const char* torch_name) {
     const auto a = conf.tls_files.find(name), b = conf.tls_files.find(torch_name);
     if (a != conf.tls_files.end() && b != conf.tls_files.end() && a->second != b->second) {
@@ -139,7 +138,7 @@ rendezvous::EtcdTls etcd_tls(const RdzvConf& conf) {
            : b != conf.tls_files.end() ? b->second
                                        : std::string();
   };
-  rendezvous::EtcdTls tls;
+  store::TlsFiles tls;
   tls.ca_file = file("cacert", "ca_cert");
   tls.cert_file = file("cert", "ssl_cert");
   tls.key_file = file("key", "ssl_cert_key");
@@ -154,14 +153,38 @@ rendezvous::EtcdTls etcd_tls(const RdzvConf& conf) {
     throw UsageError("--rdzv_conf: TLS files (cacert, cert, key) given with protocol=http");
   }
   if (tls.cert_file.empty() != tls.key_file.empty()) {
-    throw UsageError("--rdzv_conf: a client certificate needs both cert and key");
+    throw UsageError("--rdzv_conf: a certificate needs both cert and key");
+  }
+  return tls;
+}
+
+// Every TLS file is loaded here, so that a bad one is a usage error at once rather than a
+// rendezvous that never forms. A store this node may host for the other agents (the static
+// backend's node 0, a c10d agent that hosts its endpoint) serves TLS with cert and key.
+void check_tls(const rendezvous::RendezvousConfig& r) {
+  if (!r.tls.enabled) return;
+  const bool may_host =
+      r.max_nodes > 1 && (r.backend == rendezvous::Backend::kStatic
+                              ? r.node_rank == 0
+                              : r.host_store != rendezvous::RendezvousConfig::HostStore::kNo);
+  if (r.backend != rendezvous::Backend::kEtcdV3 && !r.auth_token) {
+    // Encrypted but open to anyone who connects: not what https promises.
+    throw UsageError(
+        "--rdzv_conf protocol=https: TLS to ddprund and agent-hosted stores comes with a token "
+        "(auth_token_file): TLS encrypts, the token says who may connect");
+  }
+  if (may_host && r.tls.cert_file.empty()) {
+    throw UsageError(
+        "--rdzv_conf protocol=https: this node may host the job's store (the static backend's "
+        "node 0, or an agent on the endpoint's host; is_host=false if a ddprund serves it), which "
+        "serves TLS with cert and key");
   }
   try {
-    rendezvous::check_etcd_tls(tls);
+    store::client_tls_context(r.tls);
+    if (may_host) store::server_tls_context(r.tls);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--rdzv_conf: {}", e.what()));
   }
-  return tls;
 }
 
 // --rdzv_conf auth_token_file: read once, here.
@@ -294,17 +317,9 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   if (r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty()) {
     std::tie(r.endpoint_host, r.endpoint_port) = parse_endpoint(o.endpoint, r.endpoint_port);
   }
-  if (r.backend != rendezvous::Backend::kEtcdV3 &&
-      (conf.protocol.value_or("http") != "http" || !conf.tls_files.empty())) {
-    // Asked for encryption that would not happen: refused rather than run in the clear.
-    throw UsageError(
-        "--rdzv_conf protocol=https, cacert, cert, key: TLS is built for the etcd backend only; "
-        "connections to ddprund and agent-hosted stores authenticate (auth_token_file) but are "
-        "not encrypted");
-  }
+  r.tls = tls_files(conf);
   if (r.backend == rendezvous::Backend::kEtcdV3) {
     etcd_endpoints(o, r);
-    r.etcd_tls = etcd_tls(conf);
     if (conf.etcd_prefix) {
       if (!conf.etcd_prefix->starts_with("/")) {
         throw UsageError(
@@ -336,7 +351,9 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
     r.last_call_timeout = conf.last_call_timeout.value_or(r.last_call_timeout);
     r.reconnect_timeout = conf.reconnect_timeout.value_or(r.reconnect_timeout);
     using HostStore = rendezvous::RendezvousConfig::HostStore;
-    if (conf.is_host) {
+    if (o.client_only) {
+      r.host_store = HostStore::kNo;
+    } else if (conf.is_host) {
       r.host_store = *conf.is_host ? HostStore::kYes : HostStore::kNo;
     } else if (r.backend == rendezvous::Backend::kC10d && is_this_host(r.endpoint_host)) {
       // torchrun's heuristic: an endpoint naming this machine is hosted by one of its agents (the
@@ -350,6 +367,7 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   }
   if (conf.auth_token_file) r.auth_token = auth_token(*conf.auth_token_file, r);
   if (conf.user || conf.password_file) r.etcd_login = etcd_login(conf, r);
+  check_tls(r);
   return r;
 }
 

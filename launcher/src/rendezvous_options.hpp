@@ -25,6 +25,8 @@ struct RendezvousOptions {
   std::string local_addr;
   int nproc = 1;  // this node's workers
   int max_restarts = 0;
+  // A client of the job's store that never hosts it (ddprun status).
+  bool client_only = false;
 };
 
 // The configuration, complete (this machine's name included). Throws UsageError for an unknown

@@ -161,6 +161,7 @@ int run_status(const std::vector<std::string>& args, const agent::Environment& e
   job.backend = backend;
   job.run_id = run_id;
   job.conf = conf;
+  job.client_only = true;
   rendezvous::RendezvousConfig rdzv;
   try {
     if (backend == "static") {

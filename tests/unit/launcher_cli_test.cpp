@@ -5,6 +5,7 @@
 
 #include "agent_config.hpp"
 #include "launch_config.hpp"
+#include "test_certificates.hpp"
 
 using namespace ddprun::launcher;
 using ddprun::agent::Environment;
@@ -338,12 +339,44 @@ TEST_CASE("cli: authentication options are read once and refused where they woul
   CHECK_THROWS_WITH(job("etcd", "user=alice"), Catch::Contains("both user and password_file"));
   CHECK_THROWS_WITH(job("c10d", "user=alice,password_file=" + password),
                     Catch::Contains("for the etcd backend"));
-  CHECK_THROWS_WITH(job("c10d", "protocol=https"), Catch::Contains("not encrypted"));
-  CHECK_THROWS_WITH(job("static", "cacert=/ca.pem"), Catch::Contains("not encrypted"));
   CHECK_THROWS_WITH(parse({"--metrics_addr=localhost", "t.py"}),
                     Catch::Contains("not an IP address"));
   CHECK(parse({"--metrics_addr=::", "t.py"}).metrics_addr == "::");
   CHECK(parse({"t.py"}).metrics_addr == "127.0.0.1");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cli: TLS to a ddprun store comes with a token and a host's certificate", "[cli]") {
+  const std::string dir = std::filesystem::temp_directory_path() / "ddprun_cli_tls";
+  std::filesystem::create_directories(dir);
+  const auto pki = ddprun::testing::make_test_certificates(dir, "node");
+  const std::string token = dir + "/token";
+  std::ofstream(token) << "0123456789abcdef0123456789abcdef\n";
+  std::filesystem::permissions(token, std::filesystem::perms::owner_read);
+  const std::string auth = "auth_token_file=" + token;
+  const std::string ca = "cacert=" + pki.ca;
+  const std::string own = "cert=" + pki.cert + ",key=" + pki.key;
+  const auto job = [](std::string backend, std::string conf, std::string rank = "0") {
+    return parse({"--nnodes=2", "--node_rank=" + rank, "--rdzv_backend=" + backend,
+                  "--rdzv_endpoint=e:1", "--master_addr=e", "--rdzv_id=job", "--rdzv_conf=" + conf,
+                  "t.py"});
+  };
+  CHECK_THROWS_WITH(job("c10d", "protocol=https," + ca), Catch::Contains("comes with a token"));
+  // An agent that may host the store serves TLS: it needs its certificate.
+  CHECK_THROWS_WITH(job("static", auth + "," + ca),
+                    Catch::Contains("serves TLS with cert and key"));
+  CHECK_THROWS_WITH(job("c10d", auth + ",is_host=true," + ca),
+                    Catch::Contains("serves TLS with cert and key"));
+  CHECK(job("static", auth + "," + ca, "1").rdzv.tls.enabled);  // node 1 is a client only
+  const auto c10d = job("c10d", auth + "," + ca);  // the endpoint is not this host: ddprund's
+  CHECK(c10d.rdzv.tls.enabled);
+  CHECK(c10d.rdzv.tls.ca_file == pki.ca);
+  CHECK(make_agent_config(c10d, {}, nullptr).rdzv.tls.enabled);
+  const auto host = job("static", auth + "," + ca + "," + own);
+  CHECK(host.rdzv.tls.cert_file == pki.cert);
+  CHECK(host.rdzv.tls.key_file == pki.key);
+  CHECK_THROWS_WITH(job("static", auth + "," + ca + ",cert=" + pki.cert + ",key=" + pki.ca),
+                    Catch::Contains("cannot load the key"));
   std::filesystem::remove_all(dir);
 }
 
@@ -353,10 +386,10 @@ TEST_CASE("cli: etcd TLS options are checked, under both spellings, before anyth
     return parse(
         {"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=" + conf, "t.py"});
   };
-  CHECK_FALSE(etcd("join_timeout=5").rdzv.etcd_tls.enabled);
+  CHECK_FALSE(etcd("join_timeout=5").rdzv.tls.enabled);
   const auto https = etcd("protocol=https");  // the system's trusted CAs
-  CHECK(https.rdzv.etcd_tls.enabled);
-  CHECK(make_agent_config(https, {}, nullptr).rdzv.etcd_tls.enabled);
+  CHECK(https.rdzv.tls.enabled);
+  CHECK(make_agent_config(https, {}, nullptr).rdzv.tls.enabled);
   CHECK_THROWS_WITH(etcd("protocol=ftp"), Catch::Contains("must be http or https"));
   CHECK_THROWS_WITH(etcd("cacert=/no/ca.pem"),
                     Catch::Contains("cannot load the CA certificate '/no/ca.pem'"));

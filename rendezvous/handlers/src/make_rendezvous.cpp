@@ -17,16 +17,21 @@ namespace ddprun::rendezvous {
 namespace {
 
 EtcdJobStoreSpec etcd_spec(const RendezvousConfig& c) {
-  return EtcdJobStoreSpec{c.etcd_endpoints,    c.etcd_prefix,       c.run_id,   c.join_timeout,
-                          c.heartbeat_timeout, c.reconnect_timeout, c.etcd_tls, c.etcd_login};
+  return EtcdJobStoreSpec{c.etcd_endpoints,    c.etcd_prefix,       c.run_id, c.join_timeout,
+                          c.heartbeat_timeout, c.reconnect_timeout, c.tls,    c.etcd_login};
 }
 
 // The static backend's store is node 0's, at its store port; c10d's at the endpoint.
 TcpJobStoreSpec tcp_spec(const RendezvousConfig& c) {
   const int port = c.backend == Backend::kStatic ? c.store_port : c.endpoint_port;
-  return TcpJobStoreSpec{c.run_id,       c.endpoint_host,     port,
-                         c.join_timeout, c.heartbeat_timeout, c.reconnect_timeout,
-                         c.auth_token};
+  return TcpJobStoreSpec{c.run_id,
+                         c.endpoint_host,
+                         port,
+                         c.join_timeout,
+                         c.heartbeat_timeout,
+                         c.reconnect_timeout,
+                         c.auth_token,
+                         c.tls};
 }
 
 }  // namespace
@@ -50,6 +55,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
       o.port = static_cast<uint16_t>(c.store_port);
       o.in_agent = true;
       o.secret = c.auth_token;
+      o.tls = store::server_tls_context(c.tls);
       server = std::make_unique<store::StoreThread>(o);
     }
     auto store = std::make_shared<TcpJobStore>(io.get_executor(), tcp_spec(c));
@@ -65,6 +71,7 @@ std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
     o.port = static_cast<uint16_t>(c.endpoint_port);
     o.in_agent = true;
     o.secret = c.auth_token;
+    o.tls = store::server_tls_context(c.tls);
     try {
       server = std::make_unique<store::StoreThread>(o);
     } catch (const store::StoreError&) {

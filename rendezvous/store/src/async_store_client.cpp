@@ -42,7 +42,7 @@ class AsyncStoreClient::Op {
 
 AsyncStoreClient::AsyncStoreClient(asio::any_io_executor ex, std::string host, uint16_t port,
                                    ClientOptions options)
-    : socket_(std::make_unique<ClientSocket>(ex)),
+    : socket_(std::make_unique<ClientSocket>(ex, options.tls)),
       host_(std::move(host)),
       port_(port),
       options_(std::move(options)) {}
@@ -76,7 +76,16 @@ asio::awaitable<void> AsyncStoreClient::open() {
   std::string client_nonce;
   if (options_.credential) client_nonce = begin_authentication(*options_.credential, wbuf_);
   co_await socket_->write(wbuf_);
-  if (co_await socket_->read_u32() != nonce) {
+  uint32_t answer = 0;
+  try {
+    answer = co_await socket_->read_u32();
+  } catch (const StoreConnectionError& e) {
+    if (options_.tls) throw;
+    // (What a clear client sees of a store that serves TLS only: it is closed at once.)
+    throw StoreConnectionError(
+        fmt::format("{} (if the store serves TLS only, give rdzv_conf protocol=https)", e.what()));
+  }
+  if (answer != nonce) {
     socket_->close();
     throw StoreConnectionError(
         fmt::format("{} did not answer PING like a TCPStore server", socket_->endpoint_name()));

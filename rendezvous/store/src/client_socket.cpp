@@ -1,14 +1,17 @@
 #include "client_socket.hpp"
 
-#include <array>
-
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <tuple>
 
 #include <fmt/format.h>
+#include <openssl/ssl.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
@@ -19,11 +22,30 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
+
 constexpr size_t kReadBuffer = 64 * 1024;
+
+bool from_tls(const boost::system::error_code& ec) {
+  return ec.category() == asio::error::get_ssl_category() ||
+         ec.category() == asio::ssl::error::get_stream_category();
 }
 
-ClientSocket::ClientSocket(asio::any_io_executor ex)
-    : socket_(ex), watchdog_(ex), rbuf_(kReadBuffer) {}
+// Whether a failure is TLS refusing this client's settings (a certificate, or TLS itself), which
+// trying again does not change, rather than a broken connection.
+bool refused_by_tls(const boost::system::error_code& ec) {
+  return ec.category() == asio::error::get_ssl_category() && !tls_hint(ec.message()).empty();
+}
+
+// A TLS failure in words, with the setting that usually causes it.
+std::string tls_failure(const boost::system::error_code& ec) {
+  const std::string hint = tls_hint(ec.message());
+  return hint.empty() ? ec.message() : fmt::format("{} ({})", ec.message(), hint);
+}
+
+}  // namespace
+
+ClientSocket::ClientSocket(asio::any_io_executor ex, TlsContext tls)
+    : socket_(ex), tls_context_(std::move(tls)), watchdog_(ex), rbuf_(kReadBuffer) {}
 
 ClientSocket::~ClientSocket() { *alive_ = false; }
 
@@ -66,8 +88,11 @@ void ClientSocket::fail(const boost::system::error_code& ec, const char* what) {
   // A timeout leaves the connection open: whether the stream is still in step is the caller's call.
   if (timed_out) throw StoreTimeout(fmt::format("{} timed out", what));
   close();
-  throw StoreConnectionError(fmt::format("{} on the store connection to {} failed: {}", what,
-                                         endpoint_name_, ec.message()));
+  const std::string failure =
+      fmt::format("{} on the store connection to {} failed: {}", what, endpoint_name_,
+                  from_tls(ec) ? tls_failure(ec) : ec.message());
+  if (refused_by_tls(ec)) throw StoreAuthError(failure);  // (a client certificate it refuses)
+  throw StoreConnectionError(failure);
 }
 
 asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t port,
@@ -107,6 +132,29 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
   boost::system::error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);
   rpos_ = rend_ = 0;
+  if (tls_context_) co_await handshake(host);
+}
+
+asio::awaitable<void> ClientSocket::handshake(const std::string& host) {
+  tls_.emplace(socket_, *tls_context_);
+  boost::system::error_code not_an_address;
+  asio::ip::make_address(host, not_an_address);
+  if (not_an_address) SSL_set_tlsext_host_name(tls_->native_handle(), host.c_str());  // SNI
+  tls_->set_verify_callback(asio::ssl::host_name_verification(host));
+  io_pending_ = true;
+  arm_watchdog();
+  auto [ec] = co_await tls_->async_handshake(asio::ssl::stream_base::client,
+                                             asio::as_tuple(asio::use_awaitable));
+  io_pending_ = false;
+  if (!ec) co_return;
+  if (expired_) fail(ec, "the TLS handshake");
+  close();
+  const bool closed = ec == asio::ssl::error::stream_truncated || ec == asio::error::eof;
+  const std::string what = fmt::format(
+      "the TLS handshake with the store at {} failed: {}{}", endpoint_name_, tls_failure(ec),
+      closed ? " (the store closed the connection: does it serve TLS? ddprund --tls-cert)" : "");
+  if (refused_by_tls(ec)) throw StoreAuthError(what);
+  throw StoreConnectionError(what);
 }
 
 void ClientSocket::send_ahead(std::string bytes, AheadCheck check) {
@@ -134,7 +182,14 @@ asio::awaitable<void> ClientSocket::write(const std::string& bytes) {
   const std::array<asio::const_buffer, 2> both = {asio::buffer(ahead_), asio::buffer(bytes)};
   io_pending_ = true;
   arm_watchdog();
-  auto [ec, n] = co_await asio::async_write(socket_, both, asio::as_tuple(asio::use_awaitable));
+  boost::system::error_code ec;
+  if (tls_) {
+    std::tie(ec, std::ignore) =
+        co_await asio::async_write(*tls_, both, asio::as_tuple(asio::use_awaitable));
+  } else {
+    std::tie(ec, std::ignore) =
+        co_await asio::async_write(socket_, both, asio::as_tuple(asio::use_awaitable));
+  }
   ahead_.clear();
   io_pending_ = false;
   if (ec) fail(ec, "write");
@@ -151,9 +206,15 @@ asio::awaitable<void> ClientSocket::fill(size_t need) {
   while (rend_ < need) {
     io_pending_ = true;
     arm_watchdog();
-    auto [ec, n] =
-        co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
-                                         asio::as_tuple(asio::use_awaitable));
+    const auto space = asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_);
+    boost::system::error_code ec;
+    size_t n = 0;
+    if (tls_) {
+      std::tie(ec, n) = co_await tls_->async_read_some(space, asio::as_tuple(asio::use_awaitable));
+    } else {
+      std::tie(ec, n) =
+          co_await socket_.async_read_some(space, asio::as_tuple(asio::use_awaitable));
+    }
     io_pending_ = false;
     if (ec) fail(ec, "read");
     rend_ += n;
@@ -197,9 +258,15 @@ asio::awaitable<std::string> ClientSocket::read_bytes(uint64_t max_bytes) {
     out.resize(len);
     io_pending_ = true;
     arm_watchdog();
-    auto [ec, n] =
-        co_await asio::async_read(socket_, asio::buffer(out.data() + buffered, len - buffered),
-                                  asio::as_tuple(asio::use_awaitable));
+    const auto rest = asio::buffer(out.data() + buffered, len - buffered);
+    boost::system::error_code ec;
+    if (tls_) {
+      std::tie(ec, std::ignore) =
+          co_await asio::async_read(*tls_, rest, asio::as_tuple(asio::use_awaitable));
+    } else {
+      std::tie(ec, std::ignore) =
+          co_await asio::async_read(socket_, rest, asio::as_tuple(asio::use_awaitable));
+    }
     io_pending_ = false;
     if (ec) fail(ec, "read");
   }

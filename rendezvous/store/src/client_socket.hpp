@@ -1,18 +1,22 @@
 #pragma once
-// A client's TCP connection with buffered reads and one deadline for all I/O. The deadline is
-// enforced by a watchdog timer that is re-armed only when it fires, so an operation costs no timer
-// syscalls.
+// A client's TCP connection, over TLS when given a context, with buffered reads and one deadline
+// for all I/O. The deadline is enforced by a watchdog timer that is re-armed only when it fires, so
+// an operation costs no timer syscalls.
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
+
+#include "ddprun/store/tls.hpp"
 
 namespace ddprun::store {
 
@@ -20,11 +24,16 @@ class ClientSocket {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit ClientSocket(boost::asio::any_io_executor ex);
+  // `tls`: null for a clear connection.
+  ClientSocket(boost::asio::any_io_executor ex, TlsContext tls);
   ~ClientSocket();
 
-  // Connects, retrying while the server refuses (it may not be up yet) until `deadline`.
-  // Throws StoreTimeout at the deadline, StoreConnectionError when the host does not resolve.
+  // Connects, retrying while the server refuses (it may not be up yet) until `deadline`, and with
+  // TLS completes the handshake, checking the server's certificate against `host`. Throws
+  // StoreTimeout at the deadline, StoreConnectionError when the host does not resolve or the
+  // handshake breaks off (a server without TLS closes the connection), StoreAuthError when either
+  // end refuses the other's certificate (a refused client certificate may show only on the first
+  // read, which then throws it).
   boost::asio::awaitable<void> connect(const std::string& host, uint16_t port,
                                        Clock::time_point deadline);
   // Every read and write from now on fails with StoreTimeout once `deadline` passes.
@@ -54,9 +63,14 @@ class ClientSocket {
   template <class T>
   boost::asio::awaitable<T> read_scalar();
   void arm_watchdog();
+  boost::asio::awaitable<void> handshake(const std::string& host);
   [[noreturn]] void fail(const boost::system::error_code& ec, const char* what);
 
   boost::asio::ip::tcp::socket socket_;
+  TlsContext tls_context_;
+  // Over socket_, when tls_context_ is set; a new one per connect. (Kept after close() until then:
+  // an operation being cancelled may still use it.)
+  std::optional<boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>> tls_;
   boost::asio::steady_timer watchdog_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   Clock::time_point deadline_ = Clock::time_point::max();

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -61,6 +62,13 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file,--auth_token_file", token_file,
                  "Serve only connections that prove they hold this file's secret (every key) or a "
                  "job's token derived from it (`ddprun token`: that job's keys)");
+  ddprun::store::TlsFiles tls;
+  app.add_option("--tls-cert,--tls_cert", tls.cert_file,
+                 "Serve TLS only, with this certificate chain (PEM); needs --tls-key");
+  app.add_option("--tls-key,--tls_key", tls.key_file, "The key of --tls-cert (PEM)");
+  app.add_option("--tls-client-ca,--tls_client_ca", tls.ca_file,
+                 "Ask every client for a certificate signed by this CA (PEM), and refuse those "
+                 "without one");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -79,6 +87,13 @@ int main(int argc, char** argv) {
     std::cerr << "ddprund: --auth-token-file: " << e.what() << '\n';
     return 2;
   }
+  tls.enabled = !tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_file.empty();
+  try {
+    options.tls = ddprun::store::server_tls_context(tls);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "ddprund: --tls-cert, --tls-key, --tls-client-ca: " << e.what() << '\n';
+    return 2;
+  }
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprund"));
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -89,7 +104,8 @@ int main(int argc, char** argv) {
   try {
     ddprun::store::StoreServer server(io, options);
     std::cout << server.port() << std::endl;
-    spdlog::info("listening on {}:{}{}", options.host.empty() ? "*" : options.host, server.port(),
+    spdlog::info("listening on {}:{}{}{}", options.host.empty() ? "*" : options.host, server.port(),
+                 options.tls ? ", TLS only" : "",
                  options.secret ? ", connections must authenticate" : "");
     std::unique_ptr<ddprun::store::MetricsServer> metrics;
     if (metrics_port) {

@@ -26,6 +26,8 @@ struct StoreServer::State {
   uint16_t port = 0;
   // Connections read into this one buffer in turn (the server is single-threaded).
   std::vector<char> read_buffer = std::vector<char>(256 * 1024);
+  // With TLS, ciphertext is read into this one (and decrypted into read_buffer).
+  std::vector<char> tls_buffer = std::vector<char>(options.tls ? 64 * 1024 : 0);
   bool stopped = false;
   // SERVER_INFO's instance: a restarted server is told apart from the one before it.
   uint64_t instance = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();

@@ -39,6 +39,7 @@ StoreConnection::StoreConnection(std::shared_ptr<StoreServer::State> state,
       peer_name_(describe(socket_)),
       parser_(state_->options.limits),
       drained_(socket_.get_executor(), Clock::time_point::max()),
+      tls_(state_->options.tls ? std::make_unique<TlsChannel>(*state_->options.tls) : nullptr),
       auth_(state_->options.secret ? Auth::kExpected : Auth::kNotNeeded),
       accepted_(Clock::now()),
       last_rx_(accepted_) {
@@ -49,6 +50,7 @@ void StoreConnection::start() {
   boost::system::error_code ec;
   socket_.non_blocking(true, ec);
   state_->connections.insert(this);
+  arm_timer();  // a connection that owes a handshake owes it even when silent
   asio::co_spawn(socket_.get_executor(), read_loop(), asio::detached);
 }
 
@@ -71,23 +73,31 @@ asio::awaitable<void> StoreConnection::read_loop() {
       }
     }
     if (closing_) co_return;  // nothing more is read from a connection about to close
-    auto [wait_ec] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read,
-                                                 asio::as_tuple(asio::use_awaitable));
-    if (closed_ || closing_) co_return;
-    if (wait_ec) {
-      close(wait_ec.message());
-      co_return;
+    if (tls_ && tls_->has_input()) {
+      // Records already received wait in the TLS session, not the socket: read them after
+      // others have had their turn.
+      co_await asio::post(socket_.get_executor(), asio::use_awaitable);
+    } else {
+      auto [wait_ec] = co_await socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                                                   asio::as_tuple(asio::use_awaitable));
+      if (wait_ec && !closed_ && !closing_) {
+        close(wait_ec.message());
+        co_return;
+      }
     }
+    if (closed_ || closing_) co_return;
     // Drain what the socket holds, up to kReadsPerTurn reads, unless replies back up. Nothing
     // below suspends, so the shared buffer is this connection's until the loop ends.
     for (int reads = 0; reads < kReadsPerTurn; ++reads) {
       std::memcpy(buf.data(), carry_, carry_size_);
       boost::system::error_code ec;
-      const size_t n =
-          socket_.read_some(asio::buffer(buf.data() + carry_size_, buf.size() - carry_size_), ec);
+      const size_t n = receive(buf.data() + carry_size_, buf.size() - carry_size_, ec);
       if (ec == asio::error::would_block || ec == asio::error::try_again) break;
       if (ec) {
-        if (ec != asio::error::eof) {
+        if (tls_ && !tls_->error().empty()) {
+          refuse(fmt::format("TLS {} failed: {}", tls_->established() ? "session" : "handshake",
+                             tls_->error()));
+        } else if (ec != asio::error::eof) {
           close(ec.message());
         } else {
           close(parser_.idle() && carry_size_ == 0 ? "" : "closed in the middle of a request");
@@ -105,6 +115,43 @@ asio::awaitable<void> StoreConnection::read_loop() {
     }
     after_batch();
   }
+}
+
+size_t StoreConnection::receive(char* out, size_t capacity, boost::system::error_code& ec) {
+  if (!tls_) return socket_.read_some(asio::buffer(out, capacity), ec);
+  std::vector<char>& ciphertext = state_->tls_buffer;
+  size_t got = 0;
+  while (got < capacity) {
+    size_t n = 0;
+    const TlsChannel::Read r = tls_->read(out + got, capacity - got, n);
+    if (r == TlsChannel::Read::kData) {
+      got += n;
+      continue;
+    }
+    if (r == TlsChannel::Read::kNeedInput) {
+      const size_t m = socket_.read_some(asio::buffer(ciphertext), ec);
+      if (ec) break;
+      tls_->put_input(std::string_view(ciphertext.data(), m));
+      continue;
+    }
+    if (r == TlsChannel::Read::kClosed) {
+      ec = asio::error::eof;
+    } else {
+      ec = asio::error::connection_aborted;
+    }
+    break;
+  }
+  // What was decrypted goes first; the socket, or the session, says the same again next time.
+  if (got > 0) ec = {};
+  return got;
+}
+
+void StoreConnection::refuse(std::string reason) {
+  refusal_ = std::move(reason);
+  closing_ = true;
+  if (tls_ && !tls_->error().empty()) out_.clear();  // (only the session's alert can still go)
+  flush();
+  if (!writing_) close(refusal_);
 }
 
 void StoreConnection::process(std::string_view in) {
@@ -168,6 +215,10 @@ void StoreConnection::deliver(std::string_view bytes) {
 }
 
 void StoreConnection::flush() {
+  if (tls_) {
+    flush_tls();
+    return;
+  }
   if (writing_ || out_.empty() || closed_) return;
   writing_ = true;
   // A slice at a time: the loop turns between slices, and large values go out by reference.
@@ -180,23 +231,58 @@ void StoreConnection::flush() {
                         return;
                       }
                       self->out_.consume(n);
-                      self->state_->counters.bytes_sent += n;
-                      if (!self->refusal_.empty() && self->out_.empty()) {
-                        self->close(self->refusal_);
+                      self->after_write(n);
+                    });
+}
+
+void StoreConnection::flush_tls() {
+  if (writing_ || closed_) return;
+  if (tls_->established() && !out_.empty()) {
+    // Replies are encrypted as they go out (a copy), so the queue lets go of them at once.
+    size_t taken = 0;
+    for (const asio::const_buffer& b : out_.front(kTlsWriteSlice)) {
+      if (!tls_->write(std::string_view(static_cast<const char*>(b.data()), b.size()))) {
+        close(fmt::format("TLS session failed: {}", tls_->error()));
+        return;
+      }
+      taken += b.size();
+    }
+    out_.consume(taken);
+  }
+  tls_->take_output(ciphertext_out_);
+  if (ciphertext_out_.empty()) return;
+  writing_ = true;
+  asio::async_write(socket_, asio::buffer(ciphertext_out_),
+                    [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                      self->writing_ = false;
+                      if (self->closed_) return;
+                      if (ec) {
+                        self->close(ec.message());
                         return;
                       }
-                      if (!self->backlogged()) {
-                        self->backlogged_since_.reset();
-                        self->drained_.cancel();
-                      }
-                      self->flush();
-                      self->account();
+                      self->ciphertext_out_.clear();
+                      self->after_write(n);
                     });
+}
+
+void StoreConnection::after_write(size_t bytes) {
+  state_->counters.bytes_sent += bytes;
+  if (!refusal_.empty() && out_.empty() && (!tls_ || tls_->output_size() == 0)) {
+    close(refusal_);
+    return;
+  }
+  if (!backlogged()) {
+    backlogged_since_.reset();
+    drained_.cancel();
+  }
+  flush();
+  account();
 }
 
 void StoreConnection::account() {
   if (closed_) return;
-  const size_t held = parser_.held_bytes() + out_.size() + held_input_.size();
+  const size_t held = parser_.held_bytes() + out_.size() + held_input_.size() +
+                      ciphertext_out_.size() + (tls_ ? tls_->output_size() : 0);
   state_->buffered_bytes += held;
   state_->buffered_bytes -= accounted_;
   accounted_ = held;
@@ -208,7 +294,7 @@ std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline
   // timeout to read its replies.
   if (backlogged_since_) return *backlogged_since_ + state_->options.partial_request_timeout;
   std::optional<Clock::time_point> deadline;
-  if (auth_ == Auth::kExpected || auth_ == Auth::kChallenged) {
+  if (auth_ == Auth::kExpected || auth_ == Auth::kChallenged || handshaking()) {
     deadline = accepted_ + state_->options.auth_timeout;
   }
   if (keepalive_.count() > 0) {
@@ -220,6 +306,8 @@ std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline
   }
   return deadline;
 }
+
+bool StoreConnection::handshaking() const { return tls_ && !tls_->established(); }
 
 void StoreConnection::arm_timer() {
   if (timer_armed_ || closed_) return;
@@ -250,9 +338,10 @@ void StoreConnection::arm_timer() {
       self->arm_timer();
       return;
     }
-    if (self->auth_ == Auth::kExpected || self->auth_ == Auth::kChallenged) {
+    if (self->auth_ == Auth::kExpected || self->auth_ == Auth::kChallenged || self->handshaking()) {
       if (now >= self->accepted_ + self->state_->options.auth_timeout) {
-        self->close(fmt::format("did not authenticate within {} ms",
+        self->close(fmt::format("did not {} within {} ms",
+                                self->handshaking() ? "complete its TLS handshake" : "authenticate",
                                 self->state_->options.auth_timeout.count()));
         return;
       }

@@ -2,7 +2,8 @@
 // One client connection of the store server: reads and decodes requests, applies them to the
 // KeyValueStore, and writes replies. Replies produced while one read's batch of requests is handled
 // go out in one write. Reads go into the server's shared buffer once the socket is readable, so an
-// idle connection holds no read buffer, only the few bytes of a scalar split across reads.
+// idle connection holds no read buffer, only the few bytes of a scalar split across reads. With
+// TLS, the same loop reads ciphertext and a TlsChannel turns it into requests (and replies back).
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "ddprun/store/key_value_store.hpp"
 #include "output_queue.hpp"
 #include "server_state.hpp"
+#include "tls_channel.hpp"
 
 namespace ddprun::store {
 
@@ -42,8 +44,14 @@ class StoreConnection final : public StorePeer,
   static constexpr int kReadsPerTurn = 16;
   // Bytes handed to the socket per write.
   static constexpr size_t kWriteSlice = 4 << 20;
+  // Reply bytes encrypted per write, with TLS (the ciphertext is a copy).
+  static constexpr size_t kTlsWriteSlice = 256 << 10;
 
   boost::asio::awaitable<void> read_loop();
+  // Reads what the socket holds (decrypted, with TLS) into `out`, without blocking.
+  size_t receive(char* out, size_t capacity, boost::system::error_code& ec);
+  // Sends the reply `reason` came with, if any, and then closes: nothing more is read.
+  void refuse(std::string reason);
   // Parses and handles requests from `in` until it is used up or replies back up; keeps what is
   // left (a partial scalar, or the unread requests while backed up).
   void process(std::string_view in);
@@ -67,6 +75,9 @@ class StoreConnection final : public StorePeer,
   // Moves the reply built so far to the output, ahead of a value appended by reference.
   void queue_reply();
   void flush();
+  void flush_tls();
+  void after_write(size_t bytes);
+  bool handshaking() const;
   void arm_timer();
   std::optional<Clock::time_point> next_deadline() const;
 
@@ -81,6 +92,8 @@ class StoreConnection final : public StorePeer,
   std::string reply_;                  // the reply being built by handle()
   std::string held_input_;             // requests read but not handled while replies back up
   boost::asio::steady_timer drained_;  // never expires: cancelled once replies no longer back up
+  std::unique_ptr<TlsChannel> tls_;    // with ServerOptions::tls
+  std::string ciphertext_out_;         // with TLS: the bytes being written
   std::optional<Clock::time_point> backlogged_since_;
   size_t accounted_ = 0;
   bool writing_ = false;

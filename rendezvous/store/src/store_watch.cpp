@@ -12,7 +12,7 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 AsyncStoreWatch::AsyncStoreWatch(asio::any_io_executor ex, ClientOptions options)
-    : socket_(std::make_unique<ClientSocket>(ex)), options_(std::move(options)) {}
+    : socket_(std::make_unique<ClientSocket>(ex, options.tls)), options_(std::move(options)) {}
 
 AsyncStoreWatch::~AsyncStoreWatch() = default;
 

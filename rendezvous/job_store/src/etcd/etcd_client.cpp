@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 
 #include "ddprun/store/errors.hpp"
+#include "ddprun/store/tls.hpp"
 #include "etcd_connection.hpp"
 #include "etcd_login.hpp"
 
@@ -46,13 +47,9 @@ std::string failure(const std::exception& e, bool tls, bool& hinted) {
   const std::string what = system ? system->code().message() : e.what();
   const auto has = [&](const char* s) { return what.find(s) != std::string::npos; };
   hinted = true;
-  if (tls && has("certificate verify failed")) {
-    return what + " (is rdzv_conf cacert the CA that signed the member's certificate?)";
+  if (const std::string hint = tls ? store::tls_hint(what) : ""; !hint.empty()) {
+    return fmt::format("{} ({})", what, hint);
   }
-  if (tls && (has("bad certificate") || has("certificate required"))) {
-    return what + " (the member refused this node's client certificate: rdzv_conf cert and key)";
-  }
-  if (tls && has("wrong version number")) return what + " (does the member serve https?)";
   if (!tls && (has("end of stream") || has("reset by peer"))) {
     return what + " (if the member serves https, set rdzv_conf protocol=https)";
   }
@@ -124,37 +121,6 @@ int64_t int_field(const json& j, const char* name) {
   const auto it = j.find(name);
   if (it == j.end()) return 0;
   return it->is_string() ? std::stoll(it->get<std::string>()) : it->get<int64_t>();
-}
-
-std::shared_ptr<asio::ssl::context> make_tls_context(const EtcdTls& tls) {
-  if (!tls.enabled) return nullptr;
-  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
-  const auto load = [](const std::string& what, const std::string& file, auto&& f) {
-    beast::error_code ec;
-    f(ec);
-    if (ec) {
-      throw std::invalid_argument(
-          fmt::format("etcd TLS: cannot load the {} '{}': {}", what, file, ec.message()));
-    }
-  };
-  ctx->set_verify_mode(asio::ssl::verify_peer);
-  if (tls.ca_file.empty()) {
-    load("system's trusted CAs", "", [&](auto& ec) { ctx->set_default_verify_paths(ec); });
-  } else {
-    load("CA certificate", tls.ca_file, [&](auto& ec) { ctx->load_verify_file(tls.ca_file, ec); });
-  }
-  if (!tls.cert_file.empty()) {
-    load("client certificate", tls.cert_file,
-         [&](auto& ec) { ctx->use_certificate_chain_file(tls.cert_file, ec); });
-    load("client key", tls.key_file,
-         [&](auto& ec) { ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem, ec); });
-    if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
-      throw std::invalid_argument(
-          fmt::format("etcd TLS: the key '{}' does not match the certificate '{}'", tls.key_file,
-                      tls.cert_file));
-    }
-  }
-  return ctx;
 }
 
 Client::Client(asio::any_io_executor ex, std::vector<Endpoint> endpoints,
@@ -379,9 +345,3 @@ asio::awaitable<json> WatchStream::next() {
 }
 
 }  // namespace ddprun::rendezvous::etcd
-
-namespace ddprun::rendezvous {
-
-void check_etcd_tls(const EtcdTls& tls) { etcd::make_tls_context(tls); }
-
-}  // namespace ddprun::rendezvous

@@ -35,10 +35,6 @@ std::string prefix_end(const std::string& prefix);
 // An int64 field as the gateway writes it (a string; absent means 0).
 int64_t int_field(const nlohmann::json& j, const char* name);
 
-// The TLS client context for `tls`, or null when it is off. Throws std::invalid_argument naming the
-// file and OpenSSL's reason when a file cannot be loaded.
-std::shared_ptr<boost::asio::ssl::context> make_tls_context(const EtcdTls& tls);
-
 class Connection;
 class Login;
 

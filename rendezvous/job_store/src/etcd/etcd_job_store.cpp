@@ -92,7 +92,7 @@ EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
     : ex_(ex),
       spec_(std::move(spec)),
       base_(spec_.prefix + spec_.run_id + "/"),
-      tls_(etcd::make_tls_context(spec_.tls)),
+      tls_(store::client_tls_context(spec_.tls)),
       login_(spec_.login ? std::make_shared<etcd::Login>(ex, spec_.endpoints,
                                                          attempt_timeout(spec_.heartbeat_timeout),
                                                          tls_, *spec_.login)

@@ -26,6 +26,7 @@ double seconds(Ms d) { return std::chrono::duration<double>(d).count(); }
 TcpJobStore::TcpJobStore(asio::any_io_executor ex, TcpJobStoreSpec spec)
     : ex_(ex),
       spec_(std::move(spec)),
+      tls_(store::client_tls_context(spec_.tls)),
       base_(job_key(spec_.run_id, "")),
       requests_(std::make_unique<store::AsyncMutex>(ex)),
       presence_turn_(std::make_unique<store::AsyncMutex>(ex)),
@@ -52,6 +53,7 @@ void TcpJobStore::check_credential(const store::ServerInfo& server) const {
 store::ClientOptions TcpJobStore::client_options() const {
   store::ClientOptions o;
   if (spec_.token) o.credential = store::Credential{server_key(spec_.run_id, ""), *spec_.token};
+  o.tls = tls_;
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include "ddprun/job_store/job_timeouts.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/store/auth.hpp"
+#include "ddprun/store/tls.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -47,7 +48,6 @@ struct RendezvousConfig {
   // etcd: the cluster's members (endpoint_host/port is the first) and the prefix of every key.
   std::vector<EtcdEndpoint> etcd_endpoints;
   std::string etcd_prefix = "/ddprun/";
-  EtcdTls etcd_tls;
   std::optional<EtcdLogin> etcd_login{};  // rdzv_conf user, password_file
   std::chrono::milliseconds join_timeout = kDefaultJoinTimeout;
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
@@ -58,6 +58,10 @@ struct RendezvousConfig {
   // --rdzv_conf auth_token_file (static, c10d): the job's connections to its store authenticate
   // with it, and a store this node hosts for agents serves only those that hold it.
   std::optional<store::Token> auth_token{};
+  // rdzv_conf protocol=https, cacert, cert, key: TLS to the job's store (etcd's members, ddprund or
+  // the agent that hosts it). A store this node hosts for agents serves TLS with cert and key, and
+  // asks every agent for a certificate signed by cacert.
+  store::TlsFiles tls{};
 };
 
 // The handler for `config`: one node (max_nodes == 1, any backend) runs alone around its own store;

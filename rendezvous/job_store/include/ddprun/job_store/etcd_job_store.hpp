@@ -29,6 +29,7 @@
 #include "ddprun/job_store/etcd_endpoint.hpp"
 #include "ddprun/job_store/job_store.hpp"
 #include "ddprun/job_store/job_timeouts.hpp"
+#include "ddprun/store/tls.hpp"
 
 namespace boost::asio::ssl {
 class context;
@@ -55,7 +56,7 @@ struct EtcdJobStoreSpec {
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // How long a node whose lease lapsed tries to rejoin before it gives the store up for lost.
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
-  EtcdTls tls;
+  store::TlsFiles tls;  // the members' certificates are checked against the endpoint hosts
   std::optional<EtcdLogin> login{};
 };
 

@@ -58,6 +58,8 @@ struct TcpJobStoreSpec {
   std::chrono::milliseconds reconnect_timeout = kDefaultReconnectTimeout;
   // Given, every connection proves it (auth.hpp) for the job's keys; the run id has no '/'.
   std::optional<store::Token> token{};
+  // Enabled, every connection is TLS, the store's certificate checked against `host`.
+  store::TlsFiles tls{};
 };
 
 class TcpJobStore final : public JobStore, public std::enable_shared_from_this<TcpJobStore> {
@@ -160,7 +162,8 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
 
   boost::asio::any_io_executor ex_;
   TcpJobStoreSpec spec_;
-  std::string base_;  // "ddprun/<run_id>/"
+  store::TlsContext tls_;  // spec_.tls loaded once (null: clear connections)
+  std::string base_;       // "ddprun/<run_id>/"
   // Shared: a coroutine suspended in one keeps it alive when a reconnection replaces it.
   std::shared_ptr<store::AsyncStoreClient> presence_;
   std::shared_ptr<store::AsyncStoreClient> client_;

@@ -20,6 +20,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "ddprun/store/auth.hpp"
+#include "ddprun/store/tls.hpp"
 #include "ddprun/store/wire_protocol.hpp"
 
 namespace ddprun::store {
@@ -39,6 +40,9 @@ struct ClientOptions {
   // Given, the connection authenticates right after VALIDATE (modern dialect only), and fails
   // with StoreAuthError where the server refuses it or cannot prove that it knows the token.
   std::optional<Credential> credential;
+  // Given (client_tls_context), the connection is TLS, its server's certificate checked against
+  // the host connected to; a certificate either end refuses is a StoreAuthError.
+  TlsContext tls{};
 };
 
 // What SERVER_INFO tells about the server (see wire_protocol.hpp).

@@ -27,6 +27,7 @@
 
 #include "ddprun/store/auth.hpp"
 #include "ddprun/store/key_value_store.hpp"
+#include "ddprun/store/tls.hpp"
 #include "ddprun/store/wire_protocol.hpp"
 
 namespace ddprun::store {
@@ -57,6 +58,10 @@ struct ServerOptions {
   // is closed at accept (one rate-limited log line). For stores whose clients cannot authenticate
   // (torch workers): a round's worker store, open to the round's nodes.
   std::vector<boost::asio::ip::address> allowed_peers{};
+  // Given (server_tls_context), every connection speaks TLS and nothing else: one that does not
+  // complete its handshake within auth_timeout, or fails it (no client certificate where the
+  // context asks for one, a clear-text client), is closed with one rate-limited log line.
+  TlsContext tls{};
 };
 
 class StoreServer {

@@ -1,0 +1,92 @@
+#include "ddprun/store/tls.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <openssl/ssl.h>
+#include <boost/asio/ssl/context.hpp>
+
+namespace ddprun::store {
+namespace ssl = boost::asio::ssl;
+
+namespace {
+
+template <class Load>
+void load(const char* what, const std::string& file, Load&& f) {
+  boost::system::error_code ec;
+  f(ec);
+  if (ec) {
+    throw std::invalid_argument(
+        fmt::format("TLS: cannot load the {} '{}': {}", what, file, ec.message()));
+  }
+}
+
+void use_certificate(ssl::context& ctx, const TlsFiles& files) {
+  load("certificate", files.cert_file,
+       [&](auto& ec) { ctx.use_certificate_chain_file(files.cert_file, ec); });
+  load("key", files.key_file,
+       [&](auto& ec) { ctx.use_private_key_file(files.key_file, ssl::context::pem, ec); });
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    throw std::invalid_argument(fmt::format("TLS: the key '{}' does not match the certificate '{}'",
+                                            files.key_file, files.cert_file));
+  }
+}
+
+TlsContext new_context(ssl::context::method method) {
+  auto ctx = std::make_shared<ssl::context>(method);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  return ctx;
+}
+
+}  // namespace
+
+TlsContext client_tls_context(const TlsFiles& files) {
+  if (!files.enabled) return nullptr;
+  auto ctx = new_context(ssl::context::tls_client);
+  ctx->set_verify_mode(ssl::verify_peer);
+  if (files.ca_file.empty()) {
+    load("system's trusted CAs", "", [&](auto& ec) { ctx->set_default_verify_paths(ec); });
+  } else {
+    load("CA certificate", files.ca_file,
+         [&](auto& ec) { ctx->load_verify_file(files.ca_file, ec); });
+  }
+  if (!files.cert_file.empty()) use_certificate(*ctx, files);
+  return ctx;
+}
+
+TlsContext server_tls_context(const TlsFiles& files) {
+  if (!files.enabled) return nullptr;
+  if (files.cert_file.empty() || files.key_file.empty()) {
+    throw std::invalid_argument("TLS: serving TLS needs a certificate and its key");
+  }
+  auto ctx = new_context(ssl::context::tls_server);
+  // A session's handshake happens once, at its start: the connection's reads and writes need not
+  // handle one in the middle of a stream.
+  SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
+  use_certificate(*ctx, files);
+  if (!files.ca_file.empty()) {
+    load("CA certificate", files.ca_file,
+         [&](auto& ec) { ctx->load_verify_file(files.ca_file, ec); });
+    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
+  return ctx;
+}
+
+std::string tls_hint(const std::string& message) {
+  const auto has = [&](const char* s) { return message.find(s) != std::string::npos; };
+  if (has("certificate verify failed")) {
+    return "is rdzv_conf cacert the CA that signed the server's certificate, and is the server "
+           "reached by a name or address its certificate holds?";
+  }
+  if (has("certificate required") || has("bad certificate") || has("unknown ca") ||
+      has("peer did not return a certificate")) {
+    return "the server asks for a client certificate signed by its CA: rdzv_conf cert and key";
+  }
+  if (has("wrong version number") || has("packet length too long") || has("http request")) {
+    return "one end speaks TLS and the other does not: rdzv_conf protocol=https on every node, "
+           "and a server started with a certificate";
+  }
+  return {};
+}
+
+}  // namespace ddprun::store
