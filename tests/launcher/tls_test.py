@@ -1,0 +1,221 @@
+"""TLS between agents and the job's store: ddprund with --tls-cert (and --tls-client-ca), the
+static backend's node 0 and a c10d agent that hosts its endpoint, each running a torch job whose
+store traffic crosses a relay that keeps every byte (none of the job's keys in the clear); and the
+settings a node gets wrong (a wrong CA, no client certificate, TLS on one end only), each a clear
+error within join_timeout. Real processes and certificates made with the openssl tool, on loopback.
+
+    tls_test.py DDPRUN DDPRUND CASE     (CASE: one of the functions named case_*)
+"""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from etcd_cluster import make_certificates
+from proc_util import free_port, wait_for
+
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = DDPRUND = None
+PROCS = []  # killed at the end whatever happened
+
+TRAIN = """import os, sys, torch, torch.distributed as dist
+dist.init_process_group('gloo')
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+open(os.path.join(sys.argv[1], f'sum.{dist.get_rank()}'), 'w').write(str(int(t.item())))
+dist.destroy_process_group()
+"""
+
+
+def start(args, log=None, **kw):
+    PROCS.append(subprocess.Popen(args, stdout=subprocess.PIPE,
+                                  stderr=open(log, "w") if log else subprocess.PIPE, text=True,
+                                  **kw))
+    return PROCS[-1]
+
+
+def secret_file():
+    fd, path = tempfile.mkstemp(suffix=".token")
+    os.write(fd, os.urandom(24).hex().encode() + b"\n")
+    os.close(fd)
+    return path
+
+
+def job_token(secret, run_id):
+    r = subprocess.run([DDPRUN, "token", f"--auth-token-file={secret}", f"--rdzv_id={run_id}"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    fd, path = tempfile.mkstemp(suffix=".token")
+    os.write(fd, r.stdout.encode())
+    os.close(fd)
+    return path
+
+
+def pki():
+    """A CA; `server` (server and client use, for 127.0.0.1) for stores and the agents that may host
+    one, `client` for the others; and a stranger CA's files."""
+    d = tempfile.mkdtemp()
+    job = make_certificates(d)
+    os.mkdir(f"{d}/other")
+    other = make_certificates(f"{d}/other", "other")
+    return {"ca": job["ca"], "server": (f"{d}/server.pem", f"{d}/server.key"),
+            "client": (job["cert"], job["key"]), "other_ca": other["ca"],
+            "other_client": (other["cert"], other["key"])}
+
+
+def tls_conf(ca, own=None):
+    conf = f"protocol=https,cacert={ca}"
+    if own:
+        conf += f",cert={own[0]},key={own[1]}"
+    return conf
+
+
+def ddprund(*extra):
+    log = tempfile.mktemp(suffix=".ddprund.log")
+    p = start([DDPRUND, "--host", "127.0.0.1", "--port", "0", *extra], log=log)
+    return p, int(p.stdout.readline()), log
+
+
+class Relay:
+    """Forwards loopback connections to `upstream`, keeping every byte either way."""
+
+    def __init__(self, upstream):
+        self.upstream = upstream
+        self.seen = bytearray()
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            down, _ = self.listener.accept()
+            up = socket.create_connection(("127.0.0.1", self.upstream), timeout=30)
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pump(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                with self.lock:
+                    self.seen += data
+                b.sendall(data)
+        except OSError:
+            pass
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def saw(self, text):
+        with self.lock:
+            return text.encode() in self.seen
+
+
+def torch_job(nodes):
+    """An agent per (arguments, rdzv_conf) of `nodes`, two torch workers each, that all-reduce once;
+    returns when every one has exited 0."""
+    work = tempfile.mkdtemp()
+    train = os.path.join(work, "train.py")
+    with open(train, "w") as f:
+        f.write(TRAIN)
+    agents = [start([DDPRUN, "--nnodes=2", "--nproc_per_node=2", *args,
+                     f"--rdzv_conf={conf},join_timeout=60", "--max_restarts=0", train, work],
+                    env=dict(os.environ, PYTHON_EXEC=PY)) for args, conf in nodes]
+    for a in agents:
+        assert a.wait(180) == 0, a.communicate()[1][-3000:]
+    sums = {open(os.path.join(work, f"sum.{r}")).read() for r in range(4)}
+    assert sums == {"10"}, sums
+
+
+def case_a_job_runs_over_tls_on_ddprund_and_on_agent_hosted_stores():
+    certs = pki()
+    secret = secret_file()
+    # ddprund, asking for client certificates; the agents reach it through a relay that keeps the
+    # bytes: the job's keys never cross it in the clear.
+    _, port, _ = ddprund("--auth-token-file", secret, "--tls-cert", certs["server"][0],
+                            "--tls-key", certs["server"][1], "--tls-client-ca", certs["ca"])
+    relay = Relay(port)
+    token = job_token(secret, "tlsjob")
+    conf = f"auth_token_file={token},is_host=false," + tls_conf(certs["ca"], certs["client"])
+    c10d = ["--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{relay.port}", "--rdzv_id=tlsjob"]
+    torch_job([(c10d, conf), (c10d, conf)])
+    assert not relay.saw("tlsjob") and not relay.saw("ddprun/"), "job keys crossed in the clear"
+    assert relay.saw("\x16\x03"), "no TLS handshake crossed the relay"
+    # The operator reads the job's status over TLS with the daemon's secret.
+    r = subprocess.run([DDPRUN, "status", "--rdzv_backend=c10d",
+                        f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=tlsjob",
+                        f"--rdzv_conf=auth_token_file={secret}," +
+                        tls_conf(certs["ca"], certs["client"])],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    # The static backend's node 0 hosts the job's store over TLS (the workers' store beside it
+    # stays clear, for torch); node 1 holds a client certificate only.
+    token = secret_file()
+    store_port = free_port()
+    relay = Relay(store_port)
+    torch_job([(["--node_rank=0", "--master_addr=127.0.0.1", f"--master_port={store_port}"],
+                f"auth_token_file={token}," + tls_conf(certs["ca"], certs["server"])),
+               (["--node_rank=1", "--master_addr=127.0.0.1", f"--master_port={relay.port}"],
+                f"auth_token_file={token}," + tls_conf(certs["ca"], certs["client"]))])
+    assert relay.saw("\x16\x03") and not relay.saw("ddprun/"), "node 1's store traffic in the clear"
+    # A c10d agent hosts its endpoint over TLS (is_host), the other joins it.
+    token = secret_file()
+    ep = f"127.0.0.1:{free_port()}"
+    c10d = ["--rdzv_backend=c10d", f"--rdzv_endpoint={ep}", "--rdzv_id=hosted"]
+    conf = f"auth_token_file={token}," + tls_conf(certs["ca"], certs["server"])
+    torch_job([(c10d, conf), (c10d, conf)])
+    print("torch jobs over TLS to ddprund (client certificates asked), the static backend's node 0 "
+          "and a hosting c10d agent; no job key in the clear; status over TLS: passed")
+
+
+def case_tls_settings_a_node_gets_wrong_are_clear_errors():
+    certs = pki()
+    secret = secret_file()
+    _, port, dlog = ddprund("--auth-token-file", secret, "--tls-cert", certs["server"][0],
+                            "--tls-key", certs["server"][1], "--tls-client-ca", certs["ca"])
+    _, clear_port, _ = ddprund("--auth-token-file", secret)
+    token = job_token(secret, "bad")
+    work = tempfile.mkdtemp()
+    cases = [
+        (port, tls_conf(certs["other_ca"], certs["client"]), "certificate verify failed"),
+        (port, tls_conf(certs["ca"]), "certificate required"),
+        (port, tls_conf(certs["ca"], certs["other_client"]), "unknown ca"),
+        (port, "protocol=http", "protocol=https"),
+        (clear_port, tls_conf(certs["ca"], certs["client"]), "does it serve TLS"),
+    ]
+    for p, conf, expected in cases:
+        t0 = time.monotonic()
+        a = start([DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                   f"--rdzv_endpoint=127.0.0.1:{p}", "--rdzv_id=bad",
+                   f"--rdzv_conf=auth_token_file={token},is_host=false,join_timeout=20,{conf}",
+                   "--no_python", "/bin/sh", "-c", 'touch "$0/started"', work])
+        _, err = a.communicate(timeout=60)
+        assert a.returncode == 3 and expected in err, (conf, a.returncode, err[-2000:])
+        assert time.monotonic() - t0 < 20, f"{conf}: not within join_timeout"
+    assert not os.path.exists(os.path.join(work, "started"))
+    log = open(dlog).read()
+    assert "TLS handshake failed" in log, log[-3000:]
+    print("a wrong CA, no client certificate, another CA's certificate, and TLS on one end only: "
+          "exit 3 with the cause, within join_timeout: passed")
+
+
+def main():
+    global DDPRUN, DDPRUND
+    DDPRUN, DDPRUND = map(os.path.abspath, sys.argv[1:3])
+    try:
+        globals()["case_" + sys.argv[3]]()
+    finally:
+        for p in PROCS:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+if __name__ == "__main__":
+    main()
