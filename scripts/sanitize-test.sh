@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The multi-node, elastic and launcher-kind tests, and the in-process rendezvous tests, against ddprun and ddprund
-# built with AddressSanitizer and UndefinedBehaviorSanitizer (g++, the compiler whose coroutine
-# handling the lifetime rules in DESIGN.md work around). Every process reports into one folder; any
-# report fails the run, whatever exit status the test saw. scripts/test.sh runs this after the suite.
+# The multi-node, elastic and launcher-kind tests, and the in-process rendezvous, session and TLS
+# tests, against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++,
+# the compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
+# reports into one folder; any report fails the run, whatever exit status the test saw.
+# scripts/test.sh runs this after the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${DDPRUN_SANITIZE_BUILD_DIR:-build-asan}
@@ -13,14 +14,14 @@ trap 'rm -rf "$reports"' EXIT
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
   -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
-  store_session_test
+  store_session_test store_tls_test
 
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
 cd "$build"
 status=0
 ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across|training_job' \
-  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^(rendezvous|session): ' ||
+  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^(rendezvous|session|tls): ' ||
   status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do

@@ -6,7 +6,11 @@
 #     token (each agent proves its job's token on each connection);
 #   - store operations after the handshake: store_load ops (set/get/add, 4 connections) against
 #     ddprund without a secret, and with one and every client proving its scope's token;
-#   - connecting: 500 clients that connect at once and each set and get one key, both ways.
+#   - connecting: 500 clients that connect at once and each set and get one key, both ways;
+#   - each of the three again with the token and TLS (rdzv_conf protocol=https; the store's
+#     certificate an ECDSA P-256 one made here with openssl). In the rendezvous, all 1,000 agents'
+#     handshakes run on one thread of one process (on a cluster, on 1,000 machines at once), so the
+#     store thread's CPU time to form the round is printed too.
 # Medians of RUNS runs; the last line states the ratios.
 #
 #   scripts/bench/auth.sh            (RUNS=5 AGENTS=1000 by default)
@@ -28,37 +32,68 @@ cleanup() {
 trap cleanup EXIT
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
 chmod 600 "$work/secret"
+ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+openssl req -x509 "${ec[@]}" -keyout "$work/ca.key" -out "$work/ca.pem" -days 1 -subj /CN=bench-ca \
+  2>/dev/null
+openssl req "${ec[@]}" -keyout "$work/store.key" -out "$work/store.csr" -subj /CN=store 2>/dev/null
+echo "subjectAltName=IP:127.0.0.1" >"$work/store.ext"
+openssl x509 -req -in "$work/store.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+  -days 1 -extfile "$work/store.ext" -out "$work/store.pem" 2>/dev/null
+tls_store=(--tls-cert "$work/store.pem" --tls-key "$work/store.key")
 
 median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ddprund() {  # extra args...; prints the port
-  build/rendezvous/store/ddprund --host 127.0.0.1 --port 0 --log-level warn "$@" >"$work/port.$$" &
+# Starts a ddprund with extra args and sets the variable named `var` to its port. (Not in a command
+# substitution: its subshell would keep the pid from the cleanup.)
+ddprund() {  # var extra args...
+  local var=$1
+  shift
+  build/rendezvous/store/ddprund --host 127.0.0.1 --port 0 --log-level warn "$@" >"$work/port.$var" &
   pids+=($!)
-  until [[ -s $work/port.$$ ]]; do sleep 0.05; done
-  head -n1 "$work/port.$$"
-  rm -f "$work/port.$$"
+  until [[ -s $work/port.$var ]]; do sleep 0.05; done
+  printf -v "$var" '%s' "$(head -n1 "$work/port.$var")"
 }
-open_port=$(ddprund)
-auth_port=$(ddprund --auth-token-file "$work/secret")
+ddprund open_port
+ddprund auth_port --auth-token-file "$work/secret"
+ddprund tls_port --auth-token-file "$work/secret" "${tls_store[@]}"
 LOAD=build/scripts/bench/store_load
+SIM=build/scripts/bench/rendezvous_sim
 token=(--token-file "$work/secret" --scope /)  # a scope: every key is checked against it
+tls=(--tls-ca "$work/ca.pem")
+# rendezvous_sim prints: agents, ms to form, ..., "form", requests and KiB per agent, the store's
+# CPU seconds; kept: the time to form and the CPU.
+sim() {
+  local kind=$1
+  shift
+  $SIM --agents "$AGENTS" "$@" | awk '{print $2, $8}' >>"$work/sim.$kind"
+}
 
 for ((r = 1; r <= RUNS; r++)); do
-  build/scripts/bench/rendezvous_sim --agents "$AGENTS" | awk '{print $2}' >>"$work/form.open"
-  build/scripts/bench/rendezvous_sim --agents "$AGENTS" --token | awk '{print $2}' >>"$work/form.auth"
+  sim open
+  sim auth --token
+  sim tls --token "${tls_store[@]}" "${tls[@]}"
   $LOAD ops --port "$open_port" --connections 4 --seconds 2 >>"$work/ops.open"
   $LOAD ops --port "$auth_port" --connections 4 --seconds 2 "${token[@]}" >>"$work/ops.auth"
+  $LOAD ops --port "$tls_port" --connections 4 --seconds 2 "${token[@]}" "${tls[@]}" >>"$work/ops.tls"
   $LOAD connect --port "$open_port" --connections 500 >>"$work/conn.open"
   $LOAD connect --port "$auth_port" --connections 500 "${token[@]}" >>"$work/conn.auth"
+  $LOAD connect --port "$tls_port" --connections 500 "${token[@]}" "${tls[@]}" >>"$work/conn.tls"
 done
 
-form_open=$(median <"$work/form.open") form_auth=$(median <"$work/form.auth")
-ops_open=$(median <"$work/ops.open") ops_auth=$(median <"$work/ops.auth")
-conn_open=$(median <"$work/conn.open") conn_auth=$(median <"$work/conn.auth")
+for k in open auth tls; do
+  declare "form_$k=$(awk '{print $1}' "$work/sim.$k" | median)" \
+    "cpu_$k=$(awk '{print $2}' "$work/sim.$k" | median)"
+  declare "ops_$k=$(median <"$work/ops.$k")" "conn_$k=$(median <"$work/conn.$k")"
+done
 echo "# $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ); medians of $RUNS runs"
-printf '%-44s %12s %12s\n' "" "no token" "token"
-printf '%-44s %12s %12s\n' "$AGENTS-agent rendezvous, first round formed (ms)" "$form_open" "$form_auth"
-printf '%-44s %12s %12s\n' "store ops/s after the handshake (4 conns)" "$ops_open" "$ops_auth"
-printf '%-44s %12s %12s\n' "500 clients connect, set and get (ms)" "$conn_open" "$conn_auth"
-awk -v fo="$form_open" -v fa="$form_auth" -v oo="$ops_open" -v oa="$ops_auth" \
-  -v co="$conn_open" -v ca="$conn_auth" 'BEGIN {
-  printf "authentication: the %d-agent rendezvous forms in %.2fx its time without a token (target <= 1.10); a store operation after the handshake costs %.2fx (ops/s %.2fx); 500 connections %.2fx\n", '"$AGENTS"', fa / fo, oo / oa, oa / oo, ca / co }'
+printf '%-48s %10s %10s %12s\n' "" "no token" "token" "token+TLS"
+printf '%-48s %10s %10s %12s\n' "$AGENTS-agent rendezvous, first round formed (ms)" "$form_open" \
+  "$form_auth" "$form_tls"
+printf '%-48s %10s %10s %12s\n' "  the store's CPU for it (s)" "$cpu_open" "$cpu_auth" "$cpu_tls"
+printf '%-48s %10s %10s %12s\n' "store ops/s after the handshake (4 conns)" "$ops_open" "$ops_auth" \
+  "$ops_tls"
+printf '%-48s %10s %10s %12s\n' "500 clients connect, set and get (ms)" "$conn_open" "$conn_auth" \
+  "$conn_tls"
+awk -v fo="$form_open" -v fa="$form_auth" -v ft="$form_tls" -v oo="$ops_open" -v oa="$ops_auth" \
+  -v ot="$ops_tls" -v co="$conn_open" -v ca="$conn_auth" -v ct="$conn_tls" -v so="$cpu_open" \
+  -v st="$cpu_tls" 'BEGIN {
+  printf "authentication: the %d-agent rendezvous forms in %.2fx its time without a token (target <= 1.10); a store operation after the handshake costs %.2fx (ops/s %.2fx); 500 connections %.2fx; with TLS too: forms in %.2fx (the store'"'"'s CPU %.2fx), an operation costs %.2fx, 500 connections %.2fx\n", '"$AGENTS"', fa / fo, oo / oa, oa / oo, ca / co, ft / fo, st / so, oo / ot, ct / co }'

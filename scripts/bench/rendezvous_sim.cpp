@@ -55,8 +55,9 @@ struct Agent {
 };
 
 struct Sim {
-  // `token`: the store has a secret and every agent authenticates with the job's token.
-  Sim(bool memory, bool token) {
+  // `token`: the store has a secret and every agent authenticates with the job's token. `tls`
+  // enabled: the store serves TLS with its certificate and the agents check it against its CA.
+  Sim(bool memory, bool token, TlsFiles tls) : tls(std::move(tls)) {
     if (memory) {
       kv = std::make_shared<KeyValueStore>();
       traffic = std::make_shared<ddprun::bench::MemoryTraffic>();
@@ -66,10 +67,13 @@ struct Sim {
         secret = Token(std::string(32, 's'));
         o.secret = secret;
       }
+      // (No client certificates asked: the token says who the agents are.)
+      o.tls = server_tls_context({this->tls.enabled, "", this->tls.cert_file, this->tls.key_file});
       store = std::make_unique<StoreThread>(o);
     }
   }
   std::optional<Token> secret;
+  TlsFiles tls;
   asio::io_context io{1};
   std::unique_ptr<StoreThread> store;                     // tcp
   std::shared_ptr<KeyValueStore> kv;                      // memory
@@ -108,6 +112,7 @@ void add_agent(Sim& sim, int max_nodes) {
   c.endpoint_port = sim.store ? sim.store->port() : 0;
   c.host_store = RendezvousConfig::HostStore::kNo;
   if (sim.secret) c.auth_token = scope_token(*sim.secret, TcpJobStore::server_key(sim.run_id, ""));
+  c.tls = TlsFiles{sim.tls.enabled, sim.tls.ca_file, "", ""};
   c.join_timeout = std::chrono::seconds(600);
   c.heartbeat_timeout = std::chrono::seconds(600);  // a loaded loop must not expel anyone
   c.last_call_timeout = std::chrono::seconds(600);  // the first round forms at max_nodes
@@ -173,8 +178,8 @@ std::string per_agent(const Sample& a, const Sample& b, int agents) {
                      double(b.bytes - a.bytes) / 1024 / agents, b.cpu - a.cpu);
 }
 
-int simulate(int n, std::chrono::seconds timeout, bool memory, bool token) {
-  Sim sim(memory, token);
+int simulate(int n, std::chrono::seconds timeout, bool memory, bool token, const TlsFiles& tls) {
+  Sim sim(memory, token, tls);
   sim.n = n;
   sim.run_id = fmt::format("sim{}", n);
   const auto deadline = [&] { return Clock::now() + timeout; };
@@ -230,10 +235,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tcp", "memory"}));
   bool token = false;
   app.add_flag("--token", token, "tcp: the store has a secret; agents authenticate with a token");
+  TlsFiles tls;
+  app.add_option("--tls-cert", tls.cert_file, "tcp: the store serves TLS with this certificate");
+  app.add_option("--tls-key", tls.key_file, "its key");
+  app.add_option("--tls-ca", tls.ca_file, "the CA the agents check the store's certificate with");
   CLI11_PARSE(app, argc, argv);
+  tls.enabled = !tls.cert_file.empty();
   spdlog::set_level(spdlog::level::err);  // teardown closes thousands of sockets mid-write
   for (int n : ns) {
-    if (simulate(n, std::chrono::seconds(timeout_s), transport == "memory", token) != 0) {
+    if (simulate(n, std::chrono::seconds(timeout_s), transport == "memory", token, tls) != 0) {
       std::cout << n << " did not complete within " << timeout_s << " s" << std::endl;
       return 1;
     }

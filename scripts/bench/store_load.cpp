@@ -49,9 +49,11 @@ struct Config {
   int addresses = 1;
   double seconds = 2.0;
   std::optional<Credential> credential;  // --token-file, --scope
+  TlsContext tls;                        // --tls-ca
   ClientOptions options() const {
     ClientOptions o;
     o.credential = credential;
+    o.tls = tls;
     o.dialect = dialect == "legacy" ? wire::Dialect::kLegacy : wire::Dialect::kModern;
     o.timeout = std::chrono::seconds(60);
     return o;
@@ -151,7 +153,7 @@ bool run_all(int n, Make make, std::optional<Clock::time_point> deadline = {}) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  std::string token_file, scope = "/";
+  std::string token_file, scope = "/", tls_ca;
   CLI::App app{"store_load: load generator for TCPStore servers"};
   app.require_subcommand(1);
   for (auto* sub :
@@ -165,8 +167,10 @@ int main(int argc, char** argv) {
     sub->add_option("--addresses", cfg.addresses)->check(CLI::Range(1, 250));
     sub->add_option("--token-file", token_file, "authenticate with this token (or secret)");
     sub->add_option("--scope", scope, "the key prefix asked for with --token-file");
+    sub->add_option("--tls-ca", tls_ca, "connect over TLS, checking the server against this CA");
   }
   CLI11_PARSE(app, argc, argv);
+  if (!tls_ca.empty()) cfg.tls = client_tls_context({true, tls_ca, "", ""});
   const std::string mode = app.get_subcommands().front()->get_name();
   if (!token_file.empty()) cfg.credential = Credential{scope, Token::from_file(token_file)};
 
