@@ -1,7 +1,9 @@
 #pragma once
 // A TCP relay on loopback between clients and a server, on its own thread: it keeps every byte the
-// clients send (to show what crosses the wire) and can flip one of them (to show what a tampered
-// stream does).
+// clients send (to show what crosses the wire), can flip one of them (to show what a tampered
+// stream does) and can stop passing them on (to show what a stream cut in the middle does).
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -35,6 +37,8 @@ class RelayProxy {
     thread_.join();
   }
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  // From now on, passes `n` more bytes from clients to the server, and drops the rest.
+  void pass_only(size_t n) { pass_left_ = n; }
   // Every byte clients have sent so far, all connections together.
   std::string from_clients() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -71,8 +75,15 @@ class RelayProxy {
       if (from_client) {
         if (flip_at_ >= seen && flip_at_ < seen + n) buf[flip_at_ - seen] ^= 0xff;
         seen += n;
-        std::lock_guard<std::mutex> lock(mutex_);
-        from_clients_.append(buf, n);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          from_clients_.append(buf, n);
+        }
+        const size_t left = pass_left_;
+        if (left != kNever) {
+          n = std::min(n, left);
+          pass_left_ = left - n;
+        }
       }
       auto [wec, m] = co_await boost::asio::async_write(
           *to, boost::asio::buffer(buf, n), boost::asio::as_tuple(boost::asio::use_awaitable));
@@ -84,6 +95,7 @@ class RelayProxy {
 
   uint16_t upstream_;
   size_t flip_at_;
+  std::atomic<size_t> pass_left_{kNever};
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::mutex mutex_;

@@ -166,6 +166,23 @@ TEST_CASE("tls: a tampered record ends its connection only", "[tls]") {
   expect_serving(server, o);
 }
 
+TEST_CASE("tls: a record cut short is closed at the partial-request timeout", "[tls]") {
+  const Pki pki;
+  ServerOptions so = tls_server(pki);
+  so.partial_request_timeout = 300ms;
+  ServerThread server(so);
+  RelayProxy cut(server.port());
+  StoreClient c("127.0.0.1", cut.port(), tls_client(pki.job.ca));
+  c.set("a", "1");
+  REQUIRE(c.get("a") == "1");  // the handshake and whole records went through
+  cut.pass_only(10);           // then the SET's record stops within its first bytes
+  c.set("b", "2");
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(c.get("b"), StoreConnectionError);  // closed, not left waiting (a timeout)
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK(server.eventually([](StoreServer& s) { return s.counters().connections_dropped == 1; }));
+}
+
 TEST_CASE("tls: garbage in place of a handshake costs only its connection", "[tls]") {
   const Pki pki;
   ServerOptions o = tls_server(pki);

@@ -180,7 +180,7 @@ void StoreConnection::process(std::string_view in) {
   carry_size_ = rest.size();
   // A request under way has until partial_request_timeout after its first bytes, however it
   // trickles in.
-  if (parser_.idle() && carry_size_ == 0) {
+  if (parser_.idle() && carry_size_ == 0 && !record_pending()) {
     request_since_.reset();
   } else if (!request_since_) {
     request_since_ = last_rx_;
@@ -189,6 +189,8 @@ void StoreConnection::process(std::string_view in) {
 
 void StoreConnection::after_batch() {
   if (backlogged() && !backlogged_since_) backlogged_since_ = Clock::now();
+  // Part of a TLS record is part of a request, whose deadline runs from its first bytes.
+  if (record_pending() && !request_since_) request_since_ = last_rx_;
   flush();
   account();
   arm_timer();
@@ -309,15 +311,21 @@ std::optional<StoreConnection::Clock::time_point> StoreConnection::next_deadline
 
 bool StoreConnection::handshaking() const { return tls_ && !tls_->established(); }
 
+bool StoreConnection::record_pending() const { return tls_ && tls_->holds_input(); }
+
 void StoreConnection::arm_timer() {
-  if (timer_armed_ || closed_) return;
+  if (closed_) return;
   const auto deadline = next_deadline();
   if (!deadline) return;
+  // The deadline moves with every read, mostly later; rather than re-arming per read, the timer
+  // re-checks when it fires and sleeps again until the current deadline. An earlier deadline (a
+  // request begun while the handshake's was armed) re-arms it at once.
+  if (timer_armed_ && timer_.expiry() <= *deadline) return;
   timer_armed_ = true;
-  // The deadline moves with every read; rather than re-arming per read, the timer re-checks when it
-  // fires and sleeps again until the current deadline.
-  timer_.expires_at(*deadline);
-  timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+  const uint64_t generation = ++timer_generation_;
+  timer_.expires_at(*deadline);  // a wait under way completes, and is ignored as superseded
+  timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code ec) {
+    if (generation != self->timer_generation_) return;
     self->timer_armed_ = false;
     if (ec || self->closed_) return;
     const auto deadline = self->next_deadline();

@@ -78,6 +78,8 @@ class StoreConnection final : public StorePeer,
   void flush_tls();
   void after_write(size_t bytes);
   bool handshaking() const;
+  // Ciphertext received and not yet decrypted: a part of a record, or records not read yet.
+  bool record_pending() const;
   void arm_timer();
   std::optional<Clock::time_point> next_deadline() const;
 
@@ -102,6 +104,7 @@ class StoreConnection final : public StorePeer,
   bool closing_ = false;
   bool watch_only_ = false;
   bool timer_armed_ = false;
+  uint64_t timer_generation_ = 0;  // the wait that counts: earlier ones were superseded
   // Where the connection is in authenticating, when the server has a secret.
   enum class Auth : uint8_t { kNotNeeded, kExpected, kChallenged, kDone };
   Auth auth_;

@@ -42,6 +42,10 @@ void TlsChannel::put_input(std::string_view ciphertext) {
 
 bool TlsChannel::has_input() const { return BIO_ctrl_pending(in_) > 0 || SSL_pending(ssl_) > 0; }
 
+bool TlsChannel::holds_input() const {
+  return BIO_ctrl_pending(in_) > 0 || SSL_has_pending(ssl_) == 1;
+}
+
 bool TlsChannel::established() const { return SSL_is_init_finished(ssl_) == 1; }
 
 TlsChannel::Read TlsChannel::read(char* out, size_t capacity, size_t& n) {

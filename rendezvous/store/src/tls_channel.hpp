@@ -25,9 +25,11 @@ class TlsChannel {
 
   // Ciphertext the peer sent.
   void put_input(std::string_view ciphertext);
-  // Input that has not been decrypted yet: the socket being quiet does not mean there is nothing
-  // to read.
+  // Input that can be decrypted without more from the socket: the socket being quiet does not mean
+  // there is nothing to read.
   bool has_input() const;
+  // Any input held, a part of a record included.
+  bool holds_input() const;
 
   enum class Read { kData, kNeedInput, kClosed, kFailed };
   // Decrypts up to `capacity` bytes into `out` (their count into `n` with kData), advancing the
