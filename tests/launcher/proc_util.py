@@ -1,13 +1,31 @@
 """Helpers the process-level tests share: bounded waits on observable state, a free loopback port,
 collecting processes."""
+import random
 import socket
 import subprocess
 import time
 
 
 def free_port():
-    """A loopback port nobody listens on right now (for a process of the test to bind)."""
-    with socket.socket() as s:
+    """A loopback port nobody uses right now, for a process of the test to bind later. It is drawn
+    below the kernel's ephemeral range: a port the OS picks for anyone else (a server bound to port
+    0, a client's end of a connection) never lands there, so it stays free until then, whatever runs
+    beside the test."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    if ephemeral_low > 11024:
+        for _ in range(200):
+            port = random.randrange(10000, ephemeral_low)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                    return port
+                except OSError:
+                    continue
+    with socket.socket() as s:  # (a machine whose ephemeral range starts low)
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
