@@ -349,11 +349,12 @@ def case_operations_endpoints_are_private():
     print("metrics on loopback by default, owner-only log folder and event log: passed")
 
 
-def main():
+def main(cases=None):
+    """Runs the case sys.argv[3] names, from `cases` (another test file's globals) or this file's."""
     global DDPRUN, DDPRUND
     DDPRUN, DDPRUND = map(os.path.abspath, sys.argv[1:3])
     try:
-        globals()["case_" + sys.argv[3]]()
+        (cases or globals())["case_" + sys.argv[3]]()
     finally:
         for p in PROCS:
             if p.poll() is None:

@@ -9,16 +9,14 @@ error within join_timeout. Real processes and certificates made with the openssl
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from etcd_cluster import make_certificates
-from proc_util import free_port, wait_for
+from proc_util import free_port
 
-PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
-DDPRUN = DDPRUND = None
-PROCS = []  # killed at the end whatever happened
+import auth_test as auth  # its processes, tokens and ddprund; its main() runs these cases too
+from auth_test import PY, ddprund, job_token, secret_file, start
 
 TRAIN = """import os, sys, torch, torch.distributed as dist
 dist.init_process_group('gloo')
@@ -27,30 +25,6 @@ dist.all_reduce(t)
 open(os.path.join(sys.argv[1], f'sum.{dist.get_rank()}'), 'w').write(str(int(t.item())))
 dist.destroy_process_group()
 """
-
-
-def start(args, log=None, **kw):
-    PROCS.append(subprocess.Popen(args, stdout=subprocess.PIPE,
-                                  stderr=open(log, "w") if log else subprocess.PIPE, text=True,
-                                  **kw))
-    return PROCS[-1]
-
-
-def secret_file():
-    fd, path = tempfile.mkstemp(suffix=".token")
-    os.write(fd, os.urandom(24).hex().encode() + b"\n")
-    os.close(fd)
-    return path
-
-
-def job_token(secret, run_id):
-    r = subprocess.run([DDPRUN, "token", f"--auth-token-file={secret}", f"--rdzv_id={run_id}"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    fd, path = tempfile.mkstemp(suffix=".token")
-    os.write(fd, r.stdout.encode())
-    os.close(fd)
-    return path
 
 
 def pki():
@@ -70,12 +44,6 @@ def tls_conf(ca, own=None):
     if own:
         conf += f",cert={own[0]},key={own[1]}"
     return conf
-
-
-def ddprund(*extra):
-    log = tempfile.mktemp(suffix=".ddprund.log")
-    p = start([DDPRUND, "--host", "127.0.0.1", "--port", "0", *extra], log=log)
-    return p, int(p.stdout.readline()), log
 
 
 class Relay:
@@ -124,7 +92,7 @@ def torch_job(nodes):
     train = os.path.join(work, "train.py")
     with open(train, "w") as f:
         f.write(TRAIN)
-    agents = [start([DDPRUN, "--nnodes=2", "--nproc_per_node=2", *args,
+    agents = [start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=2", *args,
                      f"--rdzv_conf={conf},join_timeout=60", "--max_restarts=0", train, work],
                     env=dict(os.environ, PYTHON_EXEC=PY)) for args, conf in nodes]
     for a in agents:
@@ -148,7 +116,7 @@ def case_a_job_runs_over_tls_on_ddprund_and_on_agent_hosted_stores():
     assert not relay.saw("tlsjob") and not relay.saw("ddprun/"), "job keys crossed in the clear"
     assert relay.saw("\x16\x03"), "no TLS handshake crossed the relay"
     # The operator reads the job's status over TLS with the daemon's secret.
-    r = subprocess.run([DDPRUN, "status", "--rdzv_backend=c10d",
+    r = subprocess.run([auth.DDPRUN, "status", "--rdzv_backend=c10d",
                         f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=tlsjob",
                         f"--rdzv_conf=auth_token_file={secret}," +
                         tls_conf(certs["ca"], certs["client"])],
@@ -191,7 +159,7 @@ def case_tls_settings_a_node_gets_wrong_are_clear_errors():
     ]
     for p, conf, expected in cases:
         t0 = time.monotonic()
-        a = start([DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+        a = start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                    f"--rdzv_endpoint=127.0.0.1:{p}", "--rdzv_id=bad",
                    f"--rdzv_conf=auth_token_file={token},is_host=false,join_timeout=20,{conf}",
                    "--no_python", "/bin/sh", "-c", 'touch "$0/started"', work])
@@ -205,17 +173,5 @@ def case_tls_settings_a_node_gets_wrong_are_clear_errors():
           "exit 3 with the cause, within join_timeout: passed")
 
 
-def main():
-    global DDPRUN, DDPRUND
-    DDPRUN, DDPRUND = map(os.path.abspath, sys.argv[1:3])
-    try:
-        globals()["case_" + sys.argv[3]]()
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
 if __name__ == "__main__":
-    main()
+    auth.main(globals())

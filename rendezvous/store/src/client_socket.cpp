@@ -157,6 +157,12 @@ asio::awaitable<void> ClientSocket::handshake(const std::string& host) {
   throw StoreConnectionError(what);
 }
 
+template <class Op>
+asio::awaitable<std::tuple<boost::system::error_code, size_t>> ClientSocket::on_stream(Op op) {
+  if (tls_) co_return co_await op(*tls_);
+  co_return co_await op(socket_);
+}
+
 void ClientSocket::send_ahead(std::string bytes, AheadCheck check) {
   ahead_ = std::move(bytes);
   ahead_check_ = std::move(check);
@@ -182,14 +188,9 @@ asio::awaitable<void> ClientSocket::write(const std::string& bytes) {
   const std::array<asio::const_buffer, 2> both = {asio::buffer(ahead_), asio::buffer(bytes)};
   io_pending_ = true;
   arm_watchdog();
-  boost::system::error_code ec;
-  if (tls_) {
-    std::tie(ec, std::ignore) =
-        co_await asio::async_write(*tls_, both, asio::as_tuple(asio::use_awaitable));
-  } else {
-    std::tie(ec, std::ignore) =
-        co_await asio::async_write(socket_, both, asio::as_tuple(asio::use_awaitable));
-  }
+  auto [ec, n] = co_await on_stream([&](auto& stream) {
+    return asio::async_write(stream, both, asio::as_tuple(asio::use_awaitable));
+  });
   ahead_.clear();
   io_pending_ = false;
   if (ec) fail(ec, "write");
@@ -207,14 +208,9 @@ asio::awaitable<void> ClientSocket::fill(size_t need) {
     io_pending_ = true;
     arm_watchdog();
     const auto space = asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_);
-    boost::system::error_code ec;
-    size_t n = 0;
-    if (tls_) {
-      std::tie(ec, n) = co_await tls_->async_read_some(space, asio::as_tuple(asio::use_awaitable));
-    } else {
-      std::tie(ec, n) =
-          co_await socket_.async_read_some(space, asio::as_tuple(asio::use_awaitable));
-    }
+    auto [ec, n] = co_await on_stream([&](auto& stream) {
+      return stream.async_read_some(space, asio::as_tuple(asio::use_awaitable));
+    });
     io_pending_ = false;
     if (ec) fail(ec, "read");
     rend_ += n;
@@ -259,14 +255,9 @@ asio::awaitable<std::string> ClientSocket::read_bytes(uint64_t max_bytes) {
     io_pending_ = true;
     arm_watchdog();
     const auto rest = asio::buffer(out.data() + buffered, len - buffered);
-    boost::system::error_code ec;
-    if (tls_) {
-      std::tie(ec, std::ignore) =
-          co_await asio::async_read(*tls_, rest, asio::as_tuple(asio::use_awaitable));
-    } else {
-      std::tie(ec, std::ignore) =
-          co_await asio::async_read(socket_, rest, asio::as_tuple(asio::use_awaitable));
-    }
+    auto [ec, n] = co_await on_stream([&](auto& stream) {
+      return asio::async_read(stream, rest, asio::as_tuple(asio::use_awaitable));
+    });
     io_pending_ = false;
     if (ec) fail(ec, "read");
   }

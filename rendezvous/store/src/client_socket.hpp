@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -64,6 +65,10 @@ class ClientSocket {
   boost::asio::awaitable<T> read_scalar();
   void arm_watchdog();
   boost::asio::awaitable<void> handshake(const std::string& host);
+  // Runs `op(stream)` on the TLS stream when there is one, else on the socket: the one place that
+  // chooses.
+  template <class Op>
+  boost::asio::awaitable<std::tuple<boost::system::error_code, size_t>> on_stream(Op op);
   [[noreturn]] void fail(const boost::system::error_code& ec, const char* what);
 
   boost::asio::ip::tcp::socket socket_;

@@ -68,7 +68,8 @@ TlsContext server_tls_context(const TlsFiles& files) {
   // handle one in the middle of a stream.
   SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
   // Clients connect once per connection's life and never resume a session: the tickets TLS 1.3
-  // sends after every handshake would be made for nothing, and a cache of sessions kept for nothing.
+  // sends after every handshake would be made for nothing, and a cache of sessions kept for
+  // nothing.
   SSL_CTX_set_num_tickets(ctx->native_handle(), 0);
   SSL_CTX_set_session_cache_mode(ctx->native_handle(), SSL_SESS_CACHE_OFF);
   use_certificate(*ctx, files);

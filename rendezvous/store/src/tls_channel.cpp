@@ -66,16 +66,24 @@ TlsChannel::Read TlsChannel::read(char* out, size_t capacity, size_t& n) {
     default:
       break;
   }
+  fail("the peer broke the TLS session");
+  return Read::kFailed;
+}
+
+void TlsChannel::fail(const char* otherwise) {
   const unsigned long code = ERR_peek_error();
-  error_ = code != 0 ? ERR_reason_error_string(code) : "the peer broke the TLS session";
-  if (error_.empty()) error_ = fmt::format("OpenSSL error {:#x}", code);
+  const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
+  if (reason != nullptr) {
+    error_ = reason;
+  } else {
+    error_ = code != 0 ? fmt::format("OpenSSL error {:#x}", code) : otherwise;
+  }
   const long verify = SSL_get_verify_result(ssl_);
   if (verify != X509_V_OK) {
     error_ += fmt::format(" ({})", X509_verify_cert_error_string(verify));
   }
   ERR_clear_error();
   failed_ = true;
-  return Read::kFailed;
 }
 
 bool TlsChannel::write(std::string_view plaintext) {
@@ -85,11 +93,7 @@ bool TlsChannel::write(std::string_view plaintext) {
     ERR_clear_error();
     const int n = SSL_write(ssl_, plaintext.data(), chunk);
     if (n <= 0) {  // (a memory BIO takes everything: only a failed session refuses)
-      const unsigned long code = ERR_peek_error();
-      const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
-      error_ = reason != nullptr ? reason : "the TLS session cannot be written";
-      ERR_clear_error();
-      failed_ = true;
+      fail("the TLS session cannot be written");
       return false;
     }
     plaintext.remove_prefix(static_cast<size_t>(n));

@@ -51,6 +51,10 @@ class TlsChannel {
   SSL* ssl_ = nullptr;
   BIO* in_ = nullptr;   // the peer's ciphertext, read by OpenSSL
   BIO* out_ = nullptr;  // ciphertext OpenSSL wrote for the peer
+  // Sets error() from OpenSSL's error queue (`otherwise` when it is empty) and marks the session
+  // failed.
+  void fail(const char* otherwise);
+
   std::string error_;
   bool failed_ = false;
 };
