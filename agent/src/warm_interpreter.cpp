@@ -179,15 +179,19 @@ asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
   if (ready_ || !control_ || !given_up_.empty()) co_return;
   Heard heard = take_ready_message();
   if (heard == Heard::kNothing) {
-    asio::steady_timer timer(io_, limit);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    asio::steady_timer timer(io_, deadline);
     timer.async_wait([this](boost::system::error_code ec) {
       if (!ec && control_) control_->cancel();
     });
-    boost::system::error_code ec;
-    co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
-                                  asio::redirect_error(asio::use_awaitable, ec));
+    // Readiness is a hint (worker_process.hpp, await_exit): the message itself ends the wait.
+    while (heard == Heard::kNothing && control_ && std::chrono::steady_clock::now() < deadline) {
+      boost::system::error_code ec;
+      co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+      heard = take_ready_message();
+    }
     timer.cancel();
-    heard = take_ready_message();
   }
   if (heard == Heard::kNothing) {
     go_cold(fmt::format("the warm interpreter is not ready after {} s",

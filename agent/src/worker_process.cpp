@@ -1,6 +1,8 @@
 #include "ddprun/agent/worker_process.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -10,9 +12,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -103,6 +108,40 @@ pid_t fork_into(int cgroup_dir, bool* moved) {
   return ::fork();
 }
 
+// Whether the kernel marks a range of descriptors close-on-exec in one call (close_range with
+// CLOSE_RANGE_CLOEXEC, Linux 5.11); asked once, on an empty range.
+bool kernel_marks_ranges() {
+  static const bool yes = ::syscall(SYS_close_range, ~0U - 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0;
+  return yes;
+}
+
+// This process's open descriptors, listed before fork() where the kernel cannot mark a range.
+std::vector<int> open_descriptors() {
+  std::vector<int> out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') out.push_back(std::atoi(e->d_name));
+  }
+  ::closedir(dir);
+  return out;
+}
+
+// In the child: every descriptor from `first` on is closed by exec, as torchrun's workers get
+// nothing of the agent's but their standard streams (subprocess's close_fds). Without it a worker
+// would hold the agent's sockets (Asio opens them without close-on-exec) for its whole life: the
+// store's listening port, connections the agent closed, other workers' pipes. `listed`: the
+// descriptors open at fork() where the kernel cannot mark a range (async-signal-safe either way).
+void close_on_exec_from(int first, const std::optional<std::vector<int>>& listed) {
+  if (!listed) {
+    ::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, CLOSE_RANGE_CLOEXEC);
+    return;
+  }
+  for (int fd : *listed) {
+    if (fd >= first) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+}
+
 }  // namespace
 
 WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
@@ -146,6 +185,8 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   const int cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
 
   const int pass_fd = spec.pass_fd;
+  std::optional<std::vector<int>> listed;
+  if (!kernel_marks_ranges()) listed = open_descriptors();
   std::optional<pid_t> served;
   if (server != nullptr) {
     served = server->start(
@@ -200,6 +241,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
         ::dup2(pass_fd, 3);
       }
     }
+    close_on_exec_from(pass_fd >= 0 ? 4 : 3, listed);
     ::execvpe(argv[0], argv.data(), envp.data());
     const int e = errno;
     [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);
@@ -251,15 +293,31 @@ WorkerProcess::~WorkerProcess() {
 
 void WorkerProcess::watch_exit(std::function<void(const ExitStatus&)> on_exit) {
   on_exit_ = std::move(on_exit);
+  await_exit();
+}
+
+void WorkerProcess::await_exit() {
   pidfd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                     [this](boost::system::error_code ec) {
                       if (ec || !running_) return;
+                      if (!exited()) {
+                        await_exit();
+                        return;
+                      }
                       int status = 0;
                       // The leader is a zombie until reaped, so its group id cannot be reused yet.
                       ::kill(-pid_, SIGKILL);
                       if (cgroup_) cgroup_->kill_all();
                       if (::waitpid(pid_, &status, 0) == pid_) reap(status);
                     });
+}
+
+bool WorkerProcess::exited() const {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return true;  // not this process's child any more: nothing left to wait for
+  }
+  return info.si_pid == pid_;
 }
 
 void WorkerProcess::read_exec_report() {

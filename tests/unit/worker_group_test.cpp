@@ -1,11 +1,18 @@
 // One attempt of the worker group with real processes: what interrupt() does before and during it.
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <set>
+#include <string>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 
 #include "containment.hpp"
@@ -82,4 +89,79 @@ TEST_CASE(
   }
   io.poll();
   CHECK_FALSE(agent_signalled);
+}
+
+TEST_CASE("worker process: an event meant for a socket the agent closed is not taken for its exit",
+          "[agent]") {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  asio::io_context io;
+  // A socket Asio opened itself (a store connection): closing it, Asio leaves its removal from
+  // epoll to the kernel, which removes it only when no process holds it any more. A child forked
+  // meanwhile holds it until its exec, and Asio hands the socket's bookkeeping to the next
+  // descriptor it watches: the worker's pidfd.
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::socket client(io);
+  client.connect(acceptor.local_endpoint());
+  tcp::socket server = acceptor.accept();
+  client.async_wait(tcp::socket::wait_read, [](boost::system::error_code) {});
+  io.poll();
+  const pid_t holder = ::fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  client.close();
+  io.poll();  // the cancelled wait: then nothing is left to do, and the io_context stops
+  io.restart();
+  SpawnSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  WorkerProcess w(io, spec);
+  std::optional<ExitStatus> exit;
+  w.watch_exit([&](const ExitStatus& s) { exit = s; });
+  // An event on the closed socket, while the worker runs on.
+  asio::write(server, asio::buffer("x", 1));
+  for (int i = 0; i < 3; ++i) io.poll();
+  CHECK_FALSE(exit);
+  CHECK(w.running());
+  CHECK(::kill(w.pid(), 0) == 0);
+  // Its real exit is still reported.
+  w.signal_group(SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!exit && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  REQUIRE(exit);
+  CHECK(exit->code == -SIGTERM);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+}
+
+TEST_CASE("worker process: a worker inherits none of the agent's descriptors but the one passed",
+          "[agent]") {
+  boost::asio::io_context io;
+  // Descriptors the agent holds without close-on-exec, as Asio opens its sockets.
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  int passed[2];
+  REQUIRE(::pipe(passed) == 0);
+  char listing[] = "/tmp/ddprun-fds-XXXXXX";
+  ::close(::mkstemp(listing));
+  SpawnSpec spec;
+  // The worker's own descriptors, as it sees them after exec (ls, its child, opens more).
+  spec.argv = {"/bin/sh", "-c", "ls /proc/$$/fd"};
+  spec.out = {StreamTarget::Kind::kFile, listing};
+  spec.pass_fd = passed[0];
+  WorkerProcess w(io, spec);
+  std::optional<ExitStatus> exit;
+  w.watch_exit([&](const ExitStatus& s) { exit = s; });
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!exit && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  REQUIRE(exit);
+  REQUIRE(exit->code == 0);
+  std::set<int> fds;
+  std::ifstream in(listing);
+  for (int fd; in >> fd;) fds.insert(fd);
+  std::remove(listing);
+  CHECK(fds == std::set<int>{0, 1, 2, 3});
+  for (int fd : {pair[0], pair[1], passed[0], passed[1]}) ::close(fd);
 }

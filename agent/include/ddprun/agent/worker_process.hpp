@@ -103,6 +103,13 @@ class WorkerProcess {
   int take_stdin_pipe() { return std::exchange(stdin_pipe_, -1); }
 
  private:
+  // Waits for the pidfd to turn readable, and takes that for the exit only once the kernel
+  // confirms it: Asio may report readiness meant for another descriptor. A socket Asio opened and
+  // closed stays in its epoll set while a child forked meanwhile holds it (until that child's
+  // exec), and its events then reach whichever descriptor took over its bookkeeping.
+  void await_exit();
+  // Whether the process has exited (a zombie not yet reaped), without reaping it.
+  bool exited() const;
   void reap(int wait_status);
   // Fills exec_error_ from the child's report pipe, once it has exited (it wrote an errno when its
   // CPU binding or exec failed; an exec that succeeded closed the pipe).
