@@ -18,6 +18,9 @@
 namespace ddprun::agent {
 namespace {
 
+// Folders of this agent's name left by killed agents that are passed by before giving up.
+constexpr int kMaxLeftTrees = 16;
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -87,10 +90,15 @@ std::unique_ptr<CgroupTree> CgroupTree::open(std::string& why) {
     why = "no cgroup v2 hierarchy for this process";
     return nullptr;
   }
-  const std::string path = fmt::format("{}/ddprun.{}", *own, ::getpid());
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    why = fmt::format("cannot create {}: {}", path, std::strerror(errno));
-    return nullptr;
+  std::string path;
+  for (int n = 0;; ++n) {
+    path = n == 0 ? fmt::format("{}/ddprun.{}", *own, ::getpid())
+                  : fmt::format("{}/ddprun.{}.{}", *own, ::getpid(), n);
+    if (::mkdir(path.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || n == kMaxLeftTrees) {
+      why = fmt::format("cannot create {}: {}", path, std::strerror(errno));
+      return nullptr;
+    }
   }
   if (::access((path + "/cgroup.kill").c_str(), W_OK) != 0) {
     ::rmdir(path.c_str());

@@ -1,6 +1,13 @@
-// The cgroup pieces that do not need a cgroup: finding this process's cgroup v2 folder, reading
-// memory.events, and what the summary says of an OOM kill. (The real cgroups are exercised by
-// tests/launcher/containment_test.py.)
+// The cgroup pieces: finding this process's cgroup v2 folder, reading memory.events, what the
+// summary says of an OOM kill, and a tree beside one a killed agent left. (Workers in real cgroups
+// are exercised by tests/launcher/containment_test.py.)
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <catch2/catch.hpp>
 
 #include "ddprun/agent/failure_summary.hpp"
@@ -46,4 +53,33 @@ TEST_CASE("summary: a worker its cgroup says the OOM killer killed is named as s
   f.oom_killed = true;
   CHECK_THAT(describe_failure(f), Catch::Contains("the kernel's out-of-memory killer killed it"));
   CHECK_THAT(describe_failure(f), !Catch::Contains("usual sender"));
+}
+
+TEST_CASE("cgroup: a tree a killed agent of the same pid left is passed by, not taken over",
+          "[cgroup]") {
+  auto slurp = [](const char* path) {
+    std::stringstream text;
+    text << std::ifstream(path).rdbuf();
+    return text.str();
+  };
+  const auto own = own_cgroup_dir(slurp("/proc/self/mountinfo"), slurp("/proc/self/cgroup"));
+  REQUIRE(own);
+  // What an agent with this pid left when it and its guardian were killed: its tree and a worker
+  // folder in it.
+  const std::string left = *own + "/ddprun." + std::to_string(::getpid());
+  REQUIRE(::mkdir(left.c_str(), 0755) == 0);
+  REQUIRE(::mkdir((left + "/w0").c_str(), 0755) == 0);
+  {
+    std::string why;
+    const auto tree = CgroupTree::open(why);
+    REQUIRE(tree);
+    CHECK(tree->path() == left + ".1");
+    const auto worker = tree->make_worker();
+    REQUIRE(worker);
+    CHECK(worker->path() == left + ".1/w0");
+  }
+  CHECK_FALSE(std::filesystem::exists(left + ".1"));  // this tree goes with its owner
+  CHECK(std::filesystem::exists(left + "/w0"));       // the one left is not its to remove
+  ::rmdir((left + "/w0").c_str());
+  ::rmdir(left.c_str());
 }

@@ -24,7 +24,8 @@ long oom_kills(std::string_view memory_events);
 class WorkerCgroup;
 
 // This agent's folder of worker cgroups, "<own cgroup>/ddprun.<pid>", removed when it goes (after
-// killing what is left in it).
+// killing what is left in it). Always a folder it created: one left by a killed agent that had the
+// same pid (its guardian killed too) is not taken over but passed by ("ddprun.<pid>.<n>").
 class CgroupTree {
  public:
   // The tree, or nullopt with `why` saying why not (no cgroup2, not writable, no cgroup.kill).
