@@ -49,8 +49,9 @@ state = {
     "cwd": os.getcwd(),
     "ppid_is_ddprun": os.getppid() == int(os.environ["DDPRUN_PID"]),
     "leads_its_group": os.getpgid(0) == os.getpid(),
-    # (Numbers as N whatever their length: the agents' pids in the paths may differ in digits.)
-    "cgroup": re.sub(r"[0-9]+", "N", open("/proc/self/cgroup").read()),
+    # (Numbers as N whatever their length: the agents' pids in the paths may differ in digits, and
+    # an agent whose pid a killed one had is in ddprun.<pid>.<n>.)
+    "cgroup": re.sub(r"[0-9]+(\.[0-9]+)*", "N", open("/proc/self/cgroup").read()),
     "signals": {s: repr(signal.getsignal(getattr(signal, s)))
                 for s in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGHUP", "SIGUSR1", "SIGCHLD")},
     "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
