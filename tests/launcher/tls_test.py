@@ -60,9 +60,24 @@ class Relay:
     def accept(self):
         while True:
             down, _ = self.listener.accept()
-            up = socket.create_connection(("127.0.0.1", self.upstream), timeout=30)
+            up = self.connect_upstream()
+            if up is None:
+                down.close()
+                continue
             for a, b in ((down, up), (up, down)):
                 threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def connect_upstream(self):
+        """A connection to the upstream, which may not listen yet (the agent that hosts it is
+        still starting: the static backend's node 0 under the sanitizers); None after 60 s."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return socket.create_connection(("127.0.0.1", self.upstream), timeout=30)
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.05)
 
     def pump(self, a, b):
         try:
