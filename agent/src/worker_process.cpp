@@ -185,14 +185,14 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   const int cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
 
   const int pass_fd = spec.pass_fd;
-  std::optional<std::vector<int>> listed;
-  if (!kernel_marks_ranges()) listed = open_descriptors();
   std::optional<pid_t> served;
   if (server != nullptr) {
     served = server->start(
         spec, ChildFds{in_fd >= 0 ? in_fd : STDIN_FILENO, out_fd >= 0 ? out_fd : STDOUT_FILENO,
                        err_fd >= 0 ? err_fd : STDERR_FILENO, cgroup_procs});
   }
+  std::optional<std::vector<int>> listed;  // (only for a child forked here)
+  if (!served && !kernel_marks_ranges()) listed = open_descriptors();
   bool in_cgroup = false;
   // Every signal stays blocked from the fork until the child has put back the default dispositions:
   // a stop signal that reaches it before its exec must not run the agent's handlers there (they
