@@ -187,8 +187,7 @@ class NodeAgent {
     io_.run_for(std::chrono::seconds(5));
     if (!io_.stopped()) spdlog::warn("shutdown: some I/O was still pending after 5 s");
     // What the workers and the agent wrote comes before what the caller prints next (bounded).
-    Console::of(STDOUT_FILENO).flush();
-    Console::of(STDERR_FILENO).flush();
+    Console::flush_all();
     return outcome;
   }
 

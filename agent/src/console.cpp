@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -71,11 +72,29 @@ struct Console::State {
   }
 };
 
+namespace {
+// 4 MiB per console: about a second of a fast terminal; beyond it the console is not keeping up.
+constexpr size_t kConsoleBytes = 4 << 20;
+constexpr int kConsoleDrainMs = 2000;
+std::atomic<bool> g_out_made{false};
+std::atomic<bool> g_err_made{false};
+}  // namespace
+
 Console& Console::of(int fd) {
-  // 4 MiB per console: about a second of a fast terminal; beyond it the console is not keeping up.
-  static Console out(STDOUT_FILENO, 4 << 20, 2000);
-  static Console err(STDERR_FILENO, 4 << 20, 2000);
-  return fd == STDERR_FILENO ? err : out;
+  // Each is made on its first use only: a console nobody writes to costs no thread.
+  if (fd == STDERR_FILENO) {
+    static Console err(STDERR_FILENO, kConsoleBytes, kConsoleDrainMs);
+    g_err_made.store(true, std::memory_order_relaxed);
+    return err;
+  }
+  static Console out(STDOUT_FILENO, kConsoleBytes, kConsoleDrainMs);
+  g_out_made.store(true, std::memory_order_relaxed);
+  return out;
+}
+
+void Console::flush_all() {
+  if (g_out_made.load(std::memory_order_relaxed)) of(STDOUT_FILENO).flush();
+  if (g_err_made.load(std::memory_order_relaxed)) of(STDERR_FILENO).flush();
 }
 
 Console::Console(int fd, size_t capacity_bytes, int drain_timeout_ms)

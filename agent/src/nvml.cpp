@@ -1,6 +1,7 @@
 // NVML through dlopen: the few entry points the GPU health check reads, declared here as NVML's C
 // API defines them (nvml.h is not needed to build ddprun).
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <array>
 
@@ -71,7 +72,10 @@ struct Nvml::Api {
   }
 };
 
-std::unique_ptr<Nvml> Nvml::open() {
+std::unique_ptr<Nvml> Nvml::open(const std::string& dev) {
+  // Without the driver's control node no process here can reach a GPU, and NVML could not
+  // initialise: the library is not even looked for (a search of every library folder).
+  if (::access((dev + "/nvidiactl").c_str(), F_OK) != 0) return nullptr;
   void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return nullptr;
   auto api = std::make_unique<Api>();

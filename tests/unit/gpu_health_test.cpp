@@ -70,6 +70,17 @@ TEST_CASE("gpu health: the GPU device nodes are the numbered nvidia nodes", "[gp
   std::filesystem::remove_all(dev);
 }
 
+TEST_CASE("gpu health: without the driver's control node NVML is not loaded at all",
+          "[gpu_health]") {
+  const auto dev = std::filesystem::temp_directory_path() / "ddprun-gpu-health-no-driver";
+  std::filesystem::remove_all(dev);
+  std::filesystem::create_directories(dev);
+  std::ofstream(dev / "nvidia0").put('x');  // a device node, but no nvidiactl beside it
+  CHECK(Nvml::open(dev.string()) == nullptr);
+  CHECK(::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD) == nullptr);
+  std::filesystem::remove_all(dev);
+}
+
 TEST_CASE("gpu health: NVML where it is installed and nothing to check where it is not",
           "[gpu_health]") {
   void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);

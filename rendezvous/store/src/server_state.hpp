@@ -2,6 +2,7 @@
 // What the server and its connections share. Connections hold it by shared_ptr, so handlers that
 // run after StoreServer is gone still find it.
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
@@ -16,6 +17,20 @@ namespace ddprun::store {
 
 class StoreConnection;
 
+// Bytes read from sockets: not zeroed when made, so that only the pages reads reach are ever
+// touched (a store that serves a few small requests never pays for the whole buffer).
+class ReadBuffer {
+ public:
+  explicit ReadBuffer(size_t size)
+      : bytes_(std::make_unique_for_overwrite<char[]>(size)), size_(size) {}
+  char* data() { return bytes_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<char[]> bytes_;
+  size_t size_;
+};
+
 struct StoreServer::State {
   State(boost::asio::io_context& io, ServerOptions opts) : options(std::move(opts)), acceptor(io) {}
 
@@ -25,9 +40,9 @@ struct StoreServer::State {
   std::unordered_set<StoreConnection*> connections;
   uint16_t port = 0;
   // Connections read into this one buffer in turn (the server is single-threaded).
-  std::vector<char> read_buffer = std::vector<char>(256 * 1024);
+  ReadBuffer read_buffer{256 * 1024};
   // With TLS, ciphertext is read into this one (and decrypted into read_buffer).
-  std::vector<char> tls_buffer = std::vector<char>(options.tls ? 64 * 1024 : 0);
+  ReadBuffer tls_buffer{options.tls ? 64 * 1024 : size_t{0}};
   bool stopped = false;
   // SERVER_INFO's instance: a restarted server is told apart from the one before it.
   uint64_t instance = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();

@@ -56,7 +56,7 @@ void StoreConnection::start() {
 
 asio::awaitable<void> StoreConnection::read_loop() {
   auto self = shared_from_this();
-  std::vector<char>& buf = state_->read_buffer;
+  ReadBuffer& buf = state_->read_buffer;
   for (;;) {
     if (backlogged()) {
       // More replies are queued than this client has read: it is served again once it reads them.
@@ -119,7 +119,7 @@ asio::awaitable<void> StoreConnection::read_loop() {
 
 size_t StoreConnection::receive(char* out, size_t capacity, boost::system::error_code& ec) {
   if (!tls_) return socket_.read_some(asio::buffer(out, capacity), ec);
-  std::vector<char>& ciphertext = state_->tls_buffer;
+  ReadBuffer& ciphertext = state_->tls_buffer;
   size_t got = 0;
   while (got < capacity) {
     size_t n = 0;
@@ -129,7 +129,7 @@ size_t StoreConnection::receive(char* out, size_t capacity, boost::system::error
       continue;
     }
     if (r == TlsChannel::Read::kNeedInput) {
-      const size_t m = socket_.read_some(asio::buffer(ciphertext), ec);
+      const size_t m = socket_.read_some(asio::buffer(ciphertext.data(), ciphertext.size()), ec);
       if (ec) break;
       tls_->put_input(std::string_view(ciphertext.data(), m));
       continue;

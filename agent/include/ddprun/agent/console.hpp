@@ -16,9 +16,12 @@ namespace ddprun::agent {
 
 class Console {
  public:
-  // The console of `fd` (STDOUT_FILENO or STDERR_FILENO), one per fd for the whole process. At exit
-  // it waits at most `drain_timeout_ms` for what is queued to be written.
+  // The console of `fd` (STDOUT_FILENO or STDERR_FILENO), one per fd for the whole process, made
+  // (and its thread started) on the first call for that fd. At exit it waits at most
+  // `drain_timeout_ms` for what is queued to be written.
   static Console& of(int fd);
+  // flush() of each console made so far (none is made for it).
+  static void flush_all();
 
   Console(int fd, size_t capacity_bytes, int drain_timeout_ms);
   ~Console();

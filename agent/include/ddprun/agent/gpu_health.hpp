@@ -35,9 +35,10 @@ size_t gpu_device_nodes(const std::string& dev = "/dev");
 
 class Nvml {
  public:
-  // NVML, or null where libnvidia-ml.so.1 is not installed or does not initialise (no GPU, no
-  // driver): then there is nothing to check.
-  static std::unique_ptr<Nvml> open();
+  // NVML, or null where there is nothing to check: no NVIDIA driver (its control node
+  // `dev`/nvidiactl is absent, and then libnvidia-ml.so.1 is not loaded at all), or NVML is not
+  // installed or does not initialise.
+  static std::unique_ptr<Nvml> open(const std::string& dev = "/dev");
   ~Nvml();
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;
