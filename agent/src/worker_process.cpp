@@ -2,11 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/close_range.h>
-#include <linux/sched.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +17,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "child_start.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -87,35 +85,8 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-// fork(), with the child created inside the cgroup whose folder `cgroup_dir` is open when it is
-// >= 0 (clone3 with CLONE_INTO_CGROUP, Linux 5.7). Moving a process afterwards by writing to
-// cgroup.procs takes the cgroup hierarchy's write lock, which waits for an RCU grace period: with
-// 8 workers that was most of the launcher's own start. `*moved` says whether the child is in the
-// cgroup already; when the kernel refuses clone3 this is a plain fork() and it is not.
-pid_t fork_into(int cgroup_dir, bool* moved) {
-  *moved = false;
-  if (cgroup_dir >= 0) {
-    clone_args args{};
-    args.flags = CLONE_INTO_CGROUP;
-    args.exit_signal = SIGCHLD;
-    args.cgroup = static_cast<__u64>(cgroup_dir);
-    const long pid = ::syscall(SYS_clone3, &args, sizeof args);
-    if (pid >= 0) {
-      *moved = true;
-      return static_cast<pid_t>(pid);
-    }
-  }
-  return ::fork();
-}
-
-// Whether the kernel marks a range of descriptors close-on-exec in one call (close_range with
-// CLOSE_RANGE_CLOEXEC, Linux 5.11); asked once, on an empty range.
-bool kernel_marks_ranges() {
-  static const bool yes = ::syscall(SYS_close_range, ~0U - 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0;
-  return yes;
-}
-
-// This process's open descriptors, listed before fork() where the kernel cannot mark a range.
+// This process's open descriptors, listed before the child is started where the kernel cannot
+// mark a range close-on-exec.
 std::vector<int> open_descriptors() {
   std::vector<int> out;
   DIR* dir = ::opendir("/proc/self/fd");
@@ -127,28 +98,12 @@ std::vector<int> open_descriptors() {
   return out;
 }
 
-// In the child: every descriptor from `first` on is closed by exec, as torchrun's workers get
-// nothing of the agent's but their standard streams (subprocess's close_fds). Without it a worker
-// would hold the agent's sockets (Asio opens them without close-on-exec) for its whole life: the
-// store's listening port, connections the agent closed, other workers' pipes. `listed`: the
-// descriptors open at fork() where the kernel cannot mark a range (async-signal-safe either way).
-void close_on_exec_from(int first, const std::optional<std::vector<int>>& listed) {
-  if (!listed) {
-    ::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, CLOSE_RANGE_CLOEXEC);
-    return;
-  }
-  for (int fd : *listed) {
-    if (fd >= first) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  }
-}
-
 }  // namespace
 
 WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
                              std::unique_ptr<WorkerCgroup> cgroup, ForkServer* server)
     : pidfd_(io), cgroup_(std::move(cgroup)) {
-  // Everything the child touches is prepared here: after fork() only async-signal-safe calls
-  // remain.
+  // Everything the child touches is prepared here (child_start.hpp).
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -160,8 +115,6 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
 
   StreamFds out = open_target(spec.out);
   StreamFds err = open_target(spec.err);
-  const int out_fd = out.child.get();
-  const int err_fd = err.child.get();
   UniqueFd in_read, in_write;
   if (spec.stdin_pipe) {
     int p[2];
@@ -169,84 +122,56 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     in_read.reset(p[0]);
     in_write.reset(p[1]);
   }
-  const int in_fd = in_read.get();
   int report_fds[2];
   if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
   UniqueFd report_read(report_fds[0]), report_write(report_fds[1]);
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
+  ChildPlan plan;
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.in_fd = in_read.get();
+  plan.out_fd = out.child.get();
+  plan.err_fd = err.child.get();
+  plan.pass_fd = spec.pass_fd;
+  plan.cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
+  plan.cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
+  plan.parent = ::getpid();
+  plan.debuggable = spec.debuggable;
+  plan.bind = !spec.cpus.empty();
+  CPU_ZERO(&plan.cpus);
   for (int cpu : spec.cpus) {
-    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &plan.cpus);
   }
-  const bool bind = !spec.cpus.empty();
-  const bool debuggable = spec.debuggable;
-  const pid_t parent = ::getpid();
-  const int cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
-  const int cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
+  plan.report_fd = report_write.get();
 
-  const int pass_fd = spec.pass_fd;
   std::optional<pid_t> served;
   if (server != nullptr) {
     served = server->start(
-        spec, ChildFds{in_fd >= 0 ? in_fd : STDIN_FILENO, out_fd >= 0 ? out_fd : STDOUT_FILENO,
-                       err_fd >= 0 ? err_fd : STDERR_FILENO, cgroup_procs});
+        spec, ChildFds{plan.in_fd >= 0 ? plan.in_fd : STDIN_FILENO,
+                       plan.out_fd >= 0 ? plan.out_fd : STDOUT_FILENO,
+                       plan.err_fd >= 0 ? plan.err_fd : STDERR_FILENO, plan.cgroup_procs});
   }
-  std::optional<std::vector<int>> listed;  // (only for a child forked here)
-  if (!served && !kernel_marks_ranges()) listed = open_descriptors();
-  bool in_cgroup = false;
-  // Every signal stays blocked from the fork until the child has put back the default dispositions:
-  // a stop signal that reaches it before its exec must not run the agent's handlers there (they
-  // would report it to the agent as the agent's own signal, through the descriptors they share).
-  sigset_t all, before;
-  sigfillset(&all);
-  if (!served) ::pthread_sigmask(SIG_SETMASK, &all, &before);
-  const pid_t pid = served ? *served : fork_into(cgroup_dir, &in_cgroup);
-  if (pid != 0 && !served) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  if (pid < 0) throw_errno("fork");
-  if (pid == 0) {
-    for (int s = 1; s < NSIG; ++s) {
-      struct sigaction now {};
-      if (::sigaction(s, nullptr, &now) == 0 && now.sa_handler != SIG_IGN &&
-          now.sa_handler != SIG_DFL) {
-        ::signal(s, SIG_DFL);
-      }
-    }
-    // And those the agent ignores (SIGPIPE), which exec would keep ignored.
-    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
-      ::signal(s, SIG_DFL);
-    ::setpgid(0, 0);
-    if (cgroup_procs >= 0 && !in_cgroup) {
-      [[maybe_unused]] auto moved = ::write(cgroup_procs, "0", 1);  // this process, into it
-    }
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    // (The agent died before PR_SET_PDEATHSIG took effect.) PR_SET_PTRACER fails harmlessly
-    // without Yama.
-    if (debuggable) ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (bind && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
-      const int e = -errno;  // negative: the binding failed, not the exec
-      [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);
-      ::_exit(127);
-    }
-    if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
-    if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
-    if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
-    if (pass_fd >= 0) {
-      if (pass_fd == 3) {
-        ::fcntl(3, F_SETFD, 0);
-      } else {
-        ::dup2(pass_fd, 3);
-      }
-    }
-    close_on_exec_from(pass_fd >= 0 ? 4 : 3, listed);
-    ::execvpe(argv[0], argv.data(), envp.data());
+  std::vector<int> listed;  // (only for a child started here)
+  if (!served && !kernel_marks_ranges()) {
+    listed = open_descriptors();
+    plan.listed = &listed;
+  }
+  // Every signal stays blocked from the start until the child has put back the default
+  // dispositions: a stop signal that reaches it before its exec must not run the agent's handlers
+  // there (they would report it to the agent as the agent's own signal, through the descriptors
+  // they share).
+  pid_t pid = -1;
+  if (served) {
+    pid = *served;
+  } else {
+    sigset_t all, before;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &before);
+    pid = start_child(plan);
     const int e = errno;
-    [[maybe_unused]] auto n = ::write(report_write.get(), &e, sizeof e);
-    ::_exit(127);
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    errno = e;
   }
+  if (pid < 0) throw_errno("fork");
   // Also set from this side: a signal to the group may come before the child runs setpgid().
   ::setpgid(pid, pid);
   out.child.reset();
@@ -254,8 +179,8 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
   in_read.reset();
   report_write.reset();
   if (!served) {
-    // Read when the process has exited, not here: waiting for each exec would start the workers
-    // one after another.
+    // Read when the process has exited: a forked child (where memory cannot be shared) may not
+    // have reached its exec yet, and waiting for it would start the workers one after another.
     report_fd_ = report_read.release();
     program_ = spec.argv[0];
     cpus_ = spec.cpus;

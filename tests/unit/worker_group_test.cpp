@@ -1,9 +1,15 @@
 // One attempt of the worker group with real processes: what interrupt() does before and during it.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -164,4 +170,53 @@ TEST_CASE("worker process: a worker inherits none of the agent's descriptors but
   std::remove(listing);
   CHECK(fds == std::set<int>{0, 1, 2, 3});
   for (int fd : {pair[0], pair[1], passed[0], passed[1]}) ::close(fd);
+}
+
+#if defined(__x86_64__)
+TEST_CASE("worker process: a worker has exec'd by the time its start returns", "[agent]") {
+  // It shares the agent's memory until its exec, and the agent waits for that exec: no copy of the
+  // agent's memory is ever made for it.
+  boost::asio::io_context io;
+  SpawnSpec spec;
+  spec.argv = {"/bin/sleep", "5"};
+  for (int i = 0; i < 8; ++i) {
+    WorkerProcess w(io, spec);
+    const auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(w.pid()) + "/exe");
+    CHECK(exe == std::filesystem::canonical("/bin/sleep"));
+  }
+}
+#endif
+
+TEST_CASE("worker process: workers start where a seccomp profile refuses clone3", "[agent]") {
+  // As container runtimes' default profiles did before clone3 was allowed: ENOSYS, and a plain
+  // fork instead. In a child of the test, since a filter cannot be removed.
+  const pid_t tester = ::fork();
+  REQUIRE(tester >= 0);
+  if (tester == 0) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+      ::_exit(100);
+    }
+    if (::syscall(SYS_clone3, nullptr, 0) != -1 || errno != ENOSYS) ::_exit(101);
+    boost::asio::io_context io;
+    SpawnSpec spec;
+    spec.argv = {"/bin/sh", "-c", "exit 7"};
+    WorkerProcess w(io, spec);
+    std::optional<ExitStatus> exit;
+    w.watch_exit([&](const ExitStatus& s) { exit = s; });
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!exit && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+    ::_exit(exit ? exit->code : 102);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(tester, &status, 0) == tester);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 7);
 }
