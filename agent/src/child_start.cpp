@@ -34,7 +34,7 @@ void close_on_exec_from(int first, const std::vector<int>* listed) {
 // The child, from its creation to its exec. Not instrumented by the sanitizers: while it shares
 // the agent's memory on a stack the sanitizers do not know, what they would mark on that stack
 // would stay marked after the exec.
-__attribute__((no_sanitize("address", "undefined"))) [[noreturn]] void run_child(
+[[noreturn]] __attribute__((no_sanitize("address", "undefined"))) void run_child(
     const ChildPlan& plan) {
   for (int s = 1; s < NSIG; ++s) {
     struct sigaction now {};
