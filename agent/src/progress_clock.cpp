@@ -14,6 +14,18 @@ void ProgressClock::progress(Clock::time_point now) {
   }
   any_ = true;
   last_ = now;
+  cpu_wait_at_last_ = cpu_wait_;
+}
+
+void ProgressClock::cpu_wait(std::chrono::nanoseconds total) {
+  // What it waited before the first reading is not known to fall after its last progress.
+  if (!cpu_wait_read_) cpu_wait_at_last_ = total;
+  cpu_wait_read_ = true;
+  cpu_wait_ = std::max(cpu_wait_, total);
+}
+
+std::chrono::milliseconds ProgressClock::waited_for_cpu() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(cpu_wait_ - cpu_wait_at_last_);
 }
 
 std::chrono::milliseconds ProgressClock::timeout() const {
@@ -25,7 +37,8 @@ std::chrono::milliseconds ProgressClock::timeout() const {
 }
 
 std::chrono::milliseconds ProgressClock::silent(Clock::time_point now) const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(now - last_);
+  const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_);
+  return std::max(std::chrono::milliseconds(0), wall - waited_for_cpu());
 }
 
 }  // namespace ddprun::agent

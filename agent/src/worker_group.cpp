@@ -369,6 +369,7 @@ void WorkerGroup::check_hangs() {
       heard_beat_[i] = true;
       clocks_[i].progress(now);
     }
+    if (const auto waited = read_cpu_wait(workers_[i]->pid())) clocks_[i].cpu_wait(*waited);
     if (clocks_[i].hung(now)) hung.push_back(i);
   }
   if (hung.empty()) return;
@@ -377,10 +378,13 @@ void WorkerGroup::check_hangs() {
   for (size_t i : hung) {
     const double silent = clocks_[i].silent(now).count() / 1000.0;
     const double timeout = clocks_[i].timeout().count() / 1000.0;
+    const double waited = clocks_[i].waited_for_cpu().count() / 1000.0;
     ended_because_[i] = fmt::format(
-        "hung: no progress for {:.1f} s (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
+        "hung: no progress for {:.1f} s{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
         "torch timer{})",
-        silent, hang_policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
+        silent,
+        waited >= 0.1 ? fmt::format(", not counting {:.1f} s waiting for a CPU", waited) : "",
+        hang_policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
         heard_beat_[i] ? "" : " or a line of output");
     const WorkerIdentity& id = launches_[i].id;
     spdlog::error("worker local_rank {} (rank {}, pid {}) is hung: no progress for {:.1f} s",
@@ -389,6 +393,7 @@ void WorkerGroup::check_hangs() {
                      {"rank", id.rank},
                      {"pid", workers_[i]->pid()},
                      {"silent_s", silent},
+                     {"waited_for_cpu_s", waited},
                      {"timeout_s", timeout}});
   }
   if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});

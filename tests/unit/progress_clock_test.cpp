@@ -40,3 +40,21 @@ TEST_CASE(
   CHECK_FALSE(c.hung(t + 5s));
   CHECK(c.hung(t + 5s + 1ms));
 }
+
+TEST_CASE("progress clock: time spent waiting for a CPU is not silence", "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock c({HangPolicy::Mode::kFixed, 5s}, t0);
+  c.cpu_wait(40s);  // the first reading: what came before is not counted either way
+  c.progress(t0 + 1s);
+  CHECK(c.silent(t0 + 4s) == 3s);
+  c.cpu_wait(42s);  // 2 s of the next 6 s runnable but not running
+  CHECK(c.waited_for_cpu() == 2s);
+  CHECK(c.silent(t0 + 7s) == 4s);
+  CHECK_FALSE(c.hung(t0 + 8s));
+  CHECK(c.hung(t0 + 8s + 1ms));
+  c.cpu_wait(41s);  // a counter that went back (a reading of another process) is not a gain
+  CHECK(c.waited_for_cpu() == 2s);
+  c.progress(t0 + 9s);  // progress starts the count again
+  CHECK(c.waited_for_cpu() == 0s);
+  CHECK(c.silent(t0 + 10s) == 1s);
+}
