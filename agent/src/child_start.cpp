@@ -1,5 +1,6 @@
 #include "child_start.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <linux/sched.h>
@@ -21,14 +22,33 @@ namespace {
 // nothing of the agent's but their standard streams (subprocess's close_fds). Without it a worker
 // would hold the agent's sockets (Asio opens them without close-on-exec) for its whole life: the
 // store's listening port, connections the agent closed, other workers' pipes.
-void close_on_exec_from(int first, const std::vector<int>* listed) {
-  if (listed == nullptr) {
+void close_on_exec_from(int first, const std::vector<int>& listed) {
+  if (listed.empty()) {
     ::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, CLOSE_RANGE_CLOEXEC);
     return;
   }
-  for (int fd : *listed) {
+  for (int fd : listed) {
     if (fd >= first) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
+}
+
+// Whether the kernel marks a range of descriptors close-on-exec in one call; asked once, on an
+// empty range.
+bool kernel_marks_ranges() {
+  static const bool yes = ::syscall(SYS_close_range, ~0U - 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0;
+  return yes;
+}
+
+// This process's open descriptors (empty only where /proc cannot be read).
+std::vector<int> open_descriptors() {
+  std::vector<int> out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') out.push_back(std::atoi(e->d_name));
+  }
+  ::closedir(dir);
+  return out;
 }
 
 // The child, from its creation to its exec. Not instrumented by the sanitizers: while it shares
@@ -187,19 +207,25 @@ pid_t start_sharing_memory(ChildPlan& plan) {
 }
 #endif
 
-}  // namespace
-
-bool kernel_marks_ranges() {
-  static const bool yes = ::syscall(SYS_close_range, ~0U - 1, ~0U, CLOSE_RANGE_CLOEXEC) == 0;
-  return yes;
-}
-
-pid_t start_child(ChildPlan& plan) {
+pid_t start_blocked(ChildPlan& plan) {
 #if defined(__x86_64__)
   if (const pid_t pid = start_sharing_memory(plan); pid >= 0) return pid;
 #endif
   const pid_t pid = fork_into(plan.cgroup_dir, &plan.in_cgroup);
   if (pid == 0) run_child(plan);
+  return pid;
+}
+
+}  // namespace
+
+pid_t start_child(ChildPlan& plan) {
+  plan.listed.clear();
+  if (!kernel_marks_ranges()) plan.listed = open_descriptors();
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);  // (it sets no errno)
+  const pid_t pid = start_blocked(plan);
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   return pid;
 }
 

@@ -32,17 +32,18 @@ struct ChildPlan {
   bool bind = false;        // sched_setaffinity to `cpus`
   cpu_set_t cpus{};
   int report_fd = -1;  // written on failure: errno of the exec, or minus that of the binding
-  // The descriptors open when it was planned, where the kernel cannot mark a range close-on-exec
-  // (close_range's CLOSE_RANGE_CLOEXEC, Linux 5.11); null where it can.
-  const std::vector<int>* listed = nullptr;
-  bool in_cgroup = false;  // (set by start_child: created inside its cgroup already)
+  // Set by start_child: the descriptors open when it started, where the kernel cannot mark a
+  // range close-on-exec (close_range's CLOSE_RANGE_CLOEXEC, Linux 5.11; empty where it can), and
+  // whether the child was created inside its cgroup already.
+  std::vector<int> listed;
+  bool in_cgroup = false;
 };
 
-// Starts a child that runs `plan` and execs; its pid, or -1 with errno set. Call with every signal
-// blocked in the calling thread (the child unblocks them once its dispositions are the defaults).
+// Starts a child that runs `plan` and execs; its pid, or -1 with errno set. Every signal stays
+// blocked in the calling thread, and so in the child, until the child has put back the default
+// dispositions: a stop signal that reaches it before its exec must not run the agent's handlers
+// there (they would report it to the agent as the agent's own signal, through the descriptors
+// they share).
 pid_t start_child(ChildPlan& plan);
-
-// Whether the kernel marks a range of descriptors close-on-exec in one call; asked once.
-bool kernel_marks_ranges();
 
 }  // namespace ddprun::agent

@@ -1,6 +1,5 @@
 #include "ddprun/agent/worker_process.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -85,19 +84,6 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-// This process's open descriptors, listed before the child is started where the kernel cannot
-// mark a range close-on-exec.
-std::vector<int> open_descriptors() {
-  std::vector<int> out;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  while (const dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] != '.') out.push_back(std::atoi(e->d_name));
-  }
-  ::closedir(dir);
-  return out;
-}
-
 }  // namespace
 
 WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
@@ -150,27 +136,7 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
                        plan.out_fd >= 0 ? plan.out_fd : STDOUT_FILENO,
                        plan.err_fd >= 0 ? plan.err_fd : STDERR_FILENO, plan.cgroup_procs});
   }
-  std::vector<int> listed;  // (only for a child started here)
-  if (!served && !kernel_marks_ranges()) {
-    listed = open_descriptors();
-    plan.listed = &listed;
-  }
-  // Every signal stays blocked from the start until the child has put back the default
-  // dispositions: a stop signal that reaches it before its exec must not run the agent's handlers
-  // there (they would report it to the agent as the agent's own signal, through the descriptors
-  // they share).
-  pid_t pid = -1;
-  if (served) {
-    pid = *served;
-  } else {
-    sigset_t all, before;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_SETMASK, &all, &before);
-    pid = start_child(plan);
-    const int e = errno;
-    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    errno = e;
-  }
+  const pid_t pid = served ? *served : start_child(plan);
   if (pid < 0) throw_errno("fork");
   // Also set from this side: a signal to the group may come before the child runs setpgid().
   ::setpgid(pid, pid);
