@@ -170,7 +170,7 @@ def case_tls_settings_a_node_gets_wrong_are_clear_errors():
         (port, tls_conf(certs["ca"]), "certificate required"),
         (port, tls_conf(certs["ca"], certs["other_client"]), "unknown ca"),
         (port, "protocol=http", "protocol=https"),
-        (clear_port, tls_conf(certs["ca"], certs["client"]), "does it serve TLS"),
+        (clear_port, tls_conf(certs["ca"], certs["client"]), "does not serve TLS"),
     ]
     for p, conf, expected in cases:
         t0 = time.monotonic()

@@ -1,7 +1,8 @@
 #pragma once
 // A TCP relay on loopback between clients and a server, on its own thread: it keeps every byte the
 // clients send (to show what crosses the wire), can flip one of them (to show what a tampered
-// stream does) and can stop passing them on (to show what a stream cut in the middle does).
+// stream does) and can stop passing them on (to show what a stream cut in the middle does). Like a
+// real proxy, it accepts a client and then closes it where the server cannot be reached.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -24,7 +25,8 @@ class RelayProxy {
  public:
   static constexpr size_t kNever = static_cast<size_t>(-1);
 
-  // Relays to 127.0.0.1:`upstream`; flips the bits of the `flip_at`th byte each client sends.
+  // Relays to 127.0.0.1:`upstream` (0: nowhere yet); flips the bits of the `flip_at`th byte each
+  // client sends.
   explicit RelayProxy(uint16_t upstream, size_t flip_at = kNever)
       : upstream_(upstream),
         flip_at_(flip_at),
@@ -37,6 +39,10 @@ class RelayProxy {
     thread_.join();
   }
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  // Connections accepted from now on go to 127.0.0.1:`upstream`.
+  void relay_to(uint16_t upstream) { upstream_ = upstream; }
+  // Clients accepted so far, those closed for want of a server included.
+  size_t accepted() const { return accepted_; }
   // From now on, passes `n` more bytes from clients to the server, and drops the rest.
   void pass_only(size_t n) { pass_left_ = n; }
   // Every byte clients have sent so far, all connections together.
@@ -53,10 +59,11 @@ class RelayProxy {
       auto [ec, client] =
           co_await acceptor_.async_accept(boost::asio::as_tuple(boost::asio::use_awaitable));
       if (ec) co_return;
+      ++accepted_;
       auto down = std::make_shared<Socket>(std::move(client));
       auto up = std::make_shared<Socket>(io_);
       auto [cec] =
-          co_await up->async_connect({boost::asio::ip::make_address("127.0.0.1"), upstream_},
+          co_await up->async_connect({boost::asio::ip::make_address("127.0.0.1"), upstream_.load()},
                                      boost::asio::as_tuple(boost::asio::use_awaitable));
       if (cec) continue;
       boost::asio::co_spawn(io_, pump(down, up, true), boost::asio::detached);
@@ -93,8 +100,9 @@ class RelayProxy {
     to->shutdown(Socket::shutdown_send, ignored);
   }
 
-  uint16_t upstream_;
+  std::atomic<uint16_t> upstream_;
   size_t flip_at_;
+  std::atomic<size_t> accepted_{0};
   std::atomic<size_t> pass_left_{kNever};
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;

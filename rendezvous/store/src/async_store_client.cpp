@@ -1,14 +1,12 @@
 #include "ddprun/store/async_store_client.hpp"
 
-#include <unistd.h>
-
 #include <exception>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "client_auth.hpp"
+#include "client_greeting.hpp"
 #include "client_socket.hpp"
 #include "ddprun/store/errors.hpp"
 
@@ -63,36 +61,11 @@ asio::awaitable<std::unique_ptr<AsyncStoreClient>> AsyncStoreClient::connect(
 }
 
 asio::awaitable<void> AsyncStoreClient::open() {
-  co_await socket_->connect(host_, port_, Clock::now() + options_.timeout);
-  if (options_.dialect != wire::Dialect::kModern) co_return;
-  const auto nonce = static_cast<uint32_t>(::getpid());
-  wbuf_.clear();
-  Request validate = request(wire::Op::kValidate);
-  validate.u32 = wire::kValidationMagic;
-  wire::encode_request(validate, options_.dialect, wbuf_);
-  Request ping = request(wire::Op::kPing);
-  ping.u32 = nonce;
-  wire::encode_request(ping, options_.dialect, wbuf_);
-  std::string client_nonce;
-  if (options_.credential) client_nonce = begin_authentication(*options_.credential, wbuf_);
-  co_await socket_->write(wbuf_);
-  uint32_t answer = 0;
-  try {
-    answer = co_await socket_->read_u32();
-  } catch (const StoreConnectionError& e) {
-    if (options_.tls) throw;
-    // (What a clear client sees of a store that serves TLS only: it is closed at once.)
-    throw StoreConnectionError(
-        fmt::format("{} (if the store serves TLS only, give rdzv_conf protocol=https)", e.what()));
-  }
-  if (answer != nonce) {
-    socket_->close();
-    throw StoreConnectionError(
-        fmt::format("{} did not answer PING like a TCPStore server", socket_->endpoint_name()));
-  }
-  if (options_.credential) {
-    co_await finish_authentication(*socket_, *options_.credential, client_nonce);
-  }
+  const bool modern = options_.dialect == wire::Dialect::kModern;
+  co_await socket_->open(host_, port_, Clock::now() + options_.timeout,
+                         [this, modern]() -> asio::awaitable<void> {
+                           if (modern) co_await greet(*socket_, options_.credential);
+                         });
 }
 
 std::string AsyncStoreClient::full_key(std::string_view key) const {

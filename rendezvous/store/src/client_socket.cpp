@@ -36,6 +36,12 @@ bool refused_by_tls(const boost::system::error_code& ec) {
   return ec.category() == asio::error::get_ssl_category() && !tls_hint(ec.message()).empty();
 }
 
+// Whether the server ended the connection (rather than the network failing, or TLS refusing).
+bool ended_by_server(const boost::system::error_code& ec) {
+  return ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated;
+}
+
 // A TLS failure in words, with the setting that usually causes it.
 std::string tls_failure(const boost::system::error_code& ec) {
   const std::string hint = tls_hint(ec.message());
@@ -92,6 +98,7 @@ void ClientSocket::fail(const boost::system::error_code& ec, const char* what) {
       fmt::format("{} on the store connection to {} failed: {}", what, endpoint_name_,
                   from_tls(ec) ? tls_failure(ec) : ec.message());
   if (refused_by_tls(ec)) throw StoreAuthError(failure);  // (a client certificate it refuses)
+  if (!answered_ && ended_by_server(ec)) throw StoreClosedEarly(failure);
   throw StoreConnectionError(failure);
 }
 
@@ -132,7 +139,36 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
   boost::system::error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);
   rpos_ = rend_ = 0;
+  answered_ = false;
   if (tls_context_) co_await handshake(host);
+}
+
+asio::awaitable<void> ClientSocket::open(const std::string& host, uint16_t port,
+                                         Clock::time_point deadline, const Greeting& greet) {
+  asio::steady_timer backoff(socket_.get_executor());
+  auto delay = std::chrono::milliseconds(10);
+  const auto first = Clock::now();
+  for (int ended = 1;; ++ended) {
+    std::string failure;
+    try {
+      co_await connect(host, port, deadline);
+      co_await greet();
+      co_return;
+    } catch (const StoreClosedEarly& e) {
+      failure = e.what();
+    }
+    if (Clock::now() + delay >= deadline) {
+      throw StoreConnectionError(fmt::format(
+          "{} ({} connection{} in {:.1f} s ended by the store before it answered: is it at its "
+          "connection limit, not admitting this node's address, or behind a proxy whose backend "
+          "is down?)",
+          failure, ended, ended == 1 ? "" : "s",
+          std::chrono::duration<double>(Clock::now() - first).count()));
+    }
+    backoff.expires_after(delay);
+    co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
 }
 
 asio::awaitable<void> ClientSocket::handshake(const std::string& host) {
@@ -149,11 +185,12 @@ asio::awaitable<void> ClientSocket::handshake(const std::string& host) {
   if (!ec) co_return;
   if (expired_) fail(ec, "the TLS handshake");
   close();
-  const bool closed = ec == asio::ssl::error::stream_truncated || ec == asio::error::eof;
+  const bool closed = ended_by_server(ec);
   const std::string what = fmt::format(
       "the TLS handshake with the store at {} failed: {}{}", endpoint_name_, tls_failure(ec),
       closed ? " (the store closed the connection: does it serve TLS? ddprund --tls-cert)" : "");
   if (refused_by_tls(ec)) throw StoreAuthError(what);
+  if (closed) throw StoreClosedEarly(what);
   throw StoreConnectionError(what);
 }
 
@@ -214,6 +251,7 @@ asio::awaitable<void> ClientSocket::fill(size_t need) {
     io_pending_ = false;
     if (ec) fail(ec, "read");
     rend_ += n;
+    answered_ = true;
   }
 }
 

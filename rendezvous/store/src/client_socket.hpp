@@ -31,12 +31,20 @@ class ClientSocket {
 
   // Connects, retrying while the server refuses (it may not be up yet) until `deadline`, and with
   // TLS completes the handshake, checking the server's certificate against `host`. Throws
-  // StoreTimeout at the deadline, StoreConnectionError when the host does not resolve or the
-  // handshake breaks off (a server without TLS closes the connection), StoreAuthError when either
-  // end refuses the other's certificate (a refused client certificate may show only on the first
-  // read, which then throws it).
+  // StoreTimeout at the deadline, StoreConnectionError when the host does not resolve,
+  // StoreClosedEarly when the server ends the connection during the handshake, StoreAuthError when
+  // either end refuses the other's certificate or TLS itself (a server without TLS, ddprund's
+  // included, answers a protocol_version alert; a refused client certificate may show only on the
+  // first read, which then throws it).
   boost::asio::awaitable<void> connect(const std::string& host, uint16_t port,
                                        Clock::time_point deadline);
+  // connect(), then `greet` (the client's first request and the reading of its answer). A
+  // connection the server ends before answering anything on it (StoreClosedEarly, from either) is
+  // made again, backing off, until `deadline`; past it that is a StoreConnectionError saying how
+  // many were ended so.
+  using Greeting = std::function<boost::asio::awaitable<void>()>;
+  boost::asio::awaitable<void> open(const std::string& host, uint16_t port,
+                                    Clock::time_point deadline, const Greeting& greet);
   // Every read and write from now on fails with StoreTimeout once `deadline` passes.
   void set_deadline(Clock::time_point deadline);
 
@@ -84,6 +92,8 @@ class ClientSocket {
   bool armed_ = false;
   bool io_pending_ = false;
   bool expired_ = false;
+  bool answered_ =
+      false;  // anything read on this connection (a failure before is StoreClosedEarly)
   std::vector<char> rbuf_;
   size_t rpos_ = 0;
   size_t rend_ = 0;

@@ -16,6 +16,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "tls_alert.hpp"
+
 namespace ddprun::store {
 namespace asio = boost::asio;
 using wire::Op;
@@ -160,6 +162,12 @@ void StoreConnection::process(std::string_view in) {
   while (!closed_ && !closing_ && !backlogged()) {
     pos += parser_.consume(in.substr(pos));
     if (parser_.failed()) {
+      if (parser_.began_tls()) {
+        // A TLS client of this clear store: told so in TLS, so that it does not try again.
+        out_.append(tls_alert::kProtocolVersion);
+        refuse(parser_.error());
+        break;
+      }
       close(parser_.error());
       break;
     }

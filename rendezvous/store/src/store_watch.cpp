@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "blocking_run.hpp"
-#include "client_auth.hpp"
+#include "client_greeting.hpp"
 #include "client_socket.hpp"
 #include "ddprun/store/errors.hpp"
 
@@ -23,18 +23,11 @@ asio::awaitable<std::unique_ptr<AsyncStoreWatch>> AsyncStoreWatch::connect(asio:
                                                                            uint16_t port,
                                                                            ClientOptions options) {
   std::unique_ptr<AsyncStoreWatch> w(new AsyncStoreWatch(ex, std::move(options)));
-  co_await w->socket_->connect(host, port, Clock::now() + w->options_.timeout);
-  wire::Request validate;
-  validate.op = wire::Op::kValidate;
-  validate.u32 = wire::kValidationMagic;
-  wire::encode_request(validate, wire::Dialect::kModern, w->wbuf_);
-  std::string client_nonce;
-  if (w->options_.credential)
-    client_nonce = begin_authentication(*w->options_.credential, w->wbuf_);
-  co_await w->socket_->write(w->wbuf_);
-  if (w->options_.credential) {
-    co_await finish_authentication(*w->socket_, *w->options_.credential, client_nonce);
-  }
+  ClientSocket& socket = *w->socket_;
+  const std::optional<Credential>& credential = w->options_.credential;
+  co_await socket.open(
+      host, port, Clock::now() + w->options_.timeout,
+      [&socket, &credential]() -> asio::awaitable<void> { co_await greet(socket, credential); });
   co_return w;
 }
 

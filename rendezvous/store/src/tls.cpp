@@ -91,6 +91,10 @@ std::string tls_hint(const std::string& message) {
       has("peer did not return a certificate")) {
     return "the server asks for a client certificate signed by its CA: rdzv_conf cert and key";
   }
+  if (has("alert protocol version")) {
+    return "the store does not serve TLS, or no TLS version is allowed at both ends: rdzv_conf "
+           "protocol=https on every node, and a server started with a certificate";
+  }
   if (has("wrong version number") || has("packet length too long") || has("http request")) {
     return "one end speaks TLS and the other does not: rdzv_conf protocol=https on every node, "
            "and a server started with a certificate";

@@ -10,6 +10,8 @@
 #include <openssl/x509.h>
 #include <boost/asio/ssl/context.hpp>
 
+#include "tls_alert.hpp"
+
 namespace ddprun::store {
 
 TlsChannel::TlsChannel(boost::asio::ssl::context& context)
@@ -67,6 +69,11 @@ TlsChannel::Read TlsChannel::read(char* out, size_t capacity, size_t& n) {
       break;
   }
   fail("the peer broke the TLS session");
+  if (BIO_number_written(out_) == 0) {
+    // Its first bytes were not TLS (a clear client): OpenSSL answers those with nothing at all.
+    BIO_write(out_, tls_alert::kProtocolVersion.data(),
+              static_cast<int>(tls_alert::kProtocolVersion.size()));
+  }
   return Read::kFailed;
 }
 

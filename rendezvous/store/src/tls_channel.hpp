@@ -34,7 +34,8 @@ class TlsChannel {
   enum class Read { kData, kNeedInput, kClosed, kFailed };
   // Decrypts up to `capacity` bytes into `out` (their count into `n` with kData), advancing the
   // handshake first; kClosed when the peer ended the session, kFailed with error() set when the
-  // handshake or a record failed (an alert for the peer may then wait in the output), and from then
+  // handshake or a record failed (an alert for the peer may then wait in the output; always one
+  // when the failure came before any output, such as a clear client's first bytes), and from then
   // on.
   Read read(char* out, size_t capacity, size_t& n);
   bool established() const;

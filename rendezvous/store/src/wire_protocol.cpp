@@ -258,6 +258,7 @@ bool RequestParser::detect_dialect(std::string_view bytes) {
   // A TLS record header (handshake, version 3.x): no opcode of either dialect is 0x16.
   if (bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x16 &&
       static_cast<uint8_t>(bytes[1]) == 0x03) {
+    began_tls_ = true;
     return fail("began a TLS handshake, and this store serves no TLS");
   }
   if (static_cast<uint8_t>(bytes[0]) != 0) {

@@ -58,7 +58,10 @@ class AsyncStoreClient {
 
   // Connects and, in the modern dialect, sends VALIDATE and checks a PING; with a credential, also
   // AUTH_BEGIN, and its proof goes out in front of the first request (whose reply is read after the
-  // server's proof: a refused token fails that first operation with StoreAuthError).
+  // server's proof: a refused token fails that first operation with StoreAuthError). A connection
+  // the server ends before answering the PING is made again until the timeout (a store at its
+  // connection limit, a proxy whose backend is not up); a store that answers in TLS to a clear
+  // client is a StoreAuthError at once.
   static boost::asio::awaitable<std::unique_ptr<AsyncStoreClient>> connect(
       boost::asio::any_io_executor ex, std::string host, uint16_t port, ClientOptions options = {});
   ~AsyncStoreClient();

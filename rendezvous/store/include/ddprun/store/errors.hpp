@@ -30,6 +30,15 @@ class StoreConnectionError : public StoreError {
   using StoreError::StoreError;
 };
 
+// The server ended a new connection before answering anything on it: it closed or reset it. A
+// proxy whose backend is not up yet does that, and so does a server at its connection limit or not
+// admitting this address (yet). Connecting again may succeed; the client's connect does, until its
+// deadline.
+class StoreClosedEarly : public StoreConnectionError {
+ public:
+  using StoreConnectionError::StoreConnectionError;
+};
+
 // The server refused this client's credential, asks for one the client does not have, or could
 // not prove that it knows the client's token. Trying again does not help.
 class StoreAuthError : public StoreError {

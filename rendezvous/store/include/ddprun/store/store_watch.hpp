@@ -26,6 +26,8 @@ class AsyncStoreWatch {
  public:
   using Ms = AsyncStoreClient::Ms;
 
+  // Opens the connection as AsyncStoreClient::connect does (VALIDATE, a PING, authentication;
+  // made again where the server ends it before answering).
   static boost::asio::awaitable<std::unique_ptr<AsyncStoreWatch>> connect(
       boost::asio::any_io_executor ex, std::string host, uint16_t port, ClientOptions options = {});
   ~AsyncStoreWatch();

@@ -173,6 +173,8 @@ class RequestParser {
   Request take_request();
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
+  // Failed because the connection began with a TLS handshake record (the peer speaks TLS).
+  bool began_tls() const { return began_tls_; }
   Dialect dialect() const { return dialect_; }
   // While on, only the requests a connection may send before it authenticates are accepted, each
   // field at most kHandshakeFieldBytes long; anything else fails at its first byte.
@@ -221,6 +223,7 @@ class RequestParser {
   std::string* string_target_ = nullptr;
   size_t frame_bytes_ = 0;
   std::string error_;
+  bool began_tls_ = false;
   bool handshake_only_ = false;
 };
 
