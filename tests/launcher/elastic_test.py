@@ -7,9 +7,11 @@ backend: c10d with the store in a standalone ddprund (unless a case says otherwi
 """
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from etcd_cluster import EtcdCluster, have_etcd
 from proc_util import finish, free_port, wait_for
@@ -422,6 +424,65 @@ def case_an_agent_hosts_the_store_when_none_runs():
         assert status == 0, err
     assert sum("(hosted here)" in err for _, _, err in results) == 1, [r[2] for r in results]
     print("with no ddprund at the endpoint, the first agent there hosts the store: passed")
+
+
+class Proxy:
+    """A TCP proxy on loopback in front of a store, as in a cluster where the store's address is a
+    proxy's: until a backend is given it accepts each connection and closes it (.ended counts them),
+    as a proxy does whose backend is not up yet; then it relays."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.backend = None
+        self.ended = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.backend is None:
+                self.ended += 1
+                client.close()
+                continue
+            upstream = socket.create_connection(self.backend)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def case_agents_join_through_a_proxy_once_the_store_behind_it_is_up():
+    assert BACKEND == "c10d", "c10d only: a ddprund behind a TCP proxy"
+    proxy = Proxy()
+    d = tempfile.mkdtemp()
+    procs = [agent(proxy.endpoint, "2:2", workload(0), d, str(i), conf="is_host=false,join_timeout=60")
+             for i in range(2)]
+    wait_for(lambda: proxy.ended >= 4 or any(p.poll() is not None for p in procs),
+             "the proxy to end connections of both agents")
+    gave_up = [p.communicate()[1] for p in procs if p.poll() is not None]
+    assert not gave_up, f"an agent gave up on a connection the proxy ended: {gave_up}"
+    with Ddprund() as s:
+        proxy.backend = ("127.0.0.1", s.port)
+        for status, _, err in finish(procs):
+            assert status == 0, err
+    ran = sorted(f.split(".")[2:4] for f in os.listdir(d) if f.startswith("ran."))
+    assert ran == [["0", "2"], ["1", "2"]], ran
+    print(f"2 agents whose store's proxy ended {proxy.ended} connections before the store was up "
+          "kept trying and ran the job once it was: passed")
 
 
 def case_two_jobs_on_one_store_stay_apart():
