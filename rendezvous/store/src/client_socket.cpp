@@ -185,12 +185,11 @@ asio::awaitable<void> ClientSocket::handshake(const std::string& host) {
   if (!ec) co_return;
   if (expired_) fail(ec, "the TLS handshake");
   close();
-  const bool closed = ended_by_server(ec);
-  const std::string what = fmt::format(
-      "the TLS handshake with the store at {} failed: {}{}", endpoint_name_, tls_failure(ec),
-      closed ? " (the store closed the connection: does it serve TLS? ddprund --tls-cert)" : "");
+  // (A ddprun store without TLS answers with an alert, so a closed connection is no hint of one.)
+  const std::string what = fmt::format("the TLS handshake with the store at {} failed: {}",
+                                       endpoint_name_, tls_failure(ec));
   if (refused_by_tls(ec)) throw StoreAuthError(what);
-  if (closed) throw StoreClosedEarly(what);
+  if (ended_by_server(ec)) throw StoreClosedEarly(what);
   throw StoreConnectionError(what);
 }
 

@@ -92,8 +92,8 @@ class ClientSocket {
   bool armed_ = false;
   bool io_pending_ = false;
   bool expired_ = false;
-  bool answered_ =
-      false;  // anything read on this connection (a failure before is StoreClosedEarly)
+  // Whether anything was read on this connection: a failure before it is StoreClosedEarly.
+  bool answered_ = false;
   std::vector<char> rbuf_;
   size_t rpos_ = 0;
   size_t rend_ = 0;
