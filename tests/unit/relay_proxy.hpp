@@ -5,6 +5,7 @@
 // real proxy, it accepts a client and then closes it where the server cannot be reached.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,16 @@ class RelayProxy {
   void relay_to(uint16_t upstream) { upstream_ = upstream; }
   // Clients accepted so far, those closed for want of a server included.
   size_t accepted() const { return accepted_; }
+  // Waits until `n` clients have been accepted, or `limit` passes; whether they were. (Observes
+  // the proxy's state; orders nothing.)
+  bool wait_accepted(size_t n, std::chrono::milliseconds limit = std::chrono::seconds(10)) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (accepted_ < n) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
   // From now on, passes `n` more bytes from clients to the server, and drops the rest.
   void pass_only(size_t n) { pass_left_ = n; }
   // Every byte clients have sent so far, all connections together.

@@ -27,16 +27,6 @@ ClientOptions within(std::chrono::milliseconds timeout) {
   return o;
 }
 
-// Waits (bounded) until the proxy has closed `n` clients for want of a server.
-bool proxy_ended(const RelayProxy& proxy, size_t n) {
-  const auto deadline = Clock::now() + 10s;
-  while (proxy.accepted() < n) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("connect: a client behind a proxy connects once the store behind it is up", "[connect]") {
@@ -44,7 +34,7 @@ TEST_CASE("connect: a client behind a proxy connects once the store behind it is
   auto client = std::async(std::launch::async, [&] {
     return std::make_unique<StoreClient>("127.0.0.1", proxy.port(), within(20s));
   });
-  REQUIRE(proxy_ended(proxy, 2));  // it was ended, and came back
+  REQUIRE(proxy.wait_accepted(2));  // it was ended, and came back
   ServerThread server;
   proxy.relay_to(server.port());
   REQUIRE(client.wait_for(20s) == std::future_status::ready);
@@ -58,7 +48,7 @@ TEST_CASE("connect: a watch behind a proxy connects once the store behind it is 
   auto watch = std::async(std::launch::async, [&] {
     return std::make_unique<StoreWatch>("127.0.0.1", proxy.port(), within(20s));
   });
-  REQUIRE(proxy_ended(proxy, 2));
+  REQUIRE(proxy.wait_accepted(2));
   ServerThread server;
   proxy.relay_to(server.port());
   REQUIRE(watch.wait_for(20s) == std::future_status::ready);

@@ -4,7 +4,6 @@
 #include <future>
 #include <memory>
 #include <random>
-#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -130,11 +129,7 @@ TEST_CASE("tls: a TLS client behind a proxy connects once the store behind it is
     o.timeout = 20s;
     return std::make_unique<StoreClient>("127.0.0.1", proxy.port(), o);
   });
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (proxy.accepted() < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  REQUIRE(proxy.accepted() >= 2);
+  REQUIRE(proxy.wait_accepted(2));
   ServerThread server(tls_server(pki));
   proxy.relay_to(server.port());
   REQUIRE(client.wait_for(20s) == std::future_status::ready);
