@@ -193,10 +193,11 @@ class NodeAgent {
 
  private:
   static fs::path make_run_dir(const AgentConfig& cfg) {
-    const std::string base =
-        cfg.log_dir.empty() ? make_temp_dir("/tmp/torchelastic_XXXXXX") : cfg.log_dir;
+    // Absolute, as torch's (a worker that changes its working folder still finds its error file).
+    const fs::path base = cfg.log_dir.empty() ? fs::path(make_temp_dir("/tmp/torchelastic_XXXXXX"))
+                                              : fs::absolute(cfg.log_dir);
     fs::create_directories(base);
-    return make_temp_dir((fs::path(base) / (cfg.rdzv.run_id + "_XXXXXX")).string());
+    return make_temp_dir((base / (cfg.rdzv.run_id + "_XXXXXX")).string());
   }
 
   // DDPRUN_CGROUPS=0: workers in process groups only (where something else manages cgroups).

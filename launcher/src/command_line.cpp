@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <CLI/CLI.hpp>
 #include <boost/asio/ip/address.hpp>
 
+#include "argparse_rules.hpp"
 #include "command_line_parts.hpp"
 #include "completion.hpp"
 #include "ddprun/agent/gpu_health.hpp"
@@ -40,16 +40,22 @@ int parse_int(const std::string& text, const char* what) {
   return static_cast<int>(v);
 }
 
+// torchrun reads --nnodes after parsing, so that a malformed one fails the launch (exit 1).
 std::pair<int, int> parse_nnodes(const std::string& text) {
-  const auto colon = text.find(':');
-  const int min_nodes = parse_int(text.substr(0, colon), "--nnodes");
-  const int max_nodes =
-      colon == std::string::npos ? min_nodes : parse_int(text.substr(colon + 1), "--nnodes");
-  if (min_nodes <= 0 || max_nodes < min_nodes) {
-    throw UsageError(
-        fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
+  const RefusedValue refused(
+      fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
+  try {
+    const auto colon = text.find(':');
+    const int min_nodes = parse_int(text.substr(0, colon), "--nnodes");
+    const int max_nodes =
+        colon == std::string::npos ? min_nodes : parse_int(text.substr(colon + 1), "--nnodes");
+    if (min_nodes <= 0 || max_nodes < min_nodes) throw refused;
+    return {min_nodes, max_nodes};
+  } catch (const RefusedValue&) {
+    throw;
+  } catch (const UsageError&) {
+    throw refused;
   }
-  return {min_nodes, max_nodes};
 }
 
 // The GPUs of this node: Slurm's count for the step where it gives one (and --no_slurm is not
@@ -74,23 +80,30 @@ int resolve_nproc(const std::string& text, const agent::Environment& env, bool u
     const int gpus = visible_gpus(env, use_slurm);
     if (gpus == 0) {
       const auto cvd = env.find("CUDA_VISIBLE_DEVICES");
-      throw UsageError(fmt::format(
+      throw RefusedValue(fmt::format(
           "--nproc_per_node=gpu but no GPU is visible on this node{}",
           cvd == env.end() ? "" : fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", cvd->second)));
     }
     return gpus;
   }
   if (text == "xpu") {
-    throw UsageError("--nproc_per_node=xpu: ddprun counts NVIDIA GPUs only; give a number");
+    throw RefusedValue("--nproc_per_node=xpu: ddprun counts NVIDIA GPUs only; give a number");
   }
   if (text == "auto") {
     const int gpus = visible_gpus(env, use_slurm);
     return gpus > 0 ? gpus : cpus;
   }
-  const int n = parse_int(text, "--nproc_per_node");
-  if (n <= 0)
-    throw UsageError(fmt::format("argument --nproc_per_node: must be positive, got {}", n));
-  return n;
+  const RefusedValue refused(fmt::format(
+      "argument --nproc_per_node: '{}' is not a positive count, auto, cpu or gpu", text));
+  try {
+    const int n = parse_int(text, "--nproc_per_node");
+    if (n <= 0) throw refused;
+    return n;
+  } catch (const RefusedValue&) {
+    throw;
+  } catch (const UsageError&) {
+    throw refused;
+  }
 }
 
 // torchrun's comma_separated_list: ",," stands for a comma inside a filter (the first pair wins, so
@@ -128,48 +141,34 @@ const std::map<std::string, std::string> kDefaultTexts = {
     {"signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
 };
 
-// The options as given: the command line, then PET_<DEST> for what it did not give, each value
-// checked against the option's choices. `rest` gets the training script and its arguments.
+// The options as given: the command line (read as torchrun's argparse reads it), then
+// PET_<DEST> for what it did not give, each value checked against the option's choices. `script`
+// gets the training script and its arguments.
 OptionTexts read_options(const std::vector<std::string>& args, const agent::Environment& env,
-                         Dialect dialect, std::vector<std::string>& rest) {
+                         Dialect dialect, ArgparseResult& script) {
   OptionTexts o;
   o.text = kDefaultTexts;
-  CLI::App app{"ddprun"};
-  app.prefix_command();  // everything from the training script on belongs to the script
   std::vector<const OptionSpec*> specs;
   for (const OptionSpec& spec : option_table()) specs.push_back(&spec);
   if (dialect == Dialect::kDistributedLaunch) {
     for (const OptionSpec& spec : launch_option_table()) specs.push_back(&spec);
   }
-  std::vector<std::pair<CLI::Option*, const OptionSpec*>> options;
-  for (const OptionSpec* spec : specs) {
-    CLI::Option* opt = nullptr;
-    if (!spec->metavar) {
-      opt = app.add_flag(spec->names, o.flags[spec->dest]);
-    } else if (spec->repeated) {
-      // One value each time: `--env A train.py` must not take train.py as a value.
-      opt = app.add_option(spec->names, o.lists[spec->dest])->allow_extra_args(false);
+  script = parse_like_argparse(args, specs);
+  for (const GivenOption& given : script.options) {
+    const OptionSpec& spec = *given.spec;
+    o.given.insert(spec.dest);
+    if (!spec.metavar) {
+      o.flags[spec.dest] = true;
+    } else if (spec.repeated) {
+      o.lists[spec.dest].push_back(given.value);
     } else {
-      opt = app.add_option(spec->names, o.text[spec->dest]);
+      o.text[spec.dest] = given.value;  // the last of a repeated option wins, as in argparse
     }
-    options.emplace_back(opt, spec);
   }
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    throw HelpRequested{};
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
-  for (const auto& [opt, spec] : options) {
-    if (opt->count() > 0) {
-      o.given.insert(spec->dest);
-      continue;
-    }
+  for (const OptionSpec* spec : specs) {
     const std::string name = pet_name(spec->dest);
     auto it = env.find(name);
-    if (it == env.end() || !spec->pet) continue;
+    if (o.given.contains(spec->dest) || it == env.end() || !spec->pet) continue;
     o.given.insert(spec->dest);
     if (spec->metavar) {
       o.text[spec->dest] = it->second;
@@ -177,7 +176,7 @@ OptionTexts read_options(const std::vector<std::string>& args, const agent::Envi
       o.flags[spec->dest] = parse_bool(it->second, name);
     }
   }
-  for (const auto& [opt, spec] : options) {
+  for (const OptionSpec* spec : specs) {
     if (spec->choices.empty() || !o.given.contains(spec->dest)) continue;
     const std::string& value = o[spec->dest];
     if (std::none_of(spec->choices.begin(), spec->choices.end(),
@@ -188,7 +187,6 @@ OptionTexts read_options(const std::vector<std::string>& args, const agent::Envi
                                    value, fmt::join(spec->choices, ", ")));
     }
   }
-  rest = app.remaining();
   return o;
 }
 
@@ -273,12 +271,12 @@ void read_worker_options(const OptionTexts& o, const agent::Environment& env, Di
   c.run_path = o.flag("run_path");
   c.virtual_local_rank = o.flag("virtual_local_rank");
   if (c.no_python && c.module) {
-    throw UsageError(
-        "don't use both the '--no_python' flag and the '--module' flag at the same time");
+    throw RefusedValue(
+        "don't use both the '--no-python' flag and the '--module' flag at the same time");
   }
   if (dialect == Dialect::kDistributedLaunch && !o.flag("use_env")) {
     if (c.no_python) {
-      throw UsageError(
+      throw RefusedValue(
           "When using the '--no-python' flag, you must also set the '--use-env' flag.");
     }
     c.local_rank_argument = o.flag("legacy_local_rank") ? "--local_rank" : "--local-rank";
@@ -346,18 +344,15 @@ bool OptionTexts::fill(const std::string& dest, const std::string& value) {
 
 LaunchConfig parse_command_line(const std::vector<std::string>& args, const agent::Environment& env,
                                 Dialect dialect) {
-  std::vector<std::string> rest;
-  OptionTexts o = read_options(args, env, dialect, rest);
+  ArgparseResult script;
+  OptionTexts o = read_options(args, env, dialect, script);
   if (!o["print_completion"].empty()) {
     throw CompletionRequested{completion_script(o["print_completion"])};
   }
-  if (rest.empty()) throw UsageError("the following arguments are required: training_script");
-  if (rest.front().starts_with("-") && rest.front() != "-") {
-    throw UsageError(fmt::format("unrecognized argument: {}", rest.front()));
-  }
+  script.check_complete();
   LaunchConfig c;
-  c.training_script = rest.front();
-  c.training_script_args.assign(rest.begin() + 1, rest.end());
+  c.training_script = std::move(*script.training_script);
+  c.training_script_args = std::move(script.training_script_args);
   c.given = o.given;
   c.standalone = o.flag("standalone");
   c.no_slurm = o.flag("no_slurm");

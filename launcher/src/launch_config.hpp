@@ -23,6 +23,16 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A value the command line's grammar takes but torchrun refuses once it builds the launch from it:
+// --nnodes other than N or MIN:MAX, an --nproc_per_node that is no count (gpu without a GPU), a
+// static --rdzv_endpoint without a port, --no-python with --module (or, for `ddprun launch`,
+// without --use-env). torchrun fails there with an exception, exit status 1;
+// the CLI prints it as one line and exits 1 too.
+class RefusedValue : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
 // -h/--help was given; the CLI prints cli_help() and exits 0.
 struct HelpRequested {};
 
@@ -109,7 +119,7 @@ std::string cli_help();
 
 // Exit statuses of `ddprun`, documented in --help and docs/cli.md.
 constexpr int kExitSuccess = 0;
-constexpr int kExitWorkerFailure = 1;
+constexpr int kExitWorkerFailure = 1;  // also a RefusedValue, as torchrun's exit status for it
 constexpr int kExitUsage = 2;
 constexpr int kExitLaunchError = 3;
 constexpr int kExitUnhealthy = 4;  // --health_check failed: this node did not join, or left

@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   } catch (const launcher::CompletionRequested& c) {
     std::cout << c.script;
     return launcher::kExitSuccess;
+  } catch (const launcher::RefusedValue& e) {
+    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    return launcher::kExitWorkerFailure;
   } catch (const launcher::UsageError& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;
     return launcher::kExitUsage;

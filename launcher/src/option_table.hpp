@@ -15,6 +15,9 @@ struct OptionSpec {
   std::vector<const char*> choices = {};  // empty: any value
   bool pet = true;                        // PET_<DEST> is its fallback
   bool repeated = false;                  // given once per value (--env A --env B)
+  // ddprun's own option, which torchrun does not have: an abbreviation that also fits one of
+  // torchrun's options means torchrun's (argparse_rules.hpp).
+  bool ddprun_only = false;
 };
 
 // torchrun's options and ddprun's own.

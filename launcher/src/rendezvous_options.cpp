@@ -331,10 +331,17 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   }
   if (r.backend == rendezvous::Backend::kStatic) {
     // Node 0 hosts the store on every address; workers and the other nodes reach it at
-    // master_addr.
+    // master_addr, or at --rdzv_endpoint's host and port where it is given (torchrun's rule).
     r.store_port = o.master_port.value_or(rendezvous::RendezvousConfig::kStaticStorePort);
     r.master_addr = o.master_addr;
-    r.endpoint_host = o.master_addr;
+    if (!o.endpoint.empty()) {
+      std::tie(r.master_addr, r.store_port) = parse_endpoint(o.endpoint, -1);
+      if (r.store_port == -1) {
+        throw RefusedValue(fmt::format(
+            "--rdzv_endpoint '{}': the static backend needs the store's port in it", o.endpoint));
+      }
+    }
+    r.endpoint_host = r.master_addr;
     r.node_rank = o.node_rank;
     check_static(o, r);
   } else if (o.max_nodes > 1) {

@@ -448,10 +448,13 @@ def case_sigkill_of_ddprun_leaves_no_worker():
     print("SIGKILL of ddprun leaves no worker alive: passed")
 
 
-def case_bad_flags_exit_2():
-    for args in (["--nproc_per_node=abc", "x.py"], ["--bogus", "x.py"], ["--nnodes=2:3", "x.py"], []):
-        r = run(args, timeout=10)
-        assert r.returncode == 2, (args, r.returncode)
+def case_bad_flags_exit_as_torchruns():
+    # 2 where torchrun's argparse refuses the line, 1 where torchrun refuses a value after parsing.
+    for args, code in ((["--bogus", "x.py"], 2), (["--nnodes=2:3", "x.py"], 2), ([], 2),
+                       (["--nproc", "2", "x.py"], 2), (["--nproc_per_node=abc", "x.py"], 1),
+                       (["--nproc_per_node=gpu", "x.py"], 1), (["--nnodes=2:1", "x.py"], 1)):
+        r = run(args, timeout=10, env={"CUDA_VISIBLE_DEVICES": ""})
+        assert r.returncode == code, (args, r.returncode, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("ddprun: error: "), (args, r.stderr)
     r = run(["--help"], timeout=10)

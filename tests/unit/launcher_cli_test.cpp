@@ -95,9 +95,9 @@ TEST_CASE("cli: every rdzv_conf value is checked for its kind up front", "[cli]"
 TEST_CASE("cli: --help lists every option of the table, both spellings", "[cli]") {
   const std::string help = cli_help();
   for (const char* name :
-       {"--nnodes N|MIN:MAX", "--nproc_per_node, --nproc-per-node", "--rdzv_conf, --rdzv-conf",
-        "-m, --module", "--no_python, --no-python", "--logs_specs, --logs-specs",
-        "--virtual_local_rank, --virtual-local-rank", "--shutdown_timeout, --shutdown-timeout"}) {
+       {"--nnodes N|MIN:MAX", "--nproc-per-node, --nproc_per_node", "--rdzv-conf, --rdzv_conf",
+        "-m, --module", "--no-python, --no_python", "--logs-specs, --logs_specs",
+        "--virtual-local-rank, --virtual_local_rank", "--shutdown-timeout, --shutdown_timeout"}) {
     CHECK_THAT(help, Catch::Contains(name));
   }
   CHECK_THAT(help, !Catch::Contains("one node in this version"));
@@ -159,8 +159,8 @@ TEST_CASE("cli: one node without a store port is a c10d job on a free port, as i
 
 TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
-      {{"--nproc_per_node=0", "t.py"}, "must be positive"},
-      {{"--nproc_per_node=two", "t.py"}, "invalid int value 'two'"},
+      {{"--nproc_per_node=0", "t.py"}, "'0' is not a positive count"},
+      {{"--nproc_per_node=two", "t.py"}, "'two' is not a positive count, auto, cpu or gpu"},
       {{"--nnodes=3:2", "t.py"}, "MIN:MAX"},
       {{"--max_restarts=-1", "t.py"}, "must not be negative"},
       {{"--master_port=70000", "t.py"}, "not a TCP port"},
@@ -178,7 +178,7 @@ TEST_CASE("cli: malformed input is a usage error naming the problem", "[cli]") {
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=host:70000", "t.py"}, "bad port"},
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=:29400", "t.py"}, "no host"},
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=[::1:29400", "t.py"}, "unterminated"},
-      {{"--bogus", "t.py"}, "unrecognized argument: --bogus"},
+      {{"--bogus", "t.py"}, "unrecognized arguments: --bogus"},
       {{"--nproc_per_node=2"}, "training_script"},
   };
   for (const auto& [args, message] : bad) {
@@ -499,7 +499,7 @@ TEST_CASE("launch: without --use-env the script gets --local-rank=N before its a
   CHECK_THROWS_WITH(parse_command_line({"--no-python", "train"}, {}, Dialect::kDistributedLaunch),
                     Catch::Contains("you must also set the '--use-env' flag"));
   // torchrun itself has no --use-env.
-  CHECK_THROWS_WITH(parse({"--use-env", "train.py"}), Catch::Contains("unrecognized argument"));
+  CHECK_THROWS_WITH(parse({"--use-env", "train.py"}), Catch::Contains("unrecognized arguments: --use-env"));
   CHECK(parse({"train.py"}).local_rank_argument.empty());
 }
 

@@ -1,0 +1,150 @@
+// The command line read by argparse's rules, as torchrun's parser reads it. Each expectation here
+// was checked against torch 2.14's torchrun on Python 3.14 (tests/launcher/corpus_test.py runs real
+// command lines through both).
+#include <catch2/catch.hpp>
+
+#include "launch_config.hpp"
+
+using namespace ddprun::launcher;
+
+namespace {
+LaunchConfig parse(std::vector<std::string> args, ddprun::agent::Environment env = {}) {
+  return parse_command_line(args, env);
+}
+
+std::string usage_error(std::vector<std::string> args) {
+  try {
+    parse(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+}  // namespace
+
+TEST_CASE("argparse: an unambiguous prefix of a long option is that option", "[cli][argparse]") {
+  CHECK(parse({"--nnode=2", "--master_port=9", "t.py"}).rdzv.max_nodes == 2);
+  CHECK(parse({"--nproc_per=3", "t.py"}).rdzv.nproc == 3);
+  CHECK(parse({"--nproc-per", "3", "t.py"}).rdzv.nproc == 3);
+  CHECK(parse({"--stand", "t.py"}).standalone);
+  CHECK(parse({"--max_r=4", "t.py"}).rdzv.max_restarts == 4);
+}
+
+TEST_CASE("argparse: a prefix of several spellings is an error naming them in torchrun's order",
+          "[cli][argparse]") {
+  CHECK(usage_error({"--nproc=2", "t.py"}) ==
+        "ambiguous option: --nproc=2 could match --nproc-per-node, --nproc_per_node");
+  CHECK(usage_error({"--max", "1", "t.py"}) ==
+        "ambiguous option: --max could match --max-restarts, --max_restarts");
+  CHECK(usage_error({"--rdzv", "x", "t.py"}) ==
+        "ambiguous option: --rdzv could match --rdzv-backend, --rdzv_backend, --rdzv-endpoint, "
+        "--rdzv_endpoint, --rdzv-id, --rdzv_id, --rdzv-conf, --rdzv_conf");
+}
+
+TEST_CASE("argparse: a prefix that fits torchrun's option and ddprun's own means torchrun's",
+          "[cli][argparse]") {
+  // torchrun reads --h as --help and --no_ as --no_python; ddprun's --hostfile, --health_check and
+  // --no_slurm do not change that.
+  CHECK_THROWS_AS(parse({"--h"}), HelpRequested);
+  CHECK_THROWS_AS(parse({"--he", "t.py"}), HelpRequested);
+  CHECK(parse({"--no_", "t.py"}).no_python);
+  CHECK(parse({"--event_=console", "t.py"}).event_log_handler == EventLogHandler::kConsole);
+  // Where only ddprun's own options fit, argparse's rules hold among them.
+  CHECK(parse({"--hang_=5", "t.py"}).hang.timeout == std::chrono::seconds(5));
+  CHECK(usage_error({"--ssh_=1", "t.py"})
+            .starts_with("ambiguous option: --ssh_=1 could match "
+                         "--ssh_port, --ssh_identity, --ssh_option"));
+}
+
+TEST_CASE("argparse: the last of a repeated option wins, a repeatable one keeps all",
+          "[cli][argparse]") {
+  const auto c =
+      parse({"--role", "a", "--nproc_per_node=2", "--role=b", "--nproc-per-node", "3", "t.py"});
+  CHECK(c.role == "b");
+  CHECK(c.rdzv.nproc == 3);
+  CHECK(parse({"--standalone", "--standalone", "t.py"}).standalone);
+  CHECK(parse({"-H", "a:1", "--env", "A", "--env=B", "t.py"}).env_vars ==
+        std::vector<std::string>{"A", "B"});
+}
+
+TEST_CASE("argparse: one-letter options take attached values and combine", "[cli][argparse]") {
+  const auto a = parse({"-t3", "-r", "1", "t.py"});
+  CHECK(a.tee.front() == ddprun::agent::Std::kAll);
+  CHECK(a.redirects.front() == ddprun::agent::Std::kOut);
+  const auto b = parse({"-mt3", "pkg.main"});
+  CHECK(b.module);
+  CHECK(b.tee.front() == ddprun::agent::Std::kAll);
+  CHECK(parse({"-r=2", "t.py"}).redirects.front() == ddprun::agent::Std::kErr);
+  CHECK(usage_error({"-m=1", "t.py"}) == "argument -m/--module: ignored explicit argument '1'");
+  CHECK(usage_error({"-mx", "t.py"}) == "unrecognized arguments: -x");
+}
+
+TEST_CASE("argparse: a value is never an option, and a flag takes none", "[cli][argparse]") {
+  CHECK(usage_error({"--role", "--standalone", "t.py"}) ==
+        "argument --role: expected one argument");
+  CHECK(usage_error({"--role", "--", "t.py"}) == "argument --role: expected one argument");
+  CHECK(usage_error({"--role"}) == "argument --role: expected one argument");
+  CHECK(usage_error({"--standalone=1", "t.py"}) ==
+        "argument --standalone: ignored explicit argument '1'");
+  // A negative number or text with a space is a value.
+  CHECK(parse({"--role", "-1", "t.py"}).role == "-1");
+  CHECK(parse({"--role", "-a b", "t.py"}).role == "-a b");
+  CHECK(parse({"--role=", "t.py"}).role.empty());
+}
+
+TEST_CASE("argparse: where the script and its arguments begin", "[cli][argparse]") {
+  // The first argument that is no option is the script; everything after it is the script's.
+  const auto a = parse({"--nproc_per_node=2", "t.py", "--nproc_per_node=9", "-m"});
+  CHECK(a.training_script == "t.py");
+  CHECK(a.training_script_args == std::vector<std::string>{"--nproc_per_node=9", "-m"});
+  // A `--` right after the script is dropped (torchrun -m pkg.train -- --depth=26), once.
+  const auto b = parse({"-m", "pkg.train", "--", "--depth=26"});
+  CHECK(b.training_script == "pkg.train");
+  CHECK(b.training_script_args == std::vector<std::string>{"--depth=26"});
+  CHECK(parse({"t.py", "--", "--"}).training_script_args == std::vector<std::string>{"--"});
+  // A `--` before the script ends the options; a second one then reaches the script.
+  const auto c = parse({"--role=x", "--", "--t.py", "--", "a"});
+  CHECK(c.training_script == "--t.py");
+  CHECK(c.training_script_args == std::vector<std::string>{"--", "a"});
+  CHECK(parse({"-", "a"}).training_script == "-");
+  CHECK(usage_error({"--standalone"}) == "the following arguments are required: training_script");
+  CHECK(usage_error({"--standalone", "--"}) ==
+        "the following arguments are required: training_script");
+  // Unrecognized options are named after the whole line is read, all of them.
+  CHECK(usage_error({"--foo", "--bar=1", "t.py"}) == "unrecognized arguments: --foo --bar=1");
+}
+
+TEST_CASE("argparse: ddprun launch reads torch.distributed.launch's options the same way",
+          "[cli][argparse]") {
+  const auto c =
+      parse_command_line({"--use_e", "--nproc_per=2", "t.py"}, {}, Dialect::kDistributedLaunch);
+  CHECK(c.local_rank_argument.empty());
+  CHECK(c.rdzv.nproc == 2);
+  CHECK_THROWS_WITH(parse_command_line({"--use", "t.py"}, {}, Dialect::kDistributedLaunch),
+                    "ambiguous option: --use could match --use-env, --use_env");
+}
+
+TEST_CASE("argparse: values torchrun refuses after parsing are RefusedValue (exit 1)",
+          "[cli][argparse]") {
+  CHECK_THROWS_AS(parse({"--nproc_per_node=abc", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--nproc_per_node=gpu", "t.py"}, {{"CUDA_VISIBLE_DEVICES", ""}}),
+                  RefusedValue);
+  CHECK_THROWS_AS(parse({"--nnodes=2:1", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--nnodes=1:2:3", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--rdzv_endpoint=localhost", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--no_python", "-m", "t.py"}), RefusedValue);
+}
+
+TEST_CASE("argparse: the static backend takes its master from --rdzv_endpoint when given",
+          "[cli][argparse]") {
+  const auto one = parse({"--nnodes=1", "--rdzv_id=101", "--rdzv_endpoint=localhost:5972", "t.py"});
+  CHECK(one.rdzv.backend == ddprun::rendezvous::Backend::kStatic);
+  CHECK(one.rdzv.master_addr == "localhost");
+  CHECK(one.rdzv.store_port == 5972);
+  CHECK(one.rdzv.run_id == "101");
+  const auto two = parse({"--nnodes=2", "--node_rank=1", "--master_addr=a", "--master_port=1",
+                          "--rdzv_endpoint=head:29411", "t.py"});
+  CHECK(two.rdzv.master_addr == "head");
+  CHECK(two.rdzv.endpoint_host == "head");
+  CHECK(two.rdzv.store_port == 29411);
+}
