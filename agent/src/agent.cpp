@@ -193,9 +193,10 @@ class NodeAgent {
 
  private:
   static fs::path make_run_dir(const AgentConfig& cfg) {
-    // Absolute, as torch's (a worker that changes its working folder still finds its error file).
+    // Absolute and normal, as torch makes it (os.path.abspath): a worker that changes its working
+    // folder still finds its error file.
     const fs::path base = cfg.log_dir.empty() ? fs::path(make_temp_dir("/tmp/torchelastic_XXXXXX"))
-                                              : fs::absolute(cfg.log_dir);
+                                              : fs::absolute(cfg.log_dir).lexically_normal();
     fs::create_directories(base);
     return make_temp_dir((base / (cfg.rdzv.run_id + "_XXXXXX")).string());
   }

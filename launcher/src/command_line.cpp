@@ -440,7 +440,8 @@ std::string cli_help() {
   out +=
       "\nPython scripts run as $PYTHON_EXEC (default python3) -u [-m] script args.\n\n"
       "Exit status: 0 every worker succeeded; 1 the worker group failed (after the restarts "
-      "allowed);\n2 usage error; 3 the launch itself failed (e.g. the store port is taken); 4 "
+      "allowed),\nor a value torchrun refuses after parsing it (--nproc_per_node=gpu without a "
+      "GPU); 2 usage error;\n3 the launch itself failed (e.g. the store port is taken); 4 "
       "--health_check failed:\nthis node did not join the job, or left it; 128+N ddprun received "
       "signal N, forwarded it\nto the workers and shut down.\n";
   return out;

@@ -225,7 +225,7 @@ def case_launch_matches_torch_distributed_launch():
                      set(), torch1, flags)
         assert "deprecated" in r.stderr, r.stderr
     r = subprocess.run([DDPRUN, "launch", "--no-python", "true"], capture_output=True, text=True)
-    assert r.returncode == 2 and "--use-env" in r.stderr, r.stderr
+    assert r.returncode == 1 and "--use-env" in r.stderr, r.stderr  # torch: a ValueError
     print(f"ddprun launch gives every rank torch.distributed.launch's arguments and environment "
           f"(torch {version}): passed")
 
@@ -322,6 +322,32 @@ def case_failure_summary_reads_error_file():
     assert "/attempt_0/1/error.json" in err[root:], err
     assert "cannot import" not in err, err  # the interpreter had everything the script imports
     print("failure summary names rank, exit code and the @record error message: passed")
+
+
+def case_a_relative_log_dir_reaches_a_worker_that_changes_folder():
+    # Hydra runs the job in a folder of its own: the error file torch's @record writes must still
+    # land under --log_dir, which was given relative to where ddprun started.
+    start = tempfile.mkdtemp()
+    moved = tempfile.mkdtemp()
+    script = os.path.join(start, "hydra_like.py")
+    with open(script, "w") as f:
+        f.write("import os\n"
+                "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                "@record\n"
+                "def main():\n"
+                f"    os.chdir({moved!r})\n"
+                "    raise ValueError('bad batch shape')\n"
+                "main()\n")
+    r = run(["--nproc_per_node=1", f"--master_port={free_port()}", "--log_dir=logs", script],
+            cwd=start)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    (error_file,) = glob.glob(os.path.join(start, "logs", "*", "attempt_0", "0", "error.json"))
+    assert "bad batch shape" in open(error_file).read()
+    assert "ValueError: bad batch shape" in r.stderr, r.stderr
+    assert f"error_file: {error_file}" in r.stderr, r.stderr
+    assert not os.listdir(moved), os.listdir(moved)
+    print("a relative --log_dir gives absolute error files: the summary reads one written after "
+          "a chdir: passed")
 
 
 def case_an_interpreter_without_the_scripts_imports_is_named_once():
