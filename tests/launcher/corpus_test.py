@@ -140,15 +140,16 @@ def relative(path, work, run_id=None):
     return re.sub(r"/tmp/torchelastic_[A-Za-z0-9_]+", "<tmp>", path)
 
 
-def log_files(work, case):
+def log_files(work, case, ranks):
     log_dir = case.get("log_dir")
     if not log_dir:
         return set()
+    run_ids = {r["env"]["TORCHELASTIC_RUN_ID"] for r in ranks.values()}
     root = os.path.join(work, "job", log_dir)
     found = set()
     for folder, _, files in os.walk(root):
         for f in files:
-            found.add(relative(os.path.join(folder, f), work))
+            found.add(relative(os.path.join(folder, f), work, *run_ids))
     return found
 
 
@@ -180,8 +181,8 @@ def compare(case, ref, ours):
             assert t == m, (what, rank, key, t, m)
         if m_env.get("TORCHELASTIC_ERROR_FILE"):
             assert os.path.isabs(m_env["TORCHELASTIC_ERROR_FILE"]), (what, m_env)
-    assert log_files(ref_work, case) == log_files(our_work, case), (
-        what, "log files", sorted(log_files(ref_work, case)), sorted(log_files(our_work, case)))
+    theirs, mine = log_files(ref_work, case, ref_ranks), log_files(our_work, case, our_ranks)
+    assert theirs == mine, (what, "log files", sorted(theirs), sorted(mine))
 
 
 def main():
