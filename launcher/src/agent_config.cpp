@@ -31,7 +31,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   } else {
     a.entrypoint = {choose_python(env).program, "-u"};
     a.python_workers = true;
-    if (c.module) a.entrypoint.push_back("-m");
+    if (c.module && !c.run_path) a.entrypoint.push_back("-m");  // --run-path runs a path
     a.entrypoint.push_back(c.training_script);
   }
   // torch.distributed.launch's argument, through torchrun's ${local_rank} macro.

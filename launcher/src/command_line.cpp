@@ -270,7 +270,7 @@ void read_worker_options(const OptionTexts& o, const agent::Environment& env, Di
   c.no_python = o.flag("no_python");
   c.run_path = o.flag("run_path");
   c.virtual_local_rank = o.flag("virtual_local_rank");
-  if (c.no_python && c.module) {
+  if (c.no_python && c.module && !c.run_path) {  // --run-path takes precedence, as torchrun's
     throw RefusedValue(
         "don't use both the '--no-python' flag and the '--module' flag at the same time");
   }

@@ -3,6 +3,7 @@
 // command lines through both).
 #include <catch2/catch.hpp>
 
+#include "agent_config.hpp"
 #include "launch_config.hpp"
 
 using namespace ddprun::launcher;
@@ -122,6 +123,19 @@ TEST_CASE("argparse: ddprun launch reads torch.distributed.launch's options the 
   CHECK(c.rdzv.nproc == 2);
   CHECK_THROWS_WITH(parse_command_line({"--use", "t.py"}, {}, Dialect::kDistributedLaunch),
                     "ambiguous option: --use could match --use-env, --use_env");
+}
+
+TEST_CASE("argparse: --run-path takes precedence over --no-python and -m, as in torchrun",
+          "[cli][argparse]") {
+  const auto c = parse({"--run-path", "--no-python", "-m", "t.py", "a"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  REQUIRE(a.entrypoint.size() == 4);
+  CHECK(a.entrypoint[1] == "-u");
+  CHECK(a.entrypoint[2] == "t.py");
+  CHECK(a.entrypoint[3] == "a");
+  CHECK(make_agent_config(parse({"-m", "pkg.main"}), {}, nullptr).entrypoint[2] == "-m");
+  CHECK(make_agent_config(parse({"--no-python", "./bin"}), {}, nullptr).entrypoint ==
+        std::vector<std::string>{"./bin"});
 }
 
 TEST_CASE("argparse: values torchrun refuses after parsing are RefusedValue (exit 1)",
