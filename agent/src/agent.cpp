@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -158,7 +160,9 @@ class NodeAgent {
                            events_, bindings_, io_,   containment_, nvml.get()};
     AgentOutcome outcome;
     bool finished = false;
-    asio::co_spawn(io_, run_job(parts), [&](std::exception_ptr e, AgentOutcome result) {
+    // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
+    // the master's store, a health check, a round's barrier): each such wait ends at once.
+    const auto on_end = [&](std::exception_ptr e, AgentOutcome result) {
       if (!e) {
         outcome = std::move(result);
       } else {
@@ -176,7 +180,8 @@ class NodeAgent {
       containment_.stop_listening();
       rdzv_->abandon();
       finished = true;
-    });
+    };
+    asio::co_spawn(io_, run_job(parts), asio::bind_cancellation_slot(stop_waits_.slot(), on_end));
     while (!finished) io_.run_one();
     events_.record("job_end", job_end_fields(outcome));
     metrics_server_.reset();  // its acceptor would keep the io_context busy below
@@ -218,7 +223,10 @@ class NodeAgent {
     } else if (group_.active()) {
       group_.stop(signo);
     } else {
-      rdzv_->abandon();  // waiting in the rendezvous (or its exit barrier): stop waiting now
+      // Waiting outside the workers' run (in the rendezvous, its exit barrier, for the master's
+      // store, on a health check): every such wait ends now.
+      rdzv_->abandon();
+      stop_waits_.emit(asio::cancellation_type::terminal);
     }
   }
 
@@ -237,6 +245,7 @@ class NodeAgent {
   std::unique_ptr<FileTimerServer> timers_;
   int signaled_ = 0;
   bool peer_stopped_ = false;
+  asio::cancellation_signal stop_waits_;  // bound to the job's coroutine
 };
 
 }  // namespace

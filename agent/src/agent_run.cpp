@@ -13,6 +13,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "bounded_command.hpp"
@@ -196,7 +197,8 @@ struct Run : AgentParts {
     } catch (...) {
       error = std::current_exception();
     }
-    if (error && signaled != 0) {  // the signal ended a wait in the rendezvous
+    if (error && signaled != 0) {  // the signal ended a wait (cancelled it, or left the rendezvous)
+      co_await asio::this_coro::reset_cancellation_state();  // what follows is the way out
       error = nullptr;
       out.run_log_dir = run_dir.string();
       out.state = AgentOutcome::State::kSignaled;

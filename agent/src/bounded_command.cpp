@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/agent/worker_process.hpp"
@@ -33,6 +34,8 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
     boost::asio::io_context& io, Containment& containment, const std::string& command,
     std::chrono::milliseconds timeout, const Environment& env, const std::string& log_file) {
   namespace asio = boost::asio;
+  // A cancelled wait (the agent is stopping) kills the command and reaps it before this throws.
+  co_await asio::this_coro::throw_if_cancelled(false);
   // No braced initializer lists in this coroutine (docs/design.md).
   SpawnSpec spec;
   spec.argv.push_back("/bin/sh");
@@ -55,6 +58,8 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
     done->wake.cancel();
   });
   co_await done->wake.async_wait(asio::as_tuple(asio::use_awaitable));
+  const bool cancelled =
+      (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none;
   const bool timed_out = !done->status;
   if (timed_out) {
     process->signal_group(SIGKILL);
@@ -63,6 +68,7 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
   }
   containment.ended(process->pid());
   process.reset();  // reaps it (killing what is left, if the kill has not been seen yet)
+  if (cancelled) throw boost::system::system_error(asio::error::operation_aborted);
   if (!timed_out && done->status->code == 0) co_return std::nullopt;
   const std::string said = last_line(log_file);
   std::string why;

@@ -252,7 +252,7 @@ def case_print_completion_completes_ddprun():
          'COMP_WORDS=(ddprun --numa-binding c); COMP_CWORD=2; _ddprun; echo "${COMPREPLY[@]}"\n'
          'complete -p ddprun', DDPRUN], capture_output=True, text=True, check=True)
     lines = bash.stdout.splitlines()
-    assert lines[0].split() == ["--nproc_per_node", "--nproc-per-node"], lines
+    assert lines[0].split() == ["--nproc-per-node", "--nproc_per_node"], lines  # torch's order
     assert lines[1] == "core-complex", lines
     assert "-F _ddprun ddprun" in lines[2], lines
     script = tempfile.mktemp()

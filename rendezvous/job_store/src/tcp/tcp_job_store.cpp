@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -14,6 +15,30 @@
 #include "ddprun/store/store_watch.hpp"
 
 namespace ddprun::rendezvous {
+namespace {
+
+// Awaits `connecting` (a connection to the store being made) on a signal of its own in `pending`,
+// which ends it at once with operation_aborted when emitted.
+template <class T>
+boost::asio::awaitable<T> cancellable(boost::asio::any_io_executor ex,
+                                      std::list<boost::asio::cancellation_signal>& pending,
+                                      boost::asio::awaitable<T> connecting) {
+  namespace asio = boost::asio;
+  pending.emplace_back();
+  const auto signal = std::prev(pending.end());
+  try {
+    T connected = co_await asio::co_spawn(
+        ex, std::move(connecting), asio::bind_cancellation_slot(signal->slot(), asio::use_awaitable));
+    pending.erase(signal);
+    co_return connected;
+  } catch (...) {
+    pending.erase(signal);
+    throw;
+  }
+}
+
+}  // namespace
+
 namespace asio = boost::asio;
 using Ms = std::chrono::milliseconds;
 
@@ -91,8 +116,10 @@ asio::awaitable<void> TcpJobStore::wait_for_wake(Clock::time_point deadline) {
 asio::awaitable<std::shared_ptr<store::AsyncStoreWatch>> TcpJobStore::open_watch(
     store::ClientOptions options, std::vector<std::string> keys, std::vector<std::string> prefixes,
     std::map<std::string, std::string>& now_there) {
-  std::shared_ptr<store::AsyncStoreWatch> watch = co_await store::AsyncStoreWatch::connect(
-      ex_, spec_.host, static_cast<uint16_t>(spec_.port), options);
+  auto connecting =
+      store::AsyncStoreWatch::connect(ex_, spec_.host, static_cast<uint16_t>(spec_.port), options);
+  std::shared_ptr<store::AsyncStoreWatch> watch =
+      co_await cancellable(ex_, connecting_, std::move(connecting));
   try {
     std::vector<std::pair<store::wire::WatchMode, std::string>> watches;
     for (const auto& key : keys) watches.emplace_back(store::wire::WatchMode::kKey, base_ + key);
@@ -141,7 +168,8 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_ke
   presence_value_ = value;
   presence_folder_ = presence_key.substr(0, presence_key.rfind('/') + 1);
   watched_ = std::move(watched);
-  presence_ = co_await store::AsyncStoreClient::connect(ex_, spec_.host, port, o);
+  auto connecting = store::AsyncStoreClient::connect(ex_, spec_.host, port, o);
+  presence_ = co_await cancellable(ex_, connecting_, std::move(connecting));
   check_open();
   server_ = co_await presence_->server_info();
   check_credential(server_);
@@ -261,8 +289,10 @@ asio::awaitable<void> TcpJobStore::ensure_client() {
   if (client_) co_return;
   store::ClientOptions o = client_options();
   o.timeout = spec_.join_timeout;
-  std::shared_ptr<store::AsyncStoreClient> client = co_await store::AsyncStoreClient::connect(
-      ex_, spec_.host, static_cast<uint16_t>(spec_.port), o);
+  auto connecting =
+      store::AsyncStoreClient::connect(ex_, spec_.host, static_cast<uint16_t>(spec_.port), o);
+  std::shared_ptr<store::AsyncStoreClient> client =
+      co_await cancellable(ex_, connecting_, std::move(connecting));
   if (!spec_.token) check_credential(co_await client->server_info());
   if (!broken_.empty()) client->close();  // left meanwhile
   check_open();
@@ -423,6 +453,7 @@ void TcpJobStore::lost(std::string why) {
   if (watch_) watch_->close();
   if (extra_watch_) extra_watch_->close();
   heartbeat_timer_.cancel();
+  for (auto& connecting : connecting_) connecting.emit(boost::asio::cancellation_type::terminal);
   wake();
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/job_store/job_store.hpp"
@@ -173,6 +175,9 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   std::unique_ptr<store::AsyncMutex> presence_turn_;  // and so does presence_ (heartbeats, claims)
   boost::asio::steady_timer heartbeat_timer_;
   std::vector<boost::asio::steady_timer*> sleepers_;  // wait_for_wake()s in progress
+  // One per connection being made to the store: lost() ends each at once (a connect retried until
+  // join_timeout to a store that is not there yet would otherwise outlive leave()).
+  std::list<boost::asio::cancellation_signal> connecting_;
   std::string broken_;                                // why the session ended, once it has
   bool joined_ = false;
   std::string presence_key_;

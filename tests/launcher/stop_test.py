@@ -1,0 +1,233 @@
+"""A stop ends every wait: an agent told to stop (SIGTERM, or its head node's control channel closing)
+while it waits outside its workers' run exits within --shutdown_timeout + 1 s, in every phase, for
+every backend, and leaves no process behind. join_timeout is 60 s, so a wait that ignored the stop
+would show as a minute.
+
+    stop_test.py DDPRUN BACKEND     (BACKEND: static, c10d or etcd)
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from proc_util import alive, free_port, listening_address, wait_for
+
+DDPRUN = None
+SHUTDOWN_TIMEOUT = 2
+LIMIT = SHUTDOWN_TIMEOUT + 1.0
+CONF = "join_timeout=60,last_call_timeout=1,heartbeat_timeout=3"
+
+
+class Agent:
+    """One ddprun agent; stopped by SIGTERM or, with `control`, by closing its head's channel."""
+
+    def __init__(self, args, control, folder):
+        self.events = os.path.join(folder, f"events-{len(os.listdir(folder))}.jsonl")
+        cmd = [DDPRUN, f"--shutdown_timeout={SHUTDOWN_TIMEOUT}", f"--event_log={self.events}",
+               *(["--head_control"] if control else []), *args]
+        self.control = control
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if control else subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def recorded(self, name, **fields):
+        try:
+            with open(self.events) as f:
+                for line in f:
+                    e = json.loads(line)
+                    if e.get("event") == name and all(e.get(k) == v for k, v in fields.items()):
+                        return True
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        return False
+
+    def stop(self):
+        """Stops the agent; returns how long it took to exit."""
+        start = time.monotonic()
+        if self.control:
+            self.proc.stdin.close()
+        else:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("the agent did not exit within 90 s of its stop")
+        return time.monotonic() - start
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def accepting(port):
+    try:
+        listening_address(port)
+        return True
+    except (IndexError, subprocess.CalledProcessError):
+        return False
+
+
+def check_stop(what, agent, control, leftovers=()):
+    took = agent.stop()
+    err = agent.proc.stderr.read()
+    how = "control channel closed" if control else "SIGTERM"
+    assert agent.proc.returncode == 128 + signal.SIGTERM, (what, how, agent.proc.returncode, err)
+    assert took < LIMIT, f"{what} ({how}): exited {took:.2f} s after the stop (limit {LIMIT} s)"
+    for pid in leftovers:
+        wait_for(lambda: not alive(pid), f"process {pid} of {what} to be gone", 5)
+    print(f"{what} ({how}): exited {took:.2f} s after the stop")
+
+
+def running(agent, what):
+    """wait_for's predicate `what`, failing at once with the agent's stderr if it exits."""
+    def check():
+        if agent.proc.poll() is not None:
+            raise AssertionError(f"the agent exited {agent.proc.returncode} before the phase: "
+                                 f"{agent.proc.stderr.read()}")
+        return what()
+    return check
+
+
+def health_check_phase(args, control, folder):
+    """The node's --health_check runs (a command that would take a minute)."""
+    pid_file = os.path.join(folder, "health.pid")
+    agent = Agent([f"--health_check=echo $$ > {pid_file}; exec sleep 60", *args], control, folder)
+    wait_for(running(agent, lambda: os.path.exists(pid_file) and open(pid_file).read().strip()),
+             "the health check to start", 30)
+    pid = int(open(pid_file).read())
+    try:
+        check_stop("a health check running", agent, control, leftovers=[pid])
+    finally:
+        agent.kill()
+
+
+def exit_barrier_phase(node_args, control, folder, job_wide_stop):
+    """The node whose rank 0 succeeded waits at the exit barrier for the other node's worker, which
+    holds until a file appears (or a minute passes). That node is stopped. With `job_wide_stop`
+    (static: a node's stop is the job's) the other one then stops with it; an elastic job's other
+    node goes on to re-form the job without it instead."""
+    release = os.path.join(folder, "release")
+    hold = ("import os,sys,time\n"
+            "if os.environ['RANK'] == '0': sys.exit(0)\n"
+            "t = time.monotonic() + 60\n"
+            f"while not os.path.exists({release!r}) and time.monotonic() < t: time.sleep(0.05)\n")
+    cmd = ["--no_python", sys.executable, "-c", hold]
+    agents = [Agent([*node_args(n), *cmd], control, folder) for n in (0, 1)]
+    try:
+        wait_for(lambda: any(a.recorded("worker_exited", rank=0) for a in agents),
+                 "rank 0 to succeed", 60)
+        waiting = next(a for a in agents if a.recorded("worker_exited", rank=0))
+        check_stop("waiting at the exit barrier", waiting, control)
+        if job_wide_stop:
+            other = next(a for a in agents if a is not waiting)
+            assert other.proc.wait(timeout=30) == 128 + signal.SIGTERM, other.proc.stderr.read()
+    finally:
+        open(release, "w").close()
+        for a in agents:
+            a.kill()
+
+
+def static_phases(control, folder):
+    def base(port):
+        return ["--nnodes=2", f"--master_port={port}", "--master_addr=127.0.0.1",
+                f"--rdzv_conf={CONF}"]
+    job = ["--no_python", "/bin/true"]
+    port = free_port()
+
+    agent = Agent([*base(port), "--node_rank=1", *job], control, folder)  # nobody serves it
+    try:
+        wait_for(running(agent, lambda: agent.recorded("agent_started")), "the agent to start", 30)
+        check_stop("node 1 waiting for its master's store", agent, control)
+    finally:
+        agent.kill()
+
+    port = free_port()
+    agent = Agent([*base(port), "--node_rank=0", *job], control, folder)
+    try:
+        wait_for(running(agent, lambda: accepting(port)), "node 0's store", 30)
+        check_stop("node 0 waiting for node 1 to join", agent, control)
+    finally:
+        agent.kill()
+
+    health_check_phase([*base(free_port()), "--node_rank=0", *job], control, folder)
+    port = free_port()
+    exit_barrier_phase(lambda n: [*base(port), f"--node_rank={n}"], control, folder, True)
+
+
+def c10d_phases(control, folder):
+    port = free_port()
+    base = ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+            "--rdzv_id=stop"]
+    job = ["--no_python", "/bin/true"]
+
+    # A client of a store that is not there (is_host=0: it never hosts it).
+    agent = Agent([*base, f"--rdzv_conf={CONF},is_host=0", *job], control, folder)
+    try:
+        wait_for(running(agent, lambda: agent.recorded("agent_started")), "the agent to start", 30)
+        check_stop("an agent waiting for the job's store", agent, control)
+    finally:
+        agent.kill()
+
+    agent = Agent([*base, f"--rdzv_conf={CONF}", *job], control, folder)
+    try:
+        wait_for(running(agent, lambda: accepting(port)), "the hosted store", 30)
+        check_stop("an agent waiting for a second node", agent, control)
+    finally:
+        agent.kill()
+
+    health_check_phase(["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+                        "--rdzv_id=health", f"--rdzv_conf={CONF}", *job], control, folder)
+    barrier_port = free_port()
+    exit_barrier_phase(
+        lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{barrier_port}",
+                   "--rdzv_id=barrier", f"--rdzv_conf={CONF}"], control, folder, False)
+
+
+def etcd_phases(control, folder):
+    from etcd_cluster import EtcdCluster, have_etcd
+    if not have_etcd():
+        print("etcd is not installed: skipped")
+        sys.exit(77)
+    job = ["--no_python", "/bin/true"]
+    nobody = free_port()
+    agent = Agent(["--nnodes=2", "--rdzv_backend=etcd-v3", f"--rdzv_endpoint=127.0.0.1:{nobody}",
+                   "--rdzv_id=stop", f"--rdzv_conf={CONF}", *job], control, folder)
+    try:
+        wait_for(running(agent, lambda: agent.recorded("agent_started")), "the agent to start", 30)
+        check_stop("an agent waiting for etcd", agent, control)
+    finally:
+        agent.kill()
+    with EtcdCluster(members=1) as cluster:
+        endpoint = f"127.0.0.1:{cluster.client[0]}"
+        base = ["--nnodes=2", "--rdzv_backend=etcd-v3", f"--rdzv_endpoint={endpoint}",
+                f"--rdzv_conf={CONF}"]
+        agent = Agent([*base, "--rdzv_id=wait", *job], control, folder)
+        try:
+            wait_for(running(agent, lambda: cluster_has_node(cluster, "wait")), "the agent to join",
+                     30)
+            check_stop("an agent waiting for a second node", agent, control)
+        finally:
+            agent.kill()
+        health_check_phase([*base, "--rdzv_id=health", *job], control, folder)
+        exit_barrier_phase(lambda n: [*base, "--rdzv_id=barrier"], control, folder, False)
+
+
+def cluster_has_node(cluster, run_id):
+    keys = cluster.etcdctl("get", "--prefix", "--keys-only", f"/ddprun/{run_id}/").stdout
+    return "nodes" in keys
+
+
+def main():
+    global DDPRUN
+    DDPRUN = os.path.abspath(sys.argv[1])
+    phases = {"static": static_phases, "c10d": c10d_phases, "etcd": etcd_phases}[sys.argv[2]]
+    for control in (False, True):
+        phases(control, tempfile.mkdtemp())
+    print(f"{sys.argv[2]}: every wait ended by SIGTERM and by the control channel closing: passed")
+
+
+if __name__ == "__main__":
+    main()
