@@ -15,6 +15,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "agent_metrics.hpp"
 #include "agent_run.hpp"
@@ -39,6 +40,10 @@ namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 namespace {
+
+// How long a stopping agent that waits outside its workers' run gives its peers' store to take
+// the news of the stop before it leaves.
+constexpr auto kAnnounceLimit = std::chrono::seconds(1);
 
 std::string make_temp_dir(const std::string& templ) {
   std::string buf = templ;
@@ -215,19 +220,34 @@ class NodeAgent {
   // A signal to this agent, or one the head node passed on.
   void on_signal(int signo) {
     events_.record("signal", {{"signal", signal_name(signo)}});
-    if (signaled_ == 0) asio::co_spawn(io_, rdzv_->announce_stop(signo), asio::detached);
-    signaled_ = signo;
+    const bool first = std::exchange(signaled_, signo) == 0;
     if (std::exchange(peer_stopped_, false) && group_.active()) {
       // The workers are already stopping with the job's signal, which a peer passed on first:
       // this one is the same stop arriving here, not a second request to kill at once.
     } else if (group_.active()) {
+      if (first) asio::co_spawn(io_, rdzv_->announce_stop(signo), asio::detached);
       group_.stop(signo);
+    } else if (first) {
+      stop_waiting_after_announcing(signo);
     } else {
-      // Waiting outside the workers' run (in the rendezvous, its exit barrier, for the master's
-      // store, on a health check): every such wait ends now.
-      rdzv_->abandon();
-      stop_waits_.emit(asio::cancellation_type::terminal);
+      stop_waiting();
     }
+  }
+
+  // Waiting outside the workers' run (in the rendezvous, its exit barrier, for the master's
+  // store, on a health check): the peers are told of the stop first (at most kAnnounceLimit; node
+  // 0's store goes with its agent), then every wait ends.
+  void stop_waiting_after_announcing(int signo) {
+    auto limit = std::make_shared<asio::steady_timer>(io_, kAnnounceLimit);
+    limit->async_wait([this, limit](boost::system::error_code) { stop_waiting(); });
+    asio::co_spawn(io_, rdzv_->announce_stop(signo),
+                   [limit](std::exception_ptr) { limit->cancel(); });
+  }
+
+  void stop_waiting() {
+    if (std::exchange(stopped_waiting_, true)) return;
+    rdzv_->abandon();
+    stop_waits_.emit(asio::cancellation_type::terminal);
   }
 
   const AgentConfig& cfg_;
@@ -246,6 +266,7 @@ class NodeAgent {
   int signaled_ = 0;
   bool peer_stopped_ = false;
   asio::cancellation_signal stop_waits_;  // bound to the job's coroutine
+  bool stopped_waiting_ = false;
 };
 
 }  // namespace

@@ -79,11 +79,15 @@ def case_unreachable_hosts_are_reported_together():
     with SshHosts(2, without_sshd=2) as hosts:
         run_dir = tempfile.mkdtemp()
         start = time.monotonic()
-        p = run_head(hosts, ["-H", ",".join(hosts.addrs), "--no_python", "/usr/bin/touch",
-                             os.path.join(run_dir, "ran")])
+        run_id = "unreachable" + TAG
+        p = run_head(hosts, ["-H", ",".join(hosts.addrs), f"--rdzv_id={run_id}", "--no_python",
+                             "/usr/bin/touch", os.path.join(run_dir, "ran")])
         out, err = p.communicate(timeout=60)
         took = time.monotonic() - start
         assert p.returncode == 3, (p.returncode, err)
+        # The agents it started on the reachable hosts stop with it (their control channel
+        # closed), whatever they were waiting for.
+        wait_for(lambda: not agents_of(run_id), "no agent left on the reachable hosts", 10)
         assert "2 of 4 hosts cannot be used" in err, err
         for addr in hosts.addrs[2:]:
             assert f"{addr}: ssh: connect to host {addr} port 22: Connection refused" in err, err

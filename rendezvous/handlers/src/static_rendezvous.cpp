@@ -163,6 +163,7 @@ asio::awaitable<std::optional<WorkerStoreAddress>> StaticRendezvous::worker_stor
 }
 
 asio::awaitable<void> StaticRendezvous::announce_stop(int signo) {
+  if (!member()) co_return;  // nobody to tell: the others never counted this node
   try {
     co_await store().compare_set(std::string(keys::kStopped), "",
                                  fmt::format("{} {}", config_.node_rank, signo));

@@ -27,8 +27,9 @@ boost::asio::awaitable<T> cancellable(boost::asio::any_io_executor ex,
   pending.emplace_back();
   const auto signal = std::prev(pending.end());
   try {
-    T connected = co_await asio::co_spawn(
-        ex, std::move(connecting), asio::bind_cancellation_slot(signal->slot(), asio::use_awaitable));
+    T connected =
+        co_await asio::co_spawn(ex, std::move(connecting),
+                                asio::bind_cancellation_slot(signal->slot(), asio::use_awaitable));
     pending.erase(signal);
     co_return connected;
   } catch (...) {

@@ -56,6 +56,8 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   void notify();
   // Whether this agent's presence key exists now.
   bool present() const { return present_; }
+  // Whether open() has made this agent a member of the job, and it has not left since.
+  bool member() const { return opened_ && !left_; }
   // Whether this agent's presence key was deleted since clear_expelled(): the store dropped it
   // (paused, cut off) and its peers went on without it, even if the key is back by now (the
   // backend rejoins on its own). Its workers of the round it was in are stale.

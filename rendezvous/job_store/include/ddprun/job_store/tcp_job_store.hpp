@@ -178,7 +178,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // One per connection being made to the store: lost() ends each at once (a connect retried until
   // join_timeout to a store that is not there yet would otherwise outlive leave()).
   std::list<boost::asio::cancellation_signal> connecting_;
-  std::string broken_;                                // why the session ended, once it has
+  std::string broken_;  // why the session ended, once it has
   bool joined_ = false;
   std::string presence_key_;
   std::string presence_value_;
