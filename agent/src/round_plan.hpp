@@ -8,7 +8,7 @@
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
-#include "worker_group.hpp"
+#include "worker_launch.hpp"
 
 namespace ddprun::agent {
 

@@ -56,7 +56,9 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds 
       state_timer_(io) {}
 
 WorkerGroup::~WorkerGroup() {
-  for (auto& p : pumps_) p->finish();
+  if (attempt_) {
+    for (auto& p : attempt_->pumps) p->finish();
+  }
 }
 
 void WorkerGroup::wake() {
@@ -78,38 +80,23 @@ void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) 
 }
 
 boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
-  launches_ = std::move(launches);
-  workers_.clear();
-  pumps_.clear();
-  failures_.clear();
-  stopped_by_us_.assign(launches_.size(), false);
-  ended_because_.assign(launches_.size(), {});
-  d_since_.assign(launches_.size(), std::nullopt);
-  unhealthy_.clear();
-  hang_declared_ = stacks_wanted_ = false;
-  ++attempt_;
-  clocks_.clear();
-  heartbeats_.clear();
-  heard_beat_.assign(launches_.size(), false);
-  err_pumps_.assign(launches_.size(), nullptr);
+  attempt_ = std::make_unique<Attempt>();
+  attempt_->number = ++attempts_;
+  for (WorkerLaunch& l : launches) attempt_->workers.emplace_back(std::move(l));
   if (hang_policy_.mode != HangPolicy::Mode::kOff) {
-    for (size_t i = 0; i < launches_.size(); ++i) {
-      clocks_.emplace_back(hang_policy_, std::chrono::steady_clock::now());
-      heartbeats_.push_back(std::make_unique<HeartbeatFile>(
-          heartbeat_dir_ + "/heartbeat." + std::to_string(launches_[i].id.local_rank)));
-      launches_[i].spawn.env["DDPRUN_HEARTBEAT_FILE"] = heartbeats_.back()->path();
-      launches_[i].spawn.debuggable = !python_stacks_ && !gdb_.empty();
+    for (RunningWorker& w : attempt_->workers) {
+      w.clock.emplace(hang_policy_, std::chrono::steady_clock::now());
+      w.heartbeat = std::make_unique<HeartbeatFile>(heartbeat_dir_ + "/heartbeat." +
+                                                    std::to_string(w.launch.id.local_rank));
+      w.launch.spawn.env["DDPRUN_HEARTBEAT_FILE"] = w.heartbeat->path();
+      w.launch.spawn.debuggable = !python_stacks_ && !gdb_.empty();
     }
   }
-  for (WorkerLaunch& l : launches_) add_watch_variables(l.spawn.env);
-  if (warm_ != nullptr && !launches_.empty()) {
-    warm_->prepare(shared_part(launches_.front().spawn.env));
+  for (RunningWorker& w : attempt_->workers) add_watch_variables(w.launch.spawn.env);
+  if (warm_ != nullptr && !attempt_->workers.empty()) {
+    warm_->prepare(shared_part(attempt_->workers.front().launch.spawn.env));
     co_await warm_->ready(kWarmReadyLimit);
   }
-  running_ = open_pumps_ = 0;
-  stopping_ = sigkill_sent_ = false;
-  stop_signal_ = 0;
-  interrupted_ = false;
   if (std::exchange(interrupt_pending_, false)) {
     GroupResult result;
     result.state = GroupResult::State::kInterrupted;
@@ -117,60 +104,16 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   active_ = true;
 
-  for (size_t i = 0; i < launches_.size(); ++i) {
-    const WorkerLaunch& l = launches_[i];
-    try {
-      workers_.push_back(
-          std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup(), warm_));
-    } catch (const std::system_error& e) {
-      // The machine refused a process: stop what started and report it like a failed worker.
-      spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
-      WorkerFailure f;
-      f.local_rank = l.id.local_rank;
-      f.rank = l.id.rank;
-      f.exitcode = 127;
-      f.time = std::chrono::system_clock::now();
-      f.error = ErrorRecord{e.what(), {}, {}, {}};
-      failures_.push_back(std::move(f));
-      begin_stopping(SIGTERM);
-      break;
-    }
-    ++running_;
-    WorkerProcess& w = *workers_.back();
-    containment_.started(w.pid(), w.cgroup_path());
-    for (auto [fd, target] : {std::pair{w.take_stdout_pipe(), &l.tee_out},
-                              std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
-      if (fd < 0) continue;
-      auto pump =
-          std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
-                                    target->raw ? std::string() : l.prefix, target->duplicate);
-      if (!clocks_.empty()) {
-        pump->set_on_output([this, i] {
-          // A worker's output is progress until it sends heartbeats (then those alone are).
-          if (i < clocks_.size() && !heard_beat_[i]) {
-            clocks_[i].progress(std::chrono::steady_clock::now());
-          }
-        });
-      }
-      if (target == &l.tee_err && python_stacks_ && !clocks_.empty()) {
-        pump->keep_tail(kStackTail);
-        err_pumps_[i] = pump;
-      }
-      ++open_pumps_;
-      pump->start([this] {
-        --open_pumps_;
-        wake();
-      });
-      pumps_.push_back(std::move(pump));
-    }
-    w.watch_exit([this, i](const ExitStatus& s) { on_exit(i, s); });
+  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
+    if (!start_worker(i)) break;
   }
   if (event_log_ != nullptr) {
     nlohmann::json started = nlohmann::json::array();
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      started.push_back({{"local_rank", launches_[i].id.local_rank},
-                         {"rank", launches_[i].id.rank},
-                         {"pid", workers_[i]->pid()}});
+    for (const RunningWorker& w : attempt_->workers) {
+      if (!w.process) continue;
+      started.push_back({{"local_rank", w.launch.id.local_rank},
+                         {"rank", w.launch.id.rank},
+                         {"pid", w.process->pid()}});
     }
     event_log_->record("workers_started", {{"workers", std::move(started)}});
   }
@@ -178,13 +121,13 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   if (monitored()) watch_states();
   boost::asio::steady_timer drain(io_);
   bool draining = false;
-  while (running_ > 0 || open_pumps_ > 0) {
-    if (running_ == 0 && !draining) {
+  while (attempt_->running > 0 || attempt_->open_pumps > 0) {
+    if (attempt_->running == 0 && !draining) {
       draining = true;
       drain.expires_after(kPumpDrain);
       drain.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
-        for (auto& p : pumps_) p->finish();
+        for (auto& p : attempt_->pumps) p->finish();
       });
     }
     if (!woken_) {
@@ -202,39 +145,106 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   co_return conclude();
 }
 
+bool WorkerGroup::start_worker(size_t i) {
+  Attempt& a = *attempt_;
+  RunningWorker& rw = a.workers[i];
+  const WorkerLaunch& l = rw.launch;
+  try {
+    rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup(), warm_);
+  } catch (const std::system_error& e) {
+    // The machine refused a process: stop what started and report it like a failed worker.
+    spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
+    WorkerFailure f;
+    f.local_rank = l.id.local_rank;
+    f.rank = l.id.rank;
+    f.exitcode = 127;
+    f.time = std::chrono::system_clock::now();
+    f.error = ErrorRecord{e.what(), {}, {}, {}};
+    a.failures.push_back(std::move(f));
+    begin_stopping(SIGTERM);
+    return false;
+  }
+  ++a.running;
+  WorkerProcess& w = *rw.process;
+  containment_.started(w.pid(), w.cgroup_path());
+  const uint64_t number = a.number;
+  for (auto [fd, target] :
+       {std::pair{w.take_stdout_pipe(), &l.tee_out}, std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
+    if (fd < 0) continue;
+    auto pump =
+        std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
+                                  target->raw ? std::string() : l.prefix, target->duplicate);
+    if (rw.clock) {
+      pump->set_on_output([this, number, i] {
+        // A worker's output is progress until it sends heartbeats (then those alone are).
+        RunningWorker* worker = worker_of(number, i);
+        if (worker != nullptr && !worker->heard_beat) {
+          worker->clock->progress(std::chrono::steady_clock::now());
+        }
+      });
+    }
+    if (target == &l.tee_err && python_stacks_ && rw.clock) {
+      pump->keep_tail(kStackTail);
+      rw.err_pump = pump;
+    }
+    ++a.open_pumps;
+    pump->start([this, number] {
+      if (attempt_ && attempt_->number == number) --attempt_->open_pumps;
+      wake();
+    });
+    a.pumps.push_back(std::move(pump));
+  }
+  w.watch_exit([this, i](const ExitStatus& s) { on_exit(i, s); });
+  return true;
+}
+
+RunningWorker* WorkerGroup::worker_of(uint64_t attempt, size_t i) {
+  if (!attempt_ || attempt_->number != attempt || i >= attempt_->workers.size()) return nullptr;
+  return &attempt_->workers[i];
+}
+
 GroupResult WorkerGroup::conclude() {
+  Attempt& a = *attempt_;
   GroupResult result;
-  result.failures = std::move(failures_);
-  result.stop_signal = stop_signal_;
-  result.unhealthy = unhealthy_;
-  result.hang = hang_declared_;
-  for (const auto& w : workers_) result.pids.push_back(w->pid());
-  if (stacks_wanted_) collect_stacks(result);
-  if (stop_signal_ != 0) {
+  result.failures = std::move(a.failures);
+  result.stop_signal = a.stop_signal;
+  result.unhealthy = a.unhealthy;
+  result.hang = a.hang_declared;
+  for (const RunningWorker& w : a.workers) {
+    if (w.process) result.pids.push_back(w.process->pid());
+  }
+  if (a.stacks_wanted) collect_stacks(result);
+  if (a.stop_signal != 0) {
     result.state = GroupResult::State::kStopped;
-  } else if (!unhealthy_.empty()) {
+  } else if (!a.unhealthy.empty()) {
     result.state = GroupResult::State::kUnhealthy;
   } else if (!result.failures.empty()) {
     result.state = GroupResult::State::kFailed;
-  } else if (interrupted_) {
+  } else if (a.interrupted) {
     result.state = GroupResult::State::kInterrupted;
   }
-  workers_.clear();
-  pumps_.clear();
+  // The processes and pumps go now; what a late callback may look at stays until the next run().
+  for (RunningWorker& w : a.workers) {
+    w.process.reset();
+    w.err_pump.reset();
+  }
+  a.pumps.clear();
   return result;
 }
 
 void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
-  --running_;
-  const WorkerLaunch& l = launches_[index];
-  const WorkerProcess& w = *workers_[index];
+  Attempt& a = *attempt_;
+  --a.running;
+  const RunningWorker& rw = a.workers[index];
+  const WorkerLaunch& l = rw.launch;
+  const WorkerProcess& w = *rw.process;
   containment_.ended(w.pid());
-  const bool ended_by_us = !ended_because_[index].empty();
+  const bool ended_by_us = !rw.ended_because.empty();
   if (event_log_ != nullptr) {
     nlohmann::json exited = {{"local_rank", l.id.local_rank},
                              {"rank", l.id.rank},
                              {"pid", w.pid()},
-                             {"stopped_by_ddprun", static_cast<bool>(stopped_by_us_[index])}};
+                             {"stopped_by_ddprun", rw.stopped_by_us}};
     if (status.code >= 0) {
       exited["exitcode"] = status.code;
     } else {
@@ -242,20 +252,20 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
       exited["oom_killed"] = status.oom_killed;
       // A SIGKILL ddprun did not send usually comes from the kernel's OOM killer.
       exited["oom_hint"] =
-          status.oom_killed || (-status.code == SIGKILL && !sigkill_sent_ && !ended_by_us);
+          status.oom_killed || (-status.code == SIGKILL && !a.sigkill_sent && !ended_by_us);
     }
     event_log_->record("worker_exited", std::move(exited));
   }
-  if (ended_by_us || (status.code != 0 && !stopped_by_us_[index])) {
+  if (ended_by_us || (status.code != 0 && !rw.stopped_by_us)) {
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
     f.rank = l.id.rank;
     f.pid = w.pid();
     f.exitcode = status.code;
     f.time = status.time;
-    f.sigkill_sent_by_ddprun = sigkill_sent_ || ended_by_us;
+    f.sigkill_sent_by_ddprun = a.sigkill_sent || ended_by_us;
     f.oom_killed = status.oom_killed;
-    f.ended_because = ended_because_[index];
+    f.ended_because = rw.ended_because;
     if (!w.exec_error().empty()) {
       f.error = ErrorRecord{w.exec_error(), {}, {}, {}};
     } else if ((f.error = read_error_file(l.error_file))) {
@@ -263,15 +273,17 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
     }
     spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank,
                  f.rank, f.pid, f.exitcode);
-    failures_.push_back(std::move(f));
-    if (!stopping_) begin_stopping(SIGTERM);
+    a.failures.push_back(std::move(f));
+    if (!a.stopping) begin_stopping(SIGTERM);
   }
   wake();
 }
 
 std::optional<size_t> WorkerGroup::running_worker(int pid) const {
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (workers_[i]->running() && workers_[i]->pid() == pid) return i;
+  if (!attempt_) return std::nullopt;
+  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
+    const RunningWorker& w = attempt_->workers[i];
+    if (w.running() && w.process->pid() == pid) return i;
   }
   return std::nullopt;
 }
@@ -280,14 +292,14 @@ bool WorkerGroup::runs(int pid) const { return running_worker(pid).has_value(); 
 
 void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
   if (const std::optional<size_t> found = running_worker(timer.pid)) {
-    const size_t i = *found;
-    ended_because_[i] = fmt::format(
+    RunningWorker& w = attempt_->workers[*found];
+    w.ended_because = fmt::format(
         "torch expiration timer '{}' ran out: the worker was still inside it {:.3f} s past its "
         "deadline, and ddprun sent it {}",
         timer.scope, timer.overstay.count() / 1000.0, signal_name(timer.signal));
     if (event_log_ != nullptr) {
-      event_log_->record("timer_expired", {{"local_rank", launches_[i].id.local_rank},
-                                           {"rank", launches_[i].id.rank},
+      event_log_->record("timer_expired", {{"local_rank", w.launch.id.local_rank},
+                                           {"rank", w.launch.id.rank},
                                            {"pid", timer.pid},
                                            {"scope", timer.scope},
                                            {"overstay_s", timer.overstay.count() / 1000.0},
@@ -298,11 +310,11 @@ void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
 }
 
 void WorkerGroup::begin_stopping(int signo) {
-  stopping_ = true;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!workers_[i]->running()) continue;
-    stopped_by_us_[i] = true;
-    workers_[i]->signal_group(signo);
+  attempt_->stopping = true;
+  for (RunningWorker& w : attempt_->workers) {
+    if (!w.running()) continue;
+    w.stopped_by_us = true;
+    w.process->signal_group(signo);
   }
   kill_timer_.expires_after(shutdown_timeout_);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
@@ -311,12 +323,12 @@ void WorkerGroup::begin_stopping(int signo) {
 }
 
 void WorkerGroup::kill_survivors() {
-  sigkill_sent_ = true;
-  for (auto& w : workers_) {
-    if (!w->running()) continue;
+  attempt_->sigkill_sent = true;
+  for (RunningWorker& w : attempt_->workers) {
+    if (!w.running()) continue;
     spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL",
-                 w->pid());
-    w->signal_group(SIGKILL);
+                 w.process->pid());
+    w.process->signal_group(SIGKILL);
   }
   kill_timer_.expires_after(kKillGrace);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
@@ -325,9 +337,9 @@ void WorkerGroup::kill_survivors() {
 }
 
 void WorkerGroup::abandon_survivors() {
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    WorkerProcess& w = *workers_[i];
-    if (!w.running()) continue;
+  for (RunningWorker& rw : attempt_->workers) {
+    if (!rw.running()) continue;
+    WorkerProcess& w = *rw.process;
     const char state = read_proc_state(w.pid()).value_or('?');
     spdlog::error(
         "worker pid {} survived SIGKILL for {} s (state {}, kernel wait channel {}): ddprun "
@@ -335,7 +347,7 @@ void WorkerGroup::abandon_survivors() {
         w.pid(), std::chrono::duration_cast<std::chrono::seconds>(kKillGrace).count(), state,
         read_wchan(w.pid()));
     w.abandon();
-    --running_;
+    --attempt_->running;
   }
   wake();
 }
@@ -346,7 +358,7 @@ void WorkerGroup::watch_states() {
     if (ec || !active_) return;
     check_states();
     check_hangs();
-    if (unhealthy_.empty() && !hang_declared_) watch_states();
+    if (attempt_->unhealthy.empty() && !attempt_->hang_declared) watch_states();
   });
 }
 
@@ -356,48 +368,53 @@ bool WorkerGroup::monitored() const {
 
 void WorkerGroup::progress_of(int pid) {
   const std::optional<size_t> i = running_worker(pid);
-  if (i && *i < clocks_.size()) clocks_[*i].progress(std::chrono::steady_clock::now());
+  if (!i) return;
+  RunningWorker& w = attempt_->workers[*i];
+  if (w.clock) w.clock->progress(std::chrono::steady_clock::now());
 }
 
 void WorkerGroup::check_hangs() {
-  if (clocks_.empty() || stopping_ || hang_declared_) return;
+  Attempt& a = *attempt_;
+  if (hang_policy_.mode == HangPolicy::Mode::kOff || a.stopping || a.hang_declared) return;
   const auto now = std::chrono::steady_clock::now();
-  std::vector<size_t> hung;
-  for (size_t i = 0; i < workers_.size() && i < clocks_.size(); ++i) {
-    if (!workers_[i]->running()) continue;
-    if (heartbeats_[i]->beat()) {
-      heard_beat_[i] = true;
-      clocks_[i].progress(now);
+  std::vector<RunningWorker*> hung;
+  for (RunningWorker& w : a.workers) {
+    if (!w.running() || !w.clock) continue;
+    if (w.heartbeat->beat()) {
+      w.heard_beat = true;
+      w.clock->progress(now);
     }
-    if (const auto waited = read_cpu_wait(workers_[i]->pid())) clocks_[i].cpu_wait(*waited);
-    if (clocks_[i].hung(now)) hung.push_back(i);
+    if (const auto waited = read_cpu_wait(w.process->pid())) w.clock->cpu_wait(*waited);
+    if (w.clock->hung(now)) hung.push_back(&w);
   }
   if (hung.empty()) return;
-  hang_declared_ = true;
+  a.hang_declared = true;
   nlohmann::json ranks = nlohmann::json::array();
-  for (size_t i : hung) {
-    const double silent = clocks_[i].silent(now).count() / 1000.0;
-    const double timeout = clocks_[i].timeout().count() / 1000.0;
-    const double waited = clocks_[i].waited_for_cpu().count() / 1000.0;
-    ended_because_[i] = fmt::format(
+  for (RunningWorker* w : hung) {
+    const ProgressClock& clock = *w->clock;
+    const double silent = clock.silent(now).count() / 1000.0;
+    const double timeout = clock.timeout().count() / 1000.0;
+    const double waited = clock.waited_for_cpu().count() / 1000.0;
+    w->ended_because = fmt::format(
         "hung: no progress for {:.1f} s{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
         "torch timer{})",
         silent,
         waited >= 0.1 ? fmt::format(", not counting {:.1f} s waiting for a CPU", waited) : "",
         hang_policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
-        heard_beat_[i] ? "" : " or a line of output");
-    const WorkerIdentity& id = launches_[i].id;
+        w->heard_beat ? "" : " or a line of output");
+    const WorkerIdentity& id = w->launch.id;
+    const int pid = w->process->pid();
     spdlog::error("worker local_rank {} (rank {}, pid {}) is hung: no progress for {:.1f} s",
-                  id.local_rank, id.rank, workers_[i]->pid(), silent);
+                  id.local_rank, id.rank, pid, silent);
     ranks.push_back({{"local_rank", id.local_rank},
                      {"rank", id.rank},
-                     {"pid", workers_[i]->pid()},
+                     {"pid", pid},
                      {"silent_s", silent},
                      {"waited_for_cpu_s", waited},
                      {"timeout_s", timeout}});
   }
   if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
-  stacks_wanted_ = captures_stacks();
+  a.stacks_wanted = captures_stacks();
   if (!hang_coordinator_.announce) {
     dump_stacks_then_stop();
     return;
@@ -410,8 +427,8 @@ void WorkerGroup::check_hangs() {
 std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
                                                    std::chrono::milliseconds limit) {
   auto done = std::make_shared<bool>(false);
-  auto go = [this, done, step = std::move(step), attempt = attempt_] {
-    if (std::exchange(*done, true) || attempt != attempt_ || !active_) return;
+  auto go = [this, done, step = std::move(step), attempt = attempt_->number] {
+    if (std::exchange(*done, true) || attempt != attempts_ || !active_) return;
     step();
   };
   kill_timer_.expires_after(limit);
@@ -422,8 +439,8 @@ std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
 }
 
 void WorkerGroup::freeze() {
-  for (const auto& w : workers_) {
-    if (w->running()) ::kill(w->pid(), SIGSTOP);
+  for (const RunningWorker& w : attempt_->workers) {
+    if (w.running()) ::kill(w.process->pid(), SIGSTOP);
   }
 }
 
@@ -432,36 +449,36 @@ void WorkerGroup::freeze_then_dump() {
     dump_stacks_then_stop();
     return;
   }
-  stopping_ = true;
+  attempt_->stopping = true;
   freeze();
   hang_coordinator_.frozen(once_in_attempt([this] { dump_stacks_then_stop(); }, kFreezeLimit));
 }
 
 void WorkerGroup::interrupt_for_stacks() {
-  if (!active_ || stopping_ || !captures_stacks()) {
+  if (!active_ || attempt_->stopping || !captures_stacks()) {
     interrupt();
     return;
   }
-  interrupted_ = true;
-  stacks_wanted_ = true;
+  attempt_->interrupted = true;
+  attempt_->stacks_wanted = true;
   freeze_then_dump();
 }
 
 void WorkerGroup::dump_stacks_then_stop() {
-  if (!stacks_wanted_) {
+  if (!attempt_->stacks_wanted) {
     begin_stopping(SIGTERM);
     return;
   }
-  stopping_ = true;
+  attempt_->stopping = true;
   if (!python_stacks_) {
-    boost::asio::co_spawn(io_, read_native_stacks(attempt_), boost::asio::detached);
+    boost::asio::co_spawn(io_, read_native_stacks(attempt_->number), boost::asio::detached);
     return;
   }
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!workers_[i]->running()) continue;
-    stopped_by_us_[i] = true;
-    ::kill(workers_[i]->pid(), SIGABRT);
-    ::kill(workers_[i]->pid(), SIGCONT);  // frozen: the pending SIGABRT comes first
+  for (RunningWorker& w : attempt_->workers) {
+    if (!w.running()) continue;
+    w.stopped_by_us = true;
+    ::kill(w.process->pid(), SIGABRT);
+    ::kill(w.process->pid(), SIGCONT);  // frozen: the pending SIGABRT comes first
   }
   kill_timer_.expires_after(kStackDumpLimit);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
@@ -471,7 +488,6 @@ void WorkerGroup::dump_stacks_then_stop() {
 
 boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
   namespace asio = boost::asio;
-  native_dumps_.assign(workers_.size(), "");
   // One gdb per worker, all at once, each bounded; the stop comes once every one has ended.
   struct Pending {
     explicit Pending(asio::io_context& io) : done(io) {}
@@ -480,22 +496,23 @@ boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
   };
   auto pending = std::make_shared<Pending>(io_);
   pending->done.expires_at(asio::steady_timer::time_point::max());
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!workers_[i]->running()) continue;
+  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
+    const RunningWorker& w = attempt_->workers[i];
+    if (!w.running()) continue;
     ++pending->left;
-    const int pid = workers_[i]->pid();
+    const int pid = w.process->pid();
     const std::string file = fmt::format("{}/stacks.{}", heartbeat_dir_, i);
     const std::string command = fmt::format(
         "exec '{}' -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all bt'", gdb_,
         pid);
     asio::co_spawn(
         io_,
-        [this, i, file, command, pending, env = launches_[i].spawn.env,
+        [this, i, file, command, pending, env = w.launch.spawn.env,
          attempt]() -> asio::awaitable<void> {
           co_await run_bounded_command(io_, containment_, command, kNativeStackLimit, env, file);
-          if (attempt == attempt_ && i < native_dumps_.size()) {
+          if (RunningWorker* worker = worker_of(attempt, i)) {
             std::ifstream in(file);
-            native_dumps_[i].assign(std::istreambuf_iterator<char>(in), {});
+            worker->native_dump.assign(std::istreambuf_iterator<char>(in), {});
           }
           std::error_code gone;
           std::filesystem::remove(file, gone);
@@ -506,49 +523,47 @@ boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
   if (pending->left > 0) {
     co_await pending->done.async_wait(asio::as_tuple(asio::use_awaitable));
   }
-  if (attempt == attempt_ && active_) begin_stopping(SIGTERM);
+  if (attempt == attempts_ && active_) begin_stopping(SIGTERM);
 }
 
-std::optional<WorkerStack> WorkerGroup::stack_of(size_t i) const {
-  if (python_stacks_) {
-    return err_pumps_[i] ? last_python_stack(err_pumps_[i]->tail()) : std::nullopt;
-  }
-  if (i >= native_dumps_.size() || i >= workers_.size()) return std::nullopt;
-  return gdb_stack(native_dumps_[i], workers_[i]->pid());
+std::optional<WorkerStack> WorkerGroup::stack_of(const RunningWorker& w) const {
+  if (python_stacks_) return w.err_pump ? last_python_stack(w.err_pump->tail()) : std::nullopt;
+  if (w.native_dump.empty() || !w.process) return std::nullopt;
+  return gdb_stack(w.native_dump, w.process->pid());
 }
 
 void WorkerGroup::collect_stacks(GroupResult& result) {
-  for (size_t i = 0; i < launches_.size() && i < err_pumps_.size(); ++i) {
-    const int rank = launches_[i].id.rank;
-    const std::optional<WorkerStack> stack = stack_of(i);
+  for (const RunningWorker& w : attempt_->workers) {
+    const int rank = w.launch.id.rank;
+    const std::optional<WorkerStack> stack = stack_of(w);
     result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
-    result.stacks +=
-        fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank, launches_[i].id.local_rank,
-                    stack ? stack->text : result.frames[rank]);
+    result.stacks += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
+                                 w.launch.id.local_rank, stack ? stack->text : result.frames[rank]);
   }
 }
 
 void WorkerGroup::check_states() {
   if (d_timeout_.count() == 0) return;
   const auto now = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const WorkerProcess& w = *workers_[i];
-    if (!w.running() || read_proc_state(w.pid()) != 'D') {
-      d_since_[i].reset();
+  Attempt& a = *attempt_;
+  for (RunningWorker& rw : a.workers) {
+    if (!rw.running() || read_proc_state(rw.process->pid()) != 'D') {
+      rw.d_since.reset();
       continue;
     }
-    if (!d_since_[i]) d_since_[i] = now;
-    const auto stuck = now - *d_since_[i];
+    if (!rw.d_since) rw.d_since = now;
+    const auto stuck = now - *rw.d_since;
     if (stuck < d_timeout_) continue;
-    const WorkerIdentity& id = launches_[i].id;
+    const WorkerProcess& w = *rw.process;
+    const WorkerIdentity& id = rw.launch.id;
     const std::string wchan = read_wchan(w.pid());
-    unhealthy_ = fmt::format(
+    a.unhealthy = fmt::format(
         "worker local_rank {} (rank {}, pid {}) has been in uninterruptible sleep (state D, "
         "kernel wait channel {}) for {:.1f} s, at least TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT "
         "({:g} s): this node takes no further part in the job",
         id.local_rank, id.rank, w.pid(), wchan, std::chrono::duration<double>(stuck).count(),
         std::chrono::duration<double>(d_timeout_).count());
-    spdlog::error("{}", unhealthy_);
+    spdlog::error("{}", a.unhealthy);
     if (event_log_ != nullptr) {
       event_log_->record("worker_uninterruptible",
                          {{"local_rank", id.local_rank},
@@ -557,7 +572,7 @@ void WorkerGroup::check_states() {
                           {"wchan", wchan},
                           {"seconds", std::chrono::duration<double>(stuck).count()}});
     }
-    if (!stopping_) begin_stopping(SIGTERM);
+    if (!a.stopping) begin_stopping(SIGTERM);
     return;
   }
 }
@@ -567,24 +582,27 @@ void WorkerGroup::interrupt() {
     interrupt_pending_ = true;
     return;
   }
-  if (stopping_) return;
-  interrupted_ = true;
+  if (attempt_->stopping) return;
+  attempt_->interrupted = true;
   begin_stopping(SIGTERM);
 }
 
 void WorkerGroup::stop(int signo) {
   if (!active_) return;
-  if (stop_signal_ != 0) {
+  Attempt& a = *attempt_;
+  if (a.stop_signal != 0) {
     kill_survivors();  // asked twice: do not wait for the grace period
     return;
   }
-  stop_signal_ = signo;
-  if (!stopping_) {
+  a.stop_signal = signo;
+  if (!a.stopping) {
     begin_stopping(signo);
     return;
   }
   // Already stopping after a failure: pass the user's signal on as well.
-  for (auto& w : workers_) w->signal_group(signo);
+  for (RunningWorker& w : a.workers) {
+    if (w.process) w.process->signal_group(signo);
+  }
 }
 
 }  // namespace ddprun::agent

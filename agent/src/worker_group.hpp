@@ -14,40 +14,18 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "attempt.hpp"
 #include "containment.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/progress_clock.hpp"
-#include "ddprun/agent/worker_process.hpp"
 #include "file_timer.hpp"
-#include "heartbeat_file.hpp"
-#include "worker_env.hpp"
+#include "worker_launch.hpp"
 #include "worker_stacks.hpp"
 
 namespace ddprun::agent {
 
-class LogPump;
 class WarmInterpreter;
 class EventLog;
-class FilteredLog;
-
-// Where a teed stream goes besides its pipe.
-struct TeeTarget {
-  std::string file;     // the log file
-  int console_fd = -1;  // STDOUT_FILENO / STDERR_FILENO, or -1 when filtered out
-  // The attempt's file of console lines matching --duplicate_*_filters (shared by the workers), or
-  // null.
-  std::shared_ptr<FilteredLog> duplicate;
-  bool raw = false;  // console lines as the worker wrote them, without the prefix
-};
-
-struct WorkerLaunch {
-  WorkerIdentity id;
-  SpawnSpec spawn;  // StreamTarget::kPipe streams are teed to the targets below
-  TeeTarget tee_out;
-  TeeTarget tee_err;
-  std::string prefix;      // console prefix of teed lines
-  std::string error_file;  // TORCHELASTIC_ERROR_FILE
-};
 
 struct GroupResult {
   // kInterrupted: interrupt() ended it (another node's event), no local failure. kUnhealthy: a
@@ -135,6 +113,8 @@ class WorkerGroup {
  private:
   // Variables the watching adds to every worker's environment (PYTHONFAULTHANDLER for stacks).
   void add_watch_variables(Environment& env) const;
+  // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
+  bool start_worker(size_t i);
   void on_exit(size_t index, const ExitStatus& status);
   void begin_stopping(int signo);
   void kill_survivors();
@@ -154,12 +134,20 @@ class WorkerGroup {
   std::function<void()> once_in_attempt(std::function<void()> step,
                                         std::chrono::milliseconds limit);
   bool captures_stacks() const { return python_stacks_ || !gdb_.empty(); }
-  // gdb's backtraces of every running worker, into native_dumps_, then the stop.
+  // gdb's backtraces of every running worker, into their native_dump, then the stop.
   boost::asio::awaitable<void> read_native_stacks(uint64_t attempt);
+  // Worker `i` of attempt number `attempt`, if that is still the current attempt.
+  RunningWorker* worker_of(uint64_t attempt, size_t i);
   // The index of the running worker whose pid this is.
   std::optional<size_t> running_worker(int pid) const;
   bool monitored() const;
   void wake();
+  void collect_stacks(GroupResult& result);
+  // Worker i's stack after a dump (its faulthandler output, or gdb's); nullopt: none.
+  std::optional<WorkerStack> stack_of(const RunningWorker& w) const;
+  // The ended attempt's result (outside the run() coroutine: g++ 12 warns of a mismatched delete
+  // of a coroutine frame that holds it).
+  GroupResult conclude();
 
   boost::asio::io_context& io_;
   std::chrono::milliseconds shutdown_timeout_;
@@ -167,47 +155,21 @@ class WorkerGroup {
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
   boost::asio::steady_timer state_timer_;
+  // How the group watches its workers (set before run()).
   std::chrono::milliseconds d_timeout_{0};
-  std::vector<std::optional<std::chrono::steady_clock::time_point>> d_since_;
-  std::string unhealthy_;
   HangPolicy hang_policy_;
   std::string heartbeat_dir_;
-  std::vector<ProgressClock> clocks_;
-  std::vector<std::unique_ptr<HeartbeatFile>> heartbeats_;
-  std::vector<bool>
-      heard_beat_;  // per worker: it sent a heartbeat (its output is no longer progress)
-  bool hang_declared_ = false;
-  bool stacks_wanted_ = false;  // this attempt's stacks are to be collected
   HangCoordinator hang_coordinator_;
-  uint64_t attempt_ = 0;  // run()s so far: a late announcement's callback is for an earlier one
   bool python_stacks_ = false;
   WarmInterpreter* warm_ = nullptr;
   std::string gdb_;
-  std::vector<std::string> native_dumps_;            // per worker: gdb's output on a hang
-  std::vector<std::shared_ptr<LogPump>> err_pumps_;  // per worker: its stderr's pump, or null
-  void collect_stacks(GroupResult& result);
-  // Worker i's stack after a dump (its faulthandler output, or gdb's); nullopt: none.
-  std::optional<WorkerStack> stack_of(size_t i) const;
-  // The ended attempt's result (outside the run() coroutine: g++ 12 warns of a mismatched delete
-  // of a coroutine frame that holds it).
-  GroupResult conclude();
+  EventLog* event_log_ = nullptr;
+  // The current attempt (the last one once run() has returned); null before the first.
+  std::unique_ptr<Attempt> attempt_;
+  uint64_t attempts_ = 0;  // run()s so far: a late callback for an earlier attempt is ignored
   bool woken_ = false;
   bool active_ = false;
-  std::vector<WorkerLaunch> launches_;
-  std::vector<std::unique_ptr<WorkerProcess>> workers_;
-  std::vector<std::shared_ptr<LogPump>> pumps_;
-  std::vector<bool> stopped_by_us_;
-  // Per worker: why ddprun ended it (an expired torch timer, a hang), making its exit a failure.
-  std::vector<std::string> ended_because_;
-  size_t running_ = 0;
-  size_t open_pumps_ = 0;
-  bool stopping_ = false;
-  bool sigkill_sent_ = false;
-  int stop_signal_ = 0;
-  bool interrupted_ = false;
   bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()
-  std::vector<WorkerFailure> failures_;
-  EventLog* event_log_ = nullptr;
 };
 
 }  // namespace ddprun::agent
