@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from proc_util import free_port, wait_for
+from proc_util import alive, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -26,15 +26,6 @@ DDPRUN = None
 def run(args, timeout=120, env=None, **kw):
     return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHON_EXEC": PY, **(env or {})}, **kw)
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead for our purposes
-        return f.read().split()[2] != "Z"
 
 
 # --- environment parity -----------------------------------------------------------------------
@@ -432,7 +423,7 @@ def case_sigterm_ignoring_worker_is_killed():
     assert "did not exit within the shutdown timeout: sending SIGKILL" in r.stderr, r.stderr
     assert elapsed < 20, elapsed
     pid1 = int(open(os.path.join(d, "ready.1")).read())
-    assert not pid_alive(pid1)
+    assert not alive(pid1)
     print(f"a worker ignoring SIGTERM is SIGKILLed after the grace period ({elapsed:.1f}s): passed")
 
 
@@ -470,7 +461,7 @@ def case_sigkill_of_ddprun_leaves_no_worker():
     pids = [int(open(os.path.join(d, f"ready.{r}")).read()) for r in range(3)]
     p.kill()
     p.wait(timeout=10)
-    wait_for(lambda: not any(pid_alive(pid) for pid in pids), "workers to die with ddprun", 10)
+    wait_for(lambda: not any(alive(pid) for pid in pids), "workers to die with ddprun", 10)
     print("SIGKILL of ddprun leaves no worker alive: passed")
 
 
