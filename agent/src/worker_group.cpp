@@ -16,8 +16,10 @@
 #include "bounded_command.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "event_log.hpp"
+#include "hang_watch.hpp"
 #include "log_pump.hpp"
 #include "proc_state.hpp"
+#include "stuck_watch.hpp"
 #include "warm_interpreter.hpp"
 #include "worker_stacks.hpp"
 
@@ -66,8 +68,19 @@ void WorkerGroup::wake() {
   wake_.cancel();
 }
 
+void WorkerGroup::watch_uninterruptible(std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) watchers_.push_back(std::make_unique<StuckWatch>(timeout));
+}
+
+void WorkerGroup::watch_hangs(HangPolicy policy, std::string heartbeat_dir) {
+  if (policy.mode == HangPolicy::Mode::kOff) return;
+  heartbeat_dir_ = heartbeat_dir;
+  watches_hangs_ = true;
+  watchers_.push_back(std::make_unique<HangWatch>(policy, std::move(heartbeat_dir)));
+}
+
 void WorkerGroup::add_watch_variables(Environment& env) const {
-  if (hang_policy_.mode != HangPolicy::Mode::kOff && python_stacks_) {
+  if (watches_hangs_ && python_stacks_) {
     env.try_emplace("PYTHONFAULTHANDLER", "1");
   }
 }
@@ -83,12 +96,9 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   attempt_ = std::make_unique<Attempt>();
   attempt_->number = ++attempts_;
   for (WorkerLaunch& l : launches) attempt_->workers.emplace_back(std::move(l));
-  if (hang_policy_.mode != HangPolicy::Mode::kOff) {
+  for (auto& watcher : watchers_) watcher->prepare(*attempt_);
+  if (watches_hangs_) {  // a debugger may attach to native workers to read their stacks
     for (RunningWorker& w : attempt_->workers) {
-      w.clock.emplace(hang_policy_, std::chrono::steady_clock::now());
-      w.heartbeat = std::make_unique<HeartbeatFile>(heartbeat_dir_ + "/heartbeat." +
-                                                    std::to_string(w.launch.id.local_rank));
-      w.launch.spawn.env["DDPRUN_HEARTBEAT_FILE"] = w.heartbeat->path();
       w.launch.spawn.debuggable = !python_stacks_ && !gdb_.empty();
     }
   }
@@ -118,7 +128,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     event_log_->record("workers_started", {{"workers", std::move(started)}});
   }
 
-  if (monitored()) watch_states();
+  if (!watchers_.empty()) watch_states();
   boost::asio::steady_timer drain(io_);
   bool draining = false;
   while (attempt_->running > 0 || attempt_->open_pumps > 0) {
@@ -356,14 +366,25 @@ void WorkerGroup::watch_states() {
   state_timer_.expires_after(kStatePoll);
   state_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || !active_) return;
-    check_states();
-    check_hangs();
+    poll_watchers();
     if (attempt_->unhealthy.empty() && !attempt_->hang_declared) watch_states();
   });
 }
 
-bool WorkerGroup::monitored() const {
-  return d_timeout_.count() > 0 || hang_policy_.mode != HangPolicy::Mode::kOff;
+void WorkerGroup::poll_watchers() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& watcher : watchers_) {
+    switch (watcher->poll(*attempt_, now, event_log_)) {
+      case AttemptWatcher::Finding::kNothing:
+        break;
+      case AttemptWatcher::Finding::kStop:
+        if (!attempt_->stopping) begin_stopping(SIGTERM);
+        return;
+      case AttemptWatcher::Finding::kHang:
+        on_hang();
+        return;
+    }
+  }
 }
 
 void WorkerGroup::progress_of(int pid) {
@@ -373,48 +394,8 @@ void WorkerGroup::progress_of(int pid) {
   if (w.clock) w.clock->progress(std::chrono::steady_clock::now());
 }
 
-void WorkerGroup::check_hangs() {
-  Attempt& a = *attempt_;
-  if (hang_policy_.mode == HangPolicy::Mode::kOff || a.stopping || a.hang_declared) return;
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<RunningWorker*> hung;
-  for (RunningWorker& w : a.workers) {
-    if (!w.running() || !w.clock) continue;
-    if (w.heartbeat->beat()) {
-      w.heard_beat = true;
-      w.clock->progress(now);
-    }
-    if (const auto waited = read_cpu_wait(w.process->pid())) w.clock->cpu_wait(*waited);
-    if (w.clock->hung(now)) hung.push_back(&w);
-  }
-  if (hung.empty()) return;
-  a.hang_declared = true;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (RunningWorker* w : hung) {
-    const ProgressClock& clock = *w->clock;
-    const double silent = clock.silent(now).count() / 1000.0;
-    const double timeout = clock.timeout().count() / 1000.0;
-    const double waited = clock.waited_for_cpu().count() / 1000.0;
-    w->ended_because = fmt::format(
-        "hung: no progress for {:.1f} s{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
-        "torch timer{})",
-        silent,
-        waited >= 0.1 ? fmt::format(", not counting {:.1f} s waiting for a CPU", waited) : "",
-        hang_policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
-        w->heard_beat ? "" : " or a line of output");
-    const WorkerIdentity& id = w->launch.id;
-    const int pid = w->process->pid();
-    spdlog::error("worker local_rank {} (rank {}, pid {}) is hung: no progress for {:.1f} s",
-                  id.local_rank, id.rank, pid, silent);
-    ranks.push_back({{"local_rank", id.local_rank},
-                     {"rank", id.rank},
-                     {"pid", pid},
-                     {"silent_s", silent},
-                     {"waited_for_cpu_s", waited},
-                     {"timeout_s", timeout}});
-  }
-  if (event_log_ != nullptr) event_log_->record("hang", {{"workers", std::move(ranks)}});
-  a.stacks_wanted = captures_stacks();
+void WorkerGroup::on_hang() {
+  attempt_->stacks_wanted = captures_stacks();
   if (!hang_coordinator_.announce) {
     dump_stacks_then_stop();
     return;
@@ -539,41 +520,6 @@ void WorkerGroup::collect_stacks(GroupResult& result) {
     result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
     result.stacks += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
                                  w.launch.id.local_rank, stack ? stack->text : result.frames[rank]);
-  }
-}
-
-void WorkerGroup::check_states() {
-  if (d_timeout_.count() == 0) return;
-  const auto now = std::chrono::steady_clock::now();
-  Attempt& a = *attempt_;
-  for (RunningWorker& rw : a.workers) {
-    if (!rw.running() || read_proc_state(rw.process->pid()) != 'D') {
-      rw.d_since.reset();
-      continue;
-    }
-    if (!rw.d_since) rw.d_since = now;
-    const auto stuck = now - *rw.d_since;
-    if (stuck < d_timeout_) continue;
-    const WorkerProcess& w = *rw.process;
-    const WorkerIdentity& id = rw.launch.id;
-    const std::string wchan = read_wchan(w.pid());
-    a.unhealthy = fmt::format(
-        "worker local_rank {} (rank {}, pid {}) has been in uninterruptible sleep (state D, "
-        "kernel wait channel {}) for {:.1f} s, at least TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT "
-        "({:g} s): this node takes no further part in the job",
-        id.local_rank, id.rank, w.pid(), wchan, std::chrono::duration<double>(stuck).count(),
-        std::chrono::duration<double>(d_timeout_).count());
-    spdlog::error("{}", a.unhealthy);
-    if (event_log_ != nullptr) {
-      event_log_->record("worker_uninterruptible",
-                         {{"local_rank", id.local_rank},
-                          {"rank", id.rank},
-                          {"pid", w.pid()},
-                          {"wchan", wchan},
-                          {"seconds", std::chrono::duration<double>(stuck).count()}});
-    }
-    if (!a.stopping) begin_stopping(SIGTERM);
-    return;
   }
 }
 

@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "attempt.hpp"
+#include "attempt_watcher.hpp"
 #include "containment.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/progress_clock.hpp"
@@ -63,14 +64,11 @@ class WorkerGroup {
   // A worker continuously in uninterruptible sleep (D state) for `timeout` makes the attempt end
   // as kUnhealthy (its workers stopped); zero: not watched
   // (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).
-  void watch_uninterruptible(std::chrono::milliseconds timeout) { d_timeout_ = timeout; }
+  void watch_uninterruptible(std::chrono::milliseconds timeout);
   // --hang_timeout: each worker gets a heartbeat file in `heartbeat_dir` (DDPRUN_HEARTBEAT_FILE);
   // a worker without progress for its timeout (progress_clock.hpp) is hung: a `hang` event, the
   // workers are stopped, and each hung worker is a failure that says how long it was silent.
-  void watch_hangs(HangPolicy policy, std::string heartbeat_dir) {
-    hang_policy_ = policy;
-    heartbeat_dir_ = std::move(heartbeat_dir);
-  }
+  void watch_hangs(HangPolicy policy, std::string heartbeat_dir);
   // How the nodes of a multi-node job dump their stacks together on a hang. Each node freezes its
   // workers (SIGSTOP) the moment it declares a hang or hears of one, and makes them dump (SIGABRT,
   // then SIGCONT) only once every node has frozen its own: a rank that dies first cannot make a
@@ -120,8 +118,10 @@ class WorkerGroup {
   void kill_survivors();
   void abandon_survivors();
   void watch_states();
-  void check_states();
-  void check_hangs();
+  // Polls every watcher and acts on what it finds.
+  void poll_watchers();
+  // A hang was declared (here): the stacks, across the nodes, then the stop.
+  void on_hang();
   // Every running worker's stacks (SIGABRT to Python workers, gdb for native ones), then the usual
   // stop for those still there.
   void dump_stacks_then_stop();
@@ -140,7 +140,6 @@ class WorkerGroup {
   RunningWorker* worker_of(uint64_t attempt, size_t i);
   // The index of the running worker whose pid this is.
   std::optional<size_t> running_worker(int pid) const;
-  bool monitored() const;
   void wake();
   void collect_stacks(GroupResult& result);
   // Worker i's stack after a dump (its faulthandler output, or gdb's); nullopt: none.
@@ -155,10 +154,10 @@ class WorkerGroup {
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
   boost::asio::steady_timer state_timer_;
-  // How the group watches its workers (set before run()).
-  std::chrono::milliseconds d_timeout_{0};
-  HangPolicy hang_policy_;
-  std::string heartbeat_dir_;
+  // The parts that watch each attempt's workers, polled in this order (set before run()).
+  std::vector<std::unique_ptr<AttemptWatcher>> watchers_;
+  bool watches_hangs_ = false;
+  std::string heartbeat_dir_;  // with hangs watched: also where gdb's output goes
   HangCoordinator hang_coordinator_;
   bool python_stacks_ = false;
   WarmInterpreter* warm_ = nullptr;

@@ -21,7 +21,9 @@ CONF = "join_timeout=60,last_call_timeout=1,heartbeat_timeout=3"
 
 
 class Agent:
-    """One ddprun agent; stopped by SIGTERM or, with `control`, by closing its head's channel."""
+    """One ddprun agent; stopped by SIGTERM or, with `control`, by closing its head's channel. Each
+    phase waits for its `agent_started` event first: from then on the agent handles signals (before,
+    a SIGTERM ends it as it would any process)."""
 
     def __init__(self, args, control, folder):
         self.events = os.path.join(folder, f"events-{len(os.listdir(folder))}.jsonl")
@@ -147,7 +149,8 @@ def static_phases(control, folder):
     port = free_port()
     agent = Agent([*base(port), "--node_rank=0", *job], control, folder)
     try:
-        wait_for(running(agent, lambda: accepting(port)), "node 0's store", 30)
+        wait_for(running(agent, lambda: agent.recorded("agent_started") and accepting(port)),
+                 "node 0's store", 30)
         check_stop("node 0 waiting for node 1 to join", agent, control)
     finally:
         agent.kill()
@@ -173,7 +176,8 @@ def c10d_phases(control, folder):
 
     agent = Agent([*base, f"--rdzv_conf={CONF}", *job], control, folder)
     try:
-        wait_for(running(agent, lambda: accepting(port)), "the hosted store", 30)
+        wait_for(running(agent, lambda: agent.recorded("agent_started") and accepting(port)),
+                 "the hosted store", 30)
         check_stop("an agent waiting for a second node", agent, control)
     finally:
         agent.kill()
@@ -206,8 +210,8 @@ def etcd_phases(control, folder):
                 f"--rdzv_conf={CONF}"]
         agent = Agent([*base, "--rdzv_id=wait", *job], control, folder)
         try:
-            wait_for(running(agent, lambda: cluster_has_node(cluster, "wait")), "the agent to join",
-                     30)
+            wait_for(running(agent, lambda: agent.recorded("agent_started") and
+                             cluster_has_node(cluster, "wait")), "the agent to join", 30)
             check_stop("an agent waiting for a second node", agent, control)
         finally:
             agent.kill()
