@@ -238,25 +238,7 @@ struct Run : AgentParts {
         co_return ended;
       }
       own_failure.reset();
-      if (round->restart_count > last_restart_count) {
-        spdlog::warn("restarting the workers (restart {} of at most {})", round->restart_count,
-                     cfg.rdzv.max_restarts);
-        events.record("restart", {{"restart_count", round->restart_count},
-                                  {"max_restarts", cfg.rdzv.max_restarts}});
-        last_restart_count = round->restart_count;
-      }
-      events.record("round_formed", {{"round", round->number},
-                                     {"restart_count", round->restart_count},
-                                     {"node_rank", round->node_rank},
-                                     {"num_nodes", round->num_nodes},
-                                     {"base_rank", round->base_rank},
-                                     {"world_size", round->world_size},
-                                     {"members", round->members}});
-      if (round->num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
-        spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round->number, round->node_rank,
-                     round->num_nodes, round->base_rank, round->base_rank + cfg.rdzv.nproc - 1,
-                     round->world_size);
-      }
+      record_round(*round, last_restart_count);
       const std::optional<rendezvous::WorkerStoreAddress> master =
           co_await rdzv->worker_store(*round);
       if (!master) {  // the round ended before its store was known: no worker starts in it
@@ -281,38 +263,74 @@ struct Run : AgentParts {
       if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
         co_await gpu_memory_released(r.pids);
       }
-      switch (r.state) {
-        case GroupResult::State::kSucceeded: {
-          const bool passed = co_await rdzv->exit_barrier(*round);
-          events.record("exit_barrier", {{"round", round->number}, {"passed", passed}});
-          if (passed) {
-            co_await rdzv->close("succeeded");
-            out.state = AgentOutcome::State::kSucceeded;
-            co_return out;
-          }
-          spdlog::warn("another node failed or left while this one waited at the exit barrier");
-          co_await rdzv->end_round(*round);  // (a no-op when the peer's failure already ended it)
-          break;
-        }
-        case GroupResult::State::kStopped:
-          out.state = AgentOutcome::State::kSignaled;
-          out.signal = r.stop_signal;
-          co_return out;
-        case GroupResult::State::kFailed:
-          if (!r.failures.empty()) own_failure = r.failures.front().exitcode;
-          co_await rdzv->report_failure(*round, failures_to_json(r.failures));
-          break;
-        case GroupResult::State::kInterrupted:
-          co_await rdzv->end_round(*round);
-          break;
-        case GroupResult::State::kUnhealthy:
-          // No restart here (a fresh worker would meet what holds the stuck one): the node
-          // leaves, and the job goes on without it where it can.
-          out.state = AgentOutcome::State::kUnhealthy;
-          out.summary = r.unhealthy;
-          co_return out;
+      if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
+        own_failure = r.failures.front().exitcode;
       }
+      const rendezvous::Round& ran = *round;
+      if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
     }
+  }
+
+  // Says (in the log and the event log) that `round` formed, and that it is a restart if it is.
+  void record_round(const rendezvous::Round& round, int& last_restart_count) {
+    if (round.restart_count > last_restart_count) {
+      spdlog::warn("restarting the workers (restart {} of at most {})", round.restart_count,
+                   cfg.rdzv.max_restarts);
+      events.record("restart", {{"restart_count", round.restart_count},
+                                {"max_restarts", cfg.rdzv.max_restarts}});
+      last_restart_count = round.restart_count;
+    }
+    events.record("round_formed", {{"round", round.number},
+                                   {"restart_count", round.restart_count},
+                                   {"node_rank", round.node_rank},
+                                   {"num_nodes", round.num_nodes},
+                                   {"base_rank", round.base_rank},
+                                   {"world_size", round.world_size},
+                                   {"members", round.members}});
+    if (round.num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
+      spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round.number, round.node_rank,
+                   round.num_nodes, round.base_rank, round.base_rank + cfg.rdzv.nproc - 1,
+                   round.world_size);
+    }
+  }
+
+  // What the end of this node's attempt in `round` means: the job's outcome on this node, or
+  // nullopt where another round follows (the rendezvous told of the failure or the interruption).
+  asio::awaitable<std::optional<AgentOutcome>> settle(GroupResult& r,
+                                                      const rendezvous::Round& round) {
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    switch (r.state) {
+      case GroupResult::State::kSucceeded: {
+        const bool passed = co_await rdzv->exit_barrier(round);
+        events.record("exit_barrier", {{"round", round.number}, {"passed", passed}});
+        if (passed) {
+          co_await rdzv->close("succeeded");
+          out.state = AgentOutcome::State::kSucceeded;
+          co_return out;
+        }
+        spdlog::warn("another node failed or left while this one waited at the exit barrier");
+        co_await rdzv->end_round(round);  // (a no-op when the peer's failure already ended it)
+        break;
+      }
+      case GroupResult::State::kStopped:
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = r.stop_signal;
+        co_return out;
+      case GroupResult::State::kFailed:
+        co_await rdzv->report_failure(round, failures_to_json(r.failures));
+        break;
+      case GroupResult::State::kInterrupted:
+        co_await rdzv->end_round(round);
+        break;
+      case GroupResult::State::kUnhealthy:
+        // No restart here (a fresh worker would meet what holds the stuck one): the node
+        // leaves, and the job goes on without it where it can.
+        out.state = AgentOutcome::State::kUnhealthy;
+        out.summary = r.unhealthy;
+        co_return out;
+    }
+    co_return std::nullopt;
   }
 
   asio::awaitable<AgentOutcome> job_ended(const std::string& interrupted_by) {
