@@ -246,6 +246,10 @@ class NodeAgent {
 
   void stop_waiting() {
     if (std::exchange(stopped_waiting_, true)) return;
+    if (group_.active()) {  // a round's workers started meanwhile: the stop is theirs
+      group_.stop(signaled_);
+      return;
+    }
     rdzv_->abandon();
     stop_waits_.emit(asio::cancellation_type::terminal);
   }

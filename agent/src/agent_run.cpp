@@ -249,6 +249,11 @@ struct Run : AgentParts {
         co_await rdzv->end_round(*round);
         continue;
       }
+      if (signaled != 0) {  // stopped while the round formed: none of its workers starts
+        out.state = AgentOutcome::State::kSignaled;
+        out.signal = signaled;
+        co_return out;
+      }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
       std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, *master, bindings);

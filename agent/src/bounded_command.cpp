@@ -34,8 +34,6 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
     boost::asio::io_context& io, Containment& containment, const std::string& command,
     std::chrono::milliseconds timeout, const Environment& env, const std::string& log_file) {
   namespace asio = boost::asio;
-  // A cancelled wait (the agent is stopping) kills the command and reaps it before this throws.
-  co_await asio::this_coro::throw_if_cancelled(false);
   // No braced initializer lists in this coroutine (docs/design.md).
   SpawnSpec spec;
   spec.argv.push_back("/bin/sh");
@@ -58,8 +56,12 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
     done->wake.cancel();
   });
   co_await done->wake.async_wait(asio::as_tuple(asio::use_awaitable));
-  const bool cancelled =
-      (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none;
+  if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
+    // The agent is stopping: the command goes now (its process's end kills and reaps it).
+    containment.ended(process->pid());
+    process.reset();
+    throw boost::system::system_error(asio::error::operation_aborted);
+  }
   const bool timed_out = !done->status;
   if (timed_out) {
     process->signal_group(SIGKILL);
@@ -68,7 +70,6 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
   }
   containment.ended(process->pid());
   process.reset();  // reaps it (killing what is left, if the kill has not been seen yet)
-  if (cancelled) throw boost::system::system_error(asio::error::operation_aborted);
   if (!timed_out && done->status->code == 0) co_return std::nullopt;
   const std::string said = last_line(log_file);
   std::string why;

@@ -8,7 +8,8 @@
 // - An unambiguous prefix of a long option is that option (`--nnode=1`); a prefix several spellings
 //   share is an error naming them, as argparse's (`--nproc` could be either spelling of
 //   --nproc-per-node). Where a prefix fits torchrun's options and ddprun's own, it means
-//   torchrun's: every abbreviation torchrun takes means the same here.
+//   torchrun's: every abbreviation torchrun takes means the same here, but for the one that is
+//   ddprun's option in full (--event_log, --event-log: its event log file; docs/cli.md).
 // - An option given twice keeps its last value; a `repeated` option keeps every value.
 // - A value is the next argument unless that looks like an option (a negative number or text with
 //   a space does not); `--` ends the options, and the first `--` right after the script is dropped.

@@ -31,17 +31,17 @@ with open(os.path.join(out, os.environ["RANK"] + ".json"), "w") as f:
 sys.exit(int(os.environ.get("CORPUS_EXIT", "0")))
 """
 
-# Where ddprun deliberately differs from torchrun 2.14 (docs/cli.md says the same):
+# Where ddprun deliberately differs from torchrun 2.14 (docs/cli.md says the same); a case names
+# those it shows in its `differs`.
 DIFFERENCES = {
-    # c10d rounds: the rank-0 node's address as the other nodes reach it (an IP), where torch gives
-    # socket.getfqdn(), which on a multi-homed host or in a container can name another interface or
-    # none that resolves.
-    "MASTER_ADDR (c10d)",
-    # An OS-chosen store port (--standalone, one node without a port) differs from run to run.
-    "MASTER_PORT (OS-chosen)",
-    # A random run id (--standalone, one node without a port) differs from run to run.
-    "TORCHELASTIC_RUN_ID (random)",
-    # torch 1.13-era NCCL name torch 2.x no longer sets; both set TORCH_NCCL_ASYNC_ERROR_HANDLING.
+    "MASTER_ADDR": "c10d rounds: the round's first node by the address its kernel routes to the "
+                   "rendezvous endpoint from, where torch gives socket.getfqdn(), which on a "
+                   "multi-homed host or in a container can name another interface or none",
+    "MASTER_PORT": "an OS-chosen store port differs from run to run; c10d workers use the "
+                   "rendezvous store (one node) or the round's worker store (several) where torch "
+                   "2.14 gives one node's workers a fresh free port",
+    "TORCHELASTIC_RUN_ID": "a random run id (--standalone, one node without a port) differs from "
+                           "run to run",
 }
 # Set by the wrapper that runs torch 2.14 from its root (scripts/torch2/python) or by the shell.
 WRAPPER = {"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "USE_LIBUV"}
@@ -160,9 +160,14 @@ def compare(case, ref, ours):
     codes = [code for code, _ in ref_results], [code for code, _ in our_results]
     assert codes[0] == codes[1], (what, "exit codes", codes, [e[-2000:] for _, e in our_results],
                                   [e[-2000:] for _, e in ref_results])
+    if codes[0] == [2] * len(codes[0]):  # refused by argparse: the same reason, word for word
+        theirs = [e.strip().splitlines()[-1].split("error: ", 1)[1] for _, e in ref_results]
+        mine = [e.strip().splitlines()[-1].split("error: ", 1)[1] for _, e in our_results]
+        assert theirs == mine, (what, "usage errors", theirs, mine)
     assert sorted(ref_ranks) == sorted(our_ranks), (what, "ranks", sorted(ref_ranks),
                                                     sorted(our_ranks))
     differs = set(case.get("differs", ()))
+    assert differs <= set(DIFFERENCES), (what, differs - set(DIFFERENCES))
     for rank, theirs in ref_ranks.items():
         mine = our_ranks[rank]
         t_argv = [relative(a, ref_work) for a in theirs["argv"]]

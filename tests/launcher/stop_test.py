@@ -25,8 +25,11 @@ class Agent:
     phase waits for its `agent_started` event first: from then on the agent handles signals (before,
     a SIGTERM ends it as it would any process)."""
 
+    started = 0  # agents so far: each gets an event log of its own
+
     def __init__(self, args, control, folder):
-        self.events = os.path.join(folder, f"events-{len(os.listdir(folder))}.jsonl")
+        Agent.started += 1
+        self.events = os.path.join(folder, f"events-{Agent.started}.jsonl")
         cmd = [DDPRUN, f"--shutdown_timeout={SHUTDOWN_TIMEOUT}", f"--event_log={self.events}",
                *(["--head_control"] if control else []), *args]
         self.control = control
@@ -104,6 +107,8 @@ def health_check_phase(args, control, folder):
         check_stop("a health check running", agent, control, leftovers=[pid])
     finally:
         agent.kill()
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def exit_barrier_phase(node_args, control, folder, job_wide_stop):
