@@ -1,7 +1,7 @@
-"""A stop ends every wait: an agent told to stop (SIGTERM, or its head node's control channel closing)
-while it waits outside its workers' run exits within --shutdown_timeout + 1 s, in every phase, for
-every backend, and leaves no process behind. join_timeout is 60 s, so a wait that ignored the stop
-would show as a minute.
+"""A stop ends every wait: an agent told to stop (SIGTERM, or its head node's control channel
+closing) while it waits outside its workers' run exits within --shutdown_timeout + 1 s, in every
+phase, for every backend, and leaves no process behind. join_timeout is 60 s, so a wait that ignored
+the stop would show as a minute.
 
     stop_test.py DDPRUN BACKEND     (BACKEND: static, c10d or etcd)
 """
@@ -96,6 +96,17 @@ def running(agent, what):
     return check
 
 
+def waiting_phase(what, args, control, folder, ready=None):
+    """An agent stopped once it has started (and, if given, once `ready(agent)` holds)."""
+    agent = Agent(args, control, folder)
+    try:
+        wait_for(running(agent, lambda: agent.recorded("agent_started") and
+                         (ready is None or ready(agent))), f"'{what}' to begin", 30)
+        check_stop(what, agent, control)
+    finally:
+        agent.kill()
+
+
 def health_check_phase(args, control, folder):
     """The node's --health_check runs (a command that would take a minute)."""
     pid_file = os.path.join(folder, "health.pid")
@@ -144,21 +155,11 @@ def static_phases(control, folder):
     job = ["--no_python", "/bin/true"]
     port = free_port()
 
-    agent = Agent([*base(port), "--node_rank=1", *job], control, folder)  # nobody serves it
-    try:
-        wait_for(running(agent, lambda: agent.recorded("agent_started")), "the agent to start", 30)
-        check_stop("node 1 waiting for its master's store", agent, control)
-    finally:
-        agent.kill()
-
+    waiting_phase("node 1 waiting for its master's store",  # nobody serves it
+                  [*base(port), "--node_rank=1", *job], control, folder)
     port = free_port()
-    agent = Agent([*base(port), "--node_rank=0", *job], control, folder)
-    try:
-        wait_for(running(agent, lambda: agent.recorded("agent_started") and accepting(port)),
-                 "node 0's store", 30)
-        check_stop("node 0 waiting for node 1 to join", agent, control)
-    finally:
-        agent.kill()
+    waiting_phase("node 0 waiting for node 1 to join", [*base(port), "--node_rank=0", *job],
+                  control, folder, lambda _: accepting(port))
 
     health_check_phase([*base(free_port()), "--node_rank=0", *job], control, folder)
     port = free_port()
@@ -172,27 +173,19 @@ def c10d_phases(control, folder):
     job = ["--no_python", "/bin/true"]
 
     # A client of a store that is not there (is_host=0: it never hosts it).
-    agent = Agent([*base, f"--rdzv_conf={CONF},is_host=0", *job], control, folder)
-    try:
-        wait_for(running(agent, lambda: agent.recorded("agent_started")), "the agent to start", 30)
-        check_stop("an agent waiting for the job's store", agent, control)
-    finally:
-        agent.kill()
+    waiting_phase("an agent waiting for the job's store",
+                  [*base, f"--rdzv_conf={CONF},is_host=0", *job], control, folder)
+    waiting_phase("an agent waiting for a second node", [*base, f"--rdzv_conf={CONF}", *job],
+                  control, folder, lambda _: accepting(port))
 
-    agent = Agent([*base, f"--rdzv_conf={CONF}", *job], control, folder)
-    try:
-        wait_for(running(agent, lambda: agent.recorded("agent_started") and accepting(port)),
-                 "the hosted store", 30)
-        check_stop("an agent waiting for a second node", agent, control)
-    finally:
-        agent.kill()
-
-    health_check_phase(["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
-                        "--rdzv_id=health", f"--rdzv_conf={CONF}", *job], control, folder)
+    health_check_phase(["--nnodes=2", "--rdzv_backend=c10d",
+                        f"--rdzv_endpoint=127.0.0.1:{free_port()}", "--rdzv_id=health",
+                        f"--rdzv_conf={CONF}", *job], control, folder)
     barrier_port = free_port()
     exit_barrier_phase(
-        lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{barrier_port}",
-                   "--rdzv_id=barrier", f"--rdzv_conf={CONF}"], control, folder, False)
+        lambda n: ["--nnodes=2", "--rdzv_backend=c10d",
+                   f"--rdzv_endpoint=127.0.0.1:{barrier_port}", "--rdzv_id=barrier",
+                   f"--rdzv_conf={CONF}"], control, folder, False)
 
 
 def etcd_phases(control, folder):
@@ -202,24 +195,15 @@ def etcd_phases(control, folder):
         sys.exit(77)
     job = ["--no_python", "/bin/true"]
     nobody = free_port()
-    agent = Agent(["--nnodes=2", "--rdzv_backend=etcd-v3", f"--rdzv_endpoint=127.0.0.1:{nobody}",
+    waiting_phase("an agent waiting for etcd",
+                  ["--nnodes=2", "--rdzv_backend=etcd-v3", f"--rdzv_endpoint=127.0.0.1:{nobody}",
                    "--rdzv_id=stop", f"--rdzv_conf={CONF}", *job], control, folder)
-    try:
-        wait_for(running(agent, lambda: agent.recorded("agent_started")), "the agent to start", 30)
-        check_stop("an agent waiting for etcd", agent, control)
-    finally:
-        agent.kill()
     with EtcdCluster(members=1) as cluster:
         endpoint = f"127.0.0.1:{cluster.client[0]}"
         base = ["--nnodes=2", "--rdzv_backend=etcd-v3", f"--rdzv_endpoint={endpoint}",
                 f"--rdzv_conf={CONF}"]
-        agent = Agent([*base, "--rdzv_id=wait", *job], control, folder)
-        try:
-            wait_for(running(agent, lambda: agent.recorded("agent_started") and
-                             cluster_has_node(cluster, "wait")), "the agent to join", 30)
-            check_stop("an agent waiting for a second node", agent, control)
-        finally:
-            agent.kill()
+        waiting_phase("an agent waiting for a second node", [*base, "--rdzv_id=wait", *job],
+                      control, folder, lambda _: cluster_has_node(cluster, "wait"))
         health_check_phase([*base, "--rdzv_id=health", *job], control, folder)
         exit_barrier_phase(lambda n: [*base, "--rdzv_id=barrier"], control, folder, False)
 
