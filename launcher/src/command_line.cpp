@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -40,22 +41,26 @@ int parse_int(const std::string& text, const char* what) {
   return static_cast<int>(v);
 }
 
+// An int, or nullopt where `text` is none.
+std::optional<int> as_int(const std::string& text) {
+  try {
+    return parse_int(text, "");
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+}
+
 // torchrun reads --nnodes after parsing, so that a malformed one fails the launch (exit 1).
 std::pair<int, int> parse_nnodes(const std::string& text) {
-  const RefusedValue refused(
-      fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
-  try {
-    const auto colon = text.find(':');
-    const int min_nodes = parse_int(text.substr(0, colon), "--nnodes");
-    const int max_nodes =
-        colon == std::string::npos ? min_nodes : parse_int(text.substr(colon + 1), "--nnodes");
-    if (min_nodes <= 0 || max_nodes < min_nodes) throw refused;
-    return {min_nodes, max_nodes};
-  } catch (const RefusedValue&) {
-    throw;
-  } catch (const UsageError&) {
-    throw refused;
+  const auto colon = text.find(':');
+  const std::optional<int> min_nodes = as_int(text.substr(0, colon));
+  const std::optional<int> max_nodes =
+      colon == std::string::npos ? min_nodes : as_int(text.substr(colon + 1));
+  if (!min_nodes || !max_nodes || *min_nodes <= 0 || *max_nodes < *min_nodes) {
+    throw RefusedValue(
+        fmt::format("argument --nnodes: '{}' must be N or MIN:MAX with 0 < MIN <= MAX", text));
   }
+  return {*min_nodes, *max_nodes};
 }
 
 // The GPUs of this node: Slurm's count for the step where it gives one (and --no_slurm is not
@@ -93,17 +98,12 @@ int resolve_nproc(const std::string& text, const agent::Environment& env, bool u
     const int gpus = visible_gpus(env, use_slurm);
     return gpus > 0 ? gpus : cpus;
   }
-  const RefusedValue refused(fmt::format(
-      "argument --nproc_per_node: '{}' is not a positive count, auto, cpu or gpu", text));
-  try {
-    const int n = parse_int(text, "--nproc_per_node");
-    if (n <= 0) throw refused;
-    return n;
-  } catch (const RefusedValue&) {
-    throw;
-  } catch (const UsageError&) {
-    throw refused;
+  const std::optional<int> n = as_int(text);
+  if (!n || *n <= 0) {
+    throw RefusedValue(fmt::format(
+        "argument --nproc_per_node: '{}' is not a positive count, auto, cpu or gpu", text));
   }
+  return *n;
 }
 
 // torchrun's comma_separated_list: ",," stands for a comma inside a filter (the first pair wins, so

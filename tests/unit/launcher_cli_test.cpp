@@ -499,7 +499,8 @@ TEST_CASE("launch: without --use-env the script gets --local-rank=N before its a
   CHECK_THROWS_WITH(parse_command_line({"--no-python", "train"}, {}, Dialect::kDistributedLaunch),
                     Catch::Contains("you must also set the '--use-env' flag"));
   // torchrun itself has no --use-env.
-  CHECK_THROWS_WITH(parse({"--use-env", "train.py"}), Catch::Contains("unrecognized arguments: --use-env"));
+  CHECK_THROWS_WITH(parse({"--use-env", "train.py"}),
+                    Catch::Contains("unrecognized arguments: --use-env"));
   CHECK(parse({"train.py"}).local_rank_argument.empty());
 }
 
