@@ -11,7 +11,8 @@
 # train_cuda; more workers than GPUs failing with NCCL's reason, in bounded time; with that
 # machine's python3 and torch 2.x: examples/ddp_train.py over NCCL under ddprun, the TCPStore
 # client (modern dialect) against ddprund, and gloo all-reduce through ddprund; --nproc_per_node=gpu
-# and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs.
+# and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs;
+# --preload=auto workers on CUDA, before and after a restart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
@@ -57,10 +58,12 @@ numa_binding_matches_torch() {  # $1: folder holding ddprun
   echo "== --numa-binding against torch.numa.binding, every mode, one worker per GPU"
   for mode in node socket exclusive core-complex; do
     want=$(python3 -c '
-import sys, torch, torch.numa.binding as nb
+import inspect, sys, torch, torch.numa.binding as nb
 o = nb.NumaOptions(affinity_mode=nb.AffinityMode(sys.argv[1]))
+f = nb._get_logical_cpus_to_bind_to  # its index keyword: gpu_index up to 2.11, device_index later
+index = "device_index" if "device_index" in inspect.signature(f).parameters else "gpu_index"
 for d in range(torch.cuda.device_count()):
-    print(d, nb._get_ranges_str_from_ints(nb._get_logical_cpus_to_bind_to(device_index=d, numa_options=o)))
+    print(d, nb._get_ranges_str_from_ints(f(**{index: d}, numa_options=o)))
 ' "$mode" 2>&1 || true)
     got=$("$1/ddprun" --numa-binding="$mode" --nproc_per_node=gpu --master_port=0 --no_python \
       sh -c 'echo "$LOCAL_RANK $(sed -n "s/^Cpus_allowed_list:\t*//p" /proc/self/status)"' 2>&1 |
@@ -72,6 +75,23 @@ for d in range(torch.cuda.device_count()):
     fi
   done
   [[ $failed == 0 ]] || { echo "gpu-test: --numa-binding differs from torch"; exit 1; }
+}
+
+# --preload=auto: workers forked from the warm interpreter initialise CUDA and all-reduce over NCCL,
+# and after a worker that used CUDA failed, the restarted ones are still forked warm.
+preload_forks_cuda_workers() {  # $1: folder holding ddprun, $2: the GPU count
+  local out status=0
+  echo "== --preload=auto: warm workers on CUDA over NCCL, before and after a restart"
+  out=$(timeout 180 "$1/ddprun" --standalone --nproc_per_node=gpu --max_restarts=1 --preload=auto \
+    tests/gpu/preload_cuda_worker.py 2>&1) || status=$?
+  grep -E 'attempt [0-9]|--preload' <<<"$out" || true
+  if [[ $status != 0 ]] || ! grep -q -- '--preload: workers start from a warm interpreter' <<<"$out" ||
+    grep -q -- '--preload: workers start cold' <<<"$out" ||
+    [[ $(grep -c 'attempt 1 rank .* warm=True .*all_reduce_ok=True' <<<"$out") != "$2" ]]; then
+    echo "$out"
+    echo "gpu-test: --preload did not fork CUDA workers warm (exit status $status)"
+    exit 1
+  fi
 }
 
 checks() {  # $1: folder holding the programs
@@ -101,6 +121,7 @@ checks() {  # $1: folder holding the programs
   "$bin/gpu_health_test"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') DDP over NCCL under ddprun (--nproc_per_node=gpu)"
   timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
+  preload_forks_cuda_workers "$bin" "$gpus"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"

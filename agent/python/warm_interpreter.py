@@ -22,6 +22,7 @@ import socket  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import traceback  # noqa: E402
+import warnings  # noqa: E402
 
 _AUTO = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
          "torch.distributed.algorithms.join", "numpy"]
@@ -61,6 +62,21 @@ def _cuda_in_use():
     except OSError:
         pass
     return None
+
+
+def _let_pools_stop():
+    """A library that starts a thread pool at import and stops it before every fork (numpy's
+    OpenBLAS does, through pthread_atfork, and starts it again on its next use, which never comes
+    in this interpreter) leaves one thread once a fork has happened. One fork whose child ends at
+    once lets such pools stop; threads that do not stop still make forking unsafe."""
+    if _thread_count() == 1:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+ on forking with threads
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def _unsafe():
@@ -264,7 +280,10 @@ def main():
     main_dir, modules = sys.argv[2], sys.argv[4:]  # (argv[3] is room for a worker's argv)
     sys.path[0] = main_dir
     imported = []
-    problem = _preload(modules, imported) or _unsafe()
+    problem = _preload(modules, imported)
+    if problem is None:
+        _let_pools_stop()
+        problem = _unsafe()
     if problem is not None:
         _send(sock, "cold " + problem)
         return

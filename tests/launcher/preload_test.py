@@ -198,6 +198,57 @@ def case_an_unsafe_warm_interpreter_is_not_used():
           "; ".join(said) + "): passed")
 
 
+# A library as numpy's OpenBLAS is: its load starts a thread pool, which it stops before every fork
+# (pthread_atfork) and starts again on its next use.
+POOL_LIBRARY = r'''
+#include <pthread.h>
+#include <unistd.h>
+static pthread_t worker;
+static int running, stop[2];
+static void* idle(void* arg) { char c; (void)arg; (void)read(stop[0], &c, 1); return 0; }
+static void start(void) { (void)pipe(stop); pthread_create(&worker, 0, idle, 0); running = 1; }
+static void stop_before_fork(void) {
+  if (!running) return;
+  (void)write(stop[1], "x", 1);
+  pthread_join(worker, 0);
+  close(stop[0]);
+  close(stop[1]);
+  running = 0;
+}
+__attribute__((constructor)) static void load(void) { pthread_atfork(stop_before_fork, 0, 0); start(); }
+int pool_use(void) { if (!running) start(); return running; }
+'''
+POOL_WORKER = r'''
+import os, sys
+warm = "pool_module" in sys.modules
+import pool_module
+used = pool_module.lib.pool_use()
+sys.stdout.write(f"POOL warm={warm} used={used} threads={len(os.listdir('/proc/self/task'))}\n")
+'''
+
+
+def case_a_thread_pool_that_stops_on_fork_keeps_workers_warm():
+    work = tempfile.mkdtemp()
+    library = os.path.join(work, "libpool.so")
+    with open(os.path.join(work, "pool.c"), "w") as f:
+        f.write(POOL_LIBRARY)
+    subprocess.run(["cc", "-shared", "-fPIC", "-pthread", "-o", library,
+                    os.path.join(work, "pool.c")], check=True)
+    with open(os.path.join(work, "pool_module.py"), "w") as f:
+        f.write(f"import ctypes\nlib = ctypes.CDLL({library!r})\n")
+    script = os.path.join(work, "worker.py")
+    with open(script, "w") as f:
+        f.write(POOL_WORKER)
+    r = run(["--standalone", "--nproc_per_node=2", "--preload=pool_module", script],
+            env={"PYTHONPATH": work})
+    assert r.returncode == 0, r.stderr
+    assert WARM_LINE in r.stderr and COLD_LINE not in r.stderr, r.stderr
+    # Forked warm, and the library's pool starts again in the worker on its first use.
+    assert r.stdout.count("POOL warm=True used=1 threads=2") == 2, r.stdout
+    print("a preloaded library whose thread pool stops before a fork (as OpenBLAS's) keeps the "
+          "workers warm, and its pool works in them: passed")
+
+
 KILLER = r'''
 import os, signal, sys, time
 out, rank, attempt = os.environ["OUT_DIR"], os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
