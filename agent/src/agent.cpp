@@ -31,6 +31,7 @@
 #include "file_timer.hpp"
 #include "head_control.hpp"
 #include "round_plan.hpp"
+#include "stop_exchange.hpp"
 #include "warm_interpreter.hpp"
 #include "worker_env.hpp"
 #include "worker_group.hpp"
@@ -225,7 +226,7 @@ class NodeAgent {
       // The workers are already stopping with the job's signal, which a peer passed on first:
       // this one is the same stop arriving here, not a second request to kill at once.
     } else if (group_.active()) {
-      if (first) asio::co_spawn(io_, rdzv_->announce_stop(signo), asio::detached);
+      if (first) asio::co_spawn(io_, announce_stop(signo), asio::detached);
       group_.stop(signo);
     } else if (first) {
       stop_waiting_after_announcing(signo);
@@ -240,8 +241,11 @@ class NodeAgent {
   void stop_waiting_after_announcing(int signo) {
     auto limit = std::make_shared<asio::steady_timer>(io_, kAnnounceLimit);
     limit->async_wait([this, limit](boost::system::error_code) { stop_waiting(); });
-    asio::co_spawn(io_, rdzv_->announce_stop(signo),
-                   [limit](std::exception_ptr) { limit->cancel(); });
+    asio::co_spawn(io_, announce_stop(signo), [limit](std::exception_ptr) { limit->cancel(); });
+  }
+
+  asio::awaitable<void> announce_stop(int signo) {
+    return stop_exchange::announce(rdzv_, cfg_.rdzv.node_rank, signo);
   }
 
   void stop_waiting() {

@@ -21,7 +21,10 @@
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
+#include "failure_reports.hpp"
+#include "hang_exchange.hpp"
 #include "round_plan.hpp"
+#include "stop_exchange.hpp"
 #include "worker_stacks.hpp"
 
 namespace ddprun::agent {
@@ -107,7 +110,7 @@ struct Run : AgentParts {
           } catch (const std::exception& e) {
             why = e.what();
           }
-          if (const int s = rdzv->peer_stop_signal(); s != 0) {
+          if (const int s = stop_exchange::peer_signal(*rdzv); s != 0) {
             // The job is being stopped by a signal that reached another node first: this node's
             // workers get the same signal, as if it had reached this agent (unless it already
             // has: then they are stopping with it).
@@ -125,7 +128,7 @@ struct Run : AgentParts {
             spdlog::warn("stopping this node's workers: {}", why);
             events.record("workers_interrupted", {{"reason", why}});
             watch->why = why;
-            if (rdzv->peer_hang(round)) {
+            if (hang_exchange::peer_hang(*rdzv, round)) {
               group.interrupt_for_stacks();
             } else {
               group.interrupt();
@@ -139,7 +142,7 @@ struct Run : AgentParts {
         asio::co_spawn(
             io,
             [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
-              co_await rdzv->announce_hang(round);
+              co_await hang_exchange::announce(rdzv, round);
               then();
             },
             asio::detached);
@@ -148,7 +151,7 @@ struct Run : AgentParts {
         asio::co_spawn(
             io,
             [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
-              co_await rdzv->hang_frozen(round, std::chrono::seconds(3));
+              co_await hang_exchange::frozen(rdzv, round, std::chrono::seconds(3));
               then();
             },
             asio::detached);
@@ -169,7 +172,7 @@ struct Run : AgentParts {
       // Each node collects its stacks within its stack-dump limit and its shutdown timeout.
       const auto wait = cfg.shutdown_timeout + std::chrono::seconds(5);
       for (const std::string& text :
-           co_await rdzv->share_hang_frames(round, frames_to_text(r.frames), wait)) {
+           co_await hang_exchange::frames(rdzv, round, frames_to_text(r.frames), wait)) {
         frames.merge(frames_from_text(text));
       }
     }
@@ -226,8 +229,8 @@ struct Run : AgentParts {
         if (std::optional<AgentOutcome> sick = co_await unhealthy()) co_return std::move(*sick);
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
-      if (!round && rdzv->peer_stop_signal() != 0) {  // stopped with a peer, by its signal
-        if (signaled == 0) signaled = rdzv->peer_stop_signal();
+      if (!round && stop_exchange::peer_signal(*rdzv) != 0) {  // stopped with a peer, by its signal
+        if (signaled == 0) signaled = stop_exchange::peer_signal(*rdzv);
         out.state = AgentOutcome::State::kSignaled;
         out.signal = signaled;
         co_return out;
@@ -246,7 +249,7 @@ struct Run : AgentParts {
         spdlog::warn("round {} ended before its workers started: {}", round->number, why);
         events.record("round_ended_before_start", {{"round", round->number}, {"reason", why}});
         interrupted_by = why;
-        co_await rdzv->end_round(*round);
+        co_await rdzv->end_round(*round, false);
         continue;
       }
       if (signaled != 0) {  // stopped while the round formed: none of its workers starts
@@ -264,7 +267,7 @@ struct Run : AgentParts {
         std::ofstream(stacks) << r.stacks;
         spdlog::error("hang: every rank's stack is in {}", stacks.string());
       }
-      if (r.hang || rdzv->peer_hang(*round)) co_await summarise_hang(*round, r);
+      if (r.hang || hang_exchange::peer_hang(*rdzv, *round)) co_await summarise_hang(*round, r);
       if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
         co_await gpu_memory_released(r.pids);
       }
@@ -315,7 +318,7 @@ struct Run : AgentParts {
           co_return out;
         }
         spdlog::warn("another node failed or left while this one waited at the exit barrier");
-        co_await rdzv->end_round(round);  // (a no-op when the peer's failure already ended it)
+        co_await rdzv->end_round(round, false);  // (a no-op when a peer's failure ended it)
         break;
       }
       case GroupResult::State::kStopped:
@@ -323,10 +326,10 @@ struct Run : AgentParts {
         out.signal = r.stop_signal;
         co_return out;
       case GroupResult::State::kFailed:
-        co_await rdzv->report_failure(round, failures_to_json(r.failures));
+        co_await failure_reports::report(rdzv, round, failures_to_json(r.failures));
         break;
       case GroupResult::State::kInterrupted:
-        co_await rdzv->end_round(round);
+        co_await rdzv->end_round(round, false);
         break;
       case GroupResult::State::kUnhealthy:
         // No restart here (a fresh worker would meet what holds the stuck one): the node
@@ -355,7 +358,8 @@ struct Run : AgentParts {
         // Every node prints the same summary: all nodes' failures of the round that spent the
         // last restart.
         std::vector<WorkerFailure> failures;
-        for (const auto& text : co_await rdzv->final_failures()) {
+        for (const auto& text :
+             co_await failure_reports::final_failures(rdzv, cfg.rdzv.max_restarts)) {
           for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
         }
         out.summary =

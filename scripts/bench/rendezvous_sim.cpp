@@ -93,7 +93,7 @@ asio::awaitable<void> agent_loop(Agent* a) {
       co_await a->rdzv->worker_store(*round);
       const std::string why = co_await a->rdzv->interruption(*round);
       if (why.empty()) co_return;
-      co_await a->rdzv->end_round(*round);
+      co_await a->rdzv->end_round(*round, false);
     }
   } catch (const std::exception&) {
     // Its store connections were closed (a simulated death) or the job ended.

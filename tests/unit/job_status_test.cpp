@@ -15,7 +15,8 @@ TEST_CASE("job status: an elastic job's round, spares, gone nodes and failures",
       {"restarts", "1"},
       {"rounds/0", R"({"participants":["a","b"],"nproc":[2,3],"restarts":0})"},
       {"rounds/1", R"({"participants":["b","a"],"nproc":[3,2],"restarts":1})"},
-      {"failures/0/b", "[]"},
+      {"exchange/restart/0/failures/b", "[]"},
+      {"exchange/round/1/hang_frames/b", "not a failure"},
       {"leader", "c"},
       {"place/a", R"({"round":1,"node_rank":1})"},
   };
@@ -48,8 +49,8 @@ TEST_CASE("job status: a static job and a spent budget", "[status]") {
                      {"nodes/1", R"({"nproc":3,"host":"n1"})"},
                      {"nodes/0", R"({"nproc":2,"host":"n0"})"},
                      {"attempt", "2"},
-                     {"failures/1/0", "x"},
-                     {"failures/0/1", "y"},
+                     {"exchange/restart/1/failures/0", "x"},
+                     {"exchange/restart/0/failures/1", "y"},
                      {"closed", "failed"}};
   const JobStatus s = interpret_job_keys(Backend::kStatic, keys);
   CHECK(s.round == 2);

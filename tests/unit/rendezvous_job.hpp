@@ -190,6 +190,25 @@ inline std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rende
   return rounds;
 }
 
+// What the agent's failure reports do (agent/src/failure_reports.cpp): this node's failures of `r`
+// published in the scope of its restart count, then the round ended as failed.
+inline asio::awaitable<void> report_failure(std::shared_ptr<Rendezvous> node, Round r,
+                                            std::string failures) {
+  // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
+  Scope scope = Scope::restart(r.restart_count);
+  std::string topic = kFailureReportsTopic;
+  co_await node->publish(std::move(scope), std::move(topic), std::move(failures));
+  co_await node->end_round(r, true);
+}
+
+// Every node's reported failures in the round that had restart count `restart_count`, sorted.
+inline std::vector<std::string> failures_of(Job& job, const std::shared_ptr<Rendezvous>& node,
+                                            int restart_count) {
+  auto out = job.run(node->gather(Scope::restart(restart_count), kFailureReportsTopic, 0, 0ms));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // Of a two-node round: the index of the node that is node rank 0, then the other's.
 inline std::pair<int, int> node_zero_first(const std::vector<Round>& rounds) {
   return rounds[0].node_rank == 0 ? std::pair{0, 1} : std::pair{1, 0};

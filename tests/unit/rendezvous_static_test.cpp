@@ -31,10 +31,10 @@ TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere res
   CHECK(job.run(nodes[0]->worker_store(r0[0]))->port == job.port());
 
   auto why = job.start(nodes[1]->interruption(r0[1]));
-  job.run(completed(nodes[0]->report_failure(r0[0], "node 1 failed")));
+  job.run(completed(report_failure(nodes[0], r0[0], "node 1 failed")));
   REQUIRE(job.run_until([&] { return why->done; }));
   CHECK_THAT(why->get(), Catch::Contains("another node's workers failed"));
-  job.run(completed(nodes[1]->end_round(r0[1])));  // the attempt moved on already: no extra cost
+  job.run(completed(nodes[1]->end_round(r0[1], false)));  // the attempt moved on: no extra cost
   auto r1 = form(job, nodes);
   CHECK(r1[0].restart_count == 1);
   CHECK(r1[1].restart_count == 1);
@@ -63,12 +63,19 @@ TEST_CASE("rendezvous: a static node stopped by a signal stops the others with t
   }
   auto r0 = form(job, nodes);
   auto why0 = job.start(nodes[0]->interruption(r0[0]));
-  job.run(completed(nodes[1]->announce_stop(SIGINT)));
-  job.run(completed(nodes[2]->announce_stop(SIGTERM)));  // the first stop is the job's
+  CHECK(nodes[0]->membership_fixed());
+  // What the agent's stop exchange does (agent/src/stop_exchange.cpp).
+  job.run(completed(nodes[1]->raise(Scope::job(), "stop", "node 1 was stopped by signal 2", "2")));
+  job.run(completed(nodes[2]->raise(Scope::job(), "stop", "node 2 stopped", "15")));  // too late
   REQUIRE(job.run_until([&] { return why0->done; }));
-  CHECK_THAT(why0->get(), Catch::Contains("node 1 was stopped by signal 2"));
-  CHECK(nodes[0]->peer_stop_signal() == SIGINT);
-  CHECK(nodes[1]->peer_stop_signal() == 0);  // its own stop is not a peer's
+  CHECK(why0->get() == "node 1 was stopped by signal 2");
+  for (int i : {0, 1, 2}) {
+    REQUIRE(job.run_until([&] { return nodes[i]->raised(Scope::job(), "stop").has_value(); }));
+    const Flag f = *nodes[i]->raised(Scope::job(), "stop");
+    CHECK(f.node == "1");
+    CHECK(f.detail == "2");
+    CHECK(f.mine == (i == 1));  // the first raise is the job's, whoever raised it
+  }
   // A node that would start another round ends with the job instead of waiting for the others.
   auto next = job.start(nodes[0]->next_round());
   REQUIRE(job.run_until([&] { return next->done; }));

@@ -89,9 +89,8 @@ std::unique_ptr<store::StoreThread> worker_store_server(
 // What every agent follows besides its own keys.
 WatchSet followed_by_all(const std::string& node_id) {
   WatchSet w;
-  for (std::string_view k :
-       {keys::kSettings, keys::kLeader, keys::kRound, keys::kRestarts, keys::kClosed, keys::kMaster,
-        keys::kInterrupt, keys::kFinished, keys::kHang}) {
+  for (std::string_view k : {keys::kSettings, keys::kLeader, keys::kRound, keys::kRestarts,
+                             keys::kClosed, keys::kMaster, keys::kInterrupt, keys::kFinished}) {
     w.keys.emplace_back(k);
   }
   w.keys.push_back(keys::key(keys::kPlace, node_id));
@@ -101,7 +100,7 @@ WatchSet followed_by_all(const std::string& node_id) {
 // What the leader follows besides.
 std::vector<std::string> followed_by_leader() {
   std::vector<std::string> prefixes;
-  for (std::string_view p : {keys::kNodes, keys::kRounds, keys::kDone, keys::kFailures}) {
+  for (std::string_view p : {keys::kNodes, keys::kRounds, keys::kDone}) {
     prefixes.emplace_back(p);
   }
   return prefixes;
@@ -204,13 +203,6 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
     master_ = parse_tagged(e.value);
   } else if (k == keys::kInterrupt) {
     interrupt_ = parse_tagged(e.value);
-  } else if (k == keys::kHang) {
-    const Tagged t = parse_tagged(e.value);
-    if (t.round >= hang_.round) hang_ = t;
-  } else if (k.starts_with(keys::kHangFrozen) || k.starts_with(keys::kHangFrames)) {
-    const std::string prefix(k.substr(0, k.find('/') + 1));
-    const auto [n, node] = keys::round_and_node(keys::after(k, prefix));
-    hang_shared_[prefix][n][node] = e.value;
   } else if (k == keys::kFinished) {
     finished_ = std::max(finished_, std::stoi(e.value));
   } else if (k.starts_with(keys::kPlace)) {
@@ -499,9 +491,7 @@ asio::awaitable<std::string> ElasticRendezvous::interruption(Round r) {
         if (stop_requested()) return true;
         if (expelled()) return !(why = kExpelledReason).empty();
         if (closed_) return !(why = "the job was closed: " + *closed_).empty();
-        if (peer_hang(r)) {
-          return !(why = fmt::format("a rank of node {} is hung", hang_.text)).empty();
-        }
+        if (const auto flag = peer_flag(r)) return !(why = flag->reason).empty();
         if (round_ > r.number) {
           // The leader says why it ended a round; a failure anywhere spends a restart instead.
           why = interrupt_.round == r.number ? interrupt_.text
@@ -534,79 +524,11 @@ asio::awaitable<void> ElasticRendezvous::abandon_round(Round r, std::string why)
   co_await advance_round(r.number, false, r.restart_count);
 }
 
-asio::awaitable<void> ElasticRendezvous::end_round(Round r) {
-  // A round ended for another node's hang is a failed one: it spends the restart that node's own
-  // failure report spends, whichever of them comes first (else the next round could form, from
-  // this node's end, before the restart was counted).
-  co_await advance_round(r.number, peer_hang(r), r.restart_count);
-}
-
-asio::awaitable<void> ElasticRendezvous::announce_hang(Round r) {
-  try {
-    co_await store().set(std::string(keys::kHang), fmt::format("{} {}", r.number, node_id_));
-  } catch (const std::exception& e) {
-    spdlog::warn("could not tell the other nodes of the hang: {}", e.what());
-  }
-}
-
-bool ElasticRendezvous::peer_hang(Round r) const {
-  return hang_.round == r.number && hang_.text != node_id_;
-}
-
-asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_for_hang(
-    std::string prefix, Round r, std::string value, std::chrono::milliseconds wait,
-    std::string failed) {
-  const auto deadline = Clock::now() + wait;
-  auto& rounds = hang_shared_[prefix];
-  rounds[r.number][node_id_] = value;
-  try {
-    if (!std::exchange(follows_hang_, true)) {
-      std::vector<std::string> prefixes;
-      prefixes.emplace_back(keys::kHangFrames);
-      prefixes.emplace_back(keys::kHangFrozen);
-      co_await follow(std::move(prefixes));
-    }
-    co_await store().set(keys::key(prefix, r.number, node_id_), value);
-    co_await wait_until([&] { return static_cast<int>(rounds[r.number].size()) >= r.num_nodes; },
-                        deadline);
-  } catch (const std::exception& e) {
-    spdlog::warn("{}: {}", failed, e.what());
-  }
-  std::vector<std::string> out;
-  for (const auto& [node, v] : rounds[r.number]) out.push_back(v);
-  rounds.erase(rounds.begin(), rounds.lower_bound(r.number));
-  co_return out;
-}
-
-// (Named arguments, not temporaries, for the co_await'ed calls: g++ 12 destroyed a temporary
-// argument of one twice.)
-asio::awaitable<void> ElasticRendezvous::hang_frozen(Round r, std::chrono::milliseconds wait) {
-  std::string prefix(keys::kHangFrozen);
-  std::string failed = "could not hear whether the other nodes froze their workers";
-  std::string none;
-  co_await share_for_hang(std::move(prefix), r, std::move(none), wait, std::move(failed));
-}
-
-asio::awaitable<std::vector<std::string>> ElasticRendezvous::share_hang_frames(
-    Round r, std::string frames, std::chrono::milliseconds wait) {
-  std::string prefix(keys::kHangFrames);
-  std::string failed = "could not gather the other nodes' stacks";
-  co_return co_await share_for_hang(std::move(prefix), r, std::move(frames), wait,
-                                    std::move(failed));
-}
-
-asio::awaitable<void> ElasticRendezvous::report_failure(Round r, std::string failures) {
-  const std::string key = keys::key(keys::kFailures, r.restart_count, node_id_);
-  co_await store().set(key, failures);
-  co_await advance_round(r.number, true, r.restart_count);
-}
-
-asio::awaitable<std::vector<std::string>> ElasticRendezvous::final_failures() {
-  // The failure that spent the last restart was recorded under restart count max_restarts.
-  const std::string prefix = keys::under(keys::kFailures, config_.max_restarts);
-  std::vector<std::string> out;
-  for (auto& e : co_await store().read_prefix(prefix)) out.push_back(std::move(e.value));
-  co_return out;
+asio::awaitable<void> ElasticRendezvous::end_round(Round r, bool failed) {
+  // A round ended for another node's flag (a hang) is a failed one: it spends the restart that
+  // node's own failure report spends, whichever of them comes first (else the next round could
+  // form, from this node's end, before the restart was counted).
+  co_await advance_round(r.number, failed || peer_flag(r).has_value(), r.restart_count);
 }
 
 asio::awaitable<bool> ElasticRendezvous::exit_barrier(Round r) {

@@ -12,14 +12,14 @@
 namespace ddprun::rendezvous::keys {
 
 // Every backend.
-inline constexpr std::string_view kSettings = "settings";   // the settings every node agrees on
-inline constexpr std::string_view kNodes = "nodes/";        // nodes/<node>: its presence record
-inline constexpr std::string_view kClosed = "closed";       // why the job ended, once it has
-inline constexpr std::string_view kFailures = "failures/";  // failures/<n>/<node>: its failures
-inline constexpr std::string_view kDone = "done/";  // done/<n>/<node>: its workers succeeded
-inline constexpr std::string_view kHang = "hang";   // "<n> <node>": the last hang declared
-inline constexpr std::string_view kHangFrames = "hang_frames/";  // hang_frames/<n>/<node>: frames
-inline constexpr std::string_view kHangFrozen = "hang_frozen/";  // hang_frozen/<n>/<node>: frozen
+inline constexpr std::string_view kSettings = "settings";  // the settings every node agrees on
+inline constexpr std::string_view kNodes = "nodes/";       // nodes/<node>: its presence record
+inline constexpr std::string_view kClosed = "closed";      // why the job ended, once it has
+inline constexpr std::string_view kDone = "done/";         // done/<n>/<node>: its workers succeeded
+// The round-scoped exchange (exchange_book.hpp): exchange/<scope>/<topic>/<node> and
+// flags/<scope>/<topic>.
+inline constexpr std::string_view kExchange = "exchange/";
+inline constexpr std::string_view kFlags = "flags/";
 
 // The elastic handler.
 inline constexpr std::string_view kLeader = "leader";        // the leading node's id
@@ -34,7 +34,6 @@ inline constexpr std::string_view kReady = "ready/";  // ready/<n>/<node>: its o
 
 // The static handler.
 inline constexpr std::string_view kAttempt = "attempt";  // the current attempt
-inline constexpr std::string_view kStopped = "stopped";  // "<node rank> <signal>": a node's stop
 
 // "<prefix><a>", as in nodes/<node> or rounds/<n>.
 template <typename A>

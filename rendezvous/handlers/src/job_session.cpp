@@ -66,6 +66,7 @@ asio::awaitable<void> JobSession::open(std::string presence_key, std::string val
                                        WatchSet watched) {
   presence_key_ = presence_key;
   if (!follows_all_of(watched, presence_key)) watched.keys.push_back(presence_key);
+  if (!follows_all_of(watched, keys::kFlags)) watched.prefixes.emplace_back(keys::kFlags);
   if (membership_listener_ && !follows_all_of(watched, keys::kNodes)) {
     watched.prefixes.emplace_back(keys::kNodes);
   }
@@ -85,7 +86,7 @@ asio::awaitable<void> JobSession::follow(std::vector<std::string> prefixes) {
   for (const auto& e : co_await store_->watch_prefixes(std::move(prefixes))) apply(e);
 }
 
-void JobSession::set_membership_listener(std::function<void(const MembershipChange&)> listener) {
+void JobSession::watch_membership(std::function<void(const MembershipChange&)> listener) {
   const bool first = !membership_listener_;
   membership_listener_ = std::move(listener);
   if (first && opened_ && !left_ && !follows_all_of(watched_, keys::kNodes)) {
@@ -111,7 +112,7 @@ void JobSession::apply(const KeyEvent& e) {
   }
   if (e.key.starts_with(keys::kNodes)) report_membership(e);
   try {
-    on_event(e);
+    if (!book_.apply(e.key, e.value, e.deleted)) on_event(e);
   } catch (const std::exception& ex) {
     spdlog::warn("ignoring malformed rendezvous key '{}': {}", e.key, ex.what());
   }
@@ -179,6 +180,71 @@ void JobSession::leave_store() {
   broken_ = "this agent left the job";  // any waiter still parked (an old round's watcher) ends
   store_->leave();
   notify();
+}
+
+std::string JobSession::self_id() const {
+  return std::string(keys::after(presence_key_, keys::kNodes));
+}
+
+asio::awaitable<void> JobSession::publish(Scope scope, std::string topic, std::string value) {
+  const std::string key = ExchangeBook::value_key(scope, topic, self_id());
+  book_.put_value(scope, topic, self_id(), value);
+  co_await store_->set(key, value);
+}
+
+asio::awaitable<std::vector<std::string>> JobSession::gather(Scope scope, std::string topic,
+                                                             int expected,
+                                                             std::chrono::milliseconds wait) {
+  const auto self = shared_from_this();
+  const auto deadline = Clock::now() + wait;
+  try {
+    std::string prefix = ExchangeBook::values_prefix(scope, topic);
+    if (!follows_all_of(watched_, prefix)) {
+      std::vector<std::string> prefixes;
+      prefixes.push_back(std::move(prefix));
+      co_await follow(std::move(prefixes));
+    }
+    co_await wait_until(
+        [&] { return book_.count(scope, topic) >= static_cast<std::size_t>(expected); }, deadline);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not gather every node's {}: {}", topic, e.what());
+  }
+  co_return book_.values(scope, topic);
+}
+
+asio::awaitable<void> JobSession::raise(Scope scope, std::string topic, std::string reason,
+                                        std::string detail) {
+  if (!member()) co_return;  // nobody to tell: the others never counted this node
+  const auto self = shared_from_this();
+  Flag mine;
+  mine.node = self_id();
+  mine.reason = std::move(reason);
+  mine.detail = std::move(detail);
+  try {
+    const std::string key = ExchangeBook::flag_key(scope, topic);
+    const std::string text = ExchangeBook::flag_text(mine);
+    const std::string first = co_await store_->compare_set(key, "", text);
+    book_.apply(key, first, false);  // the first raise, this one or another node's
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes ({}): {}", mine.reason, e.what());
+    book_.put_flag(scope, topic, std::move(mine));
+  }
+  notify();
+}
+
+std::optional<Flag> JobSession::raised(Scope scope, std::string topic) const {
+  auto f = book_.flag(scope, topic);
+  if (f) f->mine = f->node == self_id();
+  return f;
+}
+
+std::optional<Flag> JobSession::peer_flag(const Round& r) const {
+  if (auto f = book_.peer_flag(Scope::of(r), self_id())) return f;
+  return peer_job_flag();
+}
+
+std::optional<Flag> JobSession::peer_job_flag() const {
+  return book_.peer_flag(Scope::job(), self_id());
 }
 
 }  // namespace ddprun::rendezvous

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <string_view>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -36,6 +38,23 @@ NodeStatus node_of(const std::string& id, const std::string& record) {
   return n;
 }
 
+// The restart count of a failure report's key (exchange/restart/<k>/<the topic>/<node>).
+std::optional<int> failure_report_restart(std::string_view key) {
+  constexpr std::string_view kRestart = "restart/";
+  if (!key.starts_with(keys::kExchange)) return std::nullopt;
+  std::string_view rest = keys::after(key, keys::kExchange);
+  if (!rest.starts_with(kRestart)) return std::nullopt;
+  rest = keys::after(rest, kRestart);
+  const auto slash = rest.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  const std::string_view topic = kFailureReportsTopic;
+  const std::string_view topic_node = rest.substr(slash + 1);
+  if (!topic_node.starts_with(topic) || topic_node.substr(topic.size(), 1) != "/") {
+    return std::nullopt;
+  }
+  return to_int(std::string(rest.substr(0, slash)), -1);
+}
+
 }  // namespace
 
 JobStatus interpret_job_keys(Backend backend,
@@ -67,9 +86,8 @@ JobStatus interpret_job_keys(Backend backend,
       s.closed_reason = value;
     } else if (key.starts_with(keys::kRounds)) {
       rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
-    } else if (key.starts_with(keys::kFailures)) {
-      const std::string_view rest = keys::after(key, keys::kFailures);
-      failures[to_int(std::string(rest.substr(0, rest.find('/'))), -1)].push_back(value);
+    } else if (const auto restart = failure_report_restart(key)) {
+      failures[*restart].push_back(value);
     }
   }
   if (!failures.empty()) s.last_failures = failures.rbegin()->second;

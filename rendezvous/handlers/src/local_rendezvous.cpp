@@ -54,14 +54,8 @@ void LocalRendezvous::stop_waiting() {
   interruption_.cancel();
 }
 
-asio::awaitable<void> LocalRendezvous::report_failure(Round r, std::string failures) {
-  last_failures_ = std::move(failures);
-  restarts_ = r.restart_count + 1;
-  co_return;
-}
-
-asio::awaitable<void> LocalRendezvous::end_round(Round r) {
-  restarts_ = r.restart_count + 1;
+asio::awaitable<void> LocalRendezvous::end_round(Round r, bool) {
+  restarts_ = r.restart_count + 1;  // failed or interrupted (a stuck worker): a restart either way
   co_return;
 }
 
@@ -72,10 +66,33 @@ asio::awaitable<void> LocalRendezvous::close(std::string why) {
   co_return;
 }
 
-asio::awaitable<std::vector<std::string>> LocalRendezvous::final_failures() {
-  std::vector<std::string> out;
-  out.push_back(last_failures_);
-  co_return out;
+namespace {
+constexpr std::string_view kSelf = "0";
+}  // namespace
+
+asio::awaitable<void> LocalRendezvous::publish(Scope scope, std::string topic, std::string value) {
+  book_.put_value(scope, topic, kSelf, std::move(value));
+  co_return;
+}
+
+asio::awaitable<std::vector<std::string>> LocalRendezvous::gather(Scope scope, std::string topic,
+                                                                  int, std::chrono::milliseconds) {
+  co_return book_.values(scope, topic);
+}
+
+asio::awaitable<void> LocalRendezvous::raise(Scope scope, std::string topic, std::string reason,
+                                             std::string detail) {
+  Flag f;
+  f.node = kSelf;
+  f.reason = std::move(reason);
+  f.detail = std::move(detail);
+  f.mine = true;
+  book_.put_flag(scope, topic, std::move(f));
+  co_return;
+}
+
+std::optional<Flag> LocalRendezvous::raised(Scope scope, std::string topic) const {
+  return book_.flag(scope, topic);
 }
 
 asio::awaitable<void> LocalRendezvous::leave(bool) {

@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "ddprun/rendezvous/exchange_book.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 #include "ddprun/store/store_server.hpp"
@@ -27,12 +28,18 @@ class LocalRendezvous final : public Rendezvous {
   // Nothing outside the node ends a round: completes only after stop_waiting().
   boost::asio::awaitable<std::string> interruption(Round r) override;
   void stop_waiting() override;
-  boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
-  boost::asio::awaitable<void> end_round(Round r) override;
+  boost::asio::awaitable<void> end_round(Round r, bool failed) override;
   boost::asio::awaitable<bool> exit_barrier(Round r) override;
   boost::asio::awaitable<void> close(std::string why) override;
   const JobEnd& ending() const override { return ending_; }
-  boost::asio::awaitable<std::vector<std::string>> final_failures() override;
+  // The exchange has one node: what it publishes or raises is all there is.
+  boost::asio::awaitable<void> publish(Scope scope, std::string topic, std::string value) override;
+  boost::asio::awaitable<std::vector<std::string>> gather(Scope scope, std::string topic,
+                                                          int expected,
+                                                          std::chrono::milliseconds wait) override;
+  boost::asio::awaitable<void> raise(Scope scope, std::string topic, std::string reason,
+                                     std::string detail) override;
+  std::optional<Flag> raised(Scope scope, std::string topic) const override;
   boost::asio::awaitable<void> leave(bool graceful) override;
   void abandon() override;
   std::string describe() const override;
@@ -45,7 +52,7 @@ class LocalRendezvous final : public Rendezvous {
   boost::asio::steady_timer interruption_;
   bool stop_requested_ = false;
   int restarts_ = 0;
-  std::string last_failures_;
+  ExchangeBook book_;
   JobEnd ending_;
 };
 

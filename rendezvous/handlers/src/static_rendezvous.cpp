@@ -88,17 +88,6 @@ void StaticRendezvous::on_event(const KeyEvent& e) {
     }
   } else if (k == keys::kAttempt && !e.deleted) {
     attempt_ = std::max(attempt_, std::stoi(e.value));
-  } else if (k == keys::kStopped && !e.deleted && stop_signal_ == 0) {
-    const auto space = e.value.find(' ');
-    try {
-      const int node = std::stoi(e.value.substr(0, space));
-      const int signo = space == std::string::npos ? 0 : std::stoi(e.value.substr(space + 1));
-      if (node != config_.node_rank && signo > 0) {
-        stopped_node_ = node;
-        stop_signal_ = signo;
-      }
-    } catch (const std::exception&) {  // not written by an agent: nothing to act on
-    }
   } else if (k.starts_with(keys::kDone) && !e.deleted) {
     const auto [n, node] = keys::round_and_node(keys::after(k, keys::kDone));
     done_[n].insert(std::stoi(node));
@@ -122,7 +111,7 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
   // after (a peer may have spent it meanwhile).
   if (exhausted()) co_return std::nullopt;
   clear_expelled();
-  const auto stopped = [this] { return stop_signal_ != 0; };
+  const auto stopped = [this] { return peer_job_flag().has_value(); };
   if (!co_await wait_until([&] { return all_present() || stopped(); },
                            Clock::now() + config_.join_timeout)) {
     std::vector<int> missing;
@@ -132,9 +121,8 @@ asio::awaitable<std::optional<Round>> StaticRendezvous::next_round() {
     throw store::StoreTimeout(fmt::format("node ranks {} did not join within {} s", missing,
                                           config_.join_timeout.count() / 1000));
   }
-  if (stopped()) {  // a peer was stopped by a signal: so is the job
-    ending_ = JobEnd{JobEnd::Kind::kClosed,
-                     fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_)};
+  if (stopped()) {  // a peer ended the job (it was stopped by a signal)
+    ending_ = JobEnd{JobEnd::Kind::kClosed, peer_job_flag()->reason};
     co_return std::nullopt;
   }
   if (exhausted()) co_return std::nullopt;
@@ -162,15 +150,6 @@ asio::awaitable<std::optional<WorkerStoreAddress>> StaticRendezvous::worker_stor
   co_return WorkerStoreAddress{config_.master_addr, worker_port_};
 }
 
-asio::awaitable<void> StaticRendezvous::announce_stop(int signo) {
-  if (!member()) co_return;  // nobody to tell: the others never counted this node
-  try {
-    co_await store().compare_set(std::string(keys::kStopped), "",
-                                 fmt::format("{} {}", config_.node_rank, signo));
-  } catch (const std::exception&) {  // the store is gone: the others see this node leave instead
-  }
-}
-
 asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
   clear_stop_request();
   std::string reason;
@@ -181,8 +160,8 @@ asio::awaitable<std::string> StaticRendezvous::interruption(Round r) {
           reason = kExpelledReason;
           return true;
         }
-        if (stop_signal_ != 0) {
-          reason = fmt::format("node {} was stopped by signal {}", stopped_node_, stop_signal_);
+        if (const auto flag = peer_flag(r)) {
+          reason = flag->reason;
           return true;
         }
         if (attempt_ > r.number) {
@@ -208,21 +187,9 @@ asio::awaitable<void> StaticRendezvous::advance(int attempt) {
   notify();
 }
 
-asio::awaitable<void> StaticRendezvous::report_failure(Round r, std::string failures) {
-  co_await store().set(keys::key(keys::kFailures, r.number, config_.node_rank), failures);
+asio::awaitable<void> StaticRendezvous::end_round(Round r, bool) {
+  // Failed or not, a restart: a node that left cannot be replaced by another.
   co_await advance(r.number);
-}
-
-asio::awaitable<void> StaticRendezvous::end_round(Round r) {
-  co_await advance(r.number);  // a node left: its ranks cannot be filled, a restart it is
-}
-
-asio::awaitable<std::vector<std::string>> StaticRendezvous::final_failures() {
-  std::vector<std::string> out;
-  for (auto& e : co_await store().read_prefix(keys::under(keys::kFailures, attempt_ - 1))) {
-    out.push_back(std::move(e.value));
-  }
-  co_return out;
 }
 
 asio::awaitable<bool> StaticRendezvous::exit_barrier(Round r) {

@@ -6,11 +6,10 @@
 //   attempt                    the job-wide attempt, advanced only by compare-and-set, so that one
 //                              failure anywhere costs the whole job exactly one restart; a node
 //                              that leaves costs one too (its ranks cannot be filled)
-//   failures/<attempt>/<node>  that node's worker failures in that attempt
 //   done/<attempt>/<node>      the node's workers all succeeded (the exit barrier)
 //   closed                     why the job ended
-//   stopped                    "<node_rank> <signal>": the first node stopped by a signal; the
-//                              others stop their workers with the same signal
+//   exchange/..., flags/...    the round-scoped exchange (JobSession); the round's scope is its
+//                              attempt. A flag in the job's scope (a node's stop) ends the job.
 #include <map>
 #include <memory>
 #include <set>
@@ -25,7 +24,7 @@
 
 namespace ddprun::rendezvous {
 
-class StaticRendezvous final : public JobSession, public Rendezvous {
+class StaticRendezvous final : public JobSession {
  public:
   // `store`: the job store; `server`: the store this node hosts (node 0), or null.
   static std::shared_ptr<StaticRendezvous> create(boost::asio::io_context& io,
@@ -38,21 +37,14 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::awaitable<std::optional<Round>> next_round() override;
   boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) override;
   boost::asio::awaitable<std::string> interruption(Round r) override;
-  void stop_waiting() override { JobSession::stop_waiting(); }
-  boost::asio::awaitable<void> announce_stop(int signo) override;
-  int peer_stop_signal() const override { return stop_signal_; }
-  boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
-  boost::asio::awaitable<void> end_round(Round r) override;
+  boost::asio::awaitable<void> end_round(Round r, bool failed) override;
   boost::asio::awaitable<bool> exit_barrier(Round r) override;
   boost::asio::awaitable<void> close(std::string why) override;
   const JobEnd& ending() const override { return ending_; }
-  boost::asio::awaitable<std::vector<std::string>> final_failures() override;
+  bool membership_fixed() const override { return true; }
   boost::asio::awaitable<void> leave(bool graceful) override;
   void abandon() override;
   std::string describe() const override;
-  void watch_membership(std::function<void(const MembershipChange&)> listener) override {
-    set_membership_listener(std::move(listener));
-  }
 
  private:
   StaticRendezvous(boost::asio::io_context& io, RendezvousConfig config,
@@ -71,8 +63,6 @@ class StaticRendezvous final : public JobSession, public Rendezvous {
   std::map<int, int> nodes_;  // node rank -> nproc
   int attempt_ = 0;
   std::map<int, std::set<int>> done_;
-  int stopped_node_ = -1;  // the node that announced a stop, and its signal
-  int stop_signal_ = 0;
   JobEnd ending_;
 };
 

@@ -16,10 +16,10 @@
 //   interrupt           "<n> <reason>": why the leader ended round n (a node left, a scale-up)
 //   finished            "<n>": every participant of round n passed the exit barrier
 //   restarts            the job-wide restart count (failures only; membership changes are free)
-//   failures/<r>/<id>   a node's worker failures in the round that had restart count r
 //   done/<n>/<id>       the node's workers succeeded in round n (exit barrier)
 //   closed              why the job ended ("succeeded", "failed"); later joiners leave with it
-// The leader follows nodes/, rounds/, done/ and failures/. A round forms at MAX nodes at once, or
+//   exchange/..., flags/...  the round-scoped exchange (JobSession): failure reports, a hang
+// The leader follows nodes/, rounds/ and done/. A round forms at MAX nodes at once, or
 // at MIN after last_call_timeout (the first round; later ones re-form at once). The leader ends it
 // when a participant's key vanishes (death or partition) or a node waits to join below MAX
 // (scale-up); any agent ends it on a failure. A node join costs one event (the leader's), a round
@@ -43,7 +43,7 @@
 
 namespace ddprun::rendezvous {
 
-class ElasticRendezvous final : public JobSession, public Rendezvous {
+class ElasticRendezvous final : public JobSession {
  public:
   // `node_id`: unique among the job's agents. `server`: the job store when this agent hosts it.
   static std::shared_ptr<ElasticRendezvous> create(boost::asio::io_context& io,
@@ -56,27 +56,14 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   boost::asio::awaitable<std::optional<Round>> next_round() override;
   boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) override;
   boost::asio::awaitable<std::string> interruption(Round r) override;
-  void stop_waiting() override { JobSession::stop_waiting(); }
-  // A hang: the key "hang" ("<round> <node id>"), which every agent follows; the frames under
-  // "hang_frames/<round>/<node id>".
-  boost::asio::awaitable<void> announce_hang(Round r) override;
-  bool peer_hang(Round r) const override;
-  boost::asio::awaitable<void> hang_frozen(Round r, std::chrono::milliseconds wait) override;
-  boost::asio::awaitable<std::vector<std::string>> share_hang_frames(
-      Round r, std::string frames, std::chrono::milliseconds wait) override;
-  boost::asio::awaitable<void> report_failure(Round r, std::string failures) override;
-  // Membership changes cost no restart; another node's hang does.
-  boost::asio::awaitable<void> end_round(Round r) override;
+  // Membership changes cost no restart; another node's flag (a hang) does.
+  boost::asio::awaitable<void> end_round(Round r, bool failed) override;
   boost::asio::awaitable<bool> exit_barrier(Round r) override;
   boost::asio::awaitable<void> close(std::string why) override;
   const JobEnd& ending() const override { return ending_; }
-  boost::asio::awaitable<std::vector<std::string>> final_failures() override;
   boost::asio::awaitable<void> leave(bool graceful) override;
   void abandon() override;
   std::string describe() const override;
-  void watch_membership(std::function<void(const MembershipChange&)> listener) override {
-    set_membership_listener(std::move(listener));
-  }
 
   const std::string& node_id() const { return node_id_; }
 
@@ -105,13 +92,6 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   static std::string placement_record(const records::Round& rec, int round, const std::string& id);
   static Tagged parse_tagged(const std::string& value);
   boost::asio::awaitable<void> advance_round(int number, bool failed, int restarts);
-  // After a hang in `r`: puts `value` under <prefix><round>/<this node> and returns every node's
-  // value there once each node of the round has put its own, or `wait` has passed (then what came;
-  // a store error is logged after `failed`).
-  boost::asio::awaitable<std::vector<std::string>> share_for_hang(std::string prefix, Round r,
-                                                                  std::string value,
-                                                                  std::chrono::milliseconds wait,
-                                                                  std::string failed);
   // Round r cannot start (`why`, within the join timeout): the job goes on to a new round.
   boost::asio::awaitable<void> abandon_round(Round r, std::string why);
   bool ended(bool ran);
@@ -144,7 +124,6 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   // record, and the address of the worker stores it hosts.
   std::string addr_;
   Tagged interrupt_;
-  Tagged hang_{-1, ""};  // the last hang declared: its round and the node that declared it
   int finished_ = -1;
   uint64_t events_ = 0;  // key changes seen, for the leader to wait on
   // Followed by the leader (and, nodes_, by an agent with a membership listener or that hosts the
@@ -153,9 +132,6 @@ class ElasticRendezvous final : public JobSession, public Rendezvous {
   uint64_t membership_ = 0;           // changes of nodes_ seen
   std::map<int, records::Round> rounds_;
   std::map<int, std::set<std::string>> done_;
-  // What a hang's nodes share: key prefix (hang_frames/, hang_frozen/) -> round -> node -> value.
-  std::map<std::string, std::map<int, std::map<std::string, std::string>>> hang_shared_;
-  bool follows_hang_ = false;  // both prefixes followed
   // Node 0 of a round: the members that have stopped their previous workers (ready/<round>/<id>).
   std::map<int, std::set<std::string>> ready_;
   bool follows_ready_ = false;

@@ -1,7 +1,10 @@
 #pragma once
 // One agent's session with its job's keys, over a JobStore: the agent's presence key, and a mirror
 // of the keys it follows kept current by the store's watch, fed to on_event(). Handlers built on it
-// wait, with wait_until(), on conditions over that mirror: nothing is polled.
+// wait, with wait_until(), on conditions over that mirror: nothing is polled. It provides, once for
+// every handler over a store, the round-scoped exchange of Rendezvous (publish, gather, raise),
+// whose keys it follows itself (every flag from open() on; a topic's values from its first
+// gather()).
 #include <chrono>
 #include <functional>
 #include <map>
@@ -15,23 +18,32 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/job_store/job_store.hpp"
+#include "ddprun/rendezvous/exchange_book.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 
 namespace ddprun::rendezvous {
 
-class JobSession : public std::enable_shared_from_this<JobSession> {
+class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSession> {
  public:
   // Job-wide settings as (flag, value); see agree_on().
   using Settings = std::vector<std::pair<std::string, std::string>>;
 
-  virtual ~JobSession();
+  ~JobSession() override;
   // Leaves the store (the presence key vanishes); the event pump and every wait end.
   void leave_store();
   // Releases a wait for a reason to stop the workers (see stop_requested()).
-  void stop_waiting();
+  void stop_waiting() override;
   // Calls `listener` for every presence key ("nodes/<id>") that appears or vanishes from now on.
   // The session follows every presence key for it (one event per node that joins or leaves).
-  void set_membership_listener(std::function<void(const MembershipChange&)> listener);
+  void watch_membership(std::function<void(const MembershipChange&)> listener) override;
+
+  boost::asio::awaitable<void> publish(Scope scope, std::string topic, std::string value) override;
+  boost::asio::awaitable<std::vector<std::string>> gather(Scope scope, std::string topic,
+                                                          int expected,
+                                                          std::chrono::milliseconds wait) override;
+  boost::asio::awaitable<void> raise(Scope scope, std::string topic, std::string reason,
+                                     std::string detail) override;
+  std::optional<Flag> raised(Scope scope, std::string topic) const override;
 
  protected:
   JobSession(boost::asio::any_io_executor ex, std::shared_ptr<JobStore> store);
@@ -54,6 +66,12 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
                                           std::chrono::steady_clock::time_point deadline);
   // Wakes every wait_until() to re-check its condition.
   void notify();
+  // A flag raised by another node in `r`'s scope or the job's (raise()), which interrupts `r`.
+  std::optional<Flag> peer_flag(const Round& r) const;
+  // A flag raised by another node in the job's scope.
+  std::optional<Flag> peer_job_flag() const;
+  // This agent's id among the job's nodes: what follows "nodes/" in its presence key.
+  std::string self_id() const;
   // Whether this agent's presence key exists now.
   bool present() const { return present_; }
   // Whether open() has made this agent a member of the job, and it has not left since.
@@ -75,7 +93,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   // not say.
   static int nproc_of_record(const std::string& record);
   JobStore& store() { return *store_; }
-  // Whether someone listens to membership changes (set_membership_listener()).
+  // Whether someone listens to membership changes (watch_membership()).
   bool wants_membership() const { return static_cast<bool>(membership_listener_); }
   boost::asio::any_io_executor executor() const { return ex_; }
 
@@ -100,6 +118,7 @@ class JobSession : public std::enable_shared_from_this<JobSession> {
   bool stop_waiting_ = false;
   std::function<void(const MembershipChange&)> membership_listener_;
   std::map<std::string, std::string> node_records_;  // "nodes/<id>" -> its record
+  ExchangeBook book_;  // what this agent has seen of the round-scoped exchange
 };
 
 }  // namespace ddprun::rendezvous

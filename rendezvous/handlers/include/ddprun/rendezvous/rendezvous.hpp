@@ -5,8 +5,8 @@
 //   join();
 //   while (auto round = co_await next_round()) {
 //     worker_store(*round) -> spawn the workers, watch interruption(*round) beside them;
-//     succeeded: exit_barrier(*round) -> close("succeeded")   failed: report_failure(*round, ...)
-//     interrupted: end_round(*round)
+//     succeeded: exit_barrier(*round) -> close("succeeded")   failed, interrupted: end_round()
+//     what nodes share in a round (a stop, a hang, failure reports): publish/gather, raise/raised
 //   }
 //   ending() says why the loop ended; leave().
 //
@@ -48,6 +48,36 @@ struct WorkerStoreAddress {
   int port = 0;      // MASTER_PORT
 };
 
+// Where a value or a flag of the round-scoped exchange (Rendezvous::publish, raise) lives: one
+// round, the round that had a given restart count (the one that failed with it), or the job.
+class Scope {
+ public:
+  static Scope job() { return Scope("job"); }
+  static Scope of(const Round& r) { return Scope("round/" + std::to_string(r.number)); }
+  static Scope restart(int restart_count) {
+    return Scope("restart/" + std::to_string(restart_count));
+  }
+  // "job", "round/<n>" or "restart/<n>": the scope's part of its keys.
+  const std::string& text() const { return text_; }
+  bool operator==(const Scope&) const = default;
+
+ private:
+  explicit Scope(std::string text) : text_(std::move(text)) {}
+  std::string text_;
+};
+
+// A flag raised in the exchange: by which node, what its peers are told, and data for the feature.
+struct Flag {
+  std::string node;  // the id of the node that raised it
+  std::string reason;
+  std::string detail;
+  bool mine = false;  // raised by this node
+};
+
+// The topic under which each node publishes its workers' failures, in the scope of its round's
+// restart count: `ddprun status` shows the last ones (job_status.hpp).
+inline constexpr const char* kFailureReportsTopic = "failures";
+
 // Why next_round() returned nullopt.
 struct JobEnd {
   enum class Kind {
@@ -75,55 +105,14 @@ class Rendezvous {
   // worker may start in it, and interruption(r) says why.
   virtual boost::asio::awaitable<std::optional<WorkerStoreAddress>> worker_store(Round r) = 0;
   // Completes with why `r` must end on this node because of something outside it (a peer failed,
-  // left or joined, the job was closed); with "" after stop_waiting().
+  // left or joined, raised a flag, the job was closed); with "" after stop_waiting().
   virtual boost::asio::awaitable<std::string> interruption(Round r) = 0;
   // Releases a pending interruption() (the workers ended on their own).
   virtual void stop_waiting() = 0;
-  // This node was stopped by signal `signo` (forwarded to its workers). Where one node's stop ends
-  // the whole job (the static backend: its ranks cannot be filled), the others are told, so that
-  // their workers get the same signal rather than a stop for a lost peer, whichever reaches them
-  // first; an elastic job re-forms without the node instead. Never throws.
-  virtual boost::asio::awaitable<void> announce_stop(int signo) {
-    (void)signo;
-    co_return;
-  }
-  // The signal a peer announced with announce_stop() (0: none), once interruption() has said so.
-  virtual int peer_stop_signal() const { return 0; }
-  // A rank of this node is hung in `r` (--hang_timeout): every other node of the round is told, so
-  // that it captures its own ranks' stacks before they stop (interruption() then says so, and
-  // peer_hang() is true there). Never throws. The default, for a single-node job: nothing to tell.
-  virtual boost::asio::awaitable<void> announce_hang(Round r) {
-    (void)r;
-    co_return;
-  }
-  // Whether `r` is being interrupted because another node declared a hang in it.
-  virtual bool peer_hang(Round r) const {
-    (void)r;
-    return false;
-  }
-  // After a hang in `r`, once this node has frozen its workers: says so, and returns once every
-  // node of the round has, or `wait` has passed. Never throws.
-  virtual boost::asio::awaitable<void> hang_frozen(Round r, std::chrono::milliseconds wait) {
-    (void)r;
-    (void)wait;
-    co_return;
-  }
-  // After a hang in `r`: publishes this node's ranks' innermost frames (`frames`, opaque text) and
-  // returns every node's, this node's included, once each node of the round has published its own
-  // or `wait` has passed (then what came). Never throws: what cannot be shared is left out.
-  virtual boost::asio::awaitable<std::vector<std::string>> share_hang_frames(
-      Round r, std::string frames, std::chrono::milliseconds wait) {
-    (void)r;
-    (void)wait;
-    std::vector<std::string> out;
-    out.push_back(std::move(frames));
-    co_return out;
-  }
-  // Records this node's worker failures in `r` (opaque text, read back by final_failures()) and
-  // ends the round as failed.
-  virtual boost::asio::awaitable<void> report_failure(Round r, std::string failures) = 0;
-  // Ends `r` after an interruption (a no-op if it already ended).
-  virtual boost::asio::awaitable<void> end_round(Round r) = 0;
+  // Ends `r` on this node's behalf (a no-op if it already ended): `failed` when its workers failed
+  // there, which spends one restart of the job-wide budget. A round interrupted by another node's
+  // flag (raise()) in its scope is a failed one too.
+  virtual boost::asio::awaitable<void> end_round(Round r, bool failed) = 0;
   // This node's workers succeeded in `r`: true once every node's did; false as soon as a peer
   // fails, its agent dies, or the barrier timeout passes.
   virtual boost::asio::awaitable<bool> exit_barrier(Round r) = 0;
@@ -131,8 +120,33 @@ class Rendezvous {
   virtual boost::asio::awaitable<void> close(std::string why) = 0;
   // Set once next_round() has returned nullopt.
   virtual const JobEnd& ending() const = 0;
-  // Every node's failures (as given to report_failure) in the round that spent the last restart.
-  virtual boost::asio::awaitable<std::vector<std::string>> final_failures() = 0;
+  // Whether the job's membership is fixed (the static backend): a node that stops ends the job,
+  // since its ranks cannot be filled; an elastic job re-forms without it instead.
+  virtual bool membership_fixed() const { return false; }
+
+  // The round-scoped exchange: what the nodes share within a round (or the job), one mechanism
+  // for every feature. Each node publishes a value per topic and reads every node's; any node
+  // raises a flag per topic, which the first raise fixes and every node sees.
+  //
+  // Publishes this node's `value` for `topic` in `scope` (a later publish replaces it). Throws
+  // StoreError when the store cannot take it.
+  virtual boost::asio::awaitable<void> publish(Scope scope, std::string topic,
+                                               std::string value) = 0;
+  // Every node's value for `topic` in `scope`, this node's included, in node order: once
+  // `expected` nodes have published, or `wait` has passed (then what came). Never throws: what
+  // cannot be read is left out (logged), and leaving the job ends the wait.
+  virtual boost::asio::awaitable<std::vector<std::string>> gather(
+      Scope scope, std::string topic, int expected, std::chrono::milliseconds wait) = 0;
+  // Raises the flag `topic` in `scope` with `reason` (what the others are told) and `detail`
+  // (data for the feature); a flag already raised stays as it is. A flag raised by another node
+  // in a round's scope or the job's interrupts that round on every node (interruption() says
+  // `reason`); one in the job's scope, where membership_fixed(), also ends the job (next_round()
+  // returns nullopt, JobEnd::Kind::kClosed). Never throws (a store error is logged); a node that
+  // is not a member of the job (not yet joined, or gone) raises nothing.
+  virtual boost::asio::awaitable<void> raise(Scope scope, std::string topic, std::string reason,
+                                             std::string detail) = 0;
+  // The flag `topic` in `scope` once any node has raised it (this one included).
+  virtual std::optional<Flag> raised(Scope scope, std::string topic) const = 0;
   // Leaves the job. Graceful: a node hosting the job's store first waits (bounded) until the others
   // have left, so that none loses the store while reading the outcome.
   virtual boost::asio::awaitable<void> leave(bool graceful) = 0;

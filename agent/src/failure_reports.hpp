@@ -1,0 +1,26 @@
+#pragma once
+// Every node's worker failures, shared so that each node's summary names every failed rank of the
+// job: a node whose workers failed publishes them (failure_json.hpp) under
+// rendezvous::kFailureReportsTopic in the scope of its round's restart count, and ends the round as
+// failed; once no restart remains, each node reads those of the round that spent the last one.
+// Built on the rendezvous' exchange.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "ddprun/rendezvous/rendezvous.hpp"
+
+namespace ddprun::agent::failure_reports {
+
+// Publishes this node's worker failures in `r` (`failures`, JSON) and ends `r` as failed. Throws
+// StoreError when the store is lost.
+boost::asio::awaitable<void> report(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                    rendezvous::Round r, std::string failures);
+// Every node's failures (as reported) in the round that spent the last restart: the one whose
+// restart count was `max_restarts`. Never throws: what cannot be read is left out.
+boost::asio::awaitable<std::vector<std::string>> final_failures(
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, int max_restarts);
+
+}  // namespace ddprun::agent::failure_reports

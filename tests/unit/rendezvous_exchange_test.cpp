@@ -1,0 +1,96 @@
+// The round-scoped exchange (Rendezvous::publish, gather, raise) in-process, on the static and the
+// elastic handler over one real store (rendezvous_job.hpp): what every node reads, how long it
+// waits, what a flag does to the round on the other nodes.
+#include "rendezvous_job.hpp"
+
+using namespace rendezvous_test;
+
+namespace {
+
+// Static node `rank` of `job`, over its store, not joined yet.
+std::shared_ptr<Rendezvous> static_node(Job& job, int rank) {
+  RendezvousConfig c = job.config();
+  c.backend = Backend::kStatic;
+  c.master_addr = "127.0.0.1";
+  c.store_port = job.port();
+  c.node_rank = rank;
+  TcpJobStoreSpec spec{c.run_id, "127.0.0.1", job.port(), c.join_timeout, c.heartbeat_timeout};
+  auto store = std::make_shared<TcpJobStore>(job.io().get_executor(), spec);
+  return StaticRendezvous::create(job.io(), c, store, nullptr);
+}
+
+// Two static nodes (ranks 0 and 1) of `job`, joined.
+std::vector<std::shared_ptr<Rendezvous>> static_nodes(Job& job) {
+  std::vector<std::shared_ptr<Rendezvous>> nodes;
+  for (int rank : {0, 1}) {
+    nodes.push_back(static_node(job, rank));
+    job.adopt(nodes.back());
+  }
+  return nodes;
+}
+
+std::vector<std::shared_ptr<Rendezvous>> elastic_nodes(Job& job) { return {job.add(), job.add()}; }
+
+}  // namespace
+
+TEST_CASE("rendezvous exchange: every node reads every node's value, and a wait is bounded",
+          "[rendezvous][exchange]") {
+  Job job(2, 2);
+  const bool elastic = GENERATE(false, true);
+  CAPTURE(elastic);
+  auto nodes = elastic ? elastic_nodes(job) : static_nodes(job);
+  auto r0 = form(job, nodes);
+  const Scope scope = Scope::of(r0[0]);
+  CHECK(scope == Scope::of(r0[1]));
+  job.run(completed(nodes[0]->publish(scope, "topic", "from 0")));
+  // Only one of the two has published: the wait ends at its bound, with what came.
+  const auto start = Clock::now();
+  CHECK(job.run(nodes[1]->gather(scope, "topic", 2, 200ms)) == std::vector<std::string>{"from 0"});
+  CHECK(Clock::now() - start >= 200ms);
+  // A gather waiting for both completes when the second value comes, long before its bound.
+  auto both = job.start(nodes[0]->gather(scope, "topic", 2, 60s));
+  job.run(completed(nodes[1]->publish(scope, "topic", "from 1")));
+  REQUIRE(job.run_until([&] { return both->done; }));
+  auto values = both->get();
+  std::sort(values.begin(), values.end());
+  CHECK(values == std::vector<std::string>{"from 0", "from 1"});
+  // Another topic, another round's scope: nothing of this one.
+  CHECK(job.run(nodes[1]->gather(scope, "other", 0, 0ms)).empty());
+  CHECK(job.run(nodes[1]->gather(Scope::restart(7), "topic", 0, 0ms)).empty());
+}
+
+TEST_CASE("rendezvous exchange: a flag interrupts the round on the other nodes and costs a restart",
+          "[rendezvous][exchange]") {
+  Job job(2, 2);
+  job.config().max_restarts = 3;
+  const bool elastic = GENERATE(false, true);
+  CAPTURE(elastic);
+  auto nodes = elastic ? elastic_nodes(job) : static_nodes(job);
+  auto r0 = form(job, nodes);
+  auto why = job.start(nodes[1]->interruption(r0[1]));
+  job.run(completed(nodes[0]->raise(Scope::of(r0[0]), "hang", "a rank of node x is hung", "d")));
+  job.run(completed(nodes[1]->raise(Scope::of(r0[1]), "hang", "second", "")));  // the first stays
+  REQUIRE(job.run_until([&] { return why->done; }));
+  CHECK(why->get() == "a rank of node x is hung");
+  const auto flag = nodes[1]->raised(Scope::of(r0[1]), "hang");
+  REQUIRE(flag.has_value());
+  CHECK_FALSE(flag->mine);
+  CHECK(flag->detail == "d");
+  CHECK(nodes[0]->raised(Scope::of(r0[0]), "hang")->mine);
+  // The node that raised it fails; the other ends the round for the flag: one restart in all.
+  job.run(completed(report_failure(nodes[0], r0[0], "[]")));
+  job.run(completed(nodes[1]->end_round(r0[1], false)));
+  auto r1 = form(job, nodes);
+  CHECK(r1[0].restart_count == 1);
+  CHECK(r1[1].restart_count == 1);
+  // The next round starts with no flag raised.
+  CHECK_FALSE(nodes[1]->raised(Scope::of(r1[1]), "hang").has_value());
+}
+
+TEST_CASE("rendezvous exchange: a node that has not joined raises nothing", "[rendezvous]") {
+  Job job(2, 2);
+  auto node = static_node(job, 0);
+  REQUIRE(job.run(completed(node->raise(Scope::job(), "stop", "node 0 was stopped", "15"))));
+  CHECK_FALSE(node->raised(Scope::job(), "stop").has_value());
+  node->abandon();
+}
