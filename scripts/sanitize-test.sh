@@ -14,6 +14,7 @@ trap 'rm -rf "$reports"' EXIT
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
   -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
+  rendezvous_exchange_test \
   store_session_test store_tls_test
 
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"

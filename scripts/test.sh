@@ -7,7 +7,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's time, printed as it ends and again at the end (what a run's time is spent on).
+stages=()
+stage_start=$SECONDS
+stage_done() {
+  stages+=("$(printf '%-34s %5d s' "$1" $((SECONDS - stage_start)))")
+  echo "test: $1 took $((SECONDS - stage_start)) s"
+  stage_start=$SECONDS
+}
+print_stages() {
+  printf 'test: %s\n' "${stages[@]}"
+}
+
 bash scripts/install-deps.sh
+stage_done "installing packages"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
@@ -25,8 +38,10 @@ if grep -q 'warning:' "$scratch/build.log"; then
   echo "test: the build printed warnings" >&2
   exit 1
 fi
+stage_done "the build (g++)"
 # And under clang 14's front end, with the same flags (about 2 minutes on 2 cores).
 python3 scripts/clang-warnings.py "$build"
+stage_done "clang's warnings"
 
 # The frame parser, and what a store with a secret reads before authentication, under libFuzzer
 # with ASan and UBSan (clang-only, so they have their own build).
@@ -46,6 +61,7 @@ for fuzzer in wire_parser_fuzz auth_handshake_fuzz; do
   fi
   grep -E '^Done' "$corpus/fuzz.log"
 done
+stage_done "the fuzz build and fuzzing"
 
 if ! wait "$torch2_root"; then
   cat "$scratch/torch2-root.log" >&2
@@ -53,7 +69,12 @@ if ! wait "$torch2_root"; then
   exit 1
 fi
 
+stage_done "waiting for the torch 2.14 root"
+
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300)
+stage_done "every CTest test"
 
 # The multi-node and elastic tests again, on a build with ASan and UBSan.
 DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh
+stage_done "the sanitizer build and its tests"
+print_stages

@@ -17,9 +17,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "agent_metrics.hpp"
 #include "agent_run.hpp"
-#include "containment.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/signal_listener.hpp"
@@ -27,14 +25,16 @@
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "ddprun/store/metrics_server.hpp"
-#include "event_log.hpp"
-#include "file_timer.hpp"
+#include "exchanges/stop_exchange.hpp"
 #include "head_control.hpp"
-#include "round_plan.hpp"
-#include "stop_exchange.hpp"
-#include "warm_interpreter.hpp"
-#include "worker_env.hpp"
-#include "worker_group.hpp"
+#include "logs/agent_metrics.hpp"
+#include "logs/event_log.hpp"
+#include "node/containment.hpp"
+#include "watchers/file_timer.hpp"
+#include "workers/round_plan.hpp"
+#include "workers/warm_interpreter.hpp"
+#include "workers/worker_env.hpp"
+#include "workers/worker_group.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;

@@ -16,16 +16,16 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "bounded_command.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
-#include "failure_reports.hpp"
-#include "hang_exchange.hpp"
-#include "round_plan.hpp"
-#include "stop_exchange.hpp"
-#include "worker_stacks.hpp"
+#include "exchanges/failure_reports.hpp"
+#include "exchanges/hang_exchange.hpp"
+#include "exchanges/stop_exchange.hpp"
+#include "node/bounded_command.hpp"
+#include "watchers/worker_stacks.hpp"
+#include "workers/round_plan.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;

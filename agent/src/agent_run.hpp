@@ -10,13 +10,13 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include "containment.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
-#include "event_log.hpp"
-#include "worker_group.hpp"
+#include "logs/event_log.hpp"
+#include "node/containment.hpp"
+#include "workers/worker_group.hpp"
 
 namespace ddprun::agent {
 

@@ -7,7 +7,7 @@
 
 #include "ddprun/agent/error_file.hpp"
 #include "ddprun/agent/failure_summary.hpp"
-#include "worker_env.hpp"
+#include "workers/worker_env.hpp"
 
 using namespace ddprun::agent;
 

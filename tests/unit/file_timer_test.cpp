@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 
-#include "file_timer.hpp"
+#include "watchers/file_timer.hpp"
 
 using namespace ddprun::agent;
 using namespace std::chrono_literals;

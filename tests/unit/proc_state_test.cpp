@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "proc_state.hpp"
+#include "watchers/proc_state.hpp"
 
 using namespace ddprun::agent;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "python_template.hpp"
+#include "workers/python_template.hpp"
 
 using ddprun::agent::safe_substitute;
 

@@ -33,7 +33,7 @@ std::vector<std::shared_ptr<Rendezvous>> elastic_nodes(Job& job) { return {job.a
 
 }  // namespace
 
-TEST_CASE("rendezvous exchange: every node reads every node's value, and a wait is bounded",
+TEST_CASE("rendezvous: the exchange: every node reads every node's value, and a wait is bounded",
           "[rendezvous][exchange]") {
   Job job(2, 2);
   const bool elastic = GENERATE(false, true);
@@ -59,8 +59,9 @@ TEST_CASE("rendezvous exchange: every node reads every node's value, and a wait 
   CHECK(job.run(nodes[1]->gather(Scope::restart(7), "topic", 0, 0ms)).empty());
 }
 
-TEST_CASE("rendezvous exchange: a flag interrupts the round on the other nodes and costs a restart",
-          "[rendezvous][exchange]") {
+TEST_CASE(
+    "rendezvous: the exchange: a flag interrupts the round on the other nodes and costs a restart",
+    "[rendezvous][exchange]") {
   Job job(2, 2);
   job.config().max_restarts = 3;
   const bool elastic = GENERATE(false, true);
@@ -87,7 +88,7 @@ TEST_CASE("rendezvous exchange: a flag interrupts the round on the other nodes a
   CHECK_FALSE(nodes[1]->raised(Scope::of(r1[1]), "hang").has_value());
 }
 
-TEST_CASE("rendezvous exchange: a node that has not joined raises nothing", "[rendezvous]") {
+TEST_CASE("rendezvous: the exchange: a node that has not joined raises nothing", "[rendezvous]") {
   Job job(2, 2);
   auto node = static_node(job, 0);
   REQUIRE(job.run(completed(node->raise(Scope::job(), "stop", "node 0 was stopped", "15"))));

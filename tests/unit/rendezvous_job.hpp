@@ -190,8 +190,8 @@ inline std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rende
   return rounds;
 }
 
-// What the agent's failure reports do (agent/src/failure_reports.cpp): this node's failures of `r`
-// published in the scope of its restart count, then the round ended as failed.
+// What the agent's failure reports do (agent/src/exchanges/failure_reports.cpp): this node's
+// failures of `r` published in the scope of its restart count, then the round ended as failed.
 inline asio::awaitable<void> report_failure(std::shared_ptr<Rendezvous> node, Round r,
                                             std::string failures) {
   // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)

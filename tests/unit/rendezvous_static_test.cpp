@@ -64,7 +64,7 @@ TEST_CASE("rendezvous: a static node stopped by a signal stops the others with t
   auto r0 = form(job, nodes);
   auto why0 = job.start(nodes[0]->interruption(r0[0]));
   CHECK(nodes[0]->membership_fixed());
-  // What the agent's stop exchange does (agent/src/stop_exchange.cpp).
+  // What the agent's stop exchange does (agent/src/exchanges/stop_exchange.cpp).
   job.run(completed(nodes[1]->raise(Scope::job(), "stop", "node 1 was stopped by signal 2", "2")));
   job.run(completed(nodes[2]->raise(Scope::job(), "stop", "node 2 stopped", "15")));  // too late
   REQUIRE(job.run_until([&] { return why0->done; }));

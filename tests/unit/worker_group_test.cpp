@@ -21,8 +21,8 @@
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 
-#include "containment.hpp"
-#include "worker_group.hpp"
+#include "node/containment.hpp"
+#include "workers/worker_group.hpp"
 
 using namespace ddprun::agent;
 using namespace std::chrono_literals;

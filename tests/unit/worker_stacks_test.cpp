@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "worker_stacks.hpp"
+#include "watchers/worker_stacks.hpp"
 
 using namespace ddprun::agent;
 

@@ -1,0 +1,25 @@
+#include "exchanges/failure_reports.hpp"
+
+#include <chrono>
+
+namespace ddprun::agent::failure_reports {
+boost::asio::awaitable<void> report(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                    rendezvous::Round r, std::string failures) {
+  // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
+  rendezvous::Scope scope = rendezvous::Scope::restart(r.restart_count);
+  std::string topic = rendezvous::kFailureReportsTopic;
+  co_await rdzv->publish(std::move(scope), std::move(topic), std::move(failures));
+  co_await rdzv->end_round(r, true);
+}
+
+boost::asio::awaitable<std::vector<std::string>> final_failures(
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, int max_restarts) {
+  // Every failed node reported before it ended the round that spent the budget: nothing to wait
+  // for, only what is there to read.
+  rendezvous::Scope scope = rendezvous::Scope::restart(max_restarts);
+  std::string topic = rendezvous::kFailureReportsTopic;
+  co_return co_await rdzv->gather(std::move(scope), std::move(topic), 0,
+                                  std::chrono::milliseconds(0));
+}
+
+}  // namespace ddprun::agent::failure_reports

@@ -1,0 +1,87 @@
+#include "logs/agent_metrics.hpp"
+
+#include <fmt/format.h>
+
+#include "ddprun/store/metrics_server.hpp"
+
+namespace ddprun::agent {
+
+using store::prometheus_sample;
+
+void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
+  if (event == "round_formed") {
+    round_ = f.value("round", 0);
+    restart_count_ = f.value("restart_count", 0);
+    node_rank_ = f.value("node_rank", 0);
+    num_nodes_ = f.value("num_nodes", 0);
+    world_size_ = f.value("world_size", 0);
+    ++rounds_formed_;
+  } else if (event == "workers_started") {
+    workers_.clear();
+    for (const auto& w : f.value("workers", nlohmann::json::array())) {
+      workers_[w.value("local_rank", 0)] = Worker{w.value("rank", 0), "running"};
+    }
+  } else if (event == "worker_exited") {
+    const bool stopped = f.value("stopped_by_ddprun", false);
+    const bool ok = f.value("exitcode", -1) == 0;
+    const std::string state = ok ? "succeeded" : stopped ? "stopped" : "failed";
+    workers_[f.value("local_rank", 0)].state = state;
+    ++exits_[state];
+  } else if (event == "node_joined") {
+    ++nodes_seen_;
+  } else if (event == "node_left") {
+    --nodes_seen_;
+  } else if (event == "job_end") {
+    ended_ = true;
+  }
+}
+
+std::string AgentMetrics::render() const {
+  std::string out;
+  out += prometheus_sample("ddprun_round", "gauge", "The rendezvous round running (-1: none yet).",
+                           round_);
+  out += prometheus_sample("ddprun_rounds_formed_total", "counter",
+                           "Rounds this agent took part in.", rounds_formed_);
+  out += prometheus_sample("ddprun_world_size", "gauge", "Workers in the round, every node.",
+                           world_size_);
+  out += prometheus_sample("ddprun_num_nodes", "gauge", "Nodes in the round.", num_nodes_);
+  out +=
+      prometheus_sample("ddprun_node_rank", "gauge", "This node's rank in the round.", node_rank_);
+  out += prometheus_sample("ddprun_nodes_present", "gauge",
+                           "Nodes this agent sees in the job, spares included.", nodes_seen_);
+  out += prometheus_sample("ddprun_restarts", "gauge", "Restarts of the job used so far.",
+                           restart_count_);
+  out +=
+      prometheus_sample("ddprun_max_restarts", "gauge", "Restarts the job may use.", max_restarts_);
+  out += prometheus_sample("ddprun_job_ended", "gauge", "1 once this agent's job has ended.",
+                           ended_ ? 1 : 0);
+  std::map<std::string, int> by_state = {
+      {"running", 0}, {"succeeded", 0}, {"failed", 0}, {"stopped", 0}};
+  for (const auto& [local, w] : workers_) ++by_state[w.state];
+  bool first = true;
+  for (const auto& [state, n] : by_state) {
+    out += prometheus_sample("ddprun_workers", "gauge",
+                             first ? "This node's workers of the current round, by state." : "", n,
+                             fmt::format("state=\"{}\"", state));
+    first = false;
+  }
+  first = true;
+  for (const auto& [local, w] : workers_) {
+    out += prometheus_sample("ddprun_worker_running", "gauge",
+                             first ? "1 while the worker runs." : "", w.state == "running" ? 1 : 0,
+                             fmt::format("local_rank=\"{}\",rank=\"{}\"", local, w.rank));
+    first = false;
+  }
+  first = true;
+  for (const char* state : {"succeeded", "failed", "stopped"}) {
+    const auto it = exits_.find(state);
+    out +=
+        prometheus_sample("ddprun_worker_exits_total", "counter",
+                          first ? "Worker exits on this node, by how they ended." : "",
+                          it == exits_.end() ? 0 : it->second, fmt::format("state=\"{}\"", state));
+    first = false;
+  }
+  return out;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,98 @@
+#include "logs/log_pump.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+#include "ddprun/agent/console.hpp"
+#include "logs/filtered_log.hpp"
+
+namespace ddprun::agent {
+namespace {
+
+// Longer console lines are shown in pieces of this size (the log files keep them whole).
+constexpr size_t kMaxConsoleLine = 64 * 1024;
+
+}  // namespace
+
+LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path,
+                 int console_fd, std::string prefix, std::shared_ptr<FilteredLog> duplicate)
+    : pipe_(io, pipe_fd),
+      console_fd_(console_fd),
+      lines_(prefix, kMaxConsoleLine),
+      duplicate_(std::move(duplicate)),
+      duplicate_lines_(prefix, kMaxConsoleLine,
+                       [d = duplicate_.get()](std::string_view line) {
+                         return d != nullptr && d->matches(line);
+                       }),
+      buf_(64 * 1024) {
+  if (!file_path.empty()) {
+    file_ = std::fopen(file_path.c_str(), "w");
+    if (file_ == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "open " + file_path);
+    }
+  }
+}
+
+LogPump::~LogPump() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void LogPump::start(std::function<void()> on_eof) {
+  on_eof_ = std::move(on_eof);
+  read_more();
+}
+
+void LogPump::read_more() {
+  pipe_.async_read_some(boost::asio::buffer(buf_),
+                        [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                          if (self->done_) return;
+                          if (n > 0) self->emit(self->buf_.data(), n);
+                          if (ec) {
+                            self->complete();
+                            return;
+                          }
+                          self->read_more();
+                        });
+}
+
+void LogPump::emit(const char* data, size_t n) {
+  if (on_output_) on_output_();
+  if (tail_limit_ > 0) {
+    tail_.append(data, n);
+    if (tail_.size() > tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
+  }
+  if (file_ != nullptr) {
+    std::fwrite(data, 1, n, file_);
+    std::fflush(file_);
+  }
+  if (console_fd_ < 0) return;
+  Console::of(console_fd_).write(lines_.feed(std::string_view(data, n)));
+  if (duplicate_) duplicate_->write(duplicate_lines_.feed(std::string_view(data, n)));
+}
+
+void LogPump::finish() {
+  if (done_) return;
+  // Whatever is already in the pipe still belongs to the log.
+  for (;;) {
+    boost::system::error_code ec;
+    pipe_.non_blocking(true, ec);
+    const size_t n = pipe_.read_some(boost::asio::buffer(buf_), ec);
+    if (n > 0) emit(buf_.data(), n);
+    if (ec || n == 0) break;
+  }
+  complete();
+}
+
+void LogPump::complete() {
+  if (done_) return;
+  done_ = true;
+  if (console_fd_ >= 0) Console::of(console_fd_).write(lines_.finish());
+  if (duplicate_) duplicate_->write(duplicate_lines_.finish());
+  boost::system::error_code ec;
+  pipe_.close(ec);
+  if (on_eof_) on_eof_();
+}
+
+}  // namespace ddprun::agent

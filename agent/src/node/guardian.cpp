@@ -1,0 +1,178 @@
+#include "node/guardian.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include <spdlog/spdlog.h>
+
+namespace ddprun::agent {
+namespace {
+
+// One message, written whole (smaller than PIPE_BUF, so writes never interleave).
+struct Record {
+  char op;  // '+' a worker started, '-' it is gone, 'T' the cgroup tree
+  pid_t pgid;
+  char cgroup[240];
+};
+
+constexpr int kMaxWorkers = 4096;
+struct Entry {
+  pid_t pgid;
+  char cgroup[sizeof(Record::cgroup)];
+};
+// The guardian's table: static, so that nothing is allocated after fork().
+Entry g_entries[kMaxWorkers];
+char g_tree[sizeof(Record::cgroup)];
+
+void copy_path(char* dst, const char* src) {
+  size_t i = 0;
+  for (; i + 1 < sizeof(Record::cgroup) && src[i] != '\0'; ++i) dst[i] = src[i];
+  dst[i] = '\0';
+}
+
+// dst = a + "/" + b, within the record's path size; false if it does not fit.
+bool join(char* dst, size_t size, const char* a, const char* b) {
+  const size_t la = std::strlen(a), lb = std::strlen(b);
+  if (la + 1 + lb + 1 > size) return false;
+  std::memcpy(dst, a, la);
+  dst[la] = '/';
+  std::memcpy(dst + la + 1, b, lb + 1);
+  return true;
+}
+
+bool populated(const char* cgroup) {
+  char path[sizeof(Record::cgroup) + 32];
+  if (!join(path, sizeof path, cgroup, "cgroup.events")) return false;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[256];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* p = std::strstr(text, "populated ");
+  return p != nullptr && p[10] == '1';
+}
+
+void kill_cgroup(const char* cgroup) {
+  char path[sizeof(Record::cgroup) + 32];
+  if (!join(path, sizeof path, cgroup, "cgroup.kill")) return;
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  [[maybe_unused]] auto n = ::write(fd, "1", 1);
+  ::close(fd);
+}
+
+[[noreturn]] void guard(int fd) {
+  int count = 0;
+  for (;;) {
+    Record r;
+    size_t got = 0;
+    while (got < sizeof r) {
+      const ssize_t n = ::read(fd, reinterpret_cast<char*>(&r) + got, sizeof r - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got < sizeof r) break;  // the agent is gone
+    if (r.op == 'T') {
+      copy_path(g_tree, r.cgroup);
+    } else if (r.op == '+' && count < kMaxWorkers) {
+      g_entries[count].pgid = r.pgid;
+      copy_path(g_entries[count].cgroup, r.cgroup);
+      ++count;
+    } else if (r.op == '-') {
+      for (int i = 0; i < count; ++i) {
+        if (g_entries[i].pgid != r.pgid) continue;
+        g_entries[i] = g_entries[--count];
+        break;
+      }
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    ::kill(-g_entries[i].pgid, SIGKILL);
+    if (g_entries[i].cgroup[0] != '\0') kill_cgroup(g_entries[i].cgroup);
+  }
+  // Cgroups can be removed once the kernel has emptied them: bounded, 2 s at most.
+  for (int i = 0; i < count; ++i) {
+    if (g_entries[i].cgroup[0] == '\0') continue;
+    for (int tries = 0; tries < 400 && populated(g_entries[i].cgroup); ++tries) {
+      const timespec ms5{0, 5'000'000};
+      ::nanosleep(&ms5, nullptr);
+    }
+    ::rmdir(g_entries[i].cgroup);
+  }
+  if (g_tree[0] != '\0') ::rmdir(g_tree);
+  ::_exit(0);
+}
+
+}  // namespace
+
+std::unique_ptr<Guardian> Guardian::start(const std::string& cgroup_tree) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    spdlog::warn("no guardian for a SIGKILL of ddprun (pipe: {})", std::strerror(errno));
+    return nullptr;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    spdlog::warn("no guardian for a SIGKILL of ddprun (fork: {})", std::strerror(errno));
+    ::close(p[0]);
+    ::close(p[1]);
+    return nullptr;
+  }
+  if (pid == 0) {
+    // Out of ddprun's process group (a signal to that group is not for the guardian), deaf to the
+    // signals ddprun forwards, holding nothing of ddprun's but the pipe.
+    ::setpgid(0, 0);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
+      ::signal(s, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int null = ::open("/dev/null", O_RDWR);
+    for (int target = 0; target < 3; ++target) ::dup2(null, target);
+    ::dup2(p[0], 3);
+    ::syscall(SYS_close_range, 4U, ~0U, 0U);
+    guard(3);
+  }
+  ::close(p[0]);
+  auto g = std::unique_ptr<Guardian>(new Guardian(p[1], pid));
+  if (!cgroup_tree.empty()) {
+    Record r{};
+    r.op = 'T';
+    copy_path(r.cgroup, cgroup_tree.c_str());
+    [[maybe_unused]] auto n = ::write(g->fd_, &r, sizeof r);
+  }
+  return g;
+}
+
+Guardian::~Guardian() {
+  ::close(fd_);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);  // it exits at once: nothing is listed by now
+}
+
+void Guardian::track(pid_t pgid, const std::string& cgroup) {
+  Record r{};
+  r.op = '+';
+  r.pgid = pgid;
+  if (cgroup.size() < sizeof r.cgroup) copy_path(r.cgroup, cgroup.c_str());
+  [[maybe_unused]] auto n = ::write(fd_, &r, sizeof r);
+}
+
+void Guardian::untrack(pid_t pgid) {
+  Record r{};
+  r.op = '-';
+  r.pgid = pgid;
+  [[maybe_unused]] auto n = ::write(fd_, &r, sizeof r);
+}
+
+}  // namespace ddprun::agent

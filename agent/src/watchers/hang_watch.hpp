@@ -1,0 +1,29 @@
+#pragma once
+// --hang_timeout: each worker gets a heartbeat file (DDPRUN_HEARTBEAT_FILE) and a progress clock
+// (progress_clock.hpp); a heartbeat, a torch timer request, or while it sends no heartbeat a line
+// of output, is progress. A worker without progress for its timeout is hung: the attempt records
+// a `hang` event and each hung worker's reason to fail (how long it was silent, not counting its
+// wait for a CPU), and the group collects the stacks and stops the workers.
+#include <string>
+
+#include "watchers/attempt_watcher.hpp"
+
+namespace ddprun::agent {
+
+class HangWatch : public AttemptWatcher {
+ public:
+  // Heartbeat files go in `heartbeat_dir`.
+  HangWatch(HangPolicy policy, std::string heartbeat_dir)
+      : policy_(policy), dir_(std::move(heartbeat_dir)) {}
+  // Each worker's clock and heartbeat file.
+  void prepare(Attempt& attempt) override;
+  // kHang once a running worker is hung (a `hang` event); nothing while the attempt is stopping or
+  // after its hang.
+  Finding poll(Attempt& attempt, std::chrono::steady_clock::time_point now, EventLog* log) override;
+
+ private:
+  HangPolicy policy_;
+  std::string dir_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,60 @@
+#pragma once
+// One attempt of the local worker group (one WorkerGroup::run()), and each of its workers as the
+// group knows it while it runs. An attempt is made when run() starts and dropped when the next one
+// starts: nothing of it is reset by hand. Private to the agent.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/failure_summary.hpp"
+#include "ddprun/agent/progress_clock.hpp"
+#include "ddprun/agent/worker_process.hpp"
+#include "watchers/heartbeat_file.hpp"
+#include "workers/worker_launch.hpp"
+
+namespace ddprun::agent {
+
+class LogPump;
+
+// One worker: what it was launched with and, once started, its process and what watches it.
+struct RunningWorker {
+  explicit RunningWorker(WorkerLaunch l) : launch(std::move(l)) {}
+
+  WorkerLaunch launch;
+  std::unique_ptr<WorkerProcess> process;  // null: not started (the machine refused a process)
+  // --hang_timeout: its progress clock and heartbeat file, and whether it has sent a heartbeat
+  // (then its output is no longer progress).
+  std::optional<ProgressClock> clock;
+  std::unique_ptr<HeartbeatFile> heartbeat;
+  bool heard_beat = false;
+  // Since when it has been in uninterruptible sleep (state D), while it is.
+  std::optional<std::chrono::steady_clock::time_point> d_since;
+  bool stopped_by_us = false;  // ddprun signalled it to stop
+  // Why ddprun ended it (an expired torch timer, a hang), which makes its exit a failure.
+  std::string ended_because;
+  std::shared_ptr<LogPump> err_pump;  // its stderr's pump, kept for its stack dump; or null
+  std::string native_dump;            // gdb's output on a hang (native workers)
+
+  bool running() const { return process && process->running(); }
+};
+
+struct Attempt {
+  uint64_t number = 0;                          // WorkerGroup::run()s so far, this one included
+  std::vector<RunningWorker> workers;           // one per launch, in the launches' order
+  std::vector<std::shared_ptr<LogPump>> pumps;  // every teed stream's pump
+  size_t running = 0;                           // started workers not yet ended
+  size_t open_pumps = 0;
+  bool stopping = false;  // the workers were told to stop (a failure, a hang, an interruption)
+  bool sigkill_sent = false;
+  int stop_signal = 0;       // stop(): the signal forwarded
+  bool interrupted = false;  // interrupt(): another node's event
+  bool hang_declared = false;
+  bool stacks_wanted = false;  // the workers' stacks are collected before they stop
+  std::string unhealthy;       // a worker stuck in state D: which, where, how long
+  std::vector<WorkerFailure> failures;
+};
+
+}  // namespace ddprun::agent

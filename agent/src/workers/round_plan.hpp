@@ -1,0 +1,28 @@
+#pragma once
+// What each worker of a round gets on this node: its identity, command line, environment, CPUs,
+// log files and stream plan (plan_round), and the CPUs --numa-binding gives each local rank.
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "ddprun/agent/agent.hpp"
+#include "ddprun/agent/numa_binding.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "workers/worker_launch.hpp"
+
+namespace ddprun::agent {
+
+// The launches of this node's workers in `round`, whose store is `master`; creates the attempt's
+// log folders under `attempt_dir`.
+std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg,
+                                     const std::filesystem::path& attempt_dir,
+                                     const rendezvous::Round& round,
+                                     const rendezvous::WorkerStoreAddress& master,
+                                     const std::map<int, CpuSet>& bindings);
+
+// --numa-binding: the CPUs of each local rank's worker, from its accelerator (the one whose index
+// is its local rank); empty without the flag. Throws std::runtime_error naming the mode and
+// torch's reason.
+std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg);
+
+}  // namespace ddprun::agent

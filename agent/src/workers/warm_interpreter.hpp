@@ -1,0 +1,79 @@
+#pragma once
+// --preload: one Python interpreter per node that has imported the preloaded modules once and
+// forks every worker, the first start and each restart, instead of a cold `python -u script`.
+//
+// Safety before speed: workers are forked only while the interpreter has one thread, has not
+// initialised CUDA (no /dev/nvidia* descriptor either) and imported every module; otherwise they
+// start cold and one log line says why. A warm interpreter that dies is replaced; workers start
+// cold meanwhile. It is started with the node's shared worker environment (worker_env.hpp:
+// shared_part), which is what a library reading a variable at import sees; a worker whose shared
+// environment differs from it starts cold while a new one with that environment imports.
+//
+// The forked worker (agent/python/warm_interpreter.py does the child's side) leads its own process
+// group, moves into its cgroup, takes its stdin/stdout/stderr, is adopted by this process (this
+// process is a child subreaper and the interpreter's intermediate child exits at once), gets
+// SIGKILL when this process dies, and has the argv, environment, sys.argv, __main__, __file__,
+// sys.path[0] and random state of a cold start.
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include "ddprun/agent/environment.hpp"
+#include "ddprun/agent/preload_spec.hpp"
+#include "ddprun/agent/worker_process.hpp"
+#include "node/containment.hpp"
+
+namespace ddprun::agent {
+
+class WarmInterpreter : public ForkServer {
+ public:
+  // `entrypoint`: the workers' command line, {python, options..., [-m], script, args...}: workers
+  // whose argv starts with the same interpreter and options are forked. sys.path[0] during the
+  // imports is the script's folder (the working folder for -m), as for a cold start. Nothing
+  // starts before prepare().
+  WarmInterpreter(boost::asio::io_context& io, Containment& containment,
+                  const std::vector<std::string>& entrypoint, PreloadSpec preload);
+  ~WarmInterpreter() override;
+  WarmInterpreter(const WarmInterpreter&) = delete;
+  WarmInterpreter& operator=(const WarmInterpreter&) = delete;
+
+  // Starts an interpreter with `shared_env` unless one with that environment is starting or
+  // ready, or warm starts were given up for good (a preload failed, a thread, CUDA).
+  void prepare(const Environment& shared_env);
+  // Returns once the interpreter is ready, has given up, or `limit` passed (then workers start
+  // cold until it is ready).
+  boost::asio::awaitable<void> ready(std::chrono::milliseconds limit);
+
+  std::optional<pid_t> start(const SpawnSpec& spec, const ChildFds& fds) override;
+
+ private:
+  void launch(const Environment& env);
+  void retire();  // kills and forgets the interpreter
+  // Reads the interpreter's "ready" or "cold REASON" without blocking (and says so in the log).
+  enum class Heard { kNothing, kReady, kCold, kEnded };
+  Heard take_ready_message();
+  void go_cold(const std::string& why, bool for_good);
+
+  boost::asio::io_context& io_;
+  Containment& containment_;
+  std::vector<std::string> python_;  // the interpreter and its options
+  std::string main_dir_;
+  size_t command_room_ = 0;  // bytes a worker's command line may take
+  PreloadSpec preload_;
+  std::unique_ptr<WorkerProcess> process_;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> control_;
+  Environment env_;
+  bool ready_ = false;
+  std::string given_up_;   // non-empty: workers start cold for the rest of the run, and why
+  std::string last_cold_;  // the last reason logged, so that each is logged once
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,89 @@
+#include "workers/worker_env.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "ddprun/agent/split.hpp"
+
+namespace ddprun::agent {
+namespace {
+
+std::string value_or(const Environment& env, const std::string& name, std::string fallback) {
+  auto it = env.find(name);
+  return it == env.end() ? std::move(fallback) : it->second;
+}
+
+}  // namespace
+
+Environment worker_environment(const Environment& agent_env, const AttemptEnvironment& attempt,
+                               const WorkerIdentity& id, const std::string& error_file) {
+  Environment env = agent_env;
+  env["RANK"] = std::to_string(id.rank);
+  env["GROUP_RANK"] = std::to_string(id.group_rank);
+  env["ROLE_RANK"] = std::to_string(id.role_rank);
+  env["ROLE_NAME"] = attempt.role;
+  env["LOCAL_WORLD_SIZE"] = std::to_string(id.local_world_size);
+  env["WORLD_SIZE"] = std::to_string(id.world_size);
+  env["GROUP_WORLD_SIZE"] = std::to_string(id.group_world_size);
+  env["ROLE_WORLD_SIZE"] = std::to_string(id.role_world_size);
+  env["MASTER_ADDR"] = attempt.master_addr;
+  env["MASTER_PORT"] = std::to_string(attempt.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(attempt.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
+  env["TORCHELASTIC_USE_AGENT_STORE"] = attempt.use_agent_store ? "True" : "False";
+  env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  // torch >= 2.2's name, as torch 2.x's torchrun sets it. Torch 1.13's NCCL_ASYNC_ERROR_HANDLING is
+  // only passed on from the agent's environment: newer torch warns about it on every rank.
+  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] =
+      value_or(agent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (attempt.virtual_local_rank) {
+    env["LOCAL_RANK"] = "0";
+    auto visible = agent_env.find("CUDA_VISIBLE_DEVICES");
+    if (visible != agent_env.end() && !visible->second.empty()) {
+      const auto devices = split(visible->second);
+      env["CUDA_VISIBLE_DEVICES"] = std::string(devices[id.local_rank % devices.size()]);
+    } else {
+      env["CUDA_VISIBLE_DEVICES"] = std::to_string(id.local_rank);
+    }
+  } else {
+    env["LOCAL_RANK"] = std::to_string(id.local_rank);
+  }
+  return env;
+}
+
+bool is_per_worker_variable(std::string_view name) {
+  static constexpr std::array<std::string_view, 18> kNames{
+      "RANK",
+      "GROUP_RANK",
+      "ROLE_RANK",
+      "ROLE_NAME",
+      "LOCAL_RANK",
+      "LOCAL_WORLD_SIZE",
+      "WORLD_SIZE",
+      "GROUP_WORLD_SIZE",
+      "ROLE_WORLD_SIZE",
+      "MASTER_ADDR",
+      "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT",
+      "TORCHELASTIC_MAX_RESTARTS",
+      "TORCHELASTIC_RUN_ID",
+      "TORCHELASTIC_USE_AGENT_STORE",
+      "TORCHELASTIC_ERROR_FILE",
+      "CUDA_VISIBLE_DEVICES",
+      "DDPRUN_HEARTBEAT_FILE",
+  };
+  return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
+}
+
+Environment shared_part(const Environment& env) {
+  Environment out;
+  for (const auto& [name, value] : env) {
+    if (!is_per_worker_variable(name)) out.emplace(name, value);
+  }
+  return out;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,554 @@
+#include "workers/worker_group.hpp"
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "ddprun/agent/signals.hpp"
+#include "logs/event_log.hpp"
+#include "logs/log_pump.hpp"
+#include "node/bounded_command.hpp"
+#include "watchers/hang_watch.hpp"
+#include "watchers/proc_state.hpp"
+#include "watchers/stuck_watch.hpp"
+#include "watchers/worker_stacks.hpp"
+#include "workers/warm_interpreter.hpp"
+
+namespace ddprun::agent {
+namespace {
+// How long teed output may keep arriving after every worker has exited (a stray process that left
+// the worker's process group may hold the pipe).
+constexpr auto kPumpDrain = std::chrono::seconds(2);
+// After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process in
+// uninterruptible sleep dies only when the kernel lets it).
+constexpr auto kKillGrace = std::chrono::seconds(5);
+// After SIGABRT on a hang, how long Python workers have to write their stacks and die.
+constexpr auto kStackDumpLimit = std::chrono::seconds(2);
+// How long the other nodes may take to hear of a hang, and then to freeze their workers, before
+// this node's workers dump their stacks anyway.
+constexpr auto kAnnounceLimit = std::chrono::seconds(1);
+constexpr auto kFreezeLimit = std::chrono::seconds(3);
+// How long gdb may take to attach to a hung native worker and print its threads' backtraces.
+constexpr auto kNativeStackLimit = std::chrono::seconds(20);
+// How much of a worker's stderr is kept for its stack dump.
+constexpr size_t kStackTail = 256 * 1024;
+// How long a round's first workers wait for the warm interpreter's imports (--preload); cold
+// starts after that.
+constexpr std::chrono::seconds kWarmReadyLimit{60};
+// How often workers' states, heartbeats and silences are looked at, when they are watched.
+constexpr auto kStatePoll = std::chrono::milliseconds(100);
+}  // namespace
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
+                         Containment& containment)
+    : io_(io),
+      shutdown_timeout_(shutdown_timeout),
+      containment_(containment),
+      wake_(io),
+      kill_timer_(io),
+      state_timer_(io) {}
+
+WorkerGroup::~WorkerGroup() {
+  if (attempt_) {
+    for (auto& p : attempt_->pumps) p->finish();
+  }
+}
+
+void WorkerGroup::wake() {
+  woken_ = true;
+  wake_.cancel();
+}
+
+void WorkerGroup::watch_uninterruptible(std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) watchers_.push_back(std::make_unique<StuckWatch>(timeout));
+}
+
+void WorkerGroup::watch_hangs(HangPolicy policy, std::string heartbeat_dir) {
+  if (policy.mode == HangPolicy::Mode::kOff) return;
+  heartbeat_dir_ = heartbeat_dir;
+  watches_hangs_ = true;
+  watchers_.push_back(std::make_unique<HangWatch>(policy, std::move(heartbeat_dir)));
+}
+
+void WorkerGroup::add_watch_variables(Environment& env) const {
+  if (watches_hangs_ && python_stacks_) {
+    env.try_emplace("PYTHONFAULTHANDLER", "1");
+  }
+}
+
+void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) {
+  warm_ = warm;
+  if (warm_ == nullptr) return;
+  add_watch_variables(sample);
+  warm_->prepare(shared_part(sample));
+}
+
+boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
+  attempt_ = std::make_unique<Attempt>();
+  attempt_->number = ++attempts_;
+  for (WorkerLaunch& l : launches) attempt_->workers.emplace_back(std::move(l));
+  for (auto& watcher : watchers_) watcher->prepare(*attempt_);
+  if (watches_hangs_) {  // a debugger may attach to native workers to read their stacks
+    for (RunningWorker& w : attempt_->workers) {
+      w.launch.spawn.debuggable = !python_stacks_ && !gdb_.empty();
+    }
+  }
+  for (RunningWorker& w : attempt_->workers) add_watch_variables(w.launch.spawn.env);
+  if (warm_ != nullptr && !attempt_->workers.empty()) {
+    warm_->prepare(shared_part(attempt_->workers.front().launch.spawn.env));
+    co_await warm_->ready(kWarmReadyLimit);
+  }
+  if (std::exchange(interrupt_pending_, false)) {
+    GroupResult result;
+    result.state = GroupResult::State::kInterrupted;
+    co_return result;
+  }
+  active_ = true;
+
+  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
+    if (!start_worker(i)) break;
+  }
+  if (event_log_ != nullptr) {
+    nlohmann::json started = nlohmann::json::array();
+    for (const RunningWorker& w : attempt_->workers) {
+      if (!w.process) continue;
+      started.push_back({{"local_rank", w.launch.id.local_rank},
+                         {"rank", w.launch.id.rank},
+                         {"pid", w.process->pid()}});
+    }
+    event_log_->record("workers_started", {{"workers", std::move(started)}});
+  }
+
+  if (!watchers_.empty()) watch_states();
+  boost::asio::steady_timer drain(io_);
+  bool draining = false;
+  while (attempt_->running > 0 || attempt_->open_pumps > 0) {
+    if (attempt_->running == 0 && !draining) {
+      draining = true;
+      drain.expires_after(kPumpDrain);
+      drain.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        for (auto& p : attempt_->pumps) p->finish();
+      });
+    }
+    if (!woken_) {
+      wake_.expires_at(boost::asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    }
+    woken_ = false;
+  }
+  drain.cancel();
+  kill_timer_.cancel();
+  state_timer_.cancel();
+  containment_.kill_orphans();  // what the workers left behind, orphaned
+  active_ = false;
+
+  co_return conclude();
+}
+
+bool WorkerGroup::start_worker(size_t i) {
+  Attempt& a = *attempt_;
+  RunningWorker& rw = a.workers[i];
+  const WorkerLaunch& l = rw.launch;
+  try {
+    rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup(), warm_);
+  } catch (const std::system_error& e) {
+    // The machine refused a process: stop what started and report it like a failed worker.
+    spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
+    WorkerFailure f;
+    f.local_rank = l.id.local_rank;
+    f.rank = l.id.rank;
+    f.exitcode = 127;
+    f.time = std::chrono::system_clock::now();
+    f.error = ErrorRecord{e.what(), {}, {}, {}};
+    a.failures.push_back(std::move(f));
+    begin_stopping(SIGTERM);
+    return false;
+  }
+  ++a.running;
+  WorkerProcess& w = *rw.process;
+  containment_.started(w.pid(), w.cgroup_path());
+  const uint64_t number = a.number;
+  for (auto [fd, target] :
+       {std::pair{w.take_stdout_pipe(), &l.tee_out}, std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
+    if (fd < 0) continue;
+    auto pump =
+        std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
+                                  target->raw ? std::string() : l.prefix, target->duplicate);
+    if (rw.clock) {
+      pump->set_on_output([this, number, i] {
+        // A worker's output is progress until it sends heartbeats (then those alone are).
+        RunningWorker* worker = worker_of(number, i);
+        if (worker != nullptr && !worker->heard_beat) {
+          worker->clock->progress(std::chrono::steady_clock::now());
+        }
+      });
+    }
+    if (target == &l.tee_err && python_stacks_ && rw.clock) {
+      pump->keep_tail(kStackTail);
+      rw.err_pump = pump;
+    }
+    ++a.open_pumps;
+    pump->start([this, number] {
+      if (attempt_ && attempt_->number == number) --attempt_->open_pumps;
+      wake();
+    });
+    a.pumps.push_back(std::move(pump));
+  }
+  w.watch_exit([this, i](const ExitStatus& s) { on_exit(i, s); });
+  return true;
+}
+
+RunningWorker* WorkerGroup::worker_of(uint64_t attempt, size_t i) {
+  if (!attempt_ || attempt_->number != attempt || i >= attempt_->workers.size()) return nullptr;
+  return &attempt_->workers[i];
+}
+
+GroupResult WorkerGroup::conclude() {
+  Attempt& a = *attempt_;
+  GroupResult result;
+  result.failures = std::move(a.failures);
+  result.stop_signal = a.stop_signal;
+  result.unhealthy = a.unhealthy;
+  result.hang = a.hang_declared;
+  for (const RunningWorker& w : a.workers) {
+    if (w.process) result.pids.push_back(w.process->pid());
+  }
+  if (a.stacks_wanted) collect_stacks(result);
+  if (a.stop_signal != 0) {
+    result.state = GroupResult::State::kStopped;
+  } else if (!a.unhealthy.empty()) {
+    result.state = GroupResult::State::kUnhealthy;
+  } else if (!result.failures.empty()) {
+    result.state = GroupResult::State::kFailed;
+  } else if (a.interrupted) {
+    result.state = GroupResult::State::kInterrupted;
+  }
+  // The processes and pumps go now; what a late callback may look at stays until the next run().
+  for (RunningWorker& w : a.workers) {
+    w.process.reset();
+    w.err_pump.reset();
+  }
+  a.pumps.clear();
+  return result;
+}
+
+void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
+  Attempt& a = *attempt_;
+  --a.running;
+  const RunningWorker& rw = a.workers[index];
+  const WorkerLaunch& l = rw.launch;
+  const WorkerProcess& w = *rw.process;
+  containment_.ended(w.pid());
+  const bool ended_by_us = !rw.ended_because.empty();
+  if (event_log_ != nullptr) {
+    nlohmann::json exited = {{"local_rank", l.id.local_rank},
+                             {"rank", l.id.rank},
+                             {"pid", w.pid()},
+                             {"stopped_by_ddprun", rw.stopped_by_us}};
+    if (status.code >= 0) {
+      exited["exitcode"] = status.code;
+    } else {
+      exited["signal"] = signal_name(-status.code);
+      exited["oom_killed"] = status.oom_killed;
+      // A SIGKILL ddprun did not send usually comes from the kernel's OOM killer.
+      exited["oom_hint"] =
+          status.oom_killed || (-status.code == SIGKILL && !a.sigkill_sent && !ended_by_us);
+    }
+    event_log_->record("worker_exited", std::move(exited));
+  }
+  if (ended_by_us || (status.code != 0 && !rw.stopped_by_us)) {
+    WorkerFailure f;
+    f.local_rank = l.id.local_rank;
+    f.rank = l.id.rank;
+    f.pid = w.pid();
+    f.exitcode = status.code;
+    f.time = status.time;
+    f.sigkill_sent_by_ddprun = a.sigkill_sent || ended_by_us;
+    f.oom_killed = status.oom_killed;
+    f.ended_because = rw.ended_because;
+    if (!w.exec_error().empty()) {
+      f.error = ErrorRecord{w.exec_error(), {}, {}, {}};
+    } else if ((f.error = read_error_file(l.error_file))) {
+      f.error_file = l.error_file;
+    }
+    spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank,
+                 f.rank, f.pid, f.exitcode);
+    a.failures.push_back(std::move(f));
+    if (!a.stopping) begin_stopping(SIGTERM);
+  }
+  wake();
+}
+
+std::optional<size_t> WorkerGroup::running_worker(int pid) const {
+  if (!attempt_) return std::nullopt;
+  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
+    const RunningWorker& w = attempt_->workers[i];
+    if (w.running() && w.process->pid() == pid) return i;
+  }
+  return std::nullopt;
+}
+
+bool WorkerGroup::runs(int pid) const { return running_worker(pid).has_value(); }
+
+void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
+  if (const std::optional<size_t> found = running_worker(timer.pid)) {
+    RunningWorker& w = attempt_->workers[*found];
+    w.ended_because = fmt::format(
+        "torch expiration timer '{}' ran out: the worker was still inside it {:.3f} s past its "
+        "deadline, and ddprun sent it {}",
+        timer.scope, timer.overstay.count() / 1000.0, signal_name(timer.signal));
+    if (event_log_ != nullptr) {
+      event_log_->record("timer_expired", {{"local_rank", w.launch.id.local_rank},
+                                           {"rank", w.launch.id.rank},
+                                           {"pid", timer.pid},
+                                           {"scope", timer.scope},
+                                           {"overstay_s", timer.overstay.count() / 1000.0},
+                                           {"signal", signal_name(timer.signal)}});
+    }
+    ::kill(timer.pid, timer.signal);
+  }
+}
+
+void WorkerGroup::begin_stopping(int signo) {
+  attempt_->stopping = true;
+  for (RunningWorker& w : attempt_->workers) {
+    if (!w.running()) continue;
+    w.stopped_by_us = true;
+    w.process->signal_group(signo);
+  }
+  kill_timer_.expires_after(shutdown_timeout_);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) kill_survivors();
+  });
+}
+
+void WorkerGroup::kill_survivors() {
+  attempt_->sigkill_sent = true;
+  for (RunningWorker& w : attempt_->workers) {
+    if (!w.running()) continue;
+    spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL",
+                 w.process->pid());
+    w.process->signal_group(SIGKILL);
+  }
+  kill_timer_.expires_after(kKillGrace);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) abandon_survivors();
+  });
+}
+
+void WorkerGroup::abandon_survivors() {
+  for (RunningWorker& rw : attempt_->workers) {
+    if (!rw.running()) continue;
+    WorkerProcess& w = *rw.process;
+    const char state = read_proc_state(w.pid()).value_or('?');
+    spdlog::error(
+        "worker pid {} survived SIGKILL for {} s (state {}, kernel wait channel {}): ddprun "
+        "stops waiting for it and leaves it to the kernel",
+        w.pid(), std::chrono::duration_cast<std::chrono::seconds>(kKillGrace).count(), state,
+        read_wchan(w.pid()));
+    w.abandon();
+    --attempt_->running;
+  }
+  wake();
+}
+
+void WorkerGroup::watch_states() {
+  state_timer_.expires_after(kStatePoll);
+  state_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !active_) return;
+    poll_watchers();
+    if (attempt_->unhealthy.empty() && !attempt_->hang_declared) watch_states();
+  });
+}
+
+void WorkerGroup::poll_watchers() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& watcher : watchers_) {
+    switch (watcher->poll(*attempt_, now, event_log_)) {
+      case AttemptWatcher::Finding::kNothing:
+        break;
+      case AttemptWatcher::Finding::kStop:
+        if (!attempt_->stopping) begin_stopping(SIGTERM);
+        return;
+      case AttemptWatcher::Finding::kHang:
+        on_hang();
+        return;
+    }
+  }
+}
+
+void WorkerGroup::progress_of(int pid) {
+  const std::optional<size_t> i = running_worker(pid);
+  if (!i) return;
+  RunningWorker& w = attempt_->workers[*i];
+  if (w.clock) w.clock->progress(std::chrono::steady_clock::now());
+}
+
+void WorkerGroup::on_hang() {
+  attempt_->stacks_wanted = captures_stacks();
+  if (!hang_coordinator_.announce) {
+    dump_stacks_then_stop();
+    return;
+  }
+  if (python_stacks_) freeze();
+  // The other nodes are told first, so that their ranks are frozen where the hang holds them too.
+  hang_coordinator_.announce(once_in_attempt([this] { freeze_then_dump(); }, kAnnounceLimit));
+}
+
+std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
+                                                   std::chrono::milliseconds limit) {
+  auto done = std::make_shared<bool>(false);
+  auto go = [this, done, step = std::move(step), attempt = attempt_->number] {
+    if (std::exchange(*done, true) || attempt != attempts_ || !active_) return;
+    step();
+  };
+  kill_timer_.expires_after(limit);
+  kill_timer_.async_wait([go](boost::system::error_code ec) {
+    if (!ec) go();
+  });
+  return go;
+}
+
+void WorkerGroup::freeze() {
+  for (const RunningWorker& w : attempt_->workers) {
+    if (w.running()) ::kill(w.process->pid(), SIGSTOP);
+  }
+}
+
+void WorkerGroup::freeze_then_dump() {
+  if (!python_stacks_ || !hang_coordinator_.frozen) {
+    dump_stacks_then_stop();
+    return;
+  }
+  attempt_->stopping = true;
+  freeze();
+  hang_coordinator_.frozen(once_in_attempt([this] { dump_stacks_then_stop(); }, kFreezeLimit));
+}
+
+void WorkerGroup::interrupt_for_stacks() {
+  if (!active_ || attempt_->stopping || !captures_stacks()) {
+    interrupt();
+    return;
+  }
+  attempt_->interrupted = true;
+  attempt_->stacks_wanted = true;
+  freeze_then_dump();
+}
+
+void WorkerGroup::dump_stacks_then_stop() {
+  if (!attempt_->stacks_wanted) {
+    begin_stopping(SIGTERM);
+    return;
+  }
+  attempt_->stopping = true;
+  if (!python_stacks_) {
+    boost::asio::co_spawn(io_, read_native_stacks(attempt_->number), boost::asio::detached);
+    return;
+  }
+  for (RunningWorker& w : attempt_->workers) {
+    if (!w.running()) continue;
+    w.stopped_by_us = true;
+    ::kill(w.process->pid(), SIGABRT);
+    ::kill(w.process->pid(), SIGCONT);  // frozen: the pending SIGABRT comes first
+  }
+  kill_timer_.expires_after(kStackDumpLimit);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) begin_stopping(SIGTERM);
+  });
+}
+
+boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
+  namespace asio = boost::asio;
+  // One gdb per worker, all at once, each bounded; the stop comes once every one has ended.
+  struct Pending {
+    explicit Pending(asio::io_context& io) : done(io) {}
+    size_t left = 0;
+    asio::steady_timer done;
+  };
+  auto pending = std::make_shared<Pending>(io_);
+  pending->done.expires_at(asio::steady_timer::time_point::max());
+  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
+    const RunningWorker& w = attempt_->workers[i];
+    if (!w.running()) continue;
+    ++pending->left;
+    const int pid = w.process->pid();
+    const std::string file = fmt::format("{}/stacks.{}", heartbeat_dir_, i);
+    const std::string command = fmt::format(
+        "exec '{}' -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all bt'", gdb_,
+        pid);
+    asio::co_spawn(
+        io_,
+        [this, i, file, command, pending, env = w.launch.spawn.env,
+         attempt]() -> asio::awaitable<void> {
+          co_await run_bounded_command(io_, containment_, command, kNativeStackLimit, env, file);
+          if (RunningWorker* worker = worker_of(attempt, i)) {
+            std::ifstream in(file);
+            worker->native_dump.assign(std::istreambuf_iterator<char>(in), {});
+          }
+          std::error_code gone;
+          std::filesystem::remove(file, gone);
+          if (--pending->left == 0) pending->done.cancel();
+        },
+        asio::detached);
+  }
+  if (pending->left > 0) {
+    co_await pending->done.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  if (attempt == attempts_ && active_) begin_stopping(SIGTERM);
+}
+
+std::optional<WorkerStack> WorkerGroup::stack_of(const RunningWorker& w) const {
+  if (python_stacks_) return w.err_pump ? last_python_stack(w.err_pump->tail()) : std::nullopt;
+  if (w.native_dump.empty() || !w.process) return std::nullopt;
+  return gdb_stack(w.native_dump, w.process->pid());
+}
+
+void WorkerGroup::collect_stacks(GroupResult& result) {
+  for (const RunningWorker& w : attempt_->workers) {
+    const int rank = w.launch.id.rank;
+    const std::optional<WorkerStack> stack = stack_of(w);
+    result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
+    result.stacks += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
+                                 w.launch.id.local_rank, stack ? stack->text : result.frames[rank]);
+  }
+}
+
+void WorkerGroup::interrupt() {
+  if (!active_) {
+    interrupt_pending_ = true;
+    return;
+  }
+  if (attempt_->stopping) return;
+  attempt_->interrupted = true;
+  begin_stopping(SIGTERM);
+}
+
+void WorkerGroup::stop(int signo) {
+  if (!active_) return;
+  Attempt& a = *attempt_;
+  if (a.stop_signal != 0) {
+    kill_survivors();  // asked twice: do not wait for the grace period
+    return;
+  }
+  a.stop_signal = signo;
+  if (!a.stopping) {
+    begin_stopping(signo);
+    return;
+  }
+  // Already stopping after a failure: pass the user's signal on as well.
+  for (RunningWorker& w : a.workers) {
+    if (w.process) w.process->signal_group(signo);
+  }
+}
+
+}  // namespace ddprun::agent
