@@ -18,6 +18,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent_run.hpp"
+#include "checkpoint/regions.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/signal_listener.hpp"
@@ -31,6 +32,7 @@
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
 #include "watchers/file_timer.hpp"
+#include "workers/python_package.hpp"
 #include "workers/round_plan.hpp"
 #include "workers/warm_interpreter.hpp"
 #include "workers/worker_env.hpp"
@@ -99,6 +101,7 @@ class NodeAgent {
   explicit NodeAgent(const AgentConfig& cfg)
       : cfg_(cfg),
         run_dir_(make_run_dir(cfg)),
+        checkpoints_(cfg.rdzv.run_id),
         bindings_(numa_bindings(cfg)),
         rdzv_(rendezvous::make_rendezvous(io_, cfg.rdzv)),
         containment_(io_, cgroups_wanted()),
@@ -106,6 +109,7 @@ class NodeAgent {
         events_(cfg.event_log, cfg.events_to_console ? STDERR_FILENO : -1, store::host_name(),
                 cfg.rdzv.run_id),
         metrics_(cfg.rdzv.max_restarts) {
+    add_node_environment();
     if (cfg.metrics_port) {
       events_.set_observer(
           [this](const std::string& e, const nlohmann::json& f) { metrics_.consume(e, f); });
@@ -128,7 +132,7 @@ class NodeAgent {
     }
     if (!cfg.preload.modules.empty() && cfg.python_workers) {  // --preload, Python workers only
       warm_ = std::make_unique<WarmInterpreter>(io_, containment_, cfg.entrypoint, cfg.preload);
-      group_.start_workers_from(warm_.get(), worker_environment(cfg.env, {}, {}, std::string()));
+      group_.start_workers_from(warm_.get(), worker_environment(cfg_.env, {}, {}, std::string()));
     }
     if (!cfg.timer_file.empty()) {
       timers_ = std::make_unique<FileTimerServer>(
@@ -162,8 +166,8 @@ class NodeAgent {
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,    run_dir_,  rdzv_, group_,       signaled_, peer_stopped_,
-                           events_, bindings_, io_,   containment_, nvml.get()};
+    const AgentParts parts{cfg_,    run_dir_,  rdzv_, group_,       signaled_,  peer_stopped_,
+                           events_, bindings_, io_,   containment_, nvml.get(), checkpoints_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
@@ -203,6 +207,22 @@ class NodeAgent {
   }
 
  private:
+  // What every worker of this node gets besides the agent's environment: where its in-memory
+  // checkpoint lives and what bounds it, and ddprun's Python modules on the path of a Python one.
+  void add_node_environment() {
+    if (!containment_.remove_after_a_kill(checkpoints_.path())) {
+      spdlog::warn("{} would be left behind if this agent were SIGKILLed", checkpoints_.path());
+    }
+    cfg_.env["DDPRUN_CHECKPOINT_DIR"] = checkpoints_.path();
+    if (cfg_.checkpoint_memory_limit) {
+      cfg_.env["DDPRUN_CHECKPOINT_MEMORY_LIMIT"] = std::to_string(*cfg_.checkpoint_memory_limit);
+    }
+    if (!cfg_.python_workers) return;
+    const std::string modules = write_python_package(run_dir_ / "python").string();
+    auto& path = cfg_.env["PYTHONPATH"];
+    path = path.empty() ? modules : path + ":" + modules;
+  }
+
   static fs::path make_run_dir(const AgentConfig& cfg) {
     // Absolute and normal, as torch makes it (os.path.abspath): a worker that changes its working
     // folder still finds its error file.
@@ -258,9 +278,10 @@ class NodeAgent {
     stop_waits_.emit(asio::cancellation_type::terminal);
   }
 
-  const AgentConfig& cfg_;
+  AgentConfig cfg_;  // as given, with the node's environment for the workers added
   asio::io_context io_{1};
   fs::path run_dir_;
+  CheckpointRegions checkpoints_;
   std::map<int, CpuSet> bindings_;
   std::shared_ptr<rendezvous::Rendezvous> rdzv_;
   Containment containment_;

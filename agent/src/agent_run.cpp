@@ -20,6 +20,7 @@
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
+#include "exchanges/checkpoint_agreement.hpp"
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
 #include "exchanges/stop_exchange.hpp"
@@ -35,6 +36,9 @@ namespace {
 
 // How long a restart waits for the GPU memory of the workers that ended to be released.
 constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
+// How long a node waits for the others to say which checkpoints they hold (they all do so as
+// the round's workers are about to start); past it, the node's workers restore nothing.
+constexpr auto kAgreementWait = std::chrono::seconds(30);
 
 struct Run : AgentParts {
   explicit Run(const AgentParts& parts) : AgentParts(parts) {}
@@ -259,7 +263,9 @@ struct Run : AgentParts {
       }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      std::vector<WorkerLaunch> launches = plan_round(cfg, attempt_dir, *round, *master, bindings);
+      const std::optional<int64_t> step = co_await agreed_checkpoint(*round);
+      std::vector<WorkerLaunch> launches =
+          plan_round(cfg, attempt_dir, *round, *master, bindings, step);
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       if (!r.stacks.empty()) {
@@ -277,6 +283,21 @@ struct Run : AgentParts {
       const rendezvous::Round& ran = *round;
       if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
     }
+  }
+
+  // The in-memory checkpoint the round's workers restore: the newest step every rank of the round
+  // holds, as every node computes it from what all published.
+  asio::awaitable<std::optional<int64_t>> agreed_checkpoint(const rendezvous::Round& round) {
+    std::vector<std::vector<int64_t>> held;
+    for (int i = 0; i < cfg.rdzv.nproc; ++i) held.push_back(checkpoints.steps_held(i));
+    const std::optional<int64_t> step =
+        co_await checkpoint_agreement::agree(rdzv, round, std::move(held), kAgreementWait);
+    if (step) {
+      spdlog::info("round {}: the workers restore the in-memory checkpoint of step {}",
+                   round.number, *step);
+      events.record("checkpoint_restore", {{"round", round.number}, {"step", *step}});
+    }
+    co_return step;
   }
 
   // Says (in the log and the event log) that `round` formed, and that it is a restart if it is.

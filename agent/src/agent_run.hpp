@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "checkpoint/regions.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/numa_binding.hpp"
@@ -33,6 +34,7 @@ struct AgentParts {
   boost::asio::io_context& io;
   Containment& containment;
   const Nvml* nvml;  // null: no GPU to check
+  const CheckpointRegions& checkpoints;
 };
 
 // Runs the job on this node to its end; throws what the rendezvous throws (a launch error).

@@ -58,6 +58,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.metrics_port = c.metrics_port;
   a.metrics_addr = c.metrics_addr;
   a.hang = c.hang;
+  a.checkpoint_memory_limit = c.checkpoint_memory_limit;
   if (a.hang.mode != agent::HangPolicy::Mode::kOff && !a.python_workers) {
     // Native workers' stacks on a hang: gdb, where it is on PATH.
     const std::string gdb = resolved_program("gdb", env);

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
@@ -233,7 +235,34 @@ void read_log_options(const OptionTexts& o, int nproc, LaunchConfig& c) {
   }
 }
 
-// --hang_timeout, --health_check(_timeout), --metrics_port, --preload, --numa_binding.
+// A size: bytes, or a number with a suffix K, M, G or T (powers of 1024, either case), positive.
+uint64_t parse_bytes(const std::string& text, const char* what) {
+  static constexpr std::string_view kUnits = "KMGT";
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  int shift = 0;
+  if (used > 0 && used + 1 == text.size()) {
+    const auto unit = kUnits.find(static_cast<char>(std::toupper(text.back())));
+    if (unit != std::string_view::npos) {
+      shift = 10 * static_cast<int>(unit + 1);
+      ++used;
+    }
+  }
+  if (used == 0 || used != text.size() || text.front() == '-' || n == 0 ||
+      n > (std::numeric_limits<uint64_t>::max() >> shift)) {
+    throw UsageError(
+        fmt::format("{}: '{}' is not a size (bytes, or a number with K, M, G or T)", what, text));
+  }
+  return static_cast<uint64_t>(n) << shift;
+}
+
+// --hang_timeout, --health_check(_timeout), --metrics_port, --preload, --numa_binding,
+// --checkpoint_memory_limit.
 void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   const std::string& hang = o["hang_timeout"];
   if (hang == "auto") {
@@ -258,6 +287,10 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
     c.metrics_addr = o["metrics_addr"];
   }
   c.preload = parse_preload(o["preload"]);
+  if (!o["checkpoint_memory_limit"].empty()) {
+    c.checkpoint_memory_limit =
+        parse_bytes(o["checkpoint_memory_limit"], "--checkpoint_memory_limit");
+  }
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
 }
 

@@ -62,6 +62,13 @@ const std::vector<OptionSpec>& option_table() {
                "heartbeat a line of output) for S seconds is hung: the group stops and restarts as "
                "for a failure; auto learns S from the intervals seen (off by default)",
        .ddprun_only = true},
+      {.names = "--checkpoint-memory-limit,--checkpoint_memory_limit",
+       .dest = "checkpoint_memory_limit",
+       .metavar = "BYTES",
+       .help = "the most this node's in-memory checkpoints (ddprun.checkpoint) may hold, all ranks "
+               "together, as bytes or with a suffix K, M, G, T (powers of 1024); a save over it "
+               "fails naming the sizes (default: no bound but /dev/shm's)",
+       .ddprun_only = true},
       {.names = "--health-check,--health_check",
        .dest = "health_check",
        .metavar = "CMD",

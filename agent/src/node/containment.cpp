@@ -85,6 +85,10 @@ void Containment::ended(pid_t pgid) {
   if (guardian_) guardian_->untrack(pgid);
 }
 
+bool Containment::remove_after_a_kill(const std::string& folder) {
+  return guardian_ != nullptr && guardian_->remove_at_end(folder);
+}
+
 void Containment::kill_orphans() { reap_orphans(true); }
 
 void Containment::stop_listening() {

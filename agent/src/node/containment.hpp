@@ -33,6 +33,9 @@ class Containment {
   // A worker (its process group, and its cgroup's path or empty) started / was stopped and reaped.
   void started(pid_t pgid, const std::string& cgroup);
   void ended(pid_t pgid);
+  // `folder` (of files only) is removed by the guardian should this agent be SIGKILLed; false
+  // where there is no guardian to do it.
+  bool remove_after_a_kill(const std::string& folder);
   // SIGKILLs and reaps every adopted orphan (a child of this agent that is not a live worker).
   void kill_orphans();
   // Stops reaping on SIGCHLD (so that the io_context can run out of work); the destructor still

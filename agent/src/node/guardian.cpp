@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 
@@ -17,7 +18,7 @@ namespace {
 
 // One message, written whole (smaller than PIPE_BUF, so writes never interleave).
 struct Record {
-  char op;  // '+' a worker started, '-' it is gone, 'T' the cgroup tree
+  char op;  // '+' a worker started, '-' it is gone, 'T' the cgroup tree, 'F' a folder to remove
   pid_t pgid;
   char cgroup[240];
 };
@@ -30,6 +31,7 @@ struct Entry {
 // The guardian's table: static, so that nothing is allocated after fork().
 Entry g_entries[kMaxWorkers];
 char g_tree[sizeof(Record::cgroup)];
+char g_folder[sizeof(Record::cgroup)];
 
 void copy_path(char* dst, const char* src) {
   size_t i = 0;
@@ -70,6 +72,33 @@ void kill_cgroup(const char* cgroup) {
   ::close(fd);
 }
 
+// Removes `folder`'s files and then the folder (it holds no subfolder).
+void remove_folder(const char* folder) {
+  const int dir = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, dir, buffer, sizeof buffer);
+    if (n <= 0) break;
+    for (long at = 0; at < n;) {
+      struct Entry64 {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* e = reinterpret_cast<const Entry64*>(buffer + at);
+      const bool dots =
+          e->name[0] == '.' && (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0'));
+      if (!dots) ::unlinkat(dir, e->name, 0);
+      at += e->reclen;
+    }
+  }
+  ::close(dir);
+  ::rmdir(folder);
+}
+
 [[noreturn]] void guard(int fd) {
   int count = 0;
   for (;;) {
@@ -84,6 +113,8 @@ void kill_cgroup(const char* cgroup) {
     if (got < sizeof r) break;  // the agent is gone
     if (r.op == 'T') {
       copy_path(g_tree, r.cgroup);
+    } else if (r.op == 'F') {
+      copy_path(g_folder, r.cgroup);
     } else if (r.op == '+' && count < kMaxWorkers) {
       g_entries[count].pgid = r.pgid;
       copy_path(g_entries[count].cgroup, r.cgroup);
@@ -110,6 +141,7 @@ void kill_cgroup(const char* cgroup) {
     ::rmdir(g_entries[i].cgroup);
   }
   if (g_tree[0] != '\0') ::rmdir(g_tree);
+  if (g_folder[0] != '\0') remove_folder(g_folder);
   ::_exit(0);
 }
 
@@ -166,6 +198,14 @@ void Guardian::track(pid_t pgid, const std::string& cgroup) {
   r.pgid = pgid;
   if (cgroup.size() < sizeof r.cgroup) copy_path(r.cgroup, cgroup.c_str());
   [[maybe_unused]] auto n = ::write(fd_, &r, sizeof r);
+}
+
+bool Guardian::remove_at_end(const std::string& folder) {
+  if (folder.size() >= sizeof(Record::cgroup)) return false;
+  Record r{};
+  r.op = 'F';
+  copy_path(r.cgroup, folder.c_str());
+  return ::write(fd_, &r, sizeof r) == static_cast<ssize_t>(sizeof r);
 }
 
 void Guardian::untrack(pid_t pgid) {

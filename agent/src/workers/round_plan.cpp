@@ -79,7 +79,8 @@ std::shared_ptr<FilteredLog> filtered_log(const fs::path& attempt_dir, const cha
 std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& attempt_dir,
                                      const rendezvous::Round& round,
                                      const rendezvous::WorkerStoreAddress& master,
-                                     const std::map<int, CpuSet>& bindings) {
+                                     const std::map<int, CpuSet>& bindings,
+                                     std::optional<int64_t> checkpoint_step) {
   AttemptEnvironment attempt;
   attempt.role = cfg.role;
   attempt.master_addr = master.addr;
@@ -88,6 +89,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.max_restarts = cfg.rdzv.max_restarts;
   attempt.run_id = cfg.rdzv.run_id;
   attempt.virtual_local_rank = cfg.virtual_local_rank;
+  attempt.checkpoint_step = checkpoint_step;
 
   fs::create_directories(attempt_dir);
   const std::string hostname = cfg.log_line_prefix_template.empty() ? "" : store::host_name();

@@ -1,8 +1,10 @@
 #pragma once
 // What each worker of a round gets on this node: its identity, command line, environment, CPUs,
 // log files and stream plan (plan_round), and the CPUs --numa-binding gives each local rank.
+#include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "ddprun/agent/agent.hpp"
@@ -12,13 +14,15 @@
 
 namespace ddprun::agent {
 
-// The launches of this node's workers in `round`, whose store is `master`; creates the attempt's
-// log folders under `attempt_dir`.
+// The launches of this node's workers in `round`, whose store is `master`, restoring the in-memory
+// checkpoint of `checkpoint_step` where there is one; creates the attempt's log folders under
+// `attempt_dir`.
 std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg,
                                      const std::filesystem::path& attempt_dir,
                                      const rendezvous::Round& round,
                                      const rendezvous::WorkerStoreAddress& master,
-                                     const std::map<int, CpuSet>& bindings);
+                                     const std::map<int, CpuSet>& bindings,
+                                     std::optional<int64_t> checkpoint_step);
 
 // --numa-binding: the CPUs of each local rank's worker, from its accelerator (the one whose index
 // is its local rank); empty without the flag. Throws std::runtime_error naming the mode and

@@ -1,5 +1,7 @@
 #pragma once
 // The environment contract between the agent and a worker (torchrun's, reference/torchrun.md 2.1).
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +31,8 @@ struct AttemptEnvironment {
   std::string run_id = "none";
   bool use_agent_store = true;
   bool virtual_local_rank = false;
+  // The in-memory checkpoint the agents agreed the workers restore (DDPRUN_CHECKPOINT_STEP).
+  std::optional<int64_t> checkpoint_step;
 };
 
 // The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, ... , TORCHELASTIC_*, both spellings

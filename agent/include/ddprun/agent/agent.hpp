@@ -3,6 +3,7 @@
 // backend), stops the group when the rendezvous interrupts a round, forwards signals, and reports
 // the outcome with the cross-node failure summary.
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -77,6 +78,8 @@ struct AgentConfig {
   // node's workers (nproc) and the restarts allowed (max_restarts), which the agent reads here.
   rendezvous::RendezvousConfig rdzv;
   Environment env;  // the environment workers inherit
+  // --checkpoint_memory_limit: bytes the node's in-memory checkpoints may hold (none: no bound).
+  std::optional<uint64_t> checkpoint_memory_limit;
 };
 
 // How a run ended, mapped by the launcher to its exit status.

@@ -1,0 +1,34 @@
+#pragma once
+// The node's in-memory checkpoints: one folder per agent run, made here at start (mode 0700, in
+// /dev/shm, or $DDPRUN_SHM_DIR where set) and removed with the agent, after a SIGKILL by its
+// guardian. In it each local rank's region, "rank<L>", which the worker's first save makes
+// (ddprun/checkpoint.py, whose docstring gives the layout) and which outlives the worker: a
+// restarted one finds it. The agent reads the regions' headers only.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+class CheckpointRegions {
+ public:
+  // Makes the folder ("ddprun-checkpoints-<run id>-XXXXXX": a new job never meets another's
+  // regions). Throws std::system_error when it cannot.
+  explicit CheckpointRegions(const std::string& run_id);
+  ~CheckpointRegions();
+  CheckpointRegions(const CheckpointRegions&) = delete;
+  CheckpointRegions& operator=(const CheckpointRegions&) = delete;
+
+  const std::string& path() const { return path_; }
+  // The steps committed in local rank `local_rank`'s region, oldest first (none, one or two);
+  // none where it has no region or the file is not one.
+  std::vector<int64_t> steps_held(int local_rank) const;
+
+  // The steps a region's header (its first 192 bytes or more, as read) says are committed.
+  static std::vector<int64_t> committed_steps(const std::string& header);
+
+ private:
+  std::string path_;
+};
+
+}  // namespace ddprun::agent
