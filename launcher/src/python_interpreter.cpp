@@ -132,7 +132,9 @@ std::vector<std::string> missing_imports(const std::string& python, const std::s
   std::vector<std::string> missing;
   if (!text) return missing;
   std::istringstream words(*text);
-  for (std::string w; words >> w;) missing.push_back(w);
+  for (std::string w; words >> w;) {
+    if (w != "ddprun") missing.push_back(w);  // the agent puts its own modules on the workers' path
+  }
   return missing;
 }
 

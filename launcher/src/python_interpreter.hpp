@@ -28,8 +28,8 @@ std::string resolved_program(const std::string& program, const agent::Environmen
 
 // The top-level modules that `python` cannot find among those a script imports at module level (or,
 // for `-m`, the module's own package), searched as the worker would search them (the script's
-// folder first, env's PYTHONPATH, site-packages). Empty when all are found, and when the check
-// itself cannot run within `limit`.
+// folder first, env's PYTHONPATH, site-packages), but ddprun's own, which the agent provides.
+// Empty when all are found, and when the check itself cannot run within `limit`.
 std::vector<std::string> missing_imports(const std::string& python, const std::string& script,
                                          bool module, const agent::Environment& env,
                                          std::chrono::milliseconds limit);

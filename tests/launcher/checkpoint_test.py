@@ -1,0 +1,253 @@
+"""In-memory checkpoints (ddprun.checkpoint): a killed worker's job resumes from the step it had
+saved and ends bit-identical to an uninterrupted run; a kill in the middle of a save leaves the
+step before it; a small /dev/shm and --checkpoint_memory_limit are clear errors at the first save;
+no region outlives its job, however the job ends. Real ddprun, real torch workers.
+
+    checkpoint_test.py DDPRUN CASE     (CASE: one of the functions named case_*)
+"""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+# The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another (torch 2.14).
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = None
+
+
+def run(args, env=None, timeout=240):
+    return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON_EXEC": PY, **(env or {})})
+
+
+def left_running(text, seconds=10):
+    """Processes whose command line contains `text`, once none is left or `seconds` passed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def script(text):
+    fd, path = tempfile.mkstemp(suffix=".py")
+    os.write(fd, text.encode())
+    os.close(fd)
+    return path
+
+
+def ddp_job(out, steps, extra=(), env=None):
+    return run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", *extra,
+                os.path.join(WORKLOADS, "checkpoint_ddp.py"), str(steps), out], env=env)
+
+
+def final_params(out):
+    r = subprocess.run([PY, "-c", "import sys, torch; ps = torch.load(sys.argv[1]); "
+                        "print(' '.join(p.double().sum().hex() for p in ps))",
+                        os.path.join(out, "final.pt")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def bit_identical(a, b):
+    r = subprocess.run([PY, "-c", "import sys, torch; x, y = torch.load(sys.argv[1]), "
+                        "torch.load(sys.argv[2]); sys.exit(0 if len(x) == len(y) and "
+                        "all(torch.equal(p, q) for p, q in zip(x, y)) else 1)",
+                        os.path.join(a, "final.pt"), os.path.join(b, "final.pt")],
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode == 0
+
+
+def case_a_killed_worker_resumes_from_its_step_bit_identical():
+    for preload in ([], ["--preload=auto"]):
+        whole, killed = tempfile.mkdtemp(), tempfile.mkdtemp()
+        r = ddp_job(whole, 12, preload)
+        assert r.returncode == 0, r.stderr
+        r = ddp_job(killed, 12, preload, env={"KILL_AT": "1:6"})
+        assert r.returncode == 0, r.stderr
+        assert "restore the in-memory checkpoint of step" in r.stderr, r.stderr
+        resumed = {open(p).read() for p in glob.glob(os.path.join(killed, "resumed.1.*"))}
+        # Rank 1 died just after saving step 6; rank 0 may be there too or one step behind.
+        assert resumed in ({"6"}, {"5"}), resumed
+        assert bit_identical(whole, killed), (final_params(whole), final_params(killed))
+        assert not left_running(killed) and not left_running(whole)
+    print(f"a DDP job whose rank 1 was SIGKILLed after step 6 resumed from step {resumed.pop()} "
+          "and ended bit-identical to an uninterrupted run, cold and with --preload: passed")
+
+
+KILL_IN_SAVE = r'''
+import mmap, os, signal, struct, sys, threading, time
+import torch
+from ddprun import checkpoint
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+step, state = checkpoint.load()
+out = sys.argv[1]
+if attempt == "1":
+    ok = state is not None and all(bool((t == float(step)).all()) for t in state["big"])
+    open(os.path.join(out, "restored"), "w").write(f"{step} {ok}")
+    sys.exit(0)
+for s in (1, 2):
+    checkpoint.save(s, {"big": [torch.full((8 << 20,), float(s)) for _ in range(8)]})
+# Step 3: killed while its bytes are being copied, as soon as its slot says it is being written.
+path = os.path.join(os.environ["DDPRUN_CHECKPOINT_DIR"], "rank" + os.environ["LOCAL_RANK"])
+f = open(path, "r+b")
+header = mmap.mmap(f.fileno(), 4096)
+# Steps 1 and 2 fill both slots: step 3 goes to the older one (the lower sequence number).
+slot = min((0, 1), key=lambda s: struct.unpack_from("<Q", header, 64 + 64 * s + 32)[0])
+def kill_when_writing():
+    deadline = time.monotonic() + 30
+    while struct.unpack_from("<Q", header, 64 + 64 * slot)[0] != 1 and time.monotonic() < deadline:
+        pass
+    open(os.path.join(out, "killed_in_save"), "w").write(str(slot))
+    os.kill(os.getpid(), signal.SIGKILL)
+threading.Thread(target=kill_when_writing, daemon=True).start()
+checkpoint.save(3, {"big": [torch.full((8 << 20,), 3.0) for _ in range(8)]})
+time.sleep(30)  # not reached: killed during the save
+'''
+
+
+def case_a_kill_during_a_save_restores_the_step_before():
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=1", "--max_restarts=1", script(KILL_IN_SAVE), out])
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(os.path.join(out, "killed_in_save")), r.stderr
+    assert not left_running(out)
+    restored = open(os.path.join(out, "restored")).read()
+    assert restored == "2 True", restored
+    print("a worker SIGKILLed while copying step 3 (256 MiB) into its slot: step 2 restored, "
+          "checksum verified, every value as saved: passed")
+
+
+SAVE_BIG = r'''
+import os, sys, torch
+from ddprun import checkpoint
+try:
+    checkpoint.save(0, {"w": torch.zeros(int(sys.argv[1]) // 4)})
+except checkpoint.CheckpointError as e:
+    print("ERROR", e)
+    sys.exit(7)
+print("SAVED")
+'''
+
+
+def case_a_small_dev_shm_and_the_memory_limit_are_clear_errors():
+    # /dev/shm of 2 MiB, in a mount namespace of the test's own.
+    shm = tempfile.mkdtemp()
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+           f'mount -t tmpfs -o size=2m tmpfs {shm} && exec "$@"', "sh", DDPRUN, "--standalone",
+           "--nproc_per_node=1", script(SAVE_BIG), str(8 << 20)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm})
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    line = [x for x in r.stdout.splitlines() if x.startswith("ERROR")]
+    assert line and "cannot hold this rank's" in line[0] and "--shm-size" in line[0], r.stdout
+    assert "No space left on device" in line[0], line[0]
+    # Over --checkpoint_memory_limit (and its PET_ form).
+    for flags, env in ((["--checkpoint_memory_limit=4M"], {}),
+                       ([], {"PET_CHECKPOINT_MEMORY_LIMIT": "4m"})):
+        r = run(["--standalone", "--nproc_per_node=1", *flags, script(SAVE_BIG), str(8 << 20)],
+                env=env)
+        assert r.returncode == 1, r.stderr
+        limit = [x for x in r.stdout.splitlines() if x.startswith("ERROR")]
+        assert limit and "over --checkpoint_memory_limit (4194304 bytes)" in limit[0], r.stdout
+    r = run(["--standalone", "--nproc_per_node=1", "--checkpoint_memory_limit=64M",
+             script(SAVE_BIG), str(8 << 20)])
+    assert r.returncode == 0 and "SAVED" in r.stdout, r.stderr
+    r = run(["--standalone", "--nproc_per_node=1", "--checkpoint_memory_limit=4X", "x.py"])
+    assert r.returncode == 2 and "is not a size" in r.stderr, r.stderr
+    print(f"a 2 MiB /dev/shm: '{line[0][6:90]}...'; over --checkpoint_memory_limit: "
+          f"'{limit[0][6:90]}...': passed")
+
+
+HOLD = r'''
+import os, sys, time, torch
+from ddprun import checkpoint
+out, how = sys.argv[1], sys.argv[2]
+checkpoint.save(0, {"w": torch.ones(1 << 20)})
+open(os.path.join(out, "dir"), "w").write(os.environ["DDPRUN_CHECKPOINT_DIR"])
+if how == "fail":
+    sys.exit(1)
+if how == "hold":
+    time.sleep(120)
+'''
+
+
+def case_no_region_outlives_its_job():
+    outcomes = []
+    for how in ("succeed", "fail", "sigterm", "sigkill"):
+        out = tempfile.mkdtemp()
+        p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", script(HOLD), out,
+                              "hold" if how.startswith("sig") else how],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHON_EXEC": PY})
+        marker = os.path.join(out, "dir")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(marker), p.stderr.read() if p.poll() is not None else "no save"
+        folder = open(marker).read()
+        if how.startswith("sig"):
+            assert os.listdir(folder), folder  # the regions are there while the job runs
+            p.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        p.wait(timeout=60)
+        deadline = time.monotonic() + 10  # after a SIGKILL the guardian removes it
+        while os.path.exists(folder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(folder), (how, folder, os.listdir(folder))
+        assert not left_running(out), (how, left_running(out))
+        outcomes.append(f"{how}: exit {p.returncode}")
+    leftover = glob.glob("/dev/shm/ddprun-checkpoints-*")
+    print(f"the checkpoint folder is gone after every ending ({', '.join(outcomes)}); "
+          f"{len(leftover)} other job(s)' folders in /dev/shm: passed")
+
+
+OUTSIDE = r'''
+import warnings, torch
+from ddprun import checkpoint
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    checkpoint.save(1, {"w": torch.ones(3)})
+    checkpoint.save(2, {"w": torch.ones(3)})
+print(len(w), str(w[0].message) if w else "", checkpoint.load())
+'''
+
+
+def case_outside_ddprun_save_warns_once_and_load_finds_nothing():
+    package = tempfile.mkdtemp()
+    src = os.path.join(HERE, "..", "..", "packaging", "wheel", "ddprun")
+    os.makedirs(os.path.join(package, "ddprun"))
+    for name in ("checkpoint.py", "heartbeat.py"):
+        with open(os.path.join(src, name)) as f, \
+                open(os.path.join(package, "ddprun", name), "w") as g:
+            g.write(f.read())
+    open(os.path.join(package, "ddprun", "__init__.py"), "w").close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPRUN_")}
+    r = subprocess.run([PY, script(OUTSIDE)], capture_output=True, text=True, timeout=120,
+                       env={**env, "PYTHONPATH": package})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1 ddprun.checkpoint.save: not started by ddprun: nothing is " \
+                               "saved (None, None)", r.stdout
+    print("outside ddprun: save() warns once and keeps nothing, load() gives (None, None): passed")
+
+
+def main():
+    global DDPRUN
+    DDPRUN = sys.argv[1]
+    globals()["case_" + sys.argv[2]]()
+
+
+if __name__ == "__main__":
+    main()

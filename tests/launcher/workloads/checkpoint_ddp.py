@@ -1,0 +1,49 @@
+"""A deterministic DDP job (gloo, a small MLP and Adam) that saves an in-memory checkpoint every step
+through ddprun.checkpoint and resumes from the one load() returns. Arguments: STEPS OUT_DIR; with
+$KILL_AT="RANK:STEP", that rank SIGKILLs itself just after saving that step in the first attempt.
+Rank 0 writes the final parameters to OUT_DIR/final.pt and each rank the step it resumed from to
+OUT_DIR/resumed.<attempt>.<rank>."""
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddprun import checkpoint
+
+
+def main():
+    steps, out = int(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    step, state = checkpoint.load()
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+    with open(os.path.join(out, f"resumed.{attempt}.{rank}"), "w") as f:
+        f.write("none" if step is None else str(step))
+    kill = os.environ.get("KILL_AT", "")
+    for s in range(0 if step is None else step + 1, steps):
+        gen = torch.Generator().manual_seed(1000 * s + rank)  # the step's data, whatever the attempt
+        x = torch.randn(16, 32, generator=gen)
+        loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()})
+        if attempt == "0" and kill == f"{rank}:{s}":
+            os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 0:
+        torch.save([p.detach().clone() for p in model.parameters()], os.path.join(out, "final.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
