@@ -36,7 +36,8 @@ DUMP_ENV = ("import os,json,sys; "
 # differ: names that older torchruns do not set yet (TORCHELASTIC_SIGNALS_TO_HANDLE came after
 # 2.6, TORCH_NCCL_ASYNC_ERROR_HANDLING after 1.13), and 1.13's NCCL_ASYNC_ERROR_HANDLING, which 2.x's
 # no longer sets.
-DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                 "DDPRUN_CHECKPOINT_DIR"}
 TORCH1_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
 # Set by the bash wrappers that start a reference torchrun (scripts/torch2/python), not by torchrun.
 SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
@@ -83,6 +84,14 @@ def compare_envs(ref, ours, differs, torch1, what):
                 continue
             if (key in DDPRUN_EXTRAS and key not in t) or (
                     torch1 and key in TORCH1_ONLY and key not in d):
+                continue
+            if key == "PYTHONPATH":
+                # ddprun appends the folder of its own modules (ddprun.checkpoint) for a Python
+                # worker; the rest is the launcher's PYTHONPATH, as torchrun passes it on.
+                theirs, own = t.get(key), d.get(key, "")
+                if own.endswith("/python"):
+                    own = own.rsplit(":", 1)[0] if ":" in own else None
+                assert theirs == own, (what, rank, key, theirs, d.get(key))
                 continue
             if key == "TORCHELASTIC_ERROR_FILE":
                 # Paths differ by temp folder; the layout must not.

@@ -67,7 +67,8 @@ with open(os.path.join(out, os.environ["RANK"]), "w") as f:
 '''
 # Differ between any two runs, cold or warm: the store's port, the run id and the run's log folder.
 # (and this test's own folder).
-PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDPRUN_PID", "DUMP_DIR"}
+PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDPRUN_PID", "DUMP_DIR",
+           "DDPRUN_CHECKPOINT_DIR", "PYTHONPATH"}
 
 
 def run(args, env=None, timeout=180):
@@ -97,6 +98,9 @@ def dump_states(work, preload, module):
             states[rank] = json.load(f)
         for name in PER_RUN:
             states[rank]["env"].pop(name, None)
+        # The folder of ddprun's own modules is in the run's log folder: the same place, per run.
+        states[rank]["path"] = ["<ddprun modules>" if "/torchelastic_" in p and
+                                p.endswith("/python") else p for p in states[rank]["path"]]
     return states
 
 
