@@ -12,7 +12,7 @@
 # machine's python3 and torch 2.x: examples/ddp_train.py over NCCL under ddprun, the TCPStore
 # client (modern dialect) against ddprund, and gloo all-reduce through ddprund; --nproc_per_node=gpu
 # and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs;
-# --preload=auto workers on CUDA, before and after a restart.
+# --preload=auto workers on CUDA, before and after a restart; in-memory checkpoints of CUDA tensors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
@@ -94,6 +94,14 @@ preload_forks_cuda_workers() {  # $1: folder holding ddprun, $2: the GPU count
   fi
 }
 
+# In-memory checkpoints of CUDA tensors: saved, the worker SIGKILLed, restored on the GPU bit for
+# bit by the restarted worker; a 1 GiB save and load timed against a plain copy to host memory.
+checkpoint_holds_cuda_tensors() {  # $1: folder holding ddprun
+  echo "== ddprun.checkpoint with CUDA tensors, across a worker's SIGKILL"
+  timeout 300 "$1/ddprun" --standalone --nproc_per_node=1 --max_restarts=1 \
+    tests/gpu/checkpoint_cuda_worker.py
+}
+
 checks() {  # $1: folder holding the programs
   local bin=$1 gpus out status run
   gpus=$(nvidia-smi -L | wc -l)
@@ -122,6 +130,7 @@ checks() {  # $1: folder holding the programs
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') DDP over NCCL under ddprun (--nproc_per_node=gpu)"
   timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
   preload_forks_cuda_workers "$bin" "$gpus"
+  checkpoint_holds_cuda_tensors "$bin"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"
