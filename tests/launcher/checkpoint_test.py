@@ -88,6 +88,38 @@ def case_a_killed_worker_resumes_from_its_step_bit_identical():
           "and ended bit-identical to an uninterrupted run, cold and with --preload: passed")
 
 
+INTO = r'''
+import os, sys, torch
+from ddprun import checkpoint
+out, attempt = sys.argv[1], os.environ["TORCHELASTIC_RESTART_COUNT"]
+if attempt == "0":
+    checkpoint.save(4, {"w": torch.arange(12.0).view(3, 4), "b": [torch.tensor(7), 5]})
+    sys.exit(1)
+target = {"w": torch.zeros(3, 4), "b": [torch.tensor(0), 0]}
+w = target["w"]
+step, got = checkpoint.load(into=target)
+try:
+    checkpoint.load(into={"w": torch.zeros(4, 3), "b": [torch.tensor(0), 0]})
+    mismatch = "accepted"
+except checkpoint.CheckpointError as e:
+    mismatch = str(e)
+open(os.path.join(out, "into"), "w").write(
+    f"{step} {got['w'] is w} {got['b'][0] is target['b'][0]} "
+    f"{torch.equal(w, torch.arange(12.0).view(3, 4))} {int(got['b'][0])} {got['b'][1]}|{mismatch}")
+'''
+
+
+def case_load_into_restores_in_place():
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=1", "--max_restarts=1", script(INTO), out])
+    assert r.returncode == 0, r.stderr
+    result, mismatch = open(os.path.join(out, "into")).read().split("|")
+    assert result == "4 True True True 7 5", result
+    assert "do not match those of `into`" in mismatch, mismatch
+    print("load(into=state) restores each tensor into the caller's own (the saved values of the "
+          "rest), and refuses a state of another shape: passed")
+
+
 KILL_IN_SAVE = r'''
 import mmap, os, signal, struct, sys, threading, time
 import torch

@@ -34,6 +34,7 @@ HEADER = 4096
 _RECORD = struct.Struct("<QqQQQQ")  # state, step, size, checksum, sequence, structure size
 _EMPTY, _WRITING, _COMMITTED = 0, 1, 2
 _ALIGN = 64
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class CheckpointError(RuntimeError):
@@ -83,13 +84,12 @@ class _Region:
                         f"(two slots of {slot_size}): {e.strerror}. Enlarge /dev/shm (a container: "
                         f"--shm-size, e.g. --shm-size={_human(_needed_for_node(size))}) or lower the "
                         f"checkpoint's size") from None
-            self.map = mmap.mmap(fd, size)
+            # Every page mapped at once (fallocate gave them memory): no save or load takes a page
+            # fault per page.
+            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | (_POPULATE if create else 0))
         finally:
             os.close(fd)
         if create:
-            import torch
-            # Every page touched once now, so that no save pays for first-touch faults.
-            torch.frombuffer(self.map, dtype=torch.uint8).zero_()
             self.map[0:8] = MAGIC
             struct.pack_into("<Q", self.map, 8, slot_size)
 
@@ -232,17 +232,18 @@ def save(step, state):
     base = HEADER + slot * region.slot_size
     _RECORD.pack_into(m, _record_offset(slot), _WRITING, step, 0, 0, 0, 0)
     m[base:base + len(meta)] = meta
-    if data_start + offset > len(meta):
+    if data_start > len(meta):
         m[base + len(meta):base + data_start] = bytes(data_start - len(meta))
+    data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
+                            count=max(payload - data_start, 1))
     for t, p in zip(tensors, places):
         if p.nbytes == 0:
             continue
-        dst = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start + p.offset,
-                               count=p.nbytes)
         src = t.detach()
         if not src.is_contiguous():
             src = src.contiguous()
-        dst.copy_(src.reshape(-1).view(torch.uint8) if src.dim() else src.reshape(1).view(torch.uint8))
+        data[p.offset:p.offset + p.nbytes].copy_(src.view(-1).view(torch.uint8) if src.dim()
+                                                 else src.view(1).view(torch.uint8))
     checksum = _checksum(m, base, payload)
     _RECORD.pack_into(m, _record_offset(slot), _WRITING, step, payload, checksum, sequence,
                       len(meta))
@@ -255,8 +256,13 @@ def save(step, state):
         old.map.close()
 
 
-def load():
-    """(step, state) of the newest step every rank of the job holds, or (None, None)."""
+def load(into=None):
+    """(step, state) of the newest step every rank of the job holds, or (None, None). With `into`,
+    a state of the same structure (the model's and optimizer's state dicts as they are after
+    building them, say), each tensor is restored into the tensor at its place in `into`, and the
+    state returned holds those very tensors (and the saved values of everything else): no memory
+    is allocated for the tensors, as with torch.distributed.checkpoint.load. Without it, new
+    tensors on the devices they were saved from."""
     global _region
     folder, agreed = _region_dir(), os.environ.get("DDPRUN_CHECKPOINT_STEP")
     if not folder or agreed is None:
@@ -279,13 +285,25 @@ def load():
     import torch
     structure, places = pickle.loads(m[base:base + meta_size])
     data_start = _up(meta_size, _ALIGN)
+    targets = None
+    if into is not None:
+        targets = []
+        _flatten(into, targets)
+        if len(targets) != len(places) or any(
+                t.dtype != p.dtype or tuple(t.shape) != p.shape for t, p in zip(targets, places)):
+            raise CheckpointError(f"checkpoint: step {step}'s tensors do not match those of `into` "
+                                  f"({len(places)} saved, {len(targets)} given, or a shape or "
+                                  f"dtype differs)")
     tensors = []
-    for p in places:
-        out = torch.empty(p.shape, dtype=p.dtype, device=p.device)
+    for i, p in enumerate(places):
+        out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
+                                                                 device=p.device)
         if p.nbytes:
             src = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start + p.offset,
                                    count=p.nbytes)
-            out.reshape(-1).view(torch.uint8).copy_(src) if out.dim() else \
-                out.reshape(1).view(torch.uint8).copy_(src)
+            flat = out.view(-1) if out.dim() else out.view(1)
+            if not out.is_contiguous():
+                raise CheckpointError("checkpoint: load(into=...) needs contiguous tensors")
+            flat.view(torch.uint8).copy_(src)
         tensors.append(out)
     return step, _unflatten(structure, tensors)
