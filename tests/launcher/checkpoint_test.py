@@ -3,7 +3,7 @@ saved and ends bit-identical to an uninterrupted run; a kill in the middle of a 
 step before it; a small /dev/shm and --checkpoint_memory_limit are clear errors at the first save;
 no region outlives its job, however the job ends. Real ddprun, real torch workers.
 
-    checkpoint_test.py DDPRUN CASE     (CASE: one of the functions named case_*)
+    checkpoint_test.py DDPRUN CASE [TRAIN_CPU]    (CASE: one of the functions named case_*)
 """
 import glob
 import os
@@ -31,6 +31,8 @@ def left_running(text, seconds=10):
     while True:
         found = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
+            if int(pid) == os.getpid():  # this test names it too
+                continue
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     if text.encode() in f.read():
@@ -273,6 +275,24 @@ def case_outside_ddprun_save_warns_once_and_load_finds_nothing():
     assert r.stdout.strip() == "1 ddprun.checkpoint.save: not started by ddprun: nothing is " \
                                "saved (None, None)", r.stdout
     print("outside ddprun: save() warns once and keeps nothing, load() gives (None, None): passed")
+
+
+def case_train_cpu_resumes_after_a_killed_rank():
+    """The C++ API (ddp/checkpoint.hpp) in libddp's train_cpu example."""
+    train = sys.argv[3]
+    whole = run(["--standalone", "--nproc_per_node=2", "--no_python", train, "150"])
+    assert whole.returncode == 0, whole.stderr
+    killed = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--no_python", train,
+                  "150"], env={"KILL_AT": "1:60"})
+    assert killed.returncode == 0, killed.stderr
+    assert "resumed from step 60" in killed.stdout, killed.stdout
+    assert "exit code -9" in killed.stderr or "signal 9" in killed.stderr or \
+        "SIGKILL" in killed.stderr, killed.stderr
+    last = [line for line in whole.stdout.splitlines() if line.startswith("step  149")]
+    assert last and last[0] in killed.stdout, (whole.stdout, killed.stdout)
+    assert not left_running(train)
+    print(f"train_cpu with rank 1 SIGKILLed after step 60 resumed there and ended as an "
+          f"uninterrupted run ({last[0].strip()}): passed")
 
 
 def main():

@@ -2,16 +2,23 @@
 //
 //   ddprun --standalone --nproc_per_node=2 --no_python ./train_cpu [steps]
 //
-// Each rank draws its own shard of a synthetic regression task, the model starts from rank 0's
-// weights (broadcast), gradients are averaged every step, and at the end every rank checks that all
-// ranks hold bit-identical parameters; it exits 1 if not.
+// Each rank draws its own shard of a synthetic regression task (each step's batch from a seed of
+// its own), the model starts from rank 0's weights (broadcast), gradients are averaged every step,
+// and at the end every rank checks that all ranks hold bit-identical parameters; it exits 1 if not.
+// The parameters are saved every step as an in-memory checkpoint (ddp/checkpoint.hpp): restarted
+// after a failure, the job resumes from the step every rank holds instead of starting over. With
+// KILL_AT=RANK:STEP that rank SIGKILLs itself just after saving that step, in the first attempt.
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "ddp/checkpoint.hpp"
 #include "ddp/gradient_sync.hpp"
 #include "ddp/init.hpp"
 #include "ddp/run_main.hpp"
@@ -67,32 +74,48 @@ int train(int argc, char** argv) {
     pg->broadcast(p->data(), p->size(), ddp::DType::kFloat32, 0);
   }
 
+  std::vector<std::span<std::byte>> state;
+  for (auto* p : model.params()) state.push_back(std::as_writable_bytes(std::span(*p)));
+  int first_step = 0;
+  if (const auto saved = ddp::checkpoint::load(state)) {
+    first_step = static_cast<int>(*saved) + 1;
+    if (rank == 0) std::printf("resumed from step %d\n", static_cast<int>(*saved));
+  }
+  const char* kill_at = std::getenv("KILL_AT");
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const bool first_attempt = attempt == nullptr || std::string(attempt) == "0";
+
   ddp::GradientSync sync(*pg);
   std::vector<size_t> ids;
   for (auto* g : grads.params())
     ids.push_back(sync.add(g->data(), g->size(), ddp::DType::kFloat32));
 
-  std::mt19937 data_rng(1000 + rank);  // this rank's shard
-  std::normal_distribution<float> unit(0.0f, 1.0f);
   std::vector<float> w_true(kIn);
   for (int i = 0; i < kIn; ++i) w_true[i] = std::sin(0.7f * i);
   std::vector<float> x(kBatch * kIn), y(kBatch);
   const float lr = 0.05f;
   float first = 0, loss = 0;
-  for (int s = 0; s < steps; ++s) {
+  for (int s = first_step; s < steps; ++s) {
+    std::mt19937 data_rng(1000 + rank + 7919 * s);  // this rank's shard, this step's batch
+    std::normal_distribution<float> unit(0.0f, 1.0f);
     for (int n = 0; n < kBatch; ++n) {
       float t = 0;
       for (int i = 0; i < kIn; ++i) t += w_true[i] * (x[n * kIn + i] = unit(data_rng));
       y[n] = std::tanh(t) + 0.05f * unit(data_rng);
     }
     loss = step(model, x, y, grads);
-    if (s == 0) first = loss;
+    if (s == first_step) first = loss;
     // Backward produces the last layer's gradients first: mark them ready in that order.
     for (size_t k = ids.size(); k-- > 0;) sync.mark_ready(ids[k]);
     sync.finish();
     auto ps = model.params(), gs = grads.params();
     for (size_t k = 0; k < ps.size(); ++k) {
       for (size_t i = 0; i < ps[k]->size(); ++i) (*ps[k])[i] -= lr * (*gs[k])[i];
+    }
+    ddp::checkpoint::save(s, state);
+    if (first_attempt && kill_at != nullptr &&
+        std::to_string(rank) + ":" + std::to_string(s) == kill_at) {
+      std::raise(SIGKILL);
     }
     if (rank == 0 && (s % 50 == 0 || s == steps - 1)) {
       std::printf("step %4d  loss %.5f\n", s, loss);

@@ -27,4 +27,11 @@ class CommError : public Error {
   using Error::Error;
 };
 
+// An in-memory checkpoint could not be saved or restored (ddp/checkpoint.hpp); the message says
+// why and what to change.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace ddp
