@@ -268,6 +268,7 @@ struct Run : AgentParts {
           plan_round(cfg, attempt_dir, *round, *master, bindings, step);
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
+      record_checkpoints_held(*round);
       if (!r.stacks.empty()) {
         const fs::path stacks = attempt_dir / "hang_stacks.log";
         std::ofstream(stacks) << r.stacks;
@@ -298,6 +299,20 @@ struct Run : AgentParts {
       events.record("checkpoint_restore", {{"round", round.number}, {"step", *step}});
     }
     co_return step;
+  }
+
+  // The event log's account of the in-memory checkpoints once a round's workers ended: per local
+  // rank the steps its region holds, and the bytes of the node's regions.
+  void record_checkpoints_held(const rendezvous::Round& round) {
+    std::vector<std::vector<int64_t>> held;
+    bool any = false;
+    for (int i = 0; i < cfg.rdzv.nproc; ++i) {
+      held.push_back(checkpoints.steps_held(i));
+      any = any || !held.back().empty();
+    }
+    if (!any) return;
+    events.record("checkpoints_held",
+                  {{"round", round.number}, {"steps", held}, {"bytes", checkpoints.bytes_held()}});
   }
 
   // Says (in the log and the event log) that `round` formed, and that it is a restart if it is.

@@ -6,6 +6,7 @@ no region outlives its job, however the job ends. Real ddprun, real torch worker
     checkpoint_test.py DDPRUN CASE [TRAIN_CPU]    (CASE: one of the functions named case_*)
 """
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -78,9 +79,16 @@ def case_a_killed_worker_resumes_from_its_step_bit_identical():
         whole, killed = tempfile.mkdtemp(), tempfile.mkdtemp()
         r = ddp_job(whole, 12, preload)
         assert r.returncode == 0, r.stderr
-        r = ddp_job(killed, 12, preload, env={"KILL_AT": "1:6"})
+        events = os.path.join(killed, "events.jsonl")
+        r = ddp_job(killed, 12, [*preload, f"--event_log={events}"], env={"KILL_AT": "1:6"})
         assert r.returncode == 0, r.stderr
         assert "restore the in-memory checkpoint of step" in r.stderr, r.stderr
+        log = [json.loads(line) for line in open(events)]
+        held = [e for e in log if e["event"] == "checkpoints_held"]
+        restore = [e for e in log if e["event"] == "checkpoint_restore"]
+        assert held and held[0]["round"] == 0 and held[0]["steps"][1][-1] == 6, held
+        assert held[0]["bytes"] > 0 and held[-1]["steps"] == [[10, 11], [10, 11]], held
+        assert [e["round"] for e in restore] == [1], restore
         resumed = {open(p).read() for p in glob.glob(os.path.join(killed, "resumed.1.*"))}
         # Rank 1 died just after saving step 6; rank 0 may be there too or one step behind.
         assert resumed in ({"6"}, {"5"}), resumed

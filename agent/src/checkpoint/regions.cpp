@@ -58,6 +58,13 @@ std::vector<int64_t> CheckpointRegions::committed_steps(const std::string& heade
   return out;
 }
 
+uint64_t CheckpointRegions::bytes_held() const {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path_, ec)) total += e.file_size(ec);
+  return total;
+}
+
 std::vector<int64_t> CheckpointRegions::steps_held(int local_rank) const {
   std::ifstream in(fs::path(path_) / ("rank" + std::to_string(local_rank)), std::ios::binary);
   std::string header(kRecords + 2 * kRecordSize, '\0');

@@ -23,6 +23,8 @@ class CheckpointRegions {
   // The steps committed in local rank `local_rank`'s region, oldest first (none, one or two);
   // none where it has no region or the file is not one.
   std::vector<int64_t> steps_held(int local_rank) const;
+  // The bytes the node's regions take.
+  uint64_t bytes_held() const;
 
   // The steps a region's header (its first 192 bytes or more, as read) says are committed.
   static std::vector<int64_t> committed_steps(const std::string& header);
