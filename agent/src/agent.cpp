@@ -218,7 +218,9 @@ class NodeAgent {
       cfg_.env["DDPRUN_CHECKPOINT_MEMORY_LIMIT"] = std::to_string(*cfg_.checkpoint_memory_limit);
     }
     if (!cfg_.python_workers) return;
-    const std::string modules = write_python_package(run_dir_ / "python").string();
+    // Beside the regions (not in the log folder, whose layout is torchrun's), gone with them.
+    const std::string modules =
+        write_python_package(fs::path(checkpoints_.path()) / "python").string();
     auto& path = cfg_.env["PYTHONPATH"];
     path = path.empty() ? modules : path + ":" + modules;
   }

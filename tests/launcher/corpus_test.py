@@ -43,6 +43,8 @@ DIFFERENCES = {
     "TORCHELASTIC_RUN_ID": "a random run id (--standalone, one node without a port) differs from "
                            "run to run",
 }
+# ddprun's own variables for every worker (docs/cli.md), which torchrun's do not have.
+OWN = {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_MEMORY_LIMIT"}
 # Set by the wrapper that runs torch 2.14 from its root (scripts/torch2/python) or by the shell.
 WRAPPER = {"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "USE_LIBUV"}
 # Each run's own folders: the run folder's random suffix, the test's temporary folder.
@@ -176,7 +178,7 @@ def compare(case, ref, ours):
         assert relative(theirs["cwd"], ref_work) == relative(mine["cwd"], our_work)
         t_env, m_env = theirs["env"], mine["env"]
         for key in sorted(set(t_env) | set(m_env)):
-            if key in WRAPPER or key == "CORPUS_OUT":
+            if key in WRAPPER or key == "CORPUS_OUT" or (key in OWN and key not in t_env):
                 continue
             if key in differs:
                 assert key in t_env and key in m_env, (what, rank, key)
@@ -186,6 +188,7 @@ def compare(case, ref, ours):
             assert t == m, (what, rank, key, t, m)
         if m_env.get("TORCHELASTIC_ERROR_FILE"):
             assert os.path.isabs(m_env["TORCHELASTIC_ERROR_FILE"]), (what, m_env)
+        assert m_env.get("DDPRUN_CHECKPOINT_DIR"), (what, rank, "no DDPRUN_CHECKPOINT_DIR")
     theirs, mine = log_files(ref_work, case, ref_ranks), log_files(our_work, case, our_ranks)
     assert theirs == mine, (what, "log files", sorted(theirs), sorted(mine))
 

@@ -98,8 +98,8 @@ def dump_states(work, preload, module):
             states[rank] = json.load(f)
         for name in PER_RUN:
             states[rank]["env"].pop(name, None)
-        # The folder of ddprun's own modules is in the run's log folder: the same place, per run.
-        states[rank]["path"] = ["<ddprun modules>" if "/torchelastic_" in p and
+        # The folder of ddprun's own modules is in the run's checkpoint folder: one per run.
+        states[rank]["path"] = ["<ddprun modules>" if "/ddprun-checkpoints-" in p and
                                 p.endswith("/python") else p for p in states[rank]["path"]]
     return states
 

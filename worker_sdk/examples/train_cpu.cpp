@@ -134,7 +134,8 @@ int train(int argc, char** argv) {
   }
   std::printf("rank %d/%d: loss %.4f -> %.4f, parameters %s across ranks\n", rank, world, first,
               loss, identical ? "bit-identical" : "DIFFER");
-  return identical && loss < first ? 0 : 1;
+  // A resumed run starts from a trained model: its first loss is no longer the one to beat.
+  return identical && (first_step > 0 || loss < first) ? 0 : 1;
 }
 
 }  // namespace

@@ -5,10 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -130,7 +130,7 @@ uint64_t held_by_others(const std::string& folder, const std::string& own) {
   uint64_t total = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(folder, ec)) {
-    if (e.path().string() != own) total += e.file_size(ec);
+    if (e.path().string() != own && e.is_regular_file(ec)) total += e.file_size(ec);
   }
   return total;
 }

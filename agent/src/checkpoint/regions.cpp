@@ -61,7 +61,9 @@ std::vector<int64_t> CheckpointRegions::committed_steps(const std::string& heade
 uint64_t CheckpointRegions::bytes_held() const {
   uint64_t total = 0;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(path_, ec)) total += e.file_size(ec);
+  for (const auto& e : fs::directory_iterator(path_, ec)) {
+    if (e.is_regular_file(ec)) total += e.file_size(ec);  // not the modules' folder
+  }
   return total;
 }
 

@@ -33,7 +33,7 @@ class Containment {
   // A worker (its process group, and its cgroup's path or empty) started / was stopped and reaped.
   void started(pid_t pgid, const std::string& cgroup);
   void ended(pid_t pgid);
-  // `folder` (of files only) is removed by the guardian should this agent be SIGKILLed; false
+  // `folder` (and what it holds) is removed by the guardian should this agent be SIGKILLed; false
   // where there is no guardian to do it.
   bool remove_after_a_kill(const std::string& folder);
   // SIGKILLs and reaps every adopted orphan (a child of this agent that is not a live worker).

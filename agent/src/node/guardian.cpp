@@ -1,5 +1,6 @@
 #include "node/guardian.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -72,10 +73,8 @@ void kill_cgroup(const char* cgroup) {
   ::close(fd);
 }
 
-// Removes `folder`'s files and then the folder (it holds no subfolder).
-void remove_folder(const char* folder) {
-  const int dir = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return;
+// Removes what the folder open as `dir` holds, subfolders `depth` levels down, and closes it.
+void empty_folder(int dir, int depth) {
   alignas(8) char buffer[4096];
   for (;;) {
     const long n = ::syscall(SYS_getdents64, dir, buffer, sizeof buffer);
@@ -89,13 +88,27 @@ void remove_folder(const char* folder) {
         char name[1];
       };
       const auto* e = reinterpret_cast<const Entry64*>(buffer + at);
-      const bool dots =
-          e->name[0] == '.' && (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0'));
-      if (!dots) ::unlinkat(dir, e->name, 0);
       at += e->reclen;
+      if (e->name[0] == '.' && (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0'))) {
+        continue;
+      }
+      if (e->type == DT_DIR) {
+        const int sub = depth > 0 ? ::openat(dir, e->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (sub >= 0) empty_folder(sub, depth - 1);
+        ::unlinkat(dir, e->name, AT_REMOVEDIR);
+      } else {
+        ::unlinkat(dir, e->name, 0);
+      }
     }
   }
   ::close(dir);
+}
+
+// Removes `folder` and what it holds (up to 3 levels of subfolders).
+void remove_folder(const char* folder) {
+  const int dir = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  empty_folder(dir, 3);
   ::rmdir(folder);
 }
 

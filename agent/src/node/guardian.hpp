@@ -25,8 +25,8 @@ class Guardian {
   pid_t pid() const { return pid_; }
   void track(pid_t pgid, const std::string& cgroup);
   void untrack(pid_t pgid);
-  // `folder` (of files only) is removed too when the agent is gone; false where it cannot be
-  // listed (a path longer than a record holds).
+  // `folder` (and what it holds, up to 3 levels of subfolders) is removed too when the agent is
+  // gone; false where it cannot be listed (a path longer than a record holds).
   bool remove_at_end(const std::string& folder);
 
  private:

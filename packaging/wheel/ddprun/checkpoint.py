@@ -26,6 +26,7 @@ bytes at a 64-byte boundary.
 import mmap
 import os
 import pickle
+import stat
 import struct
 import warnings
 
@@ -123,9 +124,11 @@ def _held_elsewhere(folder, own):
         path = os.path.join(folder, name)
         if path != own:
             try:
-                total += os.stat(path).st_size
+                st = os.stat(path)
             except FileNotFoundError:
-                pass
+                continue
+            if stat.S_ISREG(st.st_mode):  # the regions, not the modules' folder
+                total += st.st_size
     return total
 
 
