@@ -32,8 +32,7 @@ std::string header(uint64_t state0, int64_t step0, uint64_t seq0, uint64_t state
 
 TEST_CASE("checkpoint regions: committed steps come oldest first, others not at all",
           "[checkpoint]") {
-  CHECK(CheckpointRegions::committed_steps(header(2, 8, 5, 2, 7, 4)) ==
-        std::vector<int64_t>{7, 8});
+  CHECK(CheckpointRegions::committed_steps(header(2, 8, 5, 2, 7, 4)) == std::vector<int64_t>{7, 8});
   // A slot being written (1) or empty (0) holds nothing that counts.
   CHECK(CheckpointRegions::committed_steps(header(2, 8, 5, 1, 9, 0)) == std::vector<int64_t>{8});
   CHECK(CheckpointRegions::committed_steps(header(0, 0, 0, 0, 0, 0)).empty());
