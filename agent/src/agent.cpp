@@ -115,7 +115,7 @@ class NodeAgent {
           [this](const std::string& e, const nlohmann::json& f) { metrics_.consume(e, f); });
       metrics_server_ = std::make_unique<store::MetricsServer>(
           io_, cfg.metrics_addr, static_cast<uint16_t>(*cfg.metrics_port),
-          [this] { return metrics_.render(); });
+          [this] { return metrics_.render() + checkpoints_.metrics(cfg_.rdzv.nproc); });
       spdlog::info("metrics at http://{}:{}/metrics", cfg.metrics_addr, metrics_server_->port());
     }
     group_.set_event_log(&events_);

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -44,6 +45,13 @@ def left_running(text, seconds=10):
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {name: float(value) for name, value in
+            (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
 
 
 def script(text):
@@ -232,20 +240,34 @@ def case_no_region_outlives_its_job():
     outcomes = []
     for how in ("succeed", "fail", "sigterm", "sigkill"):
         out = tempfile.mkdtemp()
-        p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", script(HOLD), out,
-                              "hold" if how.startswith("sig") else how],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        log = open(os.path.join(out, "ddprun.log"), "w")
+        p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", "--metrics_port=0",
+                              script(HOLD), out, "hold" if how.startswith("sig") else how],
+                             stdout=subprocess.DEVNULL, stderr=log, text=True,
                              env={**os.environ, "PYTHON_EXEC": PY})
         marker = os.path.join(out, "dir")
         deadline = time.monotonic() + 60
         while not os.path.exists(marker) and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert os.path.exists(marker), p.stderr.read() if p.poll() is not None else "no save"
+        assert os.path.exists(marker), open(log.name).read()
         folder = open(marker).read()
         if how.startswith("sig"):
             assert os.listdir(folder), folder  # the regions are there while the job runs
+            # Both ranks saved step 0 (one of them has, at least, by now: wait for the other).
+            port = int(re.search(r"metrics at http://[^ ]+:(\d+)/metrics",
+                                 open(log.name).read()).group(1))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                metrics = scrape(port)
+                if all(metrics.get(f'ddprun_checkpoint_step{{local_rank="{r}"}}') == 0
+                       for r in (0, 1)):
+                    break
+                time.sleep(0.05)
+            assert metrics[f'ddprun_checkpoint_step{{local_rank="1"}}'] == 0, metrics
+            assert metrics["ddprun_checkpoint_bytes"] >= 2 * (4 << 20), metrics
             p.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
         p.wait(timeout=60)
+        log.close()
         deadline = time.monotonic() + 10  # after a SIGKILL the guardian removes it
         while os.path.exists(folder) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -253,7 +275,8 @@ def case_no_region_outlives_its_job():
         assert not left_running(out), (how, left_running(out))
         outcomes.append(f"{how}: exit {p.returncode}")
     leftover = glob.glob("/dev/shm/ddprun-checkpoints-*")
-    print(f"the checkpoint folder is gone after every ending ({', '.join(outcomes)}); "
+    print(f"the metrics give each rank's newest step and the bytes held; the checkpoint folder is "
+          f"gone after every ending ({', '.join(outcomes)}); "
           f"{len(leftover)} other job(s)' folders in /dev/shm: passed")
 
 

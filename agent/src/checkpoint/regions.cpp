@@ -8,6 +8,8 @@
 #include <system_error>
 #include <utility>
 
+#include "ddprun/store/metrics_server.hpp"
+
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 
@@ -55,6 +57,22 @@ std::vector<int64_t> CheckpointRegions::committed_steps(const std::string& heade
   std::sort(committed.begin(), committed.end());
   std::vector<int64_t> out;
   for (const auto& [sequence, step] : committed) out.push_back(step);
+  return out;
+}
+
+std::string CheckpointRegions::metrics(int nproc) const {
+  std::string out = store::prometheus_sample(
+      "ddprun_checkpoint_bytes", "gauge",
+      "Bytes this node's in-memory checkpoint regions take (ddprun.checkpoint).",
+      static_cast<double>(bytes_held()));
+  for (int i = 0; i < nproc; ++i) {
+    const std::vector<int64_t> steps = steps_held(i);
+    out += store::prometheus_sample(
+        "ddprun_checkpoint_step", "gauge",
+        i == 0 ? "Each local rank's newest committed in-memory checkpoint (-1: none)." : "",
+        steps.empty() ? -1.0 : static_cast<double>(steps.back()),
+        "local_rank=\"" + std::to_string(i) + "\"");
+  }
   return out;
 }
 

@@ -26,6 +26,9 @@ class CheckpointRegions {
   std::vector<int64_t> steps_held(int local_rank) const;
   // The bytes the node's regions take.
   uint64_t bytes_held() const;
+  // Prometheus text, read from the regions now: the bytes they take and each of the `nproc` local
+  // ranks' newest committed step (-1: none).
+  std::string metrics(int nproc) const;
 
   // The steps a region's header (its first 192 bytes or more, as read) says are committed.
   static std::vector<int64_t> committed_steps(const std::string& header);
