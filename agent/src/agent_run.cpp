@@ -36,9 +36,6 @@ namespace {
 
 // How long a restart waits for the GPU memory of the workers that ended to be released.
 constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
-// How long a node waits for the others to say which checkpoints they hold (they all do so as
-// the round's workers are about to start); past it, the node's workers restore nothing.
-constexpr auto kAgreementWait = std::chrono::seconds(30);
 
 struct Run : AgentParts {
   explicit Run(const AgentParts& parts) : AgentParts(parts) {}
@@ -292,7 +289,7 @@ struct Run : AgentParts {
     std::vector<std::vector<int64_t>> held;
     for (int i = 0; i < cfg.rdzv.nproc; ++i) held.push_back(checkpoints.steps_held(i));
     const std::optional<int64_t> step =
-        co_await checkpoint_agreement::agree(rdzv, round, std::move(held), kAgreementWait);
+        co_await checkpoint_agreement::agree(rdzv, round, std::move(held), cfg.rdzv.join_timeout);
     if (step) {
       spdlog::info("round {}: the workers restore the in-memory checkpoint of step {}",
                    round.number, *step);

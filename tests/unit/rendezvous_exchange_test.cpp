@@ -57,6 +57,12 @@ TEST_CASE("rendezvous: the exchange: every node reads every node's value, and a 
   // Another topic, another round's scope: nothing of this one.
   CHECK(job.run(nodes[1]->gather(scope, "other", 0, 0ms)).empty());
   CHECK(job.run(nodes[1]->gather(Scope::restart(7), "topic", 0, 0ms)).empty());
+  // A gather in a round's scope ends when the round does, long before its bound.
+  auto late = job.start(nodes[0]->gather(scope, "late", 2, 60s));
+  job.run(completed(nodes[0]->publish(scope, "late", "only 0")));
+  job.run(completed(nodes[1]->end_round(r0[1], true)));
+  REQUIRE(job.run_until([&] { return late->done; }));
+  CHECK(late->get() == std::vector<std::string>{"only 0"});
 }
 
 TEST_CASE(

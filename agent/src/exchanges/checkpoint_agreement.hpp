@@ -17,8 +17,9 @@
 namespace ddprun::agent::checkpoint_agreement {
 
 // Publishes `held` (per local rank, the steps its region holds) and returns the newest step every
-// rank of every node of `r` holds; nullopt where there is none, or where a node did not answer
-// within `wait` (a job that cannot agree restores nothing). Never throws.
+// rank of every node of `r` holds; nullopt where there is none, or where the round ended (or
+// `wait` passed) before every node answered: a round that cannot agree restores nothing. Never
+// throws.
 boost::asio::awaitable<std::optional<int64_t>> agree(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                                      rendezvous::Round r,
                                                      std::vector<std::vector<int64_t>> held,

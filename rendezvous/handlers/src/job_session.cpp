@@ -204,8 +204,13 @@ asio::awaitable<std::vector<std::string>> JobSession::gather(Scope scope, std::s
       prefixes.push_back(std::move(prefix));
       co_await follow(std::move(prefixes));
     }
+    const std::optional<int> round = scope.round();
     co_await wait_until(
-        [&] { return book_.count(scope, topic) >= static_cast<std::size_t>(expected); }, deadline);
+        [&] {
+          return book_.count(scope, topic) >= static_cast<std::size_t>(expected) ||
+                 (round && round_over(*round));
+        },
+        deadline);
   } catch (const std::exception& e) {
     spdlog::warn("could not gather every node's {}: {}", topic, e.what());
   }

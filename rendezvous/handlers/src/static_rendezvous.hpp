@@ -51,6 +51,7 @@ class StaticRendezvous final : public JobSession {
                    std::shared_ptr<JobStore> store, std::unique_ptr<store::StoreThread> server,
                    std::unique_ptr<store::StoreThread> worker_server);
   void on_event(const KeyEvent& e) override;
+  bool round_over(int number) const override { return attempt_ > number; }
   boost::asio::awaitable<void> advance(int attempt);
   bool present(int node) const { return nodes_.contains(node); }
 

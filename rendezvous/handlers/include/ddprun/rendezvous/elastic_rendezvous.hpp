@@ -86,6 +86,7 @@ class ElasticRendezvous final : public JobSession {
   ElasticRendezvous(boost::asio::io_context& io, RendezvousConfig config, std::string node_id,
                     std::shared_ptr<JobStore> store, std::unique_ptr<store::StoreThread> server);
   void on_event(const KeyEvent& e) override;
+  bool round_over(int number) const override { return round_ > number || closed_.has_value(); }
   std::string propose(int round) const;
   static records::Round parse_record(const std::string& text);
   static Placement parse_placement(const std::string& json);

@@ -66,6 +66,12 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
                                           std::chrono::steady_clock::time_point deadline);
   // Wakes every wait_until() to re-check its condition.
   void notify();
+  // Whether round `number` has ended (a newer one is forming, or the job ended): ends a gather in
+  // its scope. The default: never.
+  virtual bool round_over(int number) const {
+    (void)number;
+    return false;
+  }
   // A flag raised by another node in `r`'s scope or the job's (raise()), which interrupts `r`.
   std::optional<Flag> peer_flag(const Round& r) const;
   // A flag raised by another node in the job's scope.

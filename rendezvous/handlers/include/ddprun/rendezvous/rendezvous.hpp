@@ -53,17 +53,24 @@ struct WorkerStoreAddress {
 class Scope {
  public:
   static Scope job() { return Scope("job"); }
-  static Scope of(const Round& r) { return Scope("round/" + std::to_string(r.number)); }
+  static Scope of(const Round& r) {
+    Scope s("round/" + std::to_string(r.number));
+    s.round_ = r.number;
+    return s;
+  }
   static Scope restart(int restart_count) {
     return Scope("restart/" + std::to_string(restart_count));
   }
   // "job", "round/<n>" or "restart/<n>": the scope's part of its keys.
   const std::string& text() const { return text_; }
-  bool operator==(const Scope&) const = default;
+  // The round's number, for a round's scope.
+  std::optional<int> round() const { return round_; }
+  bool operator==(const Scope& o) const { return text_ == o.text_; }
 
  private:
   explicit Scope(std::string text) : text_(std::move(text)) {}
   std::string text_;
+  std::optional<int> round_;
 };
 
 // A flag raised in the exchange: by which node, what its peers are told, and data for the feature.
@@ -133,8 +140,9 @@ class Rendezvous {
   virtual boost::asio::awaitable<void> publish(Scope scope, std::string topic,
                                                std::string value) = 0;
   // Every node's value for `topic` in `scope`, this node's included, in node order: once
-  // `expected` nodes have published, or `wait` has passed (then what came). Never throws: what
-  // cannot be read is left out (logged), and leaving the job ends the wait.
+  // `expected` nodes have published, or `wait` has passed, or (a round's scope) the round has
+  // ended; then what came. Never throws: what cannot be read is left out (logged), and leaving the
+  // job ends the wait.
   virtual boost::asio::awaitable<std::vector<std::string>> gather(
       Scope scope, std::string topic, int expected, std::chrono::milliseconds wait) = 0;
   // Raises the flag `topic` in `scope` with `reason` (what the others are told) and `detail`
