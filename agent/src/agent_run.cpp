@@ -1,5 +1,6 @@
 #include "agent_run.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -230,8 +231,9 @@ struct Run : AgentParts {
         if (std::optional<AgentOutcome> sick = co_await unhealthy()) co_return std::move(*sick);
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
-      if (!round && stop_exchange::peer_signal(*rdzv) != 0) {  // stopped with a peer, by its signal
-        if (signaled == 0) signaled = stop_exchange::peer_signal(*rdzv);
+      const int peer = round ? 0 : stop_exchange::peer_signal(*rdzv);
+      if (peer != 0) {  // stopped with a peer, by its signal
+        if (signaled == 0) signaled = peer;
         out.state = AgentOutcome::State::kSignaled;
         out.signal = signaled;
         co_return out;
@@ -283,11 +285,17 @@ struct Run : AgentParts {
     }
   }
 
+  // Per local rank, the steps its in-memory checkpoint region holds.
+  std::vector<std::vector<int64_t>> held_steps() const {
+    std::vector<std::vector<int64_t>> held;
+    for (int i = 0; i < cfg.rdzv.nproc; ++i) held.push_back(checkpoints.steps_held(i));
+    return held;
+  }
+
   // The in-memory checkpoint the round's workers restore: the newest step every rank of the round
   // holds, as every node computes it from what all published.
   asio::awaitable<std::optional<int64_t>> agreed_checkpoint(const rendezvous::Round& round) {
-    std::vector<std::vector<int64_t>> held;
-    for (int i = 0; i < cfg.rdzv.nproc; ++i) held.push_back(checkpoints.steps_held(i));
+    std::vector<std::vector<int64_t>> held = held_steps();
     const std::optional<int64_t> step =
         co_await checkpoint_agreement::agree(rdzv, round, std::move(held), cfg.rdzv.join_timeout);
     if (step) {
@@ -301,13 +309,10 @@ struct Run : AgentParts {
   // The event log's account of the in-memory checkpoints once a round's workers ended: per local
   // rank the steps its region holds, and the bytes of the node's regions.
   void record_checkpoints_held(const rendezvous::Round& round) {
-    std::vector<std::vector<int64_t>> held;
-    bool any = false;
-    for (int i = 0; i < cfg.rdzv.nproc; ++i) {
-      held.push_back(checkpoints.steps_held(i));
-      any = any || !held.back().empty();
+    const std::vector<std::vector<int64_t>> held = held_steps();
+    if (std::all_of(held.begin(), held.end(), [](const auto& steps) { return steps.empty(); })) {
+      return;
     }
-    if (!any) return;
     events.record("checkpoints_held",
                   {{"round", round.number}, {"steps", held}, {"bytes", checkpoints.bytes_held()}});
   }

@@ -101,15 +101,15 @@ TEST_CASE("rendezvous: a failure costs the job one restart, however many nodes r
   auto a = job.add();
   auto b = job.add();
   auto r0 = form(job, {a, b});
-  job.run(completed(report_failure(a, r0[0], "a0")));
-  job.run(completed(report_failure(b, r0[1], "b0")));
+  job.run(completed(failure_reports::report(a, r0[0], "a0")));
+  job.run(completed(failure_reports::report(b, r0[1], "b0")));
   auto r1 = form(job, {a, b});
   CHECK(r1[0].number == 1);
   CHECK(r1[0].restart_count == 1);
   CHECK(r1[1].restart_count == 1);
 
-  job.run(completed(report_failure(b, r1[1], "b1")));
-  job.run(completed(report_failure(a, r1[0], "a1")));
+  job.run(completed(failure_reports::report(b, r1[1], "b1")));
+  job.run(completed(failure_reports::report(a, r1[0], "a1")));
   for (auto& node : {a, b}) {
     CHECK_FALSE(job.run(node->next_round()).has_value());
     CHECK(node->ending().kind == JobEnd::Kind::kRestartsExhausted);

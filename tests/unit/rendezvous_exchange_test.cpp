@@ -85,7 +85,7 @@ TEST_CASE(
   CHECK(flag->detail == "d");
   CHECK(nodes[0]->raised(Scope::of(r0[0]), "hang")->mine);
   // The node that raised it fails; the other ends the round for the flag: one restart in all.
-  job.run(completed(report_failure(nodes[0], r0[0], "[]")));
+  job.run(completed(failure_reports::report(nodes[0], r0[0], "[]")));
   job.run(completed(nodes[1]->end_round(r0[1], false)));
   auto r1 = form(job, nodes);
   CHECK(r1[0].restart_count == 1);

@@ -21,10 +21,14 @@
 #include "ddprun/store/async_store_client.hpp"
 #include "ddprun/store/store_server.hpp"
 #include "ddprun/store/store_thread.hpp"
+#include "exchanges/failure_reports.hpp"
+#include "exchanges/stop_exchange.hpp"
 #include "static_rendezvous.hpp"
 
 namespace rendezvous_test {
 using namespace ddprun::rendezvous;
+namespace failure_reports = ddprun::agent::failure_reports;
+namespace stop_exchange = ddprun::agent::stop_exchange;
 using namespace ddprun::store;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
@@ -190,21 +194,11 @@ inline std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rende
   return rounds;
 }
 
-// What the agent's failure reports do (agent/src/exchanges/failure_reports.cpp): this node's
-// failures of `r` published in the scope of its restart count, then the round ended as failed.
-inline asio::awaitable<void> report_failure(std::shared_ptr<Rendezvous> node, Round r,
-                                            std::string failures) {
-  // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
-  Scope scope = Scope::restart(r.restart_count);
-  std::string topic = kFailureReportsTopic;
-  co_await node->publish(std::move(scope), std::move(topic), std::move(failures));
-  co_await node->end_round(r, true);
-}
-
-// Every node's reported failures in the round that had restart count `restart_count`, sorted.
+// Every node's reported failures (agent/src/exchanges/failure_reports.hpp, what the agent does
+// on a failure) in the round that had restart count `restart_count`, sorted.
 inline std::vector<std::string> failures_of(Job& job, const std::shared_ptr<Rendezvous>& node,
                                             int restart_count) {
-  auto out = job.run(node->gather(Scope::restart(restart_count), kFailureReportsTopic, 0, 0ms));
+  auto out = job.run(failure_reports::final_failures(node, restart_count));
   std::sort(out.begin(), out.end());
   return out;
 }

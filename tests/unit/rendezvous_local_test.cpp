@@ -18,16 +18,15 @@ TEST_CASE("rendezvous: one node restarts within its budget and empties its store
   auto client = run_on(
       io, AsyncStoreClient::connect(io.get_executor(), "127.0.0.1", static_cast<uint16_t>(s.port)));
   run_on(io, completed(client->set("written by attempt 0", "x")));
-  run_on(io, completed(report_failure(node, r0, "first")));
+  run_on(io, completed(failure_reports::report(node, r0, "first")));
   const Round r1 = *run_on(io, node->next_round());
   CHECK(r1.restart_count == 1);
   run_on(io, node->worker_store(r1));
   CHECK(run_on(io, client->num_keys()) == 0);
-  run_on(io, completed(report_failure(node, r1, "second")));
+  run_on(io, completed(failure_reports::report(node, r1, "second")));
   CHECK_FALSE(run_on(io, node->next_round()).has_value());
   CHECK(node->ending().kind == JobEnd::Kind::kRestartsExhausted);
-  CHECK(run_on(io, node->gather(Scope::restart(1), kFailureReportsTopic, 0, 0ms)) ==
-        std::vector<std::string>{"second"});
+  CHECK(run_on(io, failure_reports::final_failures(node, 1)) == std::vector<std::string>{"second"});
   run_on(io, completed(node->raise(Scope::of(r1), "hang", "hung", "")));
   REQUIRE(node->raised(Scope::of(r1), "hang").has_value());
   CHECK(node->raised(Scope::of(r1), "hang")->mine);

@@ -31,7 +31,7 @@ TEST_CASE("rendezvous: static ranks follow node ranks and a failure anywhere res
   CHECK(job.run(nodes[0]->worker_store(r0[0]))->port == job.port());
 
   auto why = job.start(nodes[1]->interruption(r0[1]));
-  job.run(completed(report_failure(nodes[0], r0[0], "node 1 failed")));
+  job.run(completed(failure_reports::report(nodes[0], r0[0], "node 1 failed")));
   REQUIRE(job.run_until([&] { return why->done; }));
   CHECK_THAT(why->get(), Catch::Contains("another node's workers failed"));
   job.run(completed(nodes[1]->end_round(r0[1], false)));  // the attempt moved on: no extra cost
@@ -64,9 +64,8 @@ TEST_CASE("rendezvous: a static node stopped by a signal stops the others with t
   auto r0 = form(job, nodes);
   auto why0 = job.start(nodes[0]->interruption(r0[0]));
   CHECK(nodes[0]->membership_fixed());
-  // What the agent's stop exchange does (agent/src/exchanges/stop_exchange.cpp).
-  job.run(completed(nodes[1]->raise(Scope::job(), "stop", "node 1 was stopped by signal 2", "2")));
-  job.run(completed(nodes[2]->raise(Scope::job(), "stop", "node 2 stopped", "15")));  // too late
+  job.run(completed(stop_exchange::announce(nodes[1], 1, SIGINT)));
+  job.run(completed(stop_exchange::announce(nodes[2], 2, SIGTERM)));  // too late: node 1's stands
   REQUIRE(job.run_until([&] { return why0->done; }));
   CHECK(why0->get() == "node 1 was stopped by signal 2");
   for (int i : {0, 1, 2}) {

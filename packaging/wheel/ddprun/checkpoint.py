@@ -132,15 +132,24 @@ def _held_elsewhere(folder, own):
     return total
 
 
+def _existing_region(path):
+    """The region at `path` (a restarted worker's: the agent kept it), or None where there is none."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return None
+    if head[:8] != MAGIC:
+        return None
+    return _Region(path, struct.unpack_from("<Q", head, 8)[0], create=False)
+
+
 def _open_region(folder, payload):
     """This rank's region, able to hold `payload` bytes per slot: made (or remade larger) here."""
     global _region
     path = _region_path(folder)
-    if _region is None and os.path.exists(path):  # a restarted worker: the agent kept the region
-        with open(path, "rb") as f:
-            head = f.read(16)
-        if head[:8] == MAGIC:
-            _region = _Region(path, struct.unpack_from("<Q", head, 8)[0], create=False)
+    if _region is None:
+        _region = _existing_region(path)
     if _region is not None and _region.slot_size >= payload:
         return _region
     slot_size = _up(payload + payload // 16, 1 << 20)  # room for the state to grow a little
@@ -164,20 +173,16 @@ def _open_region(folder, payload):
     return _region
 
 
-def _flatten(state, tensors):
-    """`state` with each tensor replaced by its index in `tensors`."""
-    import torch
-    if isinstance(state, torch.Tensor):
-        tensors.append(state)
-        return _Ref(len(tensors) - 1)
+def _walk(state, leaf):
+    """`state` rebuilt with `leaf(value)` for each value that is no dict, list or plain tuple."""
     if isinstance(state, dict):
-        return type(state)((k, _flatten(v, tensors)) for k, v in state.items()) \
-            if type(state) is not dict else {k: _flatten(v, tensors) for k, v in state.items()}
+        items = ((k, _walk(v, leaf)) for k, v in state.items())
+        return dict(items) if type(state) is dict else type(state)(items)
     if isinstance(state, list):
-        return [_flatten(v, tensors) for v in state]
+        return [_walk(v, leaf) for v in state]
     if isinstance(state, tuple) and not hasattr(state, "_fields"):
-        return tuple(_flatten(v, tensors) for v in state)
-    return state
+        return tuple(_walk(v, leaf) for v in state)
+    return leaf(state)
 
 
 class _Ref:
@@ -185,17 +190,20 @@ class _Ref:
         self.index = index
 
 
+def _flatten(state, tensors):
+    """`state` with each tensor replaced by its index in `tensors`."""
+    import torch
+
+    def take(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        tensors.append(value)
+        return _Ref(len(tensors) - 1)
+    return _walk(state, take)
+
+
 def _unflatten(state, tensors):
-    if isinstance(state, _Ref):
-        return tensors[state.index]
-    if isinstance(state, dict):
-        return {k: _unflatten(v, tensors) for k, v in state.items()} if type(state) is dict \
-            else type(state)((k, _unflatten(v, tensors)) for k, v in state.items())
-    if isinstance(state, list):
-        return [_unflatten(v, tensors) for v in state]
-    if isinstance(state, tuple) and not hasattr(state, "_fields"):
-        return tuple(_unflatten(v, tensors) for v in state)
-    return state
+    return _walk(state, lambda value: tensors[value.index] if isinstance(value, _Ref) else value)
 
 
 def _checksum(m, start, size):
@@ -206,7 +214,7 @@ def _checksum(m, start, size):
 
 def save(step, state):
     """Saves `state` as step `step` of this rank; returns once every byte is in shared memory."""
-    global _region, _warned
+    global _warned
     folder = _region_dir()
     if not folder:
         if not _warned:
@@ -273,9 +281,9 @@ def load(into=None):
     step = int(agreed)
     path = _region_path(folder)
     if _region is None:
-        with open(path, "rb") as f:
-            head = f.read(16)
-        _region = _Region(path, struct.unpack_from("<Q", head, 8)[0], create=False)
+        _region = _existing_region(path)
+    if _region is None:
+        raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
     m = _region.map
     found = [s for s, r in enumerate(_region.records()) if r[0] == _COMMITTED and r[1] == step]
     if not found:

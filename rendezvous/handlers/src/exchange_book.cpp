@@ -64,21 +64,24 @@ void ExchangeBook::put_value(const Scope& scope, std::string_view topic, std::st
   values_[scope.text()][std::string(topic)][std::string(node)] = std::move(value);
 }
 
+const ExchangeBook::ByNode* ExchangeBook::find(const Scope& scope, std::string_view topic) const {
+  const auto s = values_.find(scope.text());
+  if (s == values_.end()) return nullptr;
+  const auto t = s->second.find(topic);
+  return t == s->second.end() ? nullptr : &t->second;
+}
+
 std::vector<std::string> ExchangeBook::values(const Scope& scope, std::string_view topic) const {
   std::vector<std::string> out;
-  const auto s = values_.find(scope.text());
-  if (s == values_.end()) return out;
-  const auto t = s->second.find(topic);
-  if (t == s->second.end()) return out;
-  for (const auto& [node, v] : t->second) out.push_back(v);
+  if (const ByNode* by_node = find(scope, topic)) {
+    for (const auto& [node, v] : *by_node) out.push_back(v);
+  }
   return out;
 }
 
 std::size_t ExchangeBook::count(const Scope& scope, std::string_view topic) const {
-  const auto s = values_.find(scope.text());
-  if (s == values_.end()) return 0;
-  const auto t = s->second.find(topic);
-  return t == s->second.end() ? 0 : t->second.size();
+  const ByNode* by_node = find(scope, topic);
+  return by_node == nullptr ? 0 : by_node->size();
 }
 
 void ExchangeBook::put_flag(const Scope& scope, std::string_view topic, Flag f) {

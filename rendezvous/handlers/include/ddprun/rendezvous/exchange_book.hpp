@@ -39,6 +39,7 @@ class ExchangeBook {
  private:
   // scope text -> topic -> node -> value; scope text -> topic -> flag.
   using ByNode = std::map<std::string, std::string>;
+  const ByNode* find(const Scope& scope, std::string_view topic) const;
   std::map<std::string, std::map<std::string, ByNode, std::less<>>, std::less<>> values_;
   std::map<std::string, std::map<std::string, Flag, std::less<>>, std::less<>> flags_;
 };
