@@ -31,7 +31,6 @@
 #include "logs/agent_metrics.hpp"
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
-#include "watchers/file_timer.hpp"
 #include "workers/python_package.hpp"
 #include "workers/round_plan.hpp"
 #include "workers/warm_interpreter.hpp"
@@ -126,20 +125,13 @@ class NodeAgent {
       heartbeat_dir_.path =
           make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-heartbeats-XXXXXX"
                                                : "/tmp/ddprun-heartbeats-XXXXXX");
-      group_.watch_hangs(cfg.hang, heartbeat_dir_.path);
-      group_.capture_python_stacks(cfg.python_workers);
-      group_.capture_native_stacks(cfg.native_debugger);
+      group_.watch_hangs(cfg.hang, heartbeat_dir_.path, cfg.python_workers, cfg.native_debugger);
     }
     if (!cfg.preload.modules.empty() && cfg.python_workers) {  // --preload, Python workers only
       warm_ = std::make_unique<WarmInterpreter>(io_, containment_, cfg.entrypoint, cfg.preload);
       group_.start_workers_from(warm_.get(), worker_environment(cfg_.env, {}, {}, std::string()));
     }
-    if (!cfg.timer_file.empty()) {
-      timers_ = std::make_unique<FileTimerServer>(
-          io_, cfg.timer_file, [this](int pid) { return group_.runs(pid); },
-          [this](const ExpiredTimer& t) { group_.expire_timer(t); },
-          [this](int pid) { group_.progress_of(pid); });
-    }
+    if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
     if (!cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port) {
       // Following every node's presence costs this agent one event per join or leave anywhere in
       // the job: only for an agent that reports them.
@@ -183,7 +175,7 @@ class NodeAgent {
         }
       }
       signals.cancel();
-      timers_.reset();  // its FIFO's read would keep the io_context busy below
+      group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
       group_.start_workers_from(nullptr, {});
       warm_.reset();  // so would its interpreter's exit watch
       control.close();
@@ -293,7 +285,6 @@ class NodeAgent {
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
   std::unique_ptr<WarmInterpreter> warm_;
-  std::unique_ptr<FileTimerServer> timers_;
   int signaled_ = 0;
   bool peer_stopped_ = false;
   asio::cancellation_signal stop_waits_;  // bound to the job's coroutine

@@ -138,7 +138,7 @@ struct Run : AgentParts {
           }
         },
         asio::detached);
-    WorkerGroup::HangCoordinator hangs;
+    HangCoordinator hangs;
     if (round.num_nodes > 1) {
       hangs.announce = [this, round](std::function<void()> then) {
         asio::co_spawn(

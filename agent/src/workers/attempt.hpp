@@ -47,7 +47,8 @@ struct Attempt {
   std::vector<std::shared_ptr<LogPump>> pumps;  // every teed stream's pump
   size_t running = 0;                           // started workers not yet ended
   size_t open_pumps = 0;
-  bool stopping = false;  // the workers were told to stop (a failure, a hang, an interruption)
+  bool stopping = false;   // the workers were told to stop (a failure, a hang, an interruption)
+  bool stop_sent = false;  // the usual stop began (SIGTERM, SIGKILL after the shutdown timeout)
   bool sigkill_sent = false;
   int stop_signal = 0;       // stop(): the signal forwarded
   bool interrupted = false;  // interrupt(): another node's event
@@ -55,6 +56,20 @@ struct Attempt {
   bool stacks_wanted = false;  // the workers' stacks are collected before they stop
   std::string unhealthy;       // a worker stuck in state D: which, where, how long
   std::vector<WorkerFailure> failures;
+};
+
+// What the worker group lets its parts do to an attempt later on (from a timer, or when another
+// node answers).
+class AttemptControl {
+ public:
+  // The attempt under way; null between attempts.
+  virtual Attempt* running_attempt() = 0;
+  // Stops attempt `number`'s workers (SIGTERM, SIGKILL after the shutdown timeout) if it is still
+  // under way and their stop has not begun.
+  virtual void stop_workers(uint64_t number) = 0;
+
+ protected:
+  ~AttemptControl() = default;
 };
 
 }  // namespace ddprun::agent

@@ -1,26 +1,18 @@
 #include "workers/worker_group.hpp"
 
 #include <csignal>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
 #include "logs/log_pump.hpp"
-#include "node/bounded_command.hpp"
 #include "watchers/hang_watch.hpp"
 #include "watchers/proc_state.hpp"
 #include "watchers/stuck_watch.hpp"
-#include "watchers/worker_stacks.hpp"
 #include "workers/warm_interpreter.hpp"
 
 namespace ddprun::agent {
@@ -31,14 +23,6 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 // After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process in
 // uninterruptible sleep dies only when the kernel lets it).
 constexpr auto kKillGrace = std::chrono::seconds(5);
-// After SIGABRT on a hang, how long Python workers have to write their stacks and die.
-constexpr auto kStackDumpLimit = std::chrono::seconds(2);
-// How long the other nodes may take to hear of a hang, and then to freeze their workers, before
-// this node's workers dump their stacks anyway.
-constexpr auto kAnnounceLimit = std::chrono::seconds(1);
-constexpr auto kFreezeLimit = std::chrono::seconds(3);
-// How long gdb may take to attach to a hung native worker and print its threads' backtraces.
-constexpr auto kNativeStackLimit = std::chrono::seconds(20);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
 // How long a round's first workers wait for the warm interpreter's imports (--preload); cold
@@ -55,7 +39,8 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds 
       containment_(containment),
       wake_(io),
       kill_timer_(io),
-      state_timer_(io) {}
+      state_timer_(io),
+      stacks_(io, containment, *this) {}
 
 WorkerGroup::~WorkerGroup() {
   if (attempt_) {
@@ -72,23 +57,22 @@ void WorkerGroup::watch_uninterruptible(std::chrono::milliseconds timeout) {
   if (timeout.count() > 0) watchers_.push_back(std::make_unique<StuckWatch>(timeout));
 }
 
-void WorkerGroup::watch_hangs(HangPolicy policy, std::string heartbeat_dir) {
+void WorkerGroup::watch_hangs(HangPolicy policy, std::string heartbeat_dir, bool python_stacks,
+                              std::string gdb) {
   if (policy.mode == HangPolicy::Mode::kOff) return;
-  heartbeat_dir_ = heartbeat_dir;
-  watches_hangs_ = true;
+  stacks_.capture(python_stacks, std::move(gdb), heartbeat_dir);
   watchers_.push_back(std::make_unique<HangWatch>(policy, std::move(heartbeat_dir)));
 }
 
-void WorkerGroup::add_watch_variables(Environment& env) const {
-  if (watches_hangs_ && python_stacks_) {
-    env.try_emplace("PYTHONFAULTHANDLER", "1");
-  }
+void WorkerGroup::serve_torch_timers(std::string path) {
+  AttemptControl& control = *this;
+  timers_ = std::make_unique<TorchTimers>(io_, std::move(path), control, event_log_);
 }
 
 void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) {
   warm_ = warm;
   if (warm_ == nullptr) return;
-  add_watch_variables(sample);
+  stacks_.add_variables(sample);
   warm_->prepare(shared_part(sample));
 }
 
@@ -97,12 +81,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   attempt_->number = ++attempts_;
   for (WorkerLaunch& l : launches) attempt_->workers.emplace_back(std::move(l));
   for (auto& watcher : watchers_) watcher->prepare(*attempt_);
-  if (watches_hangs_) {  // a debugger may attach to native workers to read their stacks
-    for (RunningWorker& w : attempt_->workers) {
-      w.launch.spawn.debuggable = !python_stacks_ && !gdb_.empty();
-    }
-  }
-  for (RunningWorker& w : attempt_->workers) add_watch_variables(w.launch.spawn.env);
+  stacks_.prepare(*attempt_);
   if (warm_ != nullptr && !attempt_->workers.empty()) {
     warm_->prepare(shared_part(attempt_->workers.front().launch.spawn.env));
     co_await warm_->ready(kWarmReadyLimit);
@@ -193,7 +172,7 @@ bool WorkerGroup::start_worker(size_t i) {
         }
       });
     }
-    if (target == &l.tee_err && python_stacks_ && rw.clock) {
+    if (target == &l.tee_err && stacks_.reads_stderr() && rw.clock) {
       pump->keep_tail(kStackTail);
       rw.err_pump = pump;
     }
@@ -223,7 +202,11 @@ GroupResult WorkerGroup::conclude() {
   for (const RunningWorker& w : a.workers) {
     if (w.process) result.pids.push_back(w.process->pid());
   }
-  if (a.stacks_wanted) collect_stacks(result);
+  if (a.stacks_wanted) {
+    AttemptStacks stacks = stacks_.collect(a);
+    result.stacks = std::move(stacks.text);
+    result.frames = std::move(stacks.frames);
+  }
   if (a.stop_signal != 0) {
     result.state = GroupResult::State::kStopped;
   } else if (!a.unhealthy.empty()) {
@@ -289,38 +272,9 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
   wake();
 }
 
-std::optional<size_t> WorkerGroup::running_worker(int pid) const {
-  if (!attempt_) return std::nullopt;
-  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
-    const RunningWorker& w = attempt_->workers[i];
-    if (w.running() && w.process->pid() == pid) return i;
-  }
-  return std::nullopt;
-}
-
-bool WorkerGroup::runs(int pid) const { return running_worker(pid).has_value(); }
-
-void WorkerGroup::expire_timer(const ExpiredTimer& timer) {
-  if (const std::optional<size_t> found = running_worker(timer.pid)) {
-    RunningWorker& w = attempt_->workers[*found];
-    w.ended_because = fmt::format(
-        "torch expiration timer '{}' ran out: the worker was still inside it {:.3f} s past its "
-        "deadline, and ddprun sent it {}",
-        timer.scope, timer.overstay.count() / 1000.0, signal_name(timer.signal));
-    if (event_log_ != nullptr) {
-      event_log_->record("timer_expired", {{"local_rank", w.launch.id.local_rank},
-                                           {"rank", w.launch.id.rank},
-                                           {"pid", timer.pid},
-                                           {"scope", timer.scope},
-                                           {"overstay_s", timer.overstay.count() / 1000.0},
-                                           {"signal", signal_name(timer.signal)}});
-    }
-    ::kill(timer.pid, timer.signal);
-  }
-}
-
 void WorkerGroup::begin_stopping(int signo) {
   attempt_->stopping = true;
+  attempt_->stop_sent = true;
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running()) continue;
     w.stopped_by_us = true;
@@ -381,146 +335,24 @@ void WorkerGroup::poll_watchers() {
         if (!attempt_->stopping) begin_stopping(SIGTERM);
         return;
       case AttemptWatcher::Finding::kHang:
-        on_hang();
+        stacks_.on_hang(*attempt_);
         return;
     }
   }
 }
 
-void WorkerGroup::progress_of(int pid) {
-  const std::optional<size_t> i = running_worker(pid);
-  if (!i) return;
-  RunningWorker& w = attempt_->workers[*i];
-  if (w.clock) w.clock->progress(std::chrono::steady_clock::now());
-}
-
-void WorkerGroup::on_hang() {
-  attempt_->stacks_wanted = captures_stacks();
-  if (!hang_coordinator_.announce) {
-    dump_stacks_then_stop();
-    return;
-  }
-  if (python_stacks_) freeze();
-  // The other nodes are told first, so that their ranks are frozen where the hang holds them too.
-  hang_coordinator_.announce(once_in_attempt([this] { freeze_then_dump(); }, kAnnounceLimit));
-}
-
-std::function<void()> WorkerGroup::once_in_attempt(std::function<void()> step,
-                                                   std::chrono::milliseconds limit) {
-  auto done = std::make_shared<bool>(false);
-  auto go = [this, done, step = std::move(step), attempt = attempt_->number] {
-    if (std::exchange(*done, true) || attempt != attempts_ || !active_) return;
-    step();
-  };
-  kill_timer_.expires_after(limit);
-  kill_timer_.async_wait([go](boost::system::error_code ec) {
-    if (!ec) go();
-  });
-  return go;
-}
-
-void WorkerGroup::freeze() {
-  for (const RunningWorker& w : attempt_->workers) {
-    if (w.running()) ::kill(w.process->pid(), SIGSTOP);
-  }
-}
-
-void WorkerGroup::freeze_then_dump() {
-  if (!python_stacks_ || !hang_coordinator_.frozen) {
-    dump_stacks_then_stop();
-    return;
-  }
-  attempt_->stopping = true;
-  freeze();
-  hang_coordinator_.frozen(once_in_attempt([this] { dump_stacks_then_stop(); }, kFreezeLimit));
+void WorkerGroup::stop_workers(uint64_t number) {
+  if (!active_ || attempt_->number != number || attempt_->stop_sent) return;
+  begin_stopping(SIGTERM);
 }
 
 void WorkerGroup::interrupt_for_stacks() {
-  if (!active_ || attempt_->stopping || !captures_stacks()) {
+  if (!active_ || attempt_->stopping || !stacks_.captures()) {
     interrupt();
     return;
   }
   attempt_->interrupted = true;
-  attempt_->stacks_wanted = true;
-  freeze_then_dump();
-}
-
-void WorkerGroup::dump_stacks_then_stop() {
-  if (!attempt_->stacks_wanted) {
-    begin_stopping(SIGTERM);
-    return;
-  }
-  attempt_->stopping = true;
-  if (!python_stacks_) {
-    boost::asio::co_spawn(io_, read_native_stacks(attempt_->number), boost::asio::detached);
-    return;
-  }
-  for (RunningWorker& w : attempt_->workers) {
-    if (!w.running()) continue;
-    w.stopped_by_us = true;
-    ::kill(w.process->pid(), SIGABRT);
-    ::kill(w.process->pid(), SIGCONT);  // frozen: the pending SIGABRT comes first
-  }
-  kill_timer_.expires_after(kStackDumpLimit);
-  kill_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) begin_stopping(SIGTERM);
-  });
-}
-
-boost::asio::awaitable<void> WorkerGroup::read_native_stacks(uint64_t attempt) {
-  namespace asio = boost::asio;
-  // One gdb per worker, all at once, each bounded; the stop comes once every one has ended.
-  struct Pending {
-    explicit Pending(asio::io_context& io) : done(io) {}
-    size_t left = 0;
-    asio::steady_timer done;
-  };
-  auto pending = std::make_shared<Pending>(io_);
-  pending->done.expires_at(asio::steady_timer::time_point::max());
-  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
-    const RunningWorker& w = attempt_->workers[i];
-    if (!w.running()) continue;
-    ++pending->left;
-    const int pid = w.process->pid();
-    const std::string file = fmt::format("{}/stacks.{}", heartbeat_dir_, i);
-    const std::string command = fmt::format(
-        "exec '{}' -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all bt'", gdb_,
-        pid);
-    asio::co_spawn(
-        io_,
-        [this, i, file, command, pending, env = w.launch.spawn.env,
-         attempt]() -> asio::awaitable<void> {
-          co_await run_bounded_command(io_, containment_, command, kNativeStackLimit, env, file);
-          if (RunningWorker* worker = worker_of(attempt, i)) {
-            std::ifstream in(file);
-            worker->native_dump.assign(std::istreambuf_iterator<char>(in), {});
-          }
-          std::error_code gone;
-          std::filesystem::remove(file, gone);
-          if (--pending->left == 0) pending->done.cancel();
-        },
-        asio::detached);
-  }
-  if (pending->left > 0) {
-    co_await pending->done.async_wait(asio::as_tuple(asio::use_awaitable));
-  }
-  if (attempt == attempts_ && active_) begin_stopping(SIGTERM);
-}
-
-std::optional<WorkerStack> WorkerGroup::stack_of(const RunningWorker& w) const {
-  if (python_stacks_) return w.err_pump ? last_python_stack(w.err_pump->tail()) : std::nullopt;
-  if (w.native_dump.empty() || !w.process) return std::nullopt;
-  return gdb_stack(w.native_dump, w.process->pid());
-}
-
-void WorkerGroup::collect_stacks(GroupResult& result) {
-  for (const RunningWorker& w : attempt_->workers) {
-    const int rank = w.launch.id.rank;
-    const std::optional<WorkerStack> stack = stack_of(w);
-    result.frames[rank] = stack ? stack->innermost : "no stack (the worker wrote none)";
-    result.stacks += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
-                                 w.launch.id.local_rank, stack ? stack->text : result.frames[rank]);
-  }
+  stacks_.on_peer_hang(*attempt_);
 }
 
 void WorkerGroup::interrupt() {
