@@ -17,22 +17,32 @@ every rank of the job had committed when this worker was started (the agents agr
 rendezvous before the workers start: DDPRUN_CHECKPOINT_STEP), its tensors on the devices they were
 saved from. Outside ddprun save() does nothing (with one warning) and load() returns (None, None).
 
-Region layout (little-endian; the agent reads the header): at 0 the magic b"DDPCKPT1", at 8 the slot
-size; at 64 + 64*i slot i's record: state (0 empty, 1 being written, 2 committed), step, size, checksum
-(the 64-bit wrapping sum of the payload's 8-byte words), sequence (newer commits higher), the pickled
-structure's size; slot i's payload at 4096 + i * slot size: the pickled structure, then each tensor's
-bytes at a 64-byte boundary.
+Region layout (little-endian; the agent reads the header and persists slots verbatim): at 0 the magic
+b"DDPCKPT1", at 8 the slot size; at 64 + 64*i slot i's record: state (0 empty, 1 being written, 2
+committed), step, size, checksum (the 64-bit wrapping sum of the payload's 8-byte words), sequence
+(newer commits higher), the structure's size, the DCP metadata's size, the world size at the save; at
+256 + 8*i how long slot i's save took (microseconds); slot i's payload at 4096 + i * slot size: the
+pickled structure, then from the next 64-byte boundary the data (each tensor's bytes at a 64-byte
+boundary; for torch.distributed.checkpoint saves each item as torch.save would write it, see
+ddprun._dcp_storage), and, in the coordinator's region of a DCP save, the pickled DCP metadata in the
+payload's last bytes (at size minus its size rounded up to 8). A slot persisted to --checkpoint_dir is
+a file of this layout with that slot as slot 0.
+
+torch.distributed.checkpoint: MemoryStorageWriter and MemoryStorageReader (ddprun._dcp_storage).
 """
 import mmap
 import os
 import pickle
 import stat
 import struct
+import time
 import warnings
 
 MAGIC = b"DDPCKPT1"
 HEADER = 4096
-_RECORD = struct.Struct("<QqQQQQ")  # state, step, size, checksum, sequence, structure size
+# state, step, size, checksum, sequence, structure size, DCP metadata size, world size
+_RECORD = struct.Struct("<QqQQQQQQ")
+_SAVE_TIME = 256  # + 8 * slot: the save's duration in microseconds
 _EMPTY, _WRITING, _COMMITTED = 0, 1, 2
 _ALIGN = 64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -212,16 +222,62 @@ def _checksum(m, start, size):
     return int(words.sum().item()) & 0xFFFFFFFFFFFFFFFF
 
 
+class _Save:
+    """One save of this rank: the slot not holding the newest complete checkpoint, marked as being
+    written when made, committed (step, size, checksum) by commit() once every byte is in."""
+
+    def __init__(self, step, payload, started):
+        self.step, self.started = step, started
+        self.region = _open_region(_region_dir(), payload)
+        records = self.region.records()
+        newest = max((0, 1), key=lambda s: records[s][4] if records[s][0] == _COMMITTED else -1)
+        self.slot = 1 - newest if records[newest][0] == _COMMITTED else 0
+        self.sequence = max(r[4] for r in records) + 1
+        self.base = HEADER + self.slot * self.region.slot_size
+        self.map = self.region.map
+        _RECORD.pack_into(self.map, _record_offset(self.slot), _WRITING, step, 0, 0, 0, 0, 0, 0)
+
+    def commit(self, size, structure_size, metadata_size=0):
+        m, at = self.map, _record_offset(self.slot)
+        checksum = _checksum(m, self.base, size)
+        _RECORD.pack_into(m, at, _WRITING, self.step, size, checksum, self.sequence, structure_size,
+                          metadata_size, int(os.environ.get("WORLD_SIZE", "1")))
+        struct.pack_into("<Q", m, _SAVE_TIME + 8 * self.slot,
+                         int((time.perf_counter() - self.started) * 1e6))
+        struct.pack_into("<Q", m, at, _COMMITTED)  # last: now it counts
+        region = self.region
+        old = getattr(region, "replaces", None)
+        if old is not None:  # the larger region holds a complete checkpoint: it takes the old one's place
+            os.replace(region.path, old.path)
+            region.path = old.path
+            region.replaces = None
+            old.map.close()
+
+
+def _copy_tensor(data, offset, t):
+    """Copies tensor `t`'s bytes into the uint8 tensor `data` at `offset`."""
+    import torch
+    src = t.detach()
+    if not src.is_contiguous():
+        src = src.contiguous()
+    flat = src.view(-1) if src.dim() else src.view(1)
+    data[offset:offset + flat.numel() * flat.element_size()].copy_(flat.view(torch.uint8))
+
+
+def _not_under_ddprun(what):
+    global _warned
+    if not _warned:
+        warnings.warn(f"ddprun.checkpoint.{what}: not started by ddprun: nothing is saved",
+                      stacklevel=3)
+        _warned = True
+
+
 def save(step, state):
     """Saves `state` as step `step` of this rank; returns once every byte is in shared memory."""
-    global _warned
-    folder = _region_dir()
-    if not folder:
-        if not _warned:
-            warnings.warn("ddprun.checkpoint.save: not started by ddprun: nothing is saved",
-                          stacklevel=2)
-            _warned = True
+    if not _region_dir():
+        _not_under_ddprun("save")
         return
+    started = time.perf_counter()
     import torch
     tensors = []
     structure = _flatten(state, tensors)
@@ -230,41 +286,49 @@ def save(step, state):
         nbytes = t.numel() * t.element_size()
         places.append(_Tensor(offset, nbytes, t.dtype, tuple(t.shape), str(t.device)))
         offset = _up(offset + nbytes, _ALIGN)
-    meta = pickle.dumps((structure, places), protocol=4)
+    meta = pickle.dumps(("plain", structure, places), protocol=4)
     data_start = _up(len(meta), _ALIGN)
     payload = _up(data_start + offset, 8)
-    region = _open_region(folder, payload)
-    m = region.map
-    records = region.records()
-    # The slot not holding the newest complete checkpoint.
-    newest = max((0, 1), key=lambda s: records[s][4] if records[s][0] == _COMMITTED else -1)
-    slot = 1 - newest if records[newest][0] == _COMMITTED else 0
-    sequence = max(r[4] for r in records) + 1
-    base = HEADER + slot * region.slot_size
-    _RECORD.pack_into(m, _record_offset(slot), _WRITING, step, 0, 0, 0, 0)
+    save = _Save(step, payload, started)
+    m, base = save.map, save.base
     m[base:base + len(meta)] = meta
     if data_start > len(meta):
         m[base + len(meta):base + data_start] = bytes(data_start - len(meta))
     data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
                             count=max(payload - data_start, 1))
     for t, p in zip(tensors, places):
-        if p.nbytes == 0:
-            continue
-        src = t.detach()
-        if not src.is_contiguous():
-            src = src.contiguous()
-        data[p.offset:p.offset + p.nbytes].copy_(src.view(-1).view(torch.uint8) if src.dim()
-                                                 else src.view(1).view(torch.uint8))
-    checksum = _checksum(m, base, payload)
-    _RECORD.pack_into(m, _record_offset(slot), _WRITING, step, payload, checksum, sequence,
-                      len(meta))
-    struct.pack_into("<Q", m, _record_offset(slot), _COMMITTED)  # last: now it counts
-    old = getattr(region, "replaces", None)
-    if old is not None:  # the larger region holds a complete checkpoint: it takes the old one's place
-        os.replace(region.path, old.path)
-        region.path = old.path
-        region.replaces = None
-        old.map.close()
+        if p.nbytes:
+            _copy_tensor(data, p.offset, t)
+    save.commit(payload, len(meta))
+
+
+def agreed_step():
+    """The step every rank of the job holds, which this worker is to restore (the agents agreed on it
+    before starting it), or None: a fresh start, or not started by ddprun."""
+    folder, agreed = _region_dir(), os.environ.get("DDPRUN_CHECKPOINT_STEP")
+    return int(agreed) if folder and agreed is not None else None
+
+
+class _Committed:
+    """The committed slot holding `step` in this rank's region, its checksum verified."""
+
+    def __init__(self, step):
+        global _region
+        path = _region_path(_region_dir())
+        if _region is None:
+            _region = _existing_region(path)
+        if _region is None:
+            raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
+        self.map = m = _region.map
+        found = [s for s, r in enumerate(_region.records()) if r[0] == _COMMITTED and r[1] == step]
+        if not found:
+            raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
+        _, _, self.size, checksum, _, meta_size, self.metadata_size, _ = _read_record(m, found[0])
+        self.base = HEADER + found[0] * _region.slot_size
+        if _checksum(m, self.base, self.size) != checksum:
+            raise CheckpointError(f"checkpoint: step {step} in {path} fails its checksum")
+        self.structure = pickle.loads(m[self.base:self.base + meta_size])
+        self.data_start = self.base + _up(meta_size, _ALIGN)
 
 
 def load(into=None):
@@ -274,28 +338,16 @@ def load(into=None):
     state returned holds those very tensors (and the saved values of everything else): no memory
     is allocated for the tensors, as with torch.distributed.checkpoint.load. Without it, new
     tensors on the devices they were saved from."""
-    global _region
-    folder, agreed = _region_dir(), os.environ.get("DDPRUN_CHECKPOINT_STEP")
-    if not folder or agreed is None:
+    step = agreed_step()
+    if step is None:
         return None, None
-    step = int(agreed)
-    path = _region_path(folder)
-    if _region is None:
-        _region = _existing_region(path)
-    if _region is None:
-        raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
-    m = _region.map
-    found = [s for s, r in enumerate(_region.records()) if r[0] == _COMMITTED and r[1] == step]
-    if not found:
-        raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
-    slot = found[0]
-    _, _, size, checksum, _, meta_size = _read_record(m, slot)
-    base = HEADER + slot * _region.slot_size
-    if _checksum(m, base, size) != checksum:
-        raise CheckpointError(f"checkpoint: step {step} in {path} fails its checksum")
     import torch
-    structure, places = pickle.loads(m[base:base + meta_size])
-    data_start = _up(meta_size, _ALIGN)
+    slot = _Committed(step)
+    m = slot.map
+    if slot.structure[0] != "plain":
+        raise CheckpointError(f"checkpoint: step {step} was saved through torch.distributed.checkpoint:"
+                              f" load it with dcp.load(..., storage_reader=MemoryStorageReader())")
+    _, structure, places = slot.structure
     targets = None
     if into is not None:
         targets = []
@@ -310,7 +362,7 @@ def load(into=None):
         out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
                                                                  device=p.device)
         if p.nbytes:
-            src = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start + p.offset,
+            src = torch.frombuffer(m, dtype=torch.uint8, offset=slot.data_start + p.offset,
                                    count=p.nbytes)
             flat = out.view(-1) if out.dim() else out.view(1)
             if not out.is_contiguous():
@@ -318,3 +370,12 @@ def load(into=None):
             flat.view(torch.uint8).copy_(src)
         tensors.append(out)
     return step, _unflatten(structure, tensors)
+
+
+def __getattr__(name):
+    """MemoryStorageWriter and MemoryStorageReader, torch.distributed.checkpoint's storage backed by
+    the same regions (imported on first use: they need torch 2)."""
+    if name in ("MemoryStorageWriter", "MemoryStorageReader"):
+        from ddprun import _dcp_storage
+        return getattr(_dcp_storage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

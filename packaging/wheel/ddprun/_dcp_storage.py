@@ -1,0 +1,285 @@
+"""torch.distributed.checkpoint's storage backed by ddprun's in-memory checkpoint regions (torch 2):
+
+    from ddprun import checkpoint
+    import torch.distributed.checkpoint as dcp
+    step = checkpoint.agreed_step()            # None on a fresh start
+    if step is not None:
+        dcp.load(state, storage_reader=checkpoint.MemoryStorageReader())
+    ...
+    dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(step))
+
+A save returns once every byte is in this rank's region (two slots, committed only when complete,
+as with checkpoint.save). Each rank keeps every item of its own state, replicated ones too (DCP
+writes a replicated tensor on one rank only): a restarted rank restores from its own node's memory.
+Items are stored as DCP's FileSystemWriter stores them (a tensor as the zip torch.save writes, with
+its data copied in place and the zip's CRC fields left zero: torch.load does not check them, and
+torch itself writes them so when asked not to compute them), and the coordinator's region holds the
+job's DCP metadata, whose entries point into files named rank_<RANK>.ddpckpt: a slot that the agent
+persists to --checkpoint_dir/step_<N>/ with the metadata as .metadata loads with stock
+dcp.load(..., storage_reader=FileSystemReader(DIR/step_N)). The reader reads this rank's items back
+from its region for the same world size and sharding; a tensor of 4 GiB or more in one item is
+refused (the zip would need zip64).
+"""
+import io
+import os
+import pickle
+import struct
+import time
+
+import torch
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint.default_planner import create_default_global_save_plan
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+from ddprun import checkpoint as _ckpt
+
+_LOCAL = struct.Struct("<IHHHHHIIIHH")     # a zip entry's local header
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # its central directory entry
+_END = struct.Struct("<IHHHHIIH")          # the end of the central directory
+_ZIP_LIMIT = 0xFFFFFFFF
+
+
+def _tensor_pickle(dtype, shape):
+    """The data.pkl torch.save writes for a contiguous CPU tensor of this dtype and shape whose
+    storage is record "0"."""
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, torch.storage.TypedStorage):
+                return ("storage", getattr(torch, obj._pickle_storage_type()), "0", "cpu",
+                        obj._size())
+            return None
+    out = io.BytesIO()
+    Pickler(out, protocol=2).dump(torch.empty(shape, dtype=dtype))
+    return out.getvalue()
+
+
+def _zip_entry(name, size, at, pad_to=1):
+    """A stored zip entry's local header at offset `at`, its name padded with an extra field so that
+    its content starts at a multiple of `pad_to`."""
+    name = name.encode()
+    pad = (-(at + _LOCAL.size + len(name) + 4)) % pad_to if pad_to > 1 else -1
+    extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad if pad >= 0 else b""
+    return _LOCAL.pack(0x04034B50, 20, 0, 0, 0, 0, 0, size, size, len(name), len(extra)) + name + \
+        extra
+
+
+class _Blob:
+    """An item as FileSystemWriter stores it: a tensor as a torch.save zip (data.pkl, byteorder, the
+    data at a 64-byte boundary, version), bytes as they are: `head`, then the tensor's `nbytes` of
+    data (at `data_at`), then `tail`."""
+
+    def __init__(self, data):
+        if isinstance(data, io.BytesIO):
+            self.head, self.tail, self.data_at, self.nbytes = bytes(data.getbuffer()), b"", 0, 0
+            self.length = len(self.head)
+            return
+        self.nbytes = nbytes = data.numel() * data.element_size()
+        if nbytes >= _ZIP_LIMIT:
+            raise _ckpt.CheckpointError(
+                f"checkpoint: a DCP item of {nbytes} bytes (4 GiB or more) cannot be held: shard it "
+                f"further or use checkpoint.save")
+        pkl = _tensor_pickle(data.dtype, tuple(data.shape))
+        names = ("archive/data.pkl", "archive/byteorder", "archive/data/0", "archive/version")
+        sizes = (len(pkl), 6, nbytes, 2)
+        at = []
+        head = bytearray()
+        for name, size, content in zip(names[:2], sizes, (pkl, b"little")):
+            at.append(len(head))
+            head += _zip_entry(name, size, len(head)) + content
+        at.append(len(head))
+        head += _zip_entry(names[2], nbytes, len(head), pad_to=64)
+        self.data_at = len(head)
+        end = self.data_at + nbytes
+        at.append(end)
+        tail = bytearray(_zip_entry(names[3], 2, end) + b"3\n")
+        central = b"".join(
+            _CENTRAL.pack(0x02014B50, 20, 20, 0, 0, 0, 0, 0, size, size, len(name), 0, 0, 0, 0, 0,
+                          offset) + name.encode() for name, size, offset in zip(names, sizes, at))
+        tail += central + _END.pack(0x06054B50, 0, 0, 4, 4, len(central), end + len(tail), 0)
+        self.head, self.tail = bytes(head), bytes(tail)
+        self.length = len(head) + nbytes + len(tail)
+
+
+def _rank():
+    return int(os.environ.get("RANK", "0"))
+
+
+def _file_name():
+    return f"rank_{_rank()}.ddpckpt"
+
+
+class MemoryStorageWriter(StorageWriter):
+    """Writes a dcp.save into this rank's in-memory region as step `step` (or the checkpoint_id
+    given to dcp.save, an int)."""
+
+    def __init__(self, step=None):
+        super().__init__()
+        self.step = step
+        self.is_coordinator = False
+        self._local_items = []
+        self._save = None
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None:
+            self.step = int(checkpoint_id)
+        self._save = None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return False
+
+    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan):
+        self._local_items = list(plan.items)  # before DCP keeps one copy of each replicated item
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def write_data(self, plan, planner):
+        started = time.perf_counter()
+        if self.step is None:
+            raise _ckpt.CheckpointError("checkpoint: MemoryStorageWriter needs a step "
+                                        "(MemoryStorageWriter(step) or dcp.save(checkpoint_id=step))")
+        results = []
+        if not _ckpt._region_dir():
+            _ckpt._not_under_ddprun("MemoryStorageWriter")
+            fut = Future()
+            fut.set_result(results)
+            return fut
+        items = []
+        for item in self._local_items:
+            data = planner.resolve_data(item)
+            if item.type != WriteItemType.BYTE_IO:
+                data = data.detach()
+            items.append((item, data, _Blob(data)))
+        places, offset = {}, 0
+        for item, data, blob in items:
+            places[item.index] = (offset, blob.data_at, blob.length, blob.nbytes,
+                                  None if isinstance(data, io.BytesIO) else data.dtype,
+                                  None if isinstance(data, io.BytesIO) else tuple(data.shape))
+            offset = _ckpt._up(offset + blob.length, _ckpt._ALIGN)
+        _, local_md = create_default_global_save_plan([type(plan)(self._local_items)])
+        meta = pickle.dumps(("dcp", local_md.state_dict_metadata, places), protocol=4)
+        data_start = _ckpt._up(len(meta), _ckpt._ALIGN)
+        data_end = _ckpt._up(data_start + offset, 8)
+        # The coordinator's job metadata follows; room for it is estimated from this rank's.
+        room = len(pickle.dumps(local_md, protocol=4)) * int(os.environ.get("WORLD_SIZE", "1")) \
+            * 2 + (1 << 16) if self.is_coordinator else 0
+        save = _ckpt._Save(self.step, data_end + room, started)
+        m, base = save.map, save.base
+        m[base:base + len(meta)] = meta
+        data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
+                                count=max(data_end - data_start, 1))
+        in_final_plan = {item.index for item in plan.items}
+        for item, value, blob in items:
+            at = places[item.index][0]
+            head_at = base + data_start + at
+            m[head_at:head_at + len(blob.head)] = blob.head
+            if blob.nbytes:
+                _ckpt._copy_tensor(data, at + blob.data_at, value)
+            tail_at = head_at + blob.data_at + blob.nbytes
+            m[tail_at:tail_at + len(blob.tail)] = blob.tail
+            if item.index in in_final_plan:
+                results.append(WriteResult(
+                    index=item.index, size_in_bytes=blob.length,
+                    storage_data=_StorageInfo(_file_name(), _ckpt.HEADER + data_start + at,
+                                              blob.length)))
+        self._save, self._sizes = save, (data_end, len(meta))
+        if not self.is_coordinator:
+            save.commit(data_end, len(meta))
+        fut = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata, results):
+        if self._save is None:
+            return
+        storage = {}
+        for per_rank in results:
+            storage.update({r.index: r.storage_data for r in per_rank})
+        metadata.storage_data = storage
+        blob = pickle.dumps(metadata, protocol=4)
+        data_end, meta_size = self._sizes
+        size = data_end + _ckpt._up(len(blob), 8)
+        if size > self._save.region.slot_size:
+            raise _ckpt.CheckpointError(
+                f"checkpoint: the job's DCP metadata ({len(blob)} bytes) does not fit the room "
+                f"kept for it in the coordinator's slot")
+        m, base = self._save.map, self._save.base
+        m[base + data_end:base + size] = blob + bytes(size - data_end - len(blob))
+        self._save.commit(size, meta_size, len(blob))
+
+    def storage_meta(self):
+        return None
+
+
+class MemoryStorageReader(StorageReader):
+    """Reads the step the agents agreed on (checkpoint.agreed_step()) back from this rank's region
+    into dcp.load's state, for the world size and sharding it was saved with."""
+
+    def __init__(self):
+        super().__init__()
+        self._slot = None
+        self._places = None
+
+    def reset(self, checkpoint_id=None):
+        self._slot = None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return False
+
+    def read_metadata(self, *args, **kwargs):
+        step = _ckpt.agreed_step()
+        if step is None:
+            raise _ckpt.CheckpointError("checkpoint: no checkpoint to restore (a fresh start, or not "
+                                        "started by ddprun): check checkpoint.agreed_step() first")
+        self._slot = _ckpt._Committed(step)
+        kind, state_md, self._places = self._slot.structure
+        if kind != "dcp":
+            raise _ckpt.CheckpointError(f"checkpoint: step {step} was saved with checkpoint.save: "
+                                        f"load it with checkpoint.load()")
+        return Metadata(state_dict_metadata=state_md,
+                        storage_data={index: index for index in self._places})
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        pass
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        m, start = self._slot.map, self._slot.data_start
+        for req in plan.items:
+            place = self._places.get(req.storage_index)
+            if place is None:
+                raise _ckpt.CheckpointError(
+                    f"checkpoint: {req.storage_index.fqn} is not in this rank's checkpoint (saved "
+                    f"with another world size or sharding?)")
+            at, data_at, length, nbytes, dtype, shape = place
+            if req.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(req, io.BytesIO(m[start + at:start + at + length]))
+                continue
+            src = torch.frombuffer(m, dtype=torch.uint8, offset=start + at + data_at,
+                                   count=max(nbytes, 1))[:nbytes].view(dtype).view(shape)
+            src = narrow_tensor_by_index(src, req.storage_offsets, req.lengths)
+            target = planner.resolve_tensor(req).detach()
+            if target.size() != src.size():
+                raise _ckpt.CheckpointError(
+                    f"checkpoint: {req.storage_index.fqn}: saved {tuple(src.size())}, asked for "
+                    f"{tuple(target.size())}")
+            target.copy_(src)
+            planner.commit_tensor(req, target)
+        fut = Future()
+        fut.set_result(None)
+        return fut
