@@ -18,6 +18,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent_run.hpp"
+#include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/agent/gpu_health.hpp"
@@ -132,6 +133,11 @@ class NodeAgent {
       group_.start_workers_from(warm_.get(), worker_environment(cfg_.env, {}, {}, std::string()));
     }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
+    if (!cfg.checkpoint_dir.empty()) {
+      persister_ = std::make_unique<CheckpointPersister>(
+          io_, checkpoints_.path(), cfg.checkpoint_dir, cfg.checkpoint_persist_every,
+          [this](const PersistReport& r) { report_persist(r); });
+    }
     if (!cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port) {
       // Following every node's presence costs this agent one event per join or leave anywhere in
       // the job: only for an agent that reports them.
@@ -158,8 +164,9 @@ class NodeAgent {
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,    run_dir_,  rdzv_, group_,       signaled_,  peer_stopped_,
-                           events_, bindings_, io_,   containment_, nvml.get(), checkpoints_};
+    const AgentParts parts{cfg_,        run_dir_,     rdzv_,     group_,     signaled_,
+                           peer_stopped_, events_,      bindings_, io_,        containment_,
+                           nvml.get(),    checkpoints_, persister_.get()};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
@@ -176,6 +183,7 @@ class NodeAgent {
       }
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
+      persister_.reset();           // so would its poll; a copy under way ends at its next chunk
       group_.start_workers_from(nullptr, {});
       warm_.reset();  // so would its interpreter's exit watch
       control.close();
@@ -199,6 +207,33 @@ class NodeAgent {
   }
 
  private:
+  // A copy to or from --checkpoint_dir ended: the log and the event log say how.
+  void report_persist(const PersistReport& r) {
+    nlohmann::json f = {{"local_rank", r.local_rank}, {"rank", r.rank}, {"step", r.step}};
+    switch (r.kind) {
+      case PersistReport::Kind::kPersisted:
+      case PersistReport::Kind::kRestored:
+        f["bytes"] = r.bytes;
+        f["seconds"] = r.took.count();
+        f["file"] = r.detail;
+        events_.record(r.kind == PersistReport::Kind::kPersisted ? "checkpoint_persisted"
+                                                                 : "checkpoint_read_back",
+                       std::move(f));
+        return;
+      case PersistReport::Kind::kDropped:
+        spdlog::info("checkpoint: step {} of rank {} not persisted: {}", r.step, r.rank, r.detail);
+        f["reason"] = r.detail;
+        events_.record("checkpoint_persist_dropped", std::move(f));
+        return;
+      case PersistReport::Kind::kFailed:
+        spdlog::error("checkpoint: step {} of rank {} could not be copied: {}", r.step, r.rank,
+                      r.detail);
+        f["reason"] = r.detail;
+        events_.record("checkpoint_persist_failed", std::move(f));
+        return;
+    }
+  }
+
   // What every worker of this node gets besides the agent's environment: where its in-memory
   // checkpoint lives and what bounds it, and ddprun's Python modules on the path of a Python one.
   void add_node_environment() {
@@ -282,6 +317,7 @@ class NodeAgent {
   WorkerGroup group_;
   EventLog events_;
   AgentMetrics metrics_;
+  std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir; reports to events_
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
   std::unique_ptr<WarmInterpreter> warm_;

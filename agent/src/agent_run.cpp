@@ -35,6 +35,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// How long a job that ended waits for its checkpoints' copies to --checkpoint_dir.
+constexpr auto kPersistDrainLimit = std::chrono::minutes(10);
 // How long a restart waits for the GPU memory of the workers that ended to be released.
 constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 
@@ -265,6 +267,7 @@ struct Run : AgentParts {
       const std::optional<int64_t> step = co_await agreed_checkpoint(*round);
       std::vector<WorkerLaunch> launches =
           plan_round(cfg, attempt_dir, *round, *master, bindings, step);
+      if (persister != nullptr) persister->watch(round_ranks(cfg, *round));
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       record_checkpoints_held(*round);
@@ -279,37 +282,66 @@ struct Run : AgentParts {
       }
       if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
         own_failure = r.failures.front().exitcode;
+        if (persister != nullptr) persister->persist_newest();
       }
       const rendezvous::Round& ran = *round;
       if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
     }
   }
 
-  // Per local rank, the steps its in-memory checkpoint region holds.
-  std::vector<std::vector<int64_t>> held_steps() const {
+  // Per local rank of `round`, the steps its in-memory checkpoint region holds.
+  std::vector<std::vector<int64_t>> held_steps(const rendezvous::Round& round) const {
     std::vector<std::vector<int64_t>> held;
-    for (int i = 0; i < cfg.rdzv.nproc; ++i) held.push_back(checkpoints.steps_held(i));
+    for (const auto& [local, global] : round_ranks(cfg, round)) {
+      held.push_back(checkpoints.steps_held(local));
+    }
     return held;
   }
 
-  // The in-memory checkpoint the round's workers restore: the newest step every rank of the round
-  // holds, as every node computes it from what all published.
+  // Per local rank of `round`, the steps complete in --checkpoint_dir for its global rank.
+  std::vector<std::vector<int64_t>> steps_on_disk(const rendezvous::Round& round) const {
+    std::vector<std::vector<int64_t>> held;
+    for (const auto& [local, global] : round_ranks(cfg, round)) {
+      held.push_back(persister->steps_on_disk(global, static_cast<uint64_t>(round.world_size)));
+    }
+    return held;
+  }
+
+  // The checkpoint the round's workers restore: the newest step every rank of the round holds in
+  // memory, as every node computes it from what all published; where there is none (the job
+  // started from nothing) and --checkpoint_dir is set, the newest step complete there for every
+  // rank, copied back into the regions first.
   asio::awaitable<std::optional<int64_t>> agreed_checkpoint(const rendezvous::Round& round) {
-    std::vector<std::vector<int64_t>> held = held_steps();
-    const std::optional<int64_t> step =
-        co_await checkpoint_agreement::agree(rdzv, round, std::move(held), cfg.rdzv.join_timeout);
+    std::optional<int64_t> step = co_await checkpoint_agreement::agree(
+        rdzv, round, checkpoint_agreement::kInMemory, held_steps(round), cfg.rdzv.join_timeout);
     if (step) {
       spdlog::info("round {}: the workers restore the in-memory checkpoint of step {}",
                    round.number, *step);
-      events.record("checkpoint_restore", {{"round", round.number}, {"step", *step}});
+      events.record("checkpoint_restore",
+                    {{"round", round.number}, {"step", *step}, {"from", "memory"}});
+      co_return step;
     }
+    if (persister == nullptr) co_return std::nullopt;
+    step = co_await checkpoint_agreement::agree(rdzv, round, checkpoint_agreement::kOnDisk,
+                                                steps_on_disk(round), cfg.rdzv.join_timeout);
+    if (!step) co_return std::nullopt;
+    const bool restored = co_await persister->restore(*step, round_ranks(cfg, round));
+    if (!restored) {
+      spdlog::error("round {}: step {} could not be read back from {}: the workers start afresh",
+                    round.number, *step, cfg.checkpoint_dir);
+      co_return std::nullopt;
+    }
+    spdlog::info("round {}: the workers restore step {} from {}", round.number, *step,
+                 cfg.checkpoint_dir);
+    events.record("checkpoint_restore",
+                  {{"round", round.number}, {"step", *step}, {"from", cfg.checkpoint_dir}});
     co_return step;
   }
 
   // The event log's account of the in-memory checkpoints once a round's workers ended: per local
   // rank the steps its region holds, and the bytes of the node's regions.
   void record_checkpoints_held(const rendezvous::Round& round) {
-    const std::vector<std::vector<int64_t>> held = held_steps();
+    const std::vector<std::vector<int64_t>> held = held_steps(round);
     if (std::all_of(held.begin(), held.end(), [](const auto& steps) { return steps.empty(); })) {
       return;
     }
@@ -417,7 +449,14 @@ struct Run : AgentParts {
 
 asio::awaitable<AgentOutcome> run_job(const AgentParts& parts) {
   Run run(parts);
-  co_return co_await run.run();
+  AgentOutcome out = co_await run.run();
+  if (parts.persister != nullptr && out.state != AgentOutcome::State::kSignaled) {
+    // The job ended (not stopped): its newest checkpoint goes to --checkpoint_dir too, and the
+    // agent waits for the copies (a signal ends the wait).
+    parts.persister->persist_newest();
+    co_await parts.persister->drain(kPersistDrainLimit);
+  }
+  co_return out;
 }
 
 }  // namespace ddprun::agent

@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/gpu_health.hpp"
@@ -35,6 +36,7 @@ struct AgentParts {
   Containment& containment;
   const Nvml* nvml;  // null: no GPU to check
   const CheckpointRegions& checkpoints;
+  CheckpointPersister* persister;  // --checkpoint_dir; null: none
 };
 
 // Runs the job on this node to its end; throws what the rendezvous throws (a launch error).

@@ -83,6 +83,8 @@ struct LaunchConfig {
   std::string metrics_addr = store::kDefaultMetricsAddress;  // --metrics_addr, a valid address
   agent::HangPolicy hang;                                    // --hang_timeout SECONDS|auto
   std::optional<uint64_t> checkpoint_memory_limit;           // --checkpoint_memory_limit
+  std::string checkpoint_dir;                                // --checkpoint_dir: absolute; "" none
+  int64_t checkpoint_persist_every = 100;                    // --checkpoint_persist_every
   std::string health_check;  // --health_check: a shell command; "" none
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
   agent::PreloadSpec preload;                              // --preload MODULE,...|auto

@@ -69,6 +69,19 @@ const std::vector<OptionSpec>& option_table() {
                "together, as bytes or with a suffix K, M, G, T (powers of 1024); a save over it "
                "fails naming the sizes (default: no bound but /dev/shm's)",
        .ddprun_only = true},
+      {.names = "--checkpoint-dir,--checkpoint_dir",
+       .dest = "checkpoint_dir",
+       .metavar = "DIR",
+       .help = "persist complete in-memory checkpoints to DIR/step_<N>/ in the background (a "
+               "torch.distributed.checkpoint save in torch's own layout), and restore from the "
+               "newest complete one when the job starts with nothing in memory",
+       .ddprun_only = true},
+      {.names = "--checkpoint-persist-every,--checkpoint_persist_every",
+       .dest = "checkpoint_persist_every",
+       .metavar = "N",
+       .help = "with --checkpoint_dir, persist the first step saved in each span of N steps, and "
+               "the newest one when workers fail (default 100)",
+       .ddprun_only = true},
       {.names = "--health-check,--health_check",
        .dest = "health_check",
        .metavar = "CMD",

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,7 @@ namespace fs = std::filesystem;
 constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
 constexpr char kCxxMagic[8] = {'D', 'D', 'P', 'C', 'X', 'X', '1', '\0'};
 constexpr size_t kHeader = 4096, kAlign = 64;
+constexpr size_t kSaveTime = 256;  // + 8 * slot: the save's duration in microseconds
 constexpr uint64_t kWriting = 1, kCommitted = 2;
 
 struct Record {  // 64 bytes at 64 + 64 * slot
@@ -41,7 +43,8 @@ struct Record {  // 64 bytes at 64 + 64 * slot
   uint64_t checksum;
   uint64_t sequence;
   uint64_t structure_size;
-  uint64_t unused[2];
+  uint64_t metadata_size;  // torch.distributed.checkpoint's metadata (Python); 0 here
+  uint64_t world_size;     // WORLD_SIZE at the save
 };
 static_assert(sizeof(Record) == 64);
 
@@ -168,6 +171,7 @@ bool save(int64_t step, const std::vector<std::span<const std::byte>>& buffers) 
     }
     return false;
   }
+  const auto started = std::chrono::steady_clock::now();
   const size_t structure = up(16 + 8 * buffers.size(), kAlign);
   size_t payload = structure;
   for (const auto& b : buffers) payload += up(b.size(), kAlign);
@@ -205,6 +209,12 @@ bool save(int64_t step, const std::vector<std::span<const std::byte>>& buffers) 
   rec->checksum = checksum;
   rec->sequence = sequence;
   rec->structure_size = structure;
+  rec->metadata_size = 0;
+  rec->world_size = std::strtoull(env_or("WORLD_SIZE", "1").c_str(), nullptr, 10);
+  const uint64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::steady_clock::now() - started)
+                            .count();
+  std::memcpy(region->map + kSaveTime + 8 * slot, &took, 8);
   std::atomic_thread_fence(std::memory_order_release);
   rec->state = kCommitted;    // last: now it counts
   if (replaces != nullptr) {  // the larger region holds a complete checkpoint: it takes over

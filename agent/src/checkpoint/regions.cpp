@@ -13,20 +13,6 @@
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr std::string_view kMagic = "DDPCKPT1";
-constexpr size_t kRecords = 64;     // slot i's record at 64 + 64 * i
-constexpr size_t kRecordSize = 64;  // state, step, size, checksum, sequence, structure size
-constexpr uint64_t kCommitted = 2;
-
-uint64_t u64_at(const std::string& s, size_t offset) {
-  uint64_t v = 0;
-  std::memcpy(&v, s.data() + offset, sizeof v);  // little-endian, as written (x86-64, arm64)
-  return v;
-}
-
-}  // namespace
 
 CheckpointRegions::CheckpointRegions(const std::string& run_id) {
   const char* base = std::getenv("DDPRUN_SHM_DIR");
@@ -47,17 +33,23 @@ CheckpointRegions::~CheckpointRegions() {
 }
 
 std::vector<int64_t> CheckpointRegions::committed_steps(const std::string& header) {
-  std::vector<std::pair<uint64_t, int64_t>> committed;  // (sequence, step)
-  if (header.size() < kRecords + 2 * kRecordSize || header.compare(0, 8, kMagic) != 0) return {};
-  for (size_t slot = 0; slot < 2; ++slot) {
-    const size_t at = kRecords + slot * kRecordSize;
-    if (u64_at(header, at) != kCommitted) continue;
-    committed.emplace_back(u64_at(header, at + 32), static_cast<int64_t>(u64_at(header, at + 8)));
-  }
-  std::sort(committed.begin(), committed.end());
   std::vector<int64_t> out;
-  for (const auto& [sequence, step] : committed) out.push_back(step);
+  const std::optional<RegionHeader> h = parse_region_header(header);
+  if (!h) return out;
+  const int newest = h->newest_committed();
+  const int other = 1 - newest;
+  if (newest >= 0 && h->slots[other].state == SlotRecord::kCommitted) {
+    out.push_back(h->slots[other].step);
+  }
+  if (newest >= 0) out.push_back(h->slots[newest].step);
   return out;
+}
+
+std::optional<RegionHeader> CheckpointRegions::header(int local_rank) const {
+  std::ifstream in(fs::path(path_) / ("rank" + std::to_string(local_rank)), std::ios::binary);
+  std::string bytes(kRegionHeaderRead, '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return std::nullopt;
+  return parse_region_header(bytes);
 }
 
 std::string CheckpointRegions::metrics(int nproc) const {
@@ -65,13 +57,22 @@ std::string CheckpointRegions::metrics(int nproc) const {
       "ddprun_checkpoint_bytes", "gauge",
       "Bytes this node's in-memory checkpoint regions take (ddprun.checkpoint).",
       static_cast<double>(bytes_held()));
+  std::vector<std::optional<RegionHeader>> headers;
+  for (int i = 0; i < nproc; ++i) headers.push_back(header(i));
+  const auto newest = [&headers](int i) { return headers[i] ? headers[i]->newest_committed() : -1; };
+  const auto label = [](int i) { return "local_rank=\"" + std::to_string(i) + "\""; };
   for (int i = 0; i < nproc; ++i) {
-    const std::vector<int64_t> steps = steps_held(i);
     out += store::prometheus_sample(
         "ddprun_checkpoint_step", "gauge",
         i == 0 ? "Each local rank's newest committed in-memory checkpoint (-1: none)." : "",
-        steps.empty() ? -1.0 : static_cast<double>(steps.back()),
-        "local_rank=\"" + std::to_string(i) + "\"");
+        newest(i) < 0 ? -1.0 : static_cast<double>(headers[i]->slots[newest(i)].step), label(i));
+  }
+  for (int i = 0; i < nproc; ++i) {
+    out += store::prometheus_sample(
+        "ddprun_checkpoint_save_seconds", "gauge",
+        i == 0 ? "How long each local rank's newest in-memory save took, as the worker saw it." : "",
+        newest(i) < 0 ? 0.0 : static_cast<double>(headers[i]->save_micros[newest(i)]) / 1e6,
+        label(i));
   }
   return out;
 }
@@ -87,9 +88,9 @@ uint64_t CheckpointRegions::bytes_held() const {
 
 std::vector<int64_t> CheckpointRegions::steps_held(int local_rank) const {
   std::ifstream in(fs::path(path_) / ("rank" + std::to_string(local_rank)), std::ios::binary);
-  std::string header(kRecords + 2 * kRecordSize, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header.size()))) return {};
-  return committed_steps(header);
+  std::string bytes(kRegionHeaderRead, '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return {};
+  return committed_steps(bytes);
 }
 
 }  // namespace ddprun::agent

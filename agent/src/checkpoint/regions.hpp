@@ -6,8 +6,11 @@
 // (ddprun/checkpoint.py, whose docstring gives the layout) and which outlives the worker: a
 // restarted one finds it. The agent reads the regions' headers only.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "checkpoint/region_format.hpp"
 
 namespace ddprun::agent {
 
@@ -21,6 +24,8 @@ class CheckpointRegions {
   CheckpointRegions& operator=(const CheckpointRegions&) = delete;
 
   const std::string& path() const { return path_; }
+  // Local rank `local_rank`'s region header; nullopt where it has no region.
+  std::optional<RegionHeader> header(int local_rank) const;
   // The steps committed in local rank `local_rank`'s region, oldest first (none, one or two);
   // none where it has no region or the file is not one.
   std::vector<int64_t> steps_held(int local_rank) const;
@@ -30,7 +35,8 @@ class CheckpointRegions {
   // ranks' newest committed step (-1: none).
   std::string metrics(int nproc) const;
 
-  // The steps a region's header (its first 192 bytes or more, as read) says are committed.
+  // The steps a region's header (its first kRegionHeaderRead bytes or more, as read) says are
+  // committed, oldest first.
   static std::vector<int64_t> committed_steps(const std::string& header);
 
  private:

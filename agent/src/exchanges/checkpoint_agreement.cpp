@@ -7,10 +7,6 @@
 #include <nlohmann/json.hpp>
 
 namespace ddprun::agent::checkpoint_agreement {
-namespace {
-constexpr const char* kTopic = "checkpoint_steps";
-}  // namespace
-
 std::optional<int64_t> newest_common(const std::vector<std::string>& nodes, int num_nodes) {
   if (static_cast<int>(nodes.size()) < num_nodes) return std::nullopt;
   std::optional<std::set<int64_t>> common;
@@ -38,12 +34,12 @@ std::optional<int64_t> newest_common(const std::vector<std::string>& nodes, int 
 }
 
 boost::asio::awaitable<std::optional<int64_t>> agree(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                                     rendezvous::Round r,
+                                                     rendezvous::Round r, Where where,
                                                      std::vector<std::vector<int64_t>> held,
                                                      std::chrono::milliseconds wait) {
   // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
   rendezvous::Scope scope = rendezvous::Scope::of(r);
-  std::string topic = kTopic;
+  std::string topic = where == kInMemory ? "checkpoint_steps" : "checkpoint_steps_on_disk";
   std::string text = nlohmann::json(held).dump();
   try {
     co_await rdzv->publish(scope, topic, std::move(text));

@@ -1,5 +1,7 @@
 #include "logs/agent_metrics.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ddprun/store/metrics_server.hpp"
@@ -33,6 +35,12 @@ void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
     --nodes_seen_;
   } else if (event == "job_end") {
     ended_ = true;
+  } else if (event == "checkpoint_persisted") {
+    ++persisted_;
+    persisted_step_ = std::max(persisted_step_, f.value("step", int64_t{-1}));
+    persist_seconds_ = f.value("seconds", 0.0);
+  } else if (event == "checkpoint_persist_failed" || event == "checkpoint_persist_dropped") {
+    ++persist_misses_[event == "checkpoint_persist_failed" ? "failed" : "dropped"];
   }
 }
 
@@ -79,6 +87,24 @@ std::string AgentMetrics::render() const {
         prometheus_sample("ddprun_worker_exits_total", "counter",
                           first ? "Worker exits on this node, by how they ended." : "",
                           it == exits_.end() ? 0 : it->second, fmt::format("state=\"{}\"", state));
+    first = false;
+  }
+  out += prometheus_sample("ddprun_checkpoint_persisted_total", "counter",
+                           "Ranks' checkpoints written to --checkpoint_dir.", persisted_);
+  out += prometheus_sample("ddprun_checkpoint_persisted_step", "gauge",
+                           "The newest step written to --checkpoint_dir (-1: none).",
+                           static_cast<double>(persisted_step_));
+  out += prometheus_sample("ddprun_checkpoint_persist_seconds", "gauge",
+                           "How long the last copy to --checkpoint_dir took.", persist_seconds_);
+  first = true;
+  for (const char* outcome : {"failed", "dropped"}) {
+    const auto it = persist_misses_.find(outcome);
+    out += prometheus_sample(
+        "ddprun_checkpoint_persist_misses_total", "counter",
+        first ? "Copies to --checkpoint_dir that failed (a write error) or were dropped (the slot "
+                "was reused meanwhile)."
+              : "",
+        it == persist_misses_.end() ? 0 : it->second, fmt::format("outcome=\"{}\"", outcome));
     first = false;
   }
   return out;

@@ -1,6 +1,7 @@
 #pragma once
 // The agent's state for --metrics_port, kept from its own event stream (event_log.hpp): the round,
-// the world, restarts, the nodes seen, and each local worker's state.
+// the world, restarts, the nodes seen, each local worker's state, and checkpoints persisted.
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -32,6 +33,12 @@ class AgentMetrics {
   };
   std::map<int, Worker> workers_;     // by local rank
   std::map<std::string, int> exits_;  // by state: succeeded, failed, stopped
+  // --checkpoint_dir: ranks' checkpoints persisted, the newest step among them, the last copy's
+  // time, and the copies that failed or were dropped (by outcome).
+  int persisted_ = 0;
+  int64_t persisted_step_ = -1;
+  double persist_seconds_ = 0;
+  std::map<std::string, int> persist_misses_;
 };
 
 }  // namespace ddprun::agent

@@ -140,6 +140,15 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   return launches;
 }
 
+std::vector<std::pair<int, int>> round_ranks(const AgentConfig& cfg,
+                                             const rendezvous::Round& round) {
+  std::vector<std::pair<int, int>> out;
+  for (int r = 0; r < cfg.rdzv.nproc; ++r) {
+    out.emplace_back(cfg.placement ? cfg.placement->local_rank : r, round.base_rank + r);
+  }
+  return out;
+}
+
 std::map<int, CpuSet> numa_bindings(const AgentConfig& cfg) {
   std::map<int, CpuSet> out;
   if (!cfg.numa_binding) return out;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ddprun/agent/agent.hpp"
@@ -23,6 +24,9 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg,
                                      const rendezvous::WorkerStoreAddress& master,
                                      const std::map<int, CpuSet>& bindings,
                                      std::optional<int64_t> checkpoint_step);
+
+// Each of this node's workers' local rank and global rank in `round`, in the launches' order.
+std::vector<std::pair<int, int>> round_ranks(const AgentConfig& cfg, const rendezvous::Round& round);
 
 // --numa-binding: the CPUs of each local rank's worker, from its accelerator (the one whose index
 // is its local rank); empty without the flag. Throws std::runtime_error naming the mode and

@@ -80,6 +80,10 @@ struct AgentConfig {
   Environment env;  // the environment workers inherit
   // --checkpoint_memory_limit: bytes the node's in-memory checkpoints may hold (none: no bound).
   std::optional<uint64_t> checkpoint_memory_limit;
+  // --checkpoint_dir: where complete checkpoints are persisted in the background ("" nowhere), and
+  // --checkpoint_persist_every: the span of steps of which the first is persisted.
+  std::string checkpoint_dir;
+  int64_t checkpoint_persist_every = 100;
 };
 
 // How a run ended, mapped by the launcher to its exit status.

@@ -1,0 +1,80 @@
+#include "checkpoint/region_format.hpp"
+
+#include <cstring>
+
+namespace ddprun::agent {
+namespace {
+
+constexpr std::string_view kMagic = "DDPCKPT1";
+constexpr size_t kRecords = 64;  // slot i's record at 64 + 64 * i
+constexpr size_t kRecordSize = 64;
+constexpr size_t kSaveTimes = 256;  // slot i's save time at 256 + 8 * i
+
+uint64_t u64_at(std::string_view s, size_t offset) {
+  uint64_t v = 0;
+  std::memcpy(&v, s.data() + offset, sizeof v);  // little-endian, as written (x86-64, arm64)
+  return v;
+}
+
+void put(std::string& s, size_t offset, uint64_t v) { std::memcpy(s.data() + offset, &v, sizeof v); }
+
+}  // namespace
+
+std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
+  if (bytes.size() < kRegionHeaderRead || bytes.substr(0, 8) != kMagic) return std::nullopt;
+  RegionHeader h;
+  h.slot_size = u64_at(bytes, 8);
+  for (size_t i = 0; i < 2; ++i) {
+    const size_t at = kRecords + i * kRecordSize;
+    SlotRecord& r = h.slots[i];
+    r.state = u64_at(bytes, at);
+    r.step = static_cast<int64_t>(u64_at(bytes, at + 8));
+    r.size = u64_at(bytes, at + 16);
+    r.checksum = u64_at(bytes, at + 24);
+    r.sequence = u64_at(bytes, at + 32);
+    r.structure_size = u64_at(bytes, at + 40);
+    r.metadata_size = u64_at(bytes, at + 48);
+    r.world_size = u64_at(bytes, at + 56);
+    h.save_micros[i] = u64_at(bytes, kSaveTimes + 8 * i);
+  }
+  return h;
+}
+
+int RegionHeader::newest_committed() const {
+  int newest = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (slots[i].state != SlotRecord::kCommitted) continue;
+    if (newest < 0 || slots[i].sequence > slots[newest].sequence) newest = i;
+  }
+  return newest;
+}
+
+int RegionHeader::slot_of(int64_t step) const {
+  for (int i = 0; i < 2; ++i) {
+    if (slots[i].state == SlotRecord::kCommitted && slots[i].step == step) return i;
+  }
+  return -1;
+}
+
+std::string region_header_for(const SlotRecord& r, uint64_t slot_size, uint64_t save_micros) {
+  std::string h(kRegionHeader, '\0');
+  h.replace(0, kMagic.size(), kMagic);
+  put(h, 8, slot_size);
+  const uint64_t fields[] = {r.state,    static_cast<uint64_t>(r.step), r.size,
+                             r.checksum, r.sequence,
+                             r.structure_size, r.metadata_size, r.world_size};
+  for (size_t i = 0; i < 8; ++i) put(h, kRecords + 8 * i, fields[i]);
+  put(h, kSaveTimes, save_micros);
+  return h;
+}
+
+uint64_t add_words(uint64_t sum, const char* p, size_t n) {
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    sum += w;
+  }
+  return sum;
+}
+
+}  // namespace ddprun::agent
