@@ -164,8 +164,8 @@ class NodeAgent {
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,        run_dir_,     rdzv_,     group_,     signaled_,
-                           peer_stopped_, events_,      bindings_, io_,        containment_,
+    const AgentParts parts{cfg_,          run_dir_,     rdzv_,           group_, signaled_,
+                           peer_stopped_, events_,      bindings_,       io_,    containment_,
                            nvml.get(),    checkpoints_, persister_.get()};
     AgentOutcome outcome;
     bool finished = false;

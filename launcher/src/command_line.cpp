@@ -1,7 +1,7 @@
 #include <algorithm>
-#include <filesystem>
 #include <cctype>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <optional>
@@ -296,10 +296,12 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
     c.checkpoint_dir = std::filesystem::absolute(o["checkpoint_dir"]).lexically_normal().string();
   }
   if (!o["checkpoint_persist_every"].empty()) {
-    c.checkpoint_persist_every = parse_int(o["checkpoint_persist_every"], "--checkpoint_persist_every");
+    c.checkpoint_persist_every =
+        parse_int(o["checkpoint_persist_every"], "--checkpoint_persist_every");
     if (c.checkpoint_persist_every < 1) {
-      throw UsageError(fmt::format("--checkpoint_persist_every: '{}' is not a positive number of steps",
-                                   o["checkpoint_persist_every"]));
+      throw UsageError(
+          fmt::format("--checkpoint_persist_every: '{}' is not a positive number of steps",
+                      o["checkpoint_persist_every"]));
     }
   }
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);

@@ -1,7 +1,10 @@
 """In-memory checkpoints (ddprun.checkpoint): a killed worker's job resumes from the step it had
 saved and ends bit-identical to an uninterrupted run; a kill in the middle of a save leaves the
 step before it; a small /dev/shm and --checkpoint_memory_limit are clear errors at the first save;
-no region outlives its job, however the job ends. Real ddprun, real torch workers.
+no region outlives its job, however the job ends; --checkpoint_dir persists checkpoints in the
+background and a job started again from nothing resumes from them; torch.distributed.checkpoint
+saves through MemoryStorageWriter restore from memory and persist in torch's own layout; a full
+--checkpoint_dir costs training nothing. Real ddprun, real torch workers.
 
     checkpoint_test.py DDPRUN CASE [TRAIN_CPU]    (CASE: one of the functions named case_*)
 """
@@ -106,6 +109,133 @@ def case_a_killed_worker_resumes_from_its_step_bit_identical():
     print(f"a DDP job whose rank 1 was SIGKILLed after step 6 resumed from step {resumed.pop()} "
           "and ended bit-identical to an uninterrupted run, cold and with --preload: passed")
 
+
+
+def events_of(path, name):
+    return [e for e in map(json.loads, open(path)) if e["event"] == name]
+
+
+def persisted_steps(folder):
+    """The steps complete in a --checkpoint_dir for a job of two ranks."""
+    return sorted(int(d[5:]) for d in os.listdir(folder) if d.startswith("step_") and all(
+        os.path.exists(os.path.join(folder, d, f"rank_{r}.ddpckpt")) for r in (0, 1)))
+
+
+def case_a_job_started_again_from_nothing_resumes_from_checkpoint_dir():
+    whole, first, ckpt = tempfile.mkdtemp(), tempfile.mkdtemp(), tempfile.mkdtemp()
+    r = ddp_job(whole, 12)
+    assert r.returncode == 0, r.stderr
+    # Rank 1 dies after saving step 6 with no restart left: the job fails, and its newest step
+    # (6, or 5 if rank 0 had not saved 6 yet) is persisted before the agent exits.
+    flags = [f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=4"]
+    ev1 = os.path.join(first, "events1.jsonl")
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=0", *flags,
+             f"--event_log={ev1}", os.path.join(WORKLOADS, "checkpoint_ddp.py"), "12", first],
+            env={"KILL_AT": "1:6"})
+    assert r.returncode == 1, r.stderr
+    on_disk = persisted_steps(ckpt)
+    newest = on_disk[-1] if on_disk else None
+    assert newest in (5, 6), (on_disk, r.stderr)
+    persisted = events_of(ev1, "checkpoint_persisted")
+    assert {(e["rank"], e["step"]) for e in persisted} >= {(0, newest), (1, newest)}, persisted
+    assert all(e["bytes"] > 0 and e["seconds"] >= 0 for e in persisted), persisted
+    # Bad input beside it: a step folder holding a torn file and a stray one; leftovers of a copy.
+    os.makedirs(os.path.join(ckpt, "step_99"))
+    open(os.path.join(ckpt, "step_99", "rank_0.ddpckpt"), "wb").write(b"DDPCKPT1" + bytes(100))
+    open(os.path.join(ckpt, "step_99", "rank_1.ddpckpt"), "wb").write(os.urandom(5000))
+    # Started again: new agents, nothing in memory. The job agrees on the newest step complete
+    # on disk, reads it back into the regions, resumes there and ends as if never interrupted.
+    ev2 = os.path.join(first, "events2.jsonl")
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=0", *flags,
+             f"--event_log={ev2}", os.path.join(WORKLOADS, "checkpoint_ddp.py"), "12", first])
+    assert r.returncode == 0, r.stderr
+    assert f"the workers restore step {newest} from {ckpt}" in r.stderr, r.stderr
+    restore = events_of(ev2, "checkpoint_restore")
+    assert [(e["step"], e["from"]) for e in restore] == [(newest, ckpt)], restore
+    resumed = {open(p).read() for p in glob.glob(os.path.join(first, "resumed.0.*"))}
+    assert resumed == {str(newest)}, resumed
+    assert bit_identical(whole, first), (final_params(whole), final_params(first))
+    # Along the way the first step of each span of 4 it saw, and the last one at the end.
+    later = persisted_steps(ckpt)
+    assert 11 in later and len([s for s in later if s > newest]) >= 2, later
+    assert not glob.glob(os.path.join(ckpt, "*", ".*.tmp")), os.listdir(ckpt)
+    assert not left_running(first) and not left_running(whole)
+    print(f"a job that failed at step 6 with no restart left persisted step {newest}; started "
+          f"again from nothing it resumed there from --checkpoint_dir (a torn step_99 ignored) "
+          f"and ended bit-identical to an uninterrupted run; steps on disk: {later}: passed")
+
+
+TORCH_READS = r'''
+import sys, torch, torch.distributed.checkpoint as dcp
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+state = {"model": model.state_dict()}
+dcp.load(state, storage_reader=dcp.FileSystemReader(sys.argv[1]))
+want = torch.load(sys.argv[2])
+print(all(torch.equal(state["model"][k], v) for k, v in want.items()) and len(want) == 4)
+'''
+
+
+def case_dcp_saves_restore_from_memory_and_persist_in_torchs_layout():
+    whole, killed, ckpt = tempfile.mkdtemp(), tempfile.mkdtemp(), tempfile.mkdtemp()
+    dcp = {"CKPT_API": "dcp", "SAVE_PARAMS": "1"}
+    r = ddp_job(whole, 12, env=dcp)
+    assert r.returncode == 0, r.stderr
+    r = ddp_job(killed, 12, [f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=4"],
+                env={**dcp, "KILL_AT": "1:6"})
+    assert r.returncode == 0, r.stderr
+    assert "restore the in-memory checkpoint of step" in r.stderr, r.stderr
+    resumed = {open(p).read() for p in glob.glob(os.path.join(killed, "resumed.1.*"))}
+    assert resumed in ({"6"}, {"5"}), resumed
+    assert bit_identical(whole, killed), (final_params(whole), final_params(killed))
+    # Each persisted step loads with torch's own FileSystemReader, in a process without ddprun,
+    # and holds that step's parameters (and not another's).
+    steps = persisted_steps(ckpt)
+    assert 11 in steps and len(steps) >= 3, steps
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDPRUN_", "PYTHONPATH"))}
+    reader = script(TORCH_READS)
+    for step in steps:
+        assert os.path.exists(os.path.join(ckpt, f"step_{step}", ".metadata")), step
+        got = subprocess.run([PY, reader, os.path.join(ckpt, f"step_{step}"),
+                              os.path.join(whole, f"params.{step}.pt")],
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert got.stdout.strip() == "True", (step, got.stdout, got.stderr)
+    other = subprocess.run([PY, reader, os.path.join(ckpt, f"step_{steps[0]}"),
+                            os.path.join(whole, f"params.{steps[-1]}.pt")],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert other.stdout.strip() == "False", other.stdout + other.stderr
+    assert not left_running(killed) and not left_running(whole)
+    print(f"dcp.save through MemoryStorageWriter: rank 1 SIGKILLed after step 6, restored step "
+          f"{resumed.pop()} from memory through MemoryStorageReader, ended bit-identical; steps "
+          f"{steps} persisted, each loaded by torch's FileSystemReader without ddprun: passed")
+
+
+def case_a_full_checkpoint_dir_costs_training_nothing():
+    # --checkpoint_dir on a 16 KiB tmpfs, in a mount namespace of the test's own: every copy
+    # fails for want of space, is logged and counted, and the job trains to its end.
+    out, ckpt = tempfile.mkdtemp(), tempfile.mkdtemp()
+    events = os.path.join(out, "events.jsonl")
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+           f'mount -t tmpfs -o size=16k tmpfs {ckpt} && exec "$@"', "sh", DDPRUN, "--standalone",
+           "--nproc_per_node=2", f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=2",
+           f"--event_log={events}", os.path.join(WORKLOADS, "checkpoint_ddp.py"), "8", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "PYTHON_EXEC": PY})
+    assert r.returncode == 0, r.stderr
+    assert "could not be copied" in r.stderr and "No space left on device" in r.stderr, r.stderr
+    failed = events_of(events, "checkpoint_persist_failed")
+    assert failed and all("No space left on device" in e["reason"] for e in failed), failed
+    assert os.path.exists(os.path.join(out, "final.pt")), os.listdir(out)
+    # A --checkpoint_dir that cannot be a folder is a clear error before any worker starts.
+    blocker = os.path.join(out, "a-file")
+    open(blocker, "w").close()
+    r = run(["--standalone", "--nproc_per_node=1", f"--checkpoint_dir={blocker}/sub", "x.py"])
+    assert r.returncode != 0 and blocker in r.stderr, r.stderr
+    r = run(["--standalone", "--nproc_per_node=1", "--checkpoint_persist_every=0", "x.py"])
+    assert r.returncode == 2 and "--checkpoint_persist_every" in r.stderr, r.stderr
+    assert not left_running(out)
+    print(f"a full --checkpoint_dir: {len(failed)} copies failed with ENOSPC, logged, and the job "
+          f"trained to its end; a --checkpoint_dir under a file and a zero span are clear errors: "
+          f"passed")
 
 INTO = r'''
 import os, sys, torch

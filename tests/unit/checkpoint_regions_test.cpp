@@ -1,10 +1,22 @@
 // What the agent reads of the in-memory checkpoints: the steps a region's header says are
-// committed, and the step every rank of a round holds.
+// committed, and the step every rank of a round holds; what --checkpoint_dir's persister writes and
+// reads back, on real files with its real thread.
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/persister.hpp"
+#include "checkpoint/region_format.hpp"
 #include "checkpoint/regions.hpp"
 #include "exchanges/checkpoint_agreement.hpp"
 
@@ -52,4 +64,132 @@ TEST_CASE("checkpoint agreement: the newest step held by every rank of every nod
   CHECK_FALSE(newest_common({"[[5,6]]"}, 2).has_value());        // a node did not say
   CHECK_FALSE(newest_common({"[[5,6]]", "not json"}, 2).has_value());
   CHECK_FALSE(newest_common({"[]"}, 1).has_value());
+}
+
+TEST_CASE("checkpoint persister: the first step every rank holds in each span", "[checkpoint]") {
+  CHECK(step_to_persist({{0, 1}, {0, 1}}, std::nullopt, 4) == 0);
+  CHECK(step_to_persist({{2, 3}, {3, 4}}, std::nullopt, 4) == 3);    // only 3 is held by both
+  CHECK_FALSE(step_to_persist({{1, 2}, {1, 2}}, 0, 4).has_value());  // still the span of 0
+  CHECK(step_to_persist({{3, 4}, {3, 4}}, 0, 4) == 4);
+  CHECK(step_to_persist({{9, 10}, {9, 10}}, 4, 4) == 9);  // the span of 8 began with 9 here
+  CHECK(step_to_persist({{5, 6}}, 4, 1) == 5);            // every step: the oldest newer one
+  CHECK_FALSE(step_to_persist({{5, 6}, {}}, std::nullopt, 1).has_value());  // a rank holds none
+  CHECK_FALSE(step_to_persist({}, std::nullopt, 1).has_value());
+  CHECK(step_to_persist({{-3, -2}}, std::nullopt, 2) == -3);  // steps below zero have spans too
+  CHECK(step_to_persist({{-2, -1}}, -3, 2) == -2);
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A region whose slot 1 holds `payload` committed as `step` (checksum `checksum`, or its own).
+void write_region(const fs::path& file, int64_t step, const std::string& payload,
+                  std::optional<uint64_t> checksum = std::nullopt) {
+  constexpr uint64_t kSlot = 16384;
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = step;
+  rec.size = payload.size();
+  rec.checksum = checksum.value_or(add_words(0, payload.data(), payload.size()));
+  rec.sequence = 9;
+  rec.world_size = 4;
+  std::string region = region_header_for(rec, kSlot, 1234);
+  region.replace(128, 64, region.substr(64, 64));  // slot 1's record
+  region.replace(64, 64, std::string(64, '\0'));
+  region.replace(264, 8, region.substr(256, 8));  // slot 1's save time
+  region.resize(kRegionHeader + 2 * kSlot, '\0');
+  region.replace(kRegionHeader + kSlot, payload.size(), payload);
+  std::ofstream(file, std::ios::binary) << region;
+}
+
+std::string bytes_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs `io` until `done` holds (at most 20 s).
+template <typename Done>
+bool run_until(boost::asio::io_context& io, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(20));
+    io.restart();
+  }
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "checkpoint persister: a committed slot goes to disk verbatim and comes back into a "
+    "region, and a copy that does not match its checksum is dropped",
+    "[checkpoint]") {
+  const fs::path base =
+      fs::temp_directory_path() / ("persister-test-" + std::to_string(::getpid()));
+  const fs::path regions = base / "regions", dir = base / "dir";
+  fs::remove_all(base);
+  fs::create_directories(regions);
+  std::string payload(10000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 + 3);
+  write_region(regions / "rank0", 5, payload);
+
+  boost::asio::io_context io;
+  std::vector<PersistReport> reports;
+  {
+    CheckpointPersister persister(io, regions, dir, 1,
+                                  [&reports](const PersistReport& r) { reports.push_back(r); });
+    persister.watch({{0, 3}});  // local rank 0 is global rank 3
+    REQUIRE(run_until(io, [&] { return !reports.empty(); }));
+    REQUIRE(reports[0].kind == PersistReport::Kind::kPersisted);
+    CHECK(reports[0].step == 5);
+    CHECK(reports[0].rank == 3);
+    CHECK(reports[0].bytes == payload.size());
+    const std::string file = bytes_of(dir / "step_5" / "rank_3.ddpckpt");
+    REQUIRE(file.size() == kRegionHeader + payload.size());
+    CHECK(file.substr(kRegionHeader) == payload);
+    const std::optional<RegionHeader> h = parse_region_header(file);
+    REQUIRE(h);
+    CHECK(h->slot_of(5) == 0);
+    CHECK(h->slots[0].world_size == 4);
+    CHECK(h->save_micros[0] == 1234);
+    CHECK(persister.steps_on_disk(3, 4) == std::vector<int64_t>{5});
+    CHECK(persister.steps_on_disk(3, 8).empty());  // another world size
+    CHECK(persister.steps_on_disk(2, 4).empty());  // another rank
+
+    // Read back into a region that is gone (a job started from nothing).
+    fs::remove(regions / "rank0");
+    bool restored = false, finished = false;
+    boost::asio::co_spawn(io, persister.restore(5, {{0, 3}}), [&](std::exception_ptr, bool ok) {
+      restored = ok;
+      finished = true;
+    });
+    REQUIRE(run_until(io, [&] { return finished; }));
+    CHECK(restored);
+    const std::string region = bytes_of(regions / "rank0");
+    const std::optional<RegionHeader> back = parse_region_header(region);
+    REQUIRE(back);
+    CHECK(back->slot_of(5) == 0);
+    CHECK(region.size() == kRegionHeader + 2 * back->slot_size);
+    CHECK(region.substr(kRegionHeader, payload.size()) == payload);
+
+    // A slot whose bytes do not sum to its checksum (the worker reused it during the copy) is
+    // dropped, nothing written; a step not on disk cannot be read back.
+    write_region(regions / "rank0", 6, payload, 42);
+    reports.clear();
+    persister.persist_newest();
+    REQUIRE(run_until(io, [&] { return !reports.empty(); }));
+    CHECK(reports[0].kind == PersistReport::Kind::kDropped);
+    CHECK(reports[0].detail == "the worker reused the slot during the copy");
+    CHECK_FALSE(fs::exists(dir / "step_6"));
+    finished = false;
+    boost::asio::co_spawn(io, persister.restore(7, {{0, 3}}), [&](std::exception_ptr, bool ok) {
+      restored = ok;
+      finished = true;
+    });
+    REQUIRE(run_until(io, [&] { return finished; }));
+    CHECK_FALSE(restored);
+    CHECK(reports.back().kind == PersistReport::Kind::kFailed);
+  }
+  fs::remove_all(base);
 }

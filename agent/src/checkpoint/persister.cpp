@@ -189,11 +189,13 @@ void CheckpointPersister::Shared::run() {
     r.local_rank = job.local_rank;
     r.rank = job.rank;
     r.step = job.step;
-    boost::asio::post(io, [self = shared_from_this(), r = std::move(r), done = std::move(job.done)] {
-      if (self->stop) return;
-      if (!r.detail.empty() || r.kind != PersistReport::Kind::kDropped) self->report(r);
-      if (done) done(r);
-    });
+    boost::asio::post(io,
+                      [self = shared_from_this(), r = std::move(r), done = std::move(job.done)] {
+                        if (self->stop) return;
+                        if (!r.detail.empty() || r.kind != PersistReport::Kind::kDropped)
+                          self->report(r);
+                        if (done) done(r);
+                      });
   }
 }
 
@@ -224,7 +226,8 @@ PersistReport CheckpointPersister::Shared::persist(const Job& job) const {
   } folder_if_empty{folder};
   Partial partial(tmp);
   const Fd out(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC));
-  const std::string header = region_header_for(rec, up(rec.size, kFileSlotRounding), h->save_micros[slot]);
+  const std::string header =
+      region_header_for(rec, up(rec.size, kFileSlotRounding), h->save_micros[slot]);
   write_all(out.fd, header.data(), header.size(), 0, tmp);
   const std::optional<uint64_t> sum =
       copy_summing(in.fd, kRegionHeader + slot * h->slot_size, out.fd, kRegionHeader, rec.size,
@@ -273,9 +276,10 @@ PersistReport CheckpointPersister::Shared::restore(const Job& job) const {
   const uint64_t length = kRegionHeader + 2 * h->slot_size;
   if (const int e = ::posix_fallocate(out.fd, 0, static_cast<off_t>(length)); e != 0) {
     errno = e;
-    fail(fmt::format("cannot make local rank {}'s region of {} bytes in {} (a container: enlarge "
-                     "its /dev/shm with --shm-size)",
-                     job.local_rank, length, regions.string()));
+    fail(
+        fmt::format("cannot make local rank {}'s region of {} bytes in {} (a container: enlarge "
+                    "its /dev/shm with --shm-size)",
+                    job.local_rank, length, regions.string()));
   }
   const std::string header = region_header_for(rec, h->slot_size, h->save_micros[0]);
   write_all(out.fd, header.data(), header.size(), 0, tmp);

@@ -75,7 +75,8 @@ class CheckpointPersister {
   std::vector<int64_t> steps_on_disk(int rank, uint64_t world_size) const;
   // Copies step `step`'s files back into the regions of `local_and_global` ranks, off the agent's
   // thread; false (and a kFailed report) if one could not be.
-  boost::asio::awaitable<bool> restore(int64_t step, std::vector<std::pair<int, int>> local_and_global);
+  boost::asio::awaitable<bool> restore(int64_t step,
+                                       std::vector<std::pair<int, int>> local_and_global);
 
  private:
   struct Job {

@@ -16,7 +16,9 @@ uint64_t u64_at(std::string_view s, size_t offset) {
   return v;
 }
 
-void put(std::string& s, size_t offset, uint64_t v) { std::memcpy(s.data() + offset, &v, sizeof v); }
+void put(std::string& s, size_t offset, uint64_t v) {
+  std::memcpy(s.data() + offset, &v, sizeof v);
+}
 
 }  // namespace
 
@@ -60,9 +62,10 @@ std::string region_header_for(const SlotRecord& r, uint64_t slot_size, uint64_t 
   std::string h(kRegionHeader, '\0');
   h.replace(0, kMagic.size(), kMagic);
   put(h, 8, slot_size);
-  const uint64_t fields[] = {r.state,    static_cast<uint64_t>(r.step), r.size,
-                             r.checksum, r.sequence,
-                             r.structure_size, r.metadata_size, r.world_size};
+  const uint64_t fields[] = {r.state,         static_cast<uint64_t>(r.step),
+                             r.size,          r.checksum,
+                             r.sequence,      r.structure_size,
+                             r.metadata_size, r.world_size};
   for (size_t i = 0; i < 8; ++i) put(h, kRecords + 8 * i, fields[i]);
   put(h, kSaveTimes, save_micros);
   return h;

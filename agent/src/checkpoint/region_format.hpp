@@ -9,7 +9,7 @@
 
 namespace ddprun::agent {
 
-inline constexpr size_t kRegionHeader = 4096;  // slot i's payload at 4096 + i * slot size
+inline constexpr size_t kRegionHeader = 4096;     // slot i's payload at 4096 + i * slot size
 inline constexpr size_t kRegionHeaderRead = 272;  // the bytes of the header that say anything
 
 struct SlotRecord {

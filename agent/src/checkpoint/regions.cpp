@@ -13,7 +13,6 @@
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 
-
 CheckpointRegions::CheckpointRegions(const std::string& run_id) {
   const char* base = std::getenv("DDPRUN_SHM_DIR");
   const fs::path dir = base != nullptr && *base != '\0' ? fs::path(base)
@@ -59,7 +58,9 @@ std::string CheckpointRegions::metrics(int nproc) const {
       static_cast<double>(bytes_held()));
   std::vector<std::optional<RegionHeader>> headers;
   for (int i = 0; i < nproc; ++i) headers.push_back(header(i));
-  const auto newest = [&headers](int i) { return headers[i] ? headers[i]->newest_committed() : -1; };
+  const auto newest = [&headers](int i) {
+    return headers[i] ? headers[i]->newest_committed() : -1;
+  };
   const auto label = [](int i) { return "local_rank=\"" + std::to_string(i) + "\""; };
   for (int i = 0; i < nproc; ++i) {
     out += store::prometheus_sample(
@@ -70,7 +71,8 @@ std::string CheckpointRegions::metrics(int nproc) const {
   for (int i = 0; i < nproc; ++i) {
     out += store::prometheus_sample(
         "ddprun_checkpoint_save_seconds", "gauge",
-        i == 0 ? "How long each local rank's newest in-memory save took, as the worker saw it." : "",
+        i == 0 ? "How long each local rank's newest in-memory save took, as the worker saw it."
+               : "",
         newest(i) < 0 ? 0.0 : static_cast<double>(headers[i]->save_micros[newest(i)]) / 1e6,
         label(i));
   }

@@ -1,8 +1,10 @@
 """A deterministic DDP job (gloo, a small MLP and Adam) that saves an in-memory checkpoint every step
 through ddprun.checkpoint and resumes from the one load() returns. Arguments: STEPS OUT_DIR; with
 $KILL_AT="RANK:STEP", that rank SIGKILLs itself just after saving that step in the first attempt.
-Rank 0 writes the final parameters to OUT_DIR/final.pt and each rank the step it resumed from to
-OUT_DIR/resumed.<attempt>.<rank>."""
+Rank 0 writes the final parameters to OUT_DIR/final.pt, with $SAVE_PARAMS each step's parameters to
+OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>.
+With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
+checkpoint.MemoryStorageWriter/MemoryStorageReader instead."""
 import os
 import signal
 import sys
@@ -22,10 +24,22 @@ def main():
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    step, state = checkpoint.load()
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
+    dcp_api = os.environ.get("CKPT_API") == "dcp"
+    if dcp_api:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        step = checkpoint.agreed_step()
+        if step is not None:
+            model_sd, optim_sd = get_state_dict(model, opt)
+            state = {"model": model_sd, "optim": optim_sd}
+            dcp.load(state, storage_reader=checkpoint.MemoryStorageReader())
+            set_state_dict(model, opt, model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+    else:
+        step, state = checkpoint.load()
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optim"])
     with open(os.path.join(out, f"resumed.{attempt}.{rank}"), "w") as f:
         f.write("none" if step is None else str(step))
     kill = os.environ.get("KILL_AT", "")
@@ -36,7 +50,14 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()})
+        if dcp_api:
+            model_sd, optim_sd = get_state_dict(model, opt)
+            dcp.save({"model": model_sd, "optim": optim_sd},
+                     storage_writer=checkpoint.MemoryStorageWriter(s))
+        else:
+            checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()})
+        if rank == 0 and os.environ.get("SAVE_PARAMS"):
+            torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
     if rank == 0:
