@@ -108,7 +108,8 @@ class NodeAgent {
         group_(io_, cfg.shutdown_timeout, containment_),
         events_(cfg.event_log, cfg.events_to_console ? STDERR_FILENO : -1, store::host_name(),
                 cfg.rdzv.run_id),
-        metrics_(cfg.rdzv.max_restarts) {
+        metrics_(cfg.rdzv.max_restarts),
+        checkpoint_status_(io_, rdzv_, checkpoints_) {
     add_node_environment();
     if (cfg.metrics_port) {
       events_.set_observer(
@@ -164,9 +165,20 @@ class NodeAgent {
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,          run_dir_,     rdzv_,           group_, signaled_,
-                           peer_stopped_, events_,      bindings_,       io_,    containment_,
-                           nvml.get(),    checkpoints_, persister_.get()};
+    const AgentParts parts{cfg_,
+                           run_dir_,
+                           rdzv_,
+                           group_,
+                           signaled_,
+                           peer_stopped_,
+                           events_,
+                           bindings_,
+                           io_,
+                           containment_,
+                           nvml.get(),
+                           checkpoints_,
+                           persister_.get(),
+                           checkpoint_status_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
@@ -184,6 +196,7 @@ class NodeAgent {
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
       persister_.reset();           // so would its poll; a copy under way ends at its next chunk
+      checkpoint_status_.stop();    // and its ticks
       group_.start_workers_from(nullptr, {});
       warm_.reset();  // so would its interpreter's exit watch
       control.close();
@@ -216,6 +229,9 @@ class NodeAgent {
         f["bytes"] = r.bytes;
         f["seconds"] = r.took.count();
         f["file"] = r.detail;
+        if (r.kind == PersistReport::Kind::kPersisted) {
+          checkpoint_status_.persisted(r.step, r.took.count());
+        }
         events_.record(r.kind == PersistReport::Kind::kPersisted ? "checkpoint_persisted"
                                                                  : "checkpoint_read_back",
                        std::move(f));
@@ -317,7 +333,8 @@ class NodeAgent {
   WorkerGroup group_;
   EventLog events_;
   AgentMetrics metrics_;
-  std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir; reports to events_
+  CheckpointStatus checkpoint_status_;              // for `ddprun status`
+  std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir; reports to both above
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
   std::unique_ptr<WarmInterpreter> warm_;

@@ -268,6 +268,7 @@ struct Run : AgentParts {
       std::vector<WorkerLaunch> launches =
           plan_round(cfg, attempt_dir, *round, *master, bindings, step);
       if (persister != nullptr) persister->watch(round_ranks(cfg, *round));
+      checkpoint_status.watch(round_ranks(cfg, *round));
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
       record_checkpoints_held(*round);

@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "checkpoint/checkpoint_status.hpp"
 #include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
 #include "ddprun/agent/agent.hpp"
@@ -37,6 +38,7 @@ struct AgentParts {
   const Nvml* nvml;  // null: no GPU to check
   const CheckpointRegions& checkpoints;
   CheckpointPersister* persister;  // --checkpoint_dir; null: none
+  CheckpointStatus& checkpoint_status;
 };
 
 // Runs the job on this node to its end; throws what the rendezvous throws (a launch error).

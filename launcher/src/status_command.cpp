@@ -1,9 +1,12 @@
 #include "status_command.hpp"
 
+#include <algorithm>
 #include <ctime>
 #include <iostream>
+#include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "ddprun/agent/failure_json.hpp"
@@ -59,7 +62,40 @@ nlohmann::json node_json(const rendezvous::NodeStatus& n) {
     j["ranks"] = {n.first_rank, n.last_rank};
   }
   j["since_ms"] = n.since_ms ? nlohmann::json(*n.since_ms) : nlohmann::json(nullptr);
+  const auto checkpoints = nlohmann::json::parse(n.checkpoints, nullptr, false);
+  j["checkpoints"] = checkpoints.is_object() ? checkpoints : nlohmann::json(nullptr);
   return j;
+}
+
+// A node's checkpoints in one line: each rank's newest step in memory (ranks at the same step
+// together) with the slowest save among them, the bytes held, the newest step persisted; "" when
+// its agent said nothing (a job without checkpoints, or an agent that has not saved yet).
+std::string checkpoints_line(const std::string& account) {
+  const auto a = nlohmann::json::parse(account, nullptr, false);
+  if (!a.is_object() || !a.contains("ranks") || !a["ranks"].is_array()) return "";
+  std::map<std::string, std::pair<std::vector<int>, double>> by_step;  // step -> ranks, save time
+  for (const auto& r : a["ranks"]) {
+    if (!r.is_object()) continue;
+    const std::string step = r.contains("step") && r["step"].is_number_integer()
+                                 ? std::to_string(r["step"].get<int64_t>())
+                                 : "none";
+    auto& [ranks, slowest] = by_step[step];
+    ranks.push_back(r.value("rank", -1));
+    slowest = std::max(slowest, r.value("save_seconds", 0.0));
+  }
+  std::vector<std::string> parts;
+  for (const auto& [step, v] : by_step) {
+    parts.push_back(fmt::format("step {} on rank{} {} (save {:.3f} s)", step,
+                                v.first.size() > 1 ? "s" : "", fmt::join(v.first, ","), v.second));
+  }
+  std::string line = fmt::format("checkpoints: {}; {:.1f} MiB in memory", fmt::join(parts, "; "),
+                                 a.value("bytes", 0.0) / (1 << 20));
+  if (a.contains("persisted") && a["persisted"].is_object()) {
+    line += fmt::format("; step {} persisted (copied in {:.2f} s)",
+                        a["persisted"].value("step", int64_t{-1}),
+                        a["persisted"].value("seconds", 0.0));
+  }
+  return line;
 }
 
 }  // namespace
@@ -116,6 +152,9 @@ std::string status_table(const rendezvous::JobStatus& s, const std::string& run_
       out += fmt::format("  {:<5} {:<24} {:>5}  {:<11} {}{}\n", n.node_rank, n.host, n.nproc,
                          fmt::format("{}-{}", n.first_rank, n.last_rank),
                          n.since_ms ? local_time(*n.since_ms) : "-", n.present ? "" : "  (gone)");
+      if (const std::string line = checkpoints_line(n.checkpoints); !line.empty()) {
+        out += fmt::format("        {}\n", line);
+      }
     }
   }
   for (const auto& n : s.spares) {

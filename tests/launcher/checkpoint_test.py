@@ -2,9 +2,9 @@
 saved and ends bit-identical to an uninterrupted run; a kill in the middle of a save leaves the
 step before it; a small /dev/shm and --checkpoint_memory_limit are clear errors at the first save;
 no region outlives its job, however the job ends; --checkpoint_dir persists checkpoints in the
-background and a job started again from nothing resumes from them; torch.distributed.checkpoint
-saves through MemoryStorageWriter restore from memory and persist in torch's own layout; a full
---checkpoint_dir costs training nothing. Real ddprun, real torch workers.
+background and a job started again from nothing resumes from them; `ddprun status` shows each
+rank's; torch.distributed.checkpoint saves through MemoryStorageWriter restore from memory and
+persist in torch's own layout; a full --checkpoint_dir costs training nothing. Real ddprun, real torch workers.
 
     checkpoint_test.py DDPRUN CASE [TRAIN_CPU]    (CASE: one of the functions named case_*)
 """
@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+from proc_util import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -236,6 +238,67 @@ def case_a_full_checkpoint_dir_costs_training_nothing():
     print(f"a full --checkpoint_dir: {len(failed)} copies failed with ENOSPC, logged, and the job "
           f"trained to its end; a --checkpoint_dir under a file and a zero span are clear errors: "
           f"passed")
+
+
+SAVE_AND_HOLD = r'''
+import os, sys, time, torch
+from ddprun import checkpoint
+rank = int(os.environ["RANK"])
+for step in range(4):
+    checkpoint.save(step, {"w": torch.full((1 << 18,), float(step + rank))})
+deadline = time.monotonic() + 120
+while not os.path.exists(os.path.join(sys.argv[1], "go")) and time.monotonic() < deadline:
+    time.sleep(0.05)
+'''
+
+
+def case_status_shows_each_ranks_checkpoints():
+    # Two nodes of one worker each (static rendezvous: node 0's agent holds the store).
+    out, ckpt = tempfile.mkdtemp(), tempfile.mkdtemp()
+    port = free_port()
+    logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
+    jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
+                              "--master_addr=127.0.0.1", f"--master_port={port}",
+                              f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=1",
+                              script(SAVE_AND_HOLD), out], stdout=subprocess.DEVNULL,
+                             stderr=logs[r], env={**os.environ, "PYTHON_EXEC": PY})
+            for r in (0, 1)]
+    try:
+        def status(*extra):
+            return subprocess.run([DDPRUN, "status", "--rdzv_backend=static",
+                                   f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=none", *extra],
+                                  capture_output=True, text=True, timeout=60)
+
+        def done(account):
+            return account and [x["step"] for x in account["ranks"]] == [3] and \
+                (account["persisted"] or {}).get("step") == 3
+        deadline, accounts = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            r = status("--json")
+            if r.returncode == 0:
+                accounts = [n["checkpoints"] for n in json.loads(r.stdout)["nodes"]]
+                if len(accounts) == 2 and all(map(done, accounts)):
+                    break
+            time.sleep(0.5)
+        assert len(accounts) == 2 and all(map(done, accounts)), \
+            (accounts, [open(x.name).read() for x in logs])
+        assert [a["ranks"][0]["rank"] for a in accounts] == [0, 1], accounts
+        assert all(a["ranks"][0]["save_seconds"] > 0 and a["bytes"] >= 2 * (1 << 20) and
+                   a["persisted"]["seconds"] > 0 for a in accounts), accounts
+        table = status().stdout
+        lines = [x.strip() for x in table.splitlines() if x.strip().startswith("checkpoints:")]
+        assert len(lines) == 2 and lines[1].startswith("checkpoints: step 3 on rank 1 (save ") and \
+            "step 3 persisted (copied in" in lines[1], table
+    finally:
+        open(os.path.join(out, "go"), "w").close()
+        for job in jobs:
+            job.wait(timeout=60)
+        for log in logs:
+            log.close()
+    assert [job.returncode for job in jobs] == [0, 0], [open(x.name).read() for x in logs]
+    assert not left_running(out)
+    print(f"ddprun status shows each node's ranks' newest step, its save time, the bytes held and "
+          f"the step persisted: '{lines[1]}': passed")
 
 INTO = r'''
 import os, sys, torch

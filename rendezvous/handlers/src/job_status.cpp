@@ -11,6 +11,7 @@
 
 #include "ddprun/job_store/job_store.hpp"
 #include "ddprun/rendezvous/job_records.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/store/errors.hpp"
 #include "job_keys.hpp"
 
@@ -55,6 +56,14 @@ std::optional<int> failure_report_restart(std::string_view key) {
   return to_int(std::string(rest.substr(0, slash)), -1);
 }
 
+// The node of a checkpoint account's key (exchange/job/<the topic>/<node>).
+std::optional<std::string> checkpoints_node(std::string_view key) {
+  const std::string prefix =
+      std::string(keys::kExchange) + Scope::job().text() + "/" + kCheckpointsTopic + "/";
+  if (!key.starts_with(prefix)) return std::nullopt;
+  return std::string(key.substr(prefix.size()));
+}
+
 }  // namespace
 
 JobStatus interpret_job_keys(Backend backend,
@@ -64,6 +73,7 @@ JobStatus interpret_job_keys(Backend backend,
   std::map<std::string, std::string> present;        // id -> record
   std::map<int, std::string> rounds;                 // elastic: round -> record
   std::map<int, std::vector<std::string>> failures;  // restart count / attempt -> records
+  std::map<std::string, std::string> checkpoints;    // id -> its checkpoint account
   int counter = -1;
   for (const auto& [key, value] : keys) {
     if (key.starts_with(keys::kNodes)) {
@@ -88,6 +98,8 @@ JobStatus interpret_job_keys(Backend backend,
       rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
     } else if (const auto restart = failure_report_restart(key)) {
       failures[*restart].push_back(value);
+    } else if (const auto node = checkpoints_node(key)) {
+      checkpoints[*node] = value;
     }
   }
   if (!failures.empty()) s.last_failures = failures.rbegin()->second;
@@ -123,6 +135,7 @@ JobStatus interpret_job_keys(Backend backend,
     n.first_rank = next_rank;
     n.last_rank = next_rank + n.nproc - 1;
     next_rank += n.nproc;
+    if (const auto c = checkpoints.find(n.id); c != checkpoints.end()) n.checkpoints = c->second;
     s.nodes.push_back(std::move(n));
   }
   s.world_size = next_rank;

@@ -18,6 +18,7 @@ struct NodeStatus {
   int first_rank = 0, last_rank = -1;  // its global ranks in the current round
   bool present = true;                 // its agent is in the job now (false: it left or died)
   std::optional<int64_t> since_ms;     // when its agent joined (wall clock)
+  std::string checkpoints;             // its agent's account of its checkpoints (JSON); "" none
 };
 
 struct JobStatus {

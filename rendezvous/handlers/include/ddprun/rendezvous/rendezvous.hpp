@@ -84,6 +84,9 @@ struct Flag {
 // The topic under which each node publishes its workers' failures, in the scope of its round's
 // restart count: `ddprun status` shows the last ones (job_status.hpp).
 inline constexpr const char* kFailureReportsTopic = "failures";
+// The topic, in the job's scope, of each node's account of its checkpoints (a JSON object the
+// agent writes), which `ddprun status` shows.
+inline constexpr const char* kCheckpointsTopic = "checkpoints";
 
 // Why next_round() returned nullopt.
 struct JobEnd {

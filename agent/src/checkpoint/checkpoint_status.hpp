@@ -1,0 +1,51 @@
+#pragma once
+// What `ddprun status` shows of a node's checkpoints: while the job runs, the agent publishes to
+// the job's exchange (topic kCheckpointsTopic, the job's scope), at most every few seconds and only
+// when it changed, each of its ranks' newest in-memory step and how long that save took, the bytes
+// its regions hold, and the newest step it persisted to --checkpoint_dir and how long that copy
+// took. Private to the agent.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "checkpoint/regions.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+
+namespace ddprun::agent {
+
+class CheckpointStatus {
+ public:
+  // `regions` outlives the status.
+  CheckpointStatus(boost::asio::io_context& io, std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                   const CheckpointRegions& regions);
+  // The round now running: these local ranks, as these global ranks. Starts publishing.
+  void watch(std::vector<std::pair<int, int>> local_and_global);
+  // Stops publishing (the job ended).
+  void stop();
+  // A rank's step was persisted, its copy taking `seconds`.
+  void persisted(int64_t step, double seconds);
+  // The account as published: {"bytes": B, "ranks": [{"rank", "local_rank", "step" (null: none),
+  // "save_seconds"}...], "persisted": null or {"step", "seconds"}}.
+  std::string account() const;
+
+ private:
+  void tick();
+
+  boost::asio::io_context& io_;
+  std::shared_ptr<rendezvous::Rendezvous> rdzv_;
+  const CheckpointRegions& regions_;
+  boost::asio::steady_timer timer_;
+  std::vector<std::pair<int, int>> ranks_;
+  std::optional<std::pair<int64_t, double>> persisted_;
+  std::string published_;
+  bool stopped_ = false;
+};
+
+}  // namespace ddprun::agent
