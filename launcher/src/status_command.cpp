@@ -67,6 +67,13 @@ nlohmann::json node_json(const rendezvous::NodeStatus& n) {
   return j;
 }
 
+// A duration as people read it: "0.4 ms", "120 ms", "2.31 s".
+std::string duration_text(double seconds) {
+  if (seconds < 0.01) return fmt::format("{:.1f} ms", seconds * 1e3);
+  if (seconds < 1) return fmt::format("{:.0f} ms", seconds * 1e3);
+  return fmt::format("{:.2f} s", seconds);
+}
+
 // A node's checkpoints in one line: each rank's newest step in memory (ranks at the same step
 // together) with the slowest save among them, the bytes held, the newest step persisted; "" when
 // its agent said nothing (a job without checkpoints, or an agent that has not saved yet).
@@ -85,15 +92,16 @@ std::string checkpoints_line(const std::string& account) {
   }
   std::vector<std::string> parts;
   for (const auto& [step, v] : by_step) {
-    parts.push_back(fmt::format("step {} on rank{} {} (save {:.3f} s)", step,
-                                v.first.size() > 1 ? "s" : "", fmt::join(v.first, ","), v.second));
+    parts.push_back(fmt::format("step {} on rank{} {} (save {})", step,
+                                v.first.size() > 1 ? "s" : "", fmt::join(v.first, ","),
+                                duration_text(v.second)));
   }
   std::string line = fmt::format("checkpoints: {}; {:.1f} MiB in memory", fmt::join(parts, "; "),
                                  a.value("bytes", 0.0) / (1 << 20));
   if (a.contains("persisted") && a["persisted"].is_object()) {
-    line += fmt::format("; step {} persisted (copied in {:.2f} s)",
+    line += fmt::format("; step {} persisted (copied in {})",
                         a["persisted"].value("step", int64_t{-1}),
-                        a["persisted"].value("seconds", 0.0));
+                        duration_text(a["persisted"].value("seconds", 0.0)));
   }
   return line;
 }
