@@ -178,7 +178,10 @@ class MemoryStorageWriter(StorageWriter):
         data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
                                 count=max(data_end - data_start, 1))
         in_final_plan = {item.index for item in plan.items}
-        for item, value, blob in items:
+        # Each item's tile summed just after it is written, while it is in the cache.
+        checksum = _ckpt._checksum(m, base, data_start)
+        ends = [places[item.index][0] for item, _, _ in items[1:]] + [data_end - data_start]
+        for (item, value, blob), end in zip(items, ends):
             at = places[item.index][0]
             head_at = base + data_start + at
             m[head_at:head_at + len(blob.head)] = blob.head
@@ -186,14 +189,15 @@ class MemoryStorageWriter(StorageWriter):
                 _ckpt._copy_tensor(data, at + blob.data_at, value)
             tail_at = head_at + blob.data_at + blob.nbytes
             m[tail_at:tail_at + len(blob.tail)] = blob.tail
+            checksum += _ckpt._checksum(m, head_at, end - at)
             if item.index in in_final_plan:
                 results.append(WriteResult(
                     index=item.index, size_in_bytes=blob.length,
                     storage_data=_StorageInfo(_file_name(), _ckpt.HEADER + data_start + at,
                                               blob.length)))
-        self._save, self._sizes = save, (data_end, len(meta))
+        self._save, self._sizes = save, (data_end, len(meta), checksum)
         if not self.is_coordinator:
-            save.commit(data_end, len(meta))
+            save.commit(data_end, len(meta), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
         fut = Future()
         fut.set_result(results)
         return fut
@@ -206,7 +210,7 @@ class MemoryStorageWriter(StorageWriter):
             storage.update({r.index: r.storage_data for r in per_rank})
         metadata.storage_data = storage
         blob = pickle.dumps(metadata, protocol=4)
-        data_end, meta_size = self._sizes
+        data_end, meta_size, checksum = self._sizes
         size = data_end + _ckpt._up(len(blob), 8)
         if size > self._save.region.slot_size:
             raise _ckpt.CheckpointError(
@@ -214,7 +218,8 @@ class MemoryStorageWriter(StorageWriter):
                 f"kept for it in the coordinator's slot")
         m, base = self._save.map, self._save.base
         m[base + data_end:base + size] = blob + bytes(size - data_end - len(blob))
-        self._save.commit(size, meta_size, len(blob))
+        checksum += _ckpt._checksum(m, base + data_end, size - data_end)
+        self._save.commit(size, meta_size, len(blob), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
 
     def storage_meta(self):
         return None

@@ -217,6 +217,9 @@ def _unflatten(state, tensors):
 
 
 def _checksum(m, start, size):
+    """The wrapping sum of the 8-byte words of `size` bytes (a multiple of 8) at `start` of `m`."""
+    if size == 0:
+        return 0
     import torch
     words = torch.frombuffer(m, dtype=torch.int64, offset=start, count=size // 8)
     return int(words.sum().item()) & 0xFFFFFFFFFFFFFFFF
@@ -237,9 +240,12 @@ class _Save:
         self.map = self.region.map
         _RECORD.pack_into(self.map, _record_offset(self.slot), _WRITING, step, 0, 0, 0, 0, 0, 0)
 
-    def commit(self, size, structure_size, metadata_size=0):
+    def commit(self, size, structure_size, metadata_size=0, checksum=None):
+        """Commits the slot's first `size` bytes; `checksum`: theirs, where the caller summed them
+        as it wrote them (while they were in the cache), else summed here."""
         m, at = self.map, _record_offset(self.slot)
-        checksum = _checksum(m, self.base, size)
+        if checksum is None:
+            checksum = _checksum(m, self.base, size)
         _RECORD.pack_into(m, at, _WRITING, self.step, size, checksum, self.sequence, structure_size,
                           metadata_size, int(os.environ.get("WORLD_SIZE", "1")))
         struct.pack_into("<Q", m, _SAVE_TIME + 8 * self.slot,
@@ -296,10 +302,15 @@ def save(step, state):
         m[base + len(meta):base + data_start] = bytes(data_start - len(meta))
     data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
                             count=max(payload - data_start, 1))
-    for t, p in zip(tensors, places):
+    # Each tensor's tile (its bytes and the padding to the next) summed just after it is copied,
+    # while it is in the cache: no second pass over the slot.
+    checksum = _checksum(m, base, data_start)
+    ends = [p.offset for p in places[1:]] + [payload - data_start]
+    for t, p, end in zip(tensors, places, ends):
         if p.nbytes:
             _copy_tensor(data, p.offset, t)
-    save.commit(payload, len(meta))
+        checksum += _checksum(m, base + data_start + p.offset, end - p.offset)
+    save.commit(payload, len(meta), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
 
 
 def agreed_step():
