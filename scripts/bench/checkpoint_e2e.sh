@@ -5,8 +5,8 @@
 #   ddprun:   ddprun --preload=auto, ddprun.checkpoint.save every step, max_restarts 1
 #   torchrun: torch 2.14's torchrun, rank 0 torch.save()s every K steps (K chosen from a calibration
 #             run so that saving costs 5% of the step time), max_restarts 1
-# For each: the steps redone and the time from the kill until the job has done the killed step
-# again; and the job's speed with a save every step against none (target: at least 90%). The last
+# For each: the steps redone and the time from the kill until the job is back where it was (the
+# killed step done again, or training the step after it); and the job's speed with a save every step against none (target: at least 90%). The last
 # line gives the ratios (targets: at most one step redone, at least 10x sooner than torchrun).
 #   scripts/bench/checkpoint_e2e.sh    (STEPS_SPEED=12; SEED for the kill step)
 set -euo pipefail
@@ -66,10 +66,12 @@ def step_time(run):
     return statistics.median(b - a for a, b in zip(times[1:], times[2:]))  # past the first
 def recovery(run):
     killed = float(open(os.path.join(work, run, "killed")).read())
-    resumed = int(open(os.path.join(work, run, "resumed.1")).read())
-    # Back where it failed: attempt 1 has done the killed step (or one past it, when the kill
-    # came after the save of the killed step: then nothing is redone and one new step counted).
-    back = [t for t, s, a in steps(run) if a == "1" and s >= kill][0]
+    resumed, resumed_at = open(os.path.join(work, run, "resumed.1")).read().split()
+    resumed = int(resumed)
+    # Back where it failed: attempt 1 has done the killed step again, or, when it resumed past it
+    # (the kill came after the killed step's save), is about to train the step after it.
+    back = float(resumed_at) if resumed > kill else \
+        [t for t, s, a in steps(run) if a == "1" and s == kill][0]
     return kill + 1 - resumed, back - killed
 print(f"## DDP, 2 ranks, about 1 GiB of state per rank, torch 2.14, rank 1 SIGKILLed after step {kill}")
 print(f"calibration: a step {cal['step']:.2f} s, torch.save of rank 0's state {cal['torch_save']:.2f} s "
@@ -80,16 +82,16 @@ print(f"step time without checkpoints {none:.3f} s, with a ddprun save every ste
 tries, restarted = map(int, open(os.path.join(work, "torchrun_tries")).read().split())
 rows = {run: recovery(run) for run in ("ddprun", "torchrun")[:2 if restarted else 1]}
 for run, (redone, seconds) in rows.items():
-    print(f"{run:9} steps redone {redone:3}  from the kill to the killed step done again {seconds:7.2f} s")
+    print(f"{run:9} steps redone {redone:3}  from the kill until back where it was {seconds:7.2f} s")
 if not restarted:
-    print(f"checkpoint e2e: ddprun redid {rows['ddprun'][0]} step(s) and was back at the killed "
-          f"step {rows['ddprun'][1]:.2f} s after the kill; torchrun's restart failed in all {tries} "
+    print(f"checkpoint e2e: ddprun redid {rows['ddprun'][0]} step(s) and was back where it was "
+          f"{rows['ddprun'][1]:.2f} s after the kill; torchrun's restart failed in all {tries} "
           f"tries: no ratio")
     sys.exit(0)
 if tries > 1:
     print(f"(torchrun's restart failed in {tries - 1} of {tries} tries here; the figure is the run that got through)")
 ratio = rows["torchrun"][1] / rows["ddprun"][1]
 print(f"checkpoint e2e: ddprun redid {rows['ddprun'][0]} step(s) (target at most 1) against "
-      f"torchrun's {rows['torchrun'][0]}, and was back at the killed step {ratio:.1f}x sooner "
+      f"torchrun's {rows['torchrun'][0]}, and was back where it was {ratio:.1f}x sooner "
       f"(target 10x); saving every step kept {none / every * 100:.1f}% of the speed (target 90%)")
 PY

@@ -8,7 +8,8 @@ take about 1 GiB per rank (five 4096x4096 layers and their moments). Arguments: 
   calibrate  times a step and a torch.save of the state, to OUT/calibration (JSON)
 With KILL_AT, rank 1 SIGKILLs itself once step KILL_AT is done in the first attempt, writing the
 time to OUT/killed first. Rank 0 appends "<wall time> <step> <attempt>" to OUT/steps once each step
-is done, and writes the step it resumed from to OUT/resumed.<attempt>."""
+is done, and writes "<step it resumes from> <wall time>" to OUT/resumed.<attempt> once its state
+is loaded and it is about to train."""
 import json
 import os
 import signal
@@ -56,7 +57,7 @@ elif mode == "torchsave" and os.path.exists(ckpt):
     start = state["step"] + 1
 if rank == 0:
     with open(os.path.join(out, f"resumed.{attempt}"), "w") as f:
-        f.write(str(start))
+        f.write(f"{start} {time.time()}")
 
 if mode == "calibrate":
     times = []

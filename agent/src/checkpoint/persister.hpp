@@ -29,21 +29,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "checkpoint/region_format.hpp"
+#include "checkpoint/slot_copy.hpp"
 
 namespace ddprun::agent {
-
-// One rank's copy, done or not.
-struct PersistReport {
-  enum class Kind { kPersisted, kDropped, kFailed, kRestored };
-  Kind kind = Kind::kPersisted;
-  int local_rank = 0;
-  int rank = 0;
-  int64_t step = 0;
-  uint64_t bytes = 0;
-  std::chrono::duration<double> took{0};
-  std::string detail;  // kDropped, kFailed: why; kPersisted, kRestored: the file
-};
 
 // Which step to persist next from what each local rank holds (each rank's committed steps), after
 // `last` (none: nothing persisted yet): the oldest step every rank holds whose span of `every`

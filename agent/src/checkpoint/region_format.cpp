@@ -58,6 +58,15 @@ int RegionHeader::slot_of(int64_t step) const {
   return -1;
 }
 
+std::vector<int64_t> RegionHeader::committed_steps() const {
+  std::vector<int64_t> out;
+  const int newest = newest_committed();
+  if (newest < 0) return out;
+  if (slots[1 - newest].state == SlotRecord::kCommitted) out.push_back(slots[1 - newest].step);
+  out.push_back(slots[newest].step);
+  return out;
+}
+
 std::string region_header_for(const SlotRecord& r, uint64_t slot_size, uint64_t save_micros) {
   std::string h(kRegionHeader, '\0');
   h.replace(0, kMagic.size(), kMagic);

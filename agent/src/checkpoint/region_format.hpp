@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddprun::agent {
 
@@ -33,6 +34,8 @@ struct RegionHeader {
   int newest_committed() const;
   // The committed slot holding `step`; -1: none.
   int slot_of(int64_t step) const;
+  // The steps committed, oldest first (none, one or two).
+  std::vector<int64_t> committed_steps() const;
 };
 
 // The header in `bytes` (its first kRegionHeaderRead bytes or more); nullopt: not a region.

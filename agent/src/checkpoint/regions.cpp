@@ -1,13 +1,11 @@
 #include "checkpoint/regions.hpp"
 
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 #include <utility>
 
+#include "checkpoint/slot_copy.hpp"
 #include "ddprun/store/metrics_server.hpp"
 
 namespace ddprun::agent {
@@ -32,23 +30,12 @@ CheckpointRegions::~CheckpointRegions() {
 }
 
 std::vector<int64_t> CheckpointRegions::committed_steps(const std::string& header) {
-  std::vector<int64_t> out;
   const std::optional<RegionHeader> h = parse_region_header(header);
-  if (!h) return out;
-  const int newest = h->newest_committed();
-  const int other = 1 - newest;
-  if (newest >= 0 && h->slots[other].state == SlotRecord::kCommitted) {
-    out.push_back(h->slots[other].step);
-  }
-  if (newest >= 0) out.push_back(h->slots[newest].step);
-  return out;
+  return h ? h->committed_steps() : std::vector<int64_t>{};
 }
 
 std::optional<RegionHeader> CheckpointRegions::header(int local_rank) const {
-  std::ifstream in(fs::path(path_) / ("rank" + std::to_string(local_rank)), std::ios::binary);
-  std::string bytes(kRegionHeaderRead, '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return std::nullopt;
-  return parse_region_header(bytes);
+  return read_region_header(fs::path(path_) / ("rank" + std::to_string(local_rank)));
 }
 
 std::string CheckpointRegions::metrics(int nproc) const {
@@ -89,10 +76,8 @@ uint64_t CheckpointRegions::bytes_held() const {
 }
 
 std::vector<int64_t> CheckpointRegions::steps_held(int local_rank) const {
-  std::ifstream in(fs::path(path_) / ("rank" + std::to_string(local_rank)), std::ios::binary);
-  std::string bytes(kRegionHeaderRead, '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return {};
-  return committed_steps(bytes);
+  const std::optional<RegionHeader> h = header(local_rank);
+  return h ? h->committed_steps() : std::vector<int64_t>{};
 }
 
 }  // namespace ddprun::agent

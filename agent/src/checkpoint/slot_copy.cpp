@@ -1,0 +1,223 @@
+#include "checkpoint/slot_copy.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kChunk = 8 << 20;
+constexpr uint64_t kFileSlotRounding = 1 << 20;
+
+uint64_t up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+// A file removed on scope exit unless kept.
+struct Partial {
+  fs::path path;
+  bool kept = false;
+  explicit Partial(fs::path p) : path(std::move(p)) {}
+  ~Partial() {
+    std::error_code ignored;
+    if (!kept) fs::remove(path, ignored);
+  }
+  Partial(const Partial&) = delete;
+  Partial& operator=(const Partial&) = delete;
+};
+
+// A file descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+int open_or_fail(const fs::path& p, int flags) {
+  const int fd = ::open(p.c_str(), flags | O_CLOEXEC, 0600);
+  if (fd < 0) fail("cannot open " + p.string());
+  return fd;
+}
+
+void read_all(int fd, char* p, size_t n, uint64_t at, const fs::path& name) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = EIO;
+      fail("cannot read " + name.string());
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+    at += static_cast<uint64_t>(got);
+  }
+}
+
+void write_all(int fd, const char* p, size_t n, uint64_t at, const fs::path& name) {
+  while (n > 0) {
+    const ssize_t put = ::pwrite(fd, p, n, static_cast<off_t>(at));
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) fail("cannot write " + name.string());
+    p += put;
+    n -= static_cast<size_t>(put);
+    at += static_cast<uint64_t>(put);
+  }
+}
+
+std::optional<RegionHeader> read_header(int fd, const fs::path& name) {
+  std::string bytes(kRegionHeaderRead, '\0');
+  read_all(fd, bytes.data(), bytes.size(), 0, name);
+  return parse_region_header(bytes);
+}
+
+// Copies `size` bytes from `in` at `from` to `out` at `to`, returning their word sum; stops early
+// (nullopt) once `stop` is set.
+std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to, uint64_t size,
+                                     const fs::path& in_name, const fs::path& out_name,
+                                     const std::atomic<bool>& stop) {
+  std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
+  uint64_t sum = 0;
+  for (uint64_t done = 0; done < size; done += buffer.size()) {
+    if (stop) return std::nullopt;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
+    read_all(in, buffer.data(), n, from + done, in_name);
+    sum = add_words(sum, buffer.data(), n);
+    write_all(out, buffer.data(), n, to + done, out_name);
+    if (n < buffer.size()) break;
+  }
+  return sum;
+}
+
+void sync_and_rename(int fd, const fs::path& from, const fs::path& to) {
+  if (::fdatasync(fd) != 0) fail("cannot write " + from.string());
+  fs::rename(from, to);
+}
+
+}  // namespace
+
+std::optional<RegionHeader> read_region_header(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string bytes(kRegionHeaderRead, '\0');
+  const ssize_t got = ::pread(fd, bytes.data(), bytes.size(), 0);
+  ::close(fd);
+  bytes.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return parse_region_header(bytes);
+}
+
+PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step,
+                           const fs::path& dir, int rank, const std::atomic<bool>& stop) {
+  const auto started = std::chrono::steady_clock::now();
+  PersistReport r;
+  const fs::path region = regions / fmt::format("rank{}", local_rank);
+  const Fd in(open_or_fail(region, O_RDONLY));
+  const std::optional<RegionHeader> h = read_header(in.fd, region);
+  const int slot = h ? h->slot_of(step) : -1;
+  r.kind = PersistReport::Kind::kDropped;
+  if (slot < 0) {
+    r.detail = "the worker saved twice more before the copy began";
+    return r;
+  }
+  const SlotRecord rec = h->slots[slot];
+  const fs::path folder = dir / fmt::format("step_{}", step);
+  const fs::path file = folder / fmt::format("rank_{}.ddpckpt", rank);
+  if (fs::exists(file)) return r;  // persisted before (a failure's copy of a step already there)
+  fs::create_directories(folder);
+  const fs::path tmp = folder / fmt::format(".rank_{}.ddpckpt.tmp", rank);
+  const struct FolderIfEmpty {  // a step folder that ends up empty goes (after the partial file)
+    const fs::path& path;
+    ~FolderIfEmpty() {
+      std::error_code ignored;
+      if (fs::is_empty(path, ignored)) fs::remove(path, ignored);
+    }
+  } folder_if_empty{folder};
+  Partial partial(tmp);
+  const Fd out(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC));
+  const std::string header =
+      region_header_for(rec, up(rec.size, kFileSlotRounding), h->save_micros[slot]);
+  write_all(out.fd, header.data(), header.size(), 0, tmp);
+  const std::optional<uint64_t> sum =
+      copy_summing(in.fd, kRegionHeader + slot * h->slot_size, out.fd, kRegionHeader, rec.size,
+                   region, tmp, stop);
+  const std::optional<RegionHeader> after = read_header(in.fd, region);
+  if (!sum || *sum != rec.checksum || !after || after->slot_of(step) != slot ||
+      after->slots[slot].sequence != rec.sequence) {
+    r.detail = sum ? "the worker reused the slot during the copy" : "the agent is stopping";
+    return r;
+  }
+  if (rec.metadata_size > 0) {  // a torch.distributed.checkpoint save's job metadata
+    std::string metadata(rec.metadata_size, '\0');
+    read_all(out.fd, metadata.data(), metadata.size(),
+             kRegionHeader + rec.size - up(rec.metadata_size, 8), tmp);
+    const fs::path meta_tmp = folder / ".metadata.tmp";
+    Partial meta_partial(meta_tmp);
+    const Fd meta(open_or_fail(meta_tmp, O_WRONLY | O_CREAT | O_TRUNC));
+    write_all(meta.fd, metadata.data(), metadata.size(), 0, meta_tmp);
+    sync_and_rename(meta.fd, meta_tmp, folder / ".metadata");
+    meta_partial.kept = true;
+  }
+  sync_and_rename(out.fd, tmp, file);
+  partial.kept = true;
+  r.kind = PersistReport::Kind::kPersisted;
+  r.bytes = rec.size;
+  r.detail = file.string();
+  r.took = std::chrono::steady_clock::now() - started;
+  return r;
+}
+
+PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::path& regions,
+                        int local_rank, const std::atomic<bool>& stop) {
+  const auto started = std::chrono::steady_clock::now();
+  const fs::path file = dir / fmt::format("step_{}", step) / fmt::format("rank_{}.ddpckpt", rank);
+  const Fd in(open_or_fail(file, O_RDONLY));
+  const std::optional<RegionHeader> h = read_header(in.fd, file);
+  if (!h || h->slot_of(step) != 0 || h->slot_size < h->slots[0].size) {
+    errno = EINVAL;
+    fail(file.string() + " is not a persisted checkpoint of step " + std::to_string(step));
+  }
+  const SlotRecord& rec = h->slots[0];
+  const fs::path region = regions / fmt::format("rank{}", local_rank);
+  const fs::path tmp = regions / fmt::format("rank{}.restore", local_rank);
+  Partial partial(tmp);
+  const Fd out(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC));
+  const uint64_t length = kRegionHeader + 2 * h->slot_size;
+  if (const int e = ::posix_fallocate(out.fd, 0, static_cast<off_t>(length)); e != 0) {
+    errno = e;
+    fail(
+        fmt::format("cannot make local rank {}'s region of {} bytes in {} (a container: enlarge "
+                    "its /dev/shm with --shm-size)",
+                    local_rank, length, regions.string()));
+  }
+  const std::string header = region_header_for(rec, h->slot_size, h->save_micros[0]);
+  write_all(out.fd, header.data(), header.size(), 0, tmp);
+  const std::optional<uint64_t> sum =
+      copy_summing(in.fd, kRegionHeader, out.fd, kRegionHeader, rec.size, file, tmp, stop);
+  if (!sum || *sum != rec.checksum) {
+    errno = EIO;
+    fail(sum ? file.string() + " fails its checksum" : "the agent is stopping");
+  }
+  fs::rename(tmp, region);
+  partial.kept = true;
+  PersistReport r;
+  r.kind = PersistReport::Kind::kRestored;
+  r.bytes = rec.size;
+  r.detail = file.string();
+  r.took = std::chrono::steady_clock::now() - started;
+  return r;
+}
+
+}  // namespace ddprun::agent

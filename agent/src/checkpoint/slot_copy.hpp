@@ -1,0 +1,48 @@
+#pragma once
+// Copying one committed slot of a worker's region to --checkpoint_dir and back: the I/O of the
+// persister (persister.hpp), every byte summed on its way and checked against the slot's
+// checksum; what is written goes under a temporary name, synced, and renamed once complete.
+// Private to the agent.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "checkpoint/region_format.hpp"
+
+namespace ddprun::agent {
+
+// One rank's copy, done or not.
+struct PersistReport {
+  enum class Kind { kPersisted, kDropped, kFailed, kRestored };
+  Kind kind = Kind::kPersisted;
+  int local_rank = 0;
+  int rank = 0;
+  int64_t step = 0;
+  uint64_t bytes = 0;
+  std::chrono::duration<double> took{0};
+  std::string detail;  // kDropped, kFailed: why; kPersisted, kRestored: the file
+};
+
+// The header of a region or persisted file; nullopt where there is none or it is not one.
+std::optional<RegionHeader> read_region_header(const std::filesystem::path& file);
+
+// Copies step `step` of local rank `local_rank`'s region in `regions` to
+// `dir`/step_<step>/rank_<rank>.ddpckpt (and, for a torch.distributed.checkpoint save's
+// coordinator, `dir`/step_<step>/.metadata). kDropped when the slot was reused before or during the
+// copy, or `stop` was set (detail empty: the file was already there); kPersisted. Throws
+// std::system_error (a write failed, the disk is full).
+PersistReport copy_to_disk(const std::filesystem::path& regions, int local_rank, int64_t step,
+                           const std::filesystem::path& dir, int rank,
+                           const std::atomic<bool>& stop);
+
+// Copies `dir`/step_<step>/rank_<rank>.ddpckpt back into local rank `local_rank`'s region in
+// `regions` (made anew, reserved and checked): kRestored. Throws std::system_error when it cannot
+// (no such file, not a checkpoint of that step, a checksum that does not match, /dev/shm full).
+PersistReport read_back(const std::filesystem::path& dir, int64_t step, int rank,
+                        const std::filesystem::path& regions, int local_rank,
+                        const std::atomic<bool>& stop);
+
+}  // namespace ddprun::agent
