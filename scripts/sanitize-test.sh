@@ -14,7 +14,7 @@ trap 'rm -rf "$reports"' EXIT
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
   -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
-  rendezvous_exchange_test \
+  rendezvous_exchange_test checkpoint_regions_test \
   store_session_test store_tls_test
 
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"
@@ -22,7 +22,7 @@ export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
 cd "$build"
 status=0
 ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across|training_job' \
-  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^(rendezvous|session|tls): ' ||
+  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^(rendezvous|session|tls): |^checkpoint (regions|agreement|persister): |^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)$' ||
   status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
