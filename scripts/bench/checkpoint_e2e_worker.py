@@ -2,7 +2,7 @@
 take about 1 GiB per rank (five 4096x4096 layers and their moments). Arguments: MODE STEPS OUT
 [K KILL_AT]:
   none       no checkpoints (the job's own speed)
-  ddprun     ddprun.checkpoint.save every step, load(into=) at the start (run under ddprun)
+  ddprun     ddprun.checkpoint.save every step, load() at the start (run under ddprun)
   torchsave  rank 0 torch.save()s model and optimizer to OUT/ckpt.pt every K steps, every rank
              torch.load()s it at the start (run under torchrun)
   calibrate  times a step and a torch.save of the state, to OUT/calibration (JSON)
@@ -40,14 +40,13 @@ def train_step(step):
     opt.step()
 
 
-train_step(-1)  # Adam's moments exist from here on: the state is whole
 start = 0
 ckpt = os.path.join(out, "ckpt.pt")
 if mode == "ddprun":
     from ddprun import checkpoint
-    into = {"model": model.state_dict(), "optim": opt.state_dict()}
-    step, state = checkpoint.load(into=into)
+    step, state = checkpoint.load()
     if state is not None:
+        model.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
         start = step + 1
 elif mode == "torchsave" and os.path.exists(ckpt):
@@ -60,6 +59,7 @@ if rank == 0:
         f.write(f"{start} {time.time()}")
 
 if mode == "calibrate":
+    train_step(-1)  # Adam's moments exist from here on: the state is whole
     times = []
     for step in range(3):
         began = time.perf_counter()

@@ -90,6 +90,10 @@ void CheckpointPersister::Shared::run() {
     r.local_rank = job.local_rank;
     r.rank = job.rank;
     r.step = job.step;
+    // Under the lock: once the persister has set `stop`, the io_context may be gone, and a copy
+    // that outlived it (a write stuck in the kernel) must not touch it.
+    const std::lock_guard lock(mutex);
+    if (stop) return;
     boost::asio::post(io,
                       [self = shared_from_this(), r = std::move(r), done = std::move(job.done)] {
                         if (self->stop) return;

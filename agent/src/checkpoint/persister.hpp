@@ -7,11 +7,11 @@
 // Which steps: the first step every local rank holds in each span of `every` steps (steps 0 to
 // every-1, every to 2*every-1, ...): with a save every step and every = N, every Nth save, and
 // the same steps on every node as long as each node's disk keeps up. When workers fail, the
-// newest step every local rank holds, whatever its span. A copy is checked against the slot's
-// checksum and sequence after it is written: a slot reused meanwhile (the worker saved twice
-// more) is dropped, never written torn. A torch.distributed.checkpoint save's coordinator slot
-// also gives the folder its .metadata, so that DIR/step_<N> loads with torch's FileSystemReader.
-// A full disk or a failing write is reported, never thrown.
+// newest step every local rank holds, whatever its span. A copy is staged in memory first and
+// checked against the slot's checksum and sequence (slot_copy.hpp): a slot reused meanwhile (the
+// worker saved twice more) is dropped, never written torn. A torch.distributed.checkpoint save's
+// coordinator slot also gives the folder its .metadata, so that DIR/step_<N> loads with torch's
+// FileSystemReader. A full disk or a failing write is reported, never thrown.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
 #include <system_error>
 #include <utility>
 
@@ -102,6 +103,16 @@ std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to
   return sum;
 }
 
+// `size` bytes of `in` at `from` copied into a new file `staged` (its room reserved first); null
+// when there is no room for it, or `stop` was set. The caller checks the bytes against the slot.
+std::unique_ptr<Fd> stage_slot(int in, const fs::path& in_name, uint64_t from, uint64_t size,
+                               const fs::path& staged, const std::atomic<bool>& stop) {
+  auto fd = std::make_unique<Fd>(open_or_fail(staged, O_RDWR | O_CREAT | O_TRUNC));
+  if (size > 0 && ::posix_fallocate(fd->fd, 0, static_cast<off_t>(size)) != 0) return nullptr;
+  if (!copy_summing(in, from, fd->fd, 0, size, in_name, staged, stop)) return nullptr;
+  return fd;
+}
+
 void sync_and_rename(int fd, const fs::path& from, const fs::path& to) {
   if (::fdatasync(fd) != 0) fail("cannot write " + from.string());
   fs::rename(from, to);
@@ -145,17 +156,30 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
       if (fs::is_empty(path, ignored)) fs::remove(path, ignored);
     }
   } folder_if_empty{folder};
+  const auto slot_unchanged = [&] {
+    const std::optional<RegionHeader> now = read_header(in.fd, region);
+    return now && now->slot_of(step) == slot && now->slots[slot].sequence == rec.sequence;
+  };
+  // First into memory beside the regions, at memory speed (the worker may save again soon, and a
+  // slot it reuses is lost to the copy), checked; then from there to the disk at its own pace. No
+  // room in memory for it: straight from the slot, checked after.
+  const uint64_t slot_at = kRegionHeader + static_cast<uint64_t>(slot) * h->slot_size;
+  const fs::path staged = regions / fmt::format(".persist.rank{}", local_rank);
+  Partial staging(staged);
+  std::unique_ptr<Fd> stage = stage_slot(in.fd, region, slot_at, rec.size, staged, stop);
+  if (stage && !slot_unchanged()) {
+    r.detail = "the worker reused the slot during the copy";
+    return r;
+  }
   Partial partial(tmp);
   const Fd out(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC));
   const std::string header =
       region_header_for(rec, up(rec.size, kFileSlotRounding), h->save_micros[slot]);
   write_all(out.fd, header.data(), header.size(), 0, tmp);
   const std::optional<uint64_t> sum =
-      copy_summing(in.fd, kRegionHeader + slot * h->slot_size, out.fd, kRegionHeader, rec.size,
-                   region, tmp, stop);
-  const std::optional<RegionHeader> after = read_header(in.fd, region);
-  if (!sum || *sum != rec.checksum || !after || after->slot_of(step) != slot ||
-      after->slots[slot].sequence != rec.sequence) {
+      stage ? copy_summing(stage->fd, 0, out.fd, kRegionHeader, rec.size, staged, tmp, stop)
+            : copy_summing(in.fd, slot_at, out.fd, kRegionHeader, rec.size, region, tmp, stop);
+  if (!sum || *sum != rec.checksum || (!stage && !slot_unchanged())) {
     r.detail = sum ? "the worker reused the slot during the copy" : "the agent is stopping";
     return r;
   }

@@ -1,7 +1,9 @@
 #pragma once
 // Copying one committed slot of a worker's region to --checkpoint_dir and back: the I/O of the
 // persister (persister.hpp), every byte summed on its way and checked against the slot's
-// checksum; what is written goes under a temporary name, synced, and renamed once complete.
+// checksum; what is written goes under a temporary name, synced, and renamed once complete. To
+// disk, the slot is staged first in a file beside the regions (".persist.rank<L>", at memory
+// speed), so that the worker's next saves do not race a slow disk.
 // Private to the agent.
 #include <atomic>
 #include <chrono>

@@ -128,11 +128,12 @@ def _region_path(folder):
 
 
 def _held_elsewhere(folder, own):
-    """Bytes the other local ranks' regions hold."""
+    """Bytes the other local ranks' regions hold (not the agent's copy of a slot it is persisting,
+    a dot file)."""
     total = 0
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
-        if path != own:
+        if path != own and not name.startswith("."):
             try:
                 st = os.stat(path)
             except FileNotFoundError:
