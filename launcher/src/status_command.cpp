@@ -99,9 +99,9 @@ std::string checkpoints_line(const std::string& account) {
   std::string line = fmt::format("checkpoints: {}; {:.1f} MiB in memory", fmt::join(parts, "; "),
                                  a.value("bytes", 0.0) / (1 << 20));
   if (a.contains("persisted") && a["persisted"].is_object()) {
-    line += fmt::format("; step {} persisted (copied in {})",
-                        a["persisted"].value("step", int64_t{-1}),
-                        duration_text(a["persisted"].value("seconds", 0.0)));
+    line +=
+        fmt::format("; step {} persisted (copied in {})", a["persisted"].value("step", int64_t{-1}),
+                    duration_text(a["persisted"].value("seconds", 0.0)));
   }
   return line;
 }

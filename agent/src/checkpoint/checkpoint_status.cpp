@@ -34,7 +34,7 @@ void CheckpointStatus::persisted(int64_t step, double seconds) {
   if (!persisted_ || step >= persisted_->first) persisted_ = std::pair{step, seconds};
 }
 
-std::string CheckpointStatus::account() const {
+nlohmann::json CheckpointStatus::account() const {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& [local, global] : ranks_) {
     const std::optional<RegionHeader> h = regions_.header(local);
@@ -48,16 +48,15 @@ std::string CheckpointStatus::account() const {
   a["persisted"] =
       persisted_ ? nlohmann::json{{"step", persisted_->first}, {"seconds", persisted_->second}}
                  : nlohmann::json(nullptr);
-  return a.dump();
+  return a;
 }
 
 void CheckpointStatus::tick() {
-  std::string text = account();
+  const nlohmann::json a = account();
   // Nothing to show before any rank saved: a job without checkpoints writes nothing.
-  const bool holds = persisted_ || std::any_of(ranks_.begin(), ranks_.end(), [this](const auto& r) {
-                       const std::optional<RegionHeader> h = regions_.header(r.first);
-                       return h && h->newest_committed() >= 0;
-                     });
+  const bool holds = persisted_ || std::any_of(a["ranks"].begin(), a["ranks"].end(),
+                                               [](const auto& r) { return !r["step"].is_null(); });
+  std::string text = a.dump();
   if (holds && text != published_) {
     published_ = text;
     boost::asio::co_spawn(

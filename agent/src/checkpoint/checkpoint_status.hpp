@@ -14,6 +14,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/regions.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
@@ -31,9 +32,9 @@ class CheckpointStatus {
   void stop();
   // A rank's step was persisted, its copy taking `seconds`.
   void persisted(int64_t step, double seconds);
-  // The account as published: {"bytes": B, "ranks": [{"rank", "local_rank", "step" (null: none),
-  // "save_seconds"}...], "persisted": null or {"step", "seconds"}}.
-  std::string account() const;
+  // The account as published (as JSON text): {"bytes": B, "ranks": [{"rank", "local_rank", "step"
+  // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}}.
+  nlohmann::json account() const;
 
  private:
   void tick();

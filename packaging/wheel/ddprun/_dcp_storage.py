@@ -170,8 +170,8 @@ class MemoryStorageWriter(StorageWriter):
         data_start = _ckpt._up(len(meta), _ckpt._ALIGN)
         data_end = _ckpt._up(data_start + offset, 8)
         # The coordinator's job metadata follows; room for it is estimated from this rank's.
-        room = len(pickle.dumps(local_md, protocol=4)) * int(os.environ.get("WORLD_SIZE", "1")) \
-            * 2 + (1 << 16) if self.is_coordinator else 0
+        room = len(meta) * int(os.environ.get("WORLD_SIZE", "1")) * 2 + (1 << 16) \
+            if self.is_coordinator else 0
         save = _ckpt._Save(self.step, data_end + room, started)
         m, base = save.map, save.base
         m[base:base + len(meta)] = meta
