@@ -12,7 +12,8 @@
 # machine's python3 and torch 2.x: examples/ddp_train.py over NCCL under ddprun, the TCPStore
 # client (modern dialect) against ddprund, and gloo all-reduce through ddprund; --nproc_per_node=gpu
 # and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs;
-# --preload=auto workers on CUDA, before and after a restart; in-memory checkpoints of CUDA tensors.
+# --preload=auto workers on CUDA, before and after a restart; in-memory checkpoints of CUDA tensors
+# (plain and through torch.distributed.checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
@@ -100,6 +101,9 @@ checkpoint_holds_cuda_tensors() {  # $1: folder holding ddprun
   echo "== ddprun.checkpoint with CUDA tensors, across a worker's SIGKILL"
   timeout 300 "$1/ddprun" --standalone --nproc_per_node=1 --max_restarts=1 \
     tests/gpu/checkpoint_cuda_worker.py
+  echo "== torch.distributed.checkpoint of CUDA tensors in memory, across a worker's SIGKILL"
+  timeout 300 "$1/ddprun" --standalone --nproc_per_node=1 --max_restarts=1 \
+    tests/gpu/checkpoint_dcp_cuda_worker.py
 }
 
 checks() {  # $1: folder holding the programs

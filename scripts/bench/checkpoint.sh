@@ -19,13 +19,14 @@ trap 'rm -rf "$out"' EXIT
 PYTHON_EXEC=$PWD/scripts/torch2/python build/launcher/ddprun --standalone --nproc_per_node=2 \
   --max_restarts=1 scripts/bench/checkpoint_worker.py "$out" "$RUNS" >/dev/null 2>"$out/log" ||
   { cat "$out/log" >&2; exit 1; }
-exec /usr/bin/python3 - "$out" <<'PY'
+/usr/bin/python3 - "$out" <<'PY'
 import os, sys
 out = sys.argv[1]
 def of(way):
     return [float(open(os.path.join(out, f"{way}.{r}")).read()) for r in (0, 1)]
 ways = [("floor", "copy into touched memory"), ("ddprun", "ddprun.checkpoint.save"),
         ("ddprun_dcp", "dcp.save, MemoryStorageWriter"),
+        ("ddprun_dcp_async", "dcp.async_save, its call"),
         ("torch_file", "torch.save, local file"), ("torch_shm", "torch.save, /dev/shm"),
         ("dcp", "dcp.save, FileSystemWriter"), ("floor_restore", "floor, after the restart"),
         ("restore", "load(into=) after a SIGKILL"), ("restore_new", "load() after a SIGKILL")]
@@ -34,6 +35,8 @@ print(f"{'':30} {'rank 0':>8} {'rank 1':>8} {'vs floor':>9}")
 floor = max(of("floor"))
 for way, name in ways:
     if not os.path.exists(os.path.join(out, f"{way}.0")):
+        print(f"{name:30} missing: the workers' log ends\n" +
+              "".join(open(os.path.join(out, "log")).readlines()[-20:]))
         continue
     t = of(way)
     base = max(of("floor_restore")) if way.startswith("restore") else floor

@@ -54,7 +54,7 @@ until ((tries == 3)); do
 done
 echo "$tries $restarted" >"$work/torchrun_tries"
 
-exec /usr/bin/python3 - "$work" "$K" "$KILL" <<'PY'
+/usr/bin/python3 - "$work" "$K" "$KILL" <<'PY'
 import json, os, statistics, sys
 work, K, kill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cal = json.load(open(os.path.join(work, "cal", "calibration")))

@@ -4,7 +4,8 @@ step before it; a small /dev/shm and --checkpoint_memory_limit are clear errors 
 no region outlives its job, however the job ends; --checkpoint_dir persists checkpoints in the
 background and a job started again from nothing resumes from them; `ddprun status` shows each
 rank's; torch.distributed.checkpoint saves through MemoryStorageWriter restore from memory and
-persist in torch's own layout; a full --checkpoint_dir costs training nothing. Real ddprun, real torch workers.
+persist in torch's own layout, and dcp.async_save writes into them in the background; a full
+--checkpoint_dir costs training nothing. Real ddprun, real torch workers.
 
     checkpoint_test.py DDPRUN CASE [TRAIN_CPU]    (CASE: one of the functions named case_*)
 """
@@ -12,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,6 +213,58 @@ def case_dcp_saves_restore_from_memory_and_persist_in_torchs_layout():
           f"{steps} persisted, each loaded by torch's FileSystemReader without ddprun: passed")
 
 
+ONE_SAVE_AT_A_TIME = r'''
+import threading, torch, torch.distributed.checkpoint as dcp
+from ddprun import checkpoint
+go, paused = threading.Event(), threading.Event()
+class Paused(checkpoint.MemoryStorageWriter):  # a save whose last step waits: still in flight
+    def finish(self, metadata, results):
+        paused.set()
+        go.wait(60)
+        super().finish(metadata, results)
+state = {"w": torch.arange(8.0)}
+first = dcp.async_save(state, storage_writer=Paused(1), no_dist=True)
+assert paused.wait(60)
+for second in (lambda: checkpoint.save(2, state),
+               lambda: dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(2), no_dist=True)):
+    try:
+        second()
+        print("a second save went ahead")
+    except BaseException as e:  # dcp.save wraps it in a CheckpointException (a BaseException)
+        print(" ".join(str(e).split()))
+go.set()
+first.result()
+checkpoint.save(3, state)
+print("after the first: saved")
+'''
+
+
+def case_dcp_async_save_writes_into_memory_in_the_background():
+    whole, killed = tempfile.mkdtemp(), tempfile.mkdtemp()
+    r = ddp_job(whole, 12, env={"CKPT_API": "dcp"})
+    assert r.returncode == 0, r.stderr
+    # dcp.async_save: staged by torch, written into the region by a thread of torch's; rank 1 is
+    # killed just after async_save(6) returned, when step 6 may still be on its way.
+    r = ddp_job(killed, 12, env={"CKPT_API": "dcp_async", "KILL_AT": "1:6"})
+    assert r.returncode == 0, r.stderr
+    resumed = {open(p).read() for p in glob.glob(os.path.join(killed, "resumed.1.*"))}
+    assert resumed in ({"6"}, {"5"}), resumed
+    assert bit_identical(whole, killed), (final_params(whole), final_params(killed))
+    # A save while an earlier one of the same rank is still being written is refused, naming both
+    # steps (it would pick the same slot); once that one is in, saving goes on.
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=1", script(ONE_SAVE_AT_A_TIME), out])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    refused = "step 2: this rank's save of step 1 is still being written"
+    assert len(lines) == 3 and all(refused in line for line in lines[:2]), r.stdout
+    assert lines[2] == "after the first: saved", r.stdout
+    assert not left_running(killed) and not left_running(whole) and not left_running(out)
+    print(f"dcp.async_save through MemoryStorageWriter: rank 1 SIGKILLed after async_save(6) "
+          f"returned, resumed from step {resumed.pop()}, ended bit-identical; a save while one is "
+          f"in flight is refused with both steps named: passed")
+
+
 def case_a_full_checkpoint_dir_costs_training_nothing():
     # --checkpoint_dir on a 16 KiB tmpfs, in a mount namespace of the test's own: every copy
     # fails for want of space, is logged and counted, and the job trains to its end.
@@ -339,14 +393,25 @@ from ddprun import checkpoint
 attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
 step, state = checkpoint.load()
 out = sys.argv[1]
+path = os.path.join(os.environ["DDPRUN_CHECKPOINT_DIR"], "rank" + os.environ["LOCAL_RANK"])
 if attempt == "1":
     ok = state is not None and all(bool((t == float(step)).all()) for t in state["big"])
-    open(os.path.join(out, "restored"), "w").write(f"{step} {ok}")
+    # One bit of the restored slot's data flipped: load() refuses it.
+    with open(path, "r+b") as f:
+        region = mmap.mmap(f.fileno(), 0)
+        slot = [s for s in (0, 1) if struct.unpack_from("<Qq", region, 64 + 64 * s) == (2, step)][0]
+        at = 4096 + slot * struct.unpack_from("<Q", region, 8)[0] + (100 << 20)
+        region[at] ^= 1
+    try:
+        checkpoint.load()
+        refused = "loaded"
+    except checkpoint.CheckpointError as e:
+        refused = str(e)
+    open(os.path.join(out, "restored"), "w").write(f"{step} {ok}|{refused}")
     sys.exit(0)
 for s in (1, 2):
     checkpoint.save(s, {"big": [torch.full((8 << 20,), float(s)) for _ in range(8)]})
 # Step 3: killed while its bytes are being copied, as soon as its slot says it is being written.
-path = os.path.join(os.environ["DDPRUN_CHECKPOINT_DIR"], "rank" + os.environ["LOCAL_RANK"])
 f = open(path, "r+b")
 header = mmap.mmap(f.fileno(), 4096)
 # Steps 1 and 2 fill both slots: step 3 goes to the older one (the lower sequence number).
@@ -369,10 +434,13 @@ def case_a_kill_during_a_save_restores_the_step_before():
     assert r.returncode == 0, r.stderr
     assert os.path.exists(os.path.join(out, "killed_in_save")), r.stderr
     assert not left_running(out)
-    restored = open(os.path.join(out, "restored")).read()
+    restored, corrupted = open(os.path.join(out, "restored")).read().split("|")
     assert restored == "2 True", restored
+    assert corrupted.startswith("checkpoint: step 2 in ") and "fails its checksum" in corrupted, \
+        corrupted
     print("a worker SIGKILLed while copying step 3 (256 MiB) into its slot: step 2 restored, "
-          "checksum verified, every value as saved: passed")
+          "checksum verified, every value as saved; one bit flipped in it and load() refuses it: "
+          "passed")
 
 
 SAVE_BIG = r'''
@@ -471,6 +539,79 @@ def case_no_region_outlives_its_job():
     print(f"the metrics give each rank's newest step and the bytes held; the checkpoint folder is "
           f"gone after every ending ({', '.join(outcomes)}); "
           f"{len(leftover)} other job(s)' folders in /dev/shm: passed")
+
+
+def descendants(pid):
+    """`pid` and every process below it."""
+    children = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def owner_line(pid, ticks=None, ns_offset=0):
+    """An .owner file's line for process `pid` (its own start time unless `ticks` is given)."""
+    if ticks is None:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = f.read().rsplit(")", 1)[1].split()[19]
+    return f"{pid} {ticks} {os.stat('/proc/self/ns/pid').st_ino + ns_offset}\n"
+
+
+def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job():
+    out, shm = tempfile.mkdtemp(), tempfile.mkdtemp(dir="/dev/shm")
+    env = {**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm}
+    p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out, "hold"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    marker = os.path.join(out, "dir")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(marker) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(marker), p.stderr.read() if p.poll() is not None else "no save"
+    folder = open(marker).read()
+    # The agent, its guardian and the worker SIGKILLed together, as a batch system kills a step:
+    # all stopped first, so that none sees another die.
+    tree = descendants(p.pid)
+    assert len(tree) >= 3, tree
+    for pid in tree:
+        os.kill(pid, signal.SIGSTOP)
+    for pid in tree:
+        os.kill(pid, signal.SIGKILL)
+    p.wait(timeout=30)
+    assert not left_running(out)
+    assert os.path.exists(os.path.join(folder, "rank0")), folder  # nobody left to remove it
+    # Folders the next agent must leave alone: another pid namespace's (a container sharing
+    # /dev/shm), a running agent's (this test stands in for it), and one without an owner file.
+    kept = {}
+    for name, owner in (("other-ns", owner_line(p.pid, ticks=1, ns_offset=1)),  # dead there
+                        ("running", owner_line(os.getpid())), ("unowned", None)):
+        kept[name] = os.path.join(shm, f"ddprun-checkpoints-{name}-XXXXXX")
+        os.makedirs(kept[name])
+        if owner:
+            with open(os.path.join(kept[name], ".owner"), "w") as f:
+                f.write(owner)
+    r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out,
+                        "succeed"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"removed {folder}: the checkpoint folder of an agent no longer running" in r.stderr, \
+        r.stderr
+    assert not os.path.exists(folder), os.listdir(folder)
+    assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
+    assert sorted(os.listdir(shm)) == sorted(os.path.basename(k) for k in kept.values()), \
+        os.listdir(shm)  # and the second job's own folder went with it
+    shutil.rmtree(shm)
+    assert not left_running(out)
+    print("agent, guardian and worker SIGKILLed together: the checkpoint folder stayed, and the "
+          "next job's agent removed it, leaving another pid namespace's, a running agent's and an "
+          "unowned folder alone: passed")
 
 
 OUTSIDE = r'''

@@ -5,6 +5,9 @@
 #include <system_error>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/orphans.hpp"
 #include "checkpoint/slot_copy.hpp"
 #include "ddprun/store/metrics_server.hpp"
 
@@ -16,12 +19,16 @@ CheckpointRegions::CheckpointRegions(const std::string& run_id) {
   const fs::path dir = base != nullptr && *base != '\0' ? fs::path(base)
                        : fs::exists("/dev/shm")         ? fs::path("/dev/shm")
                                                         : fs::temp_directory_path();
+  for (const std::string& orphan : remove_orphaned_checkpoint_folders(dir)) {
+    spdlog::info("removed {}: the checkpoint folder of an agent no longer running", orphan);
+  }
   std::string name = (dir / ("ddprun-checkpoints-" + run_id + "-XXXXXX")).string();
   if (::mkdtemp(name.data()) == nullptr) {
     throw std::system_error(errno, std::generic_category(),
                             "cannot make the checkpoint folder " + name);
   }
   path_ = std::move(name);  // mkdtemp makes it 0700
+  claim_checkpoint_folder(path_);
 }
 
 CheckpointRegions::~CheckpointRegions() {

@@ -20,6 +20,7 @@ dcp.load(..., storage_reader=FileSystemReader(DIR/step_N)). The reader reads thi
 from its region for the same world size and sharding; a tensor of 4 GiB or more in one item is
 refused (the zip would need zip64).
 """
+import copy
 import io
 import os
 import pickle
@@ -36,6 +37,11 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from ddprun import checkpoint as _ckpt
+
+try:
+    from torch.distributed.checkpoint.staging import AsyncStager, DefaultStager, StagingOptions
+except ImportError:  # torch before 2.3: no dcp.async_save to stage for
+    AsyncStager = object
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")     # a zip entry's local header
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # its central directory entry
@@ -112,9 +118,32 @@ def _file_name():
     return f"rank_{_rank()}.ddpckpt"
 
 
-class MemoryStorageWriter(StorageWriter):
+# The host buffers dcp.async_save stages this process's tensors into, by place in the state: kept
+# from one save to the next, so that staging copies into memory already touched (and, for CUDA
+# tensors, page-locked).
+_staged = []
+
+
+def _stage_tensor(index, t, dma):
+    """A copy of tensor `t` in the staging buffer kept for place `index` of the state."""
+    t = t.detach()
+    if index == len(_staged):
+        _staged.append(None)
+    held = _staged[index]
+    pin = dma and t.is_cuda
+    if held is None or held.dtype != t.dtype or held.shape != t.shape or held.is_pinned() != pin:
+        held = _staged[index] = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)
+    held.copy_(t, non_blocking=pin)
+    return held
+
+
+class MemoryStorageWriter(StorageWriter, AsyncStager):
     """Writes a dcp.save into this rank's in-memory region as step `step` (or the checkpoint_id
-    given to dcp.save, an int)."""
+    given to dcp.save, an int). For dcp.async_save it is also the stager: the state's tensors are
+    copied into host buffers this process keeps from one save to the next (page-locked for CUDA
+    tensors), and the write into the region follows in torch's thread."""
+
+    _synchronize_after_execute = False  # stage() returns with every copy made
 
     def __init__(self, step=None):
         super().__init__()
@@ -122,6 +151,7 @@ class MemoryStorageWriter(StorageWriter):
         self.is_coordinator = False
         self._local_items = []
         self._save = None
+        self._staged = False  # whether this writer staged its save's state (dcp.async_save)
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
@@ -149,6 +179,7 @@ class MemoryStorageWriter(StorageWriter):
                                         "(MemoryStorageWriter(step) or dcp.save(checkpoint_id=step))")
         results = []
         if not _ckpt._region_dir():
+            _ckpt._release(self)
             _ckpt._not_under_ddprun("MemoryStorageWriter")
             fut = Future()
             fut.set_result(results)
@@ -172,29 +203,42 @@ class MemoryStorageWriter(StorageWriter):
         # The coordinator's job metadata follows; room for it is estimated from this rank's.
         room = len(meta) * int(os.environ.get("WORLD_SIZE", "1")) * 2 + (1 << 16) \
             if self.is_coordinator else 0
-        save = _ckpt._Save(self.step, data_end + room, started)
+        save = _ckpt._Save(self.step, data_end + room, started, staged_by=self if self._staged else None)
         m, base = save.map, save.base
         m[base:base + len(meta)] = meta
         data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
                                 count=max(data_end - data_start, 1))
         in_final_plan = {item.index for item in plan.items}
-        # Each item's tile summed just after it is written, while it is in the cache.
+        # Each item's tile summed just after it is written, while it is in the cache; with the
+        # region page-locked, CUDA tensors' tiles once their DMA copies are in (see checkpoint.save).
+        tensors = [value for _, value, _ in items if not isinstance(value, io.BytesIO)]
+        dma = _ckpt._cuda_bytes(tensors) >= _ckpt._PIN_FROM and save.region.pin()
         checksum = _ckpt._checksum(m, base, data_start)
         ends = [places[item.index][0] for item, _, _ in items[1:]] + [data_end - data_start]
+        arriving, devices = [], set()
         for (item, value, blob), end in zip(items, ends):
             at = places[item.index][0]
             head_at = base + data_start + at
             m[head_at:head_at + len(blob.head)] = blob.head
+            later = bool(dma and blob.nbytes and value.is_cuda)
             if blob.nbytes:
-                _ckpt._copy_tensor(data, at + blob.data_at, value)
+                _ckpt._copy_tensor(data, at + blob.data_at, value, non_blocking=later)
             tail_at = head_at + blob.data_at + blob.nbytes
             m[tail_at:tail_at + len(blob.tail)] = blob.tail
-            checksum += _ckpt._checksum(m, head_at, end - at)
+            if later:
+                arriving.append((head_at, end - at))
+                devices.add(value.device)
+            else:
+                checksum += _ckpt._checksum(m, head_at, end - at)
             if item.index in in_final_plan:
                 results.append(WriteResult(
                     index=item.index, size_in_bytes=blob.length,
                     storage_data=_StorageInfo(_file_name(), _ckpt.HEADER + data_start + at,
                                               blob.length)))
+        for device in devices:
+            torch.cuda.synchronize(device)
+        for head_at, size in arriving:
+            checksum += _ckpt._checksum(m, head_at, size)
         self._save, self._sizes = save, (data_end, len(meta), checksum)
         if not self.is_coordinator:
             save.commit(data_end, len(meta), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
@@ -223,6 +267,34 @@ class MemoryStorageWriter(StorageWriter):
 
     def storage_meta(self):
         return None
+
+    def stage(self, state_dict):
+        """The state, its tensors copied (AsyncStager: what dcp.async_save blocks for)."""
+        _ckpt._claim(self, self.step)  # the buffers are this save's until it is committed
+        self._staged = True
+        try:
+            return self._stage(state_dict)
+        except BaseException:
+            _ckpt._release(self)
+            raise
+
+    def _stage(self, state_dict):
+        tensors = []
+        _ckpt._walk(state_dict, lambda v: tensors.append(v) if isinstance(v, torch.Tensor) else v)
+        if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
+            # A DTensor or ShardedTensor (FSDP, tensor parallel): torch's own stager copies those.
+            stager = DefaultStager(StagingOptions(False, False, False, False))
+            try:
+                return stager.stage(state_dict)
+            finally:
+                stager.close()
+        dma = _ckpt._cuda_bytes(tensors) >= _ckpt._PIN_FROM
+        at = iter(range(len(tensors)))
+        staged = _ckpt._walk(state_dict, lambda v: _stage_tensor(next(at), v, dma)
+                             if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        for device in {t.device for t in tensors if t.is_cuda} if dma else ():
+            torch.cuda.synchronize(device)
+        return staged
 
 
 class MemoryStorageReader(StorageReader):

@@ -30,13 +30,16 @@ a file of this layout with that slot as slot 0.
 
 torch.distributed.checkpoint: MemoryStorageWriter and MemoryStorageReader (ddprun._dcp_storage).
 """
+import gc
 import mmap
 import os
 import pickle
 import stat
 import struct
+import threading
 import time
 import warnings
+import weakref
 
 MAGIC = b"DDPCKPT1"
 HEADER = 4096
@@ -46,6 +49,10 @@ _SAVE_TIME = 256  # + 8 * slot: the save's duration in microseconds
 _EMPTY, _WRITING, _COMMITTED = 0, 1, 2
 _ALIGN = 64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+# CUDA bytes in a save from which its region is registered with CUDA (page-locked, once per worker:
+# a few ms per GiB) so that the copies from the GPU go by DMA at the link's speed, overlapping the
+# copies of the CPU tensors.
+_PIN_FROM = 64 << 20
 
 
 class CheckpointError(RuntimeError):
@@ -95,17 +102,38 @@ class _Region:
                         f"(two slots of {slot_size}): {e.strerror}. Enlarge /dev/shm (a container: "
                         f"--shm-size, e.g. --shm-size={_human(_needed_for_node(size))}) or lower the "
                         f"checkpoint's size") from None
-            # Every page mapped at once (fallocate gave them memory): no save or load takes a page
-            # fault per page.
-            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | (_POPULATE if create else 0))
+            # Every page mapped at once (fallocate gave them memory; a restarted worker finds them
+            # in the file): no save or load takes a page fault per page.
+            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
         finally:
             os.close(fd)
+        self.pinned = None  # not tried yet; then whether CUDA has the mapping page-locked
         if create:
             self.map[0:8] = MAGIC
             struct.pack_into("<Q", self.map, 8, slot_size)
 
     def records(self):
         return [_read_record(self.map, s) for s in (0, 1)]
+
+    def pin(self):
+        """Whether the mapping is registered with CUDA (page-locked), registering it on the first
+        call; where CUDA refuses (no memory to lock, say) copies go through pageable memory."""
+        if self.pinned is None:
+            import torch
+            view = torch.frombuffer(self.map, dtype=torch.uint8, count=1)
+            self.address = view.data_ptr()
+            del view  # the mapping stays; the view would keep it from being closed
+            self.pinned = int(torch.cuda.cudart().cudaHostRegister(self.address, len(self.map), 0)) == 0
+            if not self.pinned:
+                warnings.warn(f"ddprun.checkpoint: CUDA could not page-lock {len(self.map)} bytes; "
+                              f"CUDA tensors are copied through pageable memory", stacklevel=3)
+        return self.pinned
+
+    def close(self):
+        if self.pinned:
+            import torch
+            torch.cuda.cudart().cudaHostUnregister(self.address)
+        self.map.close()
 
 
 def _human(n):
@@ -226,13 +254,46 @@ def _checksum(m, start, size):
     return int(words.sum().item()) & 0xFFFFFFFFFFFFFFFF
 
 
+# The saves of this process begun and not committed: at most one (a second would pick the same
+# slot, or overwrite the buffers dcp.async_save staged the first into).
+_saving = threading.Lock()
+_in_flight = weakref.WeakSet()
+
+
+def _claim(saver, step, allowed=None):
+    """Counts `saver` (of step `step`) as this process's save under way; raises where another one
+    is, other than `allowed` (the stager of this very save)."""
+    with _saving:
+        if _in_flight:
+            gc.collect()  # what a failed dcp.save left unfinished is let go
+        for other in _in_flight:
+            if other is not allowed:
+                raise CheckpointError(
+                    f"checkpoint: step {step}: this rank's save of step {other.step} is still being "
+                    f"written (dcp.async_save: wait for the previous save's future before the next)")
+        _in_flight.add(saver)
+
+
+def _release(*savers):
+    with _saving:
+        for saver in savers:
+            if saver is not None:
+                _in_flight.discard(saver)
+
+
 class _Save:
     """One save of this rank: the slot not holding the newest complete checkpoint, marked as being
-    written when made, committed (step, size, checksum) by commit() once every byte is in."""
+    written when made, committed (step, size, checksum) by commit() once every byte is in.
+    `staged_by`: the dcp.async_save stager whose buffers this save copies (under way with it)."""
 
-    def __init__(self, step, payload, started):
-        self.step, self.started = step, started
-        self.region = _open_region(_region_dir(), payload)
+    def __init__(self, step, payload, started, staged_by=None):
+        self.step, self.started, self.staged_by = step, started, staged_by
+        _claim(self, step, allowed=staged_by)
+        try:
+            self.region = _open_region(_region_dir(), payload)
+        except BaseException:
+            _release(self)
+            raise
         records = self.region.records()
         newest = max((0, 1), key=lambda s: records[s][4] if records[s][0] == _COMMITTED else -1)
         self.slot = 1 - newest if records[newest][0] == _COMMITTED else 0
@@ -258,17 +319,24 @@ class _Save:
             os.replace(region.path, old.path)
             region.path = old.path
             region.replaces = None
-            old.map.close()
+            old.close()
+        _release(self, self.staged_by)
 
 
-def _copy_tensor(data, offset, t):
-    """Copies tensor `t`'s bytes into the uint8 tensor `data` at `offset`."""
+def _copy_tensor(data, offset, t, non_blocking=False):
+    """Copies tensor `t`'s bytes into the uint8 tensor `data` at `offset` (`non_blocking`: a CUDA
+    tensor's copy only queued, into page-locked memory)."""
     import torch
     src = t.detach()
     if not src.is_contiguous():
         src = src.contiguous()
     flat = src.view(-1) if src.dim() else src.view(1)
-    data[offset:offset + flat.numel() * flat.element_size()].copy_(flat.view(torch.uint8))
+    data[offset:offset + flat.numel() * flat.element_size()].copy_(flat.view(torch.uint8),
+                                                                   non_blocking=non_blocking)
+
+
+def _cuda_bytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors if t.is_cuda)
 
 
 def _not_under_ddprun(what):
@@ -304,13 +372,25 @@ def save(step, state):
     data = torch.frombuffer(m, dtype=torch.uint8, offset=base + data_start,
                             count=max(payload - data_start, 1))
     # Each tensor's tile (its bytes and the padding to the next) summed just after it is copied,
-    # while it is in the cache: no second pass over the slot.
+    # while it is in the cache: no second pass over the slot. With the region page-locked, CUDA
+    # tensors are copied by DMA while the CPU ones are, and their tiles summed once they are in.
+    dma = _cuda_bytes(tensors) >= _PIN_FROM and save.region.pin()
     checksum = _checksum(m, base, data_start)
     ends = [p.offset for p in places[1:]] + [payload - data_start]
+    arriving, devices = [], set()
     for t, p, end in zip(tensors, places, ends):
+        if dma and t.is_cuda:
+            _copy_tensor(data, p.offset, t, non_blocking=True)
+            arriving.append((p.offset, end))
+            devices.add(t.device)
+            continue
         if p.nbytes:
             _copy_tensor(data, p.offset, t)
         checksum += _checksum(m, base + data_start + p.offset, end - p.offset)
+    for device in devices:
+        torch.cuda.synchronize(device)
+    for start, end in arriving:
+        checksum += _checksum(m, base + data_start + start, end - start)
     save.commit(payload, len(meta), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
 
 
@@ -322,9 +402,10 @@ def agreed_step():
 
 
 class _Committed:
-    """The committed slot holding `step` in this rank's region, its checksum verified."""
+    """The committed slot holding `step` in this rank's region, its checksum verified unless
+    `verify` is False (the caller sums the payload as it reads it, then calls verify())."""
 
-    def __init__(self, step):
+    def __init__(self, step, verify=True):
         global _region
         path = _region_path(_region_dir())
         if _region is None:
@@ -335,12 +416,18 @@ class _Committed:
         found = [s for s, r in enumerate(_region.records()) if r[0] == _COMMITTED and r[1] == step]
         if not found:
             raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
-        _, _, self.size, checksum, _, meta_size, self.metadata_size, _ = _read_record(m, found[0])
+        _, _, self.size, self.checksum, _, meta_size, self.metadata_size, _ = \
+            _read_record(m, found[0])
+        self.step, self.path = step, path
         self.base = HEADER + found[0] * _region.slot_size
-        if _checksum(m, self.base, self.size) != checksum:
-            raise CheckpointError(f"checkpoint: step {step} in {path} fails its checksum")
+        if verify:
+            self.verify(_checksum(m, self.base, self.size))
         self.structure = pickle.loads(m[self.base:self.base + meta_size])
         self.data_start = self.base + _up(meta_size, _ALIGN)
+
+    def verify(self, checksum):
+        if checksum & 0xFFFFFFFFFFFFFFFF != self.checksum:
+            raise CheckpointError(f"checkpoint: step {self.step} in {self.path} fails its checksum")
 
 
 def load(into=None):
@@ -354,7 +441,7 @@ def load(into=None):
     if step is None:
         return None, None
     import torch
-    slot = _Committed(step)
+    slot = _Committed(step, verify=False)
     m = slot.map
     if slot.structure[0] != "plain":
         raise CheckpointError(f"checkpoint: step {step} was saved through torch.distributed.checkpoint:"
@@ -369,8 +456,13 @@ def load(into=None):
             raise CheckpointError(f"checkpoint: step {step}'s tensors do not match those of `into` "
                                   f"({len(places)} saved, {len(targets)} given, or a shape or "
                                   f"dtype differs)")
-    tensors = []
-    for i, p in enumerate(places):
+    tensors, devices = [], set()
+    dma = bool(_region.pinned)  # page-locked by a save of this worker's: CUDA copies go by DMA
+    # The checksum summed as the payload is read: each tensor's tile just after it was copied out,
+    # while it is in the cache (a mismatch raises, whatever was copied).
+    checksum = _checksum(m, slot.base, slot.data_start - slot.base)
+    ends = [p.offset for p in places[1:]] + [slot.base + slot.size - slot.data_start]
+    for i, (p, end) in enumerate(zip(places, ends)):
         out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
                                                                  device=p.device)
         if p.nbytes:
@@ -379,8 +471,14 @@ def load(into=None):
             flat = out.view(-1) if out.dim() else out.view(1)
             if not out.is_contiguous():
                 raise CheckpointError("checkpoint: load(into=...) needs contiguous tensors")
-            flat.view(torch.uint8).copy_(src)
+            flat.view(torch.uint8).copy_(src, non_blocking=dma and out.is_cuda)
+            if dma and out.is_cuda:
+                devices.add(out.device)
+        checksum += _checksum(m, slot.data_start + p.offset, end - p.offset)
         tensors.append(out)
+    slot.verify(checksum)
+    for device in devices:
+        torch.cuda.synchronize(device)
     return step, _unflatten(structure, tensors)
 
 

@@ -4,7 +4,9 @@ $KILL_AT="RANK:STEP", that rank SIGKILLs itself just after saving that step in t
 Rank 0 writes the final parameters to OUT_DIR/final.pt, with $SAVE_PARAMS each step's parameters to
 OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>.
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
-checkpoint.MemoryStorageWriter/MemoryStorageReader instead."""
+checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
+dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
+torch's documentation has it)."""
 import os
 import signal
 import sys
@@ -24,7 +26,10 @@ def main():
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    dcp_api = os.environ.get("CKPT_API") == "dcp"
+    dcp_api = os.environ.get("CKPT_API", "").startswith("dcp")
+    saving, async_group = None, None
+    if os.environ.get("CKPT_API") == "dcp_async":
+        async_group = dist.new_group(backend="gloo")
     if dcp_api:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -52,14 +57,22 @@ def main():
         opt.step()
         if dcp_api:
             model_sd, optim_sd = get_state_dict(model, opt)
-            dcp.save({"model": model_sd, "optim": optim_sd},
-                     storage_writer=checkpoint.MemoryStorageWriter(s))
+            state = {"model": model_sd, "optim": optim_sd}
+            if async_group is None:
+                dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(s))
+            else:
+                if saving is not None:
+                    saving.result()
+                saving = dcp.async_save(state, storage_writer=checkpoint.MemoryStorageWriter(s),
+                                        process_group=async_group)
         else:
             checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()})
         if rank == 0 and os.environ.get("SAVE_PARAMS"):
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
+    if saving is not None:
+        saving.result()
     if rank == 0:
         torch.save([p.detach().clone() for p in model.parameters()], os.path.join(out, "final.pt"))
     dist.barrier()

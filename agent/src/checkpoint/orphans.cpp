@@ -1,0 +1,90 @@
+#include "checkpoint/orphans.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <system_error>
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kOwnerFile = ".owner";
+constexpr const char* kPrefix = "ddprun-checkpoints-";
+
+struct Owner {
+  long pid = 0;
+  unsigned long long start_ticks = 0;
+  unsigned long long pid_namespace = 0;
+};
+
+// Field 22 of /proc/<pid>/stat (after the command name, which may hold spaces and parentheses).
+std::optional<unsigned long long> start_ticks(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto end_of_name = stat.rfind(')');
+  if (end_of_name == std::string::npos) return std::nullopt;  // no such process
+  std::istringstream fields(stat.substr(end_of_name + 1));
+  std::string field;
+  for (int i = 3; i < 22 && fields >> field; ++i) {
+  }
+  unsigned long long ticks = 0;
+  if (!(fields >> ticks)) return std::nullopt;
+  return ticks;
+}
+
+unsigned long long own_pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+}
+
+std::optional<Owner> read_owner(const fs::path& folder) {
+  std::ifstream in(folder / kOwnerFile);
+  Owner o;
+  if (!(in >> o.pid >> o.start_ticks >> o.pid_namespace) || o.pid <= 0) return std::nullopt;
+  return o;
+}
+
+bool running(const Owner& o) {
+  const std::optional<unsigned long long> ticks = start_ticks(o.pid);
+  return ticks && *ticks == o.start_ticks;  // a pid reused by another process does not count
+}
+
+}  // namespace
+
+void claim_checkpoint_folder(const fs::path& folder) {
+  const std::optional<unsigned long long> ticks = start_ticks(::getpid());
+  std::ofstream out(folder / kOwnerFile);
+  out << ::getpid() << ' ' << ticks.value_or(0) << ' ' << own_pid_namespace() << '\n';
+  out.close();
+  if (!out) {
+    throw std::system_error(errno, std::generic_category(),
+                            "cannot write " + (folder / kOwnerFile).string());
+  }
+}
+
+std::vector<std::string> remove_orphaned_checkpoint_folders(const fs::path& dir) {
+  std::vector<std::string> removed;
+  const unsigned long long ns = own_pid_namespace();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    struct stat st {};
+    if (name.rfind(kPrefix, 0) != 0 || ::lstat(e.path().c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+      continue;
+    }
+    const std::optional<Owner> owner = read_owner(e.path());
+    if (!owner || owner->pid_namespace != ns || ns == 0 || running(*owner)) continue;
+    std::error_code gone;
+    fs::remove_all(e.path(), gone);
+    if (!gone) removed.push_back(e.path().string());
+  }
+  return removed;
+}
+
+}  // namespace ddprun::agent
