@@ -2,7 +2,8 @@
 # In-memory checkpoint benchmark: 2 ranks under ddprun, torch 2.14 workers, about 1 GiB of state
 # per rank (scripts/bench/checkpoint_worker.py). Per rank, medians of RUNS after a warm-up: the floor
 # (every tensor copied into host memory already touched), ddprun.checkpoint.save as the worker sees
-# it, dcp.save through checkpoint.MemoryStorageWriter, torch.save to a local file and into
+# it, dcp.save through checkpoint.MemoryStorageWriter and dcp.async_save's call through it,
+# torch.save to a local file and into
 # /dev/shm, dcp.save with FileSystemWriter; then a SIGKILL
 # and the restarted worker's load() against the floor. The last line gives the ratios against the
 # targets (save at most 1.3x the floor, restore at most 1.5x).
