@@ -17,6 +17,7 @@ packages=(
   openmpi-bin man-db
   python3-build python3-setuptools python3-wheel python3-venv python3-pip
   zsh tcsh
+  chromium
 )
 
 missing=()

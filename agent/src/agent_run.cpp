@@ -359,13 +359,16 @@ struct Run : AgentParts {
                                 {"max_restarts", cfg.rdzv.max_restarts}});
       last_restart_count = round.restart_count;
     }
-    events.record("round_formed", {{"round", round.number},
-                                   {"restart_count", round.restart_count},
-                                   {"node_rank", round.node_rank},
-                                   {"num_nodes", round.num_nodes},
-                                   {"base_rank", round.base_rank},
-                                   {"world_size", round.world_size},
-                                   {"members", round.members}});
+    nlohmann::json formed = {{"round", round.number},        {"restart_count", round.restart_count},
+                             {"node_rank", round.node_rank}, {"num_nodes", round.num_nodes},
+                             {"base_rank", round.base_rank}, {"world_size", round.world_size},
+                             {"members", round.members}};
+    if (const std::optional<rendezvous::ClockOffset> clock = rdzv->clock_offset()) {
+      // The store's clock minus this node's, for `ddprun timeline` (ms, µs precision).
+      formed["clock_offset_ms"] = static_cast<double>(clock->offset_micros) / 1000.0;
+      formed["clock_round_trip_ms"] = static_cast<double>(clock->round_trip_micros) / 1000.0;
+    }
+    events.record("round_formed", std::move(formed));
     if (round.num_nodes > 1 || cfg.rdzv.max_nodes > 1) {
       spdlog::info("round {}: node {} of {}, ranks {}-{} of {}", round.number, round.node_rank,
                    round.num_nodes, round.base_rank, round.base_rank + cfg.rdzv.nproc - 1,

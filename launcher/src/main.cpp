@@ -16,6 +16,7 @@
 #include "log_level.hpp"
 #include "python_interpreter.hpp"
 #include "status_command.hpp"
+#include "timeline_command.hpp"
 #include "token_command.hpp"
 
 using namespace ddprun;
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
   }
   if (!args.empty() && args.front() == "token")
     return launcher::run_token({args.begin() + 1, args.end()});
+  if (!args.empty() && args.front() == "timeline")
+    return launcher::run_timeline({args.begin() + 1, args.end()});
   // torch.distributed.launch's command line (deprecated there, as here: a notice, not an error).
   const bool launch_dialect = !args.empty() && args.front() == "launch";
   if (launch_dialect) {

@@ -4,13 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <system_error>
 
 #include <spdlog/spdlog.h>
 
 #include "ddprun/agent/console.hpp"
+#include "ddprun/store/wall_clock.hpp"
 
 namespace ddprun::agent {
 
@@ -31,10 +31,9 @@ void EventLog::record(const std::string& event, nlohmann::json fields) {
   if (observer_) observer_(event, fields);
   if (fd_ < 0 && console_fd_ < 0) return;
   nlohmann::json line = nlohmann::json::object();
-  line["time_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
+  line["time_ms"] = store::wall_clock_micros() / 1000;
   line["node"] = node_;
+  line["agent_pid"] = ::getpid();  // tells apart agents of one host (and of one shared file)
   line["run_id"] = run_id_;
   line["event"] = event;
   for (auto& [key, value] : fields.items()) line[key] = std::move(value);

@@ -351,8 +351,17 @@ asio::awaitable<ServerInfo> AsyncStoreClient::server_info() {
   const uint8_t flags = co_await socket_->read_u8();
   info.in_agent = (flags & wire::kServerInAgent) != 0;
   info.needs_auth = (flags & wire::kServerNeedsAuth) != 0;
+  info.tells_time = (flags & wire::kServerTellsTime) != 0;
   op.done();
   co_return info;
+}
+
+asio::awaitable<int64_t> AsyncStoreClient::server_time() {
+  Op op(*this);
+  co_await send(request(wire::Op::kServerTime));
+  const int64_t micros = co_await socket_->read_i64();
+  op.done();
+  co_return micros;
 }
 
 }  // namespace ddprun::store

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/store/wall_clock.hpp"
 #include "store_connection.hpp"
 
 namespace ddprun::store {
@@ -25,6 +26,7 @@ bool StoreConnection::handle(wire::Request& req) {
       case Op::kValidate:
       case Op::kPing:
       case Op::kServerInfo:
+      case Op::kServerTime:
       case Op::kWatch:
       case Op::kWatchKey:
       case Op::kKeepAlive:
@@ -99,7 +101,11 @@ bool StoreConnection::handle_session(const wire::Request& req) {
     case Op::kServerInfo:
       wire::put_i64(reply_, static_cast<int64_t>(state_->instance));
       wire::put_u8(reply_, (state_->options.in_agent ? wire::kServerInAgent : 0) |
-                               (state_->options.secret ? wire::kServerNeedsAuth : 0));
+                               (state_->options.secret ? wire::kServerNeedsAuth : 0) |
+                               wire::kServerTellsTime);
+      return true;
+    case Op::kServerTime:
+      wire::put_i64(reply_, wall_clock_micros());
       return true;
     case Op::kKeepAlive:
       if (req.number < 0) {

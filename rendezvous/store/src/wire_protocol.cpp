@@ -78,6 +78,7 @@ Layout layout_of(Op op) {
     case Op::kCancelWait:
     case Op::kListKeys:
     case Op::kServerInfo:
+    case Op::kServerTime:
       return {};
   }
   return {};
@@ -127,6 +128,9 @@ bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
     case kExtAuthProve:
       out = Op::kAuthProve;
       return true;
+    case kExtServerTime:
+      out = Op::kServerTime;
+      return true;
     default:
       return false;
   }
@@ -134,7 +138,7 @@ bool op_from_opcode(uint8_t opcode, Dialect dialect, Op& out) {
 
 bool allowed_before_auth(Op op) {
   return op == Op::kValidate || op == Op::kPing || op == Op::kServerInfo || op == Op::kAuthBegin ||
-         op == Op::kAuthProve;
+         op == Op::kAuthProve || op == Op::kServerTime;
 }
 
 }  // namespace
@@ -163,6 +167,8 @@ int opcode_of(Op op, Dialect dialect) {
       return kExtAuthBegin;
     case Op::kAuthProve:
       return kExtAuthProve;
+    case Op::kServerTime:
+      return kExtServerTime;
     default:
       return -1;
   }
@@ -226,6 +232,8 @@ const char* op_name(Op op) {
       return "AUTH_BEGIN";
     case Op::kAuthProve:
       return "AUTH_PROVE";
+    case Op::kServerTime:
+      return "SERVER_TIME";
   }
   return "?";
 }

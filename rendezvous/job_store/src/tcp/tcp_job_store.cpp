@@ -13,6 +13,7 @@
 #include "ddprun/store/async_mutex.hpp"
 #include "ddprun/store/errors.hpp"
 #include "ddprun/store/store_watch.hpp"
+#include "ddprun/store/wall_clock.hpp"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -66,6 +67,18 @@ std::string TcpJobStore::job_key(const std::string& run_id, const std::string& k
 
 std::string TcpJobStore::server_key(const std::string& run_id, const std::string& key) {
   return store::ClientOptions{}.key_prefix + job_key(run_id, key);
+}
+
+asio::awaitable<void> TcpJobStore::measure_clock() {
+  if (!server_.tells_time) co_return;
+  constexpr int kTries = 3;
+  for (int i = 0; i < kTries; ++i) {
+    const int64_t sent = store::wall_clock_micros();
+    const int64_t theirs = co_await presence_->server_time();
+    const int64_t back = store::wall_clock_micros();
+    const ClockOffset o{theirs - (sent + back) / 2, back - sent};
+    if (!clock_ || o.round_trip_micros < clock_->round_trip_micros) clock_ = o;
+  }
 }
 
 void TcpJobStore::check_credential(const store::ServerInfo& server) const {
@@ -174,6 +187,7 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_ke
   check_open();
   server_ = co_await presence_->server_info();
   check_credential(server_);
+  co_await measure_clock();
   co_await presence_->keepalive(spec_.heartbeat_timeout);
   lease_start_ = Clock::now();
   const std::string full_key = base_ + presence_key;  // (named: no temporaries into a co_await)

@@ -29,6 +29,7 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
   using Settings = std::vector<std::pair<std::string, std::string>>;
 
   ~JobSession() override;
+  std::optional<ClockOffset> clock_offset() const override { return store_->clock_offset(); }
   // Leaves the store (the presence key vanishes); the event pump and every wait end.
   void leave_store();
   // Releases a wait for a reason to stop the workers (see stop_requested()).

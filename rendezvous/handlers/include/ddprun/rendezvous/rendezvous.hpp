@@ -23,6 +23,8 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include "ddprun/job_store/job_store.hpp"
+
 namespace ddprun::rendezvous {
 
 struct Round {
@@ -165,6 +167,9 @@ class Rendezvous {
   virtual void abandon() = 0;
   // For the agent's first log line: the kind of job and where its store is.
   virtual std::string describe() const = 0;
+  // This node's wall clock against the job store's, measured when it joined; nullopt where it was
+  // not (a store that cannot tell its time, a single-node job).
+  virtual std::optional<ClockOffset> clock_offset() const { return std::nullopt; }
   // Calls `listener` on the io_context for every node seen joining or leaving the job, from
   // join() on (for the event log). A single-node job has no membership: the default ignores it.
   virtual void watch_membership(std::function<void(const MembershipChange&)> listener) {

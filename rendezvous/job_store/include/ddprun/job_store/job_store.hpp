@@ -10,6 +10,8 @@
 // as join() does. Every operation is bounded by the backend's timeouts and
 // throws StoreTimeout or StoreConnectionError (errors.hpp). Coroutine parameters are taken by
 // value: the callee owns them.
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,9 +34,20 @@ struct WatchSet {
   std::vector<std::string> prefixes;
 };
 
+// This agent's wall clock against the store's (store::wall_clock_micros on each side), measured
+// when it joined: the store's clock minus this one, from the quickest of a few round trips (the
+// midpoint of each), and that round trip, which bounds the error.
+struct ClockOffset {
+  int64_t offset_micros = 0;
+  int64_t round_trip_micros = 0;
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
+
+  // Measured at join where the store can tell its time (ddprun's TCP store); nullopt otherwise.
+  virtual std::optional<ClockOffset> clock_offset() const { return std::nullopt; }
 
   // Connects (retrying while the store comes up, up to the join timeout), binds `presence_key` =
   // `value` to this agent's liveness (the key vanishes when the agent dies, leaves, or cannot reach

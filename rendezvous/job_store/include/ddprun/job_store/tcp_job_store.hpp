@@ -95,6 +95,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
   bool unconfirmed(const std::string& key) const override { return withheld_.contains(key); }
   void leave() override;
+  std::optional<ClockOffset> clock_offset() const override { return clock_; }
 
  private:
   // A connection's options: the credential, when the spec has a token.
@@ -103,6 +104,8 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   void check_credential(const store::ServerInfo& server) const;
   using Clock = std::chrono::steady_clock;
 
+  // Measures clock_ on the presence connection, where the server tells its time.
+  boost::asio::awaitable<void> measure_clock();
   boost::asio::awaitable<void> heartbeat();
   // Connects client_ (requests) if it is not yet: requests may come before join().
   boost::asio::awaitable<void> ensure_client();
@@ -188,6 +191,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   std::set<std::string> claimable_;            // every key claim() was called for
   std::map<std::string, std::string> claims_;  // the claims this agent holds
   store::ServerInfo server_;
+  std::optional<ClockOffset> clock_;
   Clock::time_point lease_start_;  // when the last heartbeat the server acknowledged was sent
   // The outage under way, if any (outages are numbered so that stale coroutines stand down).
   bool reconnecting_ = false;

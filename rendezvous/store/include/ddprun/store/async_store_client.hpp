@@ -50,6 +50,7 @@ struct ServerInfo {
   uint64_t instance = 0;    // drawn when the server started: a restarted server has another
   bool in_agent = false;    // the server lives inside an agent and ends with it
   bool needs_auth = false;  // the server has a secret: connections must authenticate
+  bool tells_time = false;  // the server answers server_time()
 };
 
 class AsyncStoreClient {
@@ -110,6 +111,8 @@ class AsyncStoreClient {
   boost::asio::awaitable<std::vector<std::pair<std::string, std::string>>> get_prefix(
       std::string_view prefix);
   boost::asio::awaitable<ServerInfo> server_info();
+  // The server's wall clock, µs since the epoch (where server_info().tells_time).
+  boost::asio::awaitable<int64_t> server_time();
 
   // Closes the connection: an operation in progress fails with StoreConnectionError, as do later
   // ones.

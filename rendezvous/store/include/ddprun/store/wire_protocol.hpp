@@ -91,9 +91,10 @@ enum class Op : uint8_t {
   kServerInfo,       // extension
   kCompareSetOwned,  // extension
   kAuthBegin,        // extension
-  kAuthProve         // extension
+  kAuthProve,        // extension
+  kServerTime        // extension
 };
-constexpr size_t kOpCount = static_cast<size_t>(Op::kAuthProve) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::kServerTime) + 1;
 
 constexpr uint8_t kExtWatch = 200;
 constexpr uint8_t kExtSetOwned = 201;
@@ -103,8 +104,10 @@ constexpr uint8_t kExtServerInfo = 204;
 constexpr uint8_t kExtCompareSetOwned = 205;
 constexpr uint8_t kExtAuthBegin = 206;
 constexpr uint8_t kExtAuthProve = 207;
+constexpr uint8_t kExtServerTime = 208;  // reply: i64, the server's wall clock in µs since the epoch
 constexpr uint8_t kServerInAgent = 1;    // SERVER_INFO flags
 constexpr uint8_t kServerNeedsAuth = 2;  // the server has a secret
+constexpr uint8_t kServerTellsTime = 4;  // the server answers SERVER_TIME
 
 // Reply bytes.
 constexpr uint8_t kCheckReady = 0;
