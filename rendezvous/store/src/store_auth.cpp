@@ -85,6 +85,7 @@ bool StoreConnection::in_scope(const wire::Request& req) const {
     case Op::kValidate:
     case Op::kPing:
     case Op::kServerInfo:
+    case Op::kServerTime:
     case Op::kKeepAlive:
     case Op::kCancelWait:
     case Op::kAuthBegin:
