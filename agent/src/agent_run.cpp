@@ -1,6 +1,7 @@
 #include "agent_run.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -172,19 +173,31 @@ struct Run : AgentParts {
   // logged here as on every node, and in this node's hung workers' failures (the summary).
   asio::awaitable<void> summarise_hang(const rendezvous::Round& round, GroupResult& r) {
     std::map<int, std::string> frames = r.frames;
+    std::map<int, int> node_of_rank;
+    for (const auto& [rank, frame] : r.frames) node_of_rank[rank] = round.node_rank;
     if (round.num_nodes > 1) {
       // Each node collects its stacks within its stack-dump limit and its shutdown timeout.
       const auto wait = cfg.shutdown_timeout + std::chrono::seconds(5);
-      for (const std::string& text :
-           co_await hang_exchange::frames(rdzv, round, frames_to_text(r.frames), wait)) {
-        frames.merge(frames_from_text(text));
+      // Each node's text starts with its node rank, on a line that is no frame's.
+      std::string mine = fmt::format("node\t{}\n{}", round.node_rank, frames_to_text(r.frames));
+      for (const std::string& text : co_await hang_exchange::frames(rdzv, round, mine, wait)) {
+        int node = -1;
+        if (text.starts_with("node\t")) node = std::atoi(text.c_str() + 5);
+        for (auto& [rank, frame] : frames_from_text(text)) {
+          if (node >= 0) node_of_rank.emplace(rank, node);
+          frames.emplace(rank, std::move(frame));
+        }
       }
     }
     if (frames.empty()) co_return;
+    const std::string culprit = hang_culprit(frames, node_of_rank);
     const std::string grouped = ranks_by_frame(frames);
+    if (!culprit.empty()) spdlog::error("hang: {}", culprit);
     spdlog::error("hang: every rank's innermost frame: {}", grouped);
     for (auto& f : r.failures) {
-      if (!f.ended_because.empty()) f.ended_because += "\nevery rank's innermost frame: " + grouped;
+      if (f.ended_because.empty()) continue;
+      f.ended_because = (culprit.empty() ? "" : "hang: " + culprit + "\n") + f.ended_because +
+                        "\nevery rank's innermost frame: " + grouped;
     }
   }
 

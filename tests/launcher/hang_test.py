@@ -65,6 +65,28 @@ def case_a_ddp_rank_blocked_in_data_loading_is_a_failure_that_restarts():
           "after it blocked (--hang_timeout=5), the restart ran every step: passed")
 
 
+def case_the_rank_a_hang_waits_for_is_named():
+    lines = []
+    for everyone, want in (
+            ("0", "hang: rank 1 on node 0 is in `stuck_in_data_loading` (hang_ddp.py:19); the 3 "
+                  "others are in `backward`"),
+            ("1", "hang: all 4 ranks are in the same place: `stuck_in_data_loading` "
+                  "(hang_ddp.py:19)")):
+        out = tempfile.mkdtemp()
+        r = ddprun("--standalone", "--nproc_per_node=4", "--max_restarts=0", "--hang_timeout=5",
+                   os.path.join(WORKLOADS, "hang_ddp.py"),
+                   env={"OUT_DIR": out, "HANG_DDP_ALL": everyone})
+        assert r.returncode == 1, r.stderr
+        logged = [l for l in r.stderr.splitlines() if "[ddprun] [error] hang: " in l]
+        assert any(want in line for line in logged), (want, logged)
+        # The summary's root cause starts with it too.
+        traceback = r.stderr.split("Root Cause (first observed failure):", 1)[1]
+        first = next(l for l in traceback.splitlines() if "traceback :" in l)
+        assert want in first, (want, first)
+        lines.append(first.split("traceback : ", 1)[1])
+    print(f"4 DDP ranks, rank 1 blocked: '{lines[0][:90]}...'; all 4 blocked: '{lines[1]}': passed")
+
+
 def case_auto_learns_the_timeout_from_the_steps():
     # What auto learns depends on how long steps took on this (shared) machine: the bound is the
     # learned timeout plus the agent's tick and slack; scripts/bench/hang.sh measures the 5 s target.

@@ -72,6 +72,32 @@ TEST_CASE("python stacks: output without a dump has none", "[hang]") {
   CHECK_FALSE(last_python_stack("Fatal Python error: Aborted\n\n<garbage>\n"));
 }
 
+TEST_CASE("hang culprit: the ranks away from where most are are named with their node", "[hang]") {
+  const std::string wait = "distributed_c10d.py:2050 in all_reduce";
+  std::map<int, std::string> frames;
+  std::map<int, int> nodes;
+  for (int r = 0; r < 8; ++r) {
+    frames[r] = wait;
+    nodes[r] = r / 2;
+  }
+  frames[5] = "data_loader.py:88 in load_batch";
+  CHECK(hang_culprit(frames, nodes) ==
+        "rank 5 on node 2 is in `load_batch` (data_loader.py:88); the 7 others are in "
+        "`all_reduce` (distributed_c10d.py:2050)");
+  frames[6] = "no stack (the worker wrote none)";
+  CHECK(hang_culprit(frames, {}) ==
+        "rank 5 is in `load_batch` (data_loader.py:88), rank 6 is in no stack (the worker wrote "
+        "none); the 6 others are in `all_reduce` (distributed_c10d.py:2050)");
+}
+
+TEST_CASE("hang culprit: all in one place, no majority, one rank", "[hang]") {
+  const std::map<int, std::string> same = {{0, "a.py:1 in f"}, {1, "a.py:1 in f"}};
+  CHECK(hang_culprit(same, {}) == "all 2 ranks are in the same place: `f` (a.py:1)");
+  const std::map<int, std::string> split = {{0, "x"}, {1, "y"}, {2, "x"}, {3, "y"}};
+  CHECK(hang_culprit(split, {}) == "no place holds most of the 4 ranks: no rank stands out");
+  CHECK(hang_culprit({{0, "x"}}, {}).empty());
+}
+
 TEST_CASE("python stacks: ranks grouped by frame with ranges folded", "[hang]") {
   CHECK(ranks_by_frame({{0, "b"}, {1, "a"}, {2, "b"}, {3, "b"}, {4, "b"}, {6, "b"}}) ==
         "ranks 0, 2-4, 6: b; rank 1: a");

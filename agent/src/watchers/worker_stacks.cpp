@@ -93,6 +93,49 @@ std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank) {
   return out;
 }
 
+namespace {
+
+// "data_loader.py:88 in load_batch" -> "`load_batch` (data_loader.py:88)"; other text as it is.
+std::string place(const std::string& frame) {
+  const size_t in = frame.rfind(" in ");
+  if (in == std::string::npos || in == 0 || in + 4 >= frame.size()) return frame;
+  return fmt::format("`{}` ({})", frame.substr(in + 4), frame.substr(0, in));
+}
+
+}  // namespace
+
+std::string hang_culprit(const std::map<int, std::string>& frame_of_rank,
+                         const std::map<int, int>& node_of_rank) {
+  if (frame_of_rank.size() < 2) return {};
+  std::map<std::string, int> count;
+  for (const auto& [rank, frame] : frame_of_rank) ++count[frame];
+  const auto most = std::max_element(
+      count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const size_t n = frame_of_rank.size();
+  if (static_cast<size_t>(most->second) == n) {
+    return fmt::format("all {} ranks are in the same place: {}", n, place(most->first));
+  }
+  if (static_cast<size_t>(most->second) * 2 <= n) {
+    return fmt::format("no place holds most of the {} ranks: no rank stands out", n);
+  }
+  constexpr size_t kNamed = 8;
+  std::vector<std::string> apart;
+  for (const auto& [rank, frame] : frame_of_rank) {
+    if (frame == most->first) continue;
+    if (apart.size() == kNamed) {
+      apart.push_back("...");
+      break;
+    }
+    const auto node = node_of_rank.find(rank);
+    apart.push_back(fmt::format(
+        "rank {}{} is in {}", rank,
+        node == node_of_rank.end() ? "" : fmt::format(" on node {}", node->second), place(frame)));
+  }
+  std::string named;
+  for (const std::string& a : apart) named += (named.empty() ? "" : ", ") + a;
+  return fmt::format("{}; the {} others are in {}", named, most->second, place(most->first));
+}
+
 std::string frames_to_text(const std::map<int, std::string>& frame_of_rank) {
   std::string out;
   for (auto [rank, frame] : frame_of_rank) {

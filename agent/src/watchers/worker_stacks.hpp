@@ -29,6 +29,15 @@ std::optional<WorkerStack> gdb_stack(std::string_view output, int pid);
 // rank: "rank 1: train.py:14 in stuck_in_data_loading; ranks 0, 2-7: graph.py:829 in backward".
 std::string ranks_by_frame(const std::map<int, std::string>& frame_of_rank);
 
+// The hang's culprit, for the summary's first line: where most ranks are in one place (the
+// collective they wait in) and the rest elsewhere, the rest named with their node and where they
+// are ("rank 5 on node 1 is in `load_batch` (data_loader.py:88); the 7 others are in `all_reduce`
+// (distributed_c10d.py:2050)"); where all are in one place, that; where no place holds most ranks,
+// that no rank stands out. `node_of_rank`: each rank's node rank (a rank missing: not said). Empty
+// for fewer than two ranks.
+std::string hang_culprit(const std::map<int, std::string>& frame_of_rank,
+                         const std::map<int, int>& node_of_rank);
+
 // A node's ranks' innermost frames as the text it shares with the other nodes after a hang (one
 // "rank<TAB>frame" line each), and back. A line that is not one is skipped.
 std::string frames_to_text(const std::map<int, std::string>& frame_of_rank);

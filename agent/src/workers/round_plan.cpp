@@ -97,6 +97,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
       filtered_log(attempt_dir, "filtered_stdout.log", cfg.duplicate_stdout_filters);
   const auto dup_err =
       filtered_log(attempt_dir, "filtered_stderr.log", cfg.duplicate_stderr_filters);
+  const bool stderr_is_terminal = ::isatty(STDERR_FILENO) == 1;
   std::vector<WorkerLaunch> launches(cfg.rdzv.nproc);
   for (int r = 0; r < cfg.rdzv.nproc; ++r) {
     WorkerLaunch& l = launches[r];
@@ -129,9 +130,12 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
     const StreamRoute out =
         route_stream(includes_out(cfg.tee[r]), includes_out(cfg.redirects[r]), on_console, watched,
                      dir / "stdout.log", STDOUT_FILENO, dup_out);
+    // stderr passes through the agent (as it is written) unless it is a terminal, where a pipe
+    // would change what the worker sees: the agent keeps its end, for the failure summary's
+    // traceback when the worker writes no error file.
     const StreamRoute err =
-        route_stream(includes_err(cfg.tee[r]), includes_err(cfg.redirects[r]), on_console, watched,
-                     dir / "stderr.log", STDERR_FILENO, dup_err);
+        route_stream(includes_err(cfg.tee[r]), includes_err(cfg.redirects[r]), on_console,
+                     watched || !stderr_is_terminal, dir / "stderr.log", STDERR_FILENO, dup_err);
     l.spawn.out = out.spawn;
     l.tee_out = out.tee;
     l.spawn.err = err.spawn;

@@ -1,6 +1,9 @@
 #include "workers/worker_group.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <fstream>
+#include <optional>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -10,6 +13,7 @@
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
 #include "logs/log_pump.hpp"
+#include "logs/python_traceback.hpp"
 #include "watchers/hang_watch.hpp"
 #include "watchers/proc_state.hpp"
 #include "watchers/stuck_watch.hpp"
@@ -25,6 +29,34 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 constexpr auto kKillGrace = std::chrono::seconds(5);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
+constexpr size_t kTracebackTail = 64 * 1024;
+
+// The last `bytes` of the file at `path` ("" where it cannot be read).
+std::string file_tail(const std::string& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const std::streamoff size = in.tellg();
+  const std::streamoff from =
+      std::max<std::streamoff>(0, size - static_cast<std::streamoff>(bytes));
+  in.seekg(from);
+  std::string out(static_cast<size_t>(size - from), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(in.gcount()));
+  return out;
+}
+
+// A Python worker that failed without an error file (no torch @record): the exception it died of,
+// read back from the end of its stderr (through the agent, or in its --redirects file).
+void explain_from_stderr(WorkerFailure& f, const RunningWorker& w) {
+  if (f.error || f.exitcode <= 0 || !f.ended_because.empty()) return;
+  const std::string tail = w.err_pump ? w.err_pump->tail()
+                           : w.launch.spawn.err.kind == StreamTarget::Kind::kFile
+                               ? file_tail(w.launch.spawn.err.path, kTracebackTail)
+                               : std::string();
+  if (std::optional<PythonTraceback> tb = last_python_traceback(tail)) {
+    f.error = ErrorRecord{std::move(tb->exception), std::move(tb->traceback), {}, {}};
+  }
+}
 // How long a round's first workers wait for the warm interpreter's imports (--preload); cold
 // starts after that.
 constexpr std::chrono::seconds kWarmReadyLimit{60};
@@ -172,8 +204,8 @@ bool WorkerGroup::start_worker(size_t i) {
         }
       });
     }
-    if (target == &l.tee_err && stacks_.reads_stderr() && rw.clock) {
-      pump->keep_tail(kStackTail);
+    if (target == &l.tee_err) {  // for a hang's stacks, and the exception a worker died of
+      pump->keep_tail(stacks_.reads_stderr() && rw.clock ? kStackTail : kTracebackTail);
       rw.err_pump = pump;
     }
     ++a.open_pumps;
@@ -195,6 +227,11 @@ RunningWorker* WorkerGroup::worker_of(uint64_t attempt, size_t i) {
 GroupResult WorkerGroup::conclude() {
   Attempt& a = *attempt_;
   GroupResult result;
+  for (WorkerFailure& f : a.failures) {
+    for (const RunningWorker& w : a.workers) {
+      if (w.launch.id.local_rank == f.local_rank) explain_from_stderr(f, w);
+    }
+  }
   result.failures = std::move(a.failures);
   result.stop_signal = a.stop_signal;
   result.unhealthy = a.unhealthy;

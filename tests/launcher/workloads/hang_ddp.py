@@ -2,8 +2,8 @@
 attempt rank 1 blocks in stuck_in_data_loading() at step 10 (writing the time it did to
 $OUT_DIR/blocked), so rank 0 waits in the backward pass's all-reduce. In a later attempt each rank
 writes the time its first step finished to $OUT_DIR/first_step.<rank>, and every rank writes
-$OUT_DIR/done.<attempt>.<rank> when it has run every step. With HANG_DDP_CHATTY_RANK0=1, rank 0 also
-prints from a second thread twice a second (a logger), so that its output never stops."""
+$OUT_DIR/done.<attempt>.<rank> when it has run every step. HANG_DDP_CHATTY_RANK0=1: rank 0 also prints
+from a second thread twice a second (a logger). HANG_DDP_ALL=1: every rank blocks at step 10."""
 import os
 import threading
 import time
@@ -35,7 +35,7 @@ def main():
     model = DDP(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(20):
-        if attempt == "0" and rank == 1 and step == 10:
+        if attempt == "0" and step == 10 and (rank == 1 or os.environ.get("HANG_DDP_ALL") == "1"):
             stuck_in_data_loading(out)
         loss = model(torch.randn(4, 8)).pow(2).sum()
         loss.backward()

@@ -1,0 +1,80 @@
+"""The failure summary of a Python worker that writes no error file (no torch @record): its
+traceback is the exception the worker died of, read back from its stderr, whether that stderr went
+to the console, to a --redirects file or through --tee; on a terminal the worker's stderr stays the
+terminal. Real ddprun, real torch workers.
+
+    summary_test.py DDPRUN CASE    (CASE: one of the functions named case_*)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = None
+
+RAISES = r'''
+import os, sys, torch
+sys.stdout.write(f"stderr is a terminal: {sys.stderr.isatty()}\n")
+sys.stdout.flush()
+def load_batch(step):
+    if os.environ["RANK"] == "1" and step == 2:
+        raise ValueError("bad batch shape")
+    return torch.zeros(2)
+for step in range(4):
+    load_batch(step)
+'''
+
+
+def script(text):
+    fd, path = tempfile.mkstemp(suffix=".py")
+    os.write(fd, text.encode())
+    os.close(fd)
+    return path
+
+
+def root_cause(stderr):
+    return stderr.split("Root Cause (first observed failure):", 1)[1]
+
+
+def case_a_plain_scripts_exception_is_the_summarys_traceback():
+    worker = script(RAISES)
+    seen = []
+    for flags in ([], ["--redirects=2"], ["--tee=2"]):
+        logs = tempfile.mkdtemp()
+        r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=2", f"--log_dir={logs}",
+                            *flags, worker], capture_output=True, text=True, timeout=180,
+                           env={**os.environ, "PYTHON_EXEC": PY})
+        assert r.returncode == 1, r.stderr
+        cause = root_cause(r.stderr)
+        assert "rank      : 1 (local_rank: 1)" in cause, cause
+        assert "traceback : ValueError: bad batch shape" in cause, (flags, cause)
+        assert "Traceback (most recent call last):" in cause, cause
+        assert 'raise ValueError("bad batch shape")' in cause and "in load_batch" in cause, cause
+        assert "To enable traceback" not in cause, cause
+        before = r.stderr.split("Root Cause", 1)[0]
+        if flags != ["--redirects=2"]:  # and the worker's own lines still reach the console
+            assert before.count("ValueError: bad batch shape") >= 1, before
+        assert "stderr is a terminal: False" in r.stdout, r.stdout
+        seen.append(" ".join(flags) or "the console")
+    # On a terminal the worker's stderr is the terminal itself (nothing in between), as under
+    # torchrun; its exception is on the screen.
+    logs = tempfile.mkdtemp()
+    command = " ".join([f"PYTHON_EXEC={PY}", DDPRUN, "--standalone", "--nproc_per_node=2",
+                        f"--log_dir={logs}", worker])
+    r = subprocess.run(["script", "-qefc", command, "/dev/null"], capture_output=True, text=True,
+                       timeout=180)
+    assert "stderr is a terminal: True" in r.stdout, r.stdout
+    assert "bad batch shape" in r.stdout, r.stdout  # (Python 3.13 colours it on a terminal)
+    print(f"rank 1 raising ValueError without @record: the summary's traceback is it, with its "
+          f"frames ({', '.join(seen)}); on a terminal the worker's stderr is the terminal: passed")
+
+
+def main():
+    global DDPRUN
+    DDPRUN = sys.argv[1]
+    globals()["case_" + sys.argv[2]]()
+
+
+if __name__ == "__main__":
+    main()
