@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The multi-node, elastic, launcher-kind and stop tests, and the in-process rendezvous, session and TLS
-# tests, against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++,
+# The multi-node, elastic, launcher-kind and stop tests, `ddprun timeline` on real and bad event logs,
+# and the in-process rendezvous, session and TLS tests, against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++,
 # the compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
 # reports into one folder; any report fails the run, whatever exit status the test saw.
 # scripts/test.sh runs this after the suite.
@@ -22,7 +22,7 @@ export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
 cd "$build"
 status=0
 ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across|training_job' \
-  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^(rendezvous|session|tls): |^checkpoint (regions|agreement|persister): |^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)$' ||
+  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^(rendezvous|session|tls): |^checkpoint (regions|agreement|persister): |^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)$|^launcher\.timeline\.(a_real_two_node_job_becomes_a_trace_on_one_clock|bad_input_is_named_and_the_rest_drawn)$' ||
   status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
