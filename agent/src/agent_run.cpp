@@ -23,6 +23,7 @@
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "exchanges/checkpoint_agreement.hpp"
+#include "exchanges/crash_loop.hpp"
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
 #include "exchanges/stop_exchange.hpp"
@@ -44,7 +45,8 @@ constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 struct Run : AgentParts {
   explicit Run(const AgentParts& parts) : AgentParts(parts) {}
 
-  bool checked_for_next_round = false;  // the health check ran just before joining
+  bool checked_for_next_round = false;       // the health check ran just before joining
+  std::vector<std::string> failed_attempts;  // crash_loop::signature of each ended round
 
   // --health_check, before this node takes part in a round: nullopt when it passes (or there is
   // none), else the outcome of a node that stays out.
@@ -254,6 +256,7 @@ struct Run : AgentParts {
         co_return out;
       }
       if (!round) {
+        if (const auto loop = crash_loop::announced(*rdzv)) co_return crash_loop_outcome(*loop, {});
         AgentOutcome ended = co_await job_ended(interrupted_by);
         if (ended.state == AgentOutcome::State::kFailed) ended.own_worker_exitcode = own_failure;
         co_return ended;
@@ -300,7 +303,47 @@ struct Run : AgentParts {
       }
       const rendezvous::Round& ran = *round;
       if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
+      if (std::optional<AgentOutcome> loop = co_await crash_looping(ran, step)) {
+        co_return std::move(*loop);
+      }
     }
+  }
+
+  // After a round that ended with another to follow: whether the job is in a crash loop, by this
+  // node's account of its failed attempts or another node's announcement; then its outcome here.
+  asio::awaitable<std::optional<AgentOutcome>> crash_looping(const rendezvous::Round& round,
+                                                             std::optional<int64_t> resumed_from) {
+    if (cfg.crash_loop_attempts == 0) co_return std::nullopt;
+    std::vector<WorkerFailure> failures;
+    for (const auto& text : co_await failure_reports::reported(rdzv, round.restart_count)) {
+      for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
+    }
+    failed_attempts.push_back(crash_loop::signature(failures, resumed_from));
+    std::optional<std::string> why = crash_loop::announced(*rdzv);
+    if (!why && round.restart_count < cfg.rdzv.max_restarts &&
+        crash_loop::repeats(failed_attempts, cfg.crash_loop_attempts)) {
+      why = fmt::format("the last {} attempts failed the same way ({}), with {} restart(s) left",
+                        cfg.crash_loop_attempts, failed_attempts.back(),
+                        cfg.rdzv.max_restarts - round.restart_count);
+      co_await crash_loop::announce(rdzv, *why);
+    }
+    if (!why) co_return std::nullopt;
+    co_return crash_loop_outcome(*why, failures);
+  }
+
+  AgentOutcome crash_loop_outcome(const std::string& why,
+                                  const std::vector<WorkerFailure>& failures) {
+    spdlog::error("crash loop: {}: stopping the job (exit status 5: do not requeue it)", why);
+    events.record("crash_loop", {{"reason", why}});
+    AgentOutcome out;
+    out.run_log_dir = run_dir.string();
+    out.state = AgentOutcome::State::kFailed;
+    out.crash_loop = true;
+    out.summary = fmt::format("{} FAILED in a crash loop: {}\n", cfg.entrypoint_name, why);
+    if (!failures.empty()) {
+      out.summary += format_failure_summary(cfg.entrypoint_name, store::host_name(), failures);
+    }
+    return out;
   }
 
   // Per local rank of `round`, the steps its in-memory checkpoint region holds.
@@ -445,8 +488,7 @@ struct Run : AgentParts {
         // Every node prints the same summary: all nodes' failures of the round that spent the
         // last restart.
         std::vector<WorkerFailure> failures;
-        for (const auto& text :
-             co_await failure_reports::final_failures(rdzv, cfg.rdzv.max_restarts)) {
+        for (const auto& text : co_await failure_reports::reported(rdzv, cfg.rdzv.max_restarts)) {
           for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
         }
         out.summary =

@@ -304,6 +304,14 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
                       o["checkpoint_persist_every"]));
     }
   }
+  if (!o["crash_loop_attempts"].empty()) {
+    c.crash_loop_attempts = parse_int(o["crash_loop_attempts"], "--crash_loop_attempts");
+    if (c.crash_loop_attempts < 0 || c.crash_loop_attempts == 1) {
+      throw UsageError(fmt::format(
+          "--crash_loop_attempts: '{}' is not 0 (never) or a number of attempts from 2 on",
+          o["crash_loop_attempts"]));
+    }
+  }
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
 }
 
@@ -488,7 +496,8 @@ std::string cli_help() {
       "Exit status: 0 every worker succeeded; 1 the worker group failed (after the restarts "
       "allowed),\nor a value torchrun refuses after parsing it (--nproc_per_node=gpu without a "
       "GPU); 2 usage error;\n3 the launch itself failed (e.g. the store port is taken); 4 "
-      "--health_check failed:\nthis node did not join the job, or left it; 128+N ddprun received "
+      "--health_check failed:\nthis node did not join the job, or left it; 5 the job stopped in a "
+      "crash loop\n(--crash_loop_attempts: do not requeue it); 128+N ddprun received "
       "signal N, forwarded it\nto the workers and shut down.\n";
   return out;
 }

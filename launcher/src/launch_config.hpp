@@ -85,6 +85,7 @@ struct LaunchConfig {
   std::optional<uint64_t> checkpoint_memory_limit;           // --checkpoint_memory_limit
   std::string checkpoint_dir;                                // --checkpoint_dir: absolute; "" none
   int64_t checkpoint_persist_every = 100;                    // --checkpoint_persist_every
+  int64_t crash_loop_attempts = 3;                           // --crash_loop_attempts
   std::string health_check;  // --health_check: a shell command; "" none
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
   agent::PreloadSpec preload;                              // --preload MODULE,...|auto
@@ -126,6 +127,7 @@ constexpr int kExitWorkerFailure = 1;  // also a RefusedValue, as torchrun's exi
 constexpr int kExitUsage = 2;
 constexpr int kExitLaunchError = 3;
 constexpr int kExitUnhealthy = 4;  // --health_check failed: this node did not join, or left
+constexpr int kExitCrashLoop = 5;  // --crash_loop_attempts: failing the same way; do not requeue
 // Shut down by signal N (forwarded to the workers first): 128 + N.
 
 }  // namespace ddprun::launcher

@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
       } else {
         std::cerr << summary << std::flush;
       }
+      if (outcome.crash_loop) return launcher::kExitCrashLoop;  // for the scheduler: no requeue
       // Started per process by srun or mpirun, ddprun is its one worker to the scheduler: the
       // worker's own status, as the scheduler would have seen it without ddprun.
       if (per_process && outcome.own_worker_exitcode) {

@@ -82,6 +82,13 @@ const std::vector<OptionSpec>& option_table() {
        .help = "with --checkpoint_dir, persist the first step saved in each span of N steps, and "
                "the newest one when workers fail (default 100)",
        .ddprun_only = true},
+      {.names = "--crash-loop-attempts,--crash_loop_attempts",
+       .dest = "crash_loop_attempts",
+       .metavar = "N",
+       .help = "stop the job, with exit status 5 (do not requeue), once N attempts in a row failed "
+               "the same way (same rank, exit, exception and frame, resumed from the same "
+               "checkpoint step), whatever restarts remain (default 3; 0: never)",
+       .ddprun_only = true},
       {.names = "--health-check,--health_check",
        .dest = "health_check",
        .metavar = "CMD",

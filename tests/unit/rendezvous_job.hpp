@@ -198,7 +198,7 @@ inline std::vector<Round> form(Job& job, const std::vector<std::shared_ptr<Rende
 // on a failure) in the round that had restart count `restart_count`, sorted.
 inline std::vector<std::string> failures_of(Job& job, const std::shared_ptr<Rendezvous>& node,
                                             int restart_count) {
-  auto out = job.run(failure_reports::final_failures(node, restart_count));
+  auto out = job.run(failure_reports::reported(node, restart_count));
   std::sort(out.begin(), out.end());
   return out;
 }

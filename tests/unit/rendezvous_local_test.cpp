@@ -26,7 +26,7 @@ TEST_CASE("rendezvous: one node restarts within its budget and empties its store
   run_on(io, completed(failure_reports::report(node, r1, "second")));
   CHECK_FALSE(run_on(io, node->next_round()).has_value());
   CHECK(node->ending().kind == JobEnd::Kind::kRestartsExhausted);
-  CHECK(run_on(io, failure_reports::final_failures(node, 1)) == std::vector<std::string>{"second"});
+  CHECK(run_on(io, failure_reports::reported(node, 1)) == std::vector<std::string>{"second"});
   run_on(io, completed(node->raise(Scope::of(r1), "hang", "hung", "")));
   REQUIRE(node->raised(Scope::of(r1), "hang").has_value());
   CHECK(node->raised(Scope::of(r1), "hang")->mine);

@@ -12,11 +12,11 @@ boost::asio::awaitable<void> report(std::shared_ptr<rendezvous::Rendezvous> rdzv
   co_await rdzv->end_round(r, true);
 }
 
-boost::asio::awaitable<std::vector<std::string>> final_failures(
-    std::shared_ptr<rendezvous::Rendezvous> rdzv, int max_restarts) {
-  // Every failed node reported before it ended the round that spent the budget: nothing to wait
-  // for, only what is there to read.
-  rendezvous::Scope scope = rendezvous::Scope::restart(max_restarts);
+boost::asio::awaitable<std::vector<std::string>> reported(
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, int restart_count) {
+  // Every failed node reported before it ended the round: nothing to wait for, only what is there
+  // to read.
+  rendezvous::Scope scope = rendezvous::Scope::restart(restart_count);
   std::string topic = rendezvous::kFailureReportsTopic;
   co_return co_await rdzv->gather(std::move(scope), std::move(topic), 0,
                                   std::chrono::milliseconds(0));

@@ -18,9 +18,10 @@ namespace ddprun::agent::failure_reports {
 // StoreError when the store is lost.
 boost::asio::awaitable<void> report(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r, std::string failures);
-// Every node's failures (as reported) in the round that spent the last restart: the one whose
-// restart count was `max_restarts`. Never throws: what cannot be read is left out.
-boost::asio::awaitable<std::vector<std::string>> final_failures(
-    std::shared_ptr<rendezvous::Rendezvous> rdzv, int max_restarts);
+// Every node's failures (as reported) in the round that failed with restart count `restart_count`
+// (with `max_restarts`: the round that spent the last restart). Never throws: what cannot be read
+// is left out.
+boost::asio::awaitable<std::vector<std::string>> reported(
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, int restart_count);
 
 }  // namespace ddprun::agent::failure_reports

@@ -84,6 +84,8 @@ struct AgentConfig {
   // --checkpoint_persist_every: the span of steps of which the first is persisted.
   std::string checkpoint_dir;
   int64_t checkpoint_persist_every = 100;
+  // --crash_loop_attempts: attempts failing the same way in a row that end the job (0: never).
+  int crash_loop_attempts = 3;
 };
 
 // How a run ended, mapped by the launcher to its exit status.
@@ -97,6 +99,8 @@ struct AgentOutcome {
   // kFailed: the exit code (< 0: -signal) of this node's first worker to fail in the last round,
   // when one of its own did.
   std::optional<int> own_worker_exitcode;
+  // kFailed: the job stopped in a crash loop (--crash_loop_attempts), restarts left or not.
+  bool crash_loop = false;
 };
 
 // Runs the job to its end on the calling thread. Logs to spdlog's default logger.
