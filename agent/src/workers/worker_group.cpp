@@ -29,7 +29,13 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 constexpr auto kKillGrace = std::chrono::seconds(5);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
+// ... and otherwise, for the exception it died of.
 constexpr size_t kTracebackTail = 64 * 1024;
+// How long a round's first workers wait for the warm interpreter's imports (--preload); cold
+// starts after that.
+constexpr std::chrono::seconds kWarmReadyLimit{60};
+// How often workers' states, heartbeats and silences are looked at, when they are watched.
+constexpr auto kStatePoll = std::chrono::milliseconds(100);
 
 // The last `bytes` of the file at `path` ("" where it cannot be read).
 std::string file_tail(const std::string& path, size_t bytes) {
@@ -57,11 +63,6 @@ void explain_from_stderr(WorkerFailure& f, const RunningWorker& w) {
     f.error = ErrorRecord{std::move(tb->exception), std::move(tb->traceback), {}, {}};
   }
 }
-// How long a round's first workers wait for the warm interpreter's imports (--preload); cold
-// starts after that.
-constexpr std::chrono::seconds kWarmReadyLimit{60};
-// How often workers' states, heartbeats and silences are looked at, when they are watched.
-constexpr auto kStatePoll = std::chrono::milliseconds(100);
 }  // namespace
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,
