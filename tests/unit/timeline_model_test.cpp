@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "timeline/html_view.hpp"
 #include "timeline/job_timeline.hpp"
 
 using namespace ddprun::launcher::timeline;
@@ -99,4 +100,21 @@ TEST_CASE("timeline: two agents of one host are two nodes, and logs without pids
   REQUIRE(job.nodes.size() == 2);
   CHECK(job.nodes[0].label.find("(agent") != std::string::npos);  // one host, told apart
   for (const auto& f : {a, b, old}) fs::remove(f);
+}
+
+TEST_CASE("timeline: a log's text cannot end the page's script", "[timeline]") {
+  JobTimeline job;
+  job.run_id = "</script><!--";
+  NodeTimeline node;
+  node.label = "</script><script>alert(1)</script>";
+  job.nodes.push_back(node);
+  const std::string page = html_view(job);
+  size_t closing = 0;
+  for (size_t at = page.find("</script"); at != std::string::npos;
+       at = page.find("</script", at + 1)) {
+    ++closing;
+  }
+  CHECK(closing == 2);  // the page's own two
+  CHECK(page.find("<!--") == std::string::npos);
+  CHECK(page.find("\\u003c/script>\\u003cscript>alert(1)") != std::string::npos);
 }

@@ -192,10 +192,15 @@ std::string html_view(const JobTimeline& job) {
   const json data = {{"run_id", job.run_id},
                      {"duration_ms", ms(job.end_us, job.start_us)},
                      {"nodes", std::move(nodes)}};
-  // In a <script> element: "</" would end it, so it is written as JSON's "<\/".
-  std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) {
-    text.replace(at, 2, "<\\/");
+  // In a <script> element "</script" or "<!--" from a log would change how the page is read: every
+  // '<' (only ever inside a JSON string) is written as JSON's "\u003c".
+  std::string text;
+  for (const char c : data.dump(-1, ' ', false, json::error_handler_t::replace)) {
+    if (c == '<') {
+      text += "\\u003c";
+    } else {
+      text += c;
+    }
   }
   std::string page = kPage;
   const std::string slot = "/*DATA*/";
