@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-from proc_util import free_port
+from proc_util import free_port, script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -59,13 +59,6 @@ def scrape(port):
         text = r.read().decode()
     return {name: float(value) for name, value in
             (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
-
-
-def script(text):
-    fd, path = tempfile.mkstemp(suffix=".py")
-    os.write(fd, text.encode())
-    os.close(fd)
-    return path
 
 
 def ddp_job(out, steps, extra=(), env=None):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from proc_util import free_port
+from proc_util import free_port, script
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
@@ -31,13 +31,6 @@ def load_batch():
         raise ValueError("bad batch shape" + (attempt if os.environ.get("DIFFER") else ""))
 load_batch()
 '''
-
-
-def script(text):
-    fd, path = tempfile.mkstemp(suffix=".py")
-    os.write(fd, text.encode())
-    os.close(fd)
-    return path
 
 
 def job(out, *flags, env=None):

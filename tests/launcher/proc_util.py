@@ -1,8 +1,10 @@
 """Helpers the process-level tests share: bounded waits on observable state, a free loopback port,
-collecting processes."""
+collecting processes, a script written to a file."""
+import os
 import random
 import socket
 import subprocess
+import tempfile
 import time
 
 
@@ -59,3 +61,11 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):  # (gone before the open, or before the read)
         return False
+
+
+def script(text):
+    """The path of a new .py file holding `text` (a worker a test writes inline)."""
+    fd, path = tempfile.mkstemp(suffix=".py")
+    os.write(fd, text.encode())
+    os.close(fd)
+    return path

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 
+from proc_util import script
+
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
 
@@ -24,13 +26,6 @@ def load_batch(step):
 for step in range(4):
     load_batch(step)
 '''
-
-
-def script(text):
-    fd, path = tempfile.mkstemp(suffix=".py")
-    os.write(fd, text.encode())
-    os.close(fd)
-    return path
 
 
 def root_cause(stderr):

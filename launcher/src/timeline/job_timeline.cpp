@@ -42,7 +42,7 @@ class NodeBuilder {
           t, fmt::format("round {} (world {})", int_field(j, "round"), int_field(j, "world_size")),
           j};
       if (rank_ < 0) rank_ = int_field(j, "node_rank");
-      if (restart_ && restart_->stopped) phase("rendezvous", *restart_->stopped, t);
+      if (restart_) phase("rendezvous", "the next round forming", restart_->stopped, t);
       if (restart_) restart_->formed = t;
     } else if (e.event == "workers_started") {
       started(j, t);
@@ -50,7 +50,7 @@ class NodeBuilder {
       exited(e, t);
     } else if (e.event == "job_end") {
       mark(kAgentTrack, e, t);
-      finish(t, "unfinished");
+      finish(t);
     } else {
       if (e.event == "hang" && attempt_) {
         attempt_->hung = true;
@@ -61,11 +61,11 @@ class NodeBuilder {
     }
   }
 
-  // Closes what is still open at the node's last event.
-  void finish(int64_t t, const char* attempt_kind) {
+  // Closes what is still open at the node's last event: an attempt under way is "unfinished".
+  void finish(int64_t t) {
     if (attempt_) {
       for (auto& [rank, w] : attempt_->workers) span(rank, w.name, "worker", w.start, t, w.details);
-      span(kAgentTrack, attempt_->name, attempt_kind, attempt_->start, t, attempt_->details);
+      span(kAgentTrack, attempt_->name, "unfinished", attempt_->start, t, attempt_->details);
       attempt_.reset();
     }
     close_round(t);
@@ -84,25 +84,21 @@ class NodeBuilder {
     int64_t start = 0;
     std::string name;
     json details;
-    std::map<int, Open> workers;
-    size_t exited = 0, expected = 0;
+    std::map<int, Open> workers;  // those still running
     bool failed = false, hung = false, stopped = false;
     std::optional<int64_t> first_failure, first_exit;
   };
-  struct Restart {
-    int64_t failure = 0;
-    std::optional<int64_t> stopped, formed;
+  struct Restart {  // after a failed attempt: when its workers had all stopped, the round formed
+    int64_t stopped = 0;
+    std::optional<int64_t> formed;
   };
 
   void span(int track, std::string name, std::string kind, int64_t from, int64_t to, json details) {
     n_.spans.push_back(Span{track, std::move(name), std::move(kind), from, std::max(from, to),
                             std::move(details)});
   }
-  void phase(const char* kind, int64_t from, int64_t to) {
-    const char* name = kind == std::string("stopping")     ? "restart: stopping the workers"
-                       : kind == std::string("rendezvous") ? "restart: the next round forming"
-                                                           : "restart: starting the workers";
-    span(kRestartTrack, name, kind, from, to, json::object());
+  void phase(const char* kind, const char* what, int64_t from, int64_t to) {
+    span(kRestartTrack, std::string("restart: ") + what, kind, from, to, json::object());
   }
   void mark(int track, const LogEvent& e, int64_t t) {
     n_.marks.push_back(Mark{track, e.event, t, e.fields});
@@ -114,7 +110,8 @@ class NodeBuilder {
 
   void started(const json& j, int64_t t) {
     if (attempt_) finish_attempt(t);
-    if (restart_ && restart_->formed) phase("starting", *restart_->formed, t);
+    if (restart_ && restart_->formed)
+      phase("starting", "starting the workers", *restart_->formed, t);
     restart_.reset();
     Attempt a;
     a.start = t;
@@ -130,7 +127,6 @@ class NodeBuilder {
             Open{t, fmt::format("rank {} (pid {})", int_field(w, "rank"), int_field(w, "pid")), w};
       }
     }
-    a.expected = a.workers.size();
     attempt_ = std::move(a);
   }
 
@@ -148,7 +144,6 @@ class NodeBuilder {
       details["exit"] = exit_of(j);
       span(rank, it->second.name, "worker", it->second.start, t, std::move(details));
       a.workers.erase(it);
-      ++a.exited;
     }
     if (failed(j)) {
       a.failed = true;
@@ -172,8 +167,8 @@ class NodeBuilder {
     span(kAgentTrack, a.name, kind, a.start, t, std::move(details));
     if (std::string(kind) != "succeeded") {
       const int64_t from = a.first_failure.value_or(a.first_exit.value_or(t));
-      phase("stopping", from, t);
-      restart_ = Restart{from, t, std::nullopt};
+      phase("stopping", "stopping the workers", from, t);
+      restart_ = Restart{t, std::nullopt};
     }
     attempt_.reset();
   }
@@ -222,7 +217,7 @@ JobTimeline build_timeline(const EventLogs& logs) {
     const auto shift = static_cast<int64_t>(node.clock_offset_ms.value_or(0.0) * 1000.0);
     NodeBuilder b(node);
     for (const LogEvent* e : events) b.add(*e, e->time_us + shift);
-    b.finish(b.last(), "unfinished");
+    b.finish(b.last());
     built.emplace_back(b.first_rank(), std::move(node));
   }
   std::stable_sort(built.begin(), built.end(), [](const auto& a, const auto& b) {

@@ -213,9 +213,9 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
         # region page-locked, CUDA tensors' tiles once their DMA copies are in (see checkpoint.save).
         tensors = [value for _, value, _ in items if not isinstance(value, io.BytesIO)]
         dma = _ckpt._cuda_bytes(tensors) >= _ckpt._PIN_FROM and save.region.pin()
-        checksum = _ckpt._checksum(m, base, data_start)
+        sums = _ckpt._TileSums(m)
+        sums.add(base, data_start)
         ends = [places[item.index][0] for item, _, _ in items[1:]] + [data_end - data_start]
-        arriving, devices = [], set()
         for (item, value, blob), end in zip(items, ends):
             at = places[item.index][0]
             head_at = base + data_start + at
@@ -225,23 +225,16 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
                 _ckpt._copy_tensor(data, at + blob.data_at, value, non_blocking=later)
             tail_at = head_at + blob.data_at + blob.nbytes
             m[tail_at:tail_at + len(blob.tail)] = blob.tail
-            if later:
-                arriving.append((head_at, end - at))
-                devices.add(value.device)
-            else:
-                checksum += _ckpt._checksum(m, head_at, end - at)
+            sums.add(head_at, end - at, value.device if later else None)
             if item.index in in_final_plan:
                 results.append(WriteResult(
                     index=item.index, size_in_bytes=blob.length,
                     storage_data=_StorageInfo(_file_name(), _ckpt.HEADER + data_start + at,
                                               blob.length)))
-        for device in devices:
-            torch.cuda.synchronize(device)
-        for head_at, size in arriving:
-            checksum += _ckpt._checksum(m, head_at, size)
+        checksum = sums.total()
         self._save, self._sizes = save, (data_end, len(meta), checksum)
         if not self.is_coordinator:
-            save.commit(data_end, len(meta), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
+            save.commit(data_end, len(meta), checksum=checksum)
         fut = Future()
         fut.set_result(results)
         return fut
@@ -280,7 +273,7 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
 
     def _stage(self, state_dict):
         tensors = []
-        _ckpt._walk(state_dict, lambda v: tensors.append(v) if isinstance(v, torch.Tensor) else v)
+        structure = _ckpt._flatten(state_dict, tensors)
         if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
             # A DTensor or ShardedTensor (FSDP, tensor parallel): torch's own stager copies those.
             stager = DefaultStager(StagingOptions(False, False, False, False))
@@ -289,12 +282,10 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
             finally:
                 stager.close()
         dma = _ckpt._cuda_bytes(tensors) >= _ckpt._PIN_FROM
-        at = iter(range(len(tensors)))
-        staged = _ckpt._walk(state_dict, lambda v: _stage_tensor(next(at), v, dma)
-                             if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        staged = [_stage_tensor(i, t, dma) for i, t in enumerate(tensors)]
         for device in {t.device for t in tensors if t.is_cuda} if dma else ():
             torch.cuda.synchronize(device)
-        return staged
+        return _ckpt._unflatten(copy.deepcopy(structure), staged)  # the rest copied too
 
 
 class MemoryStorageReader(StorageReader):

@@ -335,6 +335,31 @@ def _copy_tensor(data, offset, t, non_blocking=False):
                                                                    non_blocking=non_blocking)
 
 
+class _TileSums:
+    """The checksum of a slot summed tile by tile as it is written: a tile at once, while it is in
+    the cache, or, for a CUDA tensor's tile whose copy was only queued (by DMA), once its device has
+    finished the copies."""
+
+    def __init__(self, m):
+        self.m, self.sum, self.arriving, self.devices = m, 0, [], set()
+
+    def add(self, start, size, queued_on=None):
+        if queued_on is None:
+            self.sum += _checksum(self.m, start, size)
+        else:
+            self.arriving.append((start, size))
+            self.devices.add(queued_on)
+
+    def total(self):
+        if self.devices:
+            import torch
+            for device in self.devices:
+                torch.cuda.synchronize(device)
+        for start, size in self.arriving:
+            self.sum += _checksum(self.m, start, size)
+        return self.sum & 0xFFFFFFFFFFFFFFFF
+
+
 def _cuda_bytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors if t.is_cuda)
 
@@ -375,23 +400,15 @@ def save(step, state):
     # while it is in the cache: no second pass over the slot. With the region page-locked, CUDA
     # tensors are copied by DMA while the CPU ones are, and their tiles summed once they are in.
     dma = _cuda_bytes(tensors) >= _PIN_FROM and save.region.pin()
-    checksum = _checksum(m, base, data_start)
+    sums = _TileSums(m)
+    sums.add(base, data_start)
     ends = [p.offset for p in places[1:]] + [payload - data_start]
-    arriving, devices = [], set()
     for t, p, end in zip(tensors, places, ends):
-        if dma and t.is_cuda:
-            _copy_tensor(data, p.offset, t, non_blocking=True)
-            arriving.append((p.offset, end))
-            devices.add(t.device)
-            continue
+        by_dma = dma and t.is_cuda
         if p.nbytes:
-            _copy_tensor(data, p.offset, t)
-        checksum += _checksum(m, base + data_start + p.offset, end - p.offset)
-    for device in devices:
-        torch.cuda.synchronize(device)
-    for start, end in arriving:
-        checksum += _checksum(m, base + data_start + start, end - start)
-    save.commit(payload, len(meta), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
+            _copy_tensor(data, p.offset, t, non_blocking=by_dma)
+        sums.add(base + data_start + p.offset, end - p.offset, t.device if by_dma else None)
+    save.commit(payload, len(meta), checksum=sums.total())
 
 
 def agreed_step():

@@ -104,7 +104,8 @@ constexpr uint8_t kExtServerInfo = 204;
 constexpr uint8_t kExtCompareSetOwned = 205;
 constexpr uint8_t kExtAuthBegin = 206;
 constexpr uint8_t kExtAuthProve = 207;
-constexpr uint8_t kExtServerTime = 208;  // reply: i64, the server's wall clock in µs since the epoch
+// SERVER_TIME's reply: i64, the server's wall clock in µs since the epoch.
+constexpr uint8_t kExtServerTime = 208;
 constexpr uint8_t kServerInAgent = 1;    // SERVER_INFO flags
 constexpr uint8_t kServerNeedsAuth = 2;  // the server has a secret
 constexpr uint8_t kServerTellsTime = 4;  // the server answers SERVER_TIME
