@@ -1,8 +1,8 @@
 // Fuzzes what a store with a secret reads from a connection that has not authenticated: the
 // request parser in handshake-only mode, then the proof check over whatever it accepted.
 // Properties, beyond "no crash, no sanitizer report":
-//   - only VALIDATE, PING, SERVER_INFO, AUTH_BEGIN and AUTH_PROVE get through, in the modern
-//     dialect, each field within the handshake's bound;
+//   - only VALIDATE, PING, SERVER_INFO, SERVER_TIME, AUTH_BEGIN and AUTH_PROVE get through, in
+//     the modern dialect, each field within the handshake's bound;
 //   - chunking does not matter: byte-at-a-time and whole-buffer parsing agree;
 //   - a proof made from the input never matches a token it was not made with.
 #include <cstdint>
@@ -20,8 +20,8 @@ using ddprun::testing::parse_chunked;
 namespace {
 
 bool allowed(Op op) {
-  return op == Op::kValidate || op == Op::kPing || op == Op::kServerInfo || op == Op::kAuthBegin ||
-         op == Op::kAuthProve;
+  return op == Op::kValidate || op == Op::kPing || op == Op::kServerInfo || op == Op::kServerTime ||
+         op == Op::kAuthBegin || op == Op::kAuthProve;
 }
 
 }  // namespace
