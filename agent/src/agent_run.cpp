@@ -29,6 +29,7 @@
 #include "exchanges/stop_exchange.hpp"
 #include "node/bounded_command.hpp"
 #include "watchers/worker_stacks.hpp"
+#include "workers/restart_phases.hpp"
 #include "workers/round_plan.hpp"
 
 namespace ddprun::agent {
@@ -47,6 +48,7 @@ struct Run : AgentParts {
 
   bool checked_for_next_round = false;       // the health check ran just before joining
   std::vector<std::string> failed_attempts;  // crash_loop::signature of each ended round
+  RestartClock restart_clock;                // the restart under way, phase by phase
 
   // --health_check, before this node takes part in a round: nullopt when it passes (or there is
   // none), else the outcome of a node that stays out.
@@ -207,6 +209,7 @@ struct Run : AgentParts {
     std::exception_ptr error;
     AgentOutcome out;
     bool joined = false;
+    group.on_first_progress([this](const AttemptTimes& times) { restart_measured(times); });
     try {
       if (std::optional<AgentOutcome> sick = co_await unhealthy()) {
         out = std::move(*sick);
@@ -226,9 +229,40 @@ struct Run : AgentParts {
       out.state = AgentOutcome::State::kSignaled;
       out.signal = signaled;
     }
+    group.on_first_progress(nullptr);
     if (joined) co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
     if (error) std::rethrow_exception(error);
     co_return out;
+  }
+
+  // The restart under way reached its new attempt's first progress (or that attempt ended
+  // without any): its phases go to the log, the event log (and so the metrics) and `ddprun
+  // status`.
+  void restart_measured(const AttemptTimes& times) {
+    const std::optional<RestartPhases> p = restart_clock.complete(times);
+    if (!p) return;
+    spdlog::info(
+        "restart {} took {:.3f} s: {:.3f} s to detect the {}, {:.3f} s to stop the workers, {:.3f} "
+        "s to form round {}, {:.3f} s to start the workers, {}",
+        p->restart_count, p->total(), p->detection,
+        p->cause == "interrupted" ? "interruption" : p->cause, p->stopping, p->rendezvous, p->round,
+        p->starting,
+        p->first_progress ? fmt::format("{:.3f} s to their first progress", *p->first_progress)
+                          : std::string("and they made no progress"));
+    nlohmann::json phases = p->to_json();
+    events.record("restart_phases", phases);
+    asio::co_spawn(
+        io,
+        [rdzv = rdzv, text = phases.dump()]() mutable -> asio::awaitable<void> {
+          rendezvous::Scope scope = rendezvous::Scope::job();
+          std::string topic = rendezvous::kRestartTopic;
+          try {
+            co_await rdzv->publish(std::move(scope), std::move(topic), std::move(text));
+          } catch (const std::exception&) {
+            // The store is gone or the job ended: nobody to show it to.
+          }
+        },
+        asio::detached);
   }
 
   // The one round loop, whatever the backend.
@@ -262,6 +296,8 @@ struct Run : AgentParts {
         co_return ended;
       }
       own_failure.reset();
+      restart_clock.round_formed(std::chrono::steady_clock::now(), round->number,
+                                 round->restart_count);
       record_round(*round, last_restart_count);
       const std::optional<rendezvous::WorkerStoreAddress> master =
           co_await rdzv->worker_store(*round);
@@ -287,6 +323,7 @@ struct Run : AgentParts {
       checkpoint_status.watch(round_ranks(cfg, *round));
       auto [r, why] = co_await run_watched(launches, *round);
       if (!why.empty()) interrupted_by = why;
+      restart_measured(r.times);  // its workers ended before any progress
       record_checkpoints_held(*round);
       if (!r.stacks.empty()) {
         const fs::path stacks = attempt_dir / "hang_stacks.log";
@@ -306,6 +343,13 @@ struct Run : AgentParts {
       if (std::optional<AgentOutcome> loop = co_await crash_looping(ran, step)) {
         co_return std::move(*loop);
       }
+      std::string cause = "interrupted";
+      if (r.hang || hang_exchange::peer_hang(*rdzv, ran)) {
+        cause = "hang";
+      } else if (r.state == GroupResult::State::kFailed) {
+        cause = "failure";
+      }
+      restart_clock.attempt_ended(r.times, std::move(cause));
     }
   }
 

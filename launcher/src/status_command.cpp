@@ -64,6 +64,8 @@ nlohmann::json node_json(const rendezvous::NodeStatus& n) {
   j["since_ms"] = n.since_ms ? nlohmann::json(*n.since_ms) : nlohmann::json(nullptr);
   const auto checkpoints = nlohmann::json::parse(n.checkpoints, nullptr, false);
   j["checkpoints"] = checkpoints.is_object() ? checkpoints : nlohmann::json(nullptr);
+  const auto restart = nlohmann::json::parse(n.last_restart, nullptr, false);
+  j["last_restart"] = restart.is_object() ? restart : nlohmann::json(nullptr);
   return j;
 }
 
@@ -104,6 +106,26 @@ std::string checkpoints_line(const std::string& account) {
                     duration_text(a["persisted"].value("seconds", 0.0)));
   }
   return line;
+}
+
+// A node's last restart in one line, phase by phase; "" when its agent has not restarted.
+std::string restart_line(const std::string& phases) {
+  const auto p = nlohmann::json::parse(phases, nullptr, false);
+  if (!p.is_object()) return "";
+  const auto seconds = [&p](const char* key) {
+    const auto it = p.find(key);
+    return it != p.end() && it->is_number() ? duration_text(it->get<double>()) : std::string("-");
+  };
+  const auto progress = p.find("first_progress_s");
+  return fmt::format(
+      "last restart ({}, restart {}): {} in all; detected {}, workers stopped {}, round {} "
+      "formed {}, workers started {}, {}",
+      p.value("cause", "?"), p.value("restart_count", 0), seconds("total_s"),
+      seconds("detection_s"), seconds("stopping_s"), p.value("round", 0), seconds("rendezvous_s"),
+      seconds("starting_s"),
+      progress != p.end() && progress->is_number()
+          ? "first progress " + duration_text(progress->get<double>())
+          : std::string("no progress"));
 }
 
 }  // namespace
@@ -161,6 +183,9 @@ std::string status_table(const rendezvous::JobStatus& s, const std::string& run_
                          fmt::format("{}-{}", n.first_rank, n.last_rank),
                          n.since_ms ? local_time(*n.since_ms) : "-", n.present ? "" : "  (gone)");
       if (const std::string line = checkpoints_line(n.checkpoints); !line.empty()) {
+        out += fmt::format("        {}\n", line);
+      }
+      if (const std::string line = restart_line(n.last_restart); !line.empty()) {
         out += fmt::format("        {}\n", line);
       }
     }

@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-from proc_util import free_port, script
+from proc_util import free_port, left_running, script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -33,25 +33,6 @@ DDPRUN = None
 def run(args, env=None, timeout=240):
     return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHON_EXEC": PY, **(env or {})})
-
-
-def left_running(text, seconds=10):
-    """Processes whose command line contains `text`, once none is left or `seconds` passed."""
-    deadline = time.monotonic() + seconds
-    while True:
-        found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            if int(pid) == os.getpid():  # this test names it too
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        found.append(pid)
-            except OSError:
-                pass
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
 
 
 def scrape(port):

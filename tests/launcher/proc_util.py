@@ -69,3 +69,22 @@ def script(text):
     os.write(fd, text.encode())
     os.close(fd)
     return path
+
+
+def left_running(text, seconds=10):
+    """Processes whose command line contains `text`, once none is left or `seconds` passed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            if int(pid) == os.getpid():  # this test names it too
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)

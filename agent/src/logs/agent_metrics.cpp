@@ -10,6 +10,12 @@ namespace ddprun::agent {
 
 using store::prometheus_sample;
 
+namespace {
+// The phases of a restart in the order they happen, then their sum.
+constexpr const char* kRestartPhases[] = {"detection", "stopping",       "rendezvous",
+                                          "starting",  "first_progress", "total"};
+}  // namespace
+
 void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
   if (event == "round_formed") {
     round_ = f.value("round", 0);
@@ -39,6 +45,11 @@ void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
     ++persisted_;
     persisted_step_ = std::max(persisted_step_, f.value("step", int64_t{-1}));
     persist_seconds_ = f.value("seconds", 0.0);
+  } else if (event == "restart_phases") {
+    for (const char* phase : kRestartPhases) {
+      const auto it = f.find(std::string(phase) + "_s");
+      if (it != f.end() && it->is_number()) restart_phases_[phase].observe(it->get<double>());
+    }
   } else if (event == "checkpoint_persist_failed" || event == "checkpoint_persist_dropped") {
     ++persist_misses_[event == "checkpoint_persist_failed" ? "failed" : "dropped"];
   }
@@ -105,6 +116,18 @@ std::string AgentMetrics::render() const {
                 "was reused meanwhile)."
               : "",
         it == persist_misses_.end() ? 0 : it->second, fmt::format("outcome=\"{}\"", outcome));
+    first = false;
+  }
+  first = true;
+  for (const char* phase : kRestartPhases) {
+    const auto it = restart_phases_.find(phase);
+    out += (it == restart_phases_.end() ? SecondsHistogram() : it->second)
+               .render("ddprun_restart_phase_seconds",
+                       first ? "Each restart's phases on this node: from the failure to its "
+                               "detection, to the workers stopped, to the next round formed, to "
+                               "the workers started, to their first progress; and in all."
+                             : "",
+                       fmt::format("phase=\"{}\"", phase));
     first = false;
   }
   return out;

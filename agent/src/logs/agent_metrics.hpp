@@ -1,11 +1,14 @@
 #pragma once
 // The agent's state for --metrics_port, kept from its own event stream (event_log.hpp): the round,
-// the world, restarts, the nodes seen, each local worker's state, and checkpoints persisted.
+// the world, restarts and each restart's phases, the nodes seen, each local worker's state, and
+// checkpoints persisted.
 #include <cstdint>
 #include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "logs/seconds_histogram.hpp"
 
 namespace ddprun::agent {
 
@@ -39,6 +42,8 @@ class AgentMetrics {
   int64_t persisted_step_ = -1;
   double persist_seconds_ = 0;
   std::map<std::string, int> persist_misses_;
+  // Each restart's phases (restart_phases.hpp), by phase, "total" included.
+  std::map<std::string, SecondsHistogram> restart_phases_;
 };
 
 }  // namespace ddprun::agent

@@ -26,6 +26,7 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
     if (w.heartbeat->beat()) {
       w.heard_beat = true;
       w.clock->progress(now);
+      a.progress(now);
     }
     if (const auto waited = read_cpu_wait(w.process->pid())) w.clock->cpu_wait(*waited);
     if (w.clock->hung(now)) hung.push_back(&w);
@@ -35,6 +36,9 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
   nlohmann::json ranks = nlohmann::json::array();
   for (RunningWorker* w : hung) {
     const ProgressClock& clock = *w->clock;
+    // The hang began when the most silent of them last made progress.
+    const auto silent_since = now - clock.silent(now);
+    if (!a.times.failed || silent_since < *a.times.failed) a.times.failed = silent_since;
     const double silent = clock.silent(now).count() / 1000.0;
     const double timeout = clock.timeout().count() / 1000.0;
     const double waited = clock.waited_for_cpu().count() / 1000.0;

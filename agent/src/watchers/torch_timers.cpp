@@ -29,7 +29,10 @@ RunningWorker* TorchTimers::running(int pid) {
 
 void TorchTimers::progress(int pid) {
   RunningWorker* w = running(pid);
-  if (w != nullptr && w->clock) w->clock->progress(std::chrono::steady_clock::now());
+  if (w == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  group_.running_attempt()->progress(now);
+  if (w->clock) w->clock->progress(now);
 }
 
 void TorchTimers::expire(const ExpiredTimer& timer) {

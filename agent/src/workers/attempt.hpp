@@ -4,6 +4,7 @@
 // starts: nothing of it is reset by hand. Private to the agent.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,18 @@ struct RunningWorker {
   bool running() const { return process && process->running(); }
 };
 
+// When the moments of an attempt that the restart phases are measured between happened, on the
+// agent's steady clock (restart_phases.hpp).
+struct AttemptTimes {
+  using Time = std::chrono::steady_clock::time_point;
+  std::optional<Time> started;         // every worker of it was started
+  std::optional<Time> failed;          // what ended it happened: a worker's exit, a hang's last
+                                       // progress, another node's event
+  std::optional<Time> stop_began;      // the agent began stopping the workers for it
+  std::optional<Time> first_progress;  // any worker's first heartbeat, torch timer or output
+  std::optional<Time> ended;           // its workers were stopped and their output drained
+};
+
 struct Attempt {
   uint64_t number = 0;                          // WorkerGroup::run()s so far, this one included
   std::vector<RunningWorker> workers;           // one per launch, in the launches' order
@@ -56,6 +69,23 @@ struct Attempt {
   bool stacks_wanted = false;  // the workers' stacks are collected before they stop
   std::string unhealthy;       // a worker stuck in state D: which, where, how long
   std::vector<WorkerFailure> failures;
+  AttemptTimes times;
+  // Called once, at the first progress of any worker of the attempt; may be empty.
+  std::function<void(const AttemptTimes&)> on_first_progress;
+
+  // The workers are to stop (a failure, a hang, an interruption, a signal): the detection's time,
+  // and the failure's where nothing earlier was known of it.
+  void begin_stop(AttemptTimes::Time now) {
+    stopping = true;
+    if (!times.stop_began) times.stop_began = now;
+    if (!times.failed) times.failed = now;
+  }
+  // A worker made progress (a heartbeat, a torch timer, a line of output).
+  void progress(AttemptTimes::Time now) {
+    if (times.first_progress) return;
+    times.first_progress = now;
+    if (on_first_progress) on_first_progress(times);
+  }
 };
 
 // What the worker group lets its parts do to an attempt later on (from a timer, or when another

@@ -112,6 +112,7 @@ void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) 
 boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
   attempt_ = std::make_unique<Attempt>();
   attempt_->number = ++attempts_;
+  attempt_->on_first_progress = on_first_progress_;
   for (WorkerLaunch& l : launches) attempt_->workers.emplace_back(std::move(l));
   for (auto& watcher : watchers_) watcher->prepare(*attempt_);
   stacks_.prepare(*attempt_);
@@ -129,6 +130,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   for (size_t i = 0; i < attempt_->workers.size(); ++i) {
     if (!start_worker(i)) break;
   }
+  attempt_->times.started = std::chrono::steady_clock::now();
   if (event_log_ != nullptr) {
     nlohmann::json started = nlohmann::json::array();
     for (const RunningWorker& w : attempt_->workers) {
@@ -163,6 +165,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   state_timer_.cancel();
   containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
+  attempt_->times.ended = std::chrono::steady_clock::now();
 
   co_return conclude();
 }
@@ -196,15 +199,14 @@ bool WorkerGroup::start_worker(size_t i) {
     auto pump =
         std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
                                   target->raw ? std::string() : l.prefix, target->duplicate);
-    if (rw.clock) {
-      pump->set_on_output([this, number, i] {
-        // A worker's output is progress until it sends heartbeats (then those alone are).
-        RunningWorker* worker = worker_of(number, i);
-        if (worker != nullptr && !worker->heard_beat) {
-          worker->clock->progress(std::chrono::steady_clock::now());
-        }
-      });
-    }
+    pump->set_on_output([this, number, i] {
+      RunningWorker* worker = worker_of(number, i);
+      if (worker == nullptr) return;
+      const auto now = std::chrono::steady_clock::now();
+      attempt_->progress(now);
+      // A worker's output is progress until it sends heartbeats (then those alone are).
+      if (worker->clock && !worker->heard_beat) worker->clock->progress(now);
+    });
     if (target == &l.tee_err) {  // for a hang's stacks, and the exception a worker died of
       pump->keep_tail(stacks_.reads_stderr() && rw.clock ? kStackTail : kTracebackTail);
       rw.err_pump = pump;
@@ -237,6 +239,7 @@ GroupResult WorkerGroup::conclude() {
   result.stop_signal = a.stop_signal;
   result.unhealthy = a.unhealthy;
   result.hang = a.hang_declared;
+  result.times = a.times;
   for (const RunningWorker& w : a.workers) {
     if (w.process) result.pids.push_back(w.process->pid());
   }
@@ -311,7 +314,7 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
 }
 
 void WorkerGroup::begin_stopping(int signo) {
-  attempt_->stopping = true;
+  attempt_->begin_stop(std::chrono::steady_clock::now());
   attempt_->stop_sent = true;
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running()) continue;

@@ -41,6 +41,7 @@ struct GroupResult {
   std::map<int, std::string> frames;  // with the stacks: each rank's innermost frame
   bool hang = false;                  // this node declared a hang in the attempt
   std::vector<int> pids;              // every worker the attempt started
+  AttemptTimes times;                 // for the restart phases
 };
 
 class WorkerGroup : private AttemptControl {
@@ -88,6 +89,11 @@ class WorkerGroup : private AttemptControl {
   void serve_torch_timers(std::string path);
   // Stops serving them and removes the FIFO.
   void close_torch_timers() { timers_.reset(); }
+  // Called once per attempt, at the first progress of any of its workers (a heartbeat, a torch
+  // timer, a line of output through the agent), with the attempt's times so far.
+  void on_first_progress(std::function<void(const AttemptTimes&)> f) {
+    on_first_progress_ = std::move(f);
+  }
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
   // Where workers started and exited are recorded (--event_log); it outlives the group.
@@ -124,6 +130,7 @@ class WorkerGroup : private AttemptControl {
   std::unique_ptr<TorchTimers> timers_;
   WarmInterpreter* warm_ = nullptr;
   EventLog* event_log_ = nullptr;
+  std::function<void(const AttemptTimes&)> on_first_progress_;
   // The current attempt (the last one once run() has returned); null before the first.
   std::unique_ptr<Attempt> attempt_;
   uint64_t attempts_ = 0;  // run()s so far: a late callback for an earlier attempt is ignored

@@ -56,10 +56,9 @@ std::optional<int> failure_report_restart(std::string_view key) {
   return to_int(std::string(rest.substr(0, slash)), -1);
 }
 
-// The node of a checkpoint account's key (exchange/job/<the topic>/<node>).
-std::optional<std::string> checkpoints_node(std::string_view key) {
-  const std::string prefix =
-      std::string(keys::kExchange) + Scope::job().text() + "/" + kCheckpointsTopic + "/";
+// The node of a key of `topic` in the job's scope (exchange/job/<the topic>/<node>).
+std::optional<std::string> job_topic_node(std::string_view key, const char* topic) {
+  const std::string prefix = std::string(keys::kExchange) + Scope::job().text() + "/" + topic + "/";
   if (!key.starts_with(prefix)) return std::nullopt;
   return std::string(key.substr(prefix.size()));
 }
@@ -74,6 +73,7 @@ JobStatus interpret_job_keys(Backend backend,
   std::map<int, std::string> rounds;                 // elastic: round -> record
   std::map<int, std::vector<std::string>> failures;  // restart count / attempt -> records
   std::map<std::string, std::string> checkpoints;    // id -> its checkpoint account
+  std::map<std::string, std::string> restarts;       // id -> its last restart's phases
   int counter = -1;
   for (const auto& [key, value] : keys) {
     if (key.starts_with(keys::kNodes)) {
@@ -98,8 +98,10 @@ JobStatus interpret_job_keys(Backend backend,
       rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
     } else if (const auto restart = failure_report_restart(key)) {
       failures[*restart].push_back(value);
-    } else if (const auto node = checkpoints_node(key)) {
+    } else if (const auto node = job_topic_node(key, kCheckpointsTopic)) {
       checkpoints[*node] = value;
+    } else if (const auto node = job_topic_node(key, kRestartTopic)) {
+      restarts[*node] = value;
     }
   }
   if (!failures.empty()) s.last_failures = failures.rbegin()->second;
@@ -136,6 +138,7 @@ JobStatus interpret_job_keys(Backend backend,
     n.last_rank = next_rank + n.nproc - 1;
     next_rank += n.nproc;
     if (const auto c = checkpoints.find(n.id); c != checkpoints.end()) n.checkpoints = c->second;
+    if (const auto r = restarts.find(n.id); r != restarts.end()) n.last_restart = r->second;
     s.nodes.push_back(std::move(n));
   }
   s.world_size = next_rank;

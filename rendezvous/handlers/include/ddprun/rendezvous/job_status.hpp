@@ -19,6 +19,7 @@ struct NodeStatus {
   bool present = true;                 // its agent is in the job now (false: it left or died)
   std::optional<int64_t> since_ms;     // when its agent joined (wall clock)
   std::string checkpoints;             // its agent's account of its checkpoints (JSON); "" none
+  std::string last_restart;            // its agent's last restart's phases (JSON); "" none
 };
 
 struct JobStatus {

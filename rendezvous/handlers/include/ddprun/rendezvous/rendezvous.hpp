@@ -89,6 +89,9 @@ inline constexpr const char* kFailureReportsTopic = "failures";
 // The topic, in the job's scope, of each node's account of its checkpoints (a JSON object the
 // agent writes), which `ddprun status` shows.
 inline constexpr const char* kCheckpointsTopic = "checkpoints";
+// The topic, in the job's scope, of each node's last restart's phases (RestartPhases' JSON), which
+// `ddprun status` shows.
+inline constexpr const char* kRestartTopic = "restart";
 
 // Why next_round() returned nullopt.
 struct JobEnd {
