@@ -26,8 +26,10 @@
 #include "exchanges/crash_loop.hpp"
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
+#include "exchanges/node_check.hpp"
 #include "exchanges/stop_exchange.hpp"
 #include "node/bounded_command.hpp"
+#include "node/node_probe.hpp"
 #include "watchers/worker_stacks.hpp"
 #include "workers/restart_phases.hpp"
 #include "workers/round_plan.hpp"
@@ -73,6 +75,76 @@ struct Run : AgentParts {
     out.state = AgentOutcome::State::kUnhealthy;
     out.summary = "the health check failed (" + *why + ")";
     co_return out;
+  }
+
+  // What --node_check decided for a round before its workers start.
+  enum class Checked { kGoOn, kThisNodeOut, kAnotherNodeOut };
+
+  // --node_check, once `round` formed and before its workers start, where it has a member not
+  // checked before: every node's probe runs, node rank 0 judges, and every node acts on the same
+  // verdict. kThisNodeOut sets `out` (this node stays out, as after a failed health check);
+  // kAnotherNodeOut: the round re-forms once the nodes kept out (or a verdict that never came)
+  // have left it.
+  asio::awaitable<Checked> check_nodes(const rendezvous::Round& round,
+                                       const rendezvous::WorkerStoreAddress& store,
+                                       AgentOutcome& out) {
+    if (!cfg.node_check || round.num_nodes < 2) co_return Checked::kGoOn;
+    if (!co_await node_check::needed(rdzv, round)) co_return Checked::kGoOn;
+    const auto started = std::chrono::steady_clock::now();
+    NodeProbeRun how;
+    how.program = cfg.node_probe;
+    how.run_id = cfg.rdzv.run_id;
+    how.timeout = cfg.node_check_timeout;
+    how.env = cfg.env;
+    how.dir = run_dir;
+    ProbeReport mine = co_await run_node_probe(io, containment, how, round, store);
+    if (!mine.failed.empty()) spdlog::error("node check: {}", mine.failed);
+    const auto wait = cfg.node_check_timeout + std::chrono::seconds(5);
+    const std::optional<node_check::Verdict> verdict =
+        co_await node_check::exchange(rdzv, round, mine, cfg.node_check_factor, wait);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!verdict) {
+      spdlog::warn("node check: round {} ended before its verdict came", round.number);
+      co_return Checked::kAnotherNodeOut;
+    }
+    nlohmann::json fields = verdict->to_json();
+    fields["round"] = round.number;
+    fields["seconds"] = seconds;
+    fields["this_node"] = mine.to_json();
+    for (auto& s : fields["slow"]) {
+      s["node"] = round.members.at(s["node_rank"].get<size_t>());
+    }
+    events.record("node_check", fields);
+    const std::string named = fmt::format("--node_check_factor {:g}", cfg.node_check_factor);
+    if (const node_check::SlowNode* me = verdict->kept_out(round.node_rank)) {
+      const std::string why =
+          me->probe == "no answer"
+              ? fmt::format("its probe gave no answer: {}", me->detail)
+              : fmt::format("{} {:.2f}x slower than the round's median ({}; {})", me->probe,
+                            me->ratio, me->detail, named);
+      spdlog::error("node check: this node stays out of the job: {}", why);
+      events.record("node_check_failed", {{"round", round.number},
+                                          {"probe", me->probe},
+                                          {"ratio", me->ratio},
+                                          {"detail", me->detail}});
+      out.run_log_dir = run_dir.string();
+      out.state = AgentOutcome::State::kUnhealthy;
+      out.summary = "the node check found this node slow: " + why;
+      co_return Checked::kThisNodeOut;
+    }
+    co_await node_check::passed(rdzv, round);
+    if (verdict->slow.empty()) {
+      spdlog::info("node check: {} nodes within {:g}x the round's median, in {:.2f} s",
+                   round.num_nodes, cfg.node_check_factor, seconds);
+      co_return Checked::kGoOn;
+    }
+    for (const node_check::SlowNode& s : verdict->slow) {
+      spdlog::warn("node check: node {} ({}) is kept out: {} {}", s.node_rank,
+                   round.members.at(static_cast<size_t>(s.node_rank)), s.probe,
+                   s.ratio > 0 ? fmt::format("{:.2f}x the round's median", s.ratio) : s.detail);
+    }
+    co_return Checked::kAnotherNodeOut;
   }
 
   // Before workers start again on this node's GPUs: waits (bounded) until none of `pids`, the
@@ -313,6 +385,15 @@ struct Run : AgentParts {
         out.state = AgentOutcome::State::kSignaled;
         out.signal = signaled;
         co_return out;
+      }
+      AgentOutcome kept_out;
+      const rendezvous::WorkerStoreAddress& store = *master;
+      const Checked checked = co_await check_nodes(*round, store, kept_out);
+      if (checked == Checked::kThisNodeOut) co_return kept_out;
+      if (checked == Checked::kAnotherNodeOut) {  // the round re-forms without them
+        interrupted_by = co_await rdzv->interruption(*round);
+        co_await rdzv->end_round(*round, false);
+        continue;
       }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +21,21 @@ namespace {
 
 // torchrun names a Python job after its script (the first argument that is not an option).
 std::string entrypoint_name(const LaunchConfig& c) { return c.training_script; }
+
+// --node_check's probe: ddprun-node-probe in ddprun's own folder, as the build and the packages
+// put it. Throws UsageError where this installation has none.
+std::string node_probe_path() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string probe = (self.parent_path() / "ddprun-node-probe").string();
+  if (ec || ::access(probe.c_str(), X_OK) != 0) {
+    throw UsageError(fmt::format(
+        "--node_check needs the probe program {}, which this installation lacks (the Debian "
+        "package and a build from source have it beside ddprun; the wheel does not)",
+        probe));
+  }
+  return probe;
+}
 
 }  // namespace
 
@@ -71,6 +87,10 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   }
   a.health_check = c.health_check;
   a.health_check_timeout = c.health_check_timeout;
+  a.node_check = c.node_check;
+  a.node_check_factor = c.node_check_factor;
+  a.node_check_timeout = c.node_check_timeout;
+  if (a.node_check) a.node_probe = node_probe_path();
   if (a.python_workers) {
     a.preload = c.preload;
   } else if (!c.preload.modules.empty()) {

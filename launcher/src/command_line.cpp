@@ -262,8 +262,8 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
   return static_cast<uint64_t>(n) << shift;
 }
 
-// --hang_timeout, --health_check(_timeout), --metrics_port, --preload, --numa_binding,
-// --checkpoint_memory_limit.
+// --hang_timeout, --health_check(_timeout), --node_check(_factor, _timeout), --metrics_port,
+// --preload, --numa_binding, --checkpoint_memory_limit.
 void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   const std::string& hang = o["hang_timeout"];
   if (hang == "auto") {
@@ -277,6 +277,18 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   if (!o["health_check_timeout"].empty()) {
     c.health_check_timeout = parse_positive_seconds(o["health_check_timeout"],
                                                     "--health_check_timeout", "must be positive");
+  }
+  c.node_check = o.flag("node_check");
+  if (!o["node_check_factor"].empty()) {
+    c.node_check_factor = parse_double(o["node_check_factor"], "--node_check_factor");
+    if (!(c.node_check_factor > 1.0) || c.node_check_factor > 1000.0) {
+      throw UsageError(
+          fmt::format("--node_check_factor: '{}' is not a factor above 1", o["node_check_factor"]));
+    }
+  }
+  if (!o["node_check_timeout"].empty()) {
+    c.node_check_timeout =
+        parse_positive_seconds(o["node_check_timeout"], "--node_check_timeout", "must be positive");
   }
   if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
   if (!o["metrics_addr"].empty()) {

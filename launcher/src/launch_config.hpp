@@ -86,7 +86,10 @@ struct LaunchConfig {
   std::string checkpoint_dir;                                // --checkpoint_dir: absolute; "" none
   int64_t checkpoint_persist_every = 100;                    // --checkpoint_persist_every
   int64_t crash_loop_attempts = 3;                           // --crash_loop_attempts
-  std::string health_check;  // --health_check: a shell command; "" none
+  std::string health_check;                              // --health_check: a shell command; "" none
+  bool node_check = false;                               // --node_check
+  double node_check_factor = 2.0;                        // --node_check_factor
+  std::chrono::milliseconds node_check_timeout{30'000};  // --node_check_timeout
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
   agent::PreloadSpec preload;                              // --preload MODULE,...|auto
 

@@ -101,6 +101,27 @@ const std::vector<OptionSpec>& option_table() {
        .metavar = "S",
        .help = "seconds --health_check may take (default 60)",
        .ddprun_only = true},
+      {.names = "--node-check,--node_check",
+       .dest = "node_check",
+       .metavar = nullptr,
+       .help = "after a round forms and before its workers start (the first round, and each with "
+               "a node not checked before), time a fixed compute kernel on every node and the "
+               "links between pairs of nodes; a node slower than --node_check_factor times the "
+               "round's median, or silent past --node_check_timeout, is kept out of the job as a "
+               "failing --health_check is",
+       .ddprun_only = true},
+      {.names = "--node-check-factor,--node_check_factor",
+       .dest = "node_check_factor",
+       .metavar = "X",
+       .help = "how many times slower than the round's median a node's compute or link may be "
+               "(default 2.0)",
+       .ddprun_only = true},
+      {.names = "--node-check-timeout,--node_check_timeout",
+       .dest = "node_check_timeout",
+       .metavar = "S",
+       .help = "seconds the node check may take; a node that has not answered by then counts as "
+               "failed (default 30)",
+       .ddprun_only = true},
       {.names = "--preload",
        .dest = "preload",
        .metavar = "MODULE,...|auto",

@@ -108,6 +108,28 @@ std::string checkpoints_line(const std::string& account) {
   return line;
 }
 
+// The latest node check in one line: which nodes it kept out and why, or that none.
+std::string node_check_line(const std::string& verdict) {
+  const auto v = nlohmann::json::parse(verdict, nullptr, false);
+  if (!v.is_object() || !v.contains("slow") || !v["slow"].is_array()) return "";
+  const auto members = v.value("members", std::vector<std::string>());
+  std::vector<std::string> out;
+  for (const auto& s : v["slow"]) {
+    if (!s.is_object()) continue;
+    const int rank = s.value("node_rank", -1);
+    const std::string node = rank >= 0 && rank < static_cast<int>(members.size())
+                                 ? members[static_cast<size_t>(rank)]
+                                 : std::to_string(rank);
+    const double ratio = s.value("ratio", 0.0);
+    out.push_back(fmt::format("node {} kept out ({}{})", node, s.value("probe", "?"),
+                              ratio > 0 ? fmt::format(" {:.2f}x the median", ratio) : ""));
+  }
+  return fmt::format(
+      "node check of round {} ({} nodes, --node_check_factor {:g}): {}", v.value("round", -1),
+      v.value("nodes", 0), v.value("factor", 0.0),
+      out.empty() ? "every node within the factor" : fmt::format("{}", fmt::join(out, "; ")));
+}
+
 // A node's last restart in one line, phase by phase; "" when its agent has not restarted.
 std::string restart_line(const std::string& phases) {
   const auto p = nlohmann::json::parse(phases, nullptr, false);
@@ -148,6 +170,8 @@ nlohmann::json status_json(const rendezvous::JobStatus& s, const std::string& ru
     j["leader"]["id"] = s.leader;
     j["leader"]["host"] = s.leader_host;
   }
+  const auto node_check = nlohmann::json::parse(s.node_check, nullptr, false);
+  j["node_check"] = node_check.is_object() ? node_check : nlohmann::json(nullptr);
   j["last_failure"] = nullptr;
   if (auto f = root_cause(s)) {
     nlohmann::json r = {{"rank", f->rank},           {"local_rank", f->local_rank},
@@ -194,6 +218,7 @@ std::string status_table(const rendezvous::JobStatus& s, const std::string& run_
     out += fmt::format("  spare {:<24} {:>5}  {:<11} {}\n", n.host, n.nproc, "-",
                        n.since_ms ? local_time(*n.since_ms) : "-");
   }
+  if (const std::string line = node_check_line(s.node_check); !line.empty()) out += line + "\n";
   if (!s.leader.empty()) {
     out += fmt::format("rounds decided by {}{}\n", s.leader,
                        s.leader_host.empty() ? " (gone)" : " on " + s.leader_host);

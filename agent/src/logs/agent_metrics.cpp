@@ -45,6 +45,14 @@ void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
     ++persisted_;
     persisted_step_ = std::max(persisted_step_, f.value("step", int64_t{-1}));
     persist_seconds_ = f.value("seconds", 0.0);
+  } else if (event == "node_check") {
+    ++node_checks_;
+    node_check_seconds_ = f.value("seconds", 0.0);
+    node_check_slow_.clear();
+    for (const auto& s : f.value("slow", nlohmann::json::array())) {
+      node_check_slow_.push_back(
+          {s.value("node", std::string()), s.value("probe", std::string()), s.value("ratio", 0.0)});
+    }
   } else if (event == "restart_phases") {
     for (const char* phase : kRestartPhases) {
       const auto it = f.find(std::string(phase) + "_s");
@@ -116,6 +124,20 @@ std::string AgentMetrics::render() const {
                 "was reused meanwhile)."
               : "",
         it == persist_misses_.end() ? 0 : it->second, fmt::format("outcome=\"{}\"", outcome));
+    first = false;
+  }
+  out += prometheus_sample("ddprun_node_checks_total", "counter",
+                           "Node checks (--node_check) this agent took part in.", node_checks_);
+  out += prometheus_sample("ddprun_node_check_seconds", "gauge",
+                           "How long the last node check took on this node.", node_check_seconds_);
+  first = true;
+  for (const SlowNode& s : node_check_slow_) {
+    out += prometheus_sample(
+        "ddprun_node_check_kept_out", "gauge",
+        first ? "Nodes the last node check kept out: how many times the round's median their "
+                "probe took (0: no answer)."
+              : "",
+        s.ratio, fmt::format("node=\"{}\",probe=\"{}\"", s.node, s.probe));
     first = false;
   }
   first = true;

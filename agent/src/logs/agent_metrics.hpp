@@ -1,10 +1,11 @@
 #pragma once
 // The agent's state for --metrics_port, kept from its own event stream (event_log.hpp): the round,
-// the world, restarts and each restart's phases, the nodes seen, each local worker's state, and
-// checkpoints persisted.
+// the world, restarts and each restart's phases, the nodes seen and checked, each local worker's
+// state, and checkpoints persisted.
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,15 @@ class AgentMetrics {
   int64_t persisted_step_ = -1;
   double persist_seconds_ = 0;
   std::map<std::string, int> persist_misses_;
+  // --node_check: checks seen, the last one's time on this node, and the nodes it kept out.
+  int node_checks_ = 0;
+  double node_check_seconds_ = 0;
+  struct SlowNode {
+    std::string node;
+    std::string probe;
+    double ratio = 0;
+  };
+  std::vector<SlowNode> node_check_slow_;
   // Each restart's phases (restart_phases.hpp), by phase, "total" included.
   std::map<std::string, SecondsHistogram> restart_phases_;
 };

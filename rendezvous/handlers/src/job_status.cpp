@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
+#include <nlohmann/json.hpp>
 
 #include "ddprun/job_store/job_store.hpp"
 #include "ddprun/rendezvous/job_records.hpp"
@@ -102,6 +103,13 @@ JobStatus interpret_job_keys(Backend backend,
       checkpoints[*node] = value;
     } else if (const auto node = job_topic_node(key, kRestartTopic)) {
       restarts[*node] = value;
+    } else if (job_topic_node(key, kNodeCheckTopic)) {
+      // The verdict of the latest round checked (each judged by that round's node 0).
+      const auto round_of = [](const std::string& verdict) {
+        const auto v = nlohmann::json::parse(verdict, nullptr, false);
+        return v.is_object() ? v.value("round", -1) : -1;
+      };
+      if (s.node_check.empty() || round_of(value) > round_of(s.node_check)) s.node_check = value;
     }
   }
   if (!failures.empty()) s.last_failures = failures.rbegin()->second;

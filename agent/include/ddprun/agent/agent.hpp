@@ -62,6 +62,13 @@ struct AgentConfig {
   // Run with /bin/sh before this node joins each round (bounded_command.hpp); "" none.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60'000};
+  // --node_check: the probe measures every node of a round with a node not checked before, and a
+  // node slower than node_check_factor times the median, or silent past node_check_timeout, stays
+  // out. node_probe: the probe program (ddprun-node-probe beside ddprun); "" none installed.
+  bool node_check = false;
+  double node_check_factor = 2.0;
+  std::chrono::milliseconds node_check_timeout{30'000};
+  std::string node_probe;
   HangPolicy hang;              // --hang_timeout (progress_clock.hpp)
   bool python_workers = false;  // the entrypoint is a Python interpreter (stacks on a hang)
   // --preload: Python workers start from a warm interpreter (warm_interpreter.hpp); no modules:

@@ -92,6 +92,9 @@ inline constexpr const char* kCheckpointsTopic = "checkpoints";
 // The topic, in the job's scope, of each node's last restart's phases (RestartPhases' JSON), which
 // `ddprun status` shows.
 inline constexpr const char* kRestartTopic = "restart";
+// The topic, in the job's scope, of the last node check's verdict (published by the node that
+// judged it), which `ddprun status` shows.
+inline constexpr const char* kNodeCheckTopic = "node_check";
 
 // Why next_round() returned nullopt.
 struct JobEnd {

@@ -1,0 +1,192 @@
+#include "exchanges/node_check.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::agent::node_check {
+namespace {
+
+constexpr const char* kReports = "node_check_reports";
+constexpr const char* kVerdict = "node_check_verdict";
+constexpr const char* kPassed = "node_check_passed";
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+}  // namespace
+
+const SlowNode* Verdict::kept_out(int node_rank) const {
+  for (const SlowNode& s : slow) {
+    if (s.node_rank == node_rank) return &s;
+  }
+  return nullptr;
+}
+
+nlohmann::json Verdict::to_json() const {
+  nlohmann::json slow_json = nlohmann::json::array();
+  for (const SlowNode& s : slow) {
+    slow_json.push_back(
+        {{"node_rank", s.node_rank}, {"probe", s.probe}, {"ratio", s.ratio}, {"detail", s.detail}});
+  }
+  return {{"nodes", nodes},
+          {"factor", factor},
+          {"compute_median_s", compute_median},
+          {"link_median_s", link_median},
+          {"slow", std::move(slow_json)}};
+}
+
+std::optional<Verdict> Verdict::from_json(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  try {
+    Verdict v;
+    v.nodes = j.at("nodes").get<int>();
+    v.factor = j.at("factor").get<double>();
+    v.compute_median = j.at("compute_median_s").get<double>();
+    v.link_median = j.at("link_median_s").get<double>();
+    for (const auto& s : j.at("slow")) {
+      v.slow.push_back(SlowNode{s.at("node_rank").get<int>(), s.at("probe").get<std::string>(),
+                                s.at("ratio").get<double>(), s.at("detail").get<std::string>()});
+    }
+    return v;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor) {
+  Verdict v;
+  v.nodes = nodes;
+  v.factor = factor;
+  std::map<int, const ProbeReport*> answered;
+  std::map<int, std::string> failed;
+  for (const ProbeReport& r : reports) {
+    if (r.node_rank < 0 || r.node_rank >= nodes) continue;
+    if (r.failed.empty()) {
+      answered.emplace(r.node_rank, &r);
+    } else {
+      failed.emplace(r.node_rank, r.failed);
+    }
+  }
+  std::vector<double> computes, links;
+  for (const auto& [rank, r] : answered) {
+    computes.push_back(r->compute_seconds);
+    for (const auto& l : r->links) links.push_back(l.seconds);
+  }
+  v.compute_median = median(computes);
+  v.link_median = median(links);
+
+  std::map<int, SlowNode> slow;
+  for (int rank = 0; rank < nodes; ++rank) {
+    if (answered.contains(rank)) continue;
+    const auto f = failed.find(rank);
+    slow[rank] = SlowNode{rank, "no answer", 0,
+                          f != failed.end() ? f->second : "its probe's report did not arrive"};
+  }
+  for (const auto& [rank, r] : answered) {
+    if (v.compute_median <= 0) break;
+    const double ratio = r->compute_seconds / v.compute_median;
+    if (ratio > factor) {
+      slow[rank] = SlowNode{rank, "compute", ratio,
+                            fmt::format("{} kernel {:.4f} s against the round's median {:.4f} s",
+                                        r->compute_kind, r->compute_seconds, v.compute_median)};
+    }
+  }
+  // Links: first the nodes slow with two partners or more, then those measured once, unless their
+  // one partner is such a node.
+  std::set<int> slow_with_several;
+  for (int pass = 0; pass < 2 && v.link_median > 0; ++pass) {
+    for (const auto& [rank, r] : answered) {
+      if (r->links.empty() || slow.contains(rank)) continue;
+      const bool several = r->links.size() > 1;
+      if (several != (pass == 0)) continue;
+      double fastest = r->links.front().seconds;
+      for (const auto& l : r->links) fastest = std::min(fastest, l.seconds);
+      const double ratio = fastest / v.link_median;
+      if (ratio <= factor) continue;
+      if (!several && slow_with_several.contains(r->links.front().partner)) continue;
+      if (several) slow_with_several.insert(rank);
+      std::vector<int> partners;
+      for (const auto& l : r->links) partners.push_back(l.partner);
+      slow[rank] = SlowNode{
+          rank, "link", ratio,
+          fmt::format("all-reduce of {:.0f} KiB with node{} {} in {:.4f} s at best, against the "
+                      "round's median {:.4f} s",
+                      r->links.front().bytes / 1024, partners.size() > 1 ? "s" : "",
+                      fmt::join(partners, ","), fastest, v.link_median)};
+    }
+  }
+  for (auto& [rank, s] : slow) v.slow.push_back(std::move(s));
+  return v;
+}
+
+boost::asio::awaitable<bool> needed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                    rendezvous::Round r) {
+  rendezvous::Scope scope = rendezvous::Scope::job();
+  std::string topic = kPassed;
+  const std::vector<std::string> checked = co_await rdzv->gather(
+      std::move(scope), std::move(topic), r.num_nodes, std::chrono::milliseconds(0));
+  const std::set<std::string> ids(checked.begin(), checked.end());
+  co_return std::any_of(r.members.begin(), r.members.end(),
+                        [&ids](const std::string& m) { return !ids.contains(m); });
+}
+
+boost::asio::awaitable<std::optional<Verdict>> exchange(
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, ProbeReport mine,
+    double factor, std::chrono::milliseconds wait) {
+  // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string reports_topic = kReports;
+  std::string verdict_topic = kVerdict;
+  try {
+    co_await rdzv->publish(scope, reports_topic, mine.to_json().dump());
+  } catch (const std::exception& e) {
+    spdlog::warn("node check: could not publish this node's measurements: {}", e.what());
+  }
+  if (r.node_rank == 0) {
+    std::vector<ProbeReport> reports;
+    for (const std::string& text : co_await rdzv->gather(scope, reports_topic, r.num_nodes, wait)) {
+      if (std::optional<ProbeReport> report = ProbeReport::from_json(text)) {
+        reports.push_back(std::move(*report));
+      }
+    }
+    std::string verdict = judge(reports, r.num_nodes, factor).to_json().dump();
+    try {
+      co_await rdzv->publish(scope, verdict_topic, verdict);
+      rendezvous::Scope job = rendezvous::Scope::job();
+      std::string status_topic = rendezvous::kNodeCheckTopic;
+      nlohmann::json shown = nlohmann::json::parse(verdict);
+      shown["round"] = r.number;
+      shown["members"] = r.members;
+      co_await rdzv->publish(std::move(job), std::move(status_topic), shown.dump());
+    } catch (const std::exception& e) {
+      spdlog::warn("node check: could not publish the verdict: {}", e.what());
+    }
+  }
+  const std::vector<std::string> verdicts =
+      co_await rdzv->gather(std::move(scope), std::move(verdict_topic), 1, wait * 2);
+  if (verdicts.empty()) co_return std::nullopt;
+  co_return Verdict::from_json(verdicts.front());
+}
+
+boost::asio::awaitable<void> passed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                    rendezvous::Round r) {
+  rendezvous::Scope scope = rendezvous::Scope::job();
+  std::string topic = kPassed;
+  std::string id = r.members.at(static_cast<size_t>(r.node_rank));
+  try {
+    co_await rdzv->publish(std::move(scope), std::move(topic), std::move(id));
+  } catch (const std::exception& e) {
+    spdlog::warn("node check: could not record this node as checked: {}", e.what());
+  }
+}
+
+}  // namespace ddprun::agent::node_check

@@ -1,0 +1,62 @@
+#pragma once
+// --node_check across the nodes of a round: each node publishes what its probe measured (topic
+// "node_check_reports", the round's scope); node rank 0 judges every node against the round's
+// medians and publishes the verdict (topic "node_check_verdict"), so that every node acts on the
+// same one; a node that passed records itself as checked (topic "node_check_passed", the job's
+// scope), and a round whose members all did needs no check. The verdict also goes to the job's
+// scope (topic rendezvous::kNodeCheckTopic) for `ddprun status`. Built on the rendezvous' exchange.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "node/probe_report.hpp"
+
+namespace ddprun::agent::node_check {
+
+struct SlowNode {
+  int node_rank = 0;
+  std::string probe;   // "compute", "link", or "no answer"
+  double ratio = 0;    // how many times the round's median (0 for no answer)
+  std::string detail;  // what was measured against what, or why nothing was
+};
+
+struct Verdict {
+  int nodes = 0;
+  double factor = 0;
+  double compute_median = 0;  // seconds per kernel
+  double link_median = 0;     // seconds per all-reduce (0: no link measured)
+  std::vector<SlowNode> slow;
+
+  // The node of that rank, if it is kept out.
+  const SlowNode* kept_out(int node_rank) const;
+  nlohmann::json to_json() const;
+  static std::optional<Verdict> from_json(const std::string& text);
+};
+
+// Judges `reports` (at most one per node rank below `nodes`; a missing one is a node that did not
+// answer): a node whose compute kernel took more than `factor` times the median of the nodes that
+// answered is slow in compute; one whose every link measurement took more than `factor` times the
+// median of all of them is slow in its link, except that a node measured once, with a partner
+// slow in all of its two or more measurements, is not (that partner explains it).
+Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
+
+// Whether `r` has a member that has not passed a node check of this job.
+boost::asio::awaitable<bool> needed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                    rendezvous::Round r);
+// Publishes `mine`; node rank 0 waits (up to `wait`) for every node's, judges them with
+// `factor` and publishes the verdict. Returns the verdict, or nullopt where the round ended (or
+// twice `wait` passed) before it came. Never throws.
+boost::asio::awaitable<std::optional<Verdict>> exchange(
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, ProbeReport mine,
+    double factor, std::chrono::milliseconds wait);
+// Records this node (member `r.node_rank` of `r`) as checked. Never throws.
+boost::asio::awaitable<void> passed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                    rendezvous::Round r);
+
+}  // namespace ddprun::agent::node_check

@@ -1,0 +1,87 @@
+#include "node/probe_report.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace ddprun::agent {
+namespace {
+
+bool usable(double v) { return std::isfinite(v) && v >= 0; }
+
+}  // namespace
+
+std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_rank) {
+  ProbeReport r;
+  r.node_rank = node_rank;
+  std::istringstream lines(text);
+  std::string line;
+  bool computed = false;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    std::istringstream in(line);
+    std::string what, rest;
+    in >> what;
+    if (what == "compute" && !computed) {
+      in >> r.compute_kind >> r.compute_seconds;
+      if (!in || (r.compute_kind != "cpu" && r.compute_kind != "gpu") ||
+          !usable(r.compute_seconds)) {
+        return std::nullopt;
+      }
+      computed = true;
+    } else if (what == "link") {
+      Link l;
+      in >> l.phase >> l.partner >> l.seconds >> l.bytes;
+      if (!in || l.phase < 0 || l.partner < 0 || !usable(l.seconds) || !usable(l.bytes)) {
+        return std::nullopt;
+      }
+      r.links.push_back(l);
+    } else {
+      return std::nullopt;
+    }
+    if (in >> rest) return std::nullopt;  // more than the line holds
+  }
+  if (!computed) return std::nullopt;
+  return r;
+}
+
+ProbeReport ProbeReport::failure(int node_rank, std::string why) {
+  ProbeReport r;
+  r.node_rank = node_rank;
+  r.failed = std::move(why);
+  return r;
+}
+
+nlohmann::json ProbeReport::to_json() const {
+  nlohmann::json links_json = nlohmann::json::array();
+  for (const Link& l : links) {
+    links_json.push_back(
+        {{"phase", l.phase}, {"partner", l.partner}, {"seconds", l.seconds}, {"bytes", l.bytes}});
+  }
+  return {{"node_rank", node_rank},
+          {"compute_kind", compute_kind},
+          {"compute_seconds", compute_seconds},
+          {"links", std::move(links_json)},
+          {"failed", failed}};
+}
+
+std::optional<ProbeReport> ProbeReport::from_json(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  try {
+    ProbeReport r;
+    r.node_rank = j.at("node_rank").get<int>();
+    r.compute_kind = j.at("compute_kind").get<std::string>();
+    r.compute_seconds = j.at("compute_seconds").get<double>();
+    r.failed = j.at("failed").get<std::string>();
+    for (const auto& l : j.at("links")) {
+      r.links.push_back(Link{l.at("phase").get<int>(), l.at("partner").get<int>(),
+                             l.at("seconds").get<double>(), l.at("bytes").get<double>()});
+    }
+    if (r.node_rank < 0 || !usable(r.compute_seconds)) return std::nullopt;
+    return r;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace ddprun::agent

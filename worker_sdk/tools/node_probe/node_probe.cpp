@@ -1,0 +1,177 @@
+// ddprun-node-probe: one node's part in ddprun's --node_check, started by the agent after a round
+// formed and before its workers start. It times a fixed compute kernel, then its link with a
+// partner node in each phase (pairing.hpp) by all-reducing a fixed buffer over Gloo through the
+// round's worker store, and writes what it measured to the report file, one line each:
+//
+//   compute <cpu|gpu> <seconds per kernel, the median of its runs>
+//   link <phase> <partner's node rank> <seconds per all-reduce, the median> <bytes reduced>
+//
+//   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
+//                     --report FILE --timeout-ms MS
+//
+// Exit status 0 with the report written; 1 with the reason on stderr; 2 for bad arguments.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cpu_kernel.hpp"
+#include "ddp/errors.hpp"
+#include "ddp/init.hpp"
+#include "pairing.hpp"
+
+namespace {
+
+using namespace ddp::node_probe;
+
+constexpr int kComputeRuns = 25;
+constexpr int kLinkRuns = 3;
+constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB
+
+struct Args {
+  int rank = -1;
+  int nodes = 0;
+  std::string store_host;
+  int store_port = 0;
+  std::string run;
+  int round = 0;
+  std::string report;
+  std::chrono::milliseconds timeout{30'000};
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "ddprun-node-probe: %s\nusage: ddprun-node-probe --rank R --nodes N --store "
+               "HOST:PORT --run RUN_ID --round K --report FILE --timeout-ms MS\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 0 || v > 1'000'000'000) {
+    usage(flag + " needs a non-negative integer, not '" + text + "'");
+  }
+  return static_cast<int>(v);
+}
+
+Args parse(int argc, char** argv) {
+  std::map<std::string, std::string> given;
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    given[argv[i]] = argv[i + 1];
+  }
+  Args a;
+  for (const auto& [flag, value] : given) {
+    if (flag == "--rank") {
+      a.rank = number(flag, value);
+    } else if (flag == "--nodes") {
+      a.nodes = number(flag, value);
+    } else if (flag == "--store") {
+      const auto colon = value.rfind(':');
+      if (colon == std::string::npos || colon == 0) usage("--store needs HOST:PORT");
+      a.store_host = value.substr(0, colon);
+      a.store_port = number(flag, value.substr(colon + 1));
+    } else if (flag == "--run") {
+      a.run = value;
+    } else if (flag == "--round") {
+      a.round = number(flag, value);
+    } else if (flag == "--report") {
+      a.report = value;
+    } else if (flag == "--timeout-ms") {
+      a.timeout = std::chrono::milliseconds(number(flag, value));
+    } else {
+      usage("unknown argument " + flag);
+    }
+  }
+  if (a.nodes < 1 || a.rank >= a.nodes || a.rank < 0) usage("--rank must be below --nodes");
+  if (a.store_host.empty() || a.report.empty() || a.run.empty()) {
+    usage("--store, --run and --report are required");
+  }
+  return a;
+}
+
+std::string decimal(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", v);
+  return text;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per all-reduce of kLinkFloats floats with `partner`, the median of kLinkRuns after one
+// to warm up.
+double link_seconds(const Args& a, int phase, int partner,
+                    std::chrono::steady_clock::time_point deadline) {
+  ddp::WorkerEnv env;
+  env.rank = a.rank < partner ? 0 : 1;
+  env.world_size = 2;
+  env.master_addr = a.store_host;
+  env.master_port = a.store_port;
+  env.run_id = a.run;
+  env.restart_count = a.round;
+  ddp::InitOptions o;
+  o.timeout =
+      std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 deadline - std::chrono::steady_clock::now()));
+  o.group_name = "node_check/phase" + std::to_string(phase) + "/" +
+                 std::to_string(std::min(a.rank, partner)) + "-" +
+                 std::to_string(std::max(a.rank, partner));
+  const auto group = ddp::init_process_group(ddp::Backend::kGloo, env, o);
+  std::vector<float> data(kLinkFloats, 1.0f);
+  std::vector<double> runs;
+  for (int i = 0; i <= kLinkRuns; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    group->all_reduce(data.data(), data.size(), ddp::DType::kFloat32, ddp::ReduceOp::kSum);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) runs.push_back(took);
+  }
+  return median(runs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const auto deadline = std::chrono::steady_clock::now() + a.timeout;
+  try {
+    std::vector<double> compute;
+    for (int i = 0; i < kComputeRuns; ++i) compute.push_back(cpu_gemm_seconds());
+    std::string report = "compute cpu " + decimal(median(compute)) + "\n";
+    for (int phase = 0; phase < kPhases; ++phase) {
+      const int other = partner(a.rank, a.nodes, phase);
+      if (other < 0) continue;
+      // Each phase left may take an equal share of the time left: a partner that never comes
+      // costs its phase, not the others.
+      const auto now = std::chrono::steady_clock::now();
+      const auto phase_deadline = now + (deadline - now) / (kPhases - phase);
+      try {
+        const double seconds = link_seconds(a, phase, other, phase_deadline);
+        report += "link " + std::to_string(phase) + " " + std::to_string(other) + " " +
+                  decimal(seconds) + " " + std::to_string(kLinkFloats * sizeof(float)) + "\n";
+      } catch (const ddp::Error& e) {
+        std::fprintf(stderr, "ddprun-node-probe: node %d, phase %d, with node %d: %s\n", a.rank,
+                     phase, other, e.what());
+      }
+    }
+    const std::string partial = a.report + ".partial";
+    std::ofstream(partial) << report;
+    if (std::rename(partial.c_str(), a.report.c_str()) != 0) {
+      std::perror(("ddprun-node-probe: " + a.report).c_str());
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun-node-probe: node %d: %s\n", a.rank, e.what());
+    return 1;
+  }
+}
