@@ -76,11 +76,17 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
       failed.emplace(r.node_rank, r.failed);
     }
   }
+  // A node's link is its fastest measurement: a healthy node is fast with at least one partner.
   std::vector<double> computes, links;
+  std::map<int, double> fastest;
   for (const auto& [rank, r] : answered) {
     computes.push_back(r->compute_seconds);
-    for (const auto& l : r->links) links.push_back(l.seconds);
+    for (const auto& l : r->links) {
+      const auto [it, first] = fastest.emplace(rank, l.seconds);
+      if (!first) it->second = std::min(it->second, l.seconds);
+    }
   }
+  for (const auto& [rank, seconds] : fastest) links.push_back(seconds);
   v.compute_median = median(computes);
   v.link_median = median(links);
 
@@ -108,9 +114,7 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
       if (r->links.empty() || slow.contains(rank)) continue;
       const bool several = r->links.size() > 1;
       if (several != (pass == 0)) continue;
-      double fastest = r->links.front().seconds;
-      for (const auto& l : r->links) fastest = std::min(fastest, l.seconds);
-      const double ratio = fastest / v.link_median;
+      const double ratio = fastest.at(rank) / v.link_median;
       if (ratio <= factor) continue;
       if (!several && slow_with_several.contains(r->links.front().partner)) continue;
       if (several) slow_with_several.insert(rank);
@@ -121,7 +125,7 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
           fmt::format("all-reduce of {:.0f} KiB with node{} {} in {:.4f} s at best, against the "
                       "round's median {:.4f} s",
                       r->links.front().bytes / 1024, partners.size() > 1 ? "s" : "",
-                      fmt::join(partners, ","), fastest, v.link_median)};
+                      fmt::join(partners, ","), fastest.at(rank), v.link_median)};
     }
   }
   for (auto& [rank, s] : slow) v.slow.push_back(std::move(s));

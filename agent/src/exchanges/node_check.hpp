@@ -30,7 +30,7 @@ struct Verdict {
   int nodes = 0;
   double factor = 0;
   double compute_median = 0;  // seconds per kernel
-  double link_median = 0;     // seconds per all-reduce (0: no link measured)
+  double link_median = 0;     // of each node's fastest all-reduce, seconds (0: none measured)
   std::vector<SlowNode> slow;
 
   // The node of that rank, if it is kept out.
@@ -41,9 +41,9 @@ struct Verdict {
 
 // Judges `reports` (at most one per node rank below `nodes`; a missing one is a node that did not
 // answer): a node whose compute kernel took more than `factor` times the median of the nodes that
-// answered is slow in compute; one whose every link measurement took more than `factor` times the
-// median of all of them is slow in its link, except that a node measured once, with a partner
-// slow in all of its two or more measurements, is not (that partner explains it).
+// answered is slow in compute; one whose fastest link measurement took more than `factor` times
+// the median of every node's fastest is slow in its link, except that a node measured once, with
+// a partner slow with two partners or more, is not (that partner explains it).
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
 
 // Whether `r` has a member that has not passed a node check of this job.

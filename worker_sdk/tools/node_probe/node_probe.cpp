@@ -22,13 +22,18 @@
 #include "cpu_kernel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
+#include "ddprun/store/errors.hpp"
+#include "ddprun/store/store_client.hpp"
+#include "host_turn.hpp"
 #include "pairing.hpp"
 
 namespace {
 
 using namespace ddp::node_probe;
 
-constexpr int kComputeRuns = 25;
+// Runs of the compute kernel: about 0.2 s of one core here, long against the 0.1 s period of a
+// CPU quota, so that a throttled node is slow on the whole and not only in some runs.
+constexpr int kComputeRuns = 36;
 constexpr int kLinkRuns = 3;
 constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB
 
@@ -138,21 +143,48 @@ double link_seconds(const Args& a, int phase, int partner,
   return median(runs);
 }
 
+// Seconds per run of the compute kernel: the mean of kComputeRuns, in the host's turn.
+double compute_seconds() {
+  const HostTurn turn;
+  double total = 0;
+  for (int i = 0; i < kComputeRuns; ++i) total += cpu_gemm_seconds();
+  return total / kComputeRuns;
+}
+
+// Every node reaching `stage` of the check, or the deadline passing (then it goes on: a node that
+// never came shows as a link that failed).
+void together(ddprun::store::StoreClient& store, const Args& a, const std::string& stage,
+              std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  try {
+    store.barrier("ddprun/node_check/" + a.run + "/round_" + std::to_string(a.round) + "/" + stage,
+                  a.nodes, std::max(left, std::chrono::milliseconds(1)));
+  } catch (const ddprun::store::StoreError& e) {
+    std::fprintf(stderr, "ddprun-node-probe: node %d: not every node reached %s: %s\n", a.rank,
+                 stage.c_str(), e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   const auto deadline = std::chrono::steady_clock::now() + a.timeout;
   try {
-    std::vector<double> compute;
-    for (int i = 0; i < kComputeRuns; ++i) compute.push_back(cpu_gemm_seconds());
-    std::string report = "compute cpu " + decimal(median(compute)) + "\n";
+    ddprun::store::ClientOptions options;
+    options.timeout = a.timeout;
+    ddprun::store::StoreClient store(a.store_host, static_cast<uint16_t>(a.store_port), options);
+    std::string report = "compute cpu " + decimal(compute_seconds()) + "\n";
     for (int phase = 0; phase < kPhases; ++phase) {
+      // Each phase left, and its start, may take an equal share of the time left: a node that
+      // never comes costs its phase, not the others.
+      auto now = std::chrono::steady_clock::now();
+      together(store, a, "phase_" + std::to_string(phase),
+               now + (deadline - now) / (kPhases - phase + 1));
       const int other = partner(a.rank, a.nodes, phase);
       if (other < 0) continue;
-      // Each phase left may take an equal share of the time left: a partner that never comes
-      // costs its phase, not the others.
-      const auto now = std::chrono::steady_clock::now();
+      now = std::chrono::steady_clock::now();
       const auto phase_deadline = now + (deadline - now) / (kPhases - phase);
       try {
         const double seconds = link_seconds(a, phase, other, phase_deadline);
@@ -170,7 +202,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // the store unreachable, the report unwritable
     std::fprintf(stderr, "ddprun-node-probe: node %d: %s\n", a.rank, e.what());
     return 1;
   }

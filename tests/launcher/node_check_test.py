@@ -1,0 +1,194 @@
+"""--node_check across four nodes, each in a network namespace of its own on one bridge (ddprund in a
+fifth): a node whose CPU is throttled by a cgroup quota, or whose link is rate-limited with tc's
+tbf, is kept out, named with its probe and how much slower, and the job runs on the other three
+(--nnodes=3:4); the partners of the slow link are not blamed; healthy nodes are never kept out.
+Real agents, real probes, real workers. Skipped (77) where namespaces or cgroups cannot be made.
+
+    node_check_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from netns import bridge_hosts, remove_namespaces
+from proc_util import left_running
+
+DDPRUN = DDPRUND = None
+NET = "10.216.0"
+ADDRS = [f"{NET}.{11 + i}" for i in range(4)]
+CPU_CGROUP = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller (cpu.cfs_quota_us)
+
+# Each worker says where it ran and in which world, then waits for the test (bounded).
+WORKER = ("echo \"$GROUP_RANK $WORLD_SIZE\" > \"$OUT/ran.$GROUP_RANK\"; i=0; "
+          "while [ ! -e \"$OUT/go\" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done")
+
+
+class Cluster:
+    """Four host namespaces and a head one with the job's ddprund; agents started in them."""
+
+    def __init__(self):
+        tag = str(os.getpid())
+        self.head, self.hosts = f"nch{tag}", [f"nc{tag}{c}" for c in "abcd"]
+        self.out = tempfile.mkdtemp()
+        self.procs, self.agents, self.cgroup = [], [], None
+
+    def __enter__(self):
+        try:
+            bridge_hosts(self.head, self.hosts, NET, ADDRS)
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            print("network namespaces unavailable here:", e)
+            remove_namespaces([self.head, *self.hosts])
+            sys.exit(77)
+        store = subprocess.Popen(["ip", "netns", "exec", self.head, DDPRUND, "--host", f"{NET}.1",
+                                  "--port", "0", "--log-level", "warn"],
+                                 stdout=subprocess.PIPE, text=True)
+        self.procs.append(store)
+        self.port = int(store.stdout.readline())
+        return self
+
+    def __exit__(self, *exc):
+        open(os.path.join(self.out, "go"), "w").close()
+        for p in self.agents:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        remove_namespaces([self.head, *self.hosts])
+        if self.cgroup:
+            os.rmdir(self.cgroup)
+
+    def throttle(self, quota_percent):
+        """A cpu cgroup with that quota (per 100 ms), for one agent and all it starts."""
+        if not os.path.isdir(CPU_CGROUP):
+            print("no cgroup v1 cpu controller here")
+            sys.exit(77)
+        self.cgroup = os.path.join(CPU_CGROUP, f"ddprun-node-check-{os.getpid()}")
+        os.mkdir(self.cgroup)
+        with open(os.path.join(self.cgroup, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(quota_percent * 1000))
+        return self.cgroup
+
+    def rate_limit(self, i, rate):
+        subprocess.run(["ip", "netns", "exec", self.hosts[i], "tc", "qdisc", "add", "dev", "eth0",
+                        "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"],
+                       check=True, capture_output=True)
+
+    def start(self, run_id, cgroup_of=None, extra=()):
+        """The four agents of job `run_id` (agent i in cgroup `cgroup_of[i]` where given)."""
+        self.agents = []
+        for i, ns in enumerate(self.hosts):
+            cmd = ["ip", "netns", "exec", ns, DDPRUN, "--nnodes=3:4", "--nproc_per_node=1",
+                   "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
+                   f"--rdzv_id={run_id}", "--rdzv_conf=last_call_timeout=3,join_timeout=60",
+                   "--node_check", f"--event_log={self.out}/events.{run_id}.{i}.jsonl", *extra,
+                   "--no_python", "/bin/sh", "-c", WORKER]
+            if cgroup_of and cgroup_of.get(i):
+                cmd = ["/bin/sh", "-c", f'echo $$ > {cgroup_of[i]}/tasks && exec "$@"', "sh", *cmd]
+            self.agents.append(subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "OUT": self.out}))
+        return self.agents
+
+    def status(self, run_id):
+        return subprocess.run(["ip", "netns", "exec", self.hosts[0], DDPRUN, "status",
+                               "--rdzv_backend=c10d",
+                               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}"],
+                              capture_output=True, text=True, timeout=60)
+
+    def events(self, run_id, i, name):
+        path = f"{self.out}/events.{run_id}.{i}.jsonl"
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [e for e in map(json.loads, f) if e["event"] == name]
+
+
+def wait_for_workers(c, count, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ran = [f for f in os.listdir(c.out) if f.startswith("ran.")]
+        if len(ran) >= count:
+            return ran
+        if all(a.poll() is not None for a in c.agents):
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"{count} workers did not start: "
+                         + "\n".join(a.stderr.read()[-3000:] if a.poll() is not None else "running"
+                                     for a in c.agents))
+
+
+def kept_out_job(c, run_id, slow, probe):
+    """Starts the agents, checks that node `slow` alone is kept out by `probe` and that the job
+    runs on the other three; returns that node's error line."""
+    ran = wait_for_workers(c, 3)
+    status = c.status(run_id).stdout
+    open(os.path.join(c.out, "go"), "w").close()
+    results = [(a.wait(timeout=90), a.stderr.read()) for a in c.agents]
+    codes = [r[0] for r in results]
+    assert codes[slow] == 4 and codes.count(0) == 3, (codes, results[slow][1][-3000:])
+    line = [x for x in results[slow][1].splitlines() if "node check: this node stays out" in x]
+    assert len(line) == 1 and f"{probe} " in line[0] and "x slower than the round's median" in \
+        line[0] and "--node_check_factor 2" in line[0], results[slow][1][-3000:]
+    worlds = {open(os.path.join(c.out, f)).read().split()[1] for f in ran}
+    assert worlds == {"3"} and len(ran) == 3, (ran, worlds)
+    verdicts = [e for i in range(4) for e in c.events(run_id, i, "node_check")]
+    assert verdicts and all(len(v["slow"]) == 1 and v["slow"][0]["probe"] == probe for v in verdicts), verdicts
+    assert re.search(rf"^node check of round \d+ \(4 nodes, --node_check_factor 2\): node \S+ kept "
+                     rf"out \({probe} [0-9.]+x the median\)$", status, re.M), status
+    for i in range(4):
+        if i != slow:
+            assert "node check: this node stays out" not in results[i][1], results[i][1][-2000:]
+    assert not left_running(c.out), left_running(c.out)
+    return line[0].split("[error] ", 1)[1], verdicts[0]
+
+
+def case_a_throttled_node_is_kept_out():
+    with Cluster() as c:
+        cgroup = c.throttle(30)
+        c.start("throttled", cgroup_of={2: cgroup})
+        line, verdict = kept_out_job(c, "throttled", 2, "compute")
+        assert verdict["slow"][0]["node_rank"] == [e["node_rank"] for e in
+                                                   c.events("throttled", 2, "round_formed")][-1]
+    print(f"4 nodes, one under a 30% CPU quota: '{line}'; the job ran on the other 3: passed")
+
+
+def case_a_rate_limited_link_is_kept_out_not_its_partners():
+    with Cluster() as c:
+        c.rate_limit(1, "200mbit")
+        c.start("limited")
+        line, verdict = kept_out_job(c, "limited", 1, "link")
+    print(f"4 nodes, one link limited to 200 Mbit/s: '{line}'; its partners ran: passed")
+
+
+def case_healthy_nodes_are_never_kept_out():
+    times, runs = [], 20
+    with Cluster() as c:
+        for run in range(runs):
+            run_id = f"healthy{run}"
+            for f in os.listdir(c.out):
+                if f.startswith("ran.") or f == "go":
+                    os.remove(os.path.join(c.out, f))
+            c.start(run_id)
+            wait_for_workers(c, 4)
+            open(os.path.join(c.out, "go"), "w").close()
+            results = [(a.wait(timeout=90), a.stderr.read()) for a in c.agents]
+            assert [r[0] for r in results] == [0] * 4, (run, [r[1][-2000:] for r in results])
+            checks = [c.events(run_id, i, "node_check") for i in range(4)]
+            assert all(len(x) == 1 and x[0]["slow"] == [] for x in checks), (run, checks)
+            times.append(max(x[0]["seconds"] for x in checks))
+        assert not left_running(c.out), left_running(c.out)
+    print(f"{runs} runs of the 4-node check, no node kept out; the check took "
+          f"{statistics.median(times):.2f} s (median), {max(times):.2f} s at most: passed")
+
+
+if __name__ == "__main__":
+    DDPRUN, DDPRUND = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    globals()["case_" + sys.argv[3]]()

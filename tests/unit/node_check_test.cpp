@@ -1,0 +1,142 @@
+// --node_check's judgement (every node against the round's medians) and the probe's report as the
+// agent reads it.
+#include <catch2/catch.hpp>
+
+#include "exchanges/node_check.hpp"
+#include "node/probe_report.hpp"
+
+using namespace ddprun::agent;
+
+namespace {
+
+// Node `rank`: its compute time, and per phase its partner and its all-reduce time.
+ProbeReport report(int rank, double compute, std::vector<std::pair<int, double>> links) {
+  ProbeReport r;
+  r.node_rank = rank;
+  r.compute_kind = "cpu";
+  r.compute_seconds = compute;
+  int phase = 0;
+  for (auto [partner, seconds] : links) {
+    r.links.push_back(ProbeReport::Link{phase++, partner, seconds, 4 << 20});
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("node check: a node whose compute is over the factor times the median is kept out",
+          "[node_check]") {
+  const std::vector<ProbeReport> reports = {
+      report(0, 0.0058, {{1, 0.004}, {3, 0.004}}), report(1, 0.0057, {{0, 0.004}, {2, 0.004}}),
+      report(2, 0.0186, {{3, 0.004}, {1, 0.004}}), report(3, 0.0059, {{2, 0.004}, {0, 0.004}})};
+  const node_check::Verdict v = node_check::judge(reports, 4, 2.0);
+  REQUIRE(v.slow.size() == 1);
+  CHECK(v.slow[0].node_rank == 2);
+  CHECK(v.slow[0].probe == "compute");
+  CHECK(v.slow[0].ratio == Approx(0.0186 / 0.00585));
+  CHECK(v.compute_median == Approx(0.00585));
+  CHECK(v.kept_out(2) != nullptr);
+  CHECK(v.kept_out(0) == nullptr);
+  // At a factor above its ratio, nobody.
+  CHECK(node_check::judge(reports, 4, 3.5).slow.empty());
+}
+
+TEST_CASE("node check: a slow link is the node slow with both partners, not its partners",
+          "[node_check]") {
+  // Node 3's link is slow: its pairs 2-3 (phase 0) and 3-0 (phase 1) are.
+  const std::vector<ProbeReport> reports = {
+      report(0, 0.006, {{1, 0.004}, {3, 0.17}}), report(1, 0.006, {{0, 0.004}, {2, 0.005}}),
+      report(2, 0.006, {{3, 0.18}, {1, 0.005}}), report(3, 0.006, {{2, 0.18}, {0, 0.17}})};
+  const node_check::Verdict v = node_check::judge(reports, 4, 2.0);
+  REQUIRE(v.slow.size() == 1);
+  CHECK(v.slow[0].node_rank == 3);
+  CHECK(v.slow[0].probe == "link");
+  CHECK(v.slow[0].ratio > 10);
+  CHECK(v.slow[0].detail.find("with nodes 2,0") != std::string::npos);
+}
+
+TEST_CASE("node check: with an odd count, the node measured once beside a slow one is not blamed",
+          "[node_check]") {
+  // Three nodes: 0-1 in phase 0, 1-2 in phase 1; node 1's link is slow.
+  const std::vector<ProbeReport> reports = {report(0, 0.006, {{1, 0.2}}),
+                                            report(1, 0.006, {{0, 0.2}, {2, 0.21}}),
+                                            report(2, 0.006, {{1, 0.21}})};
+  const node_check::Verdict v = node_check::judge(reports, 3, 2.0);
+  // The median of every measurement is itself slow here: nobody stands out...
+  CHECK(v.slow.empty());
+  // ...while among more measurements, node 1 does and its single-measured partners do not.
+  const std::vector<ProbeReport> five = {
+      report(0, 0.006, {{1, 0.2}}), report(1, 0.006, {{0, 0.2}, {2, 0.21}}),
+      report(2, 0.006, {{3, 0.004}, {1, 0.21}}), report(3, 0.006, {{2, 0.004}, {4, 0.004}}),
+      report(4, 0.006, {{3, 0.004}})};
+  const node_check::Verdict w = node_check::judge(five, 5, 2.0);
+  REQUIRE(w.slow.size() == 1);
+  CHECK(w.slow[0].node_rank == 1);
+}
+
+TEST_CASE("node check: two nodes never blame each other's one link", "[node_check]") {
+  const node_check::Verdict v =
+      node_check::judge({report(0, 0.006, {{1, 0.5}}), report(1, 0.006, {{0, 0.5}})}, 2, 2.0);
+  CHECK(v.slow.empty());
+  CHECK(v.link_median == Approx(0.5));
+}
+
+TEST_CASE("node check: a node without a report, or whose probe failed, gave no answer",
+          "[node_check]") {
+  const std::vector<ProbeReport> reports = {
+      report(0, 0.006, {}), ProbeReport::failure(2, "the probe failed: timed out after 30 s"),
+      report(3, 0.006, {})};
+  const node_check::Verdict v = node_check::judge(reports, 4, 2.0);
+  REQUIRE(v.slow.size() == 2);
+  CHECK(v.slow[0].node_rank == 1);
+  CHECK(v.slow[0].probe == "no answer");
+  CHECK(v.slow[0].detail == "its probe's report did not arrive");
+  CHECK(v.slow[1].node_rank == 2);
+  CHECK(v.slow[1].detail == "the probe failed: timed out after 30 s");
+  // Reports for ranks outside the round change nothing.
+  CHECK(node_check::judge({report(7, 1.0, {})}, 1, 2.0).slow.size() == 1);
+}
+
+TEST_CASE("node check: a verdict crosses the exchange as JSON unchanged", "[node_check]") {
+  const node_check::Verdict v =
+      node_check::judge({report(0, 0.006, {}), report(1, 0.006, {}), report(2, 0.03, {})}, 3, 2.0);
+  const std::optional<node_check::Verdict> back =
+      node_check::Verdict::from_json(v.to_json().dump());
+  REQUIRE(back);
+  CHECK(back->nodes == 3);
+  CHECK(back->factor == 2.0);
+  REQUIRE(back->slow.size() == 1);
+  CHECK(back->slow[0].node_rank == 2);
+  CHECK(back->slow[0].ratio == Approx(5.0));
+  CHECK_FALSE(node_check::Verdict::from_json("{\"nodes\": 3}"));
+  CHECK_FALSE(node_check::Verdict::from_json("not json"));
+}
+
+TEST_CASE("probe report: the probe's lines parse into one report", "[node_check]") {
+  const std::optional<ProbeReport> r = ProbeReport::parse(
+      "compute cpu 0.0058\nlink 0 1 0.0041 4194304\nlink 1 3 0.0043 4194304\n", 2);
+  REQUIRE(r);
+  CHECK(r->node_rank == 2);
+  CHECK(r->compute_kind == "cpu");
+  CHECK(r->compute_seconds == Approx(0.0058));
+  REQUIRE(r->links.size() == 2);
+  CHECK(r->links[1].partner == 3);
+  CHECK(r->links[1].bytes == 4194304.0);
+  const std::optional<ProbeReport> back = ProbeReport::from_json(r->to_json().dump());
+  REQUIRE(back);
+  CHECK(back->links.size() == 2);
+  CHECK(back->compute_seconds == Approx(0.0058));
+}
+
+TEST_CASE("probe report: anything else is refused", "[node_check]") {
+  for (const char* text :
+       {"", "link 0 1 0.004 100\n", "compute cpu\n", "compute tpu 0.1\n", "compute cpu -1\n",
+        "compute cpu nan\n", "compute cpu inf\n", "compute cpu 0.1 extra\n",
+        "compute cpu 0.1\nlink 0 -1 0.1 10\n", "compute cpu 0.1\nlink 0 1 0.1\n",
+        "compute cpu 0.1\nbogus\n", "compute cpu 0.1\ncompute cpu 0.2\n"}) {
+    INFO(text);
+    CHECK_FALSE(ProbeReport::parse(text, 0));
+  }
+  CHECK_FALSE(ProbeReport::from_json("{\"node_rank\": -1}"));
+  CHECK_FALSE(ProbeReport::from_json("[]"));
+}
