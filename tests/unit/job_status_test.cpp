@@ -64,3 +64,20 @@ TEST_CASE("job status: a static job and a spent budget", "[status]") {
   CHECK(s.closed_reason == "failed");
   CHECK_FALSE(interpret_job_keys(Backend::kC10d, {}).found);
 }
+
+TEST_CASE("job status: each node's last restart, and the newest node check's verdict", "[status]") {
+  const Keys keys = {
+      {"nodes/0", R"({"nproc":1,"host":"n0"})"},
+      {"nodes/1", R"({"nproc":1,"host":"n1"})"},
+      {"attempt", "1"},
+      {"exchange/job/restart/1", R"({"restart_count":1,"total_s":0.5})"},
+      {"exchange/job/node_check/0", R"({"round":3,"slow":[]})"},
+      {"exchange/job/node_check/1", R"({"round":1,"slow":[{"node_rank":2}]})"},
+      {"exchange/job/node_check/2", "not json"},
+  };
+  const JobStatus s = interpret_job_keys(Backend::kStatic, keys);
+  REQUIRE(s.nodes.size() == 2);
+  CHECK(s.nodes[0].last_restart.empty());
+  CHECK(s.nodes[1].last_restart == R"({"restart_count":1,"total_s":0.5})");
+  CHECK(s.node_check == R"({"round":3,"slow":[]})");
+}

@@ -517,6 +517,28 @@ TEST_CASE("cli: --health_check and its timeout reach the agent and PET_ variable
   CHECK_THROWS_AS(parse({"--health_check_timeout=soon", "t.py"}), UsageError);
 }
 
+TEST_CASE("cli: --node_check, its factor and timeout are read, PET_NODE_CHECK too", "[cli]") {
+  auto c = parse({"--node_check", "--node-check-factor=1.5", "--node_check_timeout=4", "t.py"});
+  CHECK(c.node_check);
+  CHECK(c.node_check_factor == 1.5);
+  CHECK(c.node_check_timeout == std::chrono::seconds(4));
+  c = parse({"t.py"});
+  CHECK_FALSE(c.node_check);
+  CHECK(c.node_check_factor == 2.0);
+  CHECK(c.node_check_timeout == std::chrono::seconds(30));
+  CHECK(parse({"t.py"}, {{"PET_NODE_CHECK", "1"}}).node_check);
+  for (const char* bad :
+       {"--node_check_factor=1", "--node_check_factor=0.5", "--node_check_factor=fast",
+        "--node_check_timeout=0", "--node_check_timeout=-3"}) {
+    CHECK_THROWS_AS(parse({bad, "t.py"}), UsageError);
+  }
+  // The agent runs the probe beside ddprun: this test program has none beside it.
+  CHECK_THROWS_WITH(make_agent_config(parse({"--node_check", "t.py"}), {}, nullptr),
+                    Catch::Contains("--node_check needs the probe program") &&
+                        Catch::Contains("ddprun-node-probe"));
+  CHECK(make_agent_config(parse({"t.py"}), {}, nullptr).node_probe.empty());
+}
+
 TEST_CASE("cli: TORCHELASTIC_ENABLE_FILE_TIMER gives every worker the timer FIFO's path", "[cli]") {
   auto a = make_agent_config(parse({"t.py"}), {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}, nullptr);
   REQUIRE_FALSE(a.timer_file.empty());

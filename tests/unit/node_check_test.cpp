@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "exchanges/node_check.hpp"
+#include "logs/agent_metrics.hpp"
 #include "node/probe_report.hpp"
 
 using namespace ddprun::agent;
@@ -139,4 +140,20 @@ TEST_CASE("probe report: anything else is refused", "[node_check]") {
   }
   CHECK_FALSE(ProbeReport::from_json("{\"node_rank\": -1}"));
   CHECK_FALSE(ProbeReport::from_json("[]"));
+}
+
+TEST_CASE("node check: the metrics name the nodes the last check kept out", "[node_check]") {
+  AgentMetrics m(3);
+  CHECK(m.render().find("ddprun_node_checks_total 0\n") != std::string::npos);
+  m.consume("node_check",
+            {{"seconds", 1.25},
+             {"slow", {{{"node", "h1_12_ab"}, {"probe", "compute"}, {"ratio", 3.5}}}}});
+  const std::string text = m.render();
+  CHECK(text.find("ddprun_node_checks_total 1\n") != std::string::npos);
+  CHECK(text.find("ddprun_node_check_seconds 1.25\n") != std::string::npos);
+  CHECK(text.find("ddprun_node_check_kept_out{node=\"h1_12_ab\",probe=\"compute\"} 3.5\n") !=
+        std::string::npos);
+  // The next check replaces the last one's list.
+  m.consume("node_check", {{"seconds", 0.5}, {"slow", nlohmann::json::array()}});
+  CHECK(m.render().find("ddprun_node_check_kept_out") == std::string::npos);
 }
