@@ -13,13 +13,15 @@
 # client (modern dialect) against ddprund, and gloo all-reduce through ddprund; --nproc_per_node=gpu
 # and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs;
 # --preload=auto workers on CUDA, before and after a restart; in-memory checkpoints of CUDA tensors
-# (plain and through torch.distributed.checkpoint).
+# (plain and through torch.distributed.checkpoint); --node_check's compute probe on the GPU (cuBLAS),
+# two nodes of one job taking turns on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
 bundle=.gpu-bundle
-programs=(build/launcher/ddprun build/rendezvous/store/ddprund build/worker_sdk/nccl_collectives_check
-  build/worker_sdk/nccl_gradient_sync_check build/worker_sdk/train_cuda build/tests/gpu_health_test)
+programs=(build/launcher/ddprun build/launcher/ddprun-node-probe build/rendezvous/store/ddprund
+  build/worker_sdk/nccl_collectives_check build/worker_sdk/nccl_gradient_sync_check
+  build/worker_sdk/train_cuda build/tests/gpu_health_test)
 
 build() {
   bash scripts/install-deps.sh
@@ -106,6 +108,34 @@ checkpoint_holds_cuda_tensors() {  # $1: folder holding ddprun
     tests/gpu/checkpoint_dcp_cuda_worker.py
 }
 
+# --node_check on a GPU machine: the probe's cuBLAS kernel alone, then a 2-node job (both nodes on
+# this machine, so on its GPU 0 in turn) whose check runs that kernel and keeps neither node out.
+node_check_on_gpu() {  # $1: folder holding ddprun
+  local out port
+  out=$(mktemp -d)
+  echo "== --node_check: the compute probe with cuBLAS on GPU 0, and a 2-node job's check"
+  "$1/ddprund" --host 127.0.0.1 --port 0 --log-level warn >"$out/port" &
+  local store=$!
+  for _ in $(seq 100); do [[ -s $out/port ]] && break; sleep 0.05; done
+  port=$(head -1 "$out/port")
+  timeout 60 "$1/ddprun-node-probe" --rank 0 --nodes 1 --store "127.0.0.1:$port" --run gpu \
+    --round 0 --report "$out/report" --timeout-ms 30000 --gpu 0
+  kill "$store"
+  cat "$out/report"
+  grep -q '^compute gpu ' "$out/report" || { echo "gpu-test: the probe did not run on the GPU"; exit 1; }
+  port=$((20000 + RANDOM % 10000))
+  for r in 0 1; do
+    timeout 120 "$1/ddprun" --nnodes=2 --node_rank=$r --nproc_per_node=1 --master_addr=127.0.0.1 \
+      --master_port=$port --node_check --event_log="$out/events.jsonl" --no_python true \
+      >"$out/node.$r.log" 2>&1 &
+  done
+  wait
+  grep 'node check' "$out/node.0.log" || true
+  grep -q '"event":"node_check".*"compute_kind":"gpu"' "$out/events.jsonl" &&
+    grep -q 'node check: 2 nodes within 2x' "$out/node.0.log" ||
+    { cat "$out"/node.*.log; echo "gpu-test: --node_check did not pass on the GPU"; exit 1; }
+}
+
 checks() {  # $1: folder holding the programs
   local bin=$1 gpus out status run
   gpus=$(nvidia-smi -L | wc -l)
@@ -135,6 +165,7 @@ checks() {  # $1: folder holding the programs
   timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
   preload_forks_cuda_workers "$bin" "$gpus"
   checkpoint_holds_cuda_tensors "$bin"
+  node_check_on_gpu "$bin"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"
@@ -162,11 +193,13 @@ case $mode in
     du -sh "$bundle"
     ;;
   run)
-    # NCCL from the machine's torch (the wheel's layout differs between CUDA 12 and 13 builds).
-    nccl=$(dirname "$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' |
-      xargs -I{} find {} -name 'libnccl.so.2' 2>/dev/null | head -1)")
+    # NCCL and cuBLAS from the machine's torch (the wheel's layout differs between CUDA 12 and 13
+    # builds).
+    packages=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))')
+    nccl=$(dirname "$(xargs -I{} find {} -name 'libnccl.so.2' <<<"$packages" 2>/dev/null | head -1)")
     [[ -f $nccl/libnccl.so.2 ]] || { echo "gpu-test: no libnccl.so.2 in python3's packages" >&2; exit 1; }
-    export LD_LIBRARY_PATH=$PWD/$bundle/lib:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    cublas=$(dirname "$(xargs -I{} find {} -name 'libcublas.so.1*' <<<"$packages" 2>/dev/null | head -1)")
+    export LD_LIBRARY_PATH=$PWD/$bundle/lib:$nccl:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     checks "$bundle/bin"
     ;;
   *)

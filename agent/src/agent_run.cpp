@@ -97,6 +97,7 @@ struct Run : AgentParts {
     how.timeout = cfg.node_check_timeout;
     how.env = cfg.env;
     how.dir = run_dir;
+    how.gpu = nvml != nullptr;
     ProbeReport mine = co_await run_node_probe(io, containment, how, round, store);
     if (!mine.failed.empty()) spdlog::error("node check: {}", mine.failed);
     const auto wait = cfg.node_check_timeout + std::chrono::seconds(5);

@@ -157,3 +157,20 @@ TEST_CASE("node check: the metrics name the nodes the last check kept out", "[no
   m.consume("node_check", {{"seconds", 0.5}, {"slow", nlohmann::json::array()}});
   CHECK(m.render().find("ddprun_node_check_kept_out") == std::string::npos);
 }
+
+TEST_CASE("node check: kernels of one kind are compared, a CPU one never with GPU ones",
+          "[node_check]") {
+  std::vector<ProbeReport> reports = {report(0, 0.0025, {}), report(1, 0.0026, {}),
+                                      report(2, 0.0060, {}), report(3, 0.0024, {})};
+  for (ProbeReport& r : reports) r.compute_kind = "gpu";
+  reports[2].compute_kind = "cpu";  // its GPU kernel could not run: alone of its kind
+  const node_check::Verdict v = node_check::judge(reports, 4, 2.0);
+  CHECK(v.slow.empty());
+  CHECK(v.compute_median == Approx(0.0025));
+  reports.push_back(report(4, 0.0062, {}));  // two more CPU nodes, one three times slower
+  reports.push_back(report(5, 0.0190, {}));
+  const node_check::Verdict w = node_check::judge(reports, 6, 2.0);
+  REQUIRE(w.slow.size() == 1);
+  CHECK(w.slow[0].node_rank == 5);
+  CHECK(w.slow[0].detail.starts_with("cpu kernel 0.0190 s against the round's median 0.0062 s"));
+}

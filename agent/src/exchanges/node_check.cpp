@@ -77,17 +77,27 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
     }
   }
   // A node's link is its fastest measurement: a healthy node is fast with at least one partner.
-  std::vector<double> computes, links;
+  // Kernels of one kind are compared (a GPU node whose GPU kernel could not run ran the CPU one).
+  std::map<std::string, std::vector<double>> computes;
+  std::vector<double> links;
   std::map<int, double> fastest;
   for (const auto& [rank, r] : answered) {
-    computes.push_back(r->compute_seconds);
+    computes[r->compute_kind].push_back(r->compute_seconds);
     for (const auto& l : r->links) {
       const auto [it, first] = fastest.emplace(rank, l.seconds);
       if (!first) it->second = std::min(it->second, l.seconds);
     }
   }
   for (const auto& [rank, seconds] : fastest) links.push_back(seconds);
-  v.compute_median = median(computes);
+  std::map<std::string, double> compute_median;
+  size_t most = 0;
+  for (const auto& [kind, seconds] : computes) {
+    compute_median[kind] = median(seconds);
+    if (seconds.size() > most) {  // the verdict shows the most common kind's
+      most = seconds.size();
+      v.compute_median = compute_median[kind];
+    }
+  }
   v.link_median = median(links);
 
   std::map<int, SlowNode> slow;
@@ -98,12 +108,13 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
                           f != failed.end() ? f->second : "its probe's report did not arrive"};
   }
   for (const auto& [rank, r] : answered) {
-    if (v.compute_median <= 0) break;
-    const double ratio = r->compute_seconds / v.compute_median;
+    const double typical = compute_median.at(r->compute_kind);
+    if (typical <= 0) continue;
+    const double ratio = r->compute_seconds / typical;
     if (ratio > factor) {
       slow[rank] = SlowNode{rank, "compute", ratio,
                             fmt::format("{} kernel {:.4f} s against the round's median {:.4f} s",
-                                        r->compute_kind, r->compute_seconds, v.compute_median)};
+                                        r->compute_kind, r->compute_seconds, typical)};
     }
   }
   // Links: first the nodes slow with two partners or more, then those measured once, unless their

@@ -29,7 +29,7 @@ struct SlowNode {
 struct Verdict {
   int nodes = 0;
   double factor = 0;
-  double compute_median = 0;  // seconds per kernel
+  double compute_median = 0;  // seconds per kernel, of the kind most nodes ran
   double link_median = 0;     // of each node's fastest all-reduce, seconds (0: none measured)
   std::vector<SlowNode> slow;
 
@@ -41,9 +41,10 @@ struct Verdict {
 
 // Judges `reports` (at most one per node rank below `nodes`; a missing one is a node that did not
 // answer): a node whose compute kernel took more than `factor` times the median of the nodes that
-// answered is slow in compute; one whose fastest link measurement took more than `factor` times
-// the median of every node's fastest is slow in its link, except that a node measured once, with
-// a partner slow with two partners or more, is not (that partner explains it).
+// answered with a kernel of its kind (cpu, gpu) is slow in compute; one whose fastest link
+// measurement took more than `factor` times the median of every node's fastest is slow in its link,
+// except that a node measured once, with a partner slow with two partners or more, is not (that
+// partner explains it).
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
 
 // Whether `r` has a member that has not passed a node check of this job.

@@ -30,11 +30,12 @@ boost::asio::awaitable<ProbeReport> run_node_probe(boost::asio::io_context& io,
   std::filesystem::remove(report, ignored);
   // The probe stops itself a little before the agent would kill it, so that it says why.
   const auto own_limit = how.timeout * 9 / 10;
-  const std::string command = fmt::format(
+  std::string command = fmt::format(
       "exec {} --rank {} --nodes {} --store {} --run {} --round {} --report {} --timeout-ms {}",
       quoted(how.program), round.node_rank, round.num_nodes,
       quoted(fmt::format("{}:{}", store.addr, store.port)), quoted(how.run_id), round.number,
       quoted(report), own_limit.count());
+  if (how.gpu) command += " --gpu 0";
   const std::optional<std::string> failed =
       co_await run_bounded_command(io, containment, command, how.timeout, how.env, log);
   if (failed) co_return ProbeReport::failure(round.node_rank, "the probe failed: " + *failed);

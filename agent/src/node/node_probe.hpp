@@ -21,6 +21,7 @@ struct NodeProbeRun {
   std::chrono::milliseconds timeout{30'000};
   Environment env;
   std::filesystem::path dir;  // where its report and its log (node_check.<round>.*) go
+  bool gpu = false;           // the node has GPUs: the compute kernel runs on the first visible
 };
 
 // The probe's measurements as node `round.node_rank` of `round`, its pairs meeting through the

@@ -7,7 +7,10 @@
 //   link <phase> <partner's node rank> <seconds per all-reduce, the median> <bytes reduced>
 //
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
-//                     --report FILE --timeout-ms MS
+//                     --report FILE --timeout-ms MS [--gpu DEVICE]
+//
+// --gpu: the compute kernel is a cuBLAS matrix product on that CUDA device (gpu_kernel.hpp), where
+// this build has CUDA and the machine cuBLAS; else the CPU kernel, saying why on stderr.
 //
 // Exit status 0 with the report written; 1 with the reason on stderr; 2 for bad arguments.
 #include <algorithm>
@@ -20,6 +23,9 @@
 #include <vector>
 
 #include "cpu_kernel.hpp"
+#ifdef DDP_PROBE_WITH_CUDA
+#include "gpu_kernel.hpp"
+#endif
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "ddprun/store/errors.hpp"
@@ -46,6 +52,7 @@ struct Args {
   int round = 0;
   std::string report;
   std::chrono::milliseconds timeout{30'000};
+  int gpu = -1;  // --gpu: the CUDA device for the compute kernel; -1 none
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -88,6 +95,8 @@ Args parse(int argc, char** argv) {
       a.round = number(flag, value);
     } else if (flag == "--report") {
       a.report = value;
+    } else if (flag == "--gpu") {
+      a.gpu = number(flag, value);
     } else if (flag == "--timeout-ms") {
       a.timeout = std::chrono::milliseconds(number(flag, value));
     } else {
@@ -143,12 +152,27 @@ double link_seconds(const Args& a, int phase, int partner,
   return median(runs);
 }
 
-// Seconds per run of the compute kernel: the mean of kComputeRuns, in the host's turn.
-double compute_seconds() {
+// The compute line of the report: the kernel's kind and seconds per run (the mean of kComputeRuns
+// on the CPU), in the host's turn.
+std::string compute_line(const Args& a) {
   const HostTurn turn;
+#ifdef DDP_PROBE_WITH_CUDA
+  if (a.gpu >= 0) {
+    try {
+      return "compute gpu " + decimal(gpu_gemm_seconds(a.gpu)) + "\n";
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddprun-node-probe: node %d: GPU %d: %s; the CPU kernel instead\n",
+                   a.rank, a.gpu, e.what());
+    }
+  }
+#else
+  if (a.gpu >= 0) {
+    std::fprintf(stderr, "ddprun-node-probe: built without CUDA; the CPU kernel instead\n");
+  }
+#endif
   double total = 0;
   for (int i = 0; i < kComputeRuns; ++i) total += cpu_gemm_seconds();
-  return total / kComputeRuns;
+  return "compute cpu " + decimal(total / kComputeRuns) + "\n";
 }
 
 // Every node reaching `stage` of the check, or the deadline passing (then it goes on: a node that
@@ -175,7 +199,7 @@ int main(int argc, char** argv) {
     ddprun::store::ClientOptions options;
     options.timeout = a.timeout;
     ddprun::store::StoreClient store(a.store_host, static_cast<uint16_t>(a.store_port), options);
-    std::string report = "compute cpu " + decimal(compute_seconds()) + "\n";
+    std::string report = compute_line(a);
     for (int phase = 0; phase < kPhases; ++phase) {
       // Each phase left, and its start, may take an equal share of the time left: a node that
       // never comes costs its phase, not the others.
