@@ -5,6 +5,8 @@
 #   scripts/gpu-test.sh bundle     build here and gather the programs and the shared libraries they
 #                                  need beyond glibc into .gpu-bundle/, for a bare, offline GPU machine
 #   scripts/gpu-test.sh run        on the GPU machine: run the GPU checks from .gpu-bundle/
+#   scripts/gpu-test.sh run CHECK  only that one (a function below taking the programs' folder, such
+#                                  as node_check_on_gpu), to rerun it within a short GPU lease
 #
 # The checks, under ddprun with one worker per GPU: the SDK's collectives and GradientSync checks
 # (the ones CI runs on Gloo) on NCCL and device buffers written late on the default stream, and
@@ -200,7 +202,7 @@ case $mode in
     [[ -f $nccl/libnccl.so.2 ]] || { echo "gpu-test: no libnccl.so.2 in python3's packages" >&2; exit 1; }
     cublas=$(dirname "$(xargs -I{} find {} -name 'libcublas.so.1*' <<<"$packages" 2>/dev/null | head -1)")
     export LD_LIBRARY_PATH=$PWD/$bundle/lib:$nccl:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    checks "$bundle/bin"
+    "${2:-checks}" "$bundle/bin"
     ;;
   *)
     echo "usage: scripts/gpu-test.sh [bundle|run]" >&2
