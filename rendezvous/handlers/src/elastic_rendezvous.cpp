@@ -326,12 +326,18 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     }
     // A node that only a store restart's grace keeps here may be cut off and still running an
     // older round: the round waits until it is heard from, or gone (within a heartbeat timeout;
-    // either is an event).
-    if (std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& node) {
-          return store().unconfirmed(keys::key(keys::kNodes, node.first));
-        })) {
-      co_return Clock::time_point::max();
-    }
+    // either is an event). That counts the last round's participants too: an agent that rejoined
+    // after the restart (expelled while paused) no longer counts such a node as present, though
+    // the grace still holds it.
+    const auto unconfirmed = [&](const std::string& id) {
+      return store().unconfirmed(keys::key(keys::kNodes, id));
+    };
+    const bool in_grace =
+        std::any_of(nodes_.begin(), nodes_.end(),
+                    [&](const auto& node) { return unconfirmed(node.first); }) ||
+        (!rounds_.empty() && std::any_of(rounds_.rbegin()->second.participants.begin(),
+                                         rounds_.rbegin()->second.participants.end(), unconfirmed));
+    if (in_grace) co_return Clock::time_point::max();
     const std::string key = keys::key(keys::kRounds, n);
     const std::string proposal = propose(n);
     const std::string decided = co_await store().compare_set(key, "", proposal);

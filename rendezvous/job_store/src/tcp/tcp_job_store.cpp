@@ -357,7 +357,9 @@ asio::awaitable<KeyEvent> TcpJobStore::next_event() {
     for (auto it = withheld_.begin(); it != withheld_.end();) {
       if (it->second <= now) {
         spdlog::info("rendezvous: {} did not come back after the store restarted", it->first);
-        if (known_.contains(it->first)) queue(KeyEvent{it->first, "", true});
+        // Its end is an event even where this agent's view had dropped the key already (it
+        // rejoined meanwhile): whoever waited on the grace (unconfirmed()) looks again.
+        queue(KeyEvent{it->first, "", true});
         it = withheld_.erase(it);
       } else {
         wake_at = std::min(wake_at, it->second);
