@@ -119,11 +119,13 @@ struct Run : AgentParts {
     events.record("node_check", fields);
     const std::string named = fmt::format("--node_check_factor {:g}", cfg.node_check_factor);
     if (const node_check::SlowNode* me = verdict->kept_out(round.node_rank)) {
-      const std::string why =
-          me->probe == "no answer"
-              ? fmt::format("its probe gave no answer: {}", me->detail)
-              : fmt::format("{} {:.2f}x slower than the round's median ({}; {})", me->probe,
-                            me->ratio, me->detail, named);
+      std::string why = fmt::format("{}: {} ({})", me->probe, me->detail, named);
+      if (me->probe == "no answer") {
+        why = fmt::format("its probe gave no answer: {}", me->detail);
+      } else if (me->ratio > 0) {
+        why = fmt::format("{} {:.2f}x slower than the round's median ({}; {})", me->probe,
+                          me->ratio, me->detail, named);
+      }
       spdlog::error("node check: this node stays out of the job: {}", why);
       events.record("node_check_failed", {{"round", round.number},
                                           {"probe", me->probe},

@@ -174,3 +174,29 @@ TEST_CASE("node check: kernels of one kind are compared, a CPU one never with GP
   CHECK(w.slow[0].node_rank == 5);
   CHECK(w.slow[0].detail.starts_with("cpu kernel 0.0190 s against the round's median 0.0062 s"));
 }
+
+TEST_CASE("node check: a node none of whose links completed is kept out, its partners are not",
+          "[node_check]") {
+  std::vector<ProbeReport> reports = {
+      report(0, 0.006, {{1, 0.004}, {3, 0}}), report(1, 0.006, {{0, 0.004}, {2, 0.005}}),
+      report(2, 0.006, {{3, 0}, {1, 0.005}}), report(3, 0.006, {{2, 0}, {0, 0}})};
+  for (ProbeReport& r : reports) {
+    for (ProbeReport::Link& l : r.links) l.completed = l.partner != 3 && r.node_rank != 3;
+  }
+  const node_check::Verdict v = node_check::judge(reports, 4, 2.0);
+  REQUIRE(v.slow.size() == 1);
+  CHECK(v.slow[0].node_rank == 3);
+  CHECK(v.slow[0].probe == "link");
+  CHECK(v.slow[0].ratio == 0);
+  CHECK(v.slow[0].detail ==
+        "no all-reduce of 4096 KiB with nodes 2,0 completed in its phase's time");
+  const std::optional<ProbeReport> parsed =
+      ProbeReport::parse("compute cpu 0.006\nlink 0 2 failed 4194304\nlink 1 0 0.004 4194304\n", 3);
+  REQUIRE(parsed);
+  CHECK_FALSE(parsed->links[0].completed);
+  CHECK(parsed->links[1].completed);
+  const std::optional<ProbeReport> back = ProbeReport::from_json(parsed->to_json().dump());
+  REQUIRE(back);
+  CHECK_FALSE(back->links[0].completed);
+  CHECK_FALSE(ProbeReport::parse("compute cpu 0.006\nlink 0 2 failing 4194304\n", 3));
+}

@@ -84,6 +84,7 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
   for (const auto& [rank, r] : answered) {
     computes[r->compute_kind].push_back(r->compute_seconds);
     for (const auto& l : r->links) {
+      if (!l.completed) continue;
       const auto [it, first] = fastest.emplace(rank, l.seconds);
       if (!first) it->second = std::min(it->second, l.seconds);
     }
@@ -118,25 +119,31 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
     }
   }
   // Links: first the nodes slow with two partners or more, then those measured once, unless their
-  // one partner is such a node.
+  // one partner is such a node. A node none of whose links completed is slow in its link too
+  // (ratio 0: beyond measure).
   std::set<int> slow_with_several;
-  for (int pass = 0; pass < 2 && v.link_median > 0; ++pass) {
+  for (int pass = 0; pass < 2; ++pass) {
     for (const auto& [rank, r] : answered) {
       if (r->links.empty() || slow.contains(rank)) continue;
       const bool several = r->links.size() > 1;
       if (several != (pass == 0)) continue;
-      const double ratio = fastest.at(rank) / v.link_median;
-      if (ratio <= factor) continue;
+      const auto best = fastest.find(rank);
+      const bool completed = best != fastest.end();
+      const double ratio = completed && v.link_median > 0 ? best->second / v.link_median : 0;
+      if (completed && ratio <= factor) continue;
       if (!several && slow_with_several.contains(r->links.front().partner)) continue;
       if (several) slow_with_several.insert(rank);
       std::vector<int> partners;
       for (const auto& l : r->links) partners.push_back(l.partner);
+      const std::string with =
+          fmt::format("{:.0f} KiB with node{} {}", r->links.front().bytes / 1024,
+                      partners.size() > 1 ? "s" : "", fmt::join(partners, ","));
       slow[rank] = SlowNode{
           rank, "link", ratio,
-          fmt::format("all-reduce of {:.0f} KiB with node{} {} in {:.4f} s at best, against the "
-                      "round's median {:.4f} s",
-                      r->links.front().bytes / 1024, partners.size() > 1 ? "s" : "",
-                      fmt::join(partners, ","), fastest.at(rank), v.link_median)};
+          completed ? fmt::format("all-reduce of {} in {:.4f} s at best, against the round's "
+                                  "median {:.4f} s",
+                                  with, best->second, v.link_median)
+                    : fmt::format("no all-reduce of {} completed in its phase's time", with)};
     }
   }
   for (auto& [rank, s] : slow) v.slow.push_back(std::move(s));

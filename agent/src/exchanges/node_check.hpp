@@ -22,7 +22,7 @@ namespace ddprun::agent::node_check {
 struct SlowNode {
   int node_rank = 0;
   std::string probe;   // "compute", "link", or "no answer"
-  double ratio = 0;    // how many times the round's median (0 for no answer)
+  double ratio = 0;    // how many times the round's median (0: no answer, or beyond measure)
   std::string detail;  // what was measured against what, or why nothing was
 };
 
@@ -42,9 +42,9 @@ struct Verdict {
 // Judges `reports` (at most one per node rank below `nodes`; a missing one is a node that did not
 // answer): a node whose compute kernel took more than `factor` times the median of the nodes that
 // answered with a kernel of its kind (cpu, gpu) is slow in compute; one whose fastest link
-// measurement took more than `factor` times the median of every node's fastest is slow in its link,
-// except that a node measured once, with a partner slow with two partners or more, is not (that
-// partner explains it).
+// measurement took more than `factor` times the median of every node's fastest, or none of whose
+// link measurements completed (ratio 0), is slow in its link, except that a node measured once,
+// with a partner slow with two partners or more, is not (that partner explains it).
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
 
 // Whether `r` has a member that has not passed a node check of this job.

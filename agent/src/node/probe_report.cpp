@@ -30,7 +30,14 @@ std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_
       computed = true;
     } else if (what == "link") {
       Link l;
-      in >> l.phase >> l.partner >> l.seconds >> l.bytes;
+      std::string seconds;
+      in >> l.phase >> l.partner >> seconds >> l.bytes;
+      if (seconds == "failed") {
+        l.completed = false;
+      } else {
+        std::istringstream number(seconds);
+        if (!(number >> l.seconds) || !number.eof()) return std::nullopt;
+      }
       if (!in || l.phase < 0 || l.partner < 0 || !usable(l.seconds) || !usable(l.bytes)) {
         return std::nullopt;
       }
@@ -54,8 +61,11 @@ ProbeReport ProbeReport::failure(int node_rank, std::string why) {
 nlohmann::json ProbeReport::to_json() const {
   nlohmann::json links_json = nlohmann::json::array();
   for (const Link& l : links) {
-    links_json.push_back(
-        {{"phase", l.phase}, {"partner", l.partner}, {"seconds", l.seconds}, {"bytes", l.bytes}});
+    links_json.push_back({{"phase", l.phase},
+                          {"partner", l.partner},
+                          {"seconds", l.seconds},
+                          {"bytes", l.bytes},
+                          {"completed", l.completed}});
   }
   return {{"node_rank", node_rank},
           {"compute_kind", compute_kind},
@@ -75,7 +85,8 @@ std::optional<ProbeReport> ProbeReport::from_json(const std::string& text) {
     r.failed = j.at("failed").get<std::string>();
     for (const auto& l : j.at("links")) {
       r.links.push_back(Link{l.at("phase").get<int>(), l.at("partner").get<int>(),
-                             l.at("seconds").get<double>(), l.at("bytes").get<double>()});
+                             l.at("seconds").get<double>(), l.at("bytes").get<double>(),
+                             l.at("completed").get<bool>()});
     }
     if (r.node_rank < 0 || !usable(r.compute_seconds)) return std::nullopt;
     return r;

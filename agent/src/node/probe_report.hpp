@@ -12,9 +12,10 @@ namespace ddprun::agent {
 struct ProbeReport {
   struct Link {
     int phase = 0;
-    int partner = 0;     // its node rank in the round
-    double seconds = 0;  // per all-reduce
-    double bytes = 0;    // reduced each time
+    int partner = 0;        // its node rank in the round
+    double seconds = 0;     // per all-reduce
+    double bytes = 0;       // reduced each time
+    bool completed = true;  // false: not done within its phase's time (seconds 0)
   };
   int node_rank = 0;
   std::string compute_kind;  // "cpu" or "gpu"
@@ -22,7 +23,8 @@ struct ProbeReport {
   std::vector<Link> links;
   std::string failed;  // the probe did not report: why ("" when it did)
 
-  // The probe's report file: "compute KIND SECONDS" then "link PHASE PARTNER SECONDS BYTES" lines.
+  // The probe's report file: "compute KIND SECONDS" then "link PHASE PARTNER SECONDS BYTES" lines
+  // ("failed" for SECONDS: the link's all-reduces did not complete).
   // nullopt when it is not that (a missing or malformed line, a negative or non-finite number).
   static std::optional<ProbeReport> parse(const std::string& text, int node_rank);
   // A node whose probe gave nothing, and why.

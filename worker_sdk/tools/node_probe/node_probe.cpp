@@ -5,6 +5,7 @@
 //
 //   compute <cpu|gpu> <seconds per kernel, the median of its runs>
 //   link <phase> <partner's node rank> <seconds per all-reduce, the median> <bytes reduced>
+//   link <phase> <partner's node rank> failed <bytes>     (not done within the phase's time)
 //
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
 //                     --report FILE --timeout-ms MS [--gpu DEVICE]
@@ -215,6 +216,8 @@ int main(int argc, char** argv) {
         report += "link " + std::to_string(phase) + " " + std::to_string(other) + " " +
                   decimal(seconds) + " " + std::to_string(kLinkFloats * sizeof(float)) + "\n";
       } catch (const ddp::Error& e) {
+        report += "link " + std::to_string(phase) + " " + std::to_string(other) + " failed " +
+                  std::to_string(kLinkFloats * sizeof(float)) + "\n";
         std::fprintf(stderr, "ddprun-node-probe: node %d, phase %d, with node %d: %s\n", a.rank,
                      phase, other, e.what());
       }
