@@ -24,8 +24,9 @@ NET = "10.216.0"
 ADDRS = [f"{NET}.{11 + i}" for i in range(4)]
 CPU_CGROUP = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller (cpu.cfs_quota_us)
 
-# Each worker says where it ran and in which world, then waits for the test (bounded).
-WORKER = ("echo \"$GROUP_RANK $WORLD_SIZE\" > \"$OUT/ran.$GROUP_RANK\"; i=0; "
+# Each worker says on which host (ran.<host>) it ran, as which node and in which world, then waits
+# for the test (bounded).
+WORKER = ("echo \"$GROUP_RANK $WORLD_SIZE\" > \"$OUT/ran.$HOST_INDEX\"; i=0; "
           "while [ ! -e \"$OUT/go\" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done")
 
 
@@ -82,11 +83,14 @@ class Cluster:
                         "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"],
                        check=True, capture_output=True)
 
-    def start(self, run_id, cgroup_of=None, extra=()):
-        """The four agents of job `run_id` (agent i in cgroup `cgroup_of[i]` where given)."""
-        self.agents = []
-        for i, ns in enumerate(self.hosts):
-            cmd = ["ip", "netns", "exec", ns, DDPRUN, "--nnodes=3:4", "--nproc_per_node=1",
+    def start(self, run_id, cgroup_of=None, extra=(), hosts=range(4), nnodes="3:4"):
+        """The agents of job `run_id` on `hosts` (agent i in cgroup `cgroup_of[i]` where given),
+        added to those started before for the same job."""
+        if not self.agents or getattr(self, "run_id", None) != run_id:
+            self.agents, self.run_id = [], run_id
+        for i in hosts:
+            ns = self.hosts[i]
+            cmd = ["ip", "netns", "exec", ns, DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1",
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
                    f"--rdzv_id={run_id}", "--rdzv_conf=last_call_timeout=3,join_timeout=60",
                    "--node_check", f"--event_log={self.out}/events.{run_id}.{i}.jsonl", *extra,
@@ -95,7 +99,7 @@ class Cluster:
                 cmd = ["/bin/sh", "-c", f'echo $$ > {cgroup_of[i]}/tasks && exec "$@"', "sh", *cmd]
             self.agents.append(subprocess.Popen(
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                env={**os.environ, "OUT": self.out}))
+                env={**os.environ, "OUT": self.out, "HOST_INDEX": str(i)}))
         return self.agents
 
     def status(self, run_id):
@@ -151,7 +155,7 @@ def kept_out_job(c, run_id, slow, probe, said="x slower than the round's median"
     line = [x for x in results[slow][1].splitlines() if "node check: this node stays out" in x]
     assert len(line) == 1 and said in line[0], results[slow][1][-3000:]
     worlds = {open(os.path.join(c.out, f)).read().split()[1] for f in ran}
-    assert worlds == {"3"} and len(ran) == 3, (ran, worlds)
+    assert worlds == {"3"} and len(ran) == 3 and f"ran.{slow}" not in ran, (ran, worlds)
     verdicts = [e for i in range(4) for e in c.events(run_id, i, "node_check")]
     assert verdicts and all(len(v["slow"]) == 1 and v["slow"][0]["probe"] == probe for v in verdicts), verdicts
     ratio = " [0-9.]+x the median" if measured else ""
@@ -211,6 +215,33 @@ def case_a_node_that_never_answers_is_kept_out():
                                      "its probe gave no answer: the probe failed: timed out after 6 s",
                                      measured=False)
     print(f"4 nodes, one probe frozen, --node_check_timeout=6: '{line}': passed")
+
+
+def case_a_spare_takes_the_place_of_a_node_kept_out():
+    # --nnodes=3:3 and a fourth node waiting as a spare: the throttled member is kept out, the
+    # spare joins the next round, is checked in turn, and the job runs on it.
+    with Cluster() as c:
+        cgroup = c.throttle(30)
+        c.start("spare", cgroup_of={0: cgroup}, hosts=[0, 1, 2], nnodes="3:3")
+        deadline = time.monotonic() + 60
+        while not all(c.events("spare", i, "round_formed") for i in range(3)):
+            assert time.monotonic() < deadline, "round 0 did not form"
+            time.sleep(0.05)
+        c.start("spare", hosts=[3], nnodes="3:3")
+        ran = wait_for_workers(c, 3)
+        open(os.path.join(c.out, "go"), "w").close()
+        results = [(a.wait(timeout=90), a.stderr.read()) for a in c.agents]
+        assert [r[0] for r in results] == [4, 0, 0, 0], [r[1][-2000:] for r in results]
+        assert sorted(f.split(".")[1] for f in ran) == ["1", "2", "3"], ran
+        worlds = {open(os.path.join(c.out, f)).read().split()[1] for f in ran}
+        assert worlds == {"3"}, worlds
+        # The spare ran a worker, after a check that included it.
+        spare_checks = c.events("spare", 3, "node_check")
+        assert len(spare_checks) == 1 and spare_checks[0]["slow"] == [], spare_checks
+        assert c.events("spare", 3, "workers_started"), "the spare ran no worker"
+        assert not left_running(c.out), left_running(c.out)
+    print("3:3 nodes and a spare, a member under a 30% CPU quota: kept out, the spare checked and "
+          "in its place: passed")
 
 
 def case_healthy_nodes_are_never_kept_out():
