@@ -317,11 +317,10 @@ struct Run : AgentParts {
     const std::optional<RestartPhases> p = restart_clock.complete(times);
     if (!p) return;
     spdlog::info(
-        "restart {} took {:.3f} s: {:.3f} s to detect the {}, {:.3f} s to stop the workers, {:.3f} "
-        "s to form round {}, {:.3f} s to start the workers, {}",
-        p->restart_count, p->total(), p->detection,
-        p->cause == "interrupted" ? "interruption" : p->cause, p->stopping, p->rendezvous, p->round,
-        p->starting,
+        "the restart into round {} took {:.3f} s: {:.3f} s to detect the {}, {:.3f} s to stop the "
+        "workers, {:.3f} s to form the round, {:.3f} s to start the workers, {}",
+        p->round, p->total(), p->detection, p->cause == "interrupted" ? "interruption" : p->cause,
+        p->stopping, p->rendezvous, p->starting,
         p->first_progress ? fmt::format("{:.3f} s to their first progress", *p->first_progress)
                           : std::string("and they made no progress"));
     nlohmann::json phases = p->to_json();

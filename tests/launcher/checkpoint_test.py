@@ -557,7 +557,9 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
     assert len(tree) >= 3, tree
     for pid in tree:
         os.kill(pid, signal.SIGSTOP)
-    for pid in tree:
+    # The agent last: once it is dead, the guardian's process group is orphaned, and the kernel
+    # sends a stopped member of such a group SIGCONT, which would let the guardian act first.
+    for pid in [*[x for x in tree if x != p.pid], p.pid]:
         os.kill(pid, signal.SIGKILL)
     p.wait(timeout=30)
     assert not left_running(out)

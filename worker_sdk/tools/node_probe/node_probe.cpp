@@ -1,10 +1,11 @@
 // ddprun-node-probe: one node's part in ddprun's --node_check, started by the agent after a round
-// formed and before its workers start. It times a fixed compute kernel, then its link with a
-// partner node in each phase (pairing.hpp) by all-reducing a fixed buffer over Gloo through the
-// round's worker store, and writes what it measured to the report file, one line each:
+// formed and before its workers start. It times a fixed compute kernel (taking turns with the
+// nodes that share its host, host_turn.hpp), then, every node starting each phase together, its
+// link with a partner node in each phase (pairing.hpp) by all-reducing a fixed buffer over Gloo
+// through the round's worker store, and writes what it measured to the report file, one line each:
 //
-//   compute <cpu|gpu> <seconds per kernel, the median of its runs>
-//   link <phase> <partner's node rank> <seconds per all-reduce, the median> <bytes reduced>
+//   compute <cpu|gpu> <seconds per kernel: on the CPU, the median of its blocks' means>
+//   link <phase> <partner's node rank> <seconds per all-reduce, the fastest> <bytes reduced>
 //   link <phase> <partner's node rank> failed <bytes>     (not done within the phase's time)
 //
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
@@ -38,10 +39,14 @@ namespace {
 
 using namespace ddp::node_probe;
 
-// Runs of the compute kernel: about 0.2 s of one core here, long against the 0.1 s period of a
-// CPU quota, so that a throttled node is slow on the whole and not only in some runs.
-constexpr int kComputeRuns = 36;
-constexpr int kLinkRuns = 3;
+// The compute kernel's runs, in blocks of about 70 ms of one core here: each block long against
+// the 0.1 s period of a CPU quota (a throttled node is slow in every block, not only in some
+// runs), and the median block leaves out a moment's load from elsewhere.
+constexpr int kComputeBlocks = 3;
+constexpr int kComputeRunsPerBlock = 12;
+// All-reduces per link after one to warm up: the fastest is the link's (load from elsewhere only
+// ever adds time; a rate limit holds for every one).
+constexpr int kLinkRuns = 5;
 constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB
 
 struct Args {
@@ -122,7 +127,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds per all-reduce of kLinkFloats floats with `partner`, the median of kLinkRuns after one
+// Seconds per all-reduce of kLinkFloats floats with `partner`, the fastest of kLinkRuns after one
 // to warm up.
 double link_seconds(const Args& a, int phase, int partner,
                     std::chrono::steady_clock::time_point deadline) {
@@ -150,11 +155,11 @@ double link_seconds(const Args& a, int phase, int partner,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (i > 0) runs.push_back(took);
   }
-  return median(runs);
+  return *std::min_element(runs.begin(), runs.end());
 }
 
-// The compute line of the report: the kernel's kind and seconds per run (the mean of kComputeRuns
-// on the CPU), in the host's turn.
+// The compute line of the report: the kernel's kind and seconds per run (on the CPU, the median of
+// kComputeBlocks blocks' means), in the host's turn.
 std::string compute_line(const Args& a) {
   const HostTurn turn;
 #ifdef DDP_PROBE_WITH_CUDA
@@ -171,9 +176,13 @@ std::string compute_line(const Args& a) {
     std::fprintf(stderr, "ddprun-node-probe: built without CUDA; the CPU kernel instead\n");
   }
 #endif
-  double total = 0;
-  for (int i = 0; i < kComputeRuns; ++i) total += cpu_gemm_seconds();
-  return "compute cpu " + decimal(total / kComputeRuns) + "\n";
+  std::vector<double> blocks;
+  for (int b = 0; b < kComputeBlocks; ++b) {
+    double total = 0;
+    for (int i = 0; i < kComputeRunsPerBlock; ++i) total += cpu_gemm_seconds();
+    blocks.push_back(total / kComputeRunsPerBlock);
+  }
+  return "compute cpu " + decimal(median(blocks)) + "\n";
 }
 
 // Every node reaching `stage` of the check, or the deadline passing (then it goes on: a node that
