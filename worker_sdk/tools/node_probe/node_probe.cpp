@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu_kernel.hpp"
@@ -44,10 +45,12 @@ using namespace ddp::node_probe;
 // runs), and the median block leaves out a moment's load from elsewhere.
 constexpr int kComputeBlocks = 3;
 constexpr int kComputeRunsPerBlock = 12;
-// All-reduces per link after one to warm up: the fastest is the link's (load from elsewhere only
-// ever adds time; a rate limit holds for every one).
-constexpr int kLinkRuns = 5;
-constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB
+// All-reduces per link after one to warm up, kLinkGap apart: the fastest is the link's (load from
+// elsewhere only ever adds time, and a moment's load misses some of them; a rate limit holds for
+// every one).
+constexpr int kLinkRuns = 8;
+constexpr auto kLinkGap = std::chrono::milliseconds(5);
+constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB: long against a moment's load
 
 struct Args {
   int rank = -1;
@@ -154,6 +157,7 @@ double link_seconds(const Args& a, int phase, int partner,
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (i > 0) runs.push_back(took);
+    std::this_thread::sleep_for(kLinkGap);
   }
   return *std::min_element(runs.begin(), runs.end());
 }

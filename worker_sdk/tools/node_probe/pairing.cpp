@@ -14,6 +14,11 @@ int pair_place(int place, int nodes) {
 int partner(int rank, int nodes, int phase) {
   if (nodes < 2 || rank < 0 || rank >= nodes) return -1;
   if (phase == 0) return pair_place(rank, nodes);
+  if (phase == 2) {  // the two an odd count left out, each once
+    if (nodes % 2 == 0 || nodes < 3) return -1;
+    if (rank == 0) return nodes - 1;
+    return rank == nodes - 1 ? 0 : -1;
+  }
   if (phase != 1) return -1;
   // Place of a node in phase 1: ranks 1..n-1 first, then 0.
   const int place = (rank + nodes - 1) % nodes;
