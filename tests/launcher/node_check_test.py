@@ -90,7 +90,10 @@ class Cluster:
             self.agents, self.run_id = [], run_id
         for i in hosts:
             ns = self.hosts[i]
-            cmd = ["ip", "netns", "exec", ns, DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1",
+            # nsenter rather than `ip netns exec`, which mounts a /sys of its own: the probe reads
+            # its cgroups' cpu.stat there.
+            cmd = ["nsenter", f"--net=/var/run/netns/{ns}", DDPRUN, f"--nnodes={nnodes}",
+                   "--nproc_per_node=1",
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
                    f"--rdzv_id={run_id}", "--rdzv_conf=last_call_timeout=3,join_timeout=60",
                    "--node_check", f"--event_log={self.out}/events.{run_id}.{i}.jsonl", *extra,

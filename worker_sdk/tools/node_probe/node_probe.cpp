@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cpu_kernel.hpp"
+#include "cpu_wait.hpp"
 #ifdef DDP_PROBE_WITH_CUDA
 #include "gpu_kernel.hpp"
 #endif
@@ -163,7 +164,8 @@ double link_seconds(const Args& a, int phase, int partner,
 }
 
 // The compute line of the report: the kernel's kind and seconds per run (on the CPU, the median of
-// kComputeBlocks blocks' means), in the host's turn.
+// kComputeBlocks blocks' means, not counting waits for CPUs other processes held: cpu_wait.hpp),
+// in the host's turn.
 std::string compute_line(const Args& a) {
   const HostTurn turn;
 #ifdef DDP_PROBE_WITH_CUDA
@@ -182,9 +184,12 @@ std::string compute_line(const Args& a) {
 #endif
   std::vector<double> blocks;
   for (int b = 0; b < kComputeBlocks; ++b) {
-    double total = 0;
-    for (int i = 0; i < kComputeRunsPerBlock; ++i) total += cpu_gemm_seconds();
-    blocks.push_back(total / kComputeRunsPerBlock);
+    // Its time, less any wait for a CPU that other processes held (a quota's is kept).
+    const CpuWait waited;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kComputeRunsPerBlock; ++i) cpu_gemm_seconds();
+    const auto took = std::chrono::steady_clock::now() - start - waited.elapsed();
+    blocks.push_back(std::chrono::duration<double>(took).count() / kComputeRunsPerBlock);
   }
   return "compute cpu " + decimal(median(blocks)) + "\n";
 }
