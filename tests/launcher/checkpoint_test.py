@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-from proc_util import free_port, left_running, script
+from proc_util import free_port, left_running, script, static_job_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -293,9 +293,7 @@ def case_status_shows_each_ranks_checkpoints():
             for r in (0, 1)]
     try:
         def status(*extra):
-            return subprocess.run([DDPRUN, "status", "--rdzv_backend=static",
-                                   f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=none", *extra],
-                                  capture_output=True, text=True, timeout=60)
+            return static_job_status(DDPRUN, port, *extra)
 
         def done(account):
             return account and [x["step"] for x in account["ranks"]] == [3] and \

@@ -88,3 +88,10 @@ def left_running(text, seconds=10):
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+def static_job_status(ddprun, port, *extra):
+    """`ddprun status` of the static job whose node 0 listens on loopback `port`."""
+    return subprocess.run([ddprun, "status", "--rdzv_backend=static",
+                           f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=none", *extra],
+                          capture_output=True, text=True, timeout=60)

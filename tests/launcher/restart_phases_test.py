@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.request
 
-from proc_util import free_port, left_running, script, wait_for
+from proc_util import free_port, left_running, script, static_job_status, wait_for
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
@@ -86,9 +86,7 @@ def case_a_crash_restart_is_measured_on_every_node():
             for r in (0, 1)]
     try:
         def status(*extra):
-            return subprocess.run([DDPRUN, "status", "--rdzv_backend=static",
-                                   f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=none", *extra],
-                                  capture_output=True, text=True, timeout=60)
+            return static_job_status(DDPRUN, port, *extra)
 
         def restarts():
             r = status("--json")
