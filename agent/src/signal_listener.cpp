@@ -1,18 +1,25 @@
 #include "ddprun/agent/signal_listener.hpp"
 
+#include <csignal>
+
 namespace ddprun::agent {
 
 SignalListener::SignalListener(boost::asio::io_context& io, const std::vector<int>& signals,
                                std::function<void(int)> handler)
-    : set_(io), handler_(std::move(handler)) {
-  for (int s : signals) set_.add(s);
+    : signals_(signals), set_(std::in_place, io), handler_(std::move(handler)) {
+  for (int s : signals_) set_->add(s);
   listen();
 }
 
-void SignalListener::cancel() { set_.cancel(); }
+SignalListener::~SignalListener() {
+  set_.reset();  // gives the signals back their default action, which would end the process
+  for (int s : signals_) std::signal(s, SIG_IGN);
+}
+
+void SignalListener::cancel() { set_->cancel(); }
 
 void SignalListener::listen() {
-  set_.async_wait([this](boost::system::error_code ec, int signo) {
+  set_->async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
     handler_(signo);
     listen();

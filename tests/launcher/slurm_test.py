@@ -93,13 +93,21 @@ def job_id(cluster):
     return ids[0] if len(ids) == 1 else None
 
 
+def events_of(out_dir, node):
+    with open(os.path.join(out_dir, f"events.{node}")) as f:
+        return [json.loads(line) for line in f]
+
+
 def case_slurm_signals_reach_the_workers():
     with SlurmCluster(2) as cluster:
         for signal_name, scancel in (("SIGUSR1", ["scancel", "--signal=USR1"]),
                                      ("SIGTERM", ["scancel"])):
             out_dir = tempfile.mkdtemp()
-            p = cluster.start(["srun", "-N2", "--ntasks-per-node=1", DDPRUN, "--nproc_per_node=1",
-                               "--signals_to_handle=SIGTERM,SIGUSR1", PROBE, out_dir],
+            # Each node's agent keeps an event log of its own (the task's shell names it by its
+            # node, then becomes ddprun).
+            agent = (f"exec {DDPRUN} --event_log={out_dir}/events.$SLURM_NODEID "
+                     f"--nproc_per_node=1 --signals_to_handle=SIGTERM,SIGUSR1 {PROBE} {out_dir}")
+            p = cluster.start(["srun", "-N2", "--ntasks-per-node=1", "/bin/sh", "-c", agent],
                               env=cluster.env(PYTHON_EXEC=PY))
             try:
                 wait_for(lambda: all(os.path.exists(os.path.join(out_dir, f"ready.{r}"))
@@ -116,9 +124,20 @@ def case_slurm_signals_reach_the_workers():
                 assert os.path.exists(os.path.join(out_dir, f"got.{rank}")), (signal_name, err)
                 with open(os.path.join(out_dir, f"got.{rank}")) as f:
                     assert f.read() == signal_name, f"rank {rank} did not get {signal_name}"
+            # Every agent recorded the signal: its own, or passed on by the peer it reached first
+            # ("from"); at least one had it from Slurm.
+            signals = [[e for e in events_of(out_dir, node) if e["event"] == "signal"]
+                       for node in range(2)]
+            assert all(s and s[0]["signal"] == signal_name for s in signals), (signals, err)
+            assert any("from" not in s[0] for s in signals), (signals, err)
+            # No agent was ended by the signal itself (arriving after its run ended) or killed
+            # by Slurm for outliving the step's kill wait.
+            assert ": Terminated" not in err and ": Killed" not in err, err
             signo = {"SIGUSR1": 10, "SIGTERM": 15}[signal_name]
-            assert f"received {signal_name}: forwarding it to the workers" in err, err
             if signal_name == "SIGUSR1":
+                # (scancel without --signal aborts srun, which then need not print what its tasks
+                # wrote last: the agents' lines are checked only here.)
+                assert f"received {signal_name}: forwarding it to the workers" in err, err
                 # srun reports each task's status: ddprun's 128 + N says it was signalled.
                 assert f"exit code {128 + signo}" in err, err
             print(f"scancel {' '.join(scancel[1:])}: {signal_name} reached both workers on 2 nodes")

@@ -148,6 +148,40 @@ def exit_barrier_phase(node_args, control, folder, job_wide_stop):
             a.kill()
 
 
+def whole_job_phase(node_args, control, folder, repeats=4):
+    """Every node of a running job stopped at once, the first started (whose agent serves the
+    store) a few ms first, as a scheduler cancelling the job does: a node that learns of the stop from its peer
+    before its own signal arrives, and then loses the store, still exits at once (its store
+    session must not hold it for the heartbeat timeout), with 128 + SIGTERM, and so does the node
+    whose own signal comes after its run ended. Timing dependent, so done a few times."""
+    limit = 2.0
+    for attempt in range(repeats):
+        ready = os.path.join(folder, f"ready-{attempt}")
+        os.makedirs(ready)
+        work = ["--no_python", "/bin/sh", "-c", f"touch {ready}/$RANK; exec sleep 60"]
+        agents = [Agent([*node_args(n), *work], control, folder) for n in (0, 1)]
+        try:
+            wait_for(lambda: len(os.listdir(ready)) == 2, "both workers to start", 60)
+            start = time.monotonic()
+            for a in agents:
+                if control:
+                    a.proc.stdin.close()
+                else:
+                    a.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.005)
+            for n, a in enumerate(agents):
+                code = a.proc.wait(timeout=90)
+                took = time.monotonic() - start
+                err = a.proc.stderr.read()
+                assert code == 128 + signal.SIGTERM, (n, code, err)
+                assert took < limit, f"node {n} exited {took:.2f} s after the job's stop: {err}"
+        finally:
+            for a in agents:
+                a.kill()
+    print(f"a whole job stopped at once ({'control' if control else 'SIGTERM'}): both nodes exited "
+          f"within {limit} s, {repeats} times")
+
+
 def static_phases(control, folder):
     def base(port):
         return ["--nnodes=2", f"--master_port={port}", "--master_addr=127.0.0.1",
@@ -164,6 +198,9 @@ def static_phases(control, folder):
     health_check_phase([*base(free_port()), "--node_rank=0", *job], control, folder)
     port = free_port()
     exit_barrier_phase(lambda n: [*base(port), f"--node_rank={n}"], control, folder, True)
+    port = free_port()
+    whole_job_phase(lambda n: ["--nnodes=2", f"--master_port={port}", "--master_addr=127.0.0.1",
+                               f"--node_rank={n}"], control, folder)
 
 
 def c10d_phases(control, folder):
@@ -186,6 +223,10 @@ def c10d_phases(control, folder):
         lambda n: ["--nnodes=2", "--rdzv_backend=c10d",
                    f"--rdzv_endpoint=127.0.0.1:{barrier_port}", "--rdzv_id=barrier",
                    f"--rdzv_conf={CONF}"], control, folder, False)
+    whole_port = free_port()
+    whole_job_phase(lambda n: ["--nnodes=2", "--rdzv_backend=c10d",
+                               f"--rdzv_endpoint=127.0.0.1:{whole_port}", "--rdzv_id=whole"],
+                    control, folder)
 
 
 def etcd_phases(control, folder):

@@ -1,8 +1,11 @@
 #pragma once
 // Signals handled on an io_context: each one that arrives is passed to a handler, on the loop,
-// until cancel() (or destruction). Used by the agent and by the head node for the signals they
-// forward.
+// until cancel(). Used by the agent and by the head node for the signals they forward, for their
+// whole run: one that arrives after cancel() is dropped, and after destruction ignored for the
+// rest of the process (its run is over, and the signal must not kill it while it cleans up: the
+// same stop often reaches a node a moment after a peer passed it on).
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -16,13 +19,15 @@ class SignalListener {
                  std::function<void(int signo)> handler);
   SignalListener(const SignalListener&) = delete;
   SignalListener& operator=(const SignalListener&) = delete;
+  ~SignalListener();
   // No handler runs after this.
   void cancel();
 
  private:
   void listen();
 
-  boost::asio::signal_set set_;
+  std::vector<int> signals_;
+  std::optional<boost::asio::signal_set> set_;
   std::function<void(int)> handler_;
 };
 

@@ -57,7 +57,8 @@ TcpJobStore::TcpJobStore(asio::any_io_executor ex, TcpJobStoreSpec spec)
       base_(job_key(spec_.run_id, "")),
       requests_(std::make_unique<store::AsyncMutex>(ex)),
       presence_turn_(std::make_unique<store::AsyncMutex>(ex)),
-      heartbeat_timer_(ex) {}
+      heartbeat_timer_(ex),
+      lease_timer_(ex) {}
 
 TcpJobStore::~TcpJobStore() = default;
 
@@ -470,6 +471,7 @@ void TcpJobStore::lost(std::string why) {
   if (watch_) watch_->close();
   if (extra_watch_) extra_watch_->close();
   heartbeat_timer_.cancel();
+  lease_timer_.cancel();  // a pending one would hold the agent's shutdown for a heartbeat timeout
   for (auto& connecting : connecting_) connecting.emit(boost::asio::cancellation_type::terminal);
   wake();
 }

@@ -72,9 +72,8 @@ void TcpJobStore::report_expelled(const std::string& why) {
 
 asio::awaitable<void> TcpJobStore::watch_lease(uint64_t outage) {
   const auto self = shared_from_this();
-  asio::steady_timer timer(ex_);
-  timer.expires_at(lease_start_ + spec_.heartbeat_timeout);
-  co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  lease_timer_.expires_at(lease_start_ + spec_.heartbeat_timeout);
+  co_await lease_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
   if (outage != outage_ || !reconnecting_ || !broken_.empty()) co_return;
   if (refused_) {
     spdlog::warn(
@@ -259,6 +258,7 @@ void TcpJobStore::resume(Reconnection r) {
     spdlog::info("reconnected to the rendezvous store at {} after {} ms", endpoint(), took.count());
   }
   reconnecting_ = false;
+  lease_timer_.cancel();  // the outage is over
   wake();
 }
 

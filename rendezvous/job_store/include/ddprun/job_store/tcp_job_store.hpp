@@ -177,6 +177,7 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   std::unique_ptr<store::AsyncMutex> requests_;          // client_ takes one request at a time
   std::unique_ptr<store::AsyncMutex> presence_turn_;  // and so does presence_ (heartbeats, claims)
   boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer lease_timer_;             // an outage's end of lease (watch_lease)
   std::vector<boost::asio::steady_timer*> sleepers_;  // wait_for_wake()s in progress
   // One per connection being made to the store: lost() ends each at once (a connect retried until
   // join_timeout to a store that is not there yet would otherwise outlive leave()).
