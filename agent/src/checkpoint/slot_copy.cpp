@@ -11,6 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/file_io.hpp"
+#include "checkpoint/slot_file.hpp"
+
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
@@ -19,65 +22,6 @@ constexpr size_t kChunk = 8 << 20;
 constexpr uint64_t kFileSlotRounding = 1 << 20;
 
 uint64_t up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
-
-[[noreturn]] void fail(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
-
-// A file removed on scope exit unless kept.
-struct Partial {
-  fs::path path;
-  bool kept = false;
-  explicit Partial(fs::path p) : path(std::move(p)) {}
-  ~Partial() {
-    std::error_code ignored;
-    if (!kept) fs::remove(path, ignored);
-  }
-  Partial(const Partial&) = delete;
-  Partial& operator=(const Partial&) = delete;
-};
-
-// A file descriptor closed on scope exit.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-
-int open_or_fail(const fs::path& p, int flags) {
-  const int fd = ::open(p.c_str(), flags | O_CLOEXEC, 0600);
-  if (fd < 0) fail("cannot open " + p.string());
-  return fd;
-}
-
-void read_all(int fd, char* p, size_t n, uint64_t at, const fs::path& name) {
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(at));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      if (got == 0) errno = EIO;
-      fail("cannot read " + name.string());
-    }
-    p += got;
-    n -= static_cast<size_t>(got);
-    at += static_cast<uint64_t>(got);
-  }
-}
-
-void write_all(int fd, const char* p, size_t n, uint64_t at, const fs::path& name) {
-  while (n > 0) {
-    const ssize_t put = ::pwrite(fd, p, n, static_cast<off_t>(at));
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) fail("cannot write " + name.string());
-    p += put;
-    n -= static_cast<size_t>(put);
-    at += static_cast<uint64_t>(put);
-  }
-}
 
 std::optional<RegionHeader> read_header(int fd, const fs::path& name) {
   std::string bytes(kRegionHeaderRead, '\0');
@@ -114,7 +58,7 @@ std::unique_ptr<Fd> stage_slot(int in, const fs::path& in_name, uint64_t from, u
 }
 
 void sync_and_rename(int fd, const fs::path& from, const fs::path& to) {
-  if (::fdatasync(fd) != 0) fail("cannot write " + from.string());
+  if (::fdatasync(fd) != 0) fail_io("cannot write " + from.string());
   fs::rename(from, to);
 }
 
@@ -211,31 +155,29 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
   const std::optional<RegionHeader> h = read_header(in.fd, file);
   if (!h || h->slot_of(step) != 0 || h->slot_size < h->slots[0].size) {
     errno = EINVAL;
-    fail(file.string() + " is not a persisted checkpoint of step " + std::to_string(step));
+    fail_io(file.string() + " is not a persisted checkpoint of step " + std::to_string(step));
   }
   const SlotRecord& rec = h->slots[0];
-  const fs::path region = regions / fmt::format("rank{}", local_rank);
-  const fs::path tmp = regions / fmt::format("rank{}.restore", local_rank);
-  Partial partial(tmp);
-  const Fd out(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC));
-  const uint64_t length = kRegionHeader + 2 * h->slot_size;
-  if (const int e = ::posix_fallocate(out.fd, 0, static_cast<off_t>(length)); e != 0) {
-    errno = e;
-    fail(
-        fmt::format("cannot make local rank {}'s region of {} bytes in {} (a container: enlarge "
-                    "its /dev/shm with --shm-size)",
-                    local_rank, length, regions.string()));
+  SlotFileWriter out(regions / fmt::format("rank{}", local_rank),
+                     regions / fmt::format("rank{}.restore", local_rank),
+                     region_header_for(rec, h->slot_size, h->save_micros[0]),
+                     kRegionHeader + 2 * h->slot_size,
+                     fmt::format("local rank {}'s region", local_rank));
+  std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
+  for (uint64_t done = 0; done < rec.size;) {
+    if (stop) {
+      errno = ECANCELED;
+      fail_io("the agent is stopping");
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
+    read_all(in.fd, buffer.data(), n, kRegionHeader + done, file);
+    out.append(buffer.data(), n);
+    done += n;
   }
-  const std::string header = region_header_for(rec, h->slot_size, h->save_micros[0]);
-  write_all(out.fd, header.data(), header.size(), 0, tmp);
-  const std::optional<uint64_t> sum =
-      copy_summing(in.fd, kRegionHeader, out.fd, kRegionHeader, rec.size, file, tmp, stop);
-  if (!sum || *sum != rec.checksum) {
+  if (!out.commit(rec.checksum)) {
     errno = EIO;
-    fail(sum ? file.string() + " fails its checksum" : "the agent is stopping");
+    fail_io(file.string() + " fails its checksum");
   }
-  fs::rename(tmp, region);
-  partial.kept = true;
   PersistReport r;
   r.kind = PersistReport::Kind::kRestored;
   r.bytes = rec.size;

@@ -1,0 +1,41 @@
+#pragma once
+// The checkpoint copies' file I/O: whole reads and writes at an offset that throw
+// std::system_error naming the file, and descriptors and partial files released on scope exit.
+// Private to the agent.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+namespace ddprun::agent {
+
+// Throws std::system_error from errno, with `what`.
+[[noreturn]] void fail_io(const std::string& what);
+
+// A file descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd();
+  Fd(Fd&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+// A file removed on scope exit unless kept.
+struct Partial {
+  std::filesystem::path path;
+  bool kept = false;
+  explicit Partial(std::filesystem::path p) : path(std::move(p)) {}
+  ~Partial();
+  Partial(const Partial&) = delete;
+  Partial& operator=(const Partial&) = delete;
+};
+
+// open(2) with O_CLOEXEC and mode 0600; throws when it fails.
+int open_or_fail(const std::filesystem::path& p, int flags);
+// Exactly `n` bytes at `at`; throws (end of file included).
+void read_all(int fd, char* p, size_t n, uint64_t at, const std::filesystem::path& name);
+void write_all(int fd, const char* p, size_t n, uint64_t at, const std::filesystem::path& name);
+
+}  // namespace ddprun::agent

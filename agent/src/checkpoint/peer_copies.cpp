@@ -1,0 +1,132 @@
+#include "checkpoint/peer_copies.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+// An origin's id as a file name: its bytes in hex (ids are a node rank or host_pid_nonce, but a
+// file name must not depend on that).
+std::string hex(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+}  // namespace
+
+PeerCopies::PeerCopies(fs::path dir, std::optional<uint64_t> limit)
+    : dir_(std::move(dir)), limit_(limit) {
+  fs::create_directories(dir_);
+  fs::permissions(dir_, fs::perms::owner_all);
+}
+
+PeerCopies::~PeerCopies() {
+  std::error_code ignored;
+  fs::remove_all(dir_, ignored);
+}
+
+fs::path PeerCopies::file_for(const std::string& origin, int local_rank, int64_t step) const {
+  return dir_ / fmt::format("{}.rank{}.step{}.ddpckpt", hex(origin), local_rank, step);
+}
+
+void PeerCopies::drop(std::vector<Copy>& copies, size_t i) {
+  std::error_code ignored;
+  fs::remove(copies[i].file, ignored);
+  bytes_ -= copies[i].bytes;
+  copies.erase(copies.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int local_rank,
+                                                  int64_t step, const std::string& header,
+                                                  uint64_t file_bytes) {
+  const fs::path file = file_for(origin, local_rank, step);
+  {
+    std::lock_guard lock(mutex_);
+    const Key key{origin, local_rank};
+    if (reserved_.contains(key)) {
+      throw std::runtime_error(fmt::format(
+          "a copy of local rank {} of node {} is being received already", local_rank, origin));
+    }
+    std::vector<Copy>& copies = held_[key];
+    uint64_t in_flight = 0;
+    for (const auto& [k, b] : reserved_) in_flight += b;
+    const auto over = [&] { return limit_ && bytes_ + in_flight + file_bytes > *limit_; };
+    if (over() && copies.size() > 1) drop(copies, 0);
+    if (over()) {
+      throw std::runtime_error(fmt::format(
+          "no room for a copy of {} bytes of local rank {} of node {}: the copies held take {} "
+          "bytes and --checkpoint_memory_limit is {} bytes",
+          file_bytes, local_rank, origin, bytes_ + in_flight, *limit_));
+    }
+    reserved_[key] = file_bytes;
+  }
+  try {
+    return std::make_unique<SlotFileWriter>(
+        file, dir_ / ("." + file.filename().string() + ".tmp"), header, file_bytes,
+        fmt::format("a copy of local rank {} of node {}", local_rank, origin));
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    reserved_.erase({origin, local_rank});
+    throw;
+  }
+}
+
+void PeerCopies::committed(const std::string& origin, int local_rank, int rank, int64_t step,
+                           uint64_t file_bytes) {
+  std::lock_guard lock(mutex_);
+  const Key key{origin, local_rank};
+  reserved_.erase(key);
+  std::vector<Copy>& copies = held_[key];
+  std::erase_if(copies, [&](const Copy& c) {  // the same step again: its file was replaced
+    if (c.step != step) return false;
+    bytes_ -= c.bytes;
+    return true;
+  });
+  copies.push_back(Copy{step, rank, file_bytes, file_for(origin, local_rank, step)});
+  bytes_ += file_bytes;
+  std::sort(copies.begin(), copies.end(),
+            [](const Copy& a, const Copy& b) { return a.step < b.step; });
+  while (copies.size() > 2) drop(copies, 0);
+}
+
+void PeerCopies::abandoned(const std::string& origin, int local_rank) {
+  std::lock_guard lock(mutex_);
+  reserved_.erase({origin, local_rank});
+}
+
+std::optional<PeerCopies::Copy> PeerCopies::find(const std::string& origin, int local_rank,
+                                                 int64_t step) const {
+  std::lock_guard lock(mutex_);
+  const auto it = held_.find({origin, local_rank});
+  if (it == held_.end()) return std::nullopt;
+  for (const Copy& c : it->second) {
+    if (c.step == step) return c;
+  }
+  return std::nullopt;
+}
+
+std::map<std::string, std::vector<std::vector<int64_t>>> PeerCopies::steps() const {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, std::vector<std::vector<int64_t>>> out;
+  for (const auto& [key, copies] : held_) {
+    if (copies.empty()) continue;
+    auto& ranks = out[key.first];
+    if (ranks.size() <= static_cast<size_t>(key.second)) ranks.resize(key.second + 1);
+    for (const Copy& c : copies) ranks[key.second].push_back(c.step);
+  }
+  return out;
+}
+
+uint64_t PeerCopies::bytes() const {
+  std::lock_guard lock(mutex_);
+  return bytes_;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,66 @@
+#pragma once
+// The copies of other nodes' checkpoints this node holds for them (peer_service.hpp receives
+// them): per origin node and local rank, the newest two complete steps, each a file of the
+// persisted layout (region_format.hpp: the slot as slot 0) in a folder of the node's checkpoint
+// folder, bounded by --checkpoint_memory_limit. Thread-safe: written on the peer service's thread,
+// read by the agent's.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/slot_file.hpp"
+
+namespace ddprun::agent {
+
+class PeerCopies {
+ public:
+  struct Copy {
+    int64_t step = 0;
+    int rank = 0;  // the global rank that saved it
+    uint64_t bytes = 0;
+    std::filesystem::path file;
+  };
+
+  // Makes `dir`; removes it, with every copy, when destroyed.
+  PeerCopies(std::filesystem::path dir, std::optional<uint64_t> limit);
+  ~PeerCopies();
+  PeerCopies(const PeerCopies&) = delete;
+  PeerCopies& operator=(const PeerCopies&) = delete;
+
+  // A writer for a new copy of `file_bytes` bytes (header included) of `origin`'s local rank
+  // `local_rank`, step `step`, with room made for it: the older of that rank's two copies is
+  // dropped first where the limit needs it (never the newest). Throws std::runtime_error naming
+  // the sizes where the limit leaves no room even so, std::system_error where /dev/shm has none.
+  std::unique_ptr<SlotFileWriter> begin(const std::string& origin, int local_rank, int64_t step,
+                                        const std::string& header, uint64_t file_bytes);
+  // The writer `begin` gave committed its file: recorded, and that rank's copies beyond the
+  // newest two dropped.
+  void committed(const std::string& origin, int local_rank, int rank, int64_t step,
+                 uint64_t file_bytes);
+  // The writer `begin` gave was not committed (the transfer failed): its room is given back.
+  void abandoned(const std::string& origin, int local_rank);
+  // The copy of `origin`'s local rank `local_rank` at `step`; nullopt: none.
+  std::optional<Copy> find(const std::string& origin, int local_rank, int64_t step) const;
+  // Per origin, per local rank (0 to the highest held), the steps held, oldest first.
+  std::map<std::string, std::vector<std::vector<int64_t>>> steps() const;
+  uint64_t bytes() const;
+
+ private:
+  using Key = std::pair<std::string, int>;
+  std::filesystem::path file_for(const std::string& origin, int local_rank, int64_t step) const;
+  void drop(std::vector<Copy>& copies, size_t i);
+
+  std::filesystem::path dir_;
+  std::optional<uint64_t> limit_;
+  mutable std::mutex mutex_;
+  std::map<Key, std::vector<Copy>> held_;  // oldest first
+  std::map<Key, uint64_t> reserved_;       // copies being received
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,162 @@
+#include "checkpoint/peer_link.hpp"
+
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+namespace ddprun::agent {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr std::string_view kMagic = "DDPPEER1";
+constexpr size_t kProof = 32;
+
+std::string proof_of(const PeerAuth& auth, store::auth::Side side, std::string_view client_nonce,
+                     std::string_view server_nonce) {
+  if (!auth.token) return std::string(kProof, '\0');
+  return store::auth::proof(*auth.token, side, auth.scope, client_nonce, server_nonce);
+}
+
+}  // namespace
+
+PeerLink::PeerLink(tcp::socket socket, std::chrono::milliseconds idle_limit)
+    : idle_(socket.get_executor()), idle_limit_(idle_limit) {
+  boost::system::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  peer_ = ec ? "a peer" : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  socket.set_option(tcp::no_delay(true), ec);
+  plain_ = std::make_unique<tcp::socket>(std::move(socket));
+}
+
+PeerLink::~PeerLink() { close(); }
+
+void PeerLink::close() {
+  boost::system::error_code ignored;
+  idle_.cancel();
+  if (tls_) tls_->lowest_layer().close(ignored);
+  if (plain_) plain_->close(ignored);
+}
+
+void PeerLink::arm() {
+  idle_.expires_after(idle_limit_);
+  idle_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;  // re-armed, or the link is gone
+    boost::system::error_code ignored;
+    if (tls_) tls_->lowest_layer().close(ignored);
+    if (plain_) plain_->close(ignored);
+  });
+}
+
+asio::awaitable<void> PeerLink::read(char* p, size_t n) {
+  arm();
+  if (tls_) {
+    co_await asio::async_read(*tls_, asio::buffer(p, n), asio::use_awaitable);
+  } else {
+    co_await asio::async_read(*plain_, asio::buffer(p, n), asio::use_awaitable);
+  }
+  idle_.cancel();
+}
+
+asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
+  arm();
+  if (tls_) {
+    co_await asio::async_write(*tls_, asio::buffer(p, n), asio::use_awaitable);
+  } else {
+    co_await asio::async_write(*plain_, asio::buffer(p, n), asio::use_awaitable);
+  }
+  idle_.cancel();
+}
+
+asio::awaitable<void> PeerLink::start_tls(const store::TlsContext& tls, bool client) {
+  if (!tls) co_return;
+  tls_ = std::make_unique<TlsStream>(std::move(*plain_), *tls);
+  plain_.reset();
+  arm();
+  co_await tls_->async_handshake(
+      client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server,
+      asio::use_awaitable);
+  idle_.cancel();
+}
+
+asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_executor ex,
+                                                             std::string host, int port,
+                                                             const PeerAuth& auth,
+                                                             std::chrono::milliseconds idle_limit) {
+  const std::string where = fmt::format("{}:{}", host, port);
+  try {
+    tcp::resolver resolver(ex);
+    const auto endpoints =
+        co_await resolver.async_resolve(host, std::to_string(port), asio::use_awaitable);
+    tcp::socket socket(ex);
+    co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
+    std::unique_ptr<PeerLink> link(new PeerLink(std::move(socket), idle_limit));
+    co_await link->start_tls(auth.client_tls, true);
+    char greeting[kMagic.size() + store::auth::kNonceBytes];
+    co_await link->read(greeting, sizeof greeting);
+    if (std::string_view(greeting, kMagic.size()) != kMagic) {
+      throw std::runtime_error("it is not a ddprun agent's checkpoint port");
+    }
+    const std::string server_nonce(greeting + kMagic.size(), store::auth::kNonceBytes);
+    const store::auth::Nonce nonce = store::auth::fresh_nonce();
+    const std::string client_nonce(store::auth::view(nonce));
+    std::string hello(kMagic);
+    hello += client_nonce;
+    hello += proof_of(auth, store::auth::Side::kClient, client_nonce, server_nonce);
+    co_await link->write(hello.data(), hello.size());
+    char answer[1 + kProof];
+    co_await link->read(answer, sizeof answer);
+    if (answer[0] != 1) throw std::runtime_error("it refused this node's proof of the job's token");
+    if (auth.token && !store::auth::same_proof(
+                          std::string_view(answer + 1, kProof),
+                          proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce))) {
+      throw std::runtime_error("it could not prove that it holds the job's token");
+    }
+    co_return link;
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error(
+        fmt::format("the checkpoint port at {}: {}", where, e.code().message()));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(fmt::format("the checkpoint port at {}: {}", where, e.what()));
+  }
+}
+
+asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::accept(tcp::socket socket,
+                                                            const PeerAuth& auth,
+                                                            std::chrono::milliseconds idle_limit) {
+  std::unique_ptr<PeerLink> link(new PeerLink(std::move(socket), idle_limit));
+  try {
+    co_await link->start_tls(auth.server_tls, false);
+    const store::auth::Nonce nonce = store::auth::fresh_nonce();
+    const std::string server_nonce(store::auth::view(nonce));
+    std::string greeting(kMagic);
+    greeting += server_nonce;
+    co_await link->write(greeting.data(), greeting.size());
+    char hello[kMagic.size() + store::auth::kNonceBytes + kProof];
+    co_await link->read(hello, sizeof hello);
+    const std::string client_nonce(hello + kMagic.size(), store::auth::kNonceBytes);
+    const std::string_view proof(hello + kMagic.size() + store::auth::kNonceBytes, kProof);
+    const bool ok =
+        std::string_view(hello, kMagic.size()) == kMagic &&
+        (!auth.token || store::auth::same_proof(proof, proof_of(auth, store::auth::Side::kClient,
+                                                                client_nonce, server_nonce)));
+    std::string answer(1, ok ? '\1' : '\0');
+    answer += ok ? proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce)
+                 : std::string(kProof, '\0');
+    co_await link->write(answer.data(), answer.size());
+    if (!ok) co_return nullptr;
+    co_return link;
+  } catch (const std::exception&) {
+    co_return nullptr;
+  }
+}
+
+}  // namespace ddprun::agent

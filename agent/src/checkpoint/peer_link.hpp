@@ -1,0 +1,78 @@
+#pragma once
+// The connection between two agents that carries checkpoint copies (peer_service.hpp): TCP, TLS
+// when the job's store uses TLS (the same files: a store host's certificate serves here too), and,
+// when the job has a token, a proof of it both ways before any byte of a checkpoint crosses: the
+// store's HMAC challenge-response (ddprun/store/auth.hpp) in the scope "checkpoints/<run id>", so
+// that the token never crosses the wire and a stranger neither gets a copy nor gives one. A
+// connection idle for longer than its limit is closed (a peer that stalls mid-transfer ends its
+// transfer, not the service).
+//
+// The greeting: the server sends "DDPPEER1" and its nonce; the client sends "DDPPEER1", its nonce
+// and its proof (zeros without a token); the server answers one byte (1: accepted, 0: refused) and
+// its own proof. Private to the agent.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddprun/store/auth.hpp"
+#include "ddprun/store/tls.hpp"
+
+namespace boost::asio::ssl {
+template <typename Stream>
+class stream;
+}
+
+namespace ddprun::agent {
+
+struct PeerAuth {
+  std::optional<store::Token> token;  // the job's (none: nothing proved either way)
+  std::string scope;                  // "checkpoints/<run id>"
+  store::TlsContext client_tls;       // null: in the clear
+  store::TlsContext server_tls;
+};
+
+class PeerLink {
+ public:
+  ~PeerLink();
+  PeerLink(const PeerLink&) = delete;
+  PeerLink& operator=(const PeerLink&) = delete;
+
+  // Connects to `host`:`port` and proves the token. Throws std::runtime_error naming the peer
+  // where it cannot: unreachable, refused, or a peer that cannot prove the token back.
+  static boost::asio::awaitable<std::unique_ptr<PeerLink>> connect(
+      boost::asio::any_io_executor ex, std::string host, int port, const PeerAuth& auth,
+      std::chrono::milliseconds idle_limit);
+  // Greets an accepted connection; null (the connection closed) where the client does not prove
+  // the token within `idle_limit`, or speaks something else.
+  static boost::asio::awaitable<std::unique_ptr<PeerLink>> accept(
+      boost::asio::ip::tcp::socket socket, const PeerAuth& auth,
+      std::chrono::milliseconds idle_limit);
+
+  // Exactly `n` bytes each way; throw boost::system::system_error when the connection fails or
+  // stays idle past its limit.
+  boost::asio::awaitable<void> read(char* p, size_t n);
+  boost::asio::awaitable<void> write(const char* p, size_t n);
+  // The other end's address, for messages.
+  const std::string& peer() const { return peer_; }
+  void close();
+
+ private:
+  PeerLink(boost::asio::ip::tcp::socket socket, std::chrono::milliseconds idle_limit);
+  boost::asio::awaitable<void> start_tls(const store::TlsContext& tls, bool client);
+  void arm();
+
+  using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
+  std::unique_ptr<boost::asio::ip::tcp::socket> plain_;
+  std::unique_ptr<TlsStream> tls_;
+  boost::asio::steady_timer idle_;
+  std::chrono::milliseconds idle_limit_;
+  std::string peer_;
+};
+
+}  // namespace ddprun::agent

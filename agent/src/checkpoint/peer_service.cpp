@@ -1,0 +1,345 @@
+#include "checkpoint/peer_service.hpp"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "checkpoint/region_format.hpp"
+
+namespace ddprun::agent {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using asio::ip::tcp;
+
+namespace {
+
+enum Op : uint64_t { kPut = 1, kGet = 2 };
+constexpr size_t kWords = 6;  // op, local rank, rank, step, bytes, origin length
+constexpr size_t kMaxOrigin = 256;
+constexpr int kMaxLocalRanks = 4096;
+constexpr size_t kChunk = 8 << 20;  // a multiple of 8: the payload is summed in whole words
+constexpr uint64_t kFileSlotRounding = 1 << 20;
+constexpr size_t kMaxConnections = 64;
+// A connection quiet for this long is closed: a stalled peer, or a stranger that says nothing.
+constexpr std::chrono::seconds kIdleLimit{10};
+
+uint64_t up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+struct Request {
+  uint64_t op = 0;
+  int local_rank = 0;
+  int rank = 0;
+  int64_t step = 0;
+  uint64_t bytes = 0;
+  std::string origin;
+};
+
+std::string words(std::initializer_list<uint64_t> values) {
+  std::string out;
+  for (uint64_t v : values) out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return out;
+}
+
+uint64_t word_at(const char* p, size_t i) {
+  uint64_t v;
+  std::memcpy(&v, p + 8 * i, sizeof v);
+  return v;
+}
+
+asio::awaitable<void> send_request(PeerLink& link, const Request& r) {
+  std::string out = words({r.op, static_cast<uint64_t>(r.local_rank), static_cast<uint64_t>(r.rank),
+                           static_cast<uint64_t>(r.step), r.bytes, r.origin.size()});
+  out += r.origin;
+  co_await link.write(out.data(), out.size());
+}
+
+// nullopt: not a request of this protocol.
+asio::awaitable<std::optional<Request>> read_request(PeerLink& link) {
+  char w[kWords * 8];
+  co_await link.read(w, sizeof w);
+  Request r;
+  r.op = word_at(w, 0);
+  const uint64_t local_rank = word_at(w, 1), rank = word_at(w, 2), length = word_at(w, 5);
+  if ((r.op != kPut && r.op != kGet) || local_rank >= kMaxLocalRanks || rank >= (1u << 30) ||
+      length == 0 || length > kMaxOrigin) {
+    co_return std::nullopt;
+  }
+  r.local_rank = static_cast<int>(local_rank);
+  r.rank = static_cast<int>(rank);
+  r.step = static_cast<int64_t>(word_at(w, 3));
+  r.bytes = word_at(w, 4);
+  r.origin.resize(length);
+  co_await link.read(r.origin.data(), length);
+  co_return r;
+}
+
+asio::awaitable<void> send_status(PeerLink& link, const std::string& error) {
+  std::string out = words({error.empty() ? 0u : 1u, error.size()});
+  out += error;
+  co_await link.write(out.data(), out.size());
+}
+
+// The peer's status: empty when ok, else its message.
+asio::awaitable<std::string> read_status(PeerLink& link) {
+  char w[16];
+  co_await link.read(w, sizeof w);
+  const uint64_t status = word_at(w, 0), length = std::min<uint64_t>(word_at(w, 1), 4096);
+  std::string message(length, '\0');
+  if (length > 0) co_await link.read(message.data(), length);
+  if (status == 0) co_return std::string();
+  co_return message.empty() ? std::string("refused") : message;
+}
+
+// The header of a file of the persisted layout holding `step`: its slot record, or why not.
+std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, uint64_t file_bytes,
+                                       uint64_t* slot_size) {
+  const std::optional<RegionHeader> h = parse_region_header(header);
+  if (!h || h->slot_of(step) != 0 || h->slots[0].size % 8 != 0 || h->slot_size < h->slots[0].size ||
+      file_bytes != kRegionHeader + h->slots[0].size) {
+    return std::nullopt;
+  }
+  *slot_size = h->slot_size;
+  return h->slots[0];
+}
+
+// Receives `rec.size` payload bytes into `out`.
+asio::awaitable<void> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size) {
+  std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
+  for (uint64_t done = 0; done < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
+    co_await link.read(buffer.data(), n);
+    out.append(buffer.data(), n);
+    done += n;
+  }
+}
+
+}  // namespace
+
+PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path copies_dir,
+                         std::optional<uint64_t> limit)
+    : auth_(std::move(auth)),
+      acceptor_(io_, tcp::endpoint(asio::ip::make_address(bind_host), 0)),
+      copies_(std::make_unique<PeerCopies>(std::move(copies_dir), limit)) {
+  port_ = acceptor_.local_endpoint().port();
+  asio::co_spawn(io_, serve(), asio::detached);
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {  // a connection's own failure must not end the service
+        spdlog::warn("checkpoint copies: {}", e.what());
+      }
+    }
+  });
+}
+
+PeerService::~PeerService() {
+  io_.stop();
+  thread_.join();
+}
+
+asio::awaitable<void> PeerService::serve() {
+  auto open = std::make_shared<size_t>(0);
+  for (;;) {
+    auto [ec, socket] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+      continue;  // (out of descriptors, a connection reset before it was taken: go on)
+    }
+    if (*open >= kMaxConnections) continue;  // closed at once: a flood takes nothing
+    ++*open;
+    asio::co_spawn(io_, answer(std::move(socket)), [open](std::exception_ptr) { --*open; });
+  }
+}
+
+asio::awaitable<void> PeerService::answer(tcp::socket socket) {
+  std::unique_ptr<PeerLink> link = co_await PeerLink::accept(std::move(socket), auth_, kIdleLimit);
+  if (!link) co_return;  // no proof of the job's token: nothing read, nothing given
+  const std::optional<Request> r = co_await read_request(*link);
+  if (!r) co_return;
+  if (r->op == kGet) {
+    const std::optional<PeerCopies::Copy> copy = copies_->find(r->origin, r->local_rank, r->step);
+    if (!copy) {
+      co_await send_status(*link, fmt::format("no copy of step {} of local rank {} of node {} here",
+                                              r->step, r->local_rank, r->origin));
+      co_return;
+    }
+    std::optional<Fd> in;
+    std::string error;
+    try {
+      in.emplace(open_or_fail(copy->file, O_RDONLY));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    co_await send_status(*link, error);
+    if (!in) co_return;
+    std::string size = words({copy->bytes});
+    co_await link->write(size.data(), size.size());
+    std::string buffer(std::min<uint64_t>(copy->bytes, kChunk), '\0');
+    for (uint64_t done = 0; done < copy->bytes;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), copy->bytes - done));
+      read_all(in->fd, buffer.data(), n, done, copy->file);
+      co_await link->write(buffer.data(), n);
+      done += n;
+    }
+    co_return;
+  }
+  // A put: the file's header, then (once there is room) its payload.
+  std::string header(kRegionHeader, '\0');
+  co_await link->read(header.data(), header.size());
+  uint64_t slot_size = 0;
+  const std::optional<SlotRecord> rec = slot_of_file(header, r->step, r->bytes, &slot_size);
+  if (!rec) {
+    co_await send_status(*link, "not a checkpoint of the step it names");
+    co_return;
+  }
+  std::unique_ptr<SlotFileWriter> out;
+  std::string refused;
+  try {
+    out = copies_->begin(r->origin, r->local_rank, r->step, header, r->bytes);
+  } catch (const std::exception& e) {
+    refused = e.what();
+  }
+  if (!out) {
+    co_await send_status(*link, refused);
+    co_return;
+  }
+  struct Reservation {  // given back unless the copy is kept
+    PeerCopies& copies;
+    const Request& r;
+    bool kept = false;
+    ~Reservation() {
+      if (!kept) copies.abandoned(r.origin, r.local_rank);
+    }
+  } reservation{*copies_, *r};
+  co_await send_status(*link, "");
+  co_await receive_payload(*link, *out, rec->size);
+  if (!out->commit(rec->checksum)) {
+    co_await send_status(*link,
+                         "the copy fails its checksum (the worker reused the slot during "
+                         "the copy)");
+    co_return;
+  }
+  copies_->committed(r->origin, r->local_rank, r->rank, r->step, r->bytes);
+  reservation.kept = true;
+  co_await send_status(*link, "");
+}
+
+asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
+                                                 fs::path regions, std::vector<RankSlot> ranks,
+                                                 int64_t step) {
+  auto run = [this, to, origin, regions, ranks, step]() -> asio::awaitable<TransferReport> {
+    const auto started = std::chrono::steady_clock::now();
+    TransferReport report;
+    report.step = step;
+    try {
+      for (const RankSlot& slot : ranks) {
+        const fs::path region = regions / fmt::format("rank{}", slot.local_rank);
+        std::optional<SlotReader> reader = SlotReader::open(region, step);
+        if (!reader) {
+          report.detail =
+              fmt::format("local rank {} no longer holds step {} (the worker saved twice more)",
+                          slot.local_rank, step);
+          co_return report;
+        }
+        const SlotRecord& rec = reader->record();
+        std::unique_ptr<PeerLink> link =
+            co_await PeerLink::connect(io_.get_executor(), to.host, to.port, auth_, kIdleLimit);
+        Request request{kPut, slot.local_rank, slot.rank, step, kRegionHeader + rec.size, origin};
+        co_await send_request(*link, request);
+        const std::string header = reader->file_header(up(rec.size, kFileSlotRounding));
+        co_await link->write(header.data(), header.size());
+        if (std::string why = co_await read_status(*link); !why.empty()) {
+          report.detail = fmt::format("{} refused local rank {}'s copy: {}", link->peer(),
+                                      slot.local_rank, why);
+          co_return report;
+        }
+        std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
+        for (uint64_t done = 0; done < rec.size;) {
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
+          reader->read(done, buffer.data(), n);
+          co_await link->write(buffer.data(), n);
+          done += n;
+        }
+        if (std::string why = co_await read_status(*link); !why.empty()) {
+          report.detail = fmt::format("{} did not keep local rank {}'s copy: {}", link->peer(),
+                                      slot.local_rank, why);
+          co_return report;
+        }
+        report.bytes += rec.size;
+      }
+      report.ok = true;
+    } catch (const std::exception& e) {
+      report.detail = e.what();
+    }
+    report.took = std::chrono::steady_clock::now() - started;
+    co_return report;
+  };
+  co_return co_await asio::co_spawn(io_, run(), asio::use_awaitable);
+}
+
+asio::awaitable<TransferReport> PeerService::get(PeerAddress from, std::string origin,
+                                                 fs::path regions,
+                                                 std::vector<std::pair<int, int>> origin_and_local,
+                                                 int64_t step) {
+  auto run = [this, from, origin, regions, origin_and_local,
+              step]() -> asio::awaitable<TransferReport> {
+    const auto started = std::chrono::steady_clock::now();
+    TransferReport report;
+    report.step = step;
+    try {
+      for (const auto& [origin_local, local] : origin_and_local) {
+        std::unique_ptr<PeerLink> link =
+            co_await PeerLink::connect(io_.get_executor(), from.host, from.port, auth_, kIdleLimit);
+        Request request{kGet, origin_local, 0, step, 0, origin};
+        co_await send_request(*link, request);
+        if (std::string why = co_await read_status(*link); !why.empty()) {
+          report.detail = fmt::format("{}: {}", link->peer(), why);
+          co_return report;
+        }
+        char size[8];
+        co_await link->read(size, sizeof size);
+        const uint64_t file_bytes = word_at(size, 0);
+        std::string header(kRegionHeader, '\0');
+        if (file_bytes < kRegionHeader) throw std::runtime_error("a copy shorter than its header");
+        co_await link->read(header.data(), header.size());
+        uint64_t slot_size = 0;
+        const std::optional<SlotRecord> rec = slot_of_file(header, step, file_bytes, &slot_size);
+        if (!rec) {
+          report.detail = fmt::format("{} sent something that is not step {}", link->peer(), step);
+          co_return report;
+        }
+        const std::optional<RegionHeader> h = parse_region_header(header);
+        SlotFileWriter out(
+            regions / fmt::format("rank{}", local), regions / fmt::format("rank{}.restore", local),
+            region_header_for(*rec, slot_size, h->save_micros[0]), kRegionHeader + 2 * slot_size,
+            fmt::format("local rank {}'s region", local));
+        co_await receive_payload(*link, out, rec->size);
+        if (!out.commit(rec->checksum)) {
+          report.detail = fmt::format("the copy of local rank {} from {} fails its checksum",
+                                      origin_local, link->peer());
+          co_return report;
+        }
+        report.bytes += rec->size;
+      }
+      report.ok = true;
+    } catch (const std::exception& e) {
+      report.detail = e.what();
+    }
+    report.took = std::chrono::steady_clock::now() - started;
+    co_return report;
+  };
+  co_return co_await asio::co_spawn(io_, run(), asio::use_awaitable);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,90 @@
+#pragma once
+// Checkpoints copied between agents: each agent serves a port of its own (an OS-chosen port on
+// every address) where the job's other agents put copies of their ranks' committed slots
+// (held in PeerCopies) and get them back; and it puts and gets the same on other agents' ports.
+// Everything runs on a thread of the service's own, so that moving a gigabyte never delays the
+// agent's loop; what a caller awaits completes on the caller's executor.
+//
+// One request per connection (peer_link.hpp greets it first), numbers as 8-byte little-endian
+// words: op (1 put, 2 get), the origin's local rank, its global rank, the step, the bytes that
+// follow (put: a file of the persisted layout, header and payload), the origin id's length, then
+// the id. The answer: a status word (0 ok), a message's length and the message; a get's answer
+// then carries the file's length and the file.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "checkpoint/peer_copies.hpp"
+#include "checkpoint/peer_link.hpp"
+
+namespace ddprun::agent {
+
+struct PeerAddress {
+  std::string host;
+  int port = 0;
+};
+
+// One rank's slot to copy: local rank `local_rank` of this node, global rank `rank`.
+struct RankSlot {
+  int local_rank = 0;
+  int rank = 0;
+};
+
+// How a put or a get of one step ended.
+struct TransferReport {
+  bool ok = false;
+  int64_t step = 0;
+  uint64_t bytes = 0;  // payload bytes moved
+  std::chrono::duration<double> took{0};
+  std::string detail;  // why not, when not ok
+};
+
+class PeerService {
+ public:
+  // Serves on `bind_host` (an OS-chosen port), holding copies in `copies_dir`, bounded by `limit`.
+  // Throws boost::system::system_error when it cannot listen.
+  PeerService(PeerAuth auth, const std::string& bind_host, std::filesystem::path copies_dir,
+              std::optional<uint64_t> limit);
+  // Stops the thread; a transfer under way is abandoned (a copy half received is removed).
+  ~PeerService();
+  PeerService(const PeerService&) = delete;
+  PeerService& operator=(const PeerService&) = delete;
+
+  int port() const { return port_; }
+  const PeerCopies& copies() const { return *copies_; }
+
+  // Puts step `step` of each of `ranks` (their slots in the regions of `regions`) to `to`, as
+  // node `origin`'s copies, one rank after the other. A slot the worker reused during the copy
+  // fails the put (the peer refuses a copy whose checksum does not match).
+  boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
+                                             std::filesystem::path regions,
+                                             std::vector<RankSlot> ranks, int64_t step);
+  // Gets `origin`'s copies of step `step` from `from` into the regions of `regions`: its local
+  // rank `origin_local` into this node's local rank `local_rank`, for each pair.
+  boost::asio::awaitable<TransferReport> get(PeerAddress from, std::string origin,
+                                             std::filesystem::path regions,
+                                             std::vector<std::pair<int, int>> origin_and_local,
+                                             int64_t step);
+
+ private:
+  boost::asio::awaitable<void> serve();
+  boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
+
+  PeerAuth auth_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::unique_ptr<PeerCopies> copies_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,67 @@
+#include "checkpoint/slot_file.hpp"
+
+#include <fcntl.h>
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+
+std::optional<SlotReader> SlotReader::open(const fs::path& region, int64_t step) {
+  SlotReader r(region, open_or_fail(region, O_RDONLY));
+  std::string bytes(kRegionHeaderRead, '\0');
+  read_all(r.fd_.fd, bytes.data(), bytes.size(), 0, region);
+  const std::optional<RegionHeader> h = parse_region_header(bytes);
+  r.slot_ = h ? h->slot_of(step) : -1;
+  if (r.slot_ < 0) return std::nullopt;
+  r.record_ = h->slots[r.slot_];
+  r.save_micros_ = h->save_micros[r.slot_];
+  r.slot_at_ = kRegionHeader + static_cast<uint64_t>(r.slot_) * h->slot_size;
+  return r;
+}
+
+std::string SlotReader::file_header(uint64_t slot_size) const {
+  return region_header_for(record_, slot_size, save_micros_);
+}
+
+void SlotReader::read(uint64_t at, char* p, size_t n) const {
+  read_all(fd_.fd, p, n, slot_at_ + at, region_);
+}
+
+bool SlotReader::unchanged() const {
+  std::string bytes(kRegionHeaderRead, '\0');
+  read_all(fd_.fd, bytes.data(), bytes.size(), 0, region_);
+  const std::optional<RegionHeader> now = parse_region_header(bytes);
+  return now && now->slot_of(record_.step) == slot_ &&
+         now->slots[slot_].sequence == record_.sequence;
+}
+
+SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& header,
+                               uint64_t reserve, const std::string& what)
+    : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)) {
+  if (const int e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve)); e != 0) {
+    errno = e;
+    fail_io(
+        fmt::format("cannot make {} of {} bytes in {} (a container: enlarge its /dev/shm with "
+                    "--shm-size)",
+                    what, reserve, tmp.parent_path().string()));
+  }
+  write_all(fd_.fd, header.data(), header.size(), 0, tmp);
+}
+
+void SlotFileWriter::append(const char* p, size_t n) {
+  write_all(fd_.fd, p, n, kRegionHeader + written_, partial_.path);
+  sum_ = add_words(sum_, p, n);
+  written_ += n;
+}
+
+bool SlotFileWriter::commit(uint64_t checksum) {
+  if (sum_ != checksum) return false;
+  fs::rename(partial_.path, path_);
+  partial_.kept = true;
+  return true;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,231 @@
+// Checkpoints copied between agents (checkpoint/peer_service.hpp): real services on loopback, each
+// with its thread, real region files; what a peer keeps, what it gives back, and what a stranger,
+// a broken copy, a transfer cut short and the memory limit leave behind.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+
+#include <catch2/catch.hpp>
+
+#include "checkpoint/peer_service.hpp"
+#include "checkpoint/region_format.hpp"
+
+using namespace ddprun::agent;
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+
+namespace {
+
+struct Folder {
+  fs::path path;
+  Folder() {
+    std::string name = (fs::temp_directory_path() / "ddprun-peer-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(name.data()) != nullptr);
+    path = name;
+  }
+  ~Folder() { fs::remove_all(path); }
+};
+
+std::string payload_of(size_t bytes, char seed) {
+  std::string p(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<char>(seed + i * 7);
+  return p;
+}
+
+// Local rank `local`'s region in `dir`, holding `step` in slot 0 (as a worker's save leaves it);
+// with `torn`, a checksum that does not match its bytes.
+std::string make_region(const fs::path& dir, int local, int64_t step, size_t bytes, char seed,
+                        bool torn = false) {
+  const std::string payload = payload_of(bytes, seed);
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = step;
+  rec.size = bytes;
+  rec.checksum = add_words(0, payload.data(), payload.size()) + (torn ? 1 : 0);
+  rec.sequence = static_cast<uint64_t>(step);
+  rec.world_size = 4;
+  std::ofstream(dir / ("rank" + std::to_string(local)), std::ios::binary)
+      << region_header_for(rec, bytes, 1000) << payload;
+  return payload;
+}
+
+std::string region_payload(const fs::path& dir, int local) {
+  std::ifstream in(dir / ("rank" + std::to_string(local)), std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::optional<RegionHeader> h = parse_region_header(all);
+  REQUIRE(h);
+  REQUIRE(h->slot_of(h->slots[0].step) == 0);
+  return all.substr(kRegionHeader, h->slots[0].size);
+}
+
+PeerAuth auth_with(const char* token) {
+  PeerAuth a;
+  if (token != nullptr) a.token = ddprun::store::Token(token);
+  a.scope = "checkpoints/job";
+  return a;
+}
+
+template <class Awaitable>
+TransferReport wait(Awaitable a) {
+  asio::io_context io;
+  auto f = asio::co_spawn(io, std::move(a), asio::use_future);
+  io.run_for(std::chrono::seconds(60));
+  REQUIRE(f.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  return f.get();
+}
+
+using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
+
+}  // namespace
+
+TEST_CASE("a put copies each rank's slot to the peer, and a get restores it bit for bit",
+          "[peer_copies]") {
+  Folder a, b, c;
+  PeerService holder(auth_with("0123456789abcdef-job"), "127.0.0.1", b.path / "peers", {});
+  PeerService sender(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
+  const std::string p0 = make_region(a.path, 0, 7, 3 << 20, 1);
+  const std::string p1 = make_region(a.path, 1, 7, 1 << 20, 2);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  TransferReport put = wait(sender.put(to, "node-a", a.path, {{0, 4}, {1, 5}}, 7));
+  INFO(put.detail);
+  REQUIRE(put.ok);
+  CHECK(put.bytes == (3u << 20) + (1u << 20));
+  CHECK(holder.copies().steps() == Steps{{"node-a", {{7}, {7}}}});
+  // A node taking node-a's place gets them into its own regions (local ranks 0 and 1).
+  PeerService newcomer(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
+  TransferReport got = wait(newcomer.get(to, "node-a", c.path, {{0, 0}, {1, 1}}, 7));
+  INFO(got.detail);
+  REQUIRE(got.ok);
+  CHECK(region_payload(c.path, 0) == p0);
+  CHECK(region_payload(c.path, 1) == p1);
+  // The newest two steps per rank are kept.
+  make_region(a.path, 0, 8, 1 << 20, 3);
+  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8)).ok);
+  make_region(a.path, 0, 9, 1 << 20, 4);
+  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 9)).ok);
+  // A slot the worker no longer holds is not sent.
+  TransferReport gone = wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8));
+  CHECK_FALSE(gone.ok);
+  CHECK_THAT(gone.detail, Catch::Contains("no longer holds step 8"));
+  CHECK(holder.copies().steps() == Steps{{"node-a", {{8, 9}, {7}}}});
+  // A step not held is a clear refusal.
+  TransferReport none = wait(newcomer.get(to, "node-a", c.path, {{1, 1}}, 9));
+  CHECK_FALSE(none.ok);
+  CHECK_THAT(none.detail, Catch::Contains("no copy of step 9 of local rank 1 of node node-a"));
+}
+
+TEST_CASE("a stranger without the job's token gets nothing and changes nothing", "[peer_copies]") {
+  Folder a, b, c;
+  PeerService holder(auth_with("0123456789abcdef-job"), "127.0.0.1", b.path / "peers", {});
+  PeerService member(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
+  make_region(a.path, 0, 3, 1 << 20, 1);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3)).ok);
+  for (const char* token : {"another-job-token-0000", static_cast<const char*>(nullptr)}) {
+    PeerService stranger(auth_with(token), "127.0.0.1", c.path / "peers", {});
+    make_region(c.path, 0, 4, 1 << 20, 9);
+    TransferReport put = wait(stranger.put(to, "node-a", c.path, {{0, 0}}, 4));
+    CHECK_FALSE(put.ok);
+    CHECK_THAT(put.detail, Catch::Contains("refused"));
+    TransferReport get = wait(stranger.get(to, "node-a", c.path, {{0, 0}}, 3));
+    CHECK_FALSE(get.ok);
+    CHECK(region_payload(c.path, 0) == payload_of(1 << 20, 9));  // nothing was written to it
+  }
+  // Garbage on the port: closed, and the service still serves the job.
+  asio::io_context io;
+  asio::ip::tcp::socket raw(io);
+  raw.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+  const std::string junk(200, '\x7f');
+  asio::write(raw, asio::buffer(junk));
+  char sink[64];
+  boost::system::error_code ec;
+  while (!ec) raw.read_some(asio::buffer(sink), ec);  // until the service closes it
+  CHECK(holder.copies().steps() == Steps{{"node-a", {{3}}}});
+  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3)).ok);
+  // And a member that does not know the holder's token is not given the copy either: the
+  // holder's own proof is checked.
+  PeerService impostor(auth_with("0123456789abcdef-other"), "127.0.0.1", c.path / "peers2", {});
+  TransferReport fake =
+      wait(member.get({"127.0.0.1", impostor.port()}, "node-a", a.path, {{0, 0}}, 3));
+  CHECK_FALSE(fake.ok);
+}
+
+TEST_CASE("a copy that fails its checksum, or is cut short, leaves the previous one in force",
+          "[peer_copies]") {
+  Folder a, b;
+  PeerService holder(auth_with(nullptr), "127.0.0.1", b.path / "peers", {});
+  PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  make_region(a.path, 0, 5, 1 << 20, 1);
+  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 5)).ok);
+  make_region(a.path, 0, 6, 1 << 20, 2, /*torn=*/true);
+  TransferReport torn = wait(sender.put(to, "n", a.path, {{0, 0}}, 6));
+  CHECK_FALSE(torn.ok);
+  CHECK_THAT(torn.detail, Catch::Contains("fails its checksum"));
+  CHECK(holder.copies().steps() == Steps{{"n", {{5}}}});
+
+  // A sender that dies half way through its payload.
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+  char greeting[40];
+  asio::read(s, asio::buffer(greeting));
+  std::string hello = "DDPPEER1" + std::string(64, '\0');
+  asio::write(s, asio::buffer(hello));
+  char answer[33];
+  asio::read(s, asio::buffer(answer));
+  REQUIRE(answer[0] == 1);
+  const std::string payload = payload_of(1 << 20, 3);
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = 7;
+  rec.size = payload.size();
+  rec.checksum = add_words(0, payload.data(), payload.size());
+  rec.sequence = 7;
+  const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
+  asio::write(s, asio::buffer(words, sizeof words));
+  asio::write(s, asio::buffer(std::string("n") + region_header_for(rec, payload.size(), 0)));
+  char status[16];
+  asio::read(s, asio::buffer(status));
+  asio::write(s, asio::buffer(payload.data(), payload.size() / 2));
+  s.close();
+  // The holder noticed (its read failed) and gave the room back: a whole copy of 7 goes in.
+  make_region(a.path, 0, 7, 1 << 20, 3);
+  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 7)).ok);
+  CHECK(holder.copies().steps() == Steps{{"n", {{5, 7}}}});
+  CHECK(std::distance(fs::directory_iterator(b.path / "peers"), fs::directory_iterator()) == 2);
+}
+
+TEST_CASE("the memory limit holds on the peer: the older copy goes first, never the newest",
+          "[peer_copies]") {
+  Folder a, b;
+  const uint64_t copy = kRegionHeader + (1 << 20);
+  PeerService holder(auth_with(nullptr), "127.0.0.1", b.path / "peers", 2 * copy + 100);
+  PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  for (int64_t step = 1; step <= 4; ++step) {
+    make_region(a.path, 0, step, 1 << 20, static_cast<char>(step));
+    REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, step)).ok);
+    CHECK(holder.copies().bytes() <= 2 * copy + 100);
+  }
+  CHECK(holder.copies().steps() == Steps{{"n", {{3, 4}}}});
+  // A second rank does not fit beside them: refused, naming the sizes; rank 0's copies stay.
+  make_region(a.path, 1, 4, 1 << 20, 9);
+  TransferReport over = wait(sender.put(to, "n", a.path, {{1, 1}}, 4));
+  CHECK_FALSE(over.ok);
+  CHECK_THAT(over.detail, Catch::Contains("--checkpoint_memory_limit is"));
+  CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{3, 4});
+}
