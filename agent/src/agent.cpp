@@ -18,8 +18,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent_run.hpp"
+#include "checkpoint/peer_service.hpp"
 #include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
+#include "checkpoint/replicator.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/signal_listener.hpp"
@@ -27,6 +29,7 @@
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "ddprun/store/metrics_server.hpp"
+#include "ddprun/store/tls.hpp"
 #include "exchanges/stop_exchange.hpp"
 #include "head_control.hpp"
 #include "logs/agent_metrics.hpp"
@@ -115,8 +118,10 @@ class NodeAgent {
       events_.set_observer(
           [this](const std::string& e, const nlohmann::json& f) { metrics_.consume(e, f); });
       metrics_server_ = std::make_unique<store::MetricsServer>(
-          io_, cfg.metrics_addr, static_cast<uint16_t>(*cfg.metrics_port),
-          [this] { return metrics_.render() + checkpoints_.metrics(cfg_.rdzv.nproc); });
+          io_, cfg.metrics_addr, static_cast<uint16_t>(*cfg.metrics_port), [this] {
+            return metrics_.render() + checkpoints_.metrics(cfg_.rdzv.nproc) +
+                   replication_metrics();
+          });
       spdlog::info("metrics at http://{}:{}/metrics", cfg.metrics_addr, metrics_server_->port());
     }
     group_.set_event_log(&events_);
@@ -134,6 +139,7 @@ class NodeAgent {
       group_.start_workers_from(warm_.get(), worker_environment(cfg_.env, {}, {}, std::string()));
     }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
+    if (cfg.rdzv.max_nodes > 1) start_peer_copies();
     if (!cfg.checkpoint_dir.empty()) {
       persister_ = std::make_unique<CheckpointPersister>(
           io_, checkpoints_.path(), cfg.checkpoint_dir, cfg.checkpoint_persist_every,
@@ -178,7 +184,10 @@ class NodeAgent {
                            nvml.get(),
                            checkpoints_,
                            persister_.get(),
-                           checkpoint_status_};
+                           checkpoint_status_,
+                           peer_service_.get(),
+                           replicator_.get(),
+                           peer_host_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
@@ -196,7 +205,9 @@ class NodeAgent {
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
       persister_.reset();           // so would its poll; a copy under way ends at its next chunk
-      checkpoint_status_.stop();    // and its ticks
+      replicator_.reset();          // and a copy to a peer under way: abandoned with the service
+      peer_service_.reset();
+      checkpoint_status_.stop();  // and its ticks
       group_.start_workers_from(nullptr, {});
       warm_.reset();  // so would its interpreter's exit watch
       control.close();
@@ -220,6 +231,93 @@ class NodeAgent {
   }
 
  private:
+  // A job of several nodes: this node serves copies of its peers' checkpoints and copies its own
+  // to its peer, proving the job's token and using TLS where the job does.
+  void start_peer_copies() {
+    PeerAuth auth;
+    auth.token = cfg_.rdzv.auth_token;
+    auth.scope = "checkpoints/" + cfg_.rdzv.run_id;
+    if (cfg_.rdzv.tls.enabled) {
+      if (cfg_.rdzv.tls.cert_file.empty()) {
+        spdlog::warn(
+            "checkpoints are not copied to a peer node: the job uses TLS and this node has no "
+            "certificate to serve the copies with (rdzv_conf cert and key)");
+        return;
+      }
+      auth.client_tls = store::client_tls_context(cfg_.rdzv.tls);
+      auth.server_tls = store::server_tls_context(cfg_.rdzv.tls);
+    }
+    peer_host_ = cfg_.rdzv.local_addr;
+    if (peer_host_.empty()) {
+      try {
+        peer_host_ = store::local_address_towards(cfg_.rdzv.endpoint_host, cfg_.rdzv.endpoint_port);
+      } catch (const std::exception&) {
+        peer_host_ = store::host_name();
+      }
+    }
+    peer_service_ = std::make_unique<PeerService>(std::move(auth), "0.0.0.0",
+                                                  fs::path(checkpoints_.path()) / "peers",
+                                                  cfg_.checkpoint_memory_limit);
+    replicator_ = std::make_unique<CheckpointReplicator>(
+        io_, *peer_service_, checkpoints_.path(),
+        [this](const TransferReport& r, const std::string& peer) { report_replication(r, peer); });
+  }
+
+  // A copy of a step to the peer ended: the first to each peer, and each failure (once per
+  // reason), go to the log and the event log; every one to the status and the metrics.
+  void report_replication(const TransferReport& r, const std::string& peer) {
+    checkpoint_status_.replica(replica_account(peer));
+    if (r.ok) {
+      if (std::exchange(replicating_to_, peer) == peer) return;
+      spdlog::info("checkpoint: step {} copied to the peer node at {} ({} bytes in {:.3f} s)",
+                   r.step, peer, r.bytes, r.took.count());
+      events_.record(
+          "checkpoint_replicated",
+          {{"step", r.step}, {"peer", peer}, {"bytes", r.bytes}, {"seconds", r.took.count()}});
+      replication_failure_.clear();
+      return;
+    }
+    replicating_to_.clear();
+    if (std::exchange(replication_failure_, r.detail) == r.detail) return;
+    spdlog::warn("checkpoint: step {} was not copied to the peer node at {}: {}", r.step, peer,
+                 r.detail);
+    events_.record("checkpoint_replication_failed",
+                   {{"step", r.step}, {"peer", peer}, {"reason", r.detail}});
+  }
+
+  // What `ddprun status` shows of the copies (CheckpointStatus::account's "replica").
+  nlohmann::json replica_account(const std::string& peer) const {
+    const std::optional<int64_t> safe = replicator_->safe_step();
+    const std::optional<int64_t> newest = replicator_->newest_local();
+    nlohmann::json holds = nlohmann::json::object();
+    for (const auto& [origin, ranks] : peer_service_->copies().steps()) {
+      holds[origin] = ranks.empty() ? std::vector<int64_t>{} : ranks.front();
+    }
+    return {{"peer", peer},
+            {"safe_step", safe ? nlohmann::json(*safe) : nlohmann::json(nullptr)},
+            {"lag", safe && newest ? std::max<int64_t>(0, *newest - *safe) : 0},
+            {"holds", std::move(holds)}};
+  }
+
+  // The copies in Prometheus' text: the safe step, the lag behind it and the bytes of other
+  // nodes' copies held here (nothing for a job of one node).
+  std::string replication_metrics() const {
+    if (!replicator_) return "";
+    const std::optional<int64_t> safe = replicator_->safe_step();
+    const std::optional<int64_t> newest = replicator_->newest_local();
+    return store::prometheus_sample(
+               "ddprun_checkpoint_safe_step", "gauge",
+               "The newest step whose every local rank's copy the peer node holds (-1: none).",
+               safe ? static_cast<double>(*safe) : -1.0) +
+           store::prometheus_sample(
+               "ddprun_checkpoint_replication_lag_steps", "gauge",
+               "Steps between the newest every local rank holds and the safe step.",
+               safe && newest ? static_cast<double>(std::max<int64_t>(0, *newest - *safe)) : 0.0) +
+           store::prometheus_sample("ddprun_checkpoint_peer_copies_bytes", "gauge",
+                                    "Bytes of other nodes' checkpoint copies this node holds.",
+                                    static_cast<double>(peer_service_->copies().bytes()));
+  }
+
   // A copy to or from --checkpoint_dir ended: the log and the event log say how.
   void report_persist(const PersistReport& r) {
     nlohmann::json f = {{"local_rank", r.local_rank}, {"rank", r.rank}, {"step", r.step}};
@@ -335,6 +433,11 @@ class NodeAgent {
   AgentMetrics metrics_;
   CheckpointStatus checkpoint_status_;              // for `ddprun status`
   std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir; reports to both above
+  std::unique_ptr<PeerService> peer_service_;       // several nodes: copies to and from peers
+  std::unique_ptr<CheckpointReplicator> replicator_;
+  std::string peer_host_;
+  std::string replicating_to_;       // the peer the last copy reached ("" none, or it failed)
+  std::string replication_failure_;  // the last copy's failure, said once
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
   std::unique_ptr<WarmInterpreter> warm_;

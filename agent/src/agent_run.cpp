@@ -23,6 +23,7 @@
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "exchanges/checkpoint_agreement.hpp"
+#include "exchanges/checkpoint_sources.hpp"
 #include "exchanges/crash_loop.hpp"
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
@@ -491,19 +492,39 @@ struct Run : AgentParts {
     return held;
   }
 
-  // The checkpoint the round's workers restore: the newest step every rank of the round holds in
-  // memory, as every node computes it from what all published; where there is none (the job
-  // started from nothing) and --checkpoint_dir is set, the newest step complete there for every
-  // rank, copied back into the regions first.
+  // The checkpoint the round's workers restore: the newest step every rank of the round can
+  // restore from memory, its own region's or a copy a peer holds (checkpoint_sources.hpp), the
+  // copies fetched first; where there is none (the job started from nothing, or a rank's copies
+  // were lost with their nodes) and --checkpoint_dir is set, the newest step complete there for
+  // every rank, copied back into the regions first. Points this node's copies at its peer of the
+  // round.
   asio::awaitable<std::optional<int64_t>> agreed_checkpoint(const rendezvous::Round& round) {
-    std::optional<int64_t> step = co_await checkpoint_agreement::agree(
-        rdzv, round, checkpoint_agreement::kInMemory, held_steps(round), cfg.rdzv.join_timeout);
-    if (step) {
-      spdlog::info("round {}: the workers restore the in-memory checkpoint of step {}",
-                   round.number, *step);
-      events.record("checkpoint_restore",
-                    {{"round", round.number}, {"step", *step}, {"from", "memory"}});
-      co_return step;
+    checkpoint_sources::NodeCheckpoints mine;
+    const auto me = static_cast<size_t>(round.node_rank);
+    mine.id = me < round.members.size() ? round.members[me] : std::to_string(round.node_rank);
+    mine.local = held_steps(round);
+    if (peers != nullptr) {
+      mine.holds = peers->copies().steps();
+      mine.host = peer_host;
+      mine.port = peers->port();
+    }
+    const std::optional<checkpoint_sources::Agreement> agreed =
+        co_await checkpoint_sources::agree(rdzv, round, mine, cfg.rdzv.join_timeout);
+    std::optional<int64_t> step;
+    if (agreed) {
+      copy_to_peer(round, agreed->nodes);
+      step = co_await restore_from_memory(round, *agreed);
+      if (step) co_return step;
+      const auto& lost = agreed->plan.ranks_without_copy;
+      if (!lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
+        spdlog::warn(
+            "round {}: no in-memory copy of rank{} {} is left (its node and the node "
+            "holding its copies are gone): {}",
+            round.number, lost.size() > 1 ? "s" : "", fmt::join(lost, ","),
+            persister != nullptr ? "restoring from --checkpoint_dir"
+                                 : "with no --checkpoint_dir, the workers start afresh");
+        events.record("checkpoint_copies_lost", {{"round", round.number}, {"ranks", lost}});
+      }
     }
     if (persister == nullptr) co_return std::nullopt;
     step = co_await checkpoint_agreement::agree(rdzv, round, checkpoint_agreement::kOnDisk,
@@ -520,6 +541,94 @@ struct Run : AgentParts {
     events.record("checkpoint_restore",
                   {{"round", round.number}, {"step", *step}, {"from", cfg.checkpoint_dir}});
     co_return step;
+  }
+
+  // The plan's step, once this node's ranks hold it: what its regions lack is fetched from the
+  // nodes holding the copies, and every node that fetched says it arrived. nullopt where there is
+  // no step, or a copy did not arrive (the round then restores as if there were none).
+  asio::awaitable<std::optional<int64_t>> restore_from_memory(
+      const rendezvous::Round& round, const checkpoint_sources::Agreement& a) {
+    const checkpoint_sources::RestorePlan& plan = a.plan;
+    if (!plan.step) co_return std::nullopt;
+    const auto& fetches = plan.fetches[static_cast<size_t>(round.node_rank)];
+    bool fetched = true;
+    std::vector<std::string> sources;
+    std::map<size_t, std::vector<std::pair<int, int>>> by_holder;
+    for (const auto& f : fetches) by_holder[f.holder].emplace_back(f.origin_local, f.local);
+    for (auto& [holder, pairs] : by_holder) {
+      const auto& h = a.nodes[holder];
+      const std::string origin = fetches.front().origin;
+      const std::string where = fmt::format("{}:{}", h.host, h.port);
+      TransferReport r;
+      if (peers == nullptr || h.port == 0) {
+        r.detail = "this node cannot reach copies";
+      } else {
+        PeerAddress from{h.host, h.port};
+        std::vector<std::pair<int, int>> ranks = pairs;
+        std::string who = origin;
+        r = co_await peers->get(std::move(from), std::move(who), checkpoints.path(),
+                                std::move(ranks), *plan.step);
+      }
+      events.record("checkpoint_fetched", {{"round", round.number},
+                                           {"step", *plan.step},
+                                           {"from", where},
+                                           {"origin", origin},
+                                           {"ok", r.ok},
+                                           {"bytes", r.bytes},
+                                           {"seconds", r.took.count()}});
+      if (!r.ok) {
+        spdlog::warn("round {}: the copies of step {} held by {} did not arrive: {}", round.number,
+                     *plan.step, where, r.detail);
+        fetched = false;
+        break;
+      }
+      spdlog::info(
+          "round {}: got step {} of {} local rank(s) from the copies {} held of node {} "
+          "({} bytes in {:.3f} s)",
+          round.number, *plan.step, pairs.size(), where, origin, r.bytes, r.took.count());
+      sources.push_back(where);
+    }
+    if (!co_await checkpoint_sources::all_fetched(rdzv, round, plan, fetched,
+                                                  cfg.rdzv.join_timeout)) {
+      spdlog::warn("round {}: not every node got its copies of step {}: not restored from memory",
+                   round.number, *plan.step);
+      co_return std::nullopt;
+    }
+    if (peers != nullptr) {  // the copies of nodes that left are no longer needed
+      std::vector<std::string> members;
+      for (const auto& n : a.nodes) members.push_back(n.id);
+      peers->keep_only(members);
+    }
+    spdlog::info("round {}: the workers restore the in-memory checkpoint of step {}{}",
+                 round.number, *plan.step,
+                 sources.empty()
+                     ? std::string()
+                     : fmt::format(" (from the copies held by {})", fmt::join(sources, ", ")));
+    nlohmann::json fields = {{"round", round.number},
+                             {"step", *plan.step},
+                             {"from", sources.empty() ? "memory" : "peer"}};
+    if (!sources.empty()) fields["peers"] = sources;
+    if (!plan.adopted[static_cast<size_t>(round.node_rank)].empty()) {
+      fields["in_place_of"] = plan.adopted[static_cast<size_t>(round.node_rank)];
+    }
+    events.record("checkpoint_restore", std::move(fields));
+    co_return plan.step;
+  }
+
+  // This node's copies go to the next node of the round (node k's to node k+1 mod n); none with
+  // one node.
+  void copy_to_peer(const rendezvous::Round& round,
+                    const std::vector<checkpoint_sources::NodeCheckpoints>& nodes) {
+    if (replicator == nullptr) return;
+    std::vector<RankSlot> ranks;
+    for (const auto& [local, global] : round_ranks(cfg, round)) ranks.push_back({local, global});
+    std::optional<PeerAddress> peer;
+    if (nodes.size() > 1) {
+      const auto& next = nodes[(static_cast<size_t>(round.node_rank) + 1) % nodes.size()];
+      if (next.port != 0) peer = PeerAddress{next.host, next.port};
+    }
+    replicator->watch(nodes[static_cast<size_t>(round.node_rank)].id, std::move(ranks),
+                      std::move(peer));
   }
 
   // The event log's account of the in-memory checkpoints once a round's workers ended: per local

@@ -11,8 +11,10 @@
 #include <boost/asio/io_context.hpp>
 
 #include "checkpoint/checkpoint_status.hpp"
+#include "checkpoint/peer_service.hpp"
 #include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
+#include "checkpoint/replicator.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/numa_binding.hpp"
@@ -39,6 +41,11 @@ struct AgentParts {
   const CheckpointRegions& checkpoints;
   CheckpointPersister* persister;  // --checkpoint_dir; null: none
   CheckpointStatus& checkpoint_status;
+  // A job of several nodes: the copies of checkpoints to and from peer nodes (null: none), and
+  // the address the other nodes reach this node's copies at.
+  PeerService* peers;
+  CheckpointReplicator* replicator;
+  std::string peer_host;
 };
 
 // Runs the job on this node to its end; throws what the rendezvous throws (a launch error).

@@ -105,6 +105,22 @@ std::string checkpoints_line(const std::string& account) {
         fmt::format("; step {} persisted (copied in {})", a["persisted"].value("step", int64_t{-1}),
                     duration_text(a["persisted"].value("seconds", 0.0)));
   }
+  if (a.contains("replica") && a["replica"].is_object()) {
+    const auto& r = a["replica"];
+    if (r.contains("safe_step") && r["safe_step"].is_number_integer()) {
+      line += fmt::format("; safe up to step {} (copied to {}, {} step(s) behind)",
+                          r["safe_step"].get<int64_t>(), r.value("peer", "?"), r.value("lag", 0));
+    } else {
+      line += fmt::format("; nothing copied to {} yet", r.value("peer", "?"));
+    }
+    if (r.contains("holds") && r["holds"].is_object()) {
+      std::vector<std::string> held;
+      for (const auto& [origin, steps] : r["holds"].items()) {
+        held.push_back(fmt::format("node {} (step {})", origin, steps.dump()));
+      }
+      if (!held.empty()) line += fmt::format("; holds copies of {}", fmt::join(held, ", "));
+    }
+  }
   return line;
 }
 

@@ -48,14 +48,16 @@ nlohmann::json CheckpointStatus::account() const {
   a["persisted"] =
       persisted_ ? nlohmann::json{{"step", persisted_->first}, {"seconds", persisted_->second}}
                  : nlohmann::json(nullptr);
+  if (!replica_.is_null()) a["replica"] = replica_;
   return a;
 }
 
 void CheckpointStatus::tick() {
   const nlohmann::json a = account();
   // Nothing to show before any rank saved: a job without checkpoints writes nothing.
-  const bool holds = persisted_ || std::any_of(a["ranks"].begin(), a["ranks"].end(),
-                                               [](const auto& r) { return !r["step"].is_null(); });
+  const bool holds = persisted_ || !replica_.is_null() ||
+                     std::any_of(a["ranks"].begin(), a["ranks"].end(),
+                                 [](const auto& r) { return !r["step"].is_null(); });
   std::string text = a.dump();
   if (holds && text != published_) {
     published_ = text;

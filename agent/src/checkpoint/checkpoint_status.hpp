@@ -32,8 +32,12 @@ class CheckpointStatus {
   void stop();
   // A rank's step was persisted, its copy taking `seconds`.
   void persisted(int64_t step, double seconds);
+  // Where this node's copies go and what it holds of other nodes' (see account()).
+  void replica(nlohmann::json r) { replica_ = std::move(r); }
   // The account as published (as JSON text): {"bytes": B, "ranks": [{"rank", "local_rank", "step"
-  // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}}.
+  // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}, and with copies
+  // to a peer "replica": {"peer": "host:port", "safe_step": S or null, "lag": steps, "holds":
+  // {origin node: [steps of its local rank 0]}}}.
   nlohmann::json account() const;
 
  private:
@@ -45,6 +49,7 @@ class CheckpointStatus {
   boost::asio::steady_timer timer_;
   std::vector<std::pair<int, int>> ranks_;
   std::optional<std::pair<int64_t, double>> persisted_;
+  nlohmann::json replica_;
   std::string published_;
   bool stopped_ = false;
 };

@@ -101,6 +101,15 @@ void PeerCopies::abandoned(const std::string& origin, int local_rank) {
   reserved_.erase({origin, local_rank});
 }
 
+void PeerCopies::keep_only(const std::vector<std::string>& origins) {
+  std::lock_guard lock(mutex_);
+  for (auto& [key, copies] : held_) {
+    if (std::find(origins.begin(), origins.end(), key.first) != origins.end()) continue;
+    while (!copies.empty()) drop(copies, 0);
+  }
+  std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
+}
+
 std::optional<PeerCopies::Copy> PeerCopies::find(const std::string& origin, int local_rank,
                                                  int64_t step) const {
   std::lock_guard lock(mutex_);

@@ -44,6 +44,9 @@ class PeerCopies {
                  uint64_t file_bytes);
   // The writer `begin` gave was not committed (the transfer failed): its room is given back.
   void abandoned(const std::string& origin, int local_rank);
+  // Drops the copies of every origin not in `origins` (nodes that left the job, whose copies the
+  // round no longer needs).
+  void keep_only(const std::vector<std::string>& origins);
   // The copy of `origin`'s local rank `local_rank` at `step`; nullopt: none.
   std::optional<Copy> find(const std::string& origin, int local_rank, int64_t step) const;
   // Per origin, per local rank (0 to the highest held), the steps held, oldest first.

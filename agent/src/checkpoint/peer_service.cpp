@@ -127,8 +127,8 @@ asio::awaitable<void> receive_payload(PeerLink& link, SlotFileWriter& out, uint6
 PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path copies_dir,
                          std::optional<uint64_t> limit)
     : auth_(std::move(auth)),
-      acceptor_(io_, tcp::endpoint(asio::ip::make_address(bind_host), 0)),
-      copies_(std::make_unique<PeerCopies>(std::move(copies_dir), limit)) {
+      copies_(std::make_unique<PeerCopies>(std::move(copies_dir), limit)),
+      acceptor_(io_, tcp::endpoint(asio::ip::make_address(bind_host), 0)) {
   port_ = acceptor_.local_endpoint().port();
   asio::co_spawn(io_, serve(), asio::detached);
   thread_ = std::thread([this] {

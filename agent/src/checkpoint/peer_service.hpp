@@ -61,6 +61,8 @@ class PeerService {
 
   int port() const { return port_; }
   const PeerCopies& copies() const { return *copies_; }
+  // PeerCopies::keep_only.
+  void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
 
   // Puts step `step` of each of `ranks` (their slots in the regions of `regions`) to `to`, as
   // node `origin`'s copies, one rank after the other. A slot the worker reused during the copy
@@ -80,9 +82,10 @@ class PeerService {
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
 
   PeerAuth auth_;
+  // Before io_: a connection's coroutine, destroyed with io_, may still refer to it.
+  std::unique_ptr<PeerCopies> copies_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
-  std::unique_ptr<PeerCopies> copies_;
   int port_ = 0;
   std::thread thread_;
 };
