@@ -2,7 +2,9 @@
 through ddprun.checkpoint and resumes from the one load() returns. Arguments: STEPS OUT_DIR; with
 $KILL_AT="RANK:STEP", that rank SIGKILLs itself just after saving that step in the first attempt.
 Rank 0 writes the final parameters to OUT_DIR/final.pt, with $SAVE_PARAMS each step's parameters to
-OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>.
+OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>;
+with $HOLD_AT=STEP, each rank writes OUT_DIR/held.<rank> after saving that step in the first attempt
+and waits there (for the test to kill its node).
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
 checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
 dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
@@ -47,6 +49,11 @@ def main():
             opt.load_state_dict(state["optim"])
     with open(os.path.join(out, f"resumed.{attempt}.{rank}"), "w") as f:
         f.write("none" if step is None else str(step))
+    # DDP lays out its gradient buckets anew after its first backward pass, and with more than two
+    # ranks the sums' order follows the layout: a pass that changes nothing makes the layout of
+    # every training step the same whichever step an attempt starts from.
+    model(torch.zeros(1, 32)).sum().mul(0).backward()
+    opt.zero_grad()
     kill = os.environ.get("KILL_AT", "")
     for s in range(0 if step is None else step + 1, steps):
         gen = torch.Generator().manual_seed(1000 * s + rank)  # the step's data, whatever the attempt
@@ -71,6 +78,11 @@ def main():
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
+        if attempt == "0" and os.environ.get("HOLD_AT") == str(s):
+            # This node is about to be lost: it says so and waits (bounded) for the test to kill it.
+            open(os.path.join(out, f"held.{rank}"), "w").close()
+            import time
+            time.sleep(120)
     if saving is not None:
         saving.result()
     if rank == 0:
