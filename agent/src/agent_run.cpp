@@ -527,8 +527,8 @@ struct Run : AgentParts {
       }
     }
     if (persister == nullptr) co_return std::nullopt;
-    step = co_await checkpoint_agreement::agree(rdzv, round, checkpoint_agreement::kOnDisk,
-                                                steps_on_disk(round), cfg.rdzv.join_timeout);
+    step = co_await checkpoint_agreement::agree(rdzv, round, steps_on_disk(round),
+                                                cfg.rdzv.join_timeout);
     if (!step) co_return std::nullopt;
     const bool restored = co_await persister->restore(*step, round_ranks(cfg, round));
     if (!restored) {
@@ -632,14 +632,23 @@ struct Run : AgentParts {
   }
 
   // The event log's account of the in-memory checkpoints once a round's workers ended: per local
-  // rank the steps its region holds, and the bytes of the node's regions.
+  // rank the steps its region holds, and the bytes of the node's regions; in a job of several
+  // nodes also the safe step (every local rank's copy on the peer), the peer, and the copies this
+  // node holds for others (per origin node, per local rank).
   void record_checkpoints_held(const rendezvous::Round& round) {
     const std::vector<std::vector<int64_t>> held = held_steps(round);
     if (std::all_of(held.begin(), held.end(), [](const auto& steps) { return steps.empty(); })) {
       return;
     }
-    events.record("checkpoints_held",
-                  {{"round", round.number}, {"steps", held}, {"bytes", checkpoints.bytes_held()}});
+    nlohmann::json fields = {
+        {"round", round.number}, {"steps", held}, {"bytes", checkpoints.bytes_held()}};
+    if (replicator != nullptr) {
+      const std::optional<int64_t> safe = replicator->safe_step();
+      fields["safe_step"] = safe ? nlohmann::json(*safe) : nlohmann::json(nullptr);
+      fields["peer"] = replicator->peer();
+      fields["peer_copies"] = peers->copies().steps();
+    }
+    events.record("checkpoints_held", std::move(fields));
   }
 
   // Says (in the log and the event log) that `round` formed, and that it is a restart if it is.

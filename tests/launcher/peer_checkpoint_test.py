@@ -71,6 +71,12 @@ class Cluster:
             env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0", **(env or {})})
         return self.agents[(run_id, i)]
 
+    def status(self, run_id):
+        r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
+                            "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
+                            f"--rdzv_id={run_id}"], capture_output=True, text=True, timeout=60)
+        return r.stdout + r.stderr
+
     def finish(self, run_id, hosts):
         errs = {}
         for i in hosts:
@@ -112,7 +118,7 @@ def complete_on_disk(disk, ranks):
         os.path.exists(os.path.join(disk, d, f"rank_{r}.ddpckpt")) for r in range(ranks))]
 
 
-def lose_nodes(cluster, run_id, out, victims, survivors, disk=None):
+def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None):
     """Starts the job on victims + survivors, with the victims holding after step K; once every
     node's step K is on its peer (and, with `disk`, a step of every rank is in it), SIGKILLs the
     victims' agents (their workers die with them)."""
@@ -125,6 +131,10 @@ def lose_nodes(cluster, run_id, out, victims, survivors, disk=None):
     wait_for(lambda: len(copies_of_step(run_id, K)) >= nodes, f"step {K} copied to every peer", 60)
     if disk:
         wait_for(lambda: complete_on_disk(disk, nodes), "a step of every rank persisted", 60)
+    if status is not None:  # what `ddprun status` says of every node's copies meanwhile
+        wait_for(lambda: cluster.status(run_id).count(f"safe up to step {K}") == nodes,
+                 "every node's copies in ddprun status", 30)
+        status.append(cluster.status(run_id))
     for i in victims:
         cluster.agents[(run_id, i)].send_signal(signal.SIGKILL)
         cluster.agents[(run_id, i)].wait()
@@ -140,7 +150,9 @@ def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
 
         out, disk = tempfile.mkdtemp(), tempfile.mkdtemp()
         cluster.extra = [f"--checkpoint_dir={disk}", "--checkpoint_persist_every=1000"]
-        lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2])
+        status = []
+        lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status)
+        assert status[0].count("holds copies of node") == 3, status[0]
         cluster.start("lost", 3, out, "3:3", extra=cluster.extra)  # the replacement
         errs = cluster.finish("lost", [0, 2, 3])
         restored = events(out, 3, "checkpoint_restore")
@@ -161,6 +173,12 @@ def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
         assert resumed == [str(K)] * 3, resumed
         assert bit_identical(whole, out), "the resumed job's parameters differ"
         assert "got step" in errs[3] and "from the copies" in errs[3], errs[3]
+        # Each node's event log says where its copies went and what it held of others'.
+        for i in (0, 2):
+            assert events(out, i, "checkpoint_replicated"), events(out, i)
+            held = events(out, i, "checkpoints_held")
+            assert held and held[0]["safe_step"] is not None and held[0]["peer"], held
+            assert len(held[0]["peer_copies"]) == 1, held
         assert not left_running(out) and not left_running(whole)
     print(f"a node SIGKILLed after step {K}: its replacement resumed from the copies its peer held "
           "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run: "

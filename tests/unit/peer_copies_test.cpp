@@ -22,6 +22,7 @@
 
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
+#include "test_certificates.hpp"
 
 using namespace ddprun::agent;
 namespace fs = std::filesystem;
@@ -181,10 +182,10 @@ TEST_CASE("a copy that fails its checksum, or is cut short, leaves the previous 
   asio::io_context io;
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+  asio::write(s, asio::buffer("DDPPEER1" + std::string(32, '\0')));
   char greeting[40];
   asio::read(s, asio::buffer(greeting));
-  std::string hello = "DDPPEER1" + std::string(64, '\0');
-  asio::write(s, asio::buffer(hello));
+  asio::write(s, asio::buffer(std::string(32, '\0')));  // the proof (no token)
   char answer[33];
   asio::read(s, asio::buffer(answer));
   REQUIRE(answer[0] == 1);
@@ -228,4 +229,42 @@ TEST_CASE("the memory limit holds on the peer: the older copy goes first, never 
   CHECK_FALSE(over.ok);
   CHECK_THAT(over.detail, Catch::Contains("--checkpoint_memory_limit is"));
   CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{3, 4});
+}
+
+TEST_CASE("with TLS a copy goes encrypted, and a peer without the job's certificates gets nothing",
+          "[peer_copies]") {
+  Folder a, b, c, certs;
+  const auto files = [](const ddprun::testing::TestCertificates& t) {
+    ddprun::store::TlsFiles f;
+    f.enabled = true;
+    f.ca_file = t.ca;
+    f.cert_file = t.cert;
+    f.key_file = t.key;
+    return f;
+  };
+  const auto with_tls = [](PeerAuth auth, const ddprun::store::TlsFiles& f) {
+    auth.client_tls = ddprun::store::client_tls_context(f);
+    auth.server_tls = ddprun::store::server_tls_context(f);
+    return auth;
+  };
+  const auto job = files(ddprun::testing::make_test_certificates(certs.path.string(), "job"));
+  const auto other = files(ddprun::testing::make_test_certificates(certs.path.string(), "other"));
+  PeerService holder(with_tls(auth_with("0123456789abcdef-job"), job), "127.0.0.1",
+                     b.path / "peers", {});
+  PeerService sender(with_tls(auth_with("0123456789abcdef-job"), job), "127.0.0.1",
+                     a.path / "peers", {});
+  const std::string payload = make_region(a.path, 0, 2, 1 << 20, 5);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  TransferReport put = wait(sender.put(to, "n", a.path, {{0, 0}}, 2));
+  INFO(put.detail);
+  REQUIRE(put.ok);
+  REQUIRE(wait(sender.get(to, "n", c.path, {{0, 0}}, 2)).ok);
+  CHECK(region_payload(c.path, 0) == payload);
+  // In the clear, or with a certificate of another CA (the token right): refused.
+  PeerService clear(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
+  CHECK_FALSE(wait(clear.put(to, "n", a.path, {{0, 0}}, 2)).ok);
+  PeerService stranger(with_tls(auth_with("0123456789abcdef-job"), other), "127.0.0.1",
+                       c.path / "peers2", {});
+  CHECK_FALSE(wait(stranger.get(to, "n", c.path, {{0, 0}}, 2)).ok);
+  CHECK(holder.copies().steps() == Steps{{"n", {{2}}}});
 }

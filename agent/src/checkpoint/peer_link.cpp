@@ -100,18 +100,21 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_execut
     co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
     std::unique_ptr<PeerLink> link(new PeerLink(std::move(socket), idle_limit));
     co_await link->start_tls(auth.client_tls, true);
+    // The client speaks first: a peer in the clear and one with TLS tell each other apart at once.
+    const store::auth::Nonce nonce = store::auth::fresh_nonce();
+    const std::string client_nonce(store::auth::view(nonce));
+    std::string hello(kMagic);
+    hello += client_nonce;
+    co_await link->write(hello.data(), hello.size());
     char greeting[kMagic.size() + store::auth::kNonceBytes];
     co_await link->read(greeting, sizeof greeting);
     if (std::string_view(greeting, kMagic.size()) != kMagic) {
       throw std::runtime_error("it is not a ddprun agent's checkpoint port");
     }
     const std::string server_nonce(greeting + kMagic.size(), store::auth::kNonceBytes);
-    const store::auth::Nonce nonce = store::auth::fresh_nonce();
-    const std::string client_nonce(store::auth::view(nonce));
-    std::string hello(kMagic);
-    hello += client_nonce;
-    hello += proof_of(auth, store::auth::Side::kClient, client_nonce, server_nonce);
-    co_await link->write(hello.data(), hello.size());
+    const std::string proof =
+        proof_of(auth, store::auth::Side::kClient, client_nonce, server_nonce);
+    co_await link->write(proof.data(), proof.size());
     char answer[1 + kProof];
     co_await link->read(answer, sizeof answer);
     if (answer[0] != 1) throw std::runtime_error("it refused this node's proof of the job's token");
@@ -135,19 +138,21 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::accept(tcp::socket socket,
   std::unique_ptr<PeerLink> link(new PeerLink(std::move(socket), idle_limit));
   try {
     co_await link->start_tls(auth.server_tls, false);
+    char hello[kMagic.size() + store::auth::kNonceBytes];
+    co_await link->read(hello, sizeof hello);
+    if (std::string_view(hello, kMagic.size()) != kMagic) co_return nullptr;
+    const std::string client_nonce(hello + kMagic.size(), store::auth::kNonceBytes);
     const store::auth::Nonce nonce = store::auth::fresh_nonce();
     const std::string server_nonce(store::auth::view(nonce));
     std::string greeting(kMagic);
     greeting += server_nonce;
     co_await link->write(greeting.data(), greeting.size());
-    char hello[kMagic.size() + store::auth::kNonceBytes + kProof];
-    co_await link->read(hello, sizeof hello);
-    const std::string client_nonce(hello + kMagic.size(), store::auth::kNonceBytes);
-    const std::string_view proof(hello + kMagic.size() + store::auth::kNonceBytes, kProof);
+    char proof[kProof];
+    co_await link->read(proof, sizeof proof);
     const bool ok =
-        std::string_view(hello, kMagic.size()) == kMagic &&
-        (!auth.token || store::auth::same_proof(proof, proof_of(auth, store::auth::Side::kClient,
-                                                                client_nonce, server_nonce)));
+        !auth.token || store::auth::same_proof(
+                           std::string_view(proof, kProof),
+                           proof_of(auth, store::auth::Side::kClient, client_nonce, server_nonce));
     std::string answer(1, ok ? '\1' : '\0');
     answer += ok ? proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce)
                  : std::string(kProof, '\0');

@@ -7,9 +7,9 @@
 // connection idle for longer than its limit is closed (a peer that stalls mid-transfer ends its
 // transfer, not the service).
 //
-// The greeting: the server sends "DDPPEER1" and its nonce; the client sends "DDPPEER1", its nonce
-// and its proof (zeros without a token); the server answers one byte (1: accepted, 0: refused) and
-// its own proof. Private to the agent.
+// The greeting: the client sends "DDPPEER1" and its nonce, the server the same with its own; the
+// client sends its proof (zeros without a token); the server answers one byte (1: accepted, 0:
+// refused) and its own proof. Private to the agent.
 #include <chrono>
 #include <memory>
 #include <optional>

@@ -34,17 +34,18 @@ std::optional<int64_t> newest_common(const std::vector<std::string>& nodes, int 
 }
 
 boost::asio::awaitable<std::optional<int64_t>> agree(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                                     rendezvous::Round r, Where where,
+                                                     rendezvous::Round r,
                                                      std::vector<std::vector<int64_t>> held,
                                                      std::chrono::milliseconds wait) {
   // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
   rendezvous::Scope scope = rendezvous::Scope::of(r);
-  std::string topic = where == kInMemory ? "checkpoint_steps" : "checkpoint_steps_on_disk";
+  std::string topic = "checkpoint_steps_on_disk";
   std::string text = nlohmann::json(held).dump();
   try {
     co_await rdzv->publish(scope, topic, std::move(text));
   } catch (const std::exception& e) {
-    spdlog::warn("could not tell the other nodes which checkpoints this node holds: {}", e.what());
+    spdlog::warn("could not tell the other nodes which checkpoints this node has on disk: {}",
+                 e.what());
     co_return std::nullopt;
   }
   const std::vector<std::string> nodes =

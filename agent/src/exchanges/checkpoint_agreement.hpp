@@ -1,9 +1,9 @@
 #pragma once
-// Which checkpoint the job restores: before a round's workers start, every node publishes the
-// steps each of its local ranks holds in memory (topic "checkpoint_steps", the round's scope) and
-// every node computes the same answer, the newest step held by every rank of the round; where
-// there is none, the same for the steps complete in --checkpoint_dir (topic
-// "checkpoint_steps_on_disk"). Built on the rendezvous' exchange.
+// Which checkpoint in --checkpoint_dir the job restores when memory holds none for it
+// (checkpoint_sources.hpp decides that): every node publishes the steps complete on disk for each
+// of its local ranks' global ranks (topic "checkpoint_steps_on_disk", the round's scope) and every
+// node computes the same answer, the newest step every rank of the round has. Built on the
+// rendezvous' exchange.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -17,14 +17,11 @@
 
 namespace ddprun::agent::checkpoint_agreement {
 
-enum Where { kInMemory, kOnDisk };
-
-// Publishes `held` (per local rank, the steps it holds `where`) and returns the newest step every
-// rank of every node of `r` holds; nullopt where there is none, or where the round ended (or
-// `wait` passed) before every node answered: a round that cannot agree restores nothing. Never
-// throws.
+// Publishes `held` (per local rank, the steps complete on disk) and returns the newest step every
+// rank of every node of `r` has; nullopt where there is none, or where the round ended (or `wait`
+// passed) before every node answered: a round that cannot agree restores nothing. Never throws.
 boost::asio::awaitable<std::optional<int64_t>> agree(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                                     rendezvous::Round r, Where where,
+                                                     rendezvous::Round r,
                                                      std::vector<std::vector<int64_t>> held,
                                                      std::chrono::milliseconds wait);
 

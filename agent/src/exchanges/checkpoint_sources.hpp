@@ -48,6 +48,7 @@ struct Fetch {
   std::string origin;  // whose copy it is
   int origin_local = 0;
   int local = 0;  // into this local rank's region
+  bool operator==(const Fetch&) const = default;
 };
 
 struct RestorePlan {
