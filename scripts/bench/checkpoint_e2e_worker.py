@@ -1,5 +1,6 @@
 """The worker of scripts/bench/checkpoint_e2e.sh: a DDP job (gloo, 2 ranks) whose model and Adam state
-take about 1 GiB per rank (five 4096x4096 layers and their moments). Arguments: MODE STEPS OUT
+take about 1 GiB per rank (five 4096x4096 layers and their moments; $WIDTH other than 4096 scales
+them). Arguments: MODE STEPS OUT
 [K KILL_AT]:
   none       no checkpoints (the job's own speed)
   ddprun     ddprun.checkpoint.save every step, load() at the start (run under ddprun)
@@ -27,13 +28,14 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(5)]))
+width = int(os.environ.get("WIDTH", "4096"))  # scripts/bench/checkpoint_node_loss.sh: smaller
+model = DDP(torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(5)]))
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 
 
 def train_step(step):
     g = torch.Generator().manual_seed(step * 10 + rank)
-    x = torch.randn(8, 4096, generator=g)
+    x = torch.randn(8, width, generator=g)
     loss = model(x).pow(2).mean()
     opt.zero_grad()
     loss.backward()

@@ -1,0 +1,193 @@
+"""The driver of scripts/bench/checkpoint_node_loss.sh (its header says what is measured).
+    checkpoint_node_loss.py DDPRUN DDPRUND PYTHON WORKER"""
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DDPRUN, DDPRUND, PY, WORKER = map(os.path.abspath, sys.argv[1:5])
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "launcher"))
+from netns import bridge_hosts, remove_namespaces  # noqa: E402
+
+NET = "10.219.0"
+TAG = str(os.getpid())
+HEAD, HOSTS = f"bnh{TAG}", [f"bn{TAG}{i}" for i in range(3)]
+ADDRS = [f"{NET}.{11 + i}" for i in range(3)]
+ENV = {**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def in_ns(i, cmd, **kw):
+    return subprocess.Popen(["ip", "netns", "exec", HOSTS[i], *cmd], env=ENV, **kw)
+
+
+def kill_node(i):
+    """Every process in host namespace i, at once: its agent and all its workers."""
+    pids = subprocess.run(["ip", "netns", "pids", HOSTS[i]], capture_output=True,
+                          text=True).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def link_speed():
+    """Bytes per second of one plain TCP transfer of 1 GiB from host 0 to host 2."""
+    size = 1 << 30
+    recv = in_ns(2, ["/usr/bin/python3", "-c", f"""
+import socket, time
+s = socket.socket(); s.bind(("{ADDRS[2]}", 0)); s.listen(1); print(s.getsockname()[1], flush=True)
+c, _ = s.accept(); n = 0; t = None; buf = bytearray(1 << 20)
+while n < {size}:
+    k = c.recv_into(buf)
+    if t is None: t = time.perf_counter()
+    if k == 0: break
+    n += k
+print(n / (time.perf_counter() - t))
+"""], stdout=subprocess.PIPE, text=True)
+    port = recv.stdout.readline().strip()
+    send = in_ns(0, ["/usr/bin/python3", "-c", f"""
+import socket
+c = socket.create_connection(("{ADDRS[2]}", {port})); b = bytes(1 << 20)
+for _ in range({size >> 20}): c.sendall(b)
+c.close()
+"""])
+    send.wait(timeout=300)
+    return float(recv.communicate(timeout=300)[0])
+
+
+def steps_of(out):
+    path = os.path.join(out, "steps")
+    if not os.path.exists(path):
+        return []
+    return [(float(t), int(s)) for t, s, _ in (line.split() for line in open(path))]
+
+
+def run_loss(kind, out, store_port, steps, kill_after, K):
+    """One job on hosts 0 and 1; host 1 is lost once the job has done step `kill_after`, and host 2
+    joins in its place. Returns (steps redone, seconds from the loss until back at the failed step,
+    the replacement's event log)."""
+    def agent(i):
+        log = open(os.path.join(out, f"agent.{i}.log"), "w")
+        if kind == "ddprun":
+            cmd = [DDPRUN, "--nnodes=2:2", "--nproc_per_node=2", "--max_restarts=3",
+                   "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{store_port}",
+                   "--rdzv_id=loss", "--rdzv_conf=join_timeout=120,heartbeat_timeout=5",
+                   f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
+        else:
+            cmd = [PY, "-m", "torch.distributed.run", "--nnodes=2:2", "--nproc_per_node=2",
+                   "--max_restarts=3", "--rdzv_backend=c10d",
+                   f"--rdzv_endpoint={NET}.1:{store_port}", "--rdzv_id=loss",
+                   "--rdzv_conf=join_timeout=120", WORKER, "torchsave", str(steps), out, str(K)]
+        return in_ns(i, cmd, stdout=log, stderr=subprocess.STDOUT)
+    agents = {0: agent(0), 1: agent(1)}
+    deadline = time.monotonic() + 900
+    while not any(s >= kill_after for _, s in steps_of(out)):
+        if time.monotonic() > deadline or agents[0].poll() is not None:
+            raise SystemExit(f"{kind}: the job never reached step {kill_after}: " +
+                             open(os.path.join(out, "agent.0.log")).read()[-3000:])
+        time.sleep(0.02)
+    lost_at = time.time()
+    kill_node(1)
+    agents[2] = agent(2)
+    failed = max(s for t, s in steps_of(out) if t <= lost_at)
+    for i in (0, 2):
+        try:
+            agents[i].wait(timeout=max(60, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_node(0), kill_node(2)
+            raise SystemExit(f"{kind}: the job did not end after the loss: " +
+                             open(os.path.join(out, f"agent.{i}.log")).read()[-3000:])
+    after = [(t, s) for t, s in steps_of(out) if t > lost_at]
+    first = min(s for _, s in after)
+    back = min(t for t, s in after if s >= failed)
+    return failed - first + 1, back - lost_at
+
+
+def step_time(out):
+    times = [t for t, _ in steps_of(out)]
+    return statistics.median(b - a for a, b in zip(times[1:], times[2:]))
+
+
+def events(out, i, name):
+    path = os.path.join(out, f"events.{i}.jsonl")
+    return [e for e in map(json.loads, open(path)) if e["event"] == name] if os.path.exists(path) else []
+
+
+def main():
+    try:
+        bridge_hosts(HEAD, HOSTS, NET, ADDRS)
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"network namespaces unavailable here: {e}")
+    store = subprocess.Popen(["ip", "netns", "exec", HEAD, DDPRUND, "--host", f"{NET}.1", "--port",
+                              "0", "--log-level", "error"], stdout=subprocess.PIPE, text=True)
+    work = tempfile.mkdtemp()
+    try:
+        port = int(store.stdout.readline())
+        link = link_speed()
+        cal = os.path.join(work, "cal")
+        os.makedirs(cal)
+        subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        WORKER, "calibrate", "0", cal], env=ENV, check=True,
+                       capture_output=True)
+        c = json.load(open(os.path.join(cal, "calibration")))
+        K = max(2, math.ceil(c["torch_save"] / (0.05 * c["step"])))
+        random.seed(int(os.environ.get("SEED", os.getpid())))
+        kill_after = K + random.randrange(K)
+        steps = kill_after + 4
+        rows = {}
+        for kind in ("ddprun", "torchrun"):
+            out = os.path.join(work, kind)
+            os.makedirs(out)
+            rows[kind] = run_loss(kind, out, port, steps, kill_after, K)
+        fetched = [e for e in events(os.path.join(work, "ddprun"), 2, "checkpoint_fetched") if e["ok"]]
+        speed = {}
+        for mode in ("none", "ddprun"):
+            out = os.path.join(work, f"speed_{mode}")
+            os.makedirs(out)
+            agents = [in_ns(i, [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                                f"--rdzv_endpoint={NET}.1:{port}", f"--rdzv_id=speed_{mode}",
+                                WORKER, mode, "12", out], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for i in (0, 1)]
+            for a in agents:
+                a.wait(timeout=900)
+            speed[mode] = step_time(out)
+    finally:
+        for i in range(3):
+            kill_node(i)
+        store.kill()
+        remove_namespaces([HEAD, *HOSTS])
+        shutil.rmtree(work, ignore_errors=True)
+    state_mib = 5 * int(os.environ["WIDTH"]) ** 2 * 4 * 3 / (1 << 20)
+    print(f"## DDP, 2 nodes x 2 ranks, about {state_mib:.0f} MiB of model and Adam state per rank, "
+          f"torch 2.14; node 1 lost after step {kill_after}, a replacement started at once")
+    print(f"link: a plain TCP transfer of 1 GiB between two nodes {link / 1e6:.0f} MB/s")
+    print(f"calibration: a step {c['step']:.2f} s, torch.save of rank 0's state "
+          f"{c['torch_save']:.2f} s -> torchrun saves every K = {K} steps")
+    for kind, (redone, seconds) in rows.items():
+        print(f"{kind:9} steps redone {redone:3}  from the loss until back at the failed step "
+              f"{seconds:7.2f} s")
+    moved = sum(e["bytes"] for e in fetched)
+    took = sum(e["seconds"] for e in fetched)
+    rate = moved / took if took > 0 else 0.0
+    print(f"restore: the replacement got {moved / (1 << 20):.0f} MiB of its ranks' copies in "
+          f"{took:.2f} s ({rate / 1e6:.0f} MB/s)")
+    print(f"step time without checkpoints {speed['none']:.3f} s, with a save and a copy to the peer "
+          f"every step {speed['ddprun']:.3f} s")
+    print(f"checkpoint node loss: ddprun redid {rows['ddprun'][0]} step(s) (target at most 1) "
+          f"against torchrun's {rows['torchrun'][0]}, back at the failed step "
+          f"{rows['torchrun'][1] / rows['ddprun'][1]:.1f}x sooner (target 10x); the restore moved "
+          f"{link / rate if rate else float('inf'):.2f}x slower than the link (target 2x); saving "
+          f"and copying every step kept {speed['none'] / speed['ddprun'] * 100:.1f}% of the speed "
+          f"(target 90%)")
+
+
+if __name__ == "__main__":
+    main()
