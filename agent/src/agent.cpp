@@ -255,9 +255,19 @@ class NodeAgent {
         peer_host_ = store::host_name();
       }
     }
-    peer_service_ = std::make_unique<PeerService>(std::move(auth), "0.0.0.0",
-                                                  fs::path(checkpoints_.path()) / "peers",
-                                                  cfg_.checkpoint_memory_limit);
+    // Every address, IPv6 and IPv4 where the host has IPv6, else IPv4's.
+    for (const char* any : {"::", "0.0.0.0"}) {
+      try {
+        peer_service_ = std::make_unique<PeerService>(auth, any,
+                                                      fs::path(checkpoints_.path()) / "peers",
+                                                      cfg_.checkpoint_memory_limit);
+        break;
+      } catch (const std::exception& e) {
+        if (std::string_view(any) == "::") continue;
+        spdlog::warn("checkpoints are not copied to a peer node: {}", e.what());
+        return;
+      }
+    }
     replicator_ = std::make_unique<CheckpointReplicator>(
         io_, *peer_service_, checkpoints_.path(),
         [this](const TransferReport& r, const std::string& peer) { report_replication(r, peer); });

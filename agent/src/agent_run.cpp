@@ -1,6 +1,7 @@
 #include "agent_run.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -483,6 +484,44 @@ struct Run : AgentParts {
     return held;
   }
 
+  // The same with the step each local rank's copy on the peer was kept here too (all a round can
+  // restore from this node's memory).
+  std::vector<std::vector<int64_t>> restorable_steps(const rendezvous::Round& round) const {
+    std::vector<std::vector<int64_t>> held = held_steps(round);
+    if (replicator == nullptr) return held;
+    size_t i = 0;
+    for (const auto& [local, global] : round_ranks(cfg, round)) {
+      for (int64_t s : kept_steps(kept_dir(), local)) {
+        if (std::find(held[i].begin(), held[i].end(), s) == held[i].end()) held[i].push_back(s);
+      }
+      std::sort(held[i].begin(), held[i].end());
+      ++i;
+    }
+    return held;
+  }
+
+  fs::path kept_dir() const { return fs::path(checkpoints.path()) / "kept"; }
+
+  // Local ranks whose region no longer holds `step` get the copy kept here back into it. False
+  // (said) where one cannot be.
+  bool restore_kept(const rendezvous::Round& round, int64_t step) {
+    const std::atomic<bool> never{false};
+    for (const auto& [local, global] : round_ranks(cfg, round)) {
+      const std::vector<int64_t> own = checkpoints.steps_held(local);
+      if (std::find(own.begin(), own.end(), step) != own.end()) continue;
+      const std::vector<int64_t> kept = kept_steps(kept_dir(), local);
+      if (std::find(kept.begin(), kept.end(), step) == kept.end()) continue;  // fetched instead
+      try {
+        read_back(kept_dir(), step, local, checkpoints.path(), local, never);
+      } catch (const std::exception& e) {
+        spdlog::warn("round {}: the copy of step {} kept for local rank {} could not be restored: {}",
+                     round.number, step, local, e.what());
+        return false;
+      }
+    }
+    return true;
+  }
+
   // Per local rank of `round`, the steps complete in --checkpoint_dir for its global rank.
   std::vector<std::vector<int64_t>> steps_on_disk(const rendezvous::Round& round) const {
     std::vector<std::vector<int64_t>> held;
@@ -502,7 +541,7 @@ struct Run : AgentParts {
     checkpoint_sources::NodeCheckpoints mine;
     const auto me = static_cast<size_t>(round.node_rank);
     mine.id = me < round.members.size() ? round.members[me] : std::to_string(round.node_rank);
-    mine.local = held_steps(round);
+    mine.local = restorable_steps(round);
     if (peers != nullptr) {
       mine.holds = peers->copies().steps();
       mine.host = peer_host;
@@ -588,8 +627,10 @@ struct Run : AgentParts {
           round.number, *plan.step, pairs.size(), where, origin, r.bytes, r.took.count());
       sources.push_back(where);
     }
-    if (!co_await checkpoint_sources::all_fetched(rdzv, round, plan, fetched,
-                                                  cfg.rdzv.join_timeout)) {
+    if (fetched && plan.adopted[static_cast<size_t>(round.node_rank)].empty()) {
+      fetched = restore_kept(round, *plan.step);
+    }
+    if (!co_await checkpoint_sources::all_fetched(rdzv, round, fetched, cfg.rdzv.join_timeout)) {
       spdlog::warn("round {}: not every node got its copies of step {}: not restored from memory",
                    round.number, *plan.step);
       co_return std::nullopt;

@@ -82,10 +82,13 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
                    "--rdzv_id=loss", "--rdzv_conf=join_timeout=120,heartbeat_timeout=5",
                    f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
         else:
+            # torchrun's own way: node 0's agent hosts the store (it cannot tell that the
+            # address is its own inside a namespace: is_host), each node names its address.
             cmd = [PY, "-m", "torch.distributed.run", "--nnodes=2:2", "--nproc_per_node=2",
-                   "--max_restarts=3", "--rdzv_backend=c10d",
-                   f"--rdzv_endpoint={NET}.1:{store_port}", "--rdzv_id=loss",
-                   "--rdzv_conf=join_timeout=120", WORKER, "torchsave", str(steps), out, str(K)]
+                   "--max_restarts=3", "--rdzv_backend=c10d", f"--rdzv_endpoint={ADDRS[0]}:29400",
+                   "--rdzv_id=loss", f"--local_addr={ADDRS[i]}",
+                   f"--rdzv_conf=join_timeout=120,is_host={1 if i == 0 else 0}", WORKER,
+                   "torchsave", str(steps), out, str(K)]
         return in_ns(i, cmd, stdout=log, stderr=subprocess.STDOUT)
     agents = {0: agent(0), 1: agent(1)}
     deadline = time.monotonic() + 900
@@ -106,6 +109,14 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
             raise SystemExit(f"{kind}: the job did not end after the loss: " +
                              open(os.path.join(out, f"agent.{i}.log")).read()[-3000:])
     after = [(t, s) for t, s in steps_of(out) if t > lost_at]
+    if not after or max(s for _, s in after) < failed:
+        last = [line for i in (0, 2) for line in
+                open(os.path.join(out, f"agent.{i}.log")).read().splitlines()
+                if "Error" in line and not line.startswith(" ")]
+        print(f"{kind}: the job did not get back to step {failed} after the loss (its agents "
+              f"exited {agents[0].returncode} and {agents[2].returncode}); last error: "
+              f"{last[-1] if last else '(none printed)'}", flush=True)
+        return None
     first = min(s for _, s in after)
     back = min(t for t, s in after if s >= failed)
     return failed - first + 1, back - lost_at
@@ -147,6 +158,9 @@ def main():
             out = os.path.join(work, kind)
             os.makedirs(out)
             rows[kind] = run_loss(kind, out, port, steps, kill_after, K)
+            if rows[kind]:
+                print(f"{kind}: steps redone {rows[kind][0]}, back at the failed step after "
+                      f"{rows[kind][1]:.2f} s", flush=True)
         fetched = [e for e in events(os.path.join(work, "ddprun"), 2, "checkpoint_fetched") if e["ok"]]
         speed = {}
         for mode in ("none", "ddprun"):
@@ -171,9 +185,12 @@ def main():
     print(f"link: a plain TCP transfer of 1 GiB between two nodes {link / 1e6:.0f} MB/s")
     print(f"calibration: a step {c['step']:.2f} s, torch.save of rank 0's state "
           f"{c['torch_save']:.2f} s -> torchrun saves every K = {K} steps")
-    for kind, (redone, seconds) in rows.items():
-        print(f"{kind:9} steps redone {redone:3}  from the loss until back at the failed step "
-              f"{seconds:7.2f} s")
+    for kind, row in rows.items():
+        if row is None:
+            print(f"{kind:9} never got back to the failed step")
+            continue
+        print(f"{kind:9} steps redone {row[0]:3}  from the loss until back at the failed step "
+              f"{row[1]:7.2f} s")
     moved = sum(e["bytes"] for e in fetched)
     took = sum(e["seconds"] for e in fetched)
     rate = moved / took if took > 0 else 0.0
@@ -181,9 +198,11 @@ def main():
           f"{took:.2f} s ({rate / 1e6:.0f} MB/s)")
     print(f"step time without checkpoints {speed['none']:.3f} s, with a save and a copy to the peer "
           f"every step {speed['ddprun']:.3f} s")
-    print(f"checkpoint node loss: ddprun redid {rows['ddprun'][0]} step(s) (target at most 1) "
-          f"against torchrun's {rows['torchrun'][0]}, back at the failed step "
-          f"{rows['torchrun'][1] / rows['ddprun'][1]:.1f}x sooner (target 10x); the restore moved "
+    d, t = rows["ddprun"], rows["torchrun"]
+    versus = ("torchrun never got back" if t is None else
+              f"torchrun's {t[0]}, back at the failed step {t[1] / d[1]:.1f}x sooner (target 10x)")
+    print(f"checkpoint node loss: ddprun redid {d[0] if d else 'all'} step(s) (target at most 1) "
+          f"against {versus}; the restore moved "
           f"{link / rate if rate else float('inf'):.2f}x slower than the link (target 2x); saving "
           f"and copying every step kept {speed['none'] / speed['ddprun'] * 100:.1f}% of the speed "
           f"(target 90%)")

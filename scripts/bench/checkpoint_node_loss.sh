@@ -5,7 +5,7 @@
 # another). A node (its agent and every worker: all its namespace's processes) is SIGKILLed at a
 # random step and a replacement node started at once.
 #   ddprun:   ddprun.checkpoint.save every step, copied to the peer node in the background
-#   torchrun: torch 2.14's torchrun (c10d on the same ddprund), rank 0 torch.save()s to a shared
+#   torchrun: torch 2.14's torchrun (c10d, its store in node 0's agent), rank 0 torch.save()s to a shared
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)
 # For each: the steps redone and the time from the loss until the job is back at the step where it
 # failed; ddprun's restore transfer against a plain TCP transfer over the same link; and the job's

@@ -100,11 +100,14 @@ TEST_CASE("a put copies each rank's slot to the peer, and a get restores it bit 
   const std::string p0 = make_region(a.path, 0, 7, 3 << 20, 1);
   const std::string p1 = make_region(a.path, 1, 7, 1 << 20, 2);
   const PeerAddress to{"127.0.0.1", holder.port()};
-  TransferReport put = wait(sender.put(to, "node-a", a.path, {{0, 4}, {1, 5}}, 7));
+  TransferReport put = wait(sender.put(to, "node-a", a.path, {{0, 4}, {1, 5}}, 7, a.path / "kept"));
   INFO(put.detail);
   REQUIRE(put.ok);
   CHECK(put.bytes == (3u << 20) + (1u << 20));
   CHECK(holder.copies().steps() == Steps{{"node-a", {{7}, {7}}}});
+  // Once the peer has it, the sender keeps its own copy of the step too.
+  CHECK(kept_steps(a.path / "kept", 0) == std::vector<int64_t>{7});
+  CHECK(kept_steps(a.path / "kept", 1) == std::vector<int64_t>{7});
   // A node taking node-a's place gets them into its own regions (local ranks 0 and 1).
   PeerService newcomer(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
   TransferReport got = wait(newcomer.get(to, "node-a", c.path, {{0, 0}, {1, 1}}, 7));
@@ -114,11 +117,12 @@ TEST_CASE("a put copies each rank's slot to the peer, and a get restores it bit 
   CHECK(region_payload(c.path, 1) == p1);
   // The newest two steps per rank are kept.
   make_region(a.path, 0, 8, 1 << 20, 3);
-  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8)).ok);
+  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8, a.path / "kept")).ok);
   make_region(a.path, 0, 9, 1 << 20, 4);
-  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 9)).ok);
+  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 9, a.path / "kept")).ok);
+  CHECK(kept_steps(a.path / "kept", 0) == std::vector<int64_t>{9});  // the newest only
   // A slot the worker no longer holds is not sent.
-  TransferReport gone = wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8));
+  TransferReport gone = wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8, a.path / "kept"));
   CHECK_FALSE(gone.ok);
   CHECK_THAT(gone.detail, Catch::Contains("no longer holds step 8"));
   CHECK(holder.copies().steps() == Steps{{"node-a", {{8, 9}, {7}}}});
@@ -134,11 +138,11 @@ TEST_CASE("a stranger without the job's token gets nothing and changes nothing",
   PeerService member(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
   make_region(a.path, 0, 3, 1 << 20, 1);
   const PeerAddress to{"127.0.0.1", holder.port()};
-  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3)).ok);
+  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3, a.path / "kept")).ok);
   for (const char* token : {"another-job-token-0000", static_cast<const char*>(nullptr)}) {
     PeerService stranger(auth_with(token), "127.0.0.1", c.path / "peers", {});
     make_region(c.path, 0, 4, 1 << 20, 9);
-    TransferReport put = wait(stranger.put(to, "node-a", c.path, {{0, 0}}, 4));
+    TransferReport put = wait(stranger.put(to, "node-a", c.path, {{0, 0}}, 4, c.path / "kept"));
     CHECK_FALSE(put.ok);
     CHECK_THAT(put.detail, Catch::Contains("refused"));
     TransferReport get = wait(stranger.get(to, "node-a", c.path, {{0, 0}}, 3));
@@ -155,7 +159,7 @@ TEST_CASE("a stranger without the job's token gets nothing and changes nothing",
   boost::system::error_code ec;
   while (!ec) raw.read_some(asio::buffer(sink), ec);  // until the service closes it
   CHECK(holder.copies().steps() == Steps{{"node-a", {{3}}}});
-  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3)).ok);
+  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3, a.path / "kept")).ok);
   // And a member that does not know the holder's token is not given the copy either: the
   // holder's own proof is checked.
   PeerService impostor(auth_with("0123456789abcdef-other"), "127.0.0.1", c.path / "peers2", {});
@@ -171,9 +175,9 @@ TEST_CASE("a copy that fails its checksum, or is cut short, leaves the previous 
   PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
   const PeerAddress to{"127.0.0.1", holder.port()};
   make_region(a.path, 0, 5, 1 << 20, 1);
-  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 5)).ok);
+  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 5, a.path / "kept")).ok);
   make_region(a.path, 0, 6, 1 << 20, 2, /*torn=*/true);
-  TransferReport torn = wait(sender.put(to, "n", a.path, {{0, 0}}, 6));
+  TransferReport torn = wait(sender.put(to, "n", a.path, {{0, 0}}, 6, a.path / "kept"));
   CHECK_FALSE(torn.ok);
   CHECK_THAT(torn.detail, Catch::Contains("fails its checksum"));
   CHECK(holder.copies().steps() == Steps{{"n", {{5}}}});
@@ -205,7 +209,7 @@ TEST_CASE("a copy that fails its checksum, or is cut short, leaves the previous 
   s.close();
   // The holder noticed (its read failed) and gave the room back: a whole copy of 7 goes in.
   make_region(a.path, 0, 7, 1 << 20, 3);
-  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 7)).ok);
+  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 7, a.path / "kept")).ok);
   CHECK(holder.copies().steps() == Steps{{"n", {{5, 7}}}});
   CHECK(std::distance(fs::directory_iterator(b.path / "peers"), fs::directory_iterator()) == 2);
 }
@@ -219,13 +223,13 @@ TEST_CASE("the memory limit holds on the peer: the older copy goes first, never 
   const PeerAddress to{"127.0.0.1", holder.port()};
   for (int64_t step = 1; step <= 4; ++step) {
     make_region(a.path, 0, step, 1 << 20, static_cast<char>(step));
-    REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, step)).ok);
+    REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, step, a.path / "kept")).ok);
     CHECK(holder.copies().bytes() <= 2 * copy + 100);
   }
   CHECK(holder.copies().steps() == Steps{{"n", {{3, 4}}}});
   // A second rank does not fit beside them: refused, naming the sizes; rank 0's copies stay.
   make_region(a.path, 1, 4, 1 << 20, 9);
-  TransferReport over = wait(sender.put(to, "n", a.path, {{1, 1}}, 4));
+  TransferReport over = wait(sender.put(to, "n", a.path, {{1, 1}}, 4, a.path / "kept"));
   CHECK_FALSE(over.ok);
   CHECK_THAT(over.detail, Catch::Contains("--checkpoint_memory_limit is"));
   CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{3, 4});
@@ -255,14 +259,14 @@ TEST_CASE("with TLS a copy goes encrypted, and a peer without the job's certific
                      a.path / "peers", {});
   const std::string payload = make_region(a.path, 0, 2, 1 << 20, 5);
   const PeerAddress to{"127.0.0.1", holder.port()};
-  TransferReport put = wait(sender.put(to, "n", a.path, {{0, 0}}, 2));
+  TransferReport put = wait(sender.put(to, "n", a.path, {{0, 0}}, 2, a.path / "kept"));
   INFO(put.detail);
   REQUIRE(put.ok);
   REQUIRE(wait(sender.get(to, "n", c.path, {{0, 0}}, 2)).ok);
   CHECK(region_payload(c.path, 0) == payload);
   // In the clear, or with a certificate of another CA (the token right): refused.
   PeerService clear(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
-  CHECK_FALSE(wait(clear.put(to, "n", a.path, {{0, 0}}, 2)).ok);
+  CHECK_FALSE(wait(clear.put(to, "n", a.path, {{0, 0}}, 2, a.path / "kept")).ok);
   PeerService stranger(with_tls(auth_with("0123456789abcdef-job"), other), "127.0.0.1",
                        c.path / "peers2", {});
   CHECK_FALSE(wait(stranger.get(to, "n", c.path, {{0, 0}}, 2)).ok);

@@ -97,7 +97,18 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_execut
     const auto endpoints =
         co_await resolver.async_resolve(host, std::to_string(port), asio::use_awaitable);
     tcp::socket socket(ex);
+    // A host that does not answer (gone, cut off) fails the connect at the idle limit, not at the
+    // kernel's minutes of retries.
+    // (The timer goes with this frame, however it ends: its wait is then cancelled, and a
+    // cancelled wait does not touch the socket.)
+    asio::steady_timer deadline(ex, idle_limit);
+    deadline.async_wait([&socket](boost::system::error_code ec) {
+      if (ec) return;
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    });
     co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
+    deadline.cancel();
     std::unique_ptr<PeerLink> link(new PeerLink(std::move(socket), idle_limit));
     co_await link->start_tls(auth.client_tls, true);
     // The client speaks first: a peer in the clear and one with TLS tell each other apart at once.

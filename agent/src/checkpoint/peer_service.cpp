@@ -122,7 +122,34 @@ asio::awaitable<void> receive_payload(PeerLink& link, SlotFileWriter& out, uint6
   }
 }
 
+// Removes local rank `local`'s kept copies of steps other than `step` (and step folders left
+// empty).
+void drop_kept_but(const fs::path& keep, int local, int64_t step) {
+  std::error_code ec;
+  const std::string mine = fmt::format("step_{}", step);
+  for (const auto& e : fs::directory_iterator(keep, ec)) {
+    if (e.path().filename() == mine) continue;
+    fs::remove(e.path() / fmt::format("rank_{}.ddpckpt", local), ec);
+    if (fs::is_empty(e.path(), ec)) fs::remove(e.path(), ec);
+  }
+}
+
 }  // namespace
+
+std::vector<int64_t> kept_steps(const fs::path& keep, int local_rank) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(keep, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0) continue;
+    if (!fs::exists(e.path() / fmt::format("rank_{}.ddpckpt", local_rank), ec)) continue;
+    try {
+      out.push_back(std::stoll(name.substr(5)));
+    } catch (const std::exception&) {
+    }
+  }
+  return out;
+}
 
 PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path copies_dir,
                          std::optional<uint64_t> limit)
@@ -237,8 +264,8 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
 
 asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
                                                  fs::path regions, std::vector<RankSlot> ranks,
-                                                 int64_t step) {
-  auto run = [this, to, origin, regions, ranks, step]() -> asio::awaitable<TransferReport> {
+                                                 int64_t step, fs::path keep) {
+  auto run = [this, to, origin, regions, ranks, step, keep]() -> asio::awaitable<TransferReport> {
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
@@ -264,11 +291,18 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
                                       slot.local_rank, why);
           co_return report;
         }
+        const fs::path kept_step = keep / fmt::format("step_{}", step);
+        fs::create_directories(kept_step);
+        SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
+                            kept_step / fmt::format(".rank_{}.tmp", slot.local_rank), header,
+                            kRegionHeader + rec.size,
+                            fmt::format("the kept copy of local rank {}", slot.local_rank));
         std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
         for (uint64_t done = 0; done < rec.size;) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
           reader->read(done, buffer.data(), n);
           co_await link->write(buffer.data(), n);
+          kept.append(buffer.data(), n);
           done += n;
         }
         if (std::string why = co_await read_status(*link); !why.empty()) {
@@ -276,6 +310,7 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
                                       slot.local_rank, why);
           co_return report;
         }
+        if (kept.commit(rec.checksum)) drop_kept_but(keep, slot.local_rank, step);
         report.bytes += rec.size;
       }
       report.ok = true;

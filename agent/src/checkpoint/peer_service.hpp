@@ -48,6 +48,9 @@ struct TransferReport {
   std::string detail;  // why not, when not ok
 };
 
+// The steps of local rank `local_rank` kept in `keep` (PeerService::put).
+std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);
+
 class PeerService {
  public:
   // Serves on `bind_host` (an OS-chosen port), holding copies in `copies_dir`, bounded by `limit`.
@@ -66,10 +69,14 @@ class PeerService {
 
   // Puts step `step` of each of `ranks` (their slots in the regions of `regions`) to `to`, as
   // node `origin`'s copies, one rank after the other. A slot the worker reused during the copy
-  // fails the put (the peer refuses a copy whose checksum does not match).
+  // fails the put (the peer refuses a copy whose checksum does not match). Each rank's copy is
+  // also kept on this node, once the peer has it, as `keep`/step_<S>/rank_<L>.ddpckpt (the
+  // persisted layout; its older step removed): the worker's next saves overwrite both its slots,
+  // and the step its peer holds must stay restorable here too.
   boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
                                              std::filesystem::path regions,
-                                             std::vector<RankSlot> ranks, int64_t step);
+                                             std::vector<RankSlot> ranks, int64_t step,
+                                             std::filesystem::path keep);
   // Gets `origin`'s copies of step `step` from `from` into the regions of `regions`: its local
   // rank `origin_local` into this node's local rank `local_rank`, for each pair.
   boost::asio::awaitable<TransferReport> get(PeerAddress from, std::string origin,

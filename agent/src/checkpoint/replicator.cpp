@@ -68,7 +68,7 @@ void CheckpointReplicator::poll() {
   sent_ = newest;
   const uint64_t generation = generation_;
   asio::co_spawn(
-      io_, service_.put(*peer_, origin_, regions_, ranks_, *newest),
+      io_, service_.put(*peer_, origin_, regions_, ranks_, *newest, regions_ / "kept"),
       [this, alive = alive_, generation, peer = peer()](std::exception_ptr e, TransferReport r) {
         if (!*alive || generation != generation_) return;
         busy_ = false;

@@ -4,7 +4,9 @@
 // no copy is under way, puts that step to the round's peer node (node k's is node k+1 mod n)
 // through the peer service, in the background: a worker never waits for it. A copy that falls
 // behind skips to the newest step when it is done, so the step last copied (the node's safe step)
-// lags; a copy that fails is tried again at the next new step. Private to the agent.
+// lags; a copy that fails is tried again at the next new step. Each step copied is also kept on
+// this node ("kept" in the regions' folder, PeerService::put), so that the safe step stays
+// restorable here after the worker's saves have overwritten both its slots. Private to the agent.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>

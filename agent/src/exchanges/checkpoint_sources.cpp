@@ -174,27 +174,22 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
 }
 
 boost::asio::awaitable<bool> all_fetched(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                         rendezvous::Round r, const RestorePlan& plan, bool ok,
+                                         rendezvous::Round r, bool ok,
                                          std::chrono::milliseconds wait) {
-  const int fetching = static_cast<int>(std::count_if(plan.fetches.begin(), plan.fetches.end(),
-                                                      [](const auto& f) { return !f.empty(); }));
-  if (fetching == 0) co_return true;
   rendezvous::Scope scope = rendezvous::Scope::of(r);
-  std::string topic = "checkpoint_fetched";
-  if (!plan.fetches[static_cast<size_t>(r.node_rank)].empty()) {
-    std::string text = ok ? "ok" : "failed";
-    try {
-      co_await rdzv->publish(scope, topic, std::move(text));
-    } catch (const std::exception& e) {
-      spdlog::warn("could not tell the other nodes whether its checkpoints arrived: {}", e.what());
-      co_return false;
-    }
+  std::string topic = "checkpoint_restored";
+  std::string text = ok ? "ok" : "failed";
+  try {
+    co_await rdzv->publish(scope, topic, std::move(text));
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes whether its checkpoints are in place: {}",
+                 e.what());
+    co_return false;
   }
   const std::vector<std::string> said =
-      co_await rdzv->gather(std::move(scope), std::move(topic), fetching, wait);
-  co_return static_cast<int>(said.size()) ==
-      fetching&& std::all_of(said.begin(), said.end(),
-                             [](const std::string& s) { return s == "ok"; });
+      co_await rdzv->gather(std::move(scope), std::move(topic), r.num_nodes, wait);
+  co_return static_cast<int>(said.size()) == r.num_nodes &&
+      std::all_of(said.begin(), said.end(), [](const std::string& s) { return s == "ok"; });
 }
 
 }  // namespace ddprun::agent::checkpoint_sources

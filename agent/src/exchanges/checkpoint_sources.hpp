@@ -10,9 +10,10 @@
 //     that left the job and whose copies another node still holds (the first such, by id), rank
 //     for rank;
 //   - the step restored is the newest every local rank of every node can restore;
-//   - a rank whose region does not hold it gets it from the node holding its copy before the
-//     workers start; a node that does reports (topic "checkpoint_fetched") and the round restores
-//     from memory only if every such copy arrived.
+//   - a rank whose region does not hold it gets it from the node holding its copy (or the copy
+//     its own node kept of what its peer holds) before the workers start; every node says whether
+//     its ranks hold it now (topic "checkpoint_restored"), and the round restores from memory only
+//     if all do.
 // Built on the rendezvous' exchange. With no copies anywhere this is the newest step every rank's
 // own region holds.
 #include <chrono>
@@ -74,10 +75,11 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
                                                        rendezvous::Round r, NodeCheckpoints mine,
                                                        std::chrono::milliseconds wait);
 
-// After the fetches: this node says whether its copies arrived (`fetched`: it had some to get),
-// and learns whether every node's did. Never throws; false where a node did not answer in time.
+// Once this node's ranks hold the plan's step (fetched, or put back from the copy kept here),
+// or could not: every node says which (topic "checkpoint_restored") and learns whether all did.
+// Never throws; false where a node did not answer in time.
 boost::asio::awaitable<bool> all_fetched(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                         rendezvous::Round r, const RestorePlan& plan, bool ok,
+                                         rendezvous::Round r, bool ok,
                                          std::chrono::milliseconds wait);
 
 }  // namespace ddprun::agent::checkpoint_sources
