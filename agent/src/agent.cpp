@@ -258,9 +258,8 @@ class NodeAgent {
     // Every address, IPv6 and IPv4 where the host has IPv6, else IPv4's.
     for (const char* any : {"::", "0.0.0.0"}) {
       try {
-        peer_service_ = std::make_unique<PeerService>(auth, any,
-                                                      fs::path(checkpoints_.path()) / "peers",
-                                                      cfg_.checkpoint_memory_limit);
+        peer_service_ = std::make_unique<PeerService>(
+            auth, any, fs::path(checkpoints_.path()) / "peers", cfg_.checkpoint_memory_limit);
         break;
       } catch (const std::exception& e) {
         if (std::string_view(any) == "::") continue;

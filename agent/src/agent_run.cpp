@@ -514,8 +514,9 @@ struct Run : AgentParts {
       try {
         read_back(kept_dir(), step, local, checkpoints.path(), local, never);
       } catch (const std::exception& e) {
-        spdlog::warn("round {}: the copy of step {} kept for local rank {} could not be restored: {}",
-                     round.number, step, local, e.what());
+        spdlog::warn(
+            "round {}: the copy of step {} kept for local rank {} could not be restored: {}",
+            round.number, step, local, e.what());
         return false;
       }
     }

@@ -176,6 +176,9 @@ def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
         # Each node's event log says where its copies went and what it held of others'.
         for i in (0, 2):
             assert events(out, i, "checkpoint_replicated"), events(out, i)
+            # To the next node of the round, never to itself.
+            assert all(not e["peer"].startswith(ADDRS[i] + ":")
+                       for e in events(out, i, "checkpoint_replicated")), events(out, i)
             held = events(out, i, "checkpoints_held")
             assert held and held[0]["safe_step"] is not None and held[0]["peer"], held
             assert len(held[0]["peer_copies"]) == 1, held

@@ -269,7 +269,16 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
+    const fs::path kept_step = keep / fmt::format("step_{}", step);
+    const auto kept_file = [&](int local) {
+      return kept_step / fmt::format("rank_{}.ddpckpt", local);
+    };
+    bool sent = false;
     try {
+      // First every rank's slot into a copy of this node's own, at memory speed: the worker's
+      // next save but one reuses the slot, and the network is slower than that.
+      fs::create_directories(kept_step);
+      std::vector<SlotRecord> records;
       for (const RankSlot& slot : ranks) {
         const fs::path region = regions / fmt::format("rank{}", slot.local_rank);
         std::optional<SlotReader> reader = SlotReader::open(region, step);
@@ -277,46 +286,70 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
           report.detail =
               fmt::format("local rank {} no longer holds step {} (the worker saved twice more)",
                           slot.local_rank, step);
-          co_return report;
+          break;
         }
         const SlotRecord& rec = reader->record();
-        std::unique_ptr<PeerLink> link =
-            co_await PeerLink::connect(io_.get_executor(), to.host, to.port, auth_, kIdleLimit);
-        Request request{kPut, slot.local_rank, slot.rank, step, kRegionHeader + rec.size, origin};
-        co_await send_request(*link, request);
-        const std::string header = reader->file_header(up(rec.size, kFileSlotRounding));
-        co_await link->write(header.data(), header.size());
-        if (std::string why = co_await read_status(*link); !why.empty()) {
-          report.detail = fmt::format("{} refused local rank {}'s copy: {}", link->peer(),
-                                      slot.local_rank, why);
-          co_return report;
-        }
-        const fs::path kept_step = keep / fmt::format("step_{}", step);
-        fs::create_directories(kept_step);
-        SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
-                            kept_step / fmt::format(".rank_{}.tmp", slot.local_rank), header,
-                            kRegionHeader + rec.size,
-                            fmt::format("the kept copy of local rank {}", slot.local_rank));
+        SlotFileWriter kept(
+            kept_file(slot.local_rank), kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
+            reader->file_header(up(rec.size, kFileSlotRounding)), kRegionHeader + rec.size,
+            fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
         std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
         for (uint64_t done = 0; done < rec.size;) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
           reader->read(done, buffer.data(), n);
-          co_await link->write(buffer.data(), n);
           kept.append(buffer.data(), n);
+          done += n;
+        }
+        if (!kept.commit(rec.checksum) || !reader->unchanged()) {
+          report.detail = fmt::format("local rank {} reused its slot of step {} during the copy",
+                                      slot.local_rank, step);
+          break;
+        }
+        records.push_back(rec);
+      }
+      // Then from there to the peer, at the network's pace.
+      for (size_t i = 0; report.detail.empty() && i < ranks.size(); ++i) {
+        const RankSlot& slot = ranks[i];
+        const SlotRecord& rec = records[i];
+        const Fd in(open_or_fail(kept_file(slot.local_rank), O_RDONLY));
+        std::unique_ptr<PeerLink> link =
+            co_await PeerLink::connect(io_.get_executor(), to.host, to.port, auth_, kIdleLimit);
+        Request request{kPut, slot.local_rank, slot.rank, step, kRegionHeader + rec.size, origin};
+        co_await send_request(*link, request);
+        std::string header(kRegionHeader, '\0');
+        read_all(in.fd, header.data(), header.size(), 0, kept_file(slot.local_rank));
+        co_await link->write(header.data(), header.size());
+        if (std::string why = co_await read_status(*link); !why.empty()) {
+          report.detail = fmt::format("{} refused local rank {}'s copy: {}", link->peer(),
+                                      slot.local_rank, why);
+          break;
+        }
+        std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
+        for (uint64_t done = 0; done < rec.size;) {
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
+          read_all(in.fd, buffer.data(), n, kRegionHeader + done, kept_file(slot.local_rank));
+          co_await link->write(buffer.data(), n);
           done += n;
         }
         if (std::string why = co_await read_status(*link); !why.empty()) {
           report.detail = fmt::format("{} did not keep local rank {}'s copy: {}", link->peer(),
                                       slot.local_rank, why);
-          co_return report;
+          break;
         }
-        if (kept.commit(rec.checksum)) drop_kept_but(keep, slot.local_rank, step);
         report.bytes += rec.size;
       }
-      report.ok = true;
+      sent = report.detail.empty();
     } catch (const std::exception& e) {
       report.detail = e.what();
     }
+    // The peer has it: this node keeps that step only. It does not: the step before stays.
+    std::error_code ec;
+    if (sent) {
+      for (const RankSlot& slot : ranks) drop_kept_but(keep, slot.local_rank, step);
+    } else {
+      fs::remove_all(kept_step, ec);
+    }
+    report.ok = sent;
     report.took = std::chrono::steady_clock::now() - started;
     co_return report;
   };

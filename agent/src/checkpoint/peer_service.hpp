@@ -68,11 +68,13 @@ class PeerService {
   void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
 
   // Puts step `step` of each of `ranks` (their slots in the regions of `regions`) to `to`, as
-  // node `origin`'s copies, one rank after the other. A slot the worker reused during the copy
-  // fails the put (the peer refuses a copy whose checksum does not match). Each rank's copy is
-  // also kept on this node, once the peer has it, as `keep`/step_<S>/rank_<L>.ddpckpt (the
-  // persisted layout; its older step removed): the worker's next saves overwrite both its slots,
-  // and the step its peer holds must stay restorable here too.
+  // node `origin`'s copies. Every slot is first copied at memory speed into
+  // `keep`/step_<S>/rank_<L>.ddpckpt (the persisted layout), checked against its checksum and its
+  // slot's sequence (a slot the worker reused meanwhile fails the put), and sent from there: the
+  // worker saves again long before a gigabyte crosses a network. Once the peer has every rank's
+  // copy, this node keeps that step only (its older one removed); where it does not, the older
+  // one stays: the step the peer holds stays restorable here after the worker's saves overwrite
+  // both its slots.
   boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
                                              std::filesystem::path regions,
                                              std::vector<RankSlot> ranks, int64_t step,

@@ -169,6 +169,17 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
     if (!n) co_return std::nullopt;
     a.nodes.push_back(std::move(*n));
   }
+  // In node rank order (the exchange gives them in the order of the nodes' ids).
+  if (!r.members.empty()) {
+    std::vector<NodeCheckpoints> ordered;
+    for (const std::string& id : r.members) {
+      const auto it = std::find_if(a.nodes.begin(), a.nodes.end(),
+                                   [&](const NodeCheckpoints& n) { return n.id == id; });
+      if (it == a.nodes.end()) co_return std::nullopt;  // (not this round's account)
+      ordered.push_back(std::move(*it));
+    }
+    a.nodes = std::move(ordered);
+  }
   a.plan = plan_restore(a.nodes);
   co_return a;
 }
@@ -188,8 +199,9 @@ boost::asio::awaitable<bool> all_fetched(std::shared_ptr<rendezvous::Rendezvous>
   }
   const std::vector<std::string> said =
       co_await rdzv->gather(std::move(scope), std::move(topic), r.num_nodes, wait);
-  co_return static_cast<int>(said.size()) == r.num_nodes &&
-      std::all_of(said.begin(), said.end(), [](const std::string& s) { return s == "ok"; });
+  co_return static_cast<int>(said.size()) ==
+      r.num_nodes&& std::all_of(said.begin(), said.end(),
+                                [](const std::string& s) { return s == "ok"; });
 }
 
 }  // namespace ddprun::agent::checkpoint_sources

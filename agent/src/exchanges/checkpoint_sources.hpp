@@ -64,7 +64,8 @@ struct RestorePlan {
 // The plan for a round whose nodes, in node order, published `nodes`.
 RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes);
 
-// Publishes `mine` and returns the round's plan and every node's account (in node order), or
+// Publishes `mine` and returns the round's plan and every node's account (in node rank order,
+// by the round's members), or
 // nullopt where the round ended (or `wait` passed) before every node answered: a round that
 // cannot agree restores nothing. Never throws.
 struct Agreement {

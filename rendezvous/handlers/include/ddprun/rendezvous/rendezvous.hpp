@@ -150,7 +150,8 @@ class Rendezvous {
   // StoreError when the store cannot take it.
   virtual boost::asio::awaitable<void> publish(Scope scope, std::string topic,
                                                std::string value) = 0;
-  // Every node's value for `topic` in `scope`, this node's included, in node order: once
+  // Every node's value for `topic` in `scope`, this node's included, ordered by node id (not by
+  // node rank: a caller that needs rank order puts its id in the value): once
   // `expected` nodes have published, or `wait` has passed, or (a round's scope) the round has
   // ended; then what came. Never throws: what cannot be read is left out (logged), and leaving the
   // job ends the wait.
