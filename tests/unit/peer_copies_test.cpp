@@ -92,8 +92,9 @@ using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
 
 }  // namespace
 
-TEST_CASE("a put copies each rank's slot to the peer, and a get restores it bit for bit",
-          "[peer_copies]") {
+TEST_CASE(
+    "peer copies: a put copies each rank's slot to the peer, and a get restores it bit for bit",
+    "[peer_copies]") {
   Folder a, b, c;
   PeerService holder(auth_with("0123456789abcdef-job"), "127.0.0.1", b.path / "peers", {});
   PeerService sender(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
@@ -132,7 +133,8 @@ TEST_CASE("a put copies each rank's slot to the peer, and a get restores it bit 
   CHECK_THAT(none.detail, Catch::Contains("no copy of step 9 of local rank 1 of node node-a"));
 }
 
-TEST_CASE("a stranger without the job's token gets nothing and changes nothing", "[peer_copies]") {
+TEST_CASE("peer copies: a stranger without the job's token gets nothing and changes nothing",
+          "[peer_copies]") {
   Folder a, b, c;
   PeerService holder(auth_with("0123456789abcdef-job"), "127.0.0.1", b.path / "peers", {});
   PeerService member(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
@@ -168,8 +170,10 @@ TEST_CASE("a stranger without the job's token gets nothing and changes nothing",
   CHECK_FALSE(fake.ok);
 }
 
-TEST_CASE("a copy that fails its checksum, or is cut short, leaves the previous one in force",
-          "[peer_copies]") {
+TEST_CASE(
+    "peer copies: a copy that fails its checksum, or is cut short, leaves the previous one in "
+    "force",
+    "[peer_copies]") {
   Folder a, b;
   PeerService holder(auth_with(nullptr), "127.0.0.1", b.path / "peers", {});
   PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
@@ -215,8 +219,9 @@ TEST_CASE("a copy that fails its checksum, or is cut short, leaves the previous 
   CHECK(std::distance(fs::directory_iterator(b.path / "peers"), fs::directory_iterator()) == 2);
 }
 
-TEST_CASE("the memory limit holds on the peer: the older copy goes first, never the newest",
-          "[peer_copies]") {
+TEST_CASE(
+    "peer copies: the memory limit holds on the peer: the older copy goes first, never the newest",
+    "[peer_copies]") {
   Folder a, b;
   const uint64_t copy = kRegionHeader + (1 << 20);
   PeerService holder(auth_with(nullptr), "127.0.0.1", b.path / "peers", 2 * copy + 100);
@@ -236,8 +241,10 @@ TEST_CASE("the memory limit holds on the peer: the older copy goes first, never 
   CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{3, 4});
 }
 
-TEST_CASE("with TLS a copy goes encrypted, and a peer without the job's certificates gets nothing",
-          "[peer_copies]") {
+TEST_CASE(
+    "peer copies: with TLS a copy goes encrypted, and a peer without the job's certificates gets "
+    "nothing",
+    "[peer_copies]") {
   Folder a, b, c, certs;
   const auto files = [](const ddprun::testing::TestCertificates& t) {
     ddprun::store::TlsFiles f;

@@ -21,7 +21,8 @@ void (*disposition(int signo))(int) {
 
 }  // namespace
 
-TEST_CASE("a signal reaches the listener's handler on its loop, every time", "[signal_listener]") {
+TEST_CASE("signal listener: a signal reaches the listener's handler on its loop, every time",
+          "[signal_listener]") {
   boost::asio::io_context io;
   std::vector<int> got;
   SignalListener listener(io, {SIGUSR2}, [&](int signo) { got.push_back(signo); });
@@ -34,7 +35,8 @@ TEST_CASE("a signal reaches the listener's handler on its loop, every time", "[s
   CHECK(got == std::vector<int>{SIGUSR2, SIGUSR2});
 }
 
-TEST_CASE("after cancel a signal is dropped: no handler runs", "[signal_listener]") {
+TEST_CASE("signal listener: after cancel a signal is dropped: no handler runs",
+          "[signal_listener]") {
   boost::asio::io_context io;
   int calls = 0;
   SignalListener listener(io, {SIGUSR2}, [&](int) { ++calls; });
@@ -44,7 +46,7 @@ TEST_CASE("after cancel a signal is dropped: no handler runs", "[signal_listener
   CHECK(calls == 0);
 }
 
-TEST_CASE("a signal that arrives once the listener is gone is ignored, not fatal",
+TEST_CASE("signal listener: a signal that arrives once the listener is gone is ignored, not fatal",
           "[signal_listener]") {
   std::signal(SIGUSR2, SIG_DFL);  // (as it was before any listener of this program)
   {
