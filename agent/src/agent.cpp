@@ -198,6 +198,15 @@ class NodeAgent {
       } else {
         try {
           std::rethrow_exception(e);
+        } catch (const boost::system::system_error& ex) {
+          if (ex.code() == asio::error::operation_aborted && signaled_ != 0) {
+            // The stop cancelled a wait that had no way out of its own: the job was stopped.
+            outcome.state = AgentOutcome::State::kSignaled;
+            outcome.signal = signaled_;
+            outcome.run_log_dir = run_dir_.string();
+          } else {
+            outcome = launch_error(ex.what());
+          }
         } catch (const std::exception& ex) {
           outcome = launch_error(ex.what());
         }
