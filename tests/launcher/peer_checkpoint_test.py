@@ -30,6 +30,12 @@ ADDRS = [f"{NET}.{11 + i}" for i in range(HOSTS)]
 STEPS, K = 12, 5
 
 
+def job(run_id):
+    """The rendezvous id of `run_id`: this test's own, so that the checkpoint folders a variant
+    running beside it (torch 2.14's) makes in /dev/shm do not count as this test's copies."""
+    return f"{run_id}-{os.getpid()}"
+
+
 class Cluster:
     def __init__(self):
         tag = str(os.getpid())
@@ -63,7 +69,7 @@ class Cluster:
     def start(self, run_id, i, out, nnodes, env=None, extra=()):
         cmd = ["ip", "netns", "exec", self.hosts[i], DDPRUN, f"--nnodes={nnodes}",
                "--nproc_per_node=1", "--max_restarts=3", "--rdzv_backend=c10d",
-               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}",
+               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={job(run_id)}",
                "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
                f"--event_log={out}/events.{i}.jsonl", *extra, WORKLOAD, str(STEPS), out]
         self.agents[(run_id, i)] = subprocess.Popen(
@@ -74,7 +80,7 @@ class Cluster:
     def status(self, run_id):
         r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
                             "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
-                            f"--rdzv_id={run_id}"], capture_output=True, text=True, timeout=60)
+                            f"--rdzv_id={job(run_id)}"], capture_output=True, text=True, timeout=60)
         return r.stdout + r.stderr
 
     def finish(self, run_id, hosts):
@@ -110,7 +116,7 @@ def bit_identical(a, b):
 
 def copies_of_step(run_id, step):
     """The peer copies of `step` held on this machine (every node's folder in /dev/shm)."""
-    return glob.glob(f"/dev/shm/ddprun-checkpoints-{run_id}-*/peers/*.step{step}.ddpckpt")
+    return glob.glob(f"/dev/shm/ddprun-checkpoints-{job(run_id)}-*/peers/*.step{step}.ddpckpt")
 
 
 def complete_on_disk(disk, ranks):
