@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 
+from checkpoint_test import bit_identical
 from netns import bridge_hosts, remove_namespaces
 from proc_util import left_running, wait_for
 
@@ -103,15 +104,6 @@ def events(out, i, name=None):
         return []
     with open(path) as f:
         return [e for e in map(json.loads, f) if name is None or e["event"] == name]
-
-
-def bit_identical(a, b):
-    r = subprocess.run([PY, "-c", "import sys, torch; x, y = torch.load(sys.argv[1]), "
-                        "torch.load(sys.argv[2]); sys.exit(0 if len(x) == len(y) and "
-                        "all(torch.equal(p, q) for p, q in zip(x, y)) else 1)",
-                        os.path.join(a, "final.pt"), os.path.join(b, "final.pt")],
-                       capture_output=True, text=True, timeout=120)
-    return r.returncode == 0
 
 
 def copies_of_step(run_id, step):
