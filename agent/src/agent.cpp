@@ -314,6 +314,7 @@ class NodeAgent {
     return {{"peer", peer},
             {"safe_step", safe ? nlohmann::json(*safe) : nlohmann::json(nullptr)},
             {"lag", safe && newest ? std::max<int64_t>(0, *newest - *safe) : 0},
+            {"stride", replicator_->stride()},
             {"holds", std::move(holds)}};
   }
 

@@ -25,6 +25,7 @@
 #include "ddprun/store/local_address.hpp"
 #include "exchanges/checkpoint_agreement.hpp"
 #include "exchanges/checkpoint_sources.hpp"
+#include "exchanges/checkpoint_stride.hpp"
 #include "exchanges/crash_loop.hpp"
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
@@ -670,7 +671,7 @@ struct Run : AgentParts {
       if (next.port != 0) peer = PeerAddress{next.host, next.port};
     }
     replicator->watch(nodes[static_cast<size_t>(round.node_rank)].id, std::move(ranks),
-                      std::move(peer));
+                      std::move(peer), checkpoint_stride::board(rdzv, round));
   }
 
   // The event log's account of the in-memory checkpoints once a round's workers ended: per local
@@ -688,6 +689,7 @@ struct Run : AgentParts {
       const std::optional<int64_t> safe = replicator->safe_step();
       fields["safe_step"] = safe ? nlohmann::json(*safe) : nlohmann::json(nullptr);
       fields["peer"] = replicator->peer();
+      fields["stride"] = replicator->stride();
       fields["peer_copies"] = peers->copies().steps();
     }
     events.record("checkpoints_held", std::move(fields));

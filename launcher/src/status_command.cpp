@@ -108,8 +108,10 @@ std::string checkpoints_line(const std::string& account) {
   if (a.contains("replica") && a["replica"].is_object()) {
     const auto& r = a["replica"];
     if (r.contains("safe_step") && r["safe_step"].is_number_integer()) {
-      line += fmt::format("; safe up to step {} (copied to {}, {} step(s) behind)",
-                          r["safe_step"].get<int64_t>(), r.value("peer", "?"), r.value("lag", 0));
+      line +=
+          fmt::format("; safe up to step {} (copied to {}, {} step(s) behind, every {} step(s))",
+                      r["safe_step"].get<int64_t>(), r.value("peer", "?"), r.value("lag", 0),
+                      r.value("stride", 1));
     } else {
       line += fmt::format("; nothing copied to {} yet", r.value("peer", "?"));
     }

@@ -3,6 +3,7 @@
 // a broken copy, a transfer cut short and the memory limit leave behind.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,15 @@ TransferReport wait(Awaitable a) {
   return f.get();
 }
 
+// Stages step `step` of `ranks` into `regions`/kept, then puts it to `to`: what the replicator
+// does. The stage's report where it failed.
+TransferReport put(PeerService& from, const PeerAddress& to, const std::string& origin,
+                   const fs::path& regions, const std::vector<RankSlot>& ranks, int64_t step) {
+  TransferReport staged = wait(from.stage(regions, ranks, step, regions / "kept"));
+  if (!staged.ok) return staged;
+  return wait(from.put(to, origin, ranks, step, regions / "kept"));
+}
+
 using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
 
 }  // namespace
@@ -101,10 +111,10 @@ TEST_CASE(
   const std::string p0 = make_region(a.path, 0, 7, 3 << 20, 1);
   const std::string p1 = make_region(a.path, 1, 7, 1 << 20, 2);
   const PeerAddress to{"127.0.0.1", holder.port()};
-  TransferReport put = wait(sender.put(to, "node-a", a.path, {{0, 4}, {1, 5}}, 7, a.path / "kept"));
-  INFO(put.detail);
-  REQUIRE(put.ok);
-  CHECK(put.bytes == (3u << 20) + (1u << 20));
+  TransferReport sent = put(sender, to, "node-a", a.path, {{0, 4}, {1, 5}}, 7);
+  INFO(sent.detail);
+  REQUIRE(sent.ok);
+  CHECK(sent.bytes == (3u << 20) + (1u << 20));
   CHECK(holder.copies().steps() == Steps{{"node-a", {{7}, {7}}}});
   // Once the peer has it, the sender keeps its own copy of the step too.
   CHECK(kept_steps(a.path / "kept", 0) == std::vector<int64_t>{7});
@@ -116,14 +126,22 @@ TEST_CASE(
   REQUIRE(got.ok);
   CHECK(region_payload(c.path, 0) == p0);
   CHECK(region_payload(c.path, 1) == p1);
-  // The newest two steps per rank are kept.
+  // The holder keeps the newest two steps per rank.
   make_region(a.path, 0, 8, 1 << 20, 3);
-  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8, a.path / "kept")).ok);
+  REQUIRE(put(sender, to, "node-a", a.path, {{0, 4}}, 8).ok);
   make_region(a.path, 0, 9, 1 << 20, 4);
-  REQUIRE(wait(sender.put(to, "node-a", a.path, {{0, 4}}, 9, a.path / "kept")).ok);
-  CHECK(kept_steps(a.path / "kept", 0) == std::vector<int64_t>{9});  // the newest only
+  REQUIRE(put(sender, to, "node-a", a.path, {{0, 4}}, 9).ok);
+  // The sender keeps each step it staged until told which to drop.
+  std::vector<int64_t> kept = kept_steps(a.path / "kept", 0);
+  std::sort(kept.begin(), kept.end());
+  CHECK(kept == std::vector<int64_t>{7, 8, 9});
+  drop_kept(a.path / "kept", 0, {8, 9});
+  kept = kept_steps(a.path / "kept", 0);
+  std::sort(kept.begin(), kept.end());
+  CHECK(kept == std::vector<int64_t>{8, 9});
+  CHECK(kept_steps(a.path / "kept", 1) == std::vector<int64_t>{7});
   // A slot the worker no longer holds is not sent.
-  TransferReport gone = wait(sender.put(to, "node-a", a.path, {{0, 4}}, 8, a.path / "kept"));
+  TransferReport gone = put(sender, to, "node-a", a.path, {{0, 4}}, 8);
   CHECK_FALSE(gone.ok);
   CHECK_THAT(gone.detail, Catch::Contains("no longer holds step 8"));
   CHECK(holder.copies().steps() == Steps{{"node-a", {{8, 9}, {7}}}});
@@ -140,13 +158,13 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   PeerService member(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
   make_region(a.path, 0, 3, 1 << 20, 1);
   const PeerAddress to{"127.0.0.1", holder.port()};
-  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3, a.path / "kept")).ok);
+  REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
   for (const char* token : {"another-job-token-0000", static_cast<const char*>(nullptr)}) {
     PeerService stranger(auth_with(token), "127.0.0.1", c.path / "peers", {});
     make_region(c.path, 0, 4, 1 << 20, 9);
-    TransferReport put = wait(stranger.put(to, "node-a", c.path, {{0, 0}}, 4, c.path / "kept"));
-    CHECK_FALSE(put.ok);
-    CHECK_THAT(put.detail, Catch::Contains("refused"));
+    TransferReport sent = put(stranger, to, "node-a", c.path, {{0, 0}}, 4);
+    CHECK_FALSE(sent.ok);
+    CHECK_THAT(sent.detail, Catch::Contains("refused"));
     TransferReport get = wait(stranger.get(to, "node-a", c.path, {{0, 0}}, 3));
     CHECK_FALSE(get.ok);
     CHECK(region_payload(c.path, 0) == payload_of(1 << 20, 9));  // nothing was written to it
@@ -161,7 +179,7 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   boost::system::error_code ec;
   while (!ec) raw.read_some(asio::buffer(sink), ec);  // until the service closes it
   CHECK(holder.copies().steps() == Steps{{"node-a", {{3}}}});
-  REQUIRE(wait(member.put(to, "node-a", a.path, {{0, 0}}, 3, a.path / "kept")).ok);
+  REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
   // And a member that does not know the holder's token is not given the copy either: the
   // holder's own proof is checked.
   PeerService impostor(auth_with("0123456789abcdef-other"), "127.0.0.1", c.path / "peers2", {});
@@ -179,9 +197,9 @@ TEST_CASE(
   PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
   const PeerAddress to{"127.0.0.1", holder.port()};
   make_region(a.path, 0, 5, 1 << 20, 1);
-  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 5, a.path / "kept")).ok);
+  REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, 5).ok);
   make_region(a.path, 0, 6, 1 << 20, 2, /*torn=*/true);
-  TransferReport torn = wait(sender.put(to, "n", a.path, {{0, 0}}, 6, a.path / "kept"));
+  TransferReport torn = put(sender, to, "n", a.path, {{0, 0}}, 6);
   CHECK_FALSE(torn.ok);  // found by the sender's own copy first: nothing sent
   CHECK_THAT(torn.detail, Catch::Contains("reused its slot of step 6 during the copy"));
   CHECK(kept_steps(a.path / "kept", 0) == std::vector<int64_t>{5});  // the step before stays
@@ -214,7 +232,7 @@ TEST_CASE(
   s.close();
   // The holder noticed (its read failed) and gave the room back: a whole copy of 7 goes in.
   make_region(a.path, 0, 7, 1 << 20, 3);
-  REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, 7, a.path / "kept")).ok);
+  REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, 7).ok);
   CHECK(holder.copies().steps() == Steps{{"n", {{5, 7}}}});
   CHECK(std::distance(fs::directory_iterator(b.path / "peers"), fs::directory_iterator()) == 2);
 }
@@ -229,13 +247,13 @@ TEST_CASE(
   const PeerAddress to{"127.0.0.1", holder.port()};
   for (int64_t step = 1; step <= 4; ++step) {
     make_region(a.path, 0, step, 1 << 20, static_cast<char>(step));
-    REQUIRE(wait(sender.put(to, "n", a.path, {{0, 0}}, step, a.path / "kept")).ok);
+    REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, step).ok);
     CHECK(holder.copies().bytes() <= 2 * copy + 100);
   }
   CHECK(holder.copies().steps() == Steps{{"n", {{3, 4}}}});
   // A second rank does not fit beside them: refused, naming the sizes; rank 0's copies stay.
   make_region(a.path, 1, 4, 1 << 20, 9);
-  TransferReport over = wait(sender.put(to, "n", a.path, {{1, 1}}, 4, a.path / "kept"));
+  TransferReport over = put(sender, to, "n", a.path, {{1, 1}}, 4);
   CHECK_FALSE(over.ok);
   CHECK_THAT(over.detail, Catch::Contains("--checkpoint_memory_limit is"));
   CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{3, 4});
@@ -267,14 +285,14 @@ TEST_CASE(
                      a.path / "peers", {});
   const std::string payload = make_region(a.path, 0, 2, 1 << 20, 5);
   const PeerAddress to{"127.0.0.1", holder.port()};
-  TransferReport put = wait(sender.put(to, "n", a.path, {{0, 0}}, 2, a.path / "kept"));
-  INFO(put.detail);
-  REQUIRE(put.ok);
+  TransferReport sent = put(sender, to, "n", a.path, {{0, 0}}, 2);
+  INFO(sent.detail);
+  REQUIRE(sent.ok);
   REQUIRE(wait(sender.get(to, "n", c.path, {{0, 0}}, 2)).ok);
   CHECK(region_payload(c.path, 0) == payload);
   // In the clear, or with a certificate of another CA (the token right): refused.
   PeerService clear(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
-  CHECK_FALSE(wait(clear.put(to, "n", a.path, {{0, 0}}, 2, a.path / "kept")).ok);
+  CHECK_FALSE(put(clear, to, "n", a.path, {{0, 0}}, 2).ok);
   PeerService stranger(with_tls(auth_with("0123456789abcdef-job"), other), "127.0.0.1",
                        c.path / "peers2", {});
   CHECK_FALSE(wait(stranger.get(to, "n", c.path, {{0, 0}}, 2)).ok);

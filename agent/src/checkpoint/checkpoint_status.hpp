@@ -36,7 +36,8 @@ class CheckpointStatus {
   void replica(nlohmann::json r) { replica_ = std::move(r); }
   // The account as published (as JSON text): {"bytes": B, "ranks": [{"rank", "local_rank", "step"
   // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}, and with copies
-  // to a peer "replica": {"peer": "host:port", "safe_step": S or null, "lag": steps, "holds":
+  // to a peer "replica": {"peer": "host:port", "safe_step": S or null, "lag": steps, "stride":
+  // steps between the steps copied, "holds":
   // {origin node: [steps of its local rank 0]}}}.
   nlohmann::json account() const;
 

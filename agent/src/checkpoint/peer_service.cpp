@@ -122,18 +122,6 @@ asio::awaitable<void> receive_payload(PeerLink& link, SlotFileWriter& out, uint6
   }
 }
 
-// Removes local rank `local`'s kept copies of steps other than `step` (and step folders left
-// empty).
-void drop_kept_but(const fs::path& keep, int local, int64_t step) {
-  std::error_code ec;
-  const std::string mine = fmt::format("step_{}", step);
-  for (const auto& e : fs::directory_iterator(keep, ec)) {
-    if (e.path().filename() == mine) continue;
-    fs::remove(e.path() / fmt::format("rank_{}.ddpckpt", local), ec);
-    if (fs::is_empty(e.path(), ec)) fs::remove(e.path(), ec);
-  }
-}
-
 }  // namespace
 
 std::vector<int64_t> kept_steps(const fs::path& keep, int local_rank) {
@@ -149,6 +137,19 @@ std::vector<int64_t> kept_steps(const fs::path& keep, int local_rank) {
     }
   }
   return out;
+}
+
+void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(keep, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0) continue;
+    const bool wanted = std::any_of(except.begin(), except.end(),
+                                    [&](int64_t s) { return name == fmt::format("step_{}", s); });
+    if (wanted) continue;
+    fs::remove(e.path() / fmt::format("rank_{}.ddpckpt", local_rank), ec);
+    if (fs::is_empty(e.path(), ec)) fs::remove(e.path(), ec);
+  }
 }
 
 PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path copies_dir,
@@ -262,23 +263,15 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
   co_await send_status(*link, "");
 }
 
-asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
-                                                 fs::path regions, std::vector<RankSlot> ranks,
-                                                 int64_t step, fs::path keep) {
-  auto run = [this, to, origin, regions, ranks, step, keep]() -> asio::awaitable<TransferReport> {
+asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector<RankSlot> ranks,
+                                                   int64_t step, fs::path keep) {
+  auto run = [regions, ranks, step, keep]() -> asio::awaitable<TransferReport> {
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
     const fs::path kept_step = keep / fmt::format("step_{}", step);
-    const auto kept_file = [&](int local) {
-      return kept_step / fmt::format("rank_{}.ddpckpt", local);
-    };
-    bool sent = false;
     try {
-      // First every rank's slot into a copy of this node's own, at memory speed: the worker's
-      // next save but one reuses the slot, and the network is slower than that.
       fs::create_directories(kept_step);
-      std::vector<SlotRecord> records;
       for (const RankSlot& slot : ranks) {
         const fs::path region = regions / fmt::format("rank{}", slot.local_rank);
         std::optional<SlotReader> reader = SlotReader::open(region, step);
@@ -289,10 +282,11 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
           break;
         }
         const SlotRecord& rec = reader->record();
-        SlotFileWriter kept(
-            kept_file(slot.local_rank), kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
-            reader->file_header(up(rec.size, kFileSlotRounding)), kRegionHeader + rec.size,
-            fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
+        SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
+                            kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
+                            reader->file_header(up(rec.size, kFileSlotRounding)),
+                            kRegionHeader + rec.size,
+                            fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
         std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
         for (uint64_t done = 0; done < rec.size;) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
@@ -305,19 +299,46 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
                                       slot.local_rank, step);
           break;
         }
-        records.push_back(rec);
+        report.bytes += rec.size;
       }
-      // Then from there to the peer, at the network's pace.
-      for (size_t i = 0; report.detail.empty() && i < ranks.size(); ++i) {
-        const RankSlot& slot = ranks[i];
-        const SlotRecord& rec = records[i];
-        const Fd in(open_or_fail(kept_file(slot.local_rank), O_RDONLY));
+    } catch (const std::exception& e) {
+      report.detail = e.what();
+    }
+    report.ok = report.detail.empty();
+    if (!report.ok) {
+      std::error_code ec;
+      fs::remove_all(kept_step, ec);
+    }
+    report.took = std::chrono::steady_clock::now() - started;
+    co_return report;
+  };
+  co_return co_await asio::co_spawn(io_, run(), asio::use_awaitable);
+}
+
+asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
+                                                 std::vector<RankSlot> ranks, int64_t step,
+                                                 fs::path keep) {
+  auto run = [this, to, origin, ranks, step, keep]() -> asio::awaitable<TransferReport> {
+    const auto started = std::chrono::steady_clock::now();
+    TransferReport report;
+    report.step = step;
+    try {
+      for (const RankSlot& slot : ranks) {
+        const fs::path file =
+            keep / fmt::format("step_{}", step) / fmt::format("rank_{}.ddpckpt", slot.local_rank);
+        const Fd in(open_or_fail(file, O_RDONLY));
+        std::string header(kRegionHeader, '\0');
+        read_all(in.fd, header.data(), header.size(), 0, file);
+        const std::optional<RegionHeader> h = parse_region_header(header);
+        if (!h || h->slots[0].state != SlotRecord::kCommitted || h->slots[0].step != step) {
+          report.detail = fmt::format("{} is not a kept copy of step {}", file.string(), step);
+          break;
+        }
+        const SlotRecord& rec = h->slots[0];
         std::unique_ptr<PeerLink> link =
             co_await PeerLink::connect(io_.get_executor(), to.host, to.port, auth_, kIdleLimit);
         Request request{kPut, slot.local_rank, slot.rank, step, kRegionHeader + rec.size, origin};
         co_await send_request(*link, request);
-        std::string header(kRegionHeader, '\0');
-        read_all(in.fd, header.data(), header.size(), 0, kept_file(slot.local_rank));
         co_await link->write(header.data(), header.size());
         if (std::string why = co_await read_status(*link); !why.empty()) {
           report.detail = fmt::format("{} refused local rank {}'s copy: {}", link->peer(),
@@ -327,7 +348,7 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
         std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
         for (uint64_t done = 0; done < rec.size;) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
-          read_all(in.fd, buffer.data(), n, kRegionHeader + done, kept_file(slot.local_rank));
+          read_all(in.fd, buffer.data(), n, kRegionHeader + done, file);
           co_await link->write(buffer.data(), n);
           done += n;
         }
@@ -338,18 +359,10 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
         }
         report.bytes += rec.size;
       }
-      sent = report.detail.empty();
     } catch (const std::exception& e) {
       report.detail = e.what();
     }
-    // The peer has it: this node keeps that step only. It does not: the step before stays.
-    std::error_code ec;
-    if (sent) {
-      for (const RankSlot& slot : ranks) drop_kept_but(keep, slot.local_rank, step);
-    } else {
-      fs::remove_all(kept_step, ec);
-    }
-    report.ok = sent;
+    report.ok = report.detail.empty();
     report.took = std::chrono::steady_clock::now() - started;
     co_return report;
   };

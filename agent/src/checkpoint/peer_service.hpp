@@ -48,8 +48,12 @@ struct TransferReport {
   std::string detail;  // why not, when not ok
 };
 
-// The steps of local rank `local_rank` kept in `keep` (PeerService::put).
+// The steps of local rank `local_rank` kept in `keep` (PeerService::stage).
 std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);
+// Removes local rank `local_rank`'s kept copies in `keep` but those of the steps `except` (and
+// step folders left empty).
+void drop_kept(const std::filesystem::path& keep, int local_rank,
+               const std::vector<int64_t>& except);
 
 class PeerService {
  public:
@@ -67,16 +71,17 @@ class PeerService {
   // PeerCopies::keep_only.
   void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
 
-  // Puts step `step` of each of `ranks` (their slots in the regions of `regions`) to `to`, as
-  // node `origin`'s copies. Every slot is first copied at memory speed into
-  // `keep`/step_<S>/rank_<L>.ddpckpt (the persisted layout), checked against its checksum and its
-  // slot's sequence (a slot the worker reused meanwhile fails the put), and sent from there: the
-  // worker saves again long before a gigabyte crosses a network. Once the peer has every rank's
-  // copy, this node keeps that step only (its older one removed); where it does not, the older
-  // one stays: the step the peer holds stays restorable here after the worker's saves overwrite
-  // both its slots.
+  // Copies step `step` of each of `ranks` (their slots in the regions of `regions`) at memory
+  // speed into `keep`/step_<S>/rank_<L>.ddpckpt (the persisted layout), checked against its
+  // checksum and its slot's sequence: the worker's next save but one reuses the slot, and a
+  // network is slower than that. A slot the worker reused meanwhile fails it, and a step that
+  // fails leaves nothing in `keep`. `bytes`: the payload copied.
+  boost::asio::awaitable<TransferReport> stage(std::filesystem::path regions,
+                                               std::vector<RankSlot> ranks, int64_t step,
+                                               std::filesystem::path keep);
+  // Puts the copies of step `step` kept in `keep` (stage()) for each of `ranks` to `to`, as node
+  // `origin`'s copies. ok once the peer holds every rank's.
   boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
-                                             std::filesystem::path regions,
                                              std::vector<RankSlot> ranks, int64_t step,
                                              std::filesystem::path keep);
   // Gets `origin`'s copies of step `step` from `from` into the regions of `regions`: its local

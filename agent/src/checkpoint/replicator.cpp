@@ -1,9 +1,13 @@
 #include "checkpoint/replicator.hpp"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "checkpoint/slot_copy.hpp"
 
@@ -12,6 +16,16 @@ namespace asio = boost::asio;
 
 namespace {
 constexpr std::chrono::milliseconds kPoll{20};
+constexpr std::chrono::milliseconds kStrideFollow{500};
+constexpr int64_t kWidestStride = int64_t{1} << 20;
+constexpr size_t kStagedKept = 2;
+constexpr size_t kSequencesRemembered = 16;
+
+int64_t window_of(int64_t step, int64_t stride) {
+  const int64_t q = step / stride;
+  return (step % stride < 0 ? q - 1 : q) * stride;
+}
+
 }  // namespace
 
 CheckpointReplicator::CheckpointReplicator(asio::io_context& io, PeerService& service,
@@ -20,11 +34,13 @@ CheckpointReplicator::CheckpointReplicator(asio::io_context& io, PeerService& se
       service_(service),
       regions_(std::move(regions)),
       report_(std::move(report)),
-      timer_(io) {}
+      timer_(io),
+      stride_timer_(io) {}
 
 CheckpointReplicator::~CheckpointReplicator() {
   *alive_ = false;
   timer_.cancel();
+  stride_timer_.cancel();
 }
 
 std::string CheckpointReplicator::peer() const {
@@ -32,20 +48,83 @@ std::string CheckpointReplicator::peer() const {
 }
 
 void CheckpointReplicator::watch(std::string origin, std::vector<RankSlot> ranks,
-                                 std::optional<PeerAddress> peer) {
+                                 std::optional<PeerAddress> peer,
+                                 std::shared_ptr<StrideBoard> board) {
   const bool same_peer = peer && peer_ && peer->host == peer_->host && peer->port == peer_->port;
   origin_ = std::move(origin);
   ranks_ = std::move(ranks);
   peer_ = std::move(peer);
+  board_ = std::move(board);
   ++generation_;
-  busy_ = false;  // a copy to the previous peer still under way reports into the void
+  // A stage or copy of the previous round still under way reports into the void.
+  staging_ = false;
+  sending_.reset();
   if (!same_peer) {
     safe_.reset();
     sent_.reset();
   }
+  held_.assign(ranks_.size(), {});
+  sequences_.assign(ranks_.size(), {});
+  window_done_.reset();
+  // What an earlier round staged for every rank stays staged.
+  staged_.clear();
+  if (!ranks_.empty()) {
+    for (int64_t s : kept_steps(kept(), ranks_.front().local_rank)) {
+      const bool all = std::all_of(ranks_.begin(), ranks_.end(), [&](const RankSlot& r) {
+        const std::vector<int64_t> k = kept_steps(kept(), r.local_rank);
+        return std::find(k.begin(), k.end(), s) != k.end();
+      });
+      if (all) staged_.push_back(s);
+    }
+    std::sort(staged_.begin(), staged_.end());
+  }
   timer_.cancel();
+  stride_timer_.cancel();
   if (!peer_ || ranks_.empty()) return;
   poll();
+  if (board_) asio::co_spawn(io_, follow_stride(generation_, alive_), asio::detached);
+}
+
+bool CheckpointReplicator::read_regions() {
+  std::optional<int64_t> newest;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const auto h = read_region_header(regions_ / fmt::format("rank{}", ranks_[i].local_rank));
+    held_[i].clear();
+    if (h) {
+      for (const SlotRecord& s : h->slots) {
+        if (s.state != SlotRecord::kCommitted) continue;
+        held_[i].push_back({s.step, s.sequence});
+        sequences_[i][s.sequence] = s.step;
+      }
+    }
+    while (sequences_[i].size() > kSequencesRemembered) sequences_[i].erase(sequences_[i].begin());
+    if (held_[i].empty()) return false;  // a rank without a checkpoint: nothing every rank holds
+    const int64_t mine =
+        std::max_element(held_[i].begin(), held_[i].end(), [](const Held& a, const Held& b) {
+          return a.step < b.step;
+        })->step;
+    newest = newest ? std::min(*newest, mine) : mine;
+  }
+  newest_ = newest;
+  return true;
+}
+
+std::optional<int64_t> CheckpointReplicator::window_first(int64_t window) const {
+  std::optional<int64_t> first;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    std::optional<Held> in;  // the rank's earliest slot in the window
+    for (const Held& h : held_[i]) {
+      if (h.step >= window && (!in || h.step < in->step)) in = h;
+    }
+    if (!in || (first && *first != in->step)) return std::nullopt;
+    if (stride_ > 1 && in->sequence > 1) {
+      // The first of the window only where the save before it is known to be before the window.
+      const auto before = sequences_[i].find(in->sequence - 1);
+      if (before == sequences_[i].end() || before->second >= window) return std::nullopt;
+    }
+    first = in->step;
+  }
+  return first;
 }
 
 void CheckpointReplicator::poll() {
@@ -54,29 +133,93 @@ void CheckpointReplicator::poll() {
     if (ec || !*alive) return;
     poll();
   });
-  std::optional<int64_t> newest;
-  for (const RankSlot& r : ranks_) {
-    const auto h = read_region_header(regions_ / fmt::format("rank{}", r.local_rank));
-    const std::vector<int64_t> steps = h ? h->committed_steps() : std::vector<int64_t>{};
-    if (steps.empty()) return;  // a rank without a checkpoint: nothing every rank holds
-    const int64_t mine = *std::max_element(steps.begin(), steps.end());
-    newest = newest ? std::min(*newest, mine) : mine;
-  }
-  newest_ = newest;
-  if (busy_ || !newest || (sent_ && *newest <= *sent_)) return;
-  busy_ = true;
-  sent_ = newest;
+  if (!read_regions() || staging_) return;
+  const int64_t window = window_of(*newest_, stride_);
+  if (window_done_ && *window_done_ >= window) return;
+  window_done_ = window;  // staged now, or skipped: the same step as every node's, or none
+  if (const std::optional<int64_t> first = window_first(window)) stage(*first);
+}
+
+void CheckpointReplicator::stage(int64_t step) {
+  staging_ = true;
+  const uint64_t generation = generation_;
+  asio::co_spawn(io_, service_.stage(regions_, ranks_, step, kept()),
+                 [this, alive = alive_, generation](std::exception_ptr e, TransferReport r) {
+                   if (!*alive || generation != generation_) return;
+                   staging_ = false;
+                   if (e) return;
+                   if (!r.ok) {
+                     report_(r, peer());
+                     return;
+                   }
+                   staged_.push_back(r.step);
+                   std::sort(staged_.begin(), staged_.end());
+                   drop_old_kept();
+                   send_newest();
+                 });
+}
+
+void CheckpointReplicator::send_newest() {
+  if (sending_ || !peer_ || staged_.empty()) return;
+  const int64_t step = staged_.back();
+  if (sent_ && step <= *sent_) return;
+  sending_ = step;
+  sent_ = step;  // (a step that fails is not tried again: the next staged one is)
   const uint64_t generation = generation_;
   asio::co_spawn(
-      io_, service_.put(*peer_, origin_, regions_, ranks_, *newest, regions_ / "kept"),
+      io_, service_.put(*peer_, origin_, ranks_, step, kept()),
       [this, alive = alive_, generation, peer = peer()](std::exception_ptr e, TransferReport r) {
         if (!*alive || generation != generation_) return;
-        busy_ = false;
+        sending_.reset();
         if (e) return;
-        // (A failed step is not tried again: the next new one is.)
-        if (r.ok) safe_ = std::max(safe_.value_or(r.step), r.step);
+        if (r.ok) {
+          safe_ = std::max(safe_.value_or(r.step), r.step);
+          // The copy took this many saves, from the step's own to the newest now: the job's
+          // stride must be wider for every window's step to get across.
+          const int64_t took = newest_ ? *newest_ - r.step : 0;
+          if (took >= stride_) {
+            wish_ = std::max(wish_, std::min(kWidestStride, static_cast<int64_t>(std::bit_ceil(
+                                                                static_cast<uint64_t>(took) + 1))));
+          }
+        }
+        drop_old_kept();
         report_(r, peer);
+        send_newest();
       });
+}
+
+void CheckpointReplicator::drop_old_kept() {
+  std::vector<int64_t> keep(
+      staged_.end() - static_cast<std::ptrdiff_t>(std::min(staged_.size(), kStagedKept)),
+      staged_.end());
+  if (sending_ && std::find(keep.begin(), keep.end(), *sending_) == keep.end()) {
+    keep.push_back(*sending_);
+  }
+  staged_.erase(std::remove_if(staged_.begin(), staged_.end(),
+                               [&](int64_t s) {
+                                 return std::find(keep.begin(), keep.end(), s) == keep.end();
+                               }),
+                staged_.end());
+  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep);
+}
+
+asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,
+                                                          std::shared_ptr<bool> alive) {
+  std::shared_ptr<StrideBoard> board = board_;
+  int64_t told = 1;
+  for (;;) {
+    if (wish_ > told) {
+      told = wish_;
+      co_await board->wish(told);
+      if (!*alive || generation != generation_) co_return;
+    }
+    const int64_t widest = co_await board->widest();
+    if (!*alive || generation != generation_) co_return;
+    stride_ = std::max({stride_, wish_, widest});
+    stride_timer_.expires_after(kStrideFollow);
+    const auto [ec] = co_await stride_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec || !*alive || generation != generation_) co_return;
+  }
 }
 
 }  // namespace ddprun::agent

@@ -1,20 +1,35 @@
 #pragma once
-// A node's checkpoints copied to its peer while the workers run: the agent polls its regions'
-// headers and, whenever every local rank has committed a step newer than the one last copied and
-// no copy is under way, puts that step to the round's peer node (node k's is node k+1 mod n)
-// through the peer service, in the background: a worker never waits for it. A copy that falls
-// behind skips to the newest step when it is done, so the step last copied (the node's safe step)
-// lags; a copy that fails is tried again at the next new step. Each step copied is also kept on
-// this node ("kept" in the regions' folder, PeerService::put), so that the safe step stays
-// restorable here after the worker's saves have overwritten both its slots. Private to the agent.
+// A node's checkpoints copied to its peer while the workers run, the same steps on every node.
+//
+// The job copies one step per window of `stride` steps (a power of two, the same on every node):
+// the first step saved in each window [k * stride, (k + 1) * stride). Every rank saves the same
+// steps, so every node picks the same ones. The agent polls its regions' headers (every 20 ms)
+// and, once every local rank has committed a window's first step, stages it: a copy at memory
+// speed into the regions' folder ("kept", PeerService::stage) before the worker's saves reuse the
+// slot. Where it cannot tell that a step is its window's first (it missed a save), or the slot
+// is gone, it skips the window rather than pick a step the other nodes did not.
+//
+// The newest staged step goes to the round's peer node (node k's is node k+1 mod n) in the
+// background: a worker never waits for it. A copy that falls behind sends the newest staged step
+// when it is done, so the step last copied (the node's safe step) lags. The node keeps its two
+// newest staged steps (and the one being sent): a peer's copy of a lost node is of a step every
+// surviving node kept too, so the round after the loss restores it everywhere.
+//
+// The stride starts at 1 (every step). A copy that takes longer than the stride (in the steps the
+// workers saved meanwhile) makes this node wish a wider one, the smallest power of two above it;
+// the agent publishes wishes through the round's exchange (StrideBoard) and every node follows
+// the widest. The wish stays for the job. Private to the agent.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -22,9 +37,20 @@
 
 namespace ddprun::agent {
 
+// Where a round's nodes agree on the stride.
+class StrideBoard {
+ public:
+  virtual ~StrideBoard() = default;
+  // Tells the other nodes that this one needs `stride`.
+  virtual boost::asio::awaitable<void> wish(int64_t stride) = 0;
+  // The widest stride any node of the round wished so far (1: none). Never throws.
+  virtual boost::asio::awaitable<int64_t> widest() = 0;
+};
+
 class CheckpointReplicator {
  public:
-  // Each copy's outcome, on `io`'s thread, never after the replicator is gone.
+  // Each copy's outcome (a stage that failed too), on `io`'s thread, never after the replicator
+  // is gone.
   using Report = std::function<void(const TransferReport&, const std::string& peer)>;
 
   // `service` outlives the replicator.
@@ -35,29 +61,54 @@ class CheckpointReplicator {
   CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
 
   // The round now running: this node is `origin`, with `ranks`; its peer is `peer` (none: the
-  // round has one node). A new peer gets the newest step at once, whatever the last one got.
-  void watch(std::string origin, std::vector<RankSlot> ranks, std::optional<PeerAddress> peer);
+  // round has one node), and the round agrees on the stride on `board`. A new peer gets the
+  // newest staged step at once, whatever the last one got.
+  void watch(std::string origin, std::vector<RankSlot> ranks, std::optional<PeerAddress> peer,
+             std::shared_ptr<StrideBoard> board);
   // The step every local rank's copy is on the peer of (none yet this round).
   std::optional<int64_t> safe_step() const { return safe_; }
   // The newest step every local rank holds locally (none: no checkpoint yet).
   std::optional<int64_t> newest_local() const { return newest_; }
+  // The job's stride now, and the one this node's copies need.
+  int64_t stride() const { return stride_; }
+  int64_t wish() const { return wish_; }
   // Where copies go: "host:port", or "" with no peer.
   std::string peer() const;
 
  private:
   void poll();
+  // Reads every local rank's region header; false where a rank has no checkpoint.
+  bool read_regions();
+  // The window's first step where every rank holds it and it is known to be the first.
+  std::optional<int64_t> window_first(int64_t window) const;
+  void stage(int64_t step);
+  void send_newest();
+  void drop_old_kept();
+  boost::asio::awaitable<void> follow_stride(uint64_t generation, std::shared_ptr<bool> alive);
+  std::filesystem::path kept() const { return regions_ / "kept"; }
+
+  struct Held {  // one committed slot of a local rank's region
+    int64_t step = 0;
+    uint64_t sequence = 0;
+  };
 
   boost::asio::io_context& io_;
   PeerService& service_;
   std::filesystem::path regions_;
   Report report_;
-  boost::asio::steady_timer timer_;
+  boost::asio::steady_timer timer_, stride_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;
   std::optional<PeerAddress> peer_;
-  std::optional<int64_t> safe_, newest_, sent_;
-  uint64_t generation_ = 0;  // each watch(): a copy's report for an earlier peer is ignored
-  bool busy_ = false;
+  std::shared_ptr<StrideBoard> board_;
+  std::vector<std::vector<Held>> held_;                 // per local rank, now
+  std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen
+  std::optional<int64_t> safe_, newest_, sent_, window_done_;
+  std::vector<int64_t> staged_;  // kept here, oldest first
+  std::optional<int64_t> sending_;
+  bool staging_ = false;
+  int64_t stride_ = 1, wish_ = 1;
+  uint64_t generation_ = 0;  // each watch(): what an earlier round's work reports is ignored
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
