@@ -116,13 +116,13 @@ def complete_on_disk(disk, ranks):
         os.path.exists(os.path.join(disk, d, f"rank_{r}.ddpckpt")) for r in range(ranks))]
 
 
-def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None):
-    """Starts the job on victims + survivors, with the victims holding after step K; once every
-    node's step K is on its peer (and, with `disk`, a step of every rank is in it), SIGKILLs the
-    victims' agents (their workers die with them)."""
+def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None, env=None):
+    """Starts the job on victims + survivors, with the victims holding after step K (or each node
+    with `env`[node]); once every node's step K is on its peer (and, with `disk`, a step of every
+    rank is in it), SIGKILLs the victims' agents (their workers die with them)."""
     for i in [*victims, *survivors]:
         cluster.start(run_id, i, out, cluster.nnodes,
-                      env={"HOLD_AT": str(K)} if i in victims else None,
+                      env=(env or {}).get(i, {"HOLD_AT": str(K)} if i in victims else None),
                       extra=cluster.extra)
     wait_for(lambda: len(glob.glob(f"{out}/held.*")) == len(victims), "the victims at step K", 120)
     nodes = len(victims) + len(survivors)
@@ -184,6 +184,49 @@ def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
     print(f"a node SIGKILLed after step {K}: its replacement resumed from the copies its peer held "
           "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run: "
           "passed")
+
+
+def case_a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy():
+    """After a replacement the round's ring is a new one: the replacement holds a survivor's
+    copies. That survivor is lost next, once step K2 is copied in the new ring: a second
+    replacement resumes from step K2 with the copies the first replacement holds, and the job ends
+    bit-identical to an uninterrupted run."""
+    K2 = K + 3
+    with Cluster() as cluster:
+        cluster.nnodes, cluster.extra = "3:3", []
+        whole = tempfile.mkdtemp()
+        for i in range(3):
+            cluster.start("whole", i, whole, "3:3")
+        cluster.finish("whole", range(3))
+
+        out = tempfile.mkdtemp()
+        later = {"HOLD_AT": f"{K2}@3"}  # every node of the second round holds after step K2
+        lose_nodes(cluster, "twice", out, victims=[1], survivors=[0, 2],
+                   env={1: {"HOLD_AT": f"{K},{K2}@3"}, 0: later, 2: later})
+        cluster.start("twice", 3, out, "3:3", env=later)
+        wait_for(lambda: len(glob.glob(f"{out}/held@3.*")) == 3, f"the new round at step {K2}", 120)
+        wait_for(lambda: len(copies_of_step("twice", K2)) >= 3, f"step {K2} copied in the new ring",
+                 60)
+        # The survivor whose copies now go to the replacement (node 3) is lost next.
+        to_3 = [i for i in (0, 2) if any(e["peer"].startswith(ADDRS[3] + ":")
+                                         for e in events(out, i, "checkpoint_replicated"))]
+        assert len(to_3) == 1, [events(out, i, "checkpoint_replicated") for i in (0, 2)]
+        victim = to_3[0]
+        cluster.agents[("twice", victim)].send_signal(signal.SIGKILL)
+        cluster.agents[("twice", victim)].wait()
+        cluster.start("twice", 4, out, "3:3")
+        errs = cluster.finish("twice", [i for i in (0, 2, 3, 4) if i != victim])
+        restored = events(out, 4, "checkpoint_restore")
+        assert restored and restored[-1]["step"] == K2 and restored[-1]["from"] == "peer", \
+            (restored, errs[4])
+        fetched = events(out, 4, "checkpoint_fetched")
+        assert fetched and all(f["ok"] for f in fetched), fetched
+        assert fetched[-1]["from"].startswith(ADDRS[3] + ":"), fetched  # the first replacement
+        assert bit_identical(whole, out), "the resumed job's parameters differ"
+        assert not left_running(out) and not left_running(whole)
+    print(f"a node lost after step {K}, then, once the ring was a new one, the survivor whose "
+          f"copies went to the replacement lost after step {K2}: a second replacement resumed "
+          f"from the first replacement's copies, bit-identical to an uninterrupted run: passed")
 
 
 def case_the_survivors_resume_at_a_smaller_world_size():

@@ -6,6 +6,8 @@ error within join_timeout. Real processes and certificates made with the openssl
 
     tls_test.py DDPRUN DDPRUND CASE     (CASE: one of the functions named case_*)
 """
+import glob
+import json
 import os
 import socket
 import subprocess
@@ -13,7 +15,7 @@ import tempfile
 import threading
 import time
 from etcd_cluster import make_certificates
-from proc_util import free_port
+from proc_util import free_port, left_running, wait_for
 
 import auth_test as auth  # its processes, tokens and ddprund; its main() runs these cases too
 from auth_test import PY, ddprund, job_token, secret_file, start
@@ -155,6 +157,68 @@ def case_a_job_runs_over_tls_on_ddprund_and_on_agent_hosted_stores():
     torch_job([(c10d, conf), (c10d, conf)])
     print("torch jobs over TLS to ddprund (client certificates asked), the static backend's node 0 "
           "and a hosting c10d agent; no job key in the clear; status over TLS: passed")
+
+
+def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
+    """A job with a token and TLS copies each node's in-memory checkpoints to its peer over a link
+    that proves the token and speaks TLS (nothing in the clear is answered); a node SIGKILLed after
+    step 5 and a replacement started: it resumes from step 5 with the copies its peer held."""
+    certs = pki()
+    secret = secret_file()
+    _, port, _ = ddprund("--auth-token-file", secret, "--tls-cert", certs["server"][0],
+                         "--tls-key", certs["server"][1], "--tls-client-ca", certs["ca"])
+    run_id = f"tlsckpt{os.getpid()}"
+    token = job_token(secret, run_id)
+    conf = (f"auth_token_file={token},last_call_timeout=1,heartbeat_timeout=3,join_timeout=60," +
+            tls_conf(certs["ca"], certs["server"]))
+    out = tempfile.mkdtemp()
+    workload = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads",
+                            "checkpoint_ddp.py")
+
+    def node(i, env=None):
+        return start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--max_restarts=3",
+                      "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                      f"--rdzv_id={run_id}", f"--rdzv_conf={conf}",
+                      f"--event_log={out}/events.{i}.jsonl", workload, "12", out],
+                     env=dict(os.environ, PYTHON_EXEC=PY, **(env or {})))
+
+    def events(i, name):
+        path = f"{out}/events.{i}.jsonl"
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [e for e in map(json.loads, f) if e["event"] == name]
+
+    survivor, victim = node(0), node(1, {"HOLD_AT": "5"})
+    wait_for(lambda: os.path.exists(f"{out}/held.1"), "the victim at step 5", 120)
+    copies = f"/dev/shm/ddprun-checkpoints-{run_id}-*/peers/*.step5.ddpckpt"
+    wait_for(lambda: len(glob.glob(copies)) >= 2, "step 5 copied to each peer", 60)
+    replicated = events(1, "checkpoint_replicated")
+    assert replicated, "the victim said nothing of its copies"
+    host, peer_port = replicated[0]["peer"].rsplit(":", 1)
+    # The survivor's checkpoint port answers nothing in the clear (the link's greeting is TLS).
+    with socket.create_connection((host, int(peer_port)), timeout=30) as s:
+        s.sendall(b"DDPPEER1" + bytes(32))
+        got = b""
+        try:
+            while len(got) < 40:
+                chunk = s.recv(40 - len(got))
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:
+            pass
+    assert len(got) < 40 or b"DDPPEER1" not in got, got
+    victim.kill()
+    victim.wait()
+    replacement = node(2)
+    for a in (survivor, replacement):
+        assert a.wait(240) == 0, a.communicate()[1][-3000:]
+    fetched = events(2, "checkpoint_fetched")
+    assert fetched and all(f["ok"] for f in fetched) and fetched[-1]["bytes"] > 0, fetched
+    restored = events(2, "checkpoint_restore")
+    assert restored and restored[-1]["step"] == 5 and restored[-1]["from"] == "peer", restored
+    assert not left_running(out)
 
 
 def case_tls_settings_a_node_gets_wrong_are_clear_errors():

@@ -11,11 +11,14 @@
 #include <optional>
 #include <string>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 
@@ -297,4 +300,32 @@ TEST_CASE(
                        c.path / "peers2", {});
   CHECK_FALSE(wait(stranger.get(to, "n", c.path, {{0, 0}}, 2)).ok);
   CHECK(holder.copies().steps() == Steps{{"n", {{2}}}});
+}
+
+TEST_CASE("peer copies: a get from a holder that never answers ends at once when the agent stops",
+          "[peer_copies]") {
+  Folder c;
+  // A "holder" whose port takes connections and never says a word.
+  asio::io_context silent_io;
+  asio::ip::tcp::acceptor silent(silent_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const PeerAddress from{"127.0.0.1", silent.local_endpoint().port()};
+  PeerService newcomer(auth_with(nullptr), "127.0.0.1", c.path / "peers", {});
+  asio::io_context io;
+  asio::cancellation_signal stop;
+  bool ended = false;
+  const auto started = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration took{};
+  asio::co_spawn(
+      io, newcomer.get(from, "n", c.path, {{0, 0}}, 3),
+      asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr, TransferReport r) {
+        ended = true;
+        took = std::chrono::steady_clock::now() - started;
+        CHECK_FALSE(r.ok);
+      }));
+  asio::steady_timer soon(io, std::chrono::milliseconds(300));
+  soon.async_wait([&](boost::system::error_code) { stop.emit(asio::cancellation_type::terminal); });
+  io.run_for(std::chrono::seconds(8));
+  REQUIRE(ended);
+  CHECK(took < std::chrono::seconds(2));  // not the link's 10 s idle limit
+  CHECK_FALSE(fs::exists(c.path / "rank0"));
 }

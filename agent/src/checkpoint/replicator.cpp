@@ -17,6 +17,7 @@ namespace asio = boost::asio;
 namespace {
 constexpr std::chrono::milliseconds kPoll{20};
 constexpr std::chrono::milliseconds kStrideFollow{500};
+constexpr std::chrono::seconds kPauseAfter{2};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
 constexpr size_t kStagedKept = 2;
 constexpr size_t kSequencesRemembered = 16;
@@ -66,6 +67,7 @@ void CheckpointReplicator::watch(std::string origin, std::vector<RankSlot> ranks
   held_.assign(ranks_.size(), {});
   sequences_.assign(ranks_.size(), {});
   window_done_.reset();
+  pause_staged_.reset();
   // What an earlier round staged for every rank stays staged.
   staged_.clear();
   if (!ranks_.empty()) {
@@ -133,11 +135,31 @@ void CheckpointReplicator::poll() {
     if (ec || !*alive) return;
     poll();
   });
-  if (!read_regions() || staging_) return;
+  const std::optional<int64_t> before = newest_;
+  if (!read_regions()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (newest_ != before) {
+    if (before) save_gap_ = now - newest_since_;
+    newest_since_ = now;
+  }
+  if (staging_) return;
   const int64_t window = window_of(*newest_, stride_);
-  if (window_done_ && *window_done_ >= window) return;
-  window_done_ = window;  // staged now, or skipped: the same step as every node's, or none
-  if (const std::optional<int64_t> first = window_first(window)) stage(*first);
+  if (!window_done_ || *window_done_ < window) {
+    window_done_ = window;  // staged now, or skipped: the same step as every node's, or none
+    if (const std::optional<int64_t> first = window_first(window)) {
+      stage(*first);
+      return;
+    }
+  }
+  // The workers stopped saving (a pause, a hang, the job's last step): their newest step is the
+  // one every node holds now (they save in step), so it is copied too.
+  const bool paused = now - newest_since_ >=
+                      std::max<std::chrono::steady_clock::duration>(kPauseAfter, 4 * save_gap_);
+  if (paused && pause_staged_ != newest_ &&
+      std::find(staged_.begin(), staged_.end(), *newest_) == staged_.end()) {
+    pause_staged_ = newest_;
+    stage(*newest_);
+  }
 }
 
 void CheckpointReplicator::stage(int64_t step) {
@@ -175,12 +197,10 @@ void CheckpointReplicator::send_newest() {
         if (r.ok) {
           safe_ = std::max(safe_.value_or(r.step), r.step);
           // The copy took this many saves, from the step's own to the newest now: the job's
-          // stride must be wider for every window's step to get across.
-          const int64_t took = newest_ ? *newest_ - r.step : 0;
-          if (took >= stride_) {
-            wish_ = std::max(wish_, std::min(kWidestStride, static_cast<int64_t>(std::bit_ceil(
-                                                                static_cast<uint64_t>(took) + 1))));
-          }
+          // stride must be wider than that for every window's step to get across.
+          const int64_t took = std::max<int64_t>(0, newest_ ? *newest_ - r.step : 0);
+          wish_ = std::min(kWidestStride,
+                           static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(took) + 1)));
         }
         drop_old_kept();
         report_(r, peer);
@@ -206,16 +226,16 @@ void CheckpointReplicator::drop_old_kept() {
 asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,
                                                           std::shared_ptr<bool> alive) {
   std::shared_ptr<StrideBoard> board = board_;
-  int64_t told = 1;
+  std::optional<int64_t> told;
   for (;;) {
-    if (wish_ > told) {
+    if (told != wish_ && (told || wish_ > 1)) {
       told = wish_;
-      co_await board->wish(told);
+      co_await board->wish(*told);
       if (!*alive || generation != generation_) co_return;
     }
     const int64_t widest = co_await board->widest();
     if (!*alive || generation != generation_) co_return;
-    stride_ = std::max({stride_, wish_, widest});
+    stride_ = std::max(wish_, widest);
     stride_timer_.expires_after(kStrideFollow);
     const auto [ec] = co_await stride_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec || !*alive || generation != generation_) co_return;

@@ -7,7 +7,9 @@
 // and, once every local rank has committed a window's first step, stages it: a copy at memory
 // speed into the regions' folder ("kept", PeerService::stage) before the worker's saves reuse the
 // slot. Where it cannot tell that a step is its window's first (it missed a save), or the slot
-// is gone, it skips the window rather than pick a step the other nodes did not.
+// is gone, it skips the window rather than pick a step the other nodes did not. Where the workers
+// stop saving (a pause, a hang, the last step: no new step for 2 s and four times the last gap
+// between saves), their newest step is staged too: every node's workers stopped at the same one.
 //
 // The newest staged step goes to the round's peer node (node k's is node k+1 mod n) in the
 // background: a worker never waits for it. A copy that falls behind sends the newest staged step
@@ -15,10 +17,12 @@
 // newest staged steps (and the one being sent): a peer's copy of a lost node is of a step every
 // surviving node kept too, so the round after the loss restores it everywhere.
 //
-// The stride starts at 1 (every step). A copy that takes longer than the stride (in the steps the
-// workers saved meanwhile) makes this node wish a wider one, the smallest power of two above it;
-// the agent publishes wishes through the round's exchange (StrideBoard) and every node follows
-// the widest. The wish stays for the job. Private to the agent.
+// The stride starts at 1 (every step). Each copy sets this node's wish: the smallest power of two
+// above the steps the workers saved while it ran (from its step's save to its end); the agent
+// publishes a wish that changed through the round's exchange (StrideBoard) and every node follows
+// the widest wish now, so the stride narrows again once copies are quick. Powers of two keep
+// nodes that switch a moment apart on common steps (a wider stride's steps are the narrower's).
+// Private to the agent.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -41,9 +45,9 @@ namespace ddprun::agent {
 class StrideBoard {
  public:
   virtual ~StrideBoard() = default;
-  // Tells the other nodes that this one needs `stride`.
+  // Tells the other nodes that this one needs `stride` now (replacing what it said before).
   virtual boost::asio::awaitable<void> wish(int64_t stride) = 0;
-  // The widest stride any node of the round wished so far (1: none). Never throws.
+  // The widest stride the round's nodes need now (1: none said). Never throws.
   virtual boost::asio::awaitable<int64_t> widest() = 0;
 };
 
@@ -103,8 +107,10 @@ class CheckpointReplicator {
   std::shared_ptr<StrideBoard> board_;
   std::vector<std::vector<Held>> held_;                 // per local rank, now
   std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen
-  std::optional<int64_t> safe_, newest_, sent_, window_done_;
-  std::vector<int64_t> staged_;  // kept here, oldest first
+  std::optional<int64_t> safe_, newest_, sent_, window_done_, pause_staged_;
+  std::chrono::steady_clock::time_point newest_since_;  // when newest_ was last new
+  std::chrono::steady_clock::duration save_gap_{};      // between the last two new steps
+  std::vector<int64_t> staged_;                         // kept here, oldest first
   std::optional<int64_t> sending_;
   bool staging_ = false;
   int64_t stride_ = 1, wish_ = 1;

@@ -4,7 +4,8 @@ $KILL_AT="RANK:STEP", that rank SIGKILLs itself just after saving that step in t
 Rank 0 writes the final parameters to OUT_DIR/final.pt, with $SAVE_PARAMS each step's parameters to
 OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>;
 with $HOLD_AT=STEP, each rank writes OUT_DIR/held.<rank> after saving that step in the first attempt
-and waits there (for the test to kill its node).
+and waits there (for the test to kill its node); STEP@W holds only at world size W and writes
+OUT_DIR/held@W.<rank>, and several are comma-separated.
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
 checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
 dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
@@ -18,6 +19,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddprun import checkpoint
+
+
+def held_at(step, world_size):
+    """The file's prefix where $HOLD_AT says to hold after saving `step`, else None: "held." for
+    STEP, "held@W." for STEP@W (only at world size W); several, comma-separated."""
+    for spec in filter(None, os.environ.get("HOLD_AT", "").split(",")):
+        at, _, world = spec.partition("@")
+        if at == str(step) and (not world or world == str(world_size)):
+            return f"held@{world}." if world else "held."
+    return None
 
 
 def main():
@@ -78,9 +89,10 @@ def main():
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
-        if attempt == "0" and os.environ.get("HOLD_AT") == str(s):
+        hold = held_at(s, dist.get_world_size())
+        if attempt == "0" and hold:
             # This node is about to be lost: it says so and waits (bounded) for the test to kill it.
-            open(os.path.join(out, f"held.{rank}"), "w").close()
+            open(os.path.join(out, hold + str(rank)), "w").close()
             import time
             time.sleep(120)
     if saving is not None:
