@@ -139,7 +139,7 @@ class NodeAgent {
       group_.start_workers_from(warm_.get(), worker_environment(cfg_.env, {}, {}, std::string()));
     }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
-    if (cfg.rdzv.max_nodes > 1) start_peer_copies();
+    if (cfg.rdzv.max_nodes > 1 && cfg.checkpoint_peer_copies) start_peer_copies();
     if (!cfg.checkpoint_dir.empty()) {
       persister_ = std::make_unique<CheckpointPersister>(
           io_, checkpoints_.path(), cfg.checkpoint_dir, cfg.checkpoint_persist_every,

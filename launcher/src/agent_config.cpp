@@ -75,6 +75,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.metrics_addr = c.metrics_addr;
   a.hang = c.hang;
   a.checkpoint_memory_limit = c.checkpoint_memory_limit;
+  a.checkpoint_peer_copies = c.checkpoint_peer_copies;
   a.checkpoint_dir = c.checkpoint_dir;
   a.checkpoint_persist_every = c.checkpoint_persist_every;
   a.crash_loop_attempts = static_cast<int>(c.crash_loop_attempts);

@@ -304,6 +304,7 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
     c.checkpoint_memory_limit =
         parse_bytes(o["checkpoint_memory_limit"], "--checkpoint_memory_limit");
   }
+  c.checkpoint_peer_copies = !o.flag("no_checkpoint_peer_copies");
   if (!o["checkpoint_dir"].empty()) {
     c.checkpoint_dir = std::filesystem::absolute(o["checkpoint_dir"]).lexically_normal().string();
   }

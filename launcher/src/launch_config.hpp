@@ -83,6 +83,7 @@ struct LaunchConfig {
   std::string metrics_addr = store::kDefaultMetricsAddress;  // --metrics_addr, a valid address
   agent::HangPolicy hang;                                    // --hang_timeout SECONDS|auto
   std::optional<uint64_t> checkpoint_memory_limit;           // --checkpoint_memory_limit
+  bool checkpoint_peer_copies = true;                        // not --no_checkpoint_peer_copies
   std::string checkpoint_dir;                                // --checkpoint_dir: absolute; "" none
   int64_t checkpoint_persist_every = 100;                    // --checkpoint_persist_every
   int64_t crash_loop_attempts = 3;                           // --crash_loop_attempts

@@ -69,6 +69,13 @@ const std::vector<OptionSpec>& option_table() {
                "together, as bytes or with a suffix K, M, G, T (powers of 1024); a save over it "
                "fails naming the sizes (default: no bound but /dev/shm's)",
        .ddprun_only = true},
+      {.names = "--no-checkpoint-peer-copies,--no_checkpoint_peer_copies",
+       .dest = "no_checkpoint_peer_copies",
+       .metavar = nullptr,
+       .help = "in a job of several nodes, do not copy this node's in-memory checkpoints to its "
+               "peer node (nor hold the peer's): a lost node's ranks then restore from "
+               "--checkpoint_dir",
+       .ddprun_only = true},
       {.names = "--checkpoint-dir,--checkpoint_dir",
        .dest = "checkpoint_dir",
        .metavar = "DIR",

@@ -270,6 +270,30 @@ def case_two_adjacent_nodes_lost_fall_back_to_disk_naming_the_ranks():
           f"--checkpoint_dir, said in one line ({said[0].split('] ')[-1]}): passed")
 
 
+def case_without_peer_copies_a_lost_node_restores_from_disk():
+    with Cluster() as cluster:
+        out, disk = tempfile.mkdtemp(), tempfile.mkdtemp()
+        extra = ["--no_checkpoint_peer_copies", f"--checkpoint_dir={disk}",
+                 "--checkpoint_persist_every=1"]
+        for i in (0, 1, 2):
+            cluster.start("nocopy", i, out, "3:3", env={"HOLD_AT": str(K)} if i == 1 else None,
+                          extra=extra)
+        wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 1, "the victim at step K", 120)
+        wait_for(lambda: complete_on_disk(disk, 3), "a step of every rank persisted", 60)
+        cluster.agents[("nocopy", 1)].send_signal(signal.SIGKILL)
+        cluster.agents[("nocopy", 1)].wait()
+        cluster.start("nocopy", 3, out, "3:3", extra=extra)
+        errs = cluster.finish("nocopy", [0, 2, 3])
+        assert not glob.glob(f"/dev/shm/ddprun-checkpoints-{job('nocopy')}-*/peers/*"), \
+            "a node held another's copies"
+        assert not any(events(out, i, "checkpoint_replicated") for i in range(4))
+        restored = events(out, 3, "checkpoint_restore")
+        assert restored and restored[-1]["from"] == disk, (restored, errs[3])
+        assert not left_running(out)
+    print("with --no_checkpoint_peer_copies no node held another's copies, and the replacement "
+          f"of a lost node restored step {restored[-1]['step']} from --checkpoint_dir: passed")
+
+
 def main():
     global DDPRUN, DDPRUND
     DDPRUN, DDPRUND = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])

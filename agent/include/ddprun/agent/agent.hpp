@@ -87,6 +87,9 @@ struct AgentConfig {
   Environment env;  // the environment workers inherit
   // --checkpoint_memory_limit: bytes the node's in-memory checkpoints may hold (none: no bound).
   std::optional<uint64_t> checkpoint_memory_limit;
+  // Whether, in a job of several nodes, each node's checkpoints are copied to its peer node
+  // (false: --no_checkpoint_peer_copies).
+  bool checkpoint_peer_copies = true;
   // --checkpoint_dir: where complete checkpoints are persisted in the background ("" nowhere), and
   // --checkpoint_persist_every: the span of steps of which the first is persisted.
   std::string checkpoint_dir;
