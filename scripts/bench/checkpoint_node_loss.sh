@@ -9,9 +9,10 @@
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)
 # For each: the steps redone and the time from the loss until the job is back at the step where it
 # failed; ddprun's restore transfer against a plain TCP transfer over the same link; and the job's
-# speed with a save and a copy to the peer every step against none. The last line gives the ratios
-# (targets: at most one step redone, the transfer within 2x of the link, at least 10x sooner than
-# torchrun, speed at least 90%).
+# speed with no checkpoints, with a save every step (--no_checkpoint_peer_copies) and with a save
+# every step copied to the peer. The last line gives the ratios (targets: at most one step redone,
+# the transfer within 2x of the link, at least 10x sooner than torchrun, the copies keeping at
+# least 90% of the speed).
 #   scripts/bench/checkpoint_node_loss.sh    (WIDTH=2048: 256 MiB of state per rank; 4096: 1 GiB,
 #                                             which needs about 24 GiB of memory; SEED)
 set -euo pipefail

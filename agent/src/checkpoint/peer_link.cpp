@@ -1,5 +1,8 @@
 #include "checkpoint/peer_link.hpp"
 
+#include <sys/sendfile.h>
+
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
@@ -11,6 +14,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "checkpoint/file_io.hpp"
+
 namespace ddprun::agent {
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -19,6 +24,7 @@ namespace {
 
 constexpr std::string_view kMagic = "DDPPEER1";
 constexpr size_t kProof = 32;
+constexpr uint64_t kFileChunk = 8 << 20;  // what one sendfile(2) or TLS write carries at most
 
 std::string proof_of(const PeerAuth& auth, store::auth::Side side, std::string_view client_nonce,
                      std::string_view server_nonce) {
@@ -74,6 +80,38 @@ asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
     co_await asio::async_write(*plain_, asio::buffer(p, n), asio::use_awaitable);
   }
   idle_.cancel();
+}
+
+asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n) {
+  if (tls_) {
+    std::string buffer(std::min<uint64_t>(n, kFileChunk), '\0');
+    for (uint64_t done = 0; done < n;) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), n - done));
+      read_all(fd, buffer.data(), k, offset + done, "a checkpoint copy");
+      co_await write(buffer.data(), k);
+      done += k;
+    }
+    co_return;
+  }
+  plain_->native_non_blocking(true);
+  auto at = static_cast<off_t>(offset);
+  for (uint64_t left = n; left > 0;) {
+    const ssize_t k =
+        ::sendfile(plain_->native_handle(), fd, &at, std::min<uint64_t>(left, kFileChunk));
+    if (k > 0) {
+      left -= static_cast<uint64_t>(k);
+      continue;
+    }
+    if (k == 0) throw std::runtime_error("a checkpoint copy ended before its size");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) {
+      throw boost::system::system_error(errno, boost::system::system_category(),
+                                        "sending a checkpoint copy");
+    }
+    arm();
+    co_await plain_->async_wait(asio::ip::tcp::socket::wait_write, asio::use_awaitable);
+    idle_.cancel();
+  }
 }
 
 asio::awaitable<void> PeerLink::start_tls(const store::TlsContext& tls, bool client) {

@@ -27,6 +27,7 @@ constexpr size_t kWords = 6;  // op, local rank, rank, step, bytes, origin lengt
 constexpr size_t kMaxOrigin = 256;
 constexpr int kMaxLocalRanks = 4096;
 constexpr size_t kChunk = 8 << 20;  // a multiple of 8: the payload is summed in whole words
+constexpr size_t kReceiveChunk = 1 << 20;  // the same, and small enough to sum from the cache
 constexpr uint64_t kFileSlotRounding = 1 << 20;
 constexpr size_t kMaxConnections = 64;
 // A connection quiet for this long is closed: a stalled peer, or a stranger that says nothing.
@@ -112,12 +113,13 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
 }
 
 // Receives `rec.size` payload bytes into `out`.
+// Received in place, into the file's own pages: one copy, and summed while the piece is fresh
+// in the cache.
 asio::awaitable<void> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size) {
-  std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
   for (uint64_t done = 0; done < size;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
-    co_await link.read(buffer.data(), n);
-    out.append(buffer.data(), n);
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kReceiveChunk, size - done));
+    co_await link.read(out.next(n), n);
+    out.appended(n);
     done += n;
   }
 }
@@ -213,13 +215,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     if (!in) co_return;
     std::string size = words({copy->bytes});
     co_await link->write(size.data(), size.size());
-    std::string buffer(std::min<uint64_t>(copy->bytes, kChunk), '\0');
-    for (uint64_t done = 0; done < copy->bytes;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), copy->bytes - done));
-      read_all(in->fd, buffer.data(), n, done, copy->file);
-      co_await link->write(buffer.data(), n);
-      done += n;
-    }
+    co_await link->send_file(in->fd, 0, copy->bytes);
     co_return;
   }
   // A put: the file's header, then (once there is room) its payload.
@@ -345,13 +341,7 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
                                       slot.local_rank, why);
           break;
         }
-        std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
-        for (uint64_t done = 0; done < rec.size;) {
-          const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
-          read_all(in.fd, buffer.data(), n, kRegionHeader + done, file);
-          co_await link->write(buffer.data(), n);
-          done += n;
-        }
+        co_await link->send_file(in.fd, kRegionHeader, rec.size);
         if (std::string why = co_await read_status(*link); !why.empty()) {
           report.detail = fmt::format("{} did not keep local rank {}'s copy: {}", link->peer(),
                                       slot.local_rank, why);
