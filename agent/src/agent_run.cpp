@@ -408,6 +408,7 @@ struct Run : AgentParts {
       if (persister != nullptr) persister->watch(round_ranks(cfg, *round));
       checkpoint_status.watch(round_ranks(cfg, *round));
       auto [r, why] = co_await run_watched(launches, *round);
+      if (replicator != nullptr) replicator->stop();  // what the next round restores stays put
       if (!why.empty()) interrupted_by = why;
       restart_measured(r.times);  // its workers ended before any progress
       record_checkpoints_held(*round);
@@ -533,13 +534,24 @@ struct Run : AgentParts {
     return held;
   }
 
-  // The checkpoint the round's workers restore: the newest step every rank of the round can
-  // restore from memory, its own region's or a copy a peer holds (checkpoint_sources.hpp), the
-  // copies fetched first; where there is none (the job started from nothing, or a rank's copies
-  // were lost with their nodes) and --checkpoint_dir is set, the newest step complete there for
-  // every rank, copied back into the regions first. Points this node's copies at its peer of the
-  // round.
+  // The checkpoint the round's workers restore (restored_checkpoint); then, with the restore
+  // done (its transfers have the links and the memory to themselves), this node's copies go to
+  // its peer of the round.
   asio::awaitable<std::optional<int64_t>> agreed_checkpoint(const rendezvous::Round& round) {
+    if (replicator != nullptr) replicator->stop();  // the kept steps stay as they are meanwhile
+    std::vector<checkpoint_sources::NodeCheckpoints> nodes;
+    const std::optional<int64_t> step = co_await restored_checkpoint(round, nodes);
+    if (!nodes.empty()) copy_to_peer(round, nodes);
+    co_return step;
+  }
+
+  // The newest step every rank of the round can restore from memory, its own region's or a copy
+  // a peer holds (checkpoint_sources.hpp), the copies fetched first; where there is none (the
+  // job started from nothing, or a rank's copies were lost with their nodes) and
+  // --checkpoint_dir is set, the newest step complete there for every rank, copied back into the
+  // regions first. `nodes`: every node's account, where the round agreed on one.
+  asio::awaitable<std::optional<int64_t>> restored_checkpoint(
+      const rendezvous::Round& round, std::vector<checkpoint_sources::NodeCheckpoints>& nodes) {
     checkpoint_sources::NodeCheckpoints mine;
     const auto me = static_cast<size_t>(round.node_rank);
     mine.id = me < round.members.size() ? round.members[me] : std::to_string(round.node_rank);
@@ -553,7 +565,7 @@ struct Run : AgentParts {
         co_await checkpoint_sources::agree(rdzv, round, mine, cfg.rdzv.join_timeout);
     std::optional<int64_t> step;
     if (agreed) {
-      copy_to_peer(round, agreed->nodes);
+      nodes = agreed->nodes;
       step = co_await restore_from_memory(round, *agreed);
       if (step) co_return step;
       const auto& lost = agreed->plan.ranks_without_copy;

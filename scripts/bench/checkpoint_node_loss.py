@@ -23,8 +23,8 @@ ADDRS = [f"{NET}.{11 + i}" for i in range(3)]
 ENV = {**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0"}
 
 
-def in_ns(i, cmd, **kw):
-    return subprocess.Popen(["ip", "netns", "exec", HOSTS[i], *cmd], env=ENV, **kw)
+def in_ns(i, cmd, env=None, **kw):
+    return subprocess.Popen(["ip", "netns", "exec", HOSTS[i], *cmd], env=env or ENV, **kw)
 
 
 def kill_node(i):
@@ -83,13 +83,18 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
                    f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
         else:
             # torchrun's own way: node 0's agent hosts the store (it cannot tell that the
-            # address is its own inside a namespace: is_host), each node names its address.
+            # address is its own inside a namespace: is_host), each node names its address. With
+            # torch 2.14's shared TCPStore a replacement never joins: a surviving rank 0 does not
+            # publish MASTER_ADDR for the new round (dynamic_rendezvous.py rebuilds it only on a
+            # node's first round), and the newcomer waits for it until its timeout; torch's own
+            # opt-out, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, is what a user does about it.
             cmd = [PY, "-m", "torch.distributed.run", "--nnodes=2:2", "--nproc_per_node=2",
                    "--max_restarts=3", "--rdzv_backend=c10d", f"--rdzv_endpoint={ADDRS[0]}:29400",
                    "--rdzv_id=loss", f"--local_addr={ADDRS[i]}",
                    f"--rdzv_conf=join_timeout=120,is_host={1 if i == 0 else 0}", WORKER,
                    "torchsave", str(steps), out, str(K)]
-        return in_ns(i, cmd, stdout=log, stderr=subprocess.STDOUT)
+        env = ENV if kind == "ddprun" else {**ENV, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        return in_ns(i, cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     agents = {0: agent(0), 1: agent(1)}
     deadline = time.monotonic() + 900
     while not any(s >= kill_after for _, s in steps_of(out)):
@@ -171,7 +176,7 @@ def main():
             os.makedirs(out)
             agents = [in_ns(i, [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                                 f"--rdzv_endpoint={NET}.1:{port}", f"--rdzv_id=speed_{mode}",
-                                *flags, WORKER, worker, "12", out], stdout=subprocess.DEVNULL,
+                                *flags, WORKER, worker, "40", out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
             for a in agents:
                 a.wait(timeout=900)

@@ -87,6 +87,14 @@ void CheckpointReplicator::watch(std::string origin, std::vector<RankSlot> ranks
   if (board_) asio::co_spawn(io_, follow_stride(generation_, alive_), asio::detached);
 }
 
+void CheckpointReplicator::stop() {
+  ++generation_;
+  staging_ = false;
+  sending_.reset();
+  timer_.cancel();
+  stride_timer_.cancel();
+}
+
 bool CheckpointReplicator::read_regions() {
   std::optional<int64_t> newest;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -142,7 +150,9 @@ void CheckpointReplicator::poll() {
     if (before) save_gap_ = now - newest_since_;
     newest_since_ = now;
   }
-  if (staging_) return;
+  // (Nor while a copy is on its way: a window's step staged then would be the stride's sign of
+  // being too narrow, which the copy's end widens, not a step the link can carry.)
+  if (staging_ || sending_) return;
   const int64_t window = window_of(*newest_, stride_);
   if (!window_done_ || *window_done_ < window) {
     window_done_ = window;  // staged now, or skipped: the same step as every node's, or none
@@ -209,9 +219,17 @@ void CheckpointReplicator::send_newest() {
 }
 
 void CheckpointReplicator::drop_old_kept() {
+  // The newest two of the windows' steps, every node's; and the step the workers stopped at.
+  std::vector<int64_t> aligned;
+  for (int64_t s : staged_) {
+    if (s != pause_staged_) aligned.push_back(s);
+  }
   std::vector<int64_t> keep(
-      staged_.end() - static_cast<std::ptrdiff_t>(std::min(staged_.size(), kStagedKept)),
-      staged_.end());
+      aligned.end() - static_cast<std::ptrdiff_t>(std::min(aligned.size(), kStagedKept)),
+      aligned.end());
+  if (pause_staged_ && std::find(staged_.begin(), staged_.end(), *pause_staged_) != staged_.end()) {
+    keep.push_back(*pause_staged_);
+  }
   if (sending_ && std::find(keep.begin(), keep.end(), *sending_) == keep.end()) {
     keep.push_back(*sending_);
   }

@@ -7,15 +7,17 @@
 // and, once every local rank has committed a window's first step, stages it: a copy at memory
 // speed into the regions' folder ("kept", PeerService::stage) before the worker's saves reuse the
 // slot. Where it cannot tell that a step is its window's first (it missed a save), or the slot
-// is gone, it skips the window rather than pick a step the other nodes did not. Where the workers
+// is gone, or a copy is still on its way (the stride is too narrow: the copy's end widens it), it
+// skips the window rather than pick a step the other nodes did not. Where the workers
 // stop saving (a pause, a hang, the last step: no new step for 2 s and four times the last gap
 // between saves), their newest step is staged too: every node's workers stopped at the same one.
 //
 // The newest staged step goes to the round's peer node (node k's is node k+1 mod n) in the
 // background: a worker never waits for it. A copy that falls behind sends the newest staged step
 // when it is done, so the step last copied (the node's safe step) lags. The node keeps its two
-// newest staged steps (and the one being sent): a peer's copy of a lost node is of a step every
-// surviving node kept too, so the round after the loss restores it everywhere.
+// newest windows' steps (and the step the workers stopped at, and the one being sent): a peer's
+// copy of a lost node is of a step every surviving node kept too, so the round after the loss
+// restores it everywhere. Between rounds (stop() to watch()) nothing is staged or dropped.
 //
 // The stride starts at 1 (every step). Each copy sets this node's wish: the smallest power of two
 // above the steps the workers saved while it ran (from its step's save to its end); the agent
@@ -69,6 +71,9 @@ class CheckpointReplicator {
   // newest staged step at once, whatever the last one got.
   void watch(std::string origin, std::vector<RankSlot> ranks, std::optional<PeerAddress> peer,
              std::shared_ptr<StrideBoard> board);
+  // Stops staging, sending and dropping until the next watch() (a round ended: the next one's
+  // restore reads the kept steps). A transfer under way finishes unheeded.
+  void stop();
   // The step every local rank's copy is on the peer of (none yet this round).
   std::optional<int64_t> safe_step() const { return safe_; }
   // The newest step every local rank holds locally (none: no checkpoint yet).

@@ -1,0 +1,175 @@
+// The replicator (checkpoint/replicator.hpp) with real peer services on loopback and regions
+// written as a worker writes them: two nodes copy the same steps, the first saved in each window
+// of the job's stride, keep their two newest, skip a window whose first save they missed, and copy
+// the step the workers stopped at.
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include <catch2/catch.hpp>
+
+#include "checkpoint/peer_service.hpp"
+#include "checkpoint/region_format.hpp"
+#include "checkpoint/replicator.hpp"
+
+using namespace ddprun::agent;
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+
+namespace {
+
+struct Folder {
+  fs::path path;
+  Folder() {
+    std::string name = (fs::temp_directory_path() / "ddprun-replicator-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(name.data()) != nullptr);
+    path = name;
+  }
+  ~Folder() { fs::remove_all(path); }
+};
+
+// A rank's region as a worker saves into it: the two slots in turn, each commit one sequence
+// number newer.
+class Worker {
+ public:
+  explicit Worker(fs::path region) : region_(std::move(region)) {}
+
+  void save(int64_t step) {
+    const int slot = static_cast<int>(sequence_ % 2);
+    const std::string payload(kSlot, static_cast<char>(step));
+    SlotRecord& r = records_[slot];
+    r.state = SlotRecord::kCommitted;
+    r.step = step;
+    r.size = payload.size();
+    r.checksum = add_words(0, payload.data(), payload.size());
+    r.sequence = ++sequence_;
+    r.world_size = 2;
+    // Slot 0's record where region_header_for puts it, slot 1's 64 bytes after it.
+    std::string header = region_header_for(records_[0], kSlot, 0);
+    const std::string second = region_header_for(records_[1], kSlot, 0);
+    header.replace(128, 64, second, 64, 64);
+    std::fstream f(region_, std::ios::in | std::ios::out | std::ios::binary);
+    if (!f) f.open(region_, std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(kRegionHeader + slot * kSlot));
+    f << payload;
+    f.seekp(0);
+    f << header;
+  }
+
+ private:
+  static constexpr size_t kSlot = 64 << 10;
+  fs::path region_;
+  SlotRecord records_[2];
+  uint64_t sequence_ = 0;
+};
+
+// The round's exchange of wishes, in one process: the widest of the nodes' and `floor`.
+class Board : public StrideBoard {
+ public:
+  explicit Board(int64_t floor) : floor_(floor) {}
+  asio::awaitable<void> wish(int64_t stride) override {
+    wishes_.push_back(stride);
+    co_return;
+  }
+  asio::awaitable<int64_t> widest() override {
+    int64_t w = floor_;
+    for (int64_t s : wishes_) w = std::max(w, s);
+    co_return w;
+  }
+
+ private:
+  int64_t floor_;
+  std::vector<int64_t> wishes_;
+};
+
+std::vector<int64_t> sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+struct Node {
+  Folder dir;
+  PeerService service{PeerAuth{}, "127.0.0.1", dir.path / "peers", {}};
+  Worker worker{dir.path / "rank0"};
+  std::vector<TransferReport> reports;
+  std::vector<int64_t> kept() const { return sorted(kept_steps(dir.path / "kept", 0)); }
+  std::vector<int64_t> held_of(const std::string& origin) const {
+    const auto steps = service.copies().steps();
+    const auto it = steps.find(origin);
+    return it == steps.end() || it->second.empty() ? std::vector<int64_t>{}
+                                                   : sorted(it->second.front());
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "replicator: nodes copy the same steps, the first saved in each window of the stride, and "
+    "the step the workers stopped at",
+    "[replicator]") {
+  asio::io_context io;
+  Node a, b;
+  auto board = std::make_shared<Board>(4);  // another node of the round wished a stride of 4
+  CheckpointReplicator ra(io, a.service, a.dir.path,
+                          [&](const TransferReport& r, const std::string&) {
+                            a.reports.push_back(r);
+                          });
+  CheckpointReplicator rb(io, b.service, b.dir.path,
+                          [&](const TransferReport& r, const std::string&) {
+                            b.reports.push_back(r);
+                          });
+  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  rb.watch("b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
+  const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
+  settle();
+  CHECK(ra.stride() == 4);
+  for (int64_t step = 1; step <= 10; ++step) {
+    a.worker.save(step);
+    b.worker.save(step);
+    settle();
+  }
+  // Windows [0, 4), [4, 8), [8, 12): steps 1, 4 and 8 staged on both, the newest two kept and
+  // held by the peer.
+  CHECK(a.kept() == std::vector<int64_t>{4, 8});
+  CHECK(b.kept() == std::vector<int64_t>{4, 8});
+  CHECK(b.held_of("a") == std::vector<int64_t>{4, 8});
+  CHECK(a.held_of("b") == std::vector<int64_t>{4, 8});
+  CHECK(ra.safe_step() == 8);
+  CHECK(rb.safe_step() == 8);
+
+  // Node b misses saves 11 and 12 (they come between two of its polls): it cannot tell which
+  // step was the first of window [12, 16), and skips it rather than stage 13.
+  a.worker.save(11);
+  settle();
+  a.worker.save(12);
+  settle();
+  b.worker.save(11);
+  b.worker.save(12);
+  b.worker.save(13);
+  a.worker.save(13);
+  settle();
+  CHECK(a.kept() == std::vector<int64_t>{8, 12});
+  CHECK(b.kept() == std::vector<int64_t>{4, 8});
+
+  // The workers stop at step 13: after 2 s without a save both nodes copy it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((a.held_of("b") != std::vector<int64_t>{8, 13} ||
+          b.held_of("a") != std::vector<int64_t>{12, 13}) &&
+         std::chrono::steady_clock::now() < deadline) {
+    settle();
+  }
+  CHECK(a.held_of("b") == std::vector<int64_t>{8, 13});
+  CHECK(b.held_of("a") == std::vector<int64_t>{12, 13});
+  // Each keeps its two newest windows' steps beside it.
+  CHECK(a.kept() == std::vector<int64_t>{8, 12, 13});
+  CHECK(b.kept() == std::vector<int64_t>{4, 8, 13});
+  for (const auto& r : a.reports) CHECK(r.ok);
+  for (const auto& r : b.reports) CHECK(r.ok);
+}
