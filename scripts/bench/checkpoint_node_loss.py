@@ -167,7 +167,7 @@ def main():
                 print(f"{kind}: steps redone {rows[kind][0]}, back at the failed step after "
                       f"{rows[kind][1]:.2f} s", flush=True)
         fetched = [e for e in events(os.path.join(work, "ddprun"), 2, "checkpoint_fetched") if e["ok"]]
-        speed = {}
+        speed, stride = {}, None
         # (The workers' saves alone: the same job with the copies turned off.)
         for mode, worker, flags in (("none", "none", []),
                                     ("save", "ddprun", ["--no_checkpoint_peer_copies"]),
@@ -176,11 +176,15 @@ def main():
             os.makedirs(out)
             agents = [in_ns(i, [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                                 f"--rdzv_endpoint={NET}.1:{port}", f"--rdzv_id=speed_{mode}",
-                                *flags, WORKER, worker, "40", out], stdout=subprocess.DEVNULL,
+                                f"--event_log={out}/events.{i}.jsonl", *flags, WORKER, worker,
+                                "40", out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
             for a in agents:
                 a.wait(timeout=900)
             speed[mode] = step_time(out)
+            if mode == "copy":
+                held = events(out, 0, "checkpoints_held")
+                stride = held[-1].get("stride") if held else None
     finally:
         for i in range(3):
             kill_node(i)
@@ -206,7 +210,7 @@ def main():
           f"{took:.2f} s ({rate / 1e6:.0f} MB/s)")
     print(f"step time without checkpoints {speed['none']:.3f} s, with a save every step "
           f"{speed['save']:.3f} s, with a save every step and the copies to the peer "
-          f"{speed['copy']:.3f} s")
+          f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s))")
     d, t = rows["ddprun"], rows["torchrun"]
     versus = ("torchrun never got back" if t is None else
               f"torchrun's {t[0]}, back at the failed step {t[1] / d[1]:.1f}x sooner (target 10x)")

@@ -117,14 +117,12 @@ TEST_CASE(
   asio::io_context io;
   Node a, b;
   auto board = std::make_shared<Board>(4);  // another node of the round wished a stride of 4
-  CheckpointReplicator ra(io, a.service, a.dir.path,
-                          [&](const TransferReport& r, const std::string&) {
-                            a.reports.push_back(r);
-                          });
-  CheckpointReplicator rb(io, b.service, b.dir.path,
-                          [&](const TransferReport& r, const std::string&) {
-                            b.reports.push_back(r);
-                          });
+  CheckpointReplicator ra(
+      io, a.service, a.dir.path,
+      [&](const TransferReport& r, const std::string&) { a.reports.push_back(r); });
+  CheckpointReplicator rb(
+      io, b.service, b.dir.path,
+      [&](const TransferReport& r, const std::string&) { b.reports.push_back(r); });
   ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   rb.watch("b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };

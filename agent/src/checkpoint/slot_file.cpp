@@ -1,10 +1,8 @@
 #include "checkpoint/slot_file.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 
 #include <cerrno>
-#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -42,10 +40,7 @@ bool SlotReader::unchanged() const {
 
 SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& header,
                                uint64_t reserve, const std::string& what)
-    : path_(std::move(path)),
-      partial_(tmp),
-      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)),
-      reserve_(reserve) {
+    : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)) {
   if (const int e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve)); e != 0) {
     errno = e;
     fail_io(
@@ -56,31 +51,6 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
   write_all(fd_.fd, header.data(), header.size(), 0, tmp);
 }
 
-SlotFileWriter::~SlotFileWriter() {
-  if (map_ != nullptr) ::munmap(map_, reserve_);
-}
-
-char* SlotFileWriter::next(size_t n) {
-  if (kRegionHeader + written_ + n > reserve_) {
-    throw std::length_error(fmt::format("{}: {} bytes more than reserved", partial_.path.string(),
-                                        kRegionHeader + written_ + n - reserve_));
-  }
-  if (map_ == nullptr) {
-    // (Populated at once: the reserved pages are there, and faulting them in one by one as the
-    // bytes arrive costs more than the copy.)
-    void* m = ::mmap(nullptr, reserve_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_.fd,
-                     0);
-    if (m == MAP_FAILED) fail_io(fmt::format("cannot map {}", partial_.path.string()));
-    map_ = static_cast<char*>(m);
-  }
-  return map_ + kRegionHeader + written_;
-}
-
-void SlotFileWriter::appended(size_t n) {
-  sum_ = add_words(sum_, map_ + kRegionHeader + written_, n);
-  written_ += n;
-}
-
 void SlotFileWriter::append(const char* p, size_t n) {
   write_all(fd_.fd, p, n, kRegionHeader + written_, partial_.path);
   sum_ = add_words(sum_, p, n);
@@ -88,10 +58,6 @@ void SlotFileWriter::append(const char* p, size_t n) {
 }
 
 bool SlotFileWriter::commit(uint64_t checksum) {
-  if (map_ != nullptr) {
-    ::munmap(map_, reserve_);
-    map_ = nullptr;
-  }
   if (sum_ != checksum) return false;
   fs::rename(partial_.path, path_);
   partial_.kept = true;

@@ -53,14 +53,8 @@ class SlotFileWriter {
   SlotFileWriter(const SlotFileWriter&) = delete;
   SlotFileWriter& operator=(const SlotFileWriter&) = delete;
 
-  ~SlotFileWriter();
   // The next `n` payload bytes (whole 8-byte words, except at the end).
   void append(const char* p, size_t n);
-  // Where the next `n` payload bytes go when written in place (a mapping of the file, which
-  // must have room for them: `reserve`), for a caller that receives them there; then
-  // appended(n) counts them, as append() does.
-  char* next(size_t n);
-  void appended(size_t n);
   uint64_t written() const { return written_; }
   // Renames the file into place if its payload sums to `checksum`; false (the file removed) if not.
   bool commit(uint64_t checksum);
@@ -71,8 +65,6 @@ class SlotFileWriter {
   Fd fd_;
   uint64_t written_ = 0;
   uint64_t sum_ = 0;
-  uint64_t reserve_ = 0;
-  char* map_ = nullptr;  // the whole reserved file, once next() is first called
 };
 
 }  // namespace ddprun::agent
