@@ -572,7 +572,7 @@ struct Run : AgentParts {
       if (!lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
         spdlog::warn(
             "round {}: no in-memory copy of rank{} {} is left (its node and the node "
-            "holding its copies are gone): {}",
+            "holding its copies are gone, or its node joined with none): {}",
             round.number, lost.size() > 1 ? "s" : "", fmt::join(lost, ","),
             persister != nullptr ? "restoring from --checkpoint_dir"
                                  : "with no --checkpoint_dir, the workers start afresh");

@@ -139,19 +139,30 @@ def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None,
 
 
 def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
+    replacement_resumes_from_its_peers_copy({})
+
+
+def case_a_replacement_node_resumes_a_dcp_checkpoint_from_its_peers_copy():
+    """The same through torch.distributed.checkpoint (torch 2): MemoryStorageWriter's saves copied,
+    MemoryStorageReader reading the fetched copies back."""
+    replacement_resumes_from_its_peers_copy({"CKPT_API": "dcp"})
+
+
+def replacement_resumes_from_its_peers_copy(api):
     with Cluster() as cluster:
         cluster.nnodes, cluster.extra = "3:3", []
         whole = tempfile.mkdtemp()
         for i in range(3):
-            cluster.start("whole", i, whole, "3:3")
+            cluster.start("whole", i, whole, "3:3", env=api)
         cluster.finish("whole", range(3))
 
         out, disk = tempfile.mkdtemp(), tempfile.mkdtemp()
         cluster.extra = [f"--checkpoint_dir={disk}", "--checkpoint_persist_every=1000"]
         status = []
-        lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status)
+        lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status,
+                   env={0: api, 1: {**api, "HOLD_AT": str(K)}, 2: api})
         assert status[0].count("holds copies of node") == 3, status[0]
-        cluster.start("lost", 3, out, "3:3", extra=cluster.extra)  # the replacement
+        cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
         errs = cluster.finish("lost", [0, 2, 3])
         restored = events(out, 3, "checkpoint_restore")
         assert restored and restored[-1]["step"] == K and restored[-1]["from"] == "peer", \

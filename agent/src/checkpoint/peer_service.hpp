@@ -2,8 +2,9 @@
 // Checkpoints copied between agents: each agent serves a port of its own (an OS-chosen port on
 // every address) where the job's other agents put copies of their ranks' committed slots
 // (held in PeerCopies) and get them back; and it puts and gets the same on other agents' ports.
-// Everything runs on a thread of the service's own, so that moving a gigabyte never delays the
-// agent's loop; what a caller awaits completes on the caller's executor.
+// Everything runs on threads of the service's own, so that moving a gigabyte never delays the
+// agent's loop (the network's at a lower priority, so that it yields to the workers where the
+// CPU is short); what a caller awaits completes on the caller's executor.
 //
 // One request per connection (peer_link.hpp greets it first), numbers as 8-byte little-endian
 // words: op (1 put, 2 get), the origin's local rank, its global rank, the step, the bytes that
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
@@ -98,10 +100,15 @@ class PeerService {
   PeerAuth auth_;
   // Before io_: a connection's coroutine, destroyed with io_, may still refer to it.
   std::unique_ptr<PeerCopies> copies_;
-  boost::asio::io_context io_;
+  boost::asio::io_context io_;  // the network's, on thread_ (at a lower priority)
+  // stage()'s copies at memory speed, on stage_thread_ at the agent's priority: they must be done
+  // before the worker's next save but one.
+  boost::asio::io_context stage_io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> stage_work_{
+      stage_io_.get_executor()};
   boost::asio::ip::tcp::acceptor acceptor_;
   int port_ = 0;
-  std::thread thread_;
+  std::thread thread_, stage_thread_;
 };
 
 }  // namespace ddprun::agent
