@@ -213,10 +213,10 @@ class NodeAgent {
       }
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
+      checkpoint_status_.stop();    // and its ticks (which read what follows)
       persister_.reset();           // so would its poll; a copy under way ends at its next chunk
       replicator_.reset();          // and a copy to a peer under way: abandoned with the service
       peer_service_.reset();
-      checkpoint_status_.stop();  // and its ticks
       group_.start_workers_from(nullptr, {});
       warm_.reset();  // so would its interpreter's exit watch
       control.close();
@@ -279,12 +279,12 @@ class NodeAgent {
     replicator_ = std::make_unique<CheckpointReplicator>(
         io_, *peer_service_, checkpoints_.path(),
         [this](const TransferReport& r, const std::string& peer) { report_replication(r, peer); });
+    checkpoint_status_.replica([this] { return replica_account(); });
   }
 
   // A copy of a step to the peer ended: the first to each peer, and each failure (once per
   // reason), go to the log and the event log; every one to the status and the metrics.
   void report_replication(const TransferReport& r, const std::string& peer) {
-    checkpoint_status_.replica(replica_account(peer));
     if (r.ok) {
       if (std::exchange(replicating_to_, peer) == peer) return;
       spdlog::info("checkpoint: step {} copied to the peer node at {} ({} bytes in {:.3f} s)",
@@ -303,15 +303,17 @@ class NodeAgent {
                    {{"step", r.step}, {"peer", peer}, {"reason", r.detail}});
   }
 
-  // What `ddprun status` shows of the copies (CheckpointStatus::account's "replica").
-  nlohmann::json replica_account(const std::string& peer) const {
+  // What `ddprun status` shows of the copies (CheckpointStatus::account's "replica"); null
+  // before any copy went or came.
+  nlohmann::json replica_account() const {
     const std::optional<int64_t> safe = replicator_->safe_step();
     const std::optional<int64_t> newest = replicator_->newest_local();
     nlohmann::json holds = nlohmann::json::object();
     for (const auto& [origin, ranks] : peer_service_->copies().steps()) {
       holds[origin] = ranks.empty() ? std::vector<int64_t>{} : ranks.front();
     }
-    return {{"peer", peer},
+    if (!safe && holds.empty()) return nullptr;
+    return {{"peer", replicator_->peer()},
             {"safe_step", safe ? nlohmann::json(*safe) : nlohmann::json(nullptr)},
             {"lag", safe && newest ? std::max<int64_t>(0, *newest - *safe) : 0},
             {"stride", replicator_->stride()},

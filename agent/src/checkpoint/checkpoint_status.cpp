@@ -48,14 +48,16 @@ nlohmann::json CheckpointStatus::account() const {
   a["persisted"] =
       persisted_ ? nlohmann::json{{"step", persisted_->first}, {"seconds", persisted_->second}}
                  : nlohmann::json(nullptr);
-  if (!replica_.is_null()) a["replica"] = replica_;
+  if (replica_) {
+    if (nlohmann::json r = replica_(); !r.is_null()) a["replica"] = std::move(r);
+  }
   return a;
 }
 
 void CheckpointStatus::tick() {
   const nlohmann::json a = account();
   // Nothing to show before any rank saved: a job without checkpoints writes nothing.
-  const bool holds = persisted_ || !replica_.is_null() ||
+  const bool holds = persisted_ || a.contains("replica") ||
                      std::any_of(a["ranks"].begin(), a["ranks"].end(),
                                  [](const auto& r) { return !r["step"].is_null(); });
   std::string text = a.dump();
@@ -76,7 +78,7 @@ void CheckpointStatus::tick() {
   }
   timer_.expires_after(kInterval);
   timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) tick();
+    if (!ec && !stopped_) tick();
   });
 }
 

@@ -6,6 +6,7 @@
 // took. Private to the agent.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,7 +34,8 @@ class CheckpointStatus {
   // A rank's step was persisted, its copy taking `seconds`.
   void persisted(int64_t step, double seconds);
   // Where this node's copies go and what it holds of other nodes' (see account()).
-  void replica(nlohmann::json r) { replica_ = std::move(r); }
+  // (Asked at each look, so that copies received since show: null where there is nothing to say.)
+  void replica(std::function<nlohmann::json()> source) { replica_ = std::move(source); }
   // The account as published (as JSON text): {"bytes": B, "ranks": [{"rank", "local_rank", "step"
   // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}, and with copies
   // to a peer "replica": {"peer": "host:port", "safe_step": S or null, "lag": steps, "stride":
@@ -50,7 +52,7 @@ class CheckpointStatus {
   boost::asio::steady_timer timer_;
   std::vector<std::pair<int, int>> ranks_;
   std::optional<std::pair<int64_t, double>> persisted_;
-  nlohmann::json replica_;
+  std::function<nlohmann::json()> replica_;
   std::string published_;
   bool stopped_ = false;
 };
