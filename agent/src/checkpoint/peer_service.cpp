@@ -1,8 +1,6 @@
 #include "checkpoint/peer_service.hpp"
 
 #include <fcntl.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -34,7 +32,6 @@ constexpr int kMaxLocalRanks = 4096;
 constexpr size_t kChunk = 1 << 20;
 constexpr uint64_t kFileSlotRounding = 1 << 20;
 constexpr size_t kMaxConnections = 64;
-constexpr int kNetworkNice = 10;
 // A connection quiet for this long is closed: a stalled peer, or a stranger that says nothing.
 constexpr std::chrono::seconds kIdleLimit{10};
 
@@ -166,10 +163,6 @@ PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path c
   port_ = acceptor_.local_endpoint().port();
   asio::co_spawn(io_, serve(), asio::detached);
   thread_ = std::thread([this] {
-    // The network's work yields to the workers where the CPU is short (nice +10: about a tenth of
-    // a worker's share), and runs at full speed where it is not.
-    const int nice = ::getpriority(PRIO_PROCESS, 0);
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(19, nice + kNetworkNice));
     for (;;) {
       try {
         io_.run();

@@ -3,8 +3,8 @@
 // every address) where the job's other agents put copies of their ranks' committed slots
 // (held in PeerCopies) and get them back; and it puts and gets the same on other agents' ports.
 // Everything runs on threads of the service's own, so that moving a gigabyte never delays the
-// agent's loop (the network's at a lower priority, so that it yields to the workers where the
-// CPU is short); what a caller awaits completes on the caller's executor.
+// agent's loop: the network's on one, the staging (which must beat the worker's next save but one)
+// on another; what a caller awaits completes on the caller's executor.
 //
 // One request per connection (peer_link.hpp greets it first), numbers as 8-byte little-endian
 // words: op (1 put, 2 get), the origin's local rank, its global rank, the step, the bytes that
@@ -100,9 +100,8 @@ class PeerService {
   PeerAuth auth_;
   // Before io_: a connection's coroutine, destroyed with io_, may still refer to it.
   std::unique_ptr<PeerCopies> copies_;
-  boost::asio::io_context io_;  // the network's, on thread_ (at a lower priority)
-  // stage()'s copies at memory speed, on stage_thread_ at the agent's priority: they must be done
-  // before the worker's next save but one.
+  boost::asio::io_context io_;  // the network's, on thread_
+  // stage()'s copies at memory speed, on stage_thread_: never queued behind a transfer.
   boost::asio::io_context stage_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> stage_work_{
       stage_io_.get_executor()};
