@@ -1,7 +1,6 @@
 // Checkpoints copied between agents (checkpoint/peer_service.hpp): real services on loopback, each
 // with its thread, real region files; what a peer keeps, what it gives back, and what a stranger,
 // a broken copy, a transfer cut short and the memory limit leave behind.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,6 +25,7 @@
 
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
+#include "temp_folder.hpp"
 #include "test_certificates.hpp"
 
 using namespace ddprun::agent;
@@ -34,14 +34,8 @@ namespace asio = boost::asio;
 
 namespace {
 
-struct Folder {
-  fs::path path;
-  Folder() {
-    std::string name = (fs::temp_directory_path() / "ddprun-peer-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(name.data()) != nullptr);
-    path = name;
-  }
-  ~Folder() { fs::remove_all(path); }
+struct Folder : ddprun::test::TempFolder {
+  Folder() : TempFolder("ddprun-peer-test") {}
 };
 
 std::string payload_of(size_t bytes, char seed) {

@@ -2,8 +2,6 @@
 // written as a worker writes them: two nodes copy the same steps, the first saved in each window
 // of the job's stride, keep their two newest, skip a window whose first save they missed, and copy
 // the step the workers stopped at.
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +16,7 @@
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/replicator.hpp"
+#include "temp_folder.hpp"
 
 using namespace ddprun::agent;
 namespace fs = std::filesystem;
@@ -25,14 +24,8 @@ namespace asio = boost::asio;
 
 namespace {
 
-struct Folder {
-  fs::path path;
-  Folder() {
-    std::string name = (fs::temp_directory_path() / "ddprun-replicator-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(name.data()) != nullptr);
-    path = name;
-  }
-  ~Folder() { fs::remove_all(path); }
+struct Folder : ddprun::test::TempFolder {
+  Folder() : TempFolder("ddprun-replicator-test") {}
 };
 
 // A rank's region as a worker saves into it: the two slots in turn, each commit one sequence
