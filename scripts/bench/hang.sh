@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hang benchmark, on a real job: DDP over gloo, 2 ranks, steps of about 100 ms that each print a line
 # (tests/launcher/workloads/hang_ddp.py, no heartbeat code); in the first attempt rank 1 blocks in
-# stuck_in_data_loading() at step 10. From the moment it blocks: to the hang being declared (the
+# stuck_in_data_loading() at step 10 (under auto at step 30, once auto's 20-interval warm-up is
+# behind it). From the moment it blocks: to the hang being declared (the
 # agent's `hang` event; every rank's stack follows within the dump's 2 s) and to the restarted
 # group's first finished step, median of RUNS, under
 # ddprun --hang_timeout=5, ddprun --hang_timeout=auto, and torch 2.14's torchrun (which does not
@@ -40,10 +41,10 @@ def one(command, env_extra):
     return (hang[0]["time_ms"] / 1000 - blocked if hang else None,
             max(firsts) - blocked if len(firsts) == 2 else None)
 
-def ddprun_runs(mode):
+def ddprun_runs(mode, workload_env):
     cmd = lambda log: [ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
                        f"--hang_timeout={mode}", f"--event_log={log}"]
-    results = [one(cmd, {"PYTHON_EXEC": py2}) for _ in range(runs)]
+    results = [one(cmd, {"PYTHON_EXEC": py2, **workload_env}) for _ in range(runs)]
     detect = statistics.median(r[0] for r in results)
     first = statistics.median(r[1] for r in results)
     print(f"ddprun --hang_timeout={mode}: declared {detect:.2f} s, restarted group's first step "
@@ -70,8 +71,8 @@ def torchrun_run():
     restarted = any(f.startswith("first_step.") for f in os.listdir(out))
     return ended, restarted
 
-fixed = ddprun_runs("5")
-auto = ddprun_runs("auto")
+fixed = ddprun_runs("5", {})
+auto = ddprun_runs("auto", {"HANG_DDP_STEPS": "40", "HANG_DDP_BLOCK_AT": "30"})
 ended, restarted = torchrun_run()
 torch_text = (f"not detected within {cap:.0f} s" if ended is None and not restarted
               else f"ended after {ended:.1f} s, restarted: {restarted}")
@@ -91,6 +92,6 @@ with tempfile.NamedTemporaryFile() as hb:
 print(f"one heartbeat: ddp::heartbeat() {cpp:.1f} ns, ddprun.heartbeat.beat() {python:.0f} ns", flush=True)
 print(f"hang: declared {fixed[0]:.1f} s and restarted to the first step {fixed[1]:.1f} s after the "
       f"hang with --hang_timeout=5 (target 5+2 s, stacks included), declared {auto[0]:.1f} s "
-      f"with auto (target 5 s); torchrun 2.14 {torch_text}; a heartbeat costs {cpp:.1f} ns (C++) "
+      f"with auto (target its 10 s floor + 2 s); torchrun 2.14 {torch_text}; a heartbeat costs {cpp:.1f} ns (C++) "
       f"and {python:.0f} ns (Python), target under 1000 ns")
 PY

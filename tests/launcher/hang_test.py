@@ -32,12 +32,12 @@ def events(path):
         return [json.loads(line) for line in f]
 
 
-def ddp_rank_blocked(hang_timeout, limit_s):
+def ddp_rank_blocked(hang_timeout, limit_s, workload_env=None):
     out = tempfile.mkdtemp()
     log = os.path.join(out, "events.jsonl")
     r = ddprun("--standalone", "--nproc_per_node=2", "--max_restarts=1",
                f"--hang_timeout={hang_timeout}", f"--event_log={log}", f"--log_dir={out}/logs",
-               os.path.join(WORKLOADS, "hang_ddp.py"), env={"OUT_DIR": out})
+               os.path.join(WORKLOADS, "hang_ddp.py"), env={"OUT_DIR": out, **(workload_env or {})})
     assert r.returncode == 0, r.stderr
     assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.1.0", "done.1.1"]
     hang = [e for e in events(log) if e["event"] == "hang"]
@@ -52,7 +52,7 @@ def ddp_rank_blocked(hang_timeout, limit_s):
     # Every rank's stack: rank 1 where it blocked, rank 0 waiting in the backward pass.
     line = next(l for l in r.stderr.splitlines() if "every rank's innermost frame:" in l)
     frames = dict(g.split(": ", 1) for g in line.split("innermost frame: ", 1)[1].split("; "))
-    assert frames["rank 1"] == "hang_ddp.py:19 in stuck_in_data_loading", line
+    assert frames["rank 1"] == "hang_ddp.py:21 in stuck_in_data_loading", line
     assert "backward" in frames["rank 0"], line
     dumps = glob.glob(f"{out}/logs/*/attempt_0/hang_stacks.log")
     assert len(dumps) == 1 and "stuck_in_data_loading" in open(dumps[0]).read(), dumps
@@ -68,10 +68,10 @@ def case_a_ddp_rank_blocked_in_data_loading_is_a_failure_that_restarts():
 def case_the_rank_a_hang_waits_for_is_named():
     lines = []
     for everyone, want in (
-            ("0", "hang: rank 1 on node 0 is in `stuck_in_data_loading` (hang_ddp.py:19); the 3 "
+            ("0", "hang: rank 1 on node 0 is in `stuck_in_data_loading` (hang_ddp.py:21); the 3 "
                   "others are in `backward`"),
             ("1", "hang: all 4 ranks are in the same place: `stuck_in_data_loading` "
-                  "(hang_ddp.py:19)")):
+                  "(hang_ddp.py:21)")):
         out = tempfile.mkdtemp()
         r = ddprun("--standalone", "--nproc_per_node=4", "--max_restarts=0", "--hang_timeout=5",
                    os.path.join(WORKLOADS, "hang_ddp.py"),
@@ -89,10 +89,31 @@ def case_the_rank_a_hang_waits_for_is_named():
 
 def case_auto_learns_the_timeout_from_the_steps():
     # What auto learns depends on how long steps took on this (shared) machine: the bound is the
-    # learned timeout plus the agent's tick and slack; scripts/bench/hang.sh measures the 5 s target.
-    detected = ddp_rank_blocked("auto", lambda timeout: timeout + 2)
+    # learned timeout plus the agent's tick and slack. Rank 1 blocks once auto has seen its 20
+    # intervals; the restarted attempt runs 40 steps, past its own warm-up, and its end (the
+    # process group's and the interpreter's teardown) is not a hang.
+    detected = ddp_rank_blocked("auto", lambda timeout: timeout + 2,
+                                {"HANG_DDP_STEPS": "40", "HANG_DDP_BLOCK_AT": "30"})
     print(f"the same under --hang_timeout=auto (steps of about 100 ms): declared {detected:.1f} s "
-          "after it blocked: passed")
+          "after it blocked; the restarted attempt ran to its end: passed")
+
+
+def case_auto_leaves_room_for_a_slow_step_in_every_ten():
+    # Steps of about 0.3 s, every tenth 10x as long (3 s: an evaluation): auto learns the slow
+    # ones in its warm-up and declares nothing (learning from 5 intervals with a 2 s floor, as
+    # ddprun did, declared the first slow step a hang).
+    out = tempfile.mkdtemp()
+    log = os.path.join(out, "events.jsonl")
+    r = ddprun("--standalone", "--nproc_per_node=2", "--max_restarts=0", "--hang_timeout=auto",
+               f"--event_log={log}", os.path.join(WORKLOADS, "hang_ddp.py"),
+               env={"OUT_DIR": out, "HANG_DDP_STEPS": "30", "HANG_DDP_BLOCK_AT": "-1",
+                    "HANG_DDP_STEP_S": "0.3", "HANG_DDP_SLOW_EVERY": "10",
+                    "HANG_DDP_SLOW_S": "2.7"})
+    assert r.returncode == 0, r.stderr
+    assert [e for e in events(log) if e["event"] == "hang"] == [], r.stderr
+    assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.0.0", "done.0.1"]
+    print("--hang_timeout=auto, 30 DDP steps of about 0.3 s with every tenth 3 s long: no hang "
+          "declared: passed")
 
 
 def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
@@ -121,7 +142,7 @@ def case_a_hung_rank_on_the_second_node_is_in_both_nodes_summaries():
         # node's) waiting in the backward pass.
         line = next(l for l in err.splitlines() if "every rank's innermost frame:" in l)
         frames = dict(g.split(": ", 1) for g in line.split("innermost frame: ", 1)[1].split("; "))
-        assert frames.get("rank 1") == "hang_ddp.py:19 in stuck_in_data_loading", (i, line)
+        assert frames.get("rank 1") == "hang_ddp.py:21 in stuck_in_data_loading", (i, line)
         assert "backward" in frames.get("rank 0", ""), (i, line)
         if "is hung: no progress" not in err:
             assert "stopping this node's workers: a rank of node" in err, err

@@ -23,7 +23,7 @@ TEST_CASE("progress clock: a fixed timeout counts from the last progress", "[han
 }
 
 TEST_CASE(
-    "progress clock: auto waits for its warm-up then takes the longest interval times the "
+    "progress clock: auto waits for the worker's rhythm then takes the slowest interval times the "
     "factor with a floor",
     "[hang]") {
   const Clock::time_point t0{};
@@ -35,10 +35,52 @@ TEST_CASE(
   CHECK(c.timeout() == ProgressClock::kStartTimeout);
   c.progress(t += 100ms);
   CHECK(c.timeout() == ProgressClock::kAutoFloor);  // 5 x 100 ms is under the floor
-  c.progress(t += 1s);
-  CHECK(c.timeout() == 5s);  // the longest interval, times 5
-  CHECK_FALSE(c.hung(t + 5s));
-  CHECK(c.hung(t + 5s + 1ms));
+  c.progress(t += 3s);
+  CHECK(c.timeout() == 15s);  // the slowest interval, times 5
+  CHECK_FALSE(c.hung(t + 15s));
+  CHECK(c.hung(t + 15s + 1ms));
+}
+
+TEST_CASE("progress clock: a burst of output at start-up does not end the start under auto",
+          "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock c({HangPolicy::Mode::kAuto, 0s}, t0);
+  auto t = t0 + 1s;
+  // A banner and warnings: a hundred lines within a few milliseconds count as one.
+  for (int i = 0; i < 100; ++i) c.progress(t += 10us);
+  CHECK(c.timeout() == ProgressClock::kStartTimeout);
+  // Then the process group and the model take a minute, silent.
+  CHECK_FALSE(c.hung(t + 60s));
+  c.progress(t += 60s);
+  for (size_t i = 0; i < ProgressClock::kAutoWarmup; ++i) c.progress(t += 100ms);
+  CHECK(c.timeout() >= 300s);  // the minute of start-up was the slowest interval
+}
+
+TEST_CASE("progress clock: every tenth step ten times slower is learned, not a hang", "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock c({HangPolicy::Mode::kAuto, 0s}, t0);
+  auto t = t0;
+  for (int step = 0; step < 200; ++step) {
+    const auto took = step % 10 == 9 ? 30s : 3s;
+    CHECK_FALSE(c.hung(t + took));
+    c.progress(t += took);
+  }
+  CHECK(c.timeout() == 150s);
+}
+
+TEST_CASE("progress clock: a restarted attempt keeps what was learned but starts again", "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock first({HangPolicy::Mode::kAuto, 0s}, t0);
+  auto t = t0;
+  for (int i = 0; i < 30; ++i) first.progress(t += i == 15 ? 4s : 100ms);
+  CHECK(first.timeout() == 20s);
+  ProgressClock second({HangPolicy::Mode::kAuto, 0s}, t, first.slowest());
+  // Until its workers show their rhythm again, the restart (a restore, the process group) has the
+  // start's timeout, however quickly its first line came.
+  second.progress(t += 10ms);
+  CHECK_FALSE(second.hung(t + 60s));
+  for (size_t i = 0; i < ProgressClock::kAutoWarmup; ++i) second.progress(t += 100ms);
+  CHECK(second.timeout() == 20s);  // the slow step of the first attempt is not forgotten
 }
 
 TEST_CASE("progress clock: time spent waiting for a CPU is not silence", "[hang]") {

@@ -1,5 +1,8 @@
 #include "watchers/hang_watch.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -9,17 +12,35 @@
 namespace ddprun::agent {
 
 void HangWatch::prepare(Attempt& a) {
+  cpu_wait_read_.clear();
   for (RunningWorker& w : a.workers) {
-    w.clock.emplace(policy_, std::chrono::steady_clock::now());
+    const auto learned = learned_.find(w.launch.id.local_rank);
+    w.clock.emplace(
+        policy_, std::chrono::steady_clock::now(),
+        learned == learned_.end() ? std::chrono::steady_clock::duration{} : learned->second);
     w.heartbeat = std::make_unique<HeartbeatFile>(dir_ + "/heartbeat." +
                                                   std::to_string(w.launch.id.local_rank));
     w.launch.spawn.env["DDPRUN_HEARTBEAT_FILE"] = w.heartbeat->path();
   }
 }
 
+std::chrono::nanoseconds HangWatch::node_cpu_wait(Attempt& a) {
+  std::chrono::nanoseconds added{0};
+  for (RunningWorker& w : a.workers) {
+    if (!w.running()) continue;
+    const auto waited = read_cpu_wait(w.process->pid());
+    if (!waited) continue;
+    const auto [read, first] = cpu_wait_read_.try_emplace(w.process->pid(), *waited);
+    if (!first) added = std::max(added, *waited - std::exchange(read->second, *waited));
+  }
+  node_cpu_wait_ += added;
+  return node_cpu_wait_;
+}
+
 AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::time_point now,
                                         EventLog* log) {
   if (a.stopping || a.hang_declared) return Finding::kNothing;
+  const auto node_waited = node_cpu_wait(a);
   std::vector<RunningWorker*> hung;
   for (RunningWorker& w : a.workers) {
     if (!w.running() || !w.clock) continue;
@@ -28,7 +49,10 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
       w.clock->progress(now);
       a.progress(now);
     }
-    if (const auto waited = read_cpu_wait(w.process->pid())) w.clock->cpu_wait(*waited);
+    w.clock->cpu_wait(node_waited);
+    // Learned while nothing stopped the attempt: no interval ends in a stop's dump.
+    auto& learned = learned_[w.launch.id.local_rank];
+    learned = std::max(learned, w.clock->slowest());
     if (w.clock->hung(now)) hung.push_back(&w);
   }
   if (hung.empty()) return Finding::kNothing;
@@ -46,7 +70,9 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
         "hung: no progress for {:.1f} s{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
         "torch timer{})",
         silent,
-        waited >= 0.1 ? fmt::format(", not counting {:.1f} s waiting for a CPU", waited) : "",
+        waited >= 0.1
+            ? fmt::format(", not counting {:.1f} s the node's workers waited for a CPU", waited)
+            : "",
         policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
         w->heard_beat ? "" : " or a line of output");
     const WorkerIdentity& id = w->launch.id;

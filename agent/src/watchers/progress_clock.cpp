@@ -4,13 +4,16 @@
 
 namespace ddprun::agent {
 
-ProgressClock::ProgressClock(HangPolicy policy, Clock::time_point start)
-    : policy_(policy), last_(start) {}
+ProgressClock::ProgressClock(HangPolicy policy, Clock::time_point start, Clock::duration learned)
+    : policy_(policy), last_(start), counted_(start), slowest_(learned) {}
 
 void ProgressClock::progress(Clock::time_point now) {
-  if (any_) {
-    longest_ = std::max(longest_, now - last_);
+  if (!any_) {
+    counted_ = now;
+  } else if (now - counted_ >= kMinInterval) {
+    slowest_ = std::max(slowest_, now - counted_);
     ++intervals_;
+    counted_ = now;
   }
   any_ = true;
   last_ = now;
@@ -18,7 +21,7 @@ void ProgressClock::progress(Clock::time_point now) {
 }
 
 void ProgressClock::cpu_wait(std::chrono::nanoseconds total) {
-  // What it waited before the first reading is not known to fall after its last progress.
+  // What was waited before the first reading is not known to fall after the last progress.
   if (!cpu_wait_read_) cpu_wait_at_last_ = total;
   cpu_wait_read_ = true;
   cpu_wait_ = std::max(cpu_wait_, total);
@@ -33,7 +36,7 @@ std::chrono::milliseconds ProgressClock::timeout() const {
   if (policy_.mode == HangPolicy::Mode::kFixed) return policy_.timeout;
   if (intervals_ < kAutoWarmup) return kStartTimeout;
   return std::max(kAutoFloor,
-                  std::chrono::duration_cast<std::chrono::milliseconds>(longest_ * kAutoFactor));
+                  std::chrono::duration_cast<std::chrono::milliseconds>(slowest_ * kAutoFactor));
 }
 
 std::chrono::milliseconds ProgressClock::silent(Clock::time_point now) const {

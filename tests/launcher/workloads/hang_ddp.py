@@ -1,6 +1,8 @@
-"""DDP over gloo: 20 steps of about 100 ms, each printing one line, no heartbeat code. In the first
-attempt rank 1 blocks in stuck_in_data_loading() at step 10 (writing the time it did to
-$OUT_DIR/blocked), so rank 0 waits in the backward pass's all-reduce. In a later attempt each rank
+"""DDP over gloo: $HANG_DDP_STEPS (20) steps of about $HANG_DDP_STEP_S (0.1) seconds, each printing one line, no heartbeat
+code; with HANG_DDP_SLOW_EVERY=N every Nth step takes $HANG_DDP_SLOW_S seconds more (an evaluation
+step). In the first attempt rank 1 blocks in stuck_in_data_loading() at step $HANG_DDP_BLOCK_AT (10;
+-1: never), writing the time it did to $OUT_DIR/blocked, so rank 0 waits in the backward pass's
+all-reduce. In a later attempt each rank
 writes the time its first step finished to $OUT_DIR/first_step.<rank>, and every rank writes
 $OUT_DIR/done.<attempt>.<rank> when it has run every step. HANG_DDP_CHATTY_RANK0=1: rank 0 also prints
 from a second thread twice a second (a logger). HANG_DDP_ALL=1: every rank blocks at step 10."""
@@ -34,8 +36,13 @@ def main():
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(20):
-        if attempt == "0" and step == 10 and (rank == 1 or os.environ.get("HANG_DDP_ALL") == "1"):
+    steps = int(os.environ.get("HANG_DDP_STEPS", "20"))
+    block_at = int(os.environ.get("HANG_DDP_BLOCK_AT", "10"))
+    step_s = float(os.environ.get("HANG_DDP_STEP_S", "0.1"))
+    slow_every = int(os.environ.get("HANG_DDP_SLOW_EVERY", "0"))
+    for step in range(steps):
+        if attempt == "0" and step == block_at and (rank == 1 or
+                                                   os.environ.get("HANG_DDP_ALL") == "1"):
             stuck_in_data_loading(out)
         loss = model(torch.randn(4, 8)).pow(2).sum()
         loss.backward()
@@ -45,7 +52,9 @@ def main():
         if attempt != "0" and step == 0:
             with open(os.path.join(out, f"first_step.{rank}"), "w") as f:
                 f.write(str(time.time()))
-        time.sleep(0.1)
+        time.sleep(step_s)
+        if slow_every and step % slow_every == slow_every - 1:
+            time.sleep(float(os.environ["HANG_DDP_SLOW_S"]))
     open(os.path.join(out, f"done.{attempt}.{rank}"), "w").close()
 
 

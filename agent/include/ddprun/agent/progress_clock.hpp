@@ -1,14 +1,24 @@
 #pragma once
-// Hang detection's clock for one worker: when it last made progress, and how long it may go
-// without. Progress is a heartbeat, a torch timer set or cleared, or, for a worker that has never
-// sent a heartbeat, a line of output. Until its first progress a worker is starting (imports,
-// compilation, the process group) and may take kStartTimeout (or the fixed timeout, if longer),
-// as NVIDIA's resiliency launcher has an initial timeout of its own.
+// Hang detection's clock for one worker in one attempt: when it last made progress, and how long
+// it may go without. Progress is a heartbeat, a torch timer set or cleared, or, for a worker that
+// has never sent a heartbeat, a line of output.
 //
-// Silence is counted in time the worker could run: what its main thread spent waiting for a CPU
-// (runnable, but the machine busy) since its last progress does not count. A worker slowed by an
-// oversubscribed node (or finishing its last step and its teardown there) is not a hung one; a
-// worker blocked in a wait, or spinning, is silent all the same.
+// A worker's start (imports, the process group, building and loading the model, a restore) may
+// take kStartTimeout (or the fixed timeout, if longer), as NVIDIA's resiliency launcher has an
+// initial timeout of its own. A fixed timeout applies from the worker's first progress. A learned
+// one (auto) applies only once the worker has shown its rhythm in this attempt: kAutoWarmup
+// intervals between progress, each at least kMinInterval long (lines printed together, a burst of
+// warnings at start-up, count once), so that output before training (a banner, gloo's "connected"
+// lines) does not end the start; every restarted attempt shows it again. It is the slowest interval
+// seen since the worker's first progress (in this attempt or, for the same local rank, an earlier
+// one: the slow steps a job has, evaluation or checkpoint steps, are not forgotten at a restart)
+// times kAutoFactor, never under kAutoFloor.
+//
+// Silence is counted in time the node's workers could run: while a worker of the node waited for a
+// CPU (runnable, but the machine busy) since this worker's last progress, this worker's silence
+// does not grow (its peers in a collective wait on that worker too). A worker slowed by an
+// oversubscribed node is not a hung one; a worker blocked in a wait, or spinning, is silent all
+// the same.
 #include <chrono>
 #include <cstddef>
 
@@ -25,32 +35,34 @@ class ProgressClock {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kStartTimeout{300'000};
-  // kAuto, as NVIDIA's resiliency launcher learns it: once kAutoWarmup intervals between progress
-  // were seen, the largest of them times kAutoFactor, never below kAutoFloor; until then
-  // kStartTimeout.
-  static constexpr size_t kAutoWarmup = 5;
+  static constexpr size_t kAutoWarmup = 20;
+  static constexpr std::chrono::milliseconds kMinInterval{50};
   static constexpr int kAutoFactor = 5;
-  static constexpr std::chrono::milliseconds kAutoFloor{2'000};
+  static constexpr std::chrono::milliseconds kAutoFloor{10'000};
 
-  ProgressClock(HangPolicy policy, Clock::time_point start);
+  // `learned`: the slowest interval earlier attempts of this worker's local rank saw (auto).
+  ProgressClock(HangPolicy policy, Clock::time_point start, Clock::duration learned = {});
 
   void progress(Clock::time_point now);
-  // The worker's main thread's total time waiting for a CPU so far (a counter that only grows).
+  // The node's workers' total time waiting for a CPU so far (a counter that only grows).
   void cpu_wait(std::chrono::nanoseconds total);
   // How long it may go without progress now.
   std::chrono::milliseconds timeout() const;
-  // How long it has gone without progress at `now`, less its wait for a CPU meanwhile.
+  // How long it has gone without progress at `now`, less the node's wait for a CPU meanwhile.
   std::chrono::milliseconds silent(Clock::time_point now) const;
-  // Its wait for a CPU since its last progress.
+  // The node's wait for a CPU since its last progress.
   std::chrono::milliseconds waited_for_cpu() const;
   bool hung(Clock::time_point now) const { return silent(now) > timeout(); }
+  // The slowest interval between progress seen so far, earlier attempts' included.
+  Clock::duration slowest() const { return slowest_; }
 
  private:
   HangPolicy policy_;
-  Clock::time_point last_;
-  bool any_ = false;  // progress seen: intervals count from the first one
-  size_t intervals_ = 0;
-  Clock::duration longest_{0};
+  Clock::time_point last_;     // the last progress
+  Clock::time_point counted_;  // the last progress that began an interval
+  bool any_ = false;           // progress seen: intervals count from the first one
+  size_t intervals_ = 0;       // in this attempt
+  Clock::duration slowest_{0};
   std::chrono::nanoseconds cpu_wait_{0};          // the latest reading
   std::chrono::nanoseconds cpu_wait_at_last_{0};  // the reading at the last progress
   bool cpu_wait_read_ = false;
