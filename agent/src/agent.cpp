@@ -145,7 +145,11 @@ class NodeAgent {
           io_, checkpoints_.path(), cfg.checkpoint_dir, cfg.checkpoint_persist_every,
           [this](const PersistReport& r) { report_persist(r); });
     }
-    if (!cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port) {
+    const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;
+    // The node check and the checkpoints' restore plan tell a round's nodes apart by their ids
+    // (without them the node check never ran unless an event log was asked for).
+    if (reports || cfg.rdzv.max_nodes > 1) rdzv_->want_members();
+    if (reports) {
       // Following every node's presence costs this agent one event per join or leave anywhere in
       // the job: only for an agent that reports them.
       rdzv_->watch_membership([this](const rendezvous::MembershipChange& m) {

@@ -91,8 +91,18 @@ struct Run : AgentParts {
   asio::awaitable<Checked> check_nodes(const rendezvous::Round& round,
                                        const rendezvous::WorkerStoreAddress& store,
                                        AgentOutcome& out) {
-    if (!cfg.node_check || round.num_nodes < 2) co_return Checked::kGoOn;
-    if (!co_await node_check::needed(rdzv, round)) co_return Checked::kGoOn;
+    if (!cfg.node_check) co_return Checked::kGoOn;
+    if (round.num_nodes < 2) {
+      spdlog::info("node check: round {} has one node, nothing to compare it with: not run",
+                   round.number);
+      co_return Checked::kGoOn;
+    }
+    if (!co_await node_check::needed(rdzv, round)) {
+      spdlog::info("node check: every node of round {} passed a check of this job before: not run "
+                   "again",
+                   round.number);
+      co_return Checked::kGoOn;
+    }
     const auto started = std::chrono::steady_clock::now();
     NodeProbeRun how;
     how.program = cfg.node_probe;

@@ -30,6 +30,18 @@ WORKER = ("echo \"$GROUP_RANK $WORLD_SIZE\" > \"$OUT/ran.$HOST_INDEX\"; i=0; "
           "while [ ! -e \"$OUT/go\" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done")
 
 
+def quota_cgroup(quota_percent):
+    """A new cpu cgroup with that quota (per 100 ms); the caller removes it."""
+    if not os.path.isdir(CPU_CGROUP):
+        print("no cgroup v1 cpu controller here")
+        sys.exit(77)
+    path = os.path.join(CPU_CGROUP, f"ddprun-node-check-{os.getpid()}")
+    os.mkdir(path)
+    with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+        f.write(str(quota_percent * 1000))
+    return path
+
+
 class Cluster:
     """Four host namespaces and a head one with the job's ddprund; agents started in them."""
 
@@ -69,13 +81,7 @@ class Cluster:
 
     def throttle(self, quota_percent):
         """A cpu cgroup with that quota (per 100 ms), for one agent and all it starts."""
-        if not os.path.isdir(CPU_CGROUP):
-            print("no cgroup v1 cpu controller here")
-            sys.exit(77)
-        self.cgroup = os.path.join(CPU_CGROUP, f"ddprun-node-check-{os.getpid()}")
-        os.mkdir(self.cgroup)
-        with open(os.path.join(self.cgroup, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(quota_percent * 1000))
+        self.cgroup = quota_cgroup(quota_percent)
         return self.cgroup
 
     def rate_limit(self, i, rate):
@@ -268,6 +274,51 @@ def case_healthy_nodes_are_never_kept_out():
         assert not left_running(c.out), left_running(c.out)
     print(f"{runs} runs of the 4-node check, no node kept out; the check took "
           f"{statistics.median(times):.2f} s (median), {max(times):.2f} s at most: passed")
+
+
+def case_agents_on_one_host_are_checked_with_the_plainest_command_line():
+    # Three agents of one job on this host, a ddprund on loopback, no --event_log and no
+    # --log_dir: the check runs (it used to be skipped without an event log: the round did not
+    # name its members) and keeps the node under a 20% CPU quota out; the job runs on the others.
+    out = tempfile.mkdtemp()
+    store = subprocess.Popen([DDPRUND, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"],
+                             stdout=subprocess.PIPE, text=True)
+    cgroup = quota_cgroup(20)
+    agents = []
+    try:
+        port = int(store.stdout.readline())
+        for i in range(3):
+            cmd = [DDPRUN, "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                   f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=loopback",
+                   "--rdzv_conf=last_call_timeout=3,join_timeout=60", "--node_check", "--no_python",
+                   "/bin/sh", "-c", 'echo "$GROUP_RANK $WORLD_SIZE" > "$OUT/ran.$HOST_INDEX"']
+            if i == 1:
+                cmd = ["/bin/sh", "-c", f'echo $$ > {cgroup}/tasks && exec "$@"', "sh", *cmd]
+            agents.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                           text=True,
+                                           env={**os.environ, "OUT": out, "HOST_INDEX": str(i)}))
+        results = [(a.wait(timeout=120), a.stderr.read()) for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        store.kill()
+        store.wait()
+        os.rmdir(cgroup)
+    codes = [r[0] for r in results]
+    assert codes == [0, 4, 0], (codes, [r[1][-2000:] for r in results])
+    line = [x for x in results[1][1].splitlines() if "node check: this node stays out" in x]
+    assert len(line) == 1 and "compute" in line[0], results[1][1][-2000:]
+    for i in (0, 2):
+        assert "node check: node" in results[i][1] and "is kept out: compute" in results[i][1], \
+            results[i][1][-2000:]
+    ran = sorted(f for f in os.listdir(out) if f.startswith("ran."))
+    assert ran == ["ran.0", "ran.2"], ran
+    assert {open(os.path.join(out, f)).read().split()[1] for f in ran} == {"2"}
+    assert not left_running(out), left_running(out)
+    print(f"3 agents on one host, one under a 20% CPU quota, no event log: "
+          f"'{line[0].split('[error] ', 1)[1]}'; the job ran on the other 2: passed")
 
 
 if __name__ == "__main__":

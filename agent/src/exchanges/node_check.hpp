@@ -47,7 +47,8 @@ struct Verdict {
 // with a partner slow with two partners or more, is not (that partner explains it).
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
 
-// Whether `r` has a member that has not passed a node check of this job.
+// Whether `r` has a member that has not passed a node check of this job (true where `r` does not
+// name its members).
 boost::asio::awaitable<bool> needed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r);
 // Publishes `mine`; node rank 0 waits (up to `wait`) for every node's, judges them with

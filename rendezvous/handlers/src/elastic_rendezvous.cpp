@@ -421,8 +421,8 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
     r.num_nodes = p.num_nodes;
     r.base_rank = p.base_rank;
     r.world_size = p.world_size;
-    if (wants_membership()) {
-      // Only for an agent that reports its rounds' members (the event log): it costs the record.
+    if (wants_members()) {
+      // Only for an agent with a part that needs them: it costs the record.
       const std::string key = keys::key(keys::kRounds, n);
       for (auto& e : co_await store().read_prefix(key)) {
         if (e.key == key) r.members = parse_record(e.value).participants;
@@ -460,7 +460,7 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
     }
     // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys;
     // open to the round's nodes only.
-    if (r.members.empty()) {  // (next_round() read them for an agent with a membership listener)
+    if (r.members.empty()) {  // (next_round() read them for an agent that wants them)
       const std::string round_key = keys::key(keys::kRounds, r.number);
       for (auto& e : co_await store().read_prefix(round_key)) {
         if (e.key == round_key) r.members = parse_record(e.value).participants;

@@ -37,6 +37,7 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
   // Calls `listener` for every presence key ("nodes/<id>") that appears or vanishes from now on.
   // The session follows every presence key for it (one event per node that joins or leaves).
   void watch_membership(std::function<void(const MembershipChange&)> listener) override;
+  void want_members() override { wants_members_ = true; }
 
   boost::asio::awaitable<void> publish(Scope scope, std::string topic, std::string value) override;
   boost::asio::awaitable<std::vector<std::string>> gather(Scope scope, std::string topic,
@@ -100,8 +101,8 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
   // not say.
   static int nproc_of_record(const std::string& record);
   JobStore& store() { return *store_; }
-  // Whether someone listens to membership changes (watch_membership()).
-  bool wants_membership() const { return static_cast<bool>(membership_listener_); }
+  // Whether rounds are to name their members (want_members()).
+  bool wants_members() const { return wants_members_; }
   boost::asio::any_io_executor executor() const { return ex_; }
 
  private:
@@ -124,6 +125,7 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
   WatchSet watched_;  // what the session follows
   bool stop_waiting_ = false;
   std::function<void(const MembershipChange&)> membership_listener_;
+  bool wants_members_ = false;
   std::map<std::string, std::string> node_records_;  // "nodes/<id>" -> its record
   ExchangeBook book_;  // what this agent has seen of the round-scoped exchange
 };

@@ -34,7 +34,9 @@ struct Round {
   int num_nodes = 1;
   int base_rank = 0;  // global rank of this node's local rank 0
   int world_size = 0;
-  std::vector<std::string> members;  // the nodes' ids, in node rank order
+  // The nodes' ids, in node rank order: always where the backend fixes them (static, a single
+  // node), on an elastic job where the agent asked for them (Rendezvous::want_members()).
+  std::vector<std::string> members;
 };
 
 // A node joining or leaving the job, as this node sees it (its own joining included).
@@ -177,6 +179,10 @@ class Rendezvous {
   // This node's wall clock against the job store's, measured when it joined; nullopt where it was
   // not (a store that cannot tell its time, a single-node job).
   virtual std::optional<ClockOffset> clock_offset() const { return std::nullopt; }
+  // From now on, every round next_round() returns names its members (Round::members): on an
+  // elastic job each node then reads the round's record, which grows with the job, so only an
+  // agent with a part that needs them asks (the node check, checkpoints, the event log).
+  virtual void want_members() {}
   // Calls `listener` on the io_context for every node seen joining or leaving the job, from
   // join() on (for the event log). A single-node job has no membership: the default ignores it.
   virtual void watch_membership(std::function<void(const MembershipChange&)> listener) {
