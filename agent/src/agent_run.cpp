@@ -80,6 +80,45 @@ struct Run : AgentParts {
     co_return out;
   }
 
+  // The node check's verdict on `round` (nullopt: the round ended before it came), with this
+  // node's last measurement in `mine`. A verdict naming a node measured slow is measured again,
+  // longer, by every node, and only what both measurements found counts; the nodes it no longer
+  // names go to `unconfirmed`.
+  asio::awaitable<std::optional<node_check::Verdict>> node_check_verdict(
+      const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store,
+      ProbeReport& mine, std::vector<int>& unconfirmed) {
+    NodeProbeRun how;
+    how.program = cfg.node_probe;
+    how.run_id = cfg.rdzv.run_id;
+    how.timeout = cfg.node_check_timeout;
+    how.env = cfg.env;
+    how.dir = run_dir;
+    how.gpu = nvml != nullptr;
+    const auto wait = cfg.node_check_timeout + std::chrono::seconds(5);
+    std::optional<node_check::Verdict> first;  // pass 0's, once it needs confirming
+    for (int pass = 0; pass < 2; ++pass) {
+      how.pass = pass;
+      mine = co_await run_node_probe(io, containment, how, round, store);
+      if (!mine.failed.empty()) spdlog::error("node check: {}", mine.failed);
+      const std::optional<node_check::Verdict> verdict = co_await node_check::exchange(
+          rdzv, round, pass, mine, cfg.node_check_factor, wait, first);
+      if (!verdict) co_return verdict;
+      if (pass == 1) {
+        for (const node_check::SlowNode& s : first->slow) {
+          if (verdict->kept_out(s.node_rank) == nullptr) unconfirmed.push_back(s.node_rank);
+        }
+      }
+      if (pass == 1 || !verdict->needs_confirmation()) co_return verdict;
+      for (const node_check::SlowNode& s : verdict->slow) {
+        spdlog::warn("node check: node {} measured slow ({} {}): measuring again to confirm",
+                     s.node_rank, s.probe,
+                     s.ratio > 0 ? fmt::format("{:.2f}x the round's median", s.ratio) : s.detail);
+      }
+      first = verdict;
+    }
+    co_return first;
+  }
+
   // What --node_check decided for a round before its workers start.
   enum class Checked { kGoOn, kThisNodeOut, kAnotherNodeOut };
 
@@ -98,24 +137,17 @@ struct Run : AgentParts {
       co_return Checked::kGoOn;
     }
     if (!co_await node_check::needed(rdzv, round)) {
-      spdlog::info("node check: every node of round {} passed a check of this job before: not run "
-                   "again",
-                   round.number);
+      spdlog::info(
+          "node check: every node of round {} passed a check of this job before: not run "
+          "again",
+          round.number);
       co_return Checked::kGoOn;
     }
     const auto started = std::chrono::steady_clock::now();
-    NodeProbeRun how;
-    how.program = cfg.node_probe;
-    how.run_id = cfg.rdzv.run_id;
-    how.timeout = cfg.node_check_timeout;
-    how.env = cfg.env;
-    how.dir = run_dir;
-    how.gpu = nvml != nullptr;
-    ProbeReport mine = co_await run_node_probe(io, containment, how, round, store);
-    if (!mine.failed.empty()) spdlog::error("node check: {}", mine.failed);
-    const auto wait = cfg.node_check_timeout + std::chrono::seconds(5);
+    ProbeReport mine;
+    std::vector<int> unconfirmed;
     const std::optional<node_check::Verdict> verdict =
-        co_await node_check::exchange(rdzv, round, mine, cfg.node_check_factor, wait);
+        co_await node_check_verdict(round, store, mine, unconfirmed);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!verdict) {
@@ -126,6 +158,7 @@ struct Run : AgentParts {
     fields["round"] = round.number;
     fields["seconds"] = seconds;
     fields["this_node"] = mine.to_json();
+    fields["unconfirmed"] = unconfirmed;
     for (auto& s : fields["slow"]) {
       s["node"] = round.members.at(s["node_rank"].get<size_t>());
     }
@@ -150,6 +183,9 @@ struct Run : AgentParts {
       co_return Checked::kThisNodeOut;
     }
     co_await node_check::passed(rdzv, round);
+    for (int node : unconfirmed) {
+      spdlog::info("node check: node {} was not slow when measured again: it stays in", node);
+    }
     if (verdict->slow.empty()) {
       spdlog::info("node check: {} nodes within {:g}x the round's median, in {:.2f} s",
                    round.num_nodes, cfg.node_check_factor, seconds);

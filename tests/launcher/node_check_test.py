@@ -256,7 +256,7 @@ def case_a_spare_takes_the_place_of_a_node_kept_out():
 
 
 def case_healthy_nodes_are_never_kept_out():
-    times, runs = [], 20
+    times, runs, suspected = [], 20, 0
     with Cluster() as c:
         for run in range(runs):
             run_id = f"healthy{run}"
@@ -271,8 +271,10 @@ def case_healthy_nodes_are_never_kept_out():
             checks = [c.events(run_id, i, "node_check") for i in range(4)]
             assert all(len(x) == 1 and x[0]["slow"] == [] for x in checks), (run, checks)
             times.append(max(x[0]["seconds"] for x in checks))
+            suspected += bool(checks[0][0]["unconfirmed"])
         assert not left_running(c.out), left_running(c.out)
-    print(f"{runs} runs of the 4-node check, no node kept out; the check took "
+    print(f"{runs} runs of the 4-node check, no node kept out ({suspected} suspected by a first "
+          f"measurement and cleared by the second); the check took "
           f"{statistics.median(times):.2f} s (median), {max(times):.2f} s at most: passed")
 
 

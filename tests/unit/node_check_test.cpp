@@ -98,6 +98,56 @@ TEST_CASE("node check: a node without a report, or whose probe failed, gave no a
   CHECK(node_check::judge({report(7, 1.0, {})}, 1, 2.0).slow.size() == 1);
 }
 
+TEST_CASE("node check: a link with a node that gave no answer blames neither end", "[node_check]") {
+  // Node 1's probe froze: its partners' links with it never completed. Node 2's only link was
+  // with it (three nodes: one sits out each phase).
+  ProbeReport zero = report(0, 0.006, {{1, 0.004}, {2, 0.004}});
+  zero.links[0].completed = false;
+  ProbeReport two = report(2, 0.006, {{1, 0.004}});
+  two.links[0].completed = false;
+  const node_check::Verdict v = node_check::judge(
+      {zero, ProbeReport::failure(1, "the probe failed: timed out after 6 s"), two}, 3, 2.0);
+  REQUIRE(v.slow.size() == 1);
+  CHECK(v.slow[0].node_rank == 1);
+  CHECK_FALSE(v.needs_confirmation());
+}
+
+TEST_CASE(
+    "node check: a node is kept out only where both measurements found it slow, or it gave no "
+    "answer",
+    "[node_check]") {
+  // The first measurement: node 1's link was slow for a moment, node 2's compute is slow, node 3
+  // gave no answer. A suspicion: measured again.
+  std::vector<ProbeReport> first_reports = {report(0, 0.006, {{1, 0.004}, {3, 0.004}}),
+                                            report(1, 0.006, {{0, 0.0121}, {2, 0.0119}}),
+                                            report(2, 0.019, {{3, 0.004}, {1, 0.004}})};
+  first_reports.push_back(ProbeReport::failure(3, "the probe failed: timed out after 6 s"));
+  const node_check::Verdict first = node_check::judge(first_reports, 4, 2.0);
+  REQUIRE(first.slow.size() == 3);
+  CHECK(first.needs_confirmation());
+  // The second: node 1 is fast now, node 2 still slow, node 3 answers; node 0's link is slow
+  // this time only.
+  const std::vector<ProbeReport> second_reports = {
+      report(0, 0.006, {{1, 0.012}, {3, 0.012}}), report(1, 0.006, {{0, 0.012}, {2, 0.004}}),
+      report(2, 0.018, {{3, 0.004}, {1, 0.004}}), report(3, 0.006, {{2, 0.004}, {0, 0.012}})};
+  const node_check::Verdict second = node_check::judge(second_reports, 4, 2.0);
+  REQUIRE(second.slow.size() == 2);  // nodes 0 (its link) and 2
+  const node_check::Verdict v = node_check::confirmed(first, second);
+  REQUIRE(v.slow.size() == 2);
+  CHECK(v.slow[0].node_rank == 2);
+  CHECK(v.slow[0].probe == "compute");
+  CHECK(v.slow[0].ratio == Approx(0.018 / 0.006));  // as measured the second time
+  CHECK(v.slow[1].node_rank == 3);
+  CHECK(v.slow[1].probe == "no answer");
+  CHECK(v.kept_out(0) == nullptr);
+  CHECK(v.kept_out(1) == nullptr);
+  // Nodes that only gave no answer are not measured again: that is final.
+  const node_check::Verdict silent =
+      node_check::judge({report(0, 0.006, {{1, 0.004}}), report(1, 0.006, {{0, 0.004}})}, 3, 2.0);
+  REQUIRE(silent.slow.size() == 1);
+  CHECK_FALSE(silent.needs_confirmation());
+}
+
 TEST_CASE("node check: a verdict crosses the exchange as JSON unchanged", "[node_check]") {
   const node_check::Verdict v =
       node_check::judge({report(0, 0.006, {}), report(1, 0.006, {}), report(2, 0.03, {})}, 3, 2.0);

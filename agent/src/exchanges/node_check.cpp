@@ -13,6 +13,7 @@ namespace {
 constexpr const char* kReports = "node_check_reports";
 constexpr const char* kVerdict = "node_check_verdict";
 constexpr const char* kPassed = "node_check_passed";
+constexpr const char* kNoAnswer = "no answer";
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -28,6 +29,11 @@ const SlowNode* Verdict::kept_out(int node_rank) const {
     if (s.node_rank == node_rank) return &s;
   }
   return nullptr;
+}
+
+bool Verdict::needs_confirmation() const {
+  return std::any_of(slow.begin(), slow.end(),
+                     [](const SlowNode& s) { return s.probe != kNoAnswer; });
 }
 
 nlohmann::json Verdict::to_json() const {
@@ -81,9 +87,16 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
   std::map<std::string, std::vector<double>> computes;
   std::vector<double> links;
   std::map<int, double> fastest;
+  // Links with a node that gave no answer say nothing of either end: that node is out already.
+  std::map<int, std::vector<ProbeReport::Link>> judged_links;
+  for (const auto& [rank, r] : answered) {
+    for (const auto& l : r->links) {
+      if (answered.contains(l.partner)) judged_links[rank].push_back(l);
+    }
+  }
   for (const auto& [rank, r] : answered) {
     computes[r->compute_kind].push_back(r->compute_seconds);
-    for (const auto& l : r->links) {
+    for (const auto& l : judged_links[rank]) {
       if (!l.completed) continue;
       const auto [it, first] = fastest.emplace(rank, l.seconds);
       if (!first) it->second = std::min(it->second, l.seconds);
@@ -105,7 +118,7 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
   for (int rank = 0; rank < nodes; ++rank) {
     if (answered.contains(rank)) continue;
     const auto f = failed.find(rank);
-    slow[rank] = SlowNode{rank, "no answer", 0,
+    slow[rank] = SlowNode{rank, kNoAnswer, 0,
                           f != failed.end() ? f->second : "its probe's report did not arrive"};
   }
   for (const auto& [rank, r] : answered) {
@@ -124,19 +137,20 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
   std::set<int> slow_with_several;
   for (int pass = 0; pass < 2; ++pass) {
     for (const auto& [rank, r] : answered) {
-      if (r->links.empty() || slow.contains(rank)) continue;
-      const bool several = r->links.size() > 1;
+      const std::vector<ProbeReport::Link>& links = judged_links[rank];
+      if (links.empty() || slow.contains(rank)) continue;
+      const bool several = links.size() > 1;
       if (several != (pass == 0)) continue;
       const auto best = fastest.find(rank);
       const bool completed = best != fastest.end();
       const double ratio = completed && v.link_median > 0 ? best->second / v.link_median : 0;
       if (completed && ratio <= factor) continue;
-      if (!several && slow_with_several.contains(r->links.front().partner)) continue;
+      if (!several && slow_with_several.contains(links.front().partner)) continue;
       if (several) slow_with_several.insert(rank);
       std::vector<int> partners;
-      for (const auto& l : r->links) partners.push_back(l.partner);
+      for (const auto& l : links) partners.push_back(l.partner);
       const std::string with =
-          fmt::format("{:.0f} KiB with node{} {}", r->links.front().bytes / 1024,
+          fmt::format("{:.0f} KiB with node{} {}", links.front().bytes / 1024,
                       partners.size() > 1 ? "s" : "", fmt::join(partners, ","));
       slow[rank] = SlowNode{
           rank, "link", ratio,
@@ -147,6 +161,21 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
     }
   }
   for (auto& [rank, s] : slow) v.slow.push_back(std::move(s));
+  return v;
+}
+
+Verdict confirmed(const Verdict& first, const Verdict& second) {
+  Verdict v = second;
+  v.slow.clear();
+  for (const SlowNode& s : second.slow) {
+    const SlowNode* before = first.kept_out(s.node_rank);
+    if (s.probe == kNoAnswer || before != nullptr) v.slow.push_back(s);
+  }
+  for (const SlowNode& s : first.slow) {
+    if (s.probe == kNoAnswer && v.kept_out(s.node_rank) == nullptr) v.slow.push_back(s);
+  }
+  std::sort(v.slow.begin(), v.slow.end(),
+            [](const SlowNode& a, const SlowNode& b) { return a.node_rank < b.node_rank; });
   return v;
 }
 
@@ -163,12 +192,13 @@ boost::asio::awaitable<bool> needed(std::shared_ptr<rendezvous::Rendezvous> rdzv
 }
 
 boost::asio::awaitable<std::optional<Verdict>> exchange(
-    std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, ProbeReport mine,
-    double factor, std::chrono::milliseconds wait) {
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, int pass, ProbeReport mine,
+    double factor, std::chrono::milliseconds wait, std::optional<Verdict> first) {
   // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
   rendezvous::Scope scope = rendezvous::Scope::of(r);
-  std::string reports_topic = kReports;
-  std::string verdict_topic = kVerdict;
+  const std::string suffix = pass == 0 ? "" : fmt::format(".pass{}", pass);
+  std::string reports_topic = kReports + suffix;
+  std::string verdict_topic = kVerdict + suffix;
   try {
     co_await rdzv->publish(scope, reports_topic, mine.to_json().dump());
   } catch (const std::exception& e) {
@@ -181,7 +211,9 @@ boost::asio::awaitable<std::optional<Verdict>> exchange(
         reports.push_back(std::move(*report));
       }
     }
-    std::string verdict = judge(reports, r.num_nodes, factor).to_json().dump();
+    Verdict judged = judge(reports, r.num_nodes, factor);
+    if (first) judged = confirmed(*first, judged);
+    std::string verdict = judged.to_json().dump();
     try {
       co_await rdzv->publish(scope, verdict_topic, verdict);
       rendezvous::Scope job = rendezvous::Scope::job();

@@ -2,7 +2,10 @@
 // --node_check across the nodes of a round: each node publishes what its probe measured (topic
 // "node_check_reports", the round's scope); node rank 0 judges every node against the round's
 // medians and publishes the verdict (topic "node_check_verdict"), so that every node acts on the
-// same one; a node that passed records itself as checked (topic "node_check_passed", the job's
+// same one. A verdict that names a node measured slow is a suspicion, not yet a verdict: every node
+// measures again, longer (pass 1, topics suffixed ".pass1"), and a node is kept out only where
+// both measurements found it slow (or its probe gave no answer, which is final); a node that
+// passed records itself as checked (topic "node_check_passed", the job's
 // scope), and a round whose members all did needs no check. The verdict also goes to the job's
 // scope (topic rendezvous::kNodeCheckTopic) for `ddprun status`. Built on the rendezvous' exchange.
 #include <chrono>
@@ -35,6 +38,9 @@ struct Verdict {
 
   // The node of that rank, if it is kept out.
   const SlowNode* kept_out(int node_rank) const;
+  // Whether it names a node measured slow (not only nodes that gave no answer): a suspicion to
+  // measure again before acting on it.
+  bool needs_confirmation() const;
   nlohmann::json to_json() const;
   static std::optional<Verdict> from_json(const std::string& text);
 };
@@ -44,19 +50,25 @@ struct Verdict {
 // answered with a kernel of its kind (cpu, gpu) is slow in compute; one whose fastest link
 // measurement took more than `factor` times the median of every node's fastest, or none of whose
 // link measurements completed (ratio 0), is slow in its link, except that a node measured once,
-// with a partner slow with two partners or more, is not (that partner explains it).
+// with a partner slow with two partners or more, is not (that partner explains it); links with a
+// node that gave no answer are not judged.
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
+
+// The verdict of a confirmation: `second`'s figures; slow, the nodes that gave no answer in
+// either measurement and those measured slow in both (as `second` measured them).
+Verdict confirmed(const Verdict& first, const Verdict& second);
 
 // Whether `r` has a member that has not passed a node check of this job (true where `r` does not
 // name its members).
 boost::asio::awaitable<bool> needed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r);
-// Publishes `mine`; node rank 0 waits (up to `wait`) for every node's, judges them with
-// `factor` and publishes the verdict. Returns the verdict, or nullopt where the round ended (or
-// twice `wait` passed) before it came. Never throws.
+// Publishes `mine`, the measurement of pass `pass`; node rank 0 waits (up to `wait`) for every
+// node's, judges them with `factor` (on pass 1, confirmed() against `first`, pass 0's verdict)
+// and publishes the verdict. Returns the verdict, or nullopt where the round ended (or twice
+// `wait` passed) before it came. Never throws.
 boost::asio::awaitable<std::optional<Verdict>> exchange(
-    std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, ProbeReport mine,
-    double factor, std::chrono::milliseconds wait);
+    std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, int pass, ProbeReport mine,
+    double factor, std::chrono::milliseconds wait, std::optional<Verdict> first);
 // Records this node (member `r.node_rank` of `r`) as checked. Never throws.
 boost::asio::awaitable<void> passed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r);

@@ -24,8 +24,11 @@ boost::asio::awaitable<ProbeReport> run_node_probe(boost::asio::io_context& io,
                                                    const NodeProbeRun& how,
                                                    const rendezvous::Round& round,
                                                    const rendezvous::WorkerStoreAddress& store) {
-  const std::string report = (how.dir / fmt::format("node_check.{}.report", round.number)).string();
-  const std::string log = (how.dir / fmt::format("node_check.{}.log", round.number)).string();
+  const std::string name = how.pass == 0
+                               ? fmt::format("node_check.{}", round.number)
+                               : fmt::format("node_check.{}.pass{}", round.number, how.pass);
+  const std::string report = (how.dir / (name + ".report")).string();
+  const std::string log = (how.dir / (name + ".log")).string();
   std::error_code ignored;
   std::filesystem::remove(report, ignored);
   // The probe stops itself a little before the agent would kill it, so that it says why.
@@ -36,6 +39,7 @@ boost::asio::awaitable<ProbeReport> run_node_probe(boost::asio::io_context& io,
       quoted(fmt::format("{}:{}", store.addr, store.port)), quoted(how.run_id), round.number,
       quoted(report), own_limit.count());
   if (how.gpu) command += " --gpu 0";
+  if (how.pass > 0) command += fmt::format(" --pass {}", how.pass);
   const std::optional<std::string> failed =
       co_await run_bounded_command(io, containment, command, how.timeout, how.env, log);
   if (failed) co_return ProbeReport::failure(round.node_rank, "the probe failed: " + *failed);

@@ -9,8 +9,11 @@
 //   link <phase> <partner's node rank> failed <bytes>     (not done within the phase's time)
 //
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
-//                     --report FILE --timeout-ms MS [--gpu DEVICE]
+//                     --report FILE --timeout-ms MS [--gpu DEVICE] [--pass P]
 //
+// --pass: which measurement of the round this is (0 the first; the agents measure a second time,
+// longer, to confirm a node the first found slow before keeping it out): its store keys are its
+// own, and a later pass runs kConfirmFactor times as many blocks and all-reduces.
 // --gpu: the compute kernel is a cuBLAS matrix product on that CUDA device (gpu_kernel.hpp), where
 // this build has CUDA and the machine cuBLAS; else the CPU kernel, saying why on stderr.
 //
@@ -52,6 +55,7 @@ constexpr int kComputeRunsPerBlock = 12;
 constexpr int kLinkRuns = 8;
 constexpr auto kLinkGap = std::chrono::milliseconds(5);
 constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB: long against a moment's load
+constexpr int kConfirmFactor = 3;
 
 struct Args {
   int rank = -1;
@@ -63,12 +67,20 @@ struct Args {
   std::string report;
   std::chrono::milliseconds timeout{30'000};
   int gpu = -1;  // --gpu: the CUDA device for the compute kernel; -1 none
+  int pass = 0;  // --pass
+
+  int repeat() const { return pass == 0 ? 1 : kConfirmFactor; }
+  // What this pass's store keys begin with.
+  std::string scope() const {
+    return "round_" + std::to_string(round) + (pass == 0 ? "" : ".pass" + std::to_string(pass));
+  }
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "ddprun-node-probe: %s\nusage: ddprun-node-probe --rank R --nodes N --store "
-               "HOST:PORT --run RUN_ID --round K --report FILE --timeout-ms MS\n",
+               "HOST:PORT --run RUN_ID --round K --report FILE --timeout-ms MS [--gpu DEVICE] "
+               "[--pass P]\n",
                why.c_str());
   std::exit(2);
 }
@@ -107,6 +119,8 @@ Args parse(int argc, char** argv) {
       a.report = value;
     } else if (flag == "--gpu") {
       a.gpu = number(flag, value);
+    } else if (flag == "--pass") {
+      a.pass = number(flag, value);
     } else if (flag == "--timeout-ms") {
       a.timeout = std::chrono::milliseconds(number(flag, value));
     } else {
@@ -131,8 +145,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds per all-reduce of kLinkFloats floats with `partner`, the fastest of kLinkRuns after one
-// to warm up.
+// Seconds per all-reduce of kLinkFloats floats with `partner`, the fastest of kLinkRuns (times the
+// pass's repeat) after one to warm up.
 double link_seconds(const Args& a, int phase, int partner,
                     std::chrono::steady_clock::time_point deadline) {
   ddp::WorkerEnv env;
@@ -146,13 +160,13 @@ double link_seconds(const Args& a, int phase, int partner,
   o.timeout =
       std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                  deadline - std::chrono::steady_clock::now()));
-  o.group_name = "node_check/phase" + std::to_string(phase) + "/" +
+  o.group_name = "node_check/" + a.scope() + "/phase" + std::to_string(phase) + "/" +
                  std::to_string(std::min(a.rank, partner)) + "-" +
                  std::to_string(std::max(a.rank, partner));
   const auto group = ddp::init_process_group(ddp::Backend::kGloo, env, o);
   std::vector<float> data(kLinkFloats, 1.0f);
   std::vector<double> runs;
-  for (int i = 0; i <= kLinkRuns; ++i) {
+  for (int i = 0; i <= kLinkRuns * a.repeat(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     group->all_reduce(data.data(), data.size(), ddp::DType::kFloat32, ddp::ReduceOp::kSum);
     const double took =
@@ -183,7 +197,7 @@ std::string compute_line(const Args& a) {
   }
 #endif
   std::vector<double> blocks;
-  for (int b = 0; b < kComputeBlocks; ++b) {
+  for (int b = 0; b < kComputeBlocks * a.repeat(); ++b) {
     // Its time, less any wait for a CPU that other processes held (a quota's is kept).
     const CpuWait waited;
     const auto start = std::chrono::steady_clock::now();
@@ -201,8 +215,8 @@ void together(ddprun::store::StoreClient& store, const Args& a, const std::strin
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   try {
-    store.barrier("ddprun/node_check/" + a.run + "/round_" + std::to_string(a.round) + "/" + stage,
-                  a.nodes, std::max(left, std::chrono::milliseconds(1)));
+    store.barrier("ddprun/node_check/" + a.run + "/" + a.scope() + "/" + stage, a.nodes,
+                  std::max(left, std::chrono::milliseconds(1)));
   } catch (const ddprun::store::StoreError& e) {
     std::fprintf(stderr, "ddprun-node-probe: node %d: not every node reached %s: %s\n", a.rank,
                  stage.c_str(), e.what());
