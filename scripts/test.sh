@@ -3,26 +3,35 @@
 # for a bounded time, then every CTest test (Catch2 unit tests, real-process and real-PyTorch interop,
 # the latter with torch 1.13 and, labelled torch2, torch 2.14), then the multi-node tests on a
 # sanitizer build (scripts/sanitize-test.sh). A warning from g++ 12 or clang 14 (-Wall -Wextra) fails
-# it too. Exits non-zero on any failure.
+# it too. Every stage runs, and says how it ended and how long it took, even when an earlier one
+# failed (a red CTest must not hide the sanitizers' verdict); the script exits non-zero at the end
+# if any stage failed. Only the install and the build stop it at once: nothing after them could run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each stage's time, printed as it ends and again at the end (what a run's time is spent on).
+# Each stage's outcome and time, printed as it ends and again at the end.
 stages=()
+failed=0
 stage_start=$SECONDS
-stage_done() {
-  stages+=("$(printf '%-34s %5d s' "$1" $((SECONDS - stage_start)))")
-  echo "test: $1 took $((SECONDS - stage_start)) s"
+stage_done() {  # NAME STATUS
+  local outcome=passed
+  if [[ $2 -ne 0 ]]; then
+    outcome="FAILED (exit status $2)"
+    failed=1
+  fi
+  stages+=("$(printf '%-34s %5d s  %s' "$1" $((SECONDS - stage_start)) "$outcome")")
+  echo "test: $1 $outcome, took $((SECONDS - stage_start)) s"
   stage_start=$SECONDS
 }
 print_stages() {
   printf 'test: %s\n' "${stages[@]}"
 }
+trap print_stages EXIT
 
 bash scripts/install-deps.sh
-stage_done "installing packages"
+stage_done "installing packages" 0
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+trap 'print_stages; rm -rf "$scratch"' EXIT
 
 # The torch 2.14 root (minutes on a fresh machine, nothing after) is built while the compiler runs.
 bash scripts/torch2-root.sh >"$scratch/torch2-root.log" 2>&1 &
@@ -33,48 +42,61 @@ build=${DDPRUN_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_BUILD_TESTS=ON
 # The project builds without a warning under -Wall -Wextra: a new one fails the run.
 cmake --build "$build" -j "$jobs" 2>&1 | tee "$scratch/build.log"
+status=0
 if grep -q 'warning:' "$scratch/build.log"; then
   grep 'warning:' "$scratch/build.log" | sort -u >&2
   echo "test: the build printed warnings" >&2
-  exit 1
+  status=1
 fi
-stage_done "the build (g++)"
+stage_done "the build (g++)" "$status"
 # And under clang 14's front end, with the same flags (about 2 minutes on 2 cores).
-python3 scripts/clang-warnings.py "$build"
-stage_done "clang's warnings"
+status=0
+python3 scripts/clang-warnings.py "$build" || status=$?
+stage_done "clang's warnings" "$status"
 
 # The frame parser, and what a store with a secret reads before authentication, under libFuzzer
 # with ASan and UBSan (clang-only, so they have their own build).
+status=0
 fuzz_build=${build}-fuzz
-cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
-  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-cmake --build "$fuzz_build" -j "$jobs"
-for fuzzer in wire_parser_fuzz auth_handshake_fuzz; do
-  corpus=$scratch/corpus-$fuzzer
-  mkdir "$corpus"
-  echo "fuzz: $fuzzer for ${DDPRUN_FUZZ_SECONDS:-30} s"
-  if ! "$fuzz_build/tests/fuzz/$fuzzer" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
-    "$corpus" >"$corpus/fuzz.log" 2>&1; then
-    tail -n 60 "$corpus/fuzz.log"
-    echo "fuzz: $fuzzer FAILED" >&2
-    exit 1
-  fi
-  grep -E '^Done' "$corpus/fuzz.log"
-done
-stage_done "the fuzz build and fuzzing"
+if cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
+  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null && cmake --build "$fuzz_build" -j "$jobs"; then
+  for fuzzer in wire_parser_fuzz auth_handshake_fuzz; do
+    corpus=$scratch/corpus-$fuzzer
+    mkdir "$corpus"
+    echo "fuzz: $fuzzer for ${DDPRUN_FUZZ_SECONDS:-30} s"
+    if ! "$fuzz_build/tests/fuzz/$fuzzer" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
+      "$corpus" >"$corpus/fuzz.log" 2>&1; then
+      tail -n 60 "$corpus/fuzz.log"
+      echo "fuzz: $fuzzer FAILED" >&2
+      status=1
+    else
+      grep -E '^Done' "$corpus/fuzz.log"
+    fi
+  done
+else
+  status=1
+fi
+stage_done "the fuzz build and fuzzing" "$status"
 
+status=0
 if ! wait "$torch2_root"; then
   cat "$scratch/torch2-root.log" >&2
-  echo "test: the torch 2.14 root could not be built" >&2
-  exit 1
+  echo "test: the torch 2.14 root could not be built (the torch2 tests fail without it)" >&2
+  status=1
 fi
+stage_done "waiting for the torch 2.14 root" "$status"
 
-stage_done "waiting for the torch 2.14 root"
-
-(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300)
-stage_done "every CTest test"
+status=0
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300) || status=$?
+stage_done "every CTest test" "$status"
 
 # The multi-node and elastic tests again, on a build with ASan and UBSan.
-DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh
-stage_done "the sanitizer build and its tests"
-print_stages
+status=0
+DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh || status=$?
+stage_done "the sanitizer build and its tests" "$status"
+
+if [[ $failed -ne 0 ]]; then
+  echo "test: FAILED: a stage above failed" >&2
+  exit 1
+fi
+echo "test: every stage passed"

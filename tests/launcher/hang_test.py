@@ -102,15 +102,15 @@ def case_auto_leaves_room_for_a_slow_step_in_every_ten():
     # Steps of about 0.3 s, every tenth 10x as long (3 s: an evaluation): auto learns the slow
     # ones in its warm-up and declares nothing (learning from 5 intervals with a 2 s floor, as
     # ddprun did, declared the first slow step a hang).
+    # The plainest command line: no event log, no log folder.
     out = tempfile.mkdtemp()
-    log = os.path.join(out, "events.jsonl")
     r = ddprun("--standalone", "--nproc_per_node=2", "--max_restarts=0", "--hang_timeout=auto",
-               f"--event_log={log}", os.path.join(WORKLOADS, "hang_ddp.py"),
+               os.path.join(WORKLOADS, "hang_ddp.py"),
                env={"OUT_DIR": out, "HANG_DDP_STEPS": "30", "HANG_DDP_BLOCK_AT": "-1",
                     "HANG_DDP_STEP_S": "0.3", "HANG_DDP_SLOW_EVERY": "10",
                     "HANG_DDP_SLOW_S": "2.7"})
     assert r.returncode == 0, r.stderr
-    assert [e for e in events(log) if e["event"] == "hang"] == [], r.stderr
+    assert "is hung" not in r.stderr, r.stderr
     assert sorted(f for f in os.listdir(out) if f.startswith("done.")) == ["done.0.0", "done.0.1"]
     print("--hang_timeout=auto, 30 DDP steps of about 0.3 s with every tenth 3 s long: no hang "
           "declared: passed")

@@ -153,6 +153,25 @@ def case_a_hangs_timeout_is_its_detection_phase():
           f"restart {phases['total_s']:.2f} s in all (the workers saw {seen:.2f} s): passed")
 
 
+def case_a_restart_is_measured_with_the_plainest_command_line():
+    # No event log, no metrics, no log folder: the restart's phases are in ddprun's own log.
+    out = tempfile.mkdtemp()
+    open(os.path.join(out, "go"), "w").close()
+    r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                        script(WORKER), out, "crash"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON_EXEC": PY})
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = re.search(r"the restart into round 1 took ([0-9.]+) s: ([0-9.]+) s to detect the failure, "
+                  r"[0-9.]+ s to stop the workers, [0-9.]+ s to form the round, [0-9.]+ s to start "
+                  r"the workers, [0-9.]+ s to their first progress", r.stderr)
+    assert m, r.stderr[-3000:]
+    seen = stamp(r.stderr, r"^start 1 1 ([0-9.]+)") - stamp(r.stderr, r"^failing ([0-9.]+)")
+    assert abs(float(m.group(1)) - seen) < 0.25, (m.group(0), seen)
+    assert not left_running(out), left_running(out)
+    print(f"a crash under the plainest command line: '{m.group(0)}' (the workers saw "
+          f"{seen:.3f} s): passed")
+
+
 if __name__ == "__main__":
     DDPRUN = sys.argv[1]
     globals()["case_" + sys.argv[2]]()
