@@ -187,6 +187,7 @@ class NodeAgent {
                            containment_,
                            nvml.get(),
                            checkpoints_,
+                           peer_service_ ? peer_service_->sources() : local_sources_,
                            persister_.get(),
                            checkpoint_status_,
                            peer_service_.get(),
@@ -272,7 +273,8 @@ class NodeAgent {
     for (const char* any : {"::", "0.0.0.0"}) {
       try {
         peer_service_ = std::make_unique<PeerService>(
-            auth, any, fs::path(checkpoints_.path()) / "peers", cfg_.checkpoint_memory_limit);
+            auth, any, fs::path(checkpoints_.path()) / "peers", cfg_.checkpoint_memory_limit,
+            checkpoints_.path(), run_tag_of(cfg_.rdzv.run_id));
         break;
       } catch (const std::exception& e) {
         if (std::string_view(any) == "::") continue;
@@ -459,6 +461,9 @@ class NodeAgent {
   CheckpointStatus checkpoint_status_;              // for `ddprun status`
   std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir; reports to both above
   std::unique_ptr<PeerService> peer_service_;       // several nodes: copies to and from peers
+  // Without a peer service: the slots this node holds (its regions and kept copies).
+  SlotSources local_sources_{checkpoints_.path(), fs::path(checkpoints_.path()) / "kept", nullptr,
+                             run_tag_of(cfg_.rdzv.run_id)};
   std::unique_ptr<CheckpointReplicator> replicator_;
   std::string peer_host_;
   std::string replicating_to_;       // the peer the last copy reached ("" none, or it failed)

@@ -19,6 +19,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "checkpoint/round_restore.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/signals.hpp"
@@ -448,9 +449,9 @@ struct Run : AgentParts {
       }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      const std::optional<int64_t> step = co_await agreed_checkpoint(*round);
+      const std::optional<CheckpointRestore> restore = co_await agreed_checkpoint(*round);
       std::vector<WorkerLaunch> launches =
-          plan_round(cfg, attempt_dir, *round, *master, bindings, step);
+          plan_round(cfg, attempt_dir, *round, *master, bindings, restore);
       if (persister != nullptr) persister->watch(round_ranks(cfg, *round));
       checkpoint_status.watch(round_ranks(cfg, *round));
       auto [r, why] = co_await run_watched(launches, *round);
@@ -473,7 +474,8 @@ struct Run : AgentParts {
       }
       const rendezvous::Round& ran = *round;
       if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
-      if (std::optional<AgentOutcome> loop = co_await crash_looping(ran, step)) {
+      const std::optional<int64_t> resumed = restore ? std::optional(restore->step) : std::nullopt;
+      if (std::optional<AgentOutcome> loop = co_await crash_looping(ran, resumed)) {
         co_return std::move(*loop);
       }
       std::string cause = "interrupted";
@@ -532,188 +534,26 @@ struct Run : AgentParts {
     return held;
   }
 
-  // The same with the step each local rank's copy on the peer was kept here too (all a round can
-  // restore from this node's memory).
-  std::vector<std::vector<int64_t>> restorable_steps(const rendezvous::Round& round) const {
-    std::vector<std::vector<int64_t>> held = held_steps(round);
-    if (replicator == nullptr) return held;
-    size_t i = 0;
-    for (const auto& [local, global] : round_ranks(cfg, round)) {
-      for (int64_t s : kept_steps(kept_dir(), local)) {
-        if (std::find(held[i].begin(), held[i].end(), s) == held[i].end()) held[i].push_back(s);
-      }
-      std::sort(held[i].begin(), held[i].end());
-      ++i;
-    }
-    return held;
-  }
-
-  fs::path kept_dir() const { return fs::path(checkpoints.path()) / "kept"; }
-
-  // Local ranks whose region no longer holds `step` get the copy kept here back into it. False
-  // (said) where one cannot be.
-  bool restore_kept(const rendezvous::Round& round, int64_t step) {
-    const std::atomic<bool> never{false};
-    for (const auto& [local, global] : round_ranks(cfg, round)) {
-      const std::vector<int64_t> own = checkpoints.steps_held(local);
-      if (std::find(own.begin(), own.end(), step) != own.end()) continue;
-      const std::vector<int64_t> kept = kept_steps(kept_dir(), local);
-      if (std::find(kept.begin(), kept.end(), step) == kept.end()) continue;  // fetched instead
-      try {
-        read_back(kept_dir(), step, local, checkpoints.path(), local, never);
-      } catch (const std::exception& e) {
-        spdlog::warn(
-            "round {}: the copy of step {} kept for local rank {} could not be restored: {}",
-            round.number, step, local, e.what());
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Per local rank of `round`, the steps complete in --checkpoint_dir for its global rank.
-  std::vector<std::vector<int64_t>> steps_on_disk(const rendezvous::Round& round) const {
-    std::vector<std::vector<int64_t>> held;
-    for (const auto& [local, global] : round_ranks(cfg, round)) {
-      held.push_back(persister->steps_on_disk(global, static_cast<uint64_t>(round.world_size)));
-    }
-    return held;
-  }
-
-  // The checkpoint the round's workers restore (restored_checkpoint); then, with the restore
-  // done (its transfers have the links and the memory to themselves), this node's copies go to
-  // its peer of the round.
-  asio::awaitable<std::optional<int64_t>> agreed_checkpoint(const rendezvous::Round& round) {
+  // The checkpoint the round's workers restore (checkpoint/round_restore.hpp); then, with the
+  // restore done (its transfers have the links and the memory to themselves), this node's copies
+  // go to its peer of the round.
+  asio::awaitable<std::optional<CheckpointRestore>> agreed_checkpoint(
+      const rendezvous::Round& round) {
     if (replicator != nullptr) replicator->stop();  // the kept steps stay as they are meanwhile
-    std::vector<checkpoint_sources::NodeCheckpoints> nodes;
-    const std::optional<int64_t> step = co_await restored_checkpoint(round, nodes);
-    if (!nodes.empty()) copy_to_peer(round, nodes);
-    co_return step;
-  }
-
-  // The newest step every rank of the round can restore from memory, its own region's or a copy
-  // a peer holds (checkpoint_sources.hpp), the copies fetched first; where there is none (the
-  // job started from nothing, or a rank's copies were lost with their nodes) and
-  // --checkpoint_dir is set, the newest step complete there for every rank, copied back into the
-  // regions first. `nodes`: every node's account, where the round agreed on one.
-  asio::awaitable<std::optional<int64_t>> restored_checkpoint(
-      const rendezvous::Round& round, std::vector<checkpoint_sources::NodeCheckpoints>& nodes) {
-    checkpoint_sources::NodeCheckpoints mine;
     const auto me = static_cast<size_t>(round.node_rank);
-    mine.id = me < round.members.size() ? round.members[me] : std::to_string(round.node_rank);
-    mine.local = restorable_steps(round);
-    if (peers != nullptr) {
-      mine.holds = peers->copies().steps();
-      mine.host = peer_host;
-      mine.port = peers->port();
-    }
-    const std::optional<checkpoint_sources::Agreement> agreed =
-        co_await checkpoint_sources::agree(rdzv, round, mine, cfg.rdzv.join_timeout);
-    std::optional<int64_t> step;
-    if (agreed) {
-      nodes = agreed->nodes;
-      step = co_await restore_from_memory(round, *agreed);
-      if (step) co_return step;
-      const auto& lost = agreed->plan.ranks_without_copy;
-      if (!lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
-        spdlog::warn(
-            "round {}: no in-memory copy of rank{} {} is left (its node and the node "
-            "holding its copies are gone, or its node joined with none): {}",
-            round.number, lost.size() > 1 ? "s" : "", fmt::join(lost, ","),
-            persister != nullptr ? "restoring from --checkpoint_dir"
-                                 : "with no --checkpoint_dir, the workers start afresh");
-        events.record("checkpoint_copies_lost", {{"round", round.number}, {"ranks", lost}});
-      }
-    }
-    if (persister == nullptr) co_return std::nullopt;
-    step = co_await checkpoint_agreement::agree(rdzv, round, steps_on_disk(round),
-                                                cfg.rdzv.join_timeout);
-    if (!step) co_return std::nullopt;
-    const bool restored = co_await persister->restore(*step, round_ranks(cfg, round));
-    if (!restored) {
-      spdlog::error("round {}: step {} could not be read back from {}: the workers start afresh",
-                    round.number, *step, cfg.checkpoint_dir);
-      co_return std::nullopt;
-    }
-    spdlog::info("round {}: the workers restore step {} from {}", round.number, *step,
-                 cfg.checkpoint_dir);
-    events.record("checkpoint_restore",
-                  {{"round", round.number}, {"step", *step}, {"from", cfg.checkpoint_dir}});
-    co_return step;
-  }
-
-  // The plan's step, once this node's ranks hold it: what its regions lack is fetched from the
-  // nodes holding the copies, and every node that fetched says it arrived. nullopt where there is
-  // no step, or a copy did not arrive (the round then restores as if there were none).
-  asio::awaitable<std::optional<int64_t>> restore_from_memory(
-      const rendezvous::Round& round, const checkpoint_sources::Agreement& a) {
-    const checkpoint_sources::RestorePlan& plan = a.plan;
-    if (!plan.step) co_return std::nullopt;
-    const auto& fetches = plan.fetches[static_cast<size_t>(round.node_rank)];
-    bool fetched = true;
-    std::vector<std::string> sources;
-    std::map<size_t, std::vector<std::pair<int, int>>> by_holder;
-    for (const auto& f : fetches) by_holder[f.holder].emplace_back(f.origin_local, f.local);
-    for (auto& [holder, pairs] : by_holder) {
-      const auto& h = a.nodes[holder];
-      const std::string origin = fetches.front().origin;
-      const std::string where = fmt::format("{}:{}", h.host, h.port);
-      TransferReport r;
-      if (peers == nullptr || h.port == 0) {
-        r.detail = "this node cannot reach copies";
-      } else {
-        PeerAddress from{h.host, h.port};
-        std::vector<std::pair<int, int>> ranks = pairs;
-        std::string who = origin;
-        r = co_await peers->get(std::move(from), std::move(who), checkpoints.path(),
-                                std::move(ranks), *plan.step);
-      }
-      events.record("checkpoint_fetched", {{"round", round.number},
-                                           {"step", *plan.step},
-                                           {"from", where},
-                                           {"origin", origin},
-                                           {"ok", r.ok},
-                                           {"bytes", r.bytes},
-                                           {"seconds", r.took.count()}});
-      if (!r.ok) {
-        spdlog::warn("round {}: the copies of step {} held by {} did not arrive: {}", round.number,
-                     *plan.step, where, r.detail);
-        fetched = false;
-        break;
-      }
-      spdlog::info(
-          "round {}: got step {} of {} local rank(s) from the copies {} held of node {} "
-          "({} bytes in {:.3f} s)",
-          round.number, *plan.step, pairs.size(), where, origin, r.bytes, r.took.count());
-      sources.push_back(where);
-    }
-    if (fetched && plan.adopted[static_cast<size_t>(round.node_rank)].empty()) {
-      fetched = restore_kept(round, *plan.step);
-    }
-    if (!co_await checkpoint_sources::all_fetched(rdzv, round, fetched, cfg.rdzv.join_timeout)) {
-      spdlog::warn("round {}: not every node got its copies of step {}: not restored from memory",
-                   round.number, *plan.step);
-      co_return std::nullopt;
-    }
-    if (peers != nullptr) {  // the copies of nodes that left are no longer needed
-      std::vector<std::string> members;
-      for (const auto& n : a.nodes) members.push_back(n.id);
-      peers->keep_only(members);
-    }
-    spdlog::info("round {}: the workers restore the in-memory checkpoint of step {}{}",
-                 round.number, *plan.step,
-                 sources.empty()
-                     ? std::string()
-                     : fmt::format(" (from the copies held by {})", fmt::join(sources, ", ")));
-    nlohmann::json fields = {{"round", round.number},
-                             {"step", *plan.step},
-                             {"from", sources.empty() ? "memory" : "peer"}};
-    if (!sources.empty()) fields["peers"] = sources;
-    if (!plan.adopted[static_cast<size_t>(round.node_rank)].empty()) {
-      fields["in_place_of"] = plan.adopted[static_cast<size_t>(round.node_rank)];
-    }
-    events.record("checkpoint_restore", std::move(fields));
-    co_return plan.step;
+    const RestoreParts parts{
+        cfg,
+        rdzv,
+        events,
+        checkpoints,
+        slot_sources,
+        peers,
+        peer_host,
+        persister,
+        me < round.members.size() ? round.members[me] : std::to_string(round.node_rank)};
+    const RoundRestore restored = co_await restore_round(parts, round);
+    if (!restored.nodes.empty()) copy_to_peer(round, restored.nodes);
+    co_return restored.restore;
   }
 
   // This node's copies go to the next node of the round (node k's to node k+1 mod n); none with

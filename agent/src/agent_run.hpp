@@ -15,6 +15,7 @@
 #include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
 #include "checkpoint/replicator.hpp"
+#include "checkpoint/slot_sources.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/numa_binding.hpp"
@@ -39,7 +40,8 @@ struct AgentParts {
   Containment& containment;
   const Nvml* nvml;  // null: no GPU to check
   const CheckpointRegions& checkpoints;
-  CheckpointPersister* persister;  // --checkpoint_dir; null: none
+  const SlotSources& slot_sources;  // every slot this node can give (a restore's sources)
+  CheckpointPersister* persister;   // --checkpoint_dir; null: none
   CheckpointStatus& checkpoint_status;
   // A job of several nodes: the copies of checkpoints to and from peer nodes (null: none), and
   // the address the other nodes reach this node's copies at.

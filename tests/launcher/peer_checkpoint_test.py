@@ -167,7 +167,11 @@ def replacement_resumes_from_its_peers_copy(api):
         restored = events(out, 3, "checkpoint_restore")
         assert restored and restored[-1]["step"] == K and restored[-1]["from"] == "peer", \
             (restored, errs[3])
-        assert restored[-1].get("in_place_of"), restored
+        # The lost node's global rank, now the replacement's (stable ranks): its own slot, fetched.
+        lost_rank = events(out, 1, "round_formed")[0]["base_rank"]
+        assert [r["rank"] for r in restored[-1]["ranks"]] == [lost_rank], restored
+        assert events(out, 3, "round_formed")[-1]["base_rank"] == lost_rank
+        assert restored[-1]["ranks"][0]["from"].startswith("node "), restored
         fetched = events(out, 3, "checkpoint_fetched")
         assert fetched and all(f["ok"] for f in fetched) and fetched[-1]["bytes"] > 0, fetched
         for i in (0, 2):
@@ -181,7 +185,7 @@ def replacement_resumes_from_its_peers_copy(api):
         resumed = sorted(open(p).read() for p in glob.glob(f"{out}/resumed.*"))
         assert resumed == [str(K)] * 3, resumed
         assert bit_identical(whole, out), "the resumed job's parameters differ"
-        assert "got step" in errs[3] and "from the copies" in errs[3], errs[3]
+        assert f"got step 5 of global rank(s) {lost_rank} from node" in errs[3], errs[3]
         # Each node's event log says where its copies went and what it held of others'.
         for i in (0, 2):
             assert events(out, i, "checkpoint_replicated"), events(out, i)
@@ -269,7 +273,7 @@ def case_two_adjacent_nodes_lost_fall_back_to_disk_naming_the_ranks():
         cluster.start("both", 4, out, "3:3", extra=cluster.extra)
         errs = cluster.finish("both", [2, 3, 4])
         said = [line for e in errs.values() for line in e.splitlines()
-                if "no in-memory copy of rank" in line]
+                if "no in-memory slot of global rank" in line]
         assert said, errs
         lost = [e for i in (2, 3, 4) for e in events(out, i, "checkpoint_copies_lost")]
         assert lost and len(lost[0]["ranks"]) == 1, lost

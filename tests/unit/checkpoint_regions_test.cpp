@@ -83,7 +83,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A region whose slot 1 holds `payload` committed as `step` (checksum `checksum`, or its own).
+// A region whose slot 1 holds global rank 3's `payload` committed as `step` (checksum `checksum`,
+// or its own).
 void write_region(const fs::path& file, int64_t step, const std::string& payload,
                   std::optional<uint64_t> checksum = std::nullopt) {
   constexpr uint64_t kSlot = 16384;
@@ -94,8 +95,10 @@ void write_region(const fs::path& file, int64_t step, const std::string& payload
   rec.checksum = checksum.value_or(add_words(0, payload.data(), payload.size()));
   rec.sequence = 9;
   rec.world_size = 4;
+  rec.rank = 3;
   std::string region = region_header_for(rec, kSlot, 1234);
   region.replace(128, 64, region.substr(64, 64));  // slot 1's record
+  region.replace(200, 8, region.substr(192, 8));   // its rank
   region.replace(64, 64, std::string(64, '\0'));
   region.replace(264, 8, region.substr(256, 8));  // slot 1's save time
   region.resize(kRegionHeader + 2 * kSlot, '\0');

@@ -1,21 +1,26 @@
 // Which in-memory checkpoint a round restores, and from where (exchanges/checkpoint_sources.hpp):
-// the plan every node computes from what every node published.
+// the plan every node computes from what every node published. Global rank r of the round always
+// gets what global rank r saved.
 #include <catch2/catch.hpp>
 
 #include "exchanges/checkpoint_sources.hpp"
 
+using namespace ddprun::agent;
 using namespace ddprun::agent::checkpoint_sources;
 
 namespace {
 
-NodeCheckpoints node(std::string id, std::vector<std::vector<int64_t>> local,
-                     std::map<std::string, std::vector<std::vector<int64_t>>> holds = {}) {
+// Node `node_rank` of a round, its ranks base..base+nproc-1, holding `held` ({rank, world, step}).
+NodeCheckpoints node(int node_rank, int base, int nproc,
+                     std::vector<std::tuple<int, int, int64_t>> held, bool serves = true) {
   NodeCheckpoints n;
-  n.id = std::move(id);
-  n.local = std::move(local);
-  n.holds = std::move(holds);
-  n.host = "10.0.0.1";
-  n.port = 4000;
+  n.id = "node" + std::to_string(node_rank);
+  n.node_rank = node_rank;
+  n.base_rank = base;
+  n.nproc = nproc;
+  for (const auto& [rank, world, step] : held) n.held.push_back(HeldSlot{rank, world, step, 64});
+  n.host = "10.0.0." + std::to_string(node_rank + 1);
+  n.port = serves ? 4000 : 0;
   return n;
 }
 
@@ -23,77 +28,128 @@ NodeCheckpoints node(std::string id, std::vector<std::vector<int64_t>> local,
 
 TEST_CASE("checkpoint sources: what a node publishes reads back, and anything else is refused",
           "[checkpoint_sources]") {
-  const NodeCheckpoints n = node("a", {{4, 5}, {5}}, {{"c", {{3, 4}, {4}}}});
+  NodeCheckpoints n = node(2, 4, 2, {{4, 6, 5}, {5, 6, 5}});
+  n.held[0].dcp_metadata = true;
   const std::optional<NodeCheckpoints> back = from_text(to_text(n));
   REQUIRE(back);
-  CHECK(back->id == "a");
-  CHECK(back->local == n.local);
-  CHECK(back->holds == n.holds);
+  CHECK(back->id == "node2");
+  CHECK(back->node_rank == 2);
+  CHECK(back->base_rank == 4);
+  CHECK(back->nproc == 2);
+  CHECK(back->held == n.held);
   CHECK(back->port == 4000);
-  for (const char* bad : {"", "[]", "{\"id\":1}", "{\"id\":\"a\",\"local\":[[\"x\"]],\"holds\":{}}",
-                          "{\"id\":\"a\",\"local\":[],\"holds\":[],\"host\":\"h\",\"port\":1}"}) {
+  for (const char* bad :
+       {"", "[]", "{\"id\":1}",
+        "{\"id\":\"a\",\"node_rank\":0,\"base_rank\":0,\"nproc\":1,\"held\":[[1]],"
+        "\"host\":\"h\",\"port\":1}",
+        "{\"id\":\"a\",\"node_rank\":-1,\"base_rank\":0,\"nproc\":1,\"held\":[],"
+        "\"host\":\"h\",\"port\":1}"}) {
     CHECK_FALSE(from_text(bad));
   }
 }
 
-TEST_CASE("checkpoint sources: every node's own regions, with no copies anywhere, as before",
+TEST_CASE("checkpoint sources: every rank restores its own slot from its own node where it can",
           "[checkpoint_sources]") {
-  const RestorePlan p = plan_restore({node("a", {{4, 5}, {5, 6}}), node("b", {{5, 6}, {5, 6}})});
-  CHECK(p.step == 5);
-  CHECK(p.fetches == std::vector<std::vector<Fetch>>(2));
-  // A fresh job: nothing anywhere, every rank without a copy.
-  const RestorePlan none = plan_restore({node("a", {{}, {}}), node("b", {{}})});
+  // Two nodes of two ranks; each holds its ranks' steps 4-6 (node 0 lacks rank 1's 6).
+  const RestorePlan p = plan_restore({node(0, 0, 2, {{0, 4, 5}, {0, 4, 6}, {1, 4, 5}}),
+                                      node(1, 2, 2, {{2, 4, 5}, {2, 4, 6}, {3, 4, 5}, {3, 4, 6}})},
+                                     4);
+  REQUIRE(p.step == 5);
+  CHECK(p.saved_world == 4);
+  CHECK_FALSE(p.reshard);
+  CHECK(p.fetches[0] == std::vector<Fetch>{{0, 0, 4}, {0, 1, 4}});
+  CHECK(p.fetches[1] == std::vector<Fetch>{{1, 2, 4}, {1, 3, 4}});
+  // A fresh job: nothing anywhere.
+  const RestorePlan none = plan_restore({node(0, 0, 2, {}), node(1, 2, 1, {})}, 3);
   CHECK_FALSE(none.step);
-  CHECK(none.ranks_without_copy == std::vector<int>{0, 1, 2});
+  CHECK(none.ranks_without_copy.empty());
 }
 
-TEST_CASE("checkpoint sources: a node that joined in place of a lost one takes its copies",
+TEST_CASE(
+    "checkpoint sources: after the middle node's loss each rank gets its own, not its "
+    "node's old one",
+    "[checkpoint_sources]") {
+  // Three nodes of one rank, copies in a ring (node k's to node k+1). The node of rank 1 was lost:
+  // the survivors moved down (rank 2's node is now node 1) and a replacement is node 2. Node 0
+  // holds rank 0's own and rank 2's copy; the old node 2 (now node 1) holds rank 2's own and rank
+  // 1's copy. Rank 1 now runs on node 1, which must get rank 1's slot (its copy, held there), and
+  // rank 2 on the newcomer, which must fetch rank 2's slot from a node that holds it.
+  const RestorePlan p = plan_restore({node(0, 0, 1, {{0, 3, 4}, {2, 3, 4}}),
+                                      node(1, 1, 1, {{2, 3, 4}, {1, 3, 4}}), node(2, 2, 1, {})},
+                                     3);
+  REQUIRE(p.step == 4);
+  CHECK(p.fetches[0] == std::vector<Fetch>{{0, 0, 3}});
+  CHECK(p.fetches[1] == std::vector<Fetch>{{1, 1, 3}});  // its own node holds rank 1's copy
+  CHECK(p.fetches[2] == std::vector<Fetch>{{0, 2, 3}});  // the first holder that serves
+}
+
+TEST_CASE("checkpoint sources: a slot is fetched only from a node that serves copies",
           "[checkpoint_sources]") {
-  // a held c's copies, b held a's; c was lost (b's are on... c): d joins with nothing.
   const RestorePlan p =
-      plan_restore({node("a", {{6, 7}, {6, 7}}, {{"c", {{6, 7}, {6, 7}}}}),
-                    node("b", {{6, 7}, {6, 7}}, {{"a", {{6, 7}, {6, 7}}}}), node("d", {{}, {}})});
+      plan_restore({node(0, 0, 1, {{1, 2, 7}}, false), node(1, 1, 1, {{0, 2, 7}, {1, 2, 7}})}, 2);
   REQUIRE(p.step == 7);
-  CHECK(p.adopted == std::vector<std::string>{"", "", "c"});
-  REQUIRE(p.fetches[2].size() == 2);
-  CHECK(p.fetches[2][0].holder == 0);
-  CHECK(p.fetches[2][0].origin == "c");
-  CHECK(p.fetches[2][1].origin_local == 1);
-  CHECK(p.fetches[0].empty());
-  CHECK(p.fetches[1].empty());
+  CHECK(p.fetches[0] == std::vector<Fetch>{{1, 0, 2}});
+  // Nobody serving rank 0's slot to node 0: no step.
+  const RestorePlan stuck =
+      plan_restore({node(0, 0, 1, {{1, 2, 7}}), node(1, 1, 1, {{0, 2, 7}}, false)}, 2);
+  CHECK_FALSE(stuck.step);
 }
 
-TEST_CASE("checkpoint sources: a node whose region lost the step gets its own copy back",
+TEST_CASE("checkpoint sources: the newest step every rank has wins, older ones are not mixed in",
           "[checkpoint_sources]") {
-  // The copies lag: b's regions hold 8 and 9, its peer a holds 6 and 7 of it; a's own regions
-  // hold 7 and 8; d (in place of c, whose copies b holds at 7) has nothing. Step 7 is the newest
-  // every rank can have: b fetches its own copy of it from a.
-  const RestorePlan p = plan_restore({node("a", {{7, 8}}, {{"b", {{6, 7}}}}),
-                                      node("b", {{8, 9}}, {{"c", {{7}}}}), node("d", {{}})});
-  REQUIRE(p.step == 7);
-  REQUIRE(p.fetches[1].size() == 1);
-  CHECK(p.fetches[1][0].holder == 0);
-  CHECK(p.fetches[1][0].origin == "b");
-  REQUIRE(p.fetches[2].size() == 1);
-  CHECK(p.fetches[2][0].holder == 1);
-  CHECK(p.fetches[2][0].origin == "c");
+  // Rank 1 holds 8 and 9, rank 0 only 7 and 8: step 8, each rank its own.
+  const RestorePlan p = plan_restore(
+      {node(0, 0, 1, {{0, 2, 7}, {0, 2, 8}, {1, 2, 8}}), node(1, 1, 1, {{1, 2, 9}})}, 2);
+  REQUIRE(p.step == 8);
+  CHECK(p.fetches[1] == std::vector<Fetch>{{0, 1, 2}});
 }
 
-TEST_CASE("checkpoint sources: copies lost with both their nodes leave no step, naming the ranks",
+TEST_CASE("checkpoint sources: slots lost with their nodes leave no step, naming the ranks",
           "[checkpoint_sources]") {
-  // a and b were lost; c held b's copies, and a's were on b. d takes b's place; e has nothing.
   const RestorePlan p =
-      plan_restore({node("c", {{5}}, {{"b", {{5}}}}), node("d", {{}}), node("e", {{}})});
+      plan_restore({node(0, 0, 1, {{0, 3, 5}}), node(1, 1, 1, {{1, 3, 5}}), node(2, 2, 1, {})}, 3);
   CHECK_FALSE(p.step);
-  CHECK(p.adopted == std::vector<std::string>{"", "b", ""});
   CHECK(p.ranks_without_copy == std::vector<int>{2});
 }
 
-TEST_CASE("checkpoint sources: the survivors alone restore their own, whatever copies linger",
+TEST_CASE("checkpoint sources: a world that shrank reshards a DCP step from every saved rank",
           "[checkpoint_sources]") {
-  const RestorePlan p =
-      plan_restore({node("a", {{4, 5}}, {{"c", {{4, 5}}}}), node("b", {{4, 5}}, {{"a", {{5}}}})});
-  CHECK(p.step == 5);
-  CHECK(p.adopted == std::vector<std::string>{"", ""});
-  CHECK(p.fetches == std::vector<std::vector<Fetch>>(2));
+  // Three ranks saved step 6 through DCP (rank 0's slot holds the job's metadata); one node is
+  // gone, its copy kept by node 0. Two ranks now: every node gathers all three saved slots.
+  NodeCheckpoints a = node(0, 0, 1, {{0, 3, 6}, {2, 3, 6}});
+  a.held[0].dcp_metadata = true;
+  const RestorePlan p = plan_restore({a, node(1, 1, 1, {{1, 3, 6}, {0, 3, 6}})}, 2);
+  REQUIRE(p.step == 6);
+  CHECK(p.saved_world == 3);
+  CHECK(p.reshard);
+  CHECK(p.fetches[0] == std::vector<Fetch>{{0, 0, 3}, {1, 1, 3}, {0, 2, 3}});
+  CHECK(p.fetches[1] == std::vector<Fetch>{{1, 0, 3}, {1, 1, 3}, {0, 2, 3}});
+}
+
+TEST_CASE(
+    "checkpoint sources: a world that changed with a plain step gives each rank it had its own",
+    "[checkpoint_sources]") {
+  // checkpoint.save's state is one rank's: ranks 0 and 1 of the new world of 3 get what ranks 0
+  // and 1 saved in the world of 2; rank 2 has no counterpart and gets nothing.
+  const RestorePlan p = plan_restore({node(0, 0, 1, {{0, 2, 6}, {1, 2, 6}}), node(1, 1, 2, {})}, 3);
+  REQUIRE(p.step == 6);
+  CHECK(p.saved_world == 2);
+  CHECK_FALSE(p.reshard);
+  CHECK(p.fetches[0] == std::vector<Fetch>{{0, 0, 2}});
+  CHECK(p.fetches[1] == std::vector<Fetch>{{0, 1, 2}});
+  // A shrink needs only the ranks that remain: rank 2's slot, lost, is not needed.
+  const RestorePlan shrunk =
+      plan_restore({node(0, 0, 1, {{0, 3, 6}}), node(1, 1, 1, {{1, 3, 6}})}, 2);
+  REQUIRE(shrunk.step == 6);
+  CHECK(shrunk.saved_world == 3);
+}
+
+TEST_CASE("checkpoint sources: a step at the round's own world size is preferred at equal steps",
+          "[checkpoint_sources]") {
+  NodeCheckpoints a = node(0, 0, 1, {{0, 3, 6}, {1, 3, 6}, {2, 3, 6}, {0, 2, 6}, {1, 2, 6}});
+  a.held[0].dcp_metadata = true;
+  const RestorePlan p = plan_restore({a, node(1, 1, 1, {})}, 2);
+  REQUIRE(p.step == 6);
+  CHECK(p.saved_world == 2);
+  CHECK_FALSE(p.reshard);
 }

@@ -44,10 +44,13 @@ std::string payload_of(size_t bytes, char seed) {
   return p;
 }
 
-// Local rank `local`'s region in `dir`, holding `step` in slot 0 (as a worker's save leaves it);
-// with `torn`, a checksum that does not match its bytes.
-std::string make_region(const fs::path& dir, int local, int64_t step, size_t bytes, char seed,
-                        bool torn = false) {
+const uint64_t kRunTag = run_tag_of("job");
+
+// Local rank `local`'s region in `dir`, holding global rank `rank`'s `step` in slot 0 (as a
+// worker's save leaves it, in a job of 4 ranks); with `torn`, a checksum that does not match its
+// bytes.
+std::string make_region(const fs::path& dir, int local, int rank, int64_t step, size_t bytes,
+                        char seed, bool torn = false) {
   const std::string payload = payload_of(bytes, seed);
   SlotRecord rec;
   rec.state = SlotRecord::kCommitted;
@@ -56,18 +59,39 @@ std::string make_region(const fs::path& dir, int local, int64_t step, size_t byt
   rec.checksum = add_words(0, payload.data(), payload.size()) + (torn ? 1 : 0);
   rec.sequence = static_cast<uint64_t>(step);
   rec.world_size = 4;
+  rec.rank = rank;
+  rec.run_tag = kRunTag;
   std::ofstream(dir / ("rank" + std::to_string(local)), std::ios::binary)
       << region_header_for(rec, bytes, 1000) << payload;
   return payload;
 }
 
-std::string region_payload(const fs::path& dir, int local) {
-  std::ifstream in(dir / ("rank" + std::to_string(local)), std::ios::binary);
+// The payload of slot 0 of `file` (a region, or a file of the persisted layout).
+std::string payload_of_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::optional<RegionHeader> h = parse_region_header(all);
   REQUIRE(h);
   REQUIRE(h->slot_of(h->slots[0].step) == 0);
   return all.substr(kRegionHeader, h->slots[0].size);
+}
+
+std::string region_payload(const fs::path& dir, int local) {
+  return payload_of_file(dir / ("rank" + std::to_string(local)));
+}
+
+// Global rank `rank`'s step `step` as a get leaves it in `folder`.
+fs::path fetched(const fs::path& folder, int rank, int64_t step) {
+  return folder / ("step_" + std::to_string(step)) / ("rank_" + std::to_string(rank) + ".ddpckpt");
+}
+
+// A service on loopback serving the regions in `dir` of the job "job", its copies in
+// `dir`/`copies`.
+std::unique_ptr<PeerService> service(PeerAuth auth, const fs::path& dir,
+                                     std::optional<uint64_t> limit = {},
+                                     const char* copies = "peers") {
+  return std::make_unique<PeerService>(std::move(auth), "127.0.0.1", dir / copies, limit, dir,
+                                       kRunTag);
 }
 
 PeerAuth auth_with(const char* token) {
@@ -103,10 +127,11 @@ TEST_CASE(
     "peer copies: a put copies each rank's slot to the peer, and a get restores it bit for bit",
     "[peer_copies]") {
   Folder a, b, c;
-  PeerService holder(auth_with("0123456789abcdef-job"), "127.0.0.1", b.path / "peers", {});
-  PeerService sender(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
-  const std::string p0 = make_region(a.path, 0, 7, 3 << 20, 1);
-  const std::string p1 = make_region(a.path, 1, 7, 1 << 20, 2);
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto sender_ = service(auth_with("0123456789abcdef-job"), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
+  const std::string p0 = make_region(a.path, 0, 4, 7, 3 << 20, 1);
+  const std::string p1 = make_region(a.path, 1, 5, 7, 1 << 20, 2);
   const PeerAddress to{"127.0.0.1", holder.port()};
   TransferReport sent = put(sender, to, "node-a", a.path, {{0, 4}, {1, 5}}, 7);
   INFO(sent.detail);
@@ -116,17 +141,26 @@ TEST_CASE(
   // Once the peer has it, the sender keeps its own copy of the step too.
   CHECK(kept_steps(a.path / "kept", 0) == std::vector<int64_t>{7});
   CHECK(kept_steps(a.path / "kept", 1) == std::vector<int64_t>{7});
-  // A node taking node-a's place gets them into its own regions (local ranks 0 and 1).
-  PeerService newcomer(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
-  TransferReport got = wait(newcomer.get(to, "node-a", c.path, {{0, 0}, {1, 1}}, 7));
+  // A node taking node-a's place gets global ranks 4 and 5 by whose state they are.
+  auto newcomer_ = service(auth_with("0123456789abcdef-job"), c.path);
+  PeerService& newcomer = *newcomer_;
+  TransferReport got = wait(newcomer.get(to, {{4, 4}, {5, 4}}, 7, c.path / "restore"));
   INFO(got.detail);
   REQUIRE(got.ok);
-  CHECK(region_payload(c.path, 0) == p0);
-  CHECK(region_payload(c.path, 1) == p1);
+  CHECK(payload_of_file(fetched(c.path / "restore", 4, 7)) == p0);
+  CHECK(payload_of_file(fetched(c.path / "restore", 5, 7)) == p1);
+  // The sender serves the slots of its own regions too.
+  TransferReport own =
+      wait(newcomer.get({"127.0.0.1", sender.port()}, {{5, 4}}, 7, c.path / "own"));
+  INFO(own.detail);
+  REQUIRE(own.ok);
+  CHECK(payload_of_file(fetched(c.path / "own", 5, 7)) == p1);
+  // Asked for another world size's slot of that rank: none.
+  CHECK_FALSE(wait(newcomer.get(to, {{4, 3}}, 7, c.path / "other")).ok);
   // The holder keeps the newest two steps per rank.
-  make_region(a.path, 0, 8, 1 << 20, 3);
+  make_region(a.path, 0, 4, 8, 1 << 20, 3);
   REQUIRE(put(sender, to, "node-a", a.path, {{0, 4}}, 8).ok);
-  make_region(a.path, 0, 9, 1 << 20, 4);
+  make_region(a.path, 0, 4, 9, 1 << 20, 4);
   REQUIRE(put(sender, to, "node-a", a.path, {{0, 4}}, 9).ok);
   // The sender keeps each step it staged until told which to drop.
   std::vector<int64_t> kept = kept_steps(a.path / "kept", 0);
@@ -143,28 +177,34 @@ TEST_CASE(
   CHECK_THAT(gone.detail, Catch::Contains("no longer holds step 8"));
   CHECK(holder.copies().steps() == Steps{{"node-a", {{8, 9}, {7}}}});
   // A step not held is a clear refusal.
-  TransferReport none = wait(newcomer.get(to, "node-a", c.path, {{1, 1}}, 9));
+  TransferReport none = wait(newcomer.get(to, {{5, 4}}, 9, c.path / "restore"));
   CHECK_FALSE(none.ok);
-  CHECK_THAT(none.detail, Catch::Contains("no copy of step 9 of local rank 1 of node node-a"));
+  CHECK_THAT(none.detail, Catch::Contains("no slot of global rank 5 of 4 at step 9 here"));
+  // A put whose slot is another rank's than it says is refused.
+  make_region(a.path, 2, 6, 10, 1 << 20, 5);
+  TransferReport liar = put(sender, to, "node-a", a.path, {{2, 7}}, 10);
+  CHECK_FALSE(liar.ok);
+  CHECK_THAT(liar.detail, Catch::Contains("not a checkpoint of the rank it names"));
 }
 
 TEST_CASE("peer copies: a stranger without the job's token gets nothing and changes nothing",
           "[peer_copies]") {
   Folder a, b, c;
-  PeerService holder(auth_with("0123456789abcdef-job"), "127.0.0.1", b.path / "peers", {});
-  PeerService member(auth_with("0123456789abcdef-job"), "127.0.0.1", a.path / "peers", {});
-  make_region(a.path, 0, 3, 1 << 20, 1);
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto member_ = service(auth_with("0123456789abcdef-job"), a.path);
+  PeerService &holder = *holder_, &member = *member_;
+  make_region(a.path, 0, 0, 3, 1 << 20, 1);
   const PeerAddress to{"127.0.0.1", holder.port()};
   REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
   for (const char* token : {"another-job-token-0000", static_cast<const char*>(nullptr)}) {
-    PeerService stranger(auth_with(token), "127.0.0.1", c.path / "peers", {});
-    make_region(c.path, 0, 4, 1 << 20, 9);
-    TransferReport sent = put(stranger, to, "node-a", c.path, {{0, 0}}, 4);
+    auto stranger = service(auth_with(token), c.path);
+    make_region(c.path, 0, 0, 4, 1 << 20, 9);
+    TransferReport sent = put(*stranger, to, "node-a", c.path, {{0, 0}}, 4);
     CHECK_FALSE(sent.ok);
     CHECK_THAT(sent.detail, Catch::Contains("refused"));
-    TransferReport get = wait(stranger.get(to, "node-a", c.path, {{0, 0}}, 3));
+    TransferReport get = wait(stranger->get(to, {{0, 4}}, 3, c.path / "restore"));
     CHECK_FALSE(get.ok);
-    CHECK(region_payload(c.path, 0) == payload_of(1 << 20, 9));  // nothing was written to it
+    CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));  // nothing was given
   }
   // Garbage on the port: closed, and the service still serves the job.
   asio::io_context io;
@@ -179,9 +219,9 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
   // And a member that does not know the holder's token is not given the copy either: the
   // holder's own proof is checked.
-  PeerService impostor(auth_with("0123456789abcdef-other"), "127.0.0.1", c.path / "peers2", {});
+  auto impostor = service(auth_with("0123456789abcdef-other"), c.path, {}, "peers2");
   TransferReport fake =
-      wait(member.get({"127.0.0.1", impostor.port()}, "node-a", a.path, {{0, 0}}, 3));
+      wait(member.get({"127.0.0.1", impostor->port()}, {{0, 4}}, 3, a.path / "restore"));
   CHECK_FALSE(fake.ok);
 }
 
@@ -190,12 +230,13 @@ TEST_CASE(
     "force",
     "[peer_copies]") {
   Folder a, b;
-  PeerService holder(auth_with(nullptr), "127.0.0.1", b.path / "peers", {});
-  PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
+  auto holder_ = service(auth_with(nullptr), b.path);
+  auto sender_ = service(auth_with(nullptr), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
   const PeerAddress to{"127.0.0.1", holder.port()};
-  make_region(a.path, 0, 5, 1 << 20, 1);
+  make_region(a.path, 0, 0, 5, 1 << 20, 1);
   REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, 5).ok);
-  make_region(a.path, 0, 6, 1 << 20, 2, /*torn=*/true);
+  make_region(a.path, 0, 0, 6, 1 << 20, 2, /*torn=*/true);
   TransferReport torn = put(sender, to, "n", a.path, {{0, 0}}, 6);
   CHECK_FALSE(torn.ok);  // found by the sender's own copy first: nothing sent
   CHECK_THAT(torn.detail, Catch::Contains("reused its slot of step 6 during the copy"));
@@ -220,6 +261,8 @@ TEST_CASE(
   rec.size = payload.size();
   rec.checksum = add_words(0, payload.data(), payload.size());
   rec.sequence = 7;
+  rec.rank = 0;
+  rec.run_tag = kRunTag;
   const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
   asio::write(s, asio::buffer(words, sizeof words));
   asio::write(s, asio::buffer(std::string("n") + region_header_for(rec, payload.size(), 0)));
@@ -228,7 +271,7 @@ TEST_CASE(
   asio::write(s, asio::buffer(payload.data(), payload.size() / 2));
   s.close();
   // The holder noticed (its read failed) and gave the room back: a whole copy of 7 goes in.
-  make_region(a.path, 0, 7, 1 << 20, 3);
+  make_region(a.path, 0, 0, 7, 1 << 20, 3);
   REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, 7).ok);
   CHECK(holder.copies().steps() == Steps{{"n", {{5, 7}}}});
   CHECK(std::distance(fs::directory_iterator(b.path / "peers"), fs::directory_iterator()) == 2);
@@ -239,17 +282,18 @@ TEST_CASE(
     "[peer_copies]") {
   Folder a, b;
   const uint64_t copy = kRegionHeader + (1 << 20);
-  PeerService holder(auth_with(nullptr), "127.0.0.1", b.path / "peers", 2 * copy + 100);
-  PeerService sender(auth_with(nullptr), "127.0.0.1", a.path / "peers", {});
+  auto holder_ = service(auth_with(nullptr), b.path, 2 * copy + 100);
+  auto sender_ = service(auth_with(nullptr), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
   const PeerAddress to{"127.0.0.1", holder.port()};
   for (int64_t step = 1; step <= 4; ++step) {
-    make_region(a.path, 0, step, 1 << 20, static_cast<char>(step));
+    make_region(a.path, 0, 0, step, 1 << 20, static_cast<char>(step));
     REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, step).ok);
     CHECK(holder.copies().bytes() <= 2 * copy + 100);
   }
   CHECK(holder.copies().steps() == Steps{{"n", {{3, 4}}}});
   // A second rank does not fit beside them: refused, naming the sizes; rank 0's copies stay.
-  make_region(a.path, 1, 4, 1 << 20, 9);
+  make_region(a.path, 1, 1, 4, 1 << 20, 9);
   TransferReport over = put(sender, to, "n", a.path, {{1, 1}}, 4);
   CHECK_FALSE(over.ok);
   CHECK_THAT(over.detail, Catch::Contains("--checkpoint_memory_limit is"));
@@ -276,23 +320,21 @@ TEST_CASE(
   };
   const auto job = files(ddprun::testing::make_test_certificates(certs.path.string(), "job"));
   const auto other = files(ddprun::testing::make_test_certificates(certs.path.string(), "other"));
-  PeerService holder(with_tls(auth_with("0123456789abcdef-job"), job), "127.0.0.1",
-                     b.path / "peers", {});
-  PeerService sender(with_tls(auth_with("0123456789abcdef-job"), job), "127.0.0.1",
-                     a.path / "peers", {});
-  const std::string payload = make_region(a.path, 0, 2, 1 << 20, 5);
+  auto holder_ = service(with_tls(auth_with("0123456789abcdef-job"), job), b.path);
+  auto sender_ = service(with_tls(auth_with("0123456789abcdef-job"), job), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
+  const std::string payload = make_region(a.path, 0, 0, 2, 1 << 20, 5);
   const PeerAddress to{"127.0.0.1", holder.port()};
   TransferReport sent = put(sender, to, "n", a.path, {{0, 0}}, 2);
   INFO(sent.detail);
   REQUIRE(sent.ok);
-  REQUIRE(wait(sender.get(to, "n", c.path, {{0, 0}}, 2)).ok);
-  CHECK(region_payload(c.path, 0) == payload);
+  REQUIRE(wait(sender.get(to, {{0, 4}}, 2, c.path / "restore")).ok);
+  CHECK(payload_of_file(fetched(c.path / "restore", 0, 2)) == payload);
   // In the clear, or with a certificate of another CA (the token right): refused.
-  PeerService clear(auth_with("0123456789abcdef-job"), "127.0.0.1", c.path / "peers", {});
-  CHECK_FALSE(put(clear, to, "n", a.path, {{0, 0}}, 2).ok);
-  PeerService stranger(with_tls(auth_with("0123456789abcdef-job"), other), "127.0.0.1",
-                       c.path / "peers2", {});
-  CHECK_FALSE(wait(stranger.get(to, "n", c.path, {{0, 0}}, 2)).ok);
+  auto clear = service(auth_with("0123456789abcdef-job"), c.path);
+  CHECK_FALSE(put(*clear, to, "n", a.path, {{0, 0}}, 2).ok);
+  auto stranger = service(with_tls(auth_with("0123456789abcdef-job"), other), c.path, {}, "peers2");
+  CHECK_FALSE(wait(stranger->get(to, {{0, 4}}, 2, c.path / "stranger")).ok);
   CHECK(holder.copies().steps() == Steps{{"n", {{2}}}});
 }
 
@@ -303,14 +345,15 @@ TEST_CASE("peer copies: a get from a holder that never answers ends at once when
   asio::io_context silent_io;
   asio::ip::tcp::acceptor silent(silent_io, {asio::ip::make_address("127.0.0.1"), 0});
   const PeerAddress from{"127.0.0.1", silent.local_endpoint().port()};
-  PeerService newcomer(auth_with(nullptr), "127.0.0.1", c.path / "peers", {});
+  auto newcomer_ = service(auth_with(nullptr), c.path);
+  PeerService& newcomer = *newcomer_;
   asio::io_context io;
   asio::cancellation_signal stop;
   bool ended = false;
   const auto started = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration took{};
   asio::co_spawn(
-      io, newcomer.get(from, "n", c.path, {{0, 0}}, 3),
+      io, newcomer.get(from, {{0, 4}}, 3, c.path / "restore"),
       asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr, TransferReport r) {
         ended = true;
         took = std::chrono::steady_clock::now() - started;
@@ -321,5 +364,5 @@ TEST_CASE("peer copies: a get from a holder that never answers ends at once when
   io.run_for(std::chrono::seconds(8));
   REQUIRE(ended);
   CHECK(took < std::chrono::seconds(2));  // not the link's 10 s idle limit
-  CHECK_FALSE(fs::exists(c.path / "rank0"));
+  CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));
 }

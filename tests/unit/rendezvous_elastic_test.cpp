@@ -73,6 +73,35 @@ TEST_CASE("rendezvous: a node beyond MAX waits as a spare and replaces a dead no
   CHECK(rs.num_nodes == 2);
 }
 
+TEST_CASE(
+    "rendezvous: a node joining in place of a lost one takes its ranks, the survivors keep theirs",
+    "[rendezvous]") {
+  Job job(3, 3);
+  auto a = job.add(2);
+  auto b = job.add(2);
+  auto c = job.add(2);
+  const auto r0 = form(job, {a, b, c});
+  const auto rank_of = [](const std::vector<Round>& rounds, size_t i) {
+    return rounds[i].node_rank;
+  };
+  REQUIRE(rank_of(r0, 0) == 0);
+  REQUIRE(rank_of(r0, 1) == 1);
+  REQUIRE(rank_of(r0, 2) == 2);
+  // The middle node is lost; a replacement joins.
+  auto why = job.start(a->interruption(r0[0]));
+  b->abandon();
+  REQUIRE(job.run_until([&] { return why->done; }));
+  job.run(completed(a->end_round(r0[0], false)));
+  job.run(completed(c->end_round(r0[2], false)));
+  auto d = job.add(2);
+  const auto r1 = form(job, {a, c, d});
+  CHECK(r1[0].node_rank == 0);  // a
+  CHECK(r1[1].node_rank == 2);  // c keeps ranks 4-5, not 2-3
+  CHECK(r1[1].base_rank == 4);
+  CHECK(r1[2].node_rank == 1);  // d takes b's place and ranks 2-3
+  CHECK(r1[2].base_rank == 2);
+}
+
 TEST_CASE("rendezvous: a newcomer below MAX ends the round, survivors keep their ranks",
           "[rendezvous]") {
   Job job(2, 3);

@@ -32,7 +32,7 @@ struct Folder : ddprun::test::TempFolder {
 // number newer.
 class Worker {
  public:
-  explicit Worker(fs::path region) : region_(std::move(region)) {}
+  Worker(fs::path region, int rank) : region_(std::move(region)), rank_(rank) {}
 
   void save(int64_t step) {
     const int slot = static_cast<int>(sequence_ % 2);
@@ -44,10 +44,14 @@ class Worker {
     r.checksum = add_words(0, payload.data(), payload.size());
     r.sequence = ++sequence_;
     r.world_size = 2;
-    // Slot 0's record where region_header_for puts it, slot 1's 64 bytes after it.
+    r.rank = rank_;
+    r.run_tag = run_tag_of("job");
+    // Slot 0's record, rank and run tag where region_header_for puts them, slot 1's after them.
     std::string header = region_header_for(records_[0], kSlot, 0);
     const std::string second = region_header_for(records_[1], kSlot, 0);
     header.replace(128, 64, second, 64, 64);
+    header.replace(200, 8, second, 192, 8);
+    header.replace(216, 8, second, 208, 8);
     std::fstream f(region_, std::ios::in | std::ios::out | std::ios::binary);
     if (!f) f.open(region_, std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(kRegionHeader + slot * kSlot));
@@ -59,6 +63,7 @@ class Worker {
  private:
   static constexpr size_t kSlot = 64 << 10;
   fs::path region_;
+  int rank_;
   SlotRecord records_[2];
   uint64_t sequence_ = 0;
 };
@@ -88,9 +93,10 @@ std::vector<int64_t> sorted(std::vector<int64_t> v) {
 }
 
 struct Node {
+  explicit Node(int rank) : worker(dir.path / "rank0", rank) {}
   Folder dir;
-  PeerService service{PeerAuth{}, "127.0.0.1", dir.path / "peers", {}};
-  Worker worker{dir.path / "rank0"};
+  PeerService service{PeerAuth{}, "127.0.0.1", dir.path / "peers", {}, dir.path, run_tag_of("job")};
+  Worker worker;
   std::vector<TransferReport> reports;
   std::vector<int64_t> kept() const { return sorted(kept_steps(dir.path / "kept", 0)); }
   std::vector<int64_t> held_of(const std::string& origin) const {
@@ -108,7 +114,7 @@ TEST_CASE(
     "the step the workers stopped at",
     "[replicator]") {
   asio::io_context io;
-  Node a, b;
+  Node a(0), b(1);
   auto board = std::make_shared<Board>(4);  // another node of the round wished a stride of 4
   CheckpointReplicator ra(
       io, a.service, a.dir.path,

@@ -26,13 +26,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The region's layout, as packaging/wheel/ddprun/checkpoint.py writes it (the agent reads the
-// header): magic, slot size; slot i's record at 64 + 64 * i; slot i's payload at 4096 + i * slot
+// The region's layout (docs/region_format.md), as packaging/wheel/ddprun/checkpoint.py writes it
+// (the agent reads the header): magic, slot size; slot i's record at 64 + 64 * i, the global rank
+// that saved it at 192 + 8 * i, its run's tag at 208 + 8 * i; slot i's payload at 4096 + i * slot
 // size. A C++ payload: "DDPCXX1\0", the number of buffers, their sizes (u64), padded to 64; then
 // each buffer at a 64-byte boundary.
-constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
+constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '2'};
 constexpr char kCxxMagic[8] = {'D', 'D', 'P', 'C', 'X', 'X', '1', '\0'};
 constexpr size_t kHeader = 4096, kAlign = 64;
+constexpr size_t kRankAt = 192;    // + 8 * slot: the global rank that saved it
+constexpr size_t kRunAt = 208;     // + 8 * slot: its run's tag
 constexpr size_t kSaveTime = 256;  // + 8 * slot: the save's duration in microseconds
 constexpr uint64_t kWriting = 1, kCommitted = 2;
 
@@ -61,12 +64,24 @@ uint64_t word_sum(const std::byte* p, size_t n) {
   return sum;
 }
 
+// The 64-bit FNV-1a hash of `text` (a slot's run tag).
+uint64_t run_tag(const std::string& text) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ULL;
+  return h;
+}
+
 struct Region {
   std::string path;
   size_t slot_size = 0;
   std::byte* map = nullptr;
   size_t length = 0;
   Record* record(int slot) const { return reinterpret_cast<Record*>(map + 64 + 64 * slot); }
+  int64_t rank(int slot) const {
+    int64_t r;
+    std::memcpy(&r, map + kRankAt + 8 * slot, 8);
+    return r;
+  }
   std::byte* payload(int slot) const { return map + kHeader + slot * slot_size; }
   ~Region() {
     if (map != nullptr) ::munmap(map, length);
@@ -186,6 +201,10 @@ bool save(int64_t step, const std::vector<std::span<const std::byte>>& buffers) 
   Record* rec = region->record(slot);
   rec->state = kWriting;
   std::atomic_thread_fence(std::memory_order_release);
+  const int64_t rank = std::strtoll(env_or("RANK", "0").c_str(), nullptr, 10);
+  const uint64_t tag = run_tag(env_or("TORCHELASTIC_RUN_ID", ""));
+  std::memcpy(region->map + kRankAt + 8 * slot, &rank, 8);
+  std::memcpy(region->map + kRunAt + 8 * slot, &tag, 8);
   std::byte* out = region->payload(slot);
   std::memset(out, 0, structure);
   std::memcpy(out, kCxxMagic, 8);
@@ -243,15 +262,39 @@ std::optional<int64_t> load(const std::vector<std::span<std::byte>>& buffers) {
     throw CheckpointError(
         fmt::format("checkpoint: step {} (agreed by the agents) is not in {}", step, path));
   }
-  int slot = -1;
+  // This global rank's own slot of the step, saved at this world size: anything else is refused.
+  const int64_t rank = std::strtoll(env_or("RANK", "0").c_str(), nullptr, 10);
+  const uint64_t world = std::strtoull(env_or("WORLD_SIZE", "1").c_str(), nullptr, 10);
+  const uint64_t saved_world = std::strtoull(
+      env_or("DDPRUN_CHECKPOINT_WORLD", std::to_string(world).c_str()).c_str(), nullptr, 10);
+  if (saved_world != world && static_cast<uint64_t>(rank) >= saved_world) {
+    throw CheckpointError(fmt::format(
+        "checkpoint: step {} was saved by a job of {} ranks and this one has {}: rank {} has no "
+        "counterpart in it, and a rank's buffers cannot be resharded",
+        step, saved_world, world, rank));
+  }
+  int slot = -1, other = -1;
   for (int s : {0, 1}) {
-    if (g_region->record(s)->state == kCommitted && g_region->record(s)->step == step) slot = s;
+    if (g_region->record(s)->state != kCommitted || g_region->record(s)->step != step) continue;
+    (g_region->rank(s) == rank ? slot : other) = s;
+  }
+  if (slot < 0 && other >= 0) {
+    throw CheckpointError(
+        fmt::format("checkpoint: step {} in {} holds global rank {}'s state, not this rank's ({}): "
+                    "refused",
+                    step, path, g_region->rank(other), rank));
   }
   if (slot < 0) {
     throw CheckpointError(
         fmt::format("checkpoint: step {} (agreed by the agents) is not in {}", step, path));
   }
   const Record* rec = g_region->record(slot);
+  if (rec->world_size != saved_world) {
+    throw CheckpointError(
+        fmt::format("checkpoint: step {} in {} was saved by rank {} of {} ranks, not of the {} the "
+                    "agents agreed on: refused",
+                    step, path, rank, rec->world_size, saved_world));
+  }
   const std::byte* in = g_region->payload(slot);
   if (rec->size > g_region->slot_size || word_sum(in, rec->size) != rec->checksum) {
     throw CheckpointError(fmt::format("checkpoint: step {} in {} fails its checksum", step, path));

@@ -78,8 +78,8 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
   }
 }
 
-void PeerCopies::committed(const std::string& origin, int local_rank, int rank, int64_t step,
-                           uint64_t file_bytes) {
+void PeerCopies::committed(const std::string& origin, int local_rank, int rank, int world,
+                           int64_t step, uint64_t file_bytes) {
   std::lock_guard lock(mutex_);
   const Key key{origin, local_rank};
   reserved_.erase(key);
@@ -89,7 +89,7 @@ void PeerCopies::committed(const std::string& origin, int local_rank, int rank, 
     bytes_ -= c.bytes;
     return true;
   });
-  copies.push_back(Copy{step, rank, file_bytes, file_for(origin, local_rank, step)});
+  copies.push_back(Copy{step, rank, world, file_bytes, file_for(origin, local_rank, step)});
   bytes_ += file_bytes;
   std::sort(copies.begin(), copies.end(),
             [](const Copy& a, const Copy& b) { return a.step < b.step; });
@@ -108,6 +108,23 @@ void PeerCopies::keep_only(const std::vector<std::string>& origins) {
     while (!copies.empty()) drop(copies, 0);
   }
   std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
+}
+
+void PeerCopies::drop_after(std::optional<int64_t> step) {
+  std::lock_guard lock(mutex_);
+  for (auto& [key, copies] : held_) {
+    for (size_t i = copies.size(); i-- > 0;) {
+      if (!step || copies[i].step > *step) drop(copies, i);
+    }
+  }
+  std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
+}
+
+std::vector<PeerCopies::Copy> PeerCopies::all() const {
+  std::lock_guard lock(mutex_);
+  std::vector<Copy> out;
+  for (const auto& [key, copies] : held_) out.insert(out.end(), copies.begin(), copies.end());
+  return out;
 }
 
 std::optional<PeerCopies::Copy> PeerCopies::find(const std::string& origin, int local_rank,

@@ -21,7 +21,8 @@ class PeerCopies {
  public:
   struct Copy {
     int64_t step = 0;
-    int rank = 0;  // the global rank that saved it
+    int rank = 0;   // the global rank that saved it
+    int world = 0;  // the world size it was saved at
     uint64_t bytes = 0;
     std::filesystem::path file;
   };
@@ -40,13 +41,18 @@ class PeerCopies {
                                         const std::string& header, uint64_t file_bytes);
   // The writer `begin` gave committed its file: recorded, and that rank's copies beyond the
   // newest two dropped.
-  void committed(const std::string& origin, int local_rank, int rank, int64_t step,
+  void committed(const std::string& origin, int local_rank, int rank, int world, int64_t step,
                  uint64_t file_bytes);
   // The writer `begin` gave was not committed (the transfer failed): its room is given back.
   void abandoned(const std::string& origin, int local_rank);
   // Drops the copies of every origin not in `origins` (nodes that left the job, whose copies the
   // round no longer needs).
   void keep_only(const std::vector<std::string>& origins);
+  // Drops every copy of a step after `step` (none: every copy): what a round that restores `step`
+  // leaves behind is of a timeline the job abandoned.
+  void drop_after(std::optional<int64_t> step);
+  // Every copy held.
+  std::vector<Copy> all() const;
   // The copy of `origin`'s local rank `local_rank` at `step`; nullopt: none.
   std::optional<Copy> find(const std::string& origin, int local_rank, int64_t step) const;
   // Per origin, per local rank (0 to the highest held), the steps held, oldest first.

@@ -14,6 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "checkpoint/region_format.hpp"
+#include "checkpoint/slot_copy.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -156,9 +157,11 @@ void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>&
 }
 
 PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path copies_dir,
-                         std::optional<uint64_t> limit)
+                         std::optional<uint64_t> limit, fs::path regions, uint64_t run_tag)
     : auth_(std::move(auth)),
+      run_tag_(run_tag),
       copies_(std::make_unique<PeerCopies>(std::move(copies_dir), limit)),
+      sources_(std::make_unique<SlotSources>(regions, regions / "kept", copies_.get(), run_tag)),
       acceptor_(io_, tcp::endpoint(asio::ip::make_address(bind_host), 0)) {
   port_ = acceptor_.local_endpoint().port();
   asio::co_spawn(io_, serve(), asio::detached);
@@ -202,24 +205,25 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
   const std::optional<Request> r = co_await read_request(*link);
   if (!r) co_return;
   if (r->op == kGet) {
-    const std::optional<PeerCopies::Copy> copy = copies_->find(r->origin, r->local_rank, r->step);
-    if (!copy) {
-      co_await send_status(*link, fmt::format("no copy of step {} of local rank {} of node {} here",
-                                              r->step, r->local_rank, r->origin));
+    const int world = static_cast<int>(std::min<uint64_t>(r->bytes, 1u << 30));
+    const std::optional<SlotSources::Found> found = sources_->find(r->rank, world, r->step);
+    if (!found) {
+      co_await send_status(*link, fmt::format("no slot of global rank {} of {} at step {} here",
+                                              r->rank, world, r->step));
       co_return;
     }
     std::optional<Fd> in;
     std::string error;
     try {
-      in.emplace(open_or_fail(copy->file, O_RDONLY));
+      in.emplace(open_or_fail(found->file, O_RDONLY));
     } catch (const std::exception& e) {
       error = e.what();
     }
     co_await send_status(*link, error);
     if (!in) co_return;
-    std::string size = words({copy->bytes});
-    co_await link->write(size.data(), size.size());
-    co_await link->send_file(in->fd, 0, copy->bytes);
+    std::string head = words({kRegionHeader + found->record.size}) + file_header_for(*found);
+    co_await link->write(head.data(), head.size());
+    co_await link->send_file(in->fd, found->payload_at, found->record.size);
     co_return;
   }
   // A put: the file's header, then (once there is room) its payload.
@@ -229,6 +233,10 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
   const std::optional<SlotRecord> rec = slot_of_file(header, r->step, r->bytes, &slot_size);
   if (!rec) {
     co_await send_status(*link, "not a checkpoint of the step it names");
+    co_return;
+  }
+  if (rec->rank != r->rank || rec->run_tag != run_tag_) {
+    co_await send_status(*link, "not a checkpoint of the rank it names, or of this job");
     co_return;
   }
   std::unique_ptr<SlotFileWriter> out;
@@ -258,7 +266,8 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
                          "the copy)");
     co_return;
   }
-  copies_->committed(r->origin, r->local_rank, r->rank, r->step, r->bytes);
+  copies_->committed(r->origin, r->local_rank, r->rank, static_cast<int>(rec->world_size), r->step,
+                     r->bytes);
   reservation.kept = true;
   co_await send_status(*link, "");
 }
@@ -363,20 +372,20 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
   co_return co_await asio::co_spawn(io_, run(), asio::use_awaitable);
 }
 
-asio::awaitable<TransferReport> PeerService::get(PeerAddress from, std::string origin,
-                                                 fs::path regions,
-                                                 std::vector<std::pair<int, int>> origin_and_local,
-                                                 int64_t step) {
-  auto run = [this, from, origin, regions, origin_and_local,
-              step]() -> asio::awaitable<TransferReport> {
+asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
+                                                 std::vector<std::pair<int, int>> wanted,
+                                                 int64_t step, fs::path folder) {
+  auto run = [this, from, wanted, step, folder]() -> asio::awaitable<TransferReport> {
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
     try {
-      for (const auto& [origin_local, local] : origin_and_local) {
+      const fs::path dir = folder / fmt::format("step_{}", step);
+      fs::create_directories(dir);
+      for (const auto& [rank, world] : wanted) {
         std::unique_ptr<PeerLink> link =
             co_await PeerLink::connect(io_.get_executor(), from.host, from.port, auth_, kIdleLimit);
-        Request request{kGet, origin_local, 0, step, 0, origin};
+        Request request{kGet, 0, rank, step, static_cast<uint64_t>(world), "-"};
         co_await send_request(*link, request);
         if (std::string why = co_await read_status(*link); !why.empty()) {
           report.detail = fmt::format("{}: {}", link->peer(), why);
@@ -390,20 +399,26 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from, std::string o
         co_await link->read(header.data(), header.size());
         uint64_t slot_size = 0;
         const std::optional<SlotRecord> rec = slot_of_file(header, step, file_bytes, &slot_size);
-        if (!rec) {
-          report.detail = fmt::format("{} sent something that is not step {}", link->peer(), step);
+        if (!rec || rec->rank != rank || rec->world_size != static_cast<uint64_t>(world) ||
+            rec->run_tag != run_tag_) {
+          report.detail = fmt::format("{} sent something that is not global rank {}'s step {}",
+                                      link->peer(), rank, step);
           co_return report;
         }
-        const std::optional<RegionHeader> h = parse_region_header(header);
-        SlotFileWriter out(
-            regions / fmt::format("rank{}", local), regions / fmt::format("rank{}.restore", local),
-            region_header_for(*rec, slot_size, h->save_micros[0]), kRegionHeader + 2 * slot_size,
-            fmt::format("local rank {}'s region", local));
-        co_await receive_payload(*link, out, rec->size);
-        if (!out.commit(rec->checksum)) {
-          report.detail = fmt::format("the copy of local rank {} from {} fails its checksum",
-                                      origin_local, link->peer());
-          co_return report;
+        const fs::path file = dir / fmt::format("rank_{}.ddpckpt", rank);
+        {
+          SlotFileWriter out(file, dir / fmt::format(".rank_{}.tmp", rank), header, file_bytes,
+                             fmt::format("global rank {}'s checkpoint", rank));
+          co_await receive_payload(*link, out, rec->size);
+          if (!out.commit(rec->checksum)) {
+            report.detail = fmt::format("global rank {}'s step {} from {} fails its checksum", rank,
+                                        step, link->peer());
+            co_return report;
+          }
+        }
+        if (rec->metadata_size > 0) {
+          const Fd copied(open_or_fail(file, O_RDONLY));
+          write_dcp_metadata(copied.fd, file, *rec, dir);
         }
         report.bytes += rec->size;
       }

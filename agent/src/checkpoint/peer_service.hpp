@@ -1,16 +1,19 @@
 #pragma once
 // Checkpoints copied between agents: each agent serves a port of its own (an OS-chosen port on
 // every address) where the job's other agents put copies of their ranks' committed slots
-// (held in PeerCopies) and get them back; and it puts and gets the same on other agents' ports.
+// (held in PeerCopies) and get any slot this node holds (SlotSources: its regions, its kept
+// copies, the copies it holds) by whose state it is; and it puts and gets the same on other
+// agents' ports.
 // Everything runs on threads of the service's own, so that moving a gigabyte never delays the
 // agent's loop: the network's on one, the staging (which must beat the worker's next save but one)
 // on another; what a caller awaits completes on the caller's executor.
 //
 // One request per connection (peer_link.hpp greets it first), numbers as 8-byte little-endian
-// words: op (1 put, 2 get), the origin's local rank, its global rank, the step, the bytes that
-// follow (put: a file of the persisted layout, header and payload), the origin id's length, then
-// the id. The answer: a status word (0 ok), a message's length and the message; a get's answer
-// then carries the file's length and the file.
+// words: op (1 put, 2 get), the origin's local rank, the global rank, the step, for a put the
+// bytes that follow (a file of the persisted layout, header and payload) and for a get the world
+// size, the origin id's length, then the id (a get's is unused). The answer: a status word (0 ok),
+// a message's length and the message; a get's answer then carries the file's length and the file.
+// A put whose slot names another global rank, or another run, is refused.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -27,6 +30,7 @@
 
 #include "checkpoint/peer_copies.hpp"
 #include "checkpoint/peer_link.hpp"
+#include "checkpoint/slot_sources.hpp"
 
 namespace ddprun::agent {
 
@@ -59,10 +63,11 @@ void drop_kept(const std::filesystem::path& keep, int local_rank,
 
 class PeerService {
  public:
-  // Serves on `bind_host` (an OS-chosen port), holding copies in `copies_dir`, bounded by `limit`.
-  // Throws boost::system::system_error when it cannot listen.
+  // Serves on `bind_host` (an OS-chosen port), holding copies in `copies_dir`, bounded by `limit`,
+  // and giving the slots of the regions in `regions` (and their kept copies in `regions`/kept) of
+  // the run whose tag is `run_tag`. Throws boost::system::system_error when it cannot listen.
   PeerService(PeerAuth auth, const std::string& bind_host, std::filesystem::path copies_dir,
-              std::optional<uint64_t> limit);
+              std::optional<uint64_t> limit, std::filesystem::path regions, uint64_t run_tag);
   // Stops the thread; a transfer under way is abandoned (a copy half received is removed).
   ~PeerService();
   PeerService(const PeerService&) = delete;
@@ -70,6 +75,8 @@ class PeerService {
 
   int port() const { return port_; }
   const PeerCopies& copies() const { return *copies_; }
+  // Every slot this node can give.
+  const SlotSources& sources() const { return *sources_; }
   // PeerCopies::keep_only.
   void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
 
@@ -86,20 +93,22 @@ class PeerService {
   boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
                                              std::vector<RankSlot> ranks, int64_t step,
                                              std::filesystem::path keep);
-  // Gets `origin`'s copies of step `step` from `from` into the regions of `regions`: its local
-  // rank `origin_local` into this node's local rank `local_rank`, for each pair.
-  boost::asio::awaitable<TransferReport> get(PeerAddress from, std::string origin,
-                                             std::filesystem::path regions,
-                                             std::vector<std::pair<int, int>> origin_and_local,
-                                             int64_t step);
+  // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
+  // sources holds it, into `folder`/step_<step>/rank_<rank>.ddpckpt (the persisted layout; a DCP
+  // coordinator's slot also gives the folder its .metadata), checked against its checksum.
+  boost::asio::awaitable<TransferReport> get(PeerAddress from,
+                                             std::vector<std::pair<int, int>> wanted, int64_t step,
+                                             std::filesystem::path folder);
 
  private:
   boost::asio::awaitable<void> serve();
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
 
   PeerAuth auth_;
-  // Before io_: a connection's coroutine, destroyed with io_, may still refer to it.
+  uint64_t run_tag_;
+  // Before io_: a connection's coroutine, destroyed with io_, may still refer to them.
   std::unique_ptr<PeerCopies> copies_;
+  std::unique_ptr<SlotSources> sources_;
   boost::asio::io_context io_;  // the network's, on thread_
   // stage()'s copies at memory speed, on stage_thread_: never queued behind a transfer.
   boost::asio::io_context stage_io_;

@@ -5,9 +5,12 @@
 namespace ddprun::agent {
 namespace {
 
-constexpr std::string_view kMagic = "DDPCKPT1";
-constexpr size_t kRecords = 64;  // slot i's record at 64 + 64 * i
+constexpr std::string_view kMagic = "DDPCKPT2";
+constexpr std::string_view kFirstMagic = "DDPCKPT1";  // no rank recorded
+constexpr size_t kRecords = 64;                       // slot i's record at 64 + 64 * i
 constexpr size_t kRecordSize = 64;
+constexpr size_t kRanks = 192;      // slot i's global rank at 192 + 8 * i
+constexpr size_t kRunTags = 208;    // slot i's run tag at 208 + 8 * i
 constexpr size_t kSaveTimes = 256;  // slot i's save time at 256 + 8 * i
 
 uint64_t u64_at(std::string_view s, size_t offset) {
@@ -23,7 +26,9 @@ void put(std::string& s, size_t offset, uint64_t v) {
 }  // namespace
 
 std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
-  if (bytes.size() < kRegionHeaderRead || bytes.substr(0, 8) != kMagic) return std::nullopt;
+  if (bytes.size() < kRegionHeaderRead) return std::nullopt;
+  const bool current = bytes.substr(0, 8) == kMagic;
+  if (!current && bytes.substr(0, 8) != kFirstMagic) return std::nullopt;
   RegionHeader h;
   h.slot_size = u64_at(bytes, 8);
   for (size_t i = 0; i < 2; ++i) {
@@ -37,6 +42,10 @@ std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
     r.structure_size = u64_at(bytes, at + 40);
     r.metadata_size = u64_at(bytes, at + 48);
     r.world_size = u64_at(bytes, at + 56);
+    if (current) {
+      r.rank = static_cast<int64_t>(u64_at(bytes, kRanks + 8 * i));
+      r.run_tag = u64_at(bytes, kRunTags + 8 * i);
+    }
     h.save_micros[i] = u64_at(bytes, kSaveTimes + 8 * i);
   }
   return h;
@@ -76,7 +85,15 @@ std::string region_header_for(const SlotRecord& r, uint64_t slot_size, uint64_t 
                              r.sequence,      r.structure_size,
                              r.metadata_size, r.world_size};
   for (size_t i = 0; i < 8; ++i) put(h, kRecords + 8 * i, fields[i]);
+  put(h, kRanks, static_cast<uint64_t>(r.rank));
+  put(h, kRunTags, r.run_tag);
   put(h, kSaveTimes, save_micros);
+  return h;
+}
+
+uint64_t run_tag_of(std::string_view run_id) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (const char c : run_id) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ULL;
   return h;
 }
 

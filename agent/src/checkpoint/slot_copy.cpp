@@ -64,6 +64,19 @@ void sync_and_rename(int fd, const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
+void write_dcp_metadata(int fd, const fs::path& name, const SlotRecord& rec,
+                        const fs::path& folder) {
+  std::string metadata(rec.metadata_size, '\0');
+  read_all(fd, metadata.data(), metadata.size(),
+           kRegionHeader + rec.size - up(rec.metadata_size, 8), name);
+  const fs::path meta_tmp = folder / ".metadata.tmp";
+  Partial meta_partial(meta_tmp);
+  const Fd meta(open_or_fail(meta_tmp, O_WRONLY | O_CREAT | O_TRUNC));
+  write_all(meta.fd, metadata.data(), metadata.size(), 0, meta_tmp);
+  sync_and_rename(meta.fd, meta_tmp, folder / ".metadata");
+  meta_partial.kept = true;
+}
+
 std::optional<RegionHeader> read_region_header(const fs::path& file) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
@@ -88,6 +101,10 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
     return r;
   }
   const SlotRecord rec = h->slots[slot];
+  if (rec.rank >= 0 && rec.rank != rank) {  // a slot of before the ranks moved: not this rank's
+    r.detail = fmt::format("the slot holds global rank {}'s state, not rank {}'s", rec.rank, rank);
+    return r;
+  }
   const fs::path folder = dir / fmt::format("step_{}", step);
   const fs::path file = folder / fmt::format("rank_{}.ddpckpt", rank);
   if (fs::exists(file)) return r;  // persisted before (a failure's copy of a step already there)
@@ -127,17 +144,7 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
     r.detail = sum ? "the worker reused the slot during the copy" : "the agent is stopping";
     return r;
   }
-  if (rec.metadata_size > 0) {  // a torch.distributed.checkpoint save's job metadata
-    std::string metadata(rec.metadata_size, '\0');
-    read_all(out.fd, metadata.data(), metadata.size(),
-             kRegionHeader + rec.size - up(rec.metadata_size, 8), tmp);
-    const fs::path meta_tmp = folder / ".metadata.tmp";
-    Partial meta_partial(meta_tmp);
-    const Fd meta(open_or_fail(meta_tmp, O_WRONLY | O_CREAT | O_TRUNC));
-    write_all(meta.fd, metadata.data(), metadata.size(), 0, meta_tmp);
-    sync_and_rename(meta.fd, meta_tmp, folder / ".metadata");
-    meta_partial.kept = true;
-  }
+  if (rec.metadata_size > 0) write_dcp_metadata(out.fd, tmp, rec, folder);
   sync_and_rename(out.fd, tmp, file);
   partial.kept = true;
   r.kind = PersistReport::Kind::kPersisted;
@@ -157,7 +164,13 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
     errno = EINVAL;
     fail_io(file.string() + " is not a persisted checkpoint of step " + std::to_string(step));
   }
-  const SlotRecord& rec = h->slots[0];
+  SlotRecord rec = h->slots[0];
+  if (rec.rank < 0) rec.rank = rank;  // a file of the first layout: its path names the rank
+  if (rec.rank != rank) {
+    errno = EINVAL;
+    fail_io(fmt::format("{} holds global rank {}'s state, not rank {}'s", file.string(), rec.rank,
+                        rank));
+  }
   SlotFileWriter out(regions / fmt::format("rank{}", local_rank),
                      regions / fmt::format("rank{}.restore", local_rank),
                      region_header_for(rec, h->slot_size, h->save_micros[0]),

@@ -28,6 +28,12 @@ struct PersistReport {
   std::string detail;  // kDropped, kFailed: why; kPersisted, kRestored: the file
 };
 
+// A torch.distributed.checkpoint save's job metadata, the last metadata_size bytes (rounded up to
+// 8) of the payload of `rec`, slot 0 of the file open as `fd` (`name`), written to
+// `folder`/.metadata (synced, renamed into place). Throws std::system_error.
+void write_dcp_metadata(int fd, const std::filesystem::path& name, const SlotRecord& rec,
+                        const std::filesystem::path& folder);
+
 // The header of a region or persisted file; nullopt where there is none or it is not one.
 std::optional<RegionHeader> read_region_header(const std::filesystem::path& file);
 
@@ -42,7 +48,8 @@ PersistReport copy_to_disk(const std::filesystem::path& regions, int local_rank,
 
 // Copies `dir`/step_<step>/rank_<rank>.ddpckpt back into local rank `local_rank`'s region in
 // `regions` (made anew, reserved and checked): kRestored. Throws std::system_error when it cannot
-// (no such file, not a checkpoint of that step, a checksum that does not match, /dev/shm full).
+// (no such file, not a checkpoint of that step, one global rank `rank` did not save, a checksum
+// that does not match, /dev/shm full).
 PersistReport read_back(const std::filesystem::path& dir, int64_t step, int rank,
                         const std::filesystem::path& regions, int local_rank,
                         const std::atomic<bool>& stop);

@@ -1,6 +1,7 @@
 #include "exchanges/checkpoint_sources.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -9,141 +10,134 @@
 namespace ddprun::agent::checkpoint_sources {
 namespace {
 
-using Steps = std::vector<std::vector<int64_t>>;
+// (rank, world, step) -> the nodes holding that slot, in node rank order.
+using Holders = std::map<std::tuple<int, int, int64_t>, std::vector<size_t>>;
 
-bool steps_in(const nlohmann::json& j, Steps& out) {
-  if (!j.is_array()) return false;
-  for (const auto& rank : j) {
-    if (!rank.is_array()) return false;
-    std::vector<int64_t> steps;
-    for (const auto& s : rank) {
-      if (!s.is_number_integer()) return false;
-      steps.push_back(s.get<int64_t>());
-    }
-    out.push_back(std::move(steps));
+// Whether node `n` can give what it holds to another node: it serves copies.
+bool serves(const NodeCheckpoints& n) { return n.port != 0; }
+
+// The node that gives node `to` slot (rank, world, step): itself where it holds it, else the
+// first that does and serves; nullopt: none.
+std::optional<size_t> source_for(const std::vector<NodeCheckpoints>& nodes, const Holders& holders,
+                                 size_t to, int rank, int world, int64_t step) {
+  const auto it = holders.find({rank, world, step});
+  if (it == holders.end()) return std::nullopt;
+  const std::vector<size_t>& who = it->second;
+  if (std::find(who.begin(), who.end(), to) != who.end()) return to;
+  for (size_t h : who) {
+    if (serves(nodes[h])) return h;
   }
-  return true;
+  return std::nullopt;
 }
 
-bool has_any(const Steps& s) {
-  return std::any_of(s.begin(), s.end(), [](const auto& r) { return !r.empty(); });
+// Every node's fetches of the slots saved at world size `world` at `step`: each node those of its
+// own ranks that the world had (`mine`), or every rank's; nullopt where one cannot be had.
+std::optional<std::vector<std::vector<Fetch>>> fetches_for(
+    const std::vector<NodeCheckpoints>& nodes, const Holders& holders, int64_t step, int world,
+    bool mine) {
+  std::vector<std::vector<Fetch>> out(nodes.size());
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const int first = mine ? nodes[n].base_rank : 0;
+    const int last = mine ? std::min(world, nodes[n].base_rank + nodes[n].nproc) : world;
+    for (int rank = first; rank < last; ++rank) {
+      const std::optional<size_t> from = source_for(nodes, holders, n, rank, world, step);
+      if (!from) return std::nullopt;
+      out[n].push_back(Fetch{*from, rank, world});
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
 std::string to_text(const NodeCheckpoints& n) {
-  return nlohmann::json{
-      {"id", n.id}, {"local", n.local}, {"holds", n.holds}, {"host", n.host}, {"port", n.port}}
+  nlohmann::json held = nlohmann::json::array();
+  for (const HeldSlot& h : n.held) {
+    held.push_back({h.rank, h.world, h.step, h.bytes, h.dcp_metadata ? 1 : 0});
+  }
+  return nlohmann::json{{"id", n.id},       {"node_rank", n.node_rank}, {"base_rank", n.base_rank},
+                        {"nproc", n.nproc}, {"held", std::move(held)},  {"host", n.host},
+                        {"port", n.port}}
       .dump();
 }
 
 std::optional<NodeCheckpoints> from_text(const std::string& text) {
   const auto j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("id") || !j["id"].is_string() || !j.contains("local") ||
-      !j.contains("holds") || !j["holds"].is_object() ||
-      !j.value("host", nlohmann::json()).is_string() ||
-      !j.value("port", nlohmann::json()).is_number_integer()) {
+  if (!j.is_object()) return std::nullopt;
+  try {
+    NodeCheckpoints n;
+    n.id = j.at("id").get<std::string>();
+    n.node_rank = j.at("node_rank").get<int>();
+    n.base_rank = j.at("base_rank").get<int>();
+    n.nproc = j.at("nproc").get<int>();
+    for (const auto& h : j.at("held")) {
+      if (!h.is_array() || h.size() != 5) return std::nullopt;
+      n.held.push_back(HeldSlot{h[0].get<int>(), h[1].get<int>(), h[2].get<int64_t>(),
+                                h[3].get<uint64_t>(), h[4].get<int>() != 0});
+    }
+    n.host = j.at("host").get<std::string>();
+    n.port = j.at("port").get<int>();
+    if (n.node_rank < 0 || n.base_rank < 0 || n.nproc < 0) return std::nullopt;
+    return n;
+  } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
-  NodeCheckpoints n;
-  n.id = j["id"].get<std::string>();
-  if (!steps_in(j["local"], n.local)) return std::nullopt;
-  for (const auto& [origin, steps] : j["holds"].items()) {
-    if (!steps_in(steps, n.holds[origin])) return std::nullopt;
-  }
-  n.host = j["host"].get<std::string>();
-  n.port = j["port"].get<int>();
-  return n;
 }
 
-RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes) {
+RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size) {
   RestorePlan plan;
-  plan.fetches.resize(nodes.size());
-  plan.adopted.resize(nodes.size());
-  std::set<std::string> members;
-  for (const auto& n : nodes) members.insert(n.id);
-  const auto held_anywhere = [&](const std::string& origin) {
-    return std::any_of(nodes.begin(), nodes.end(),
-                       [&](const NodeCheckpoints& n) { return n.holds.contains(origin); });
-  };
-  // Nodes that left, whose copies are still held: each may be taken over by a newcomer.
-  std::set<std::string> lost;
-  for (const auto& n : nodes) {
-    for (const auto& [origin, steps] : n.holds) {
-      if (!members.contains(origin) && has_any(steps)) lost.insert(origin);
+  Holders holders;
+  std::set<int64_t, std::greater<>> steps;
+  std::map<int64_t, std::set<int>> worlds;      // per step, the world sizes it was saved at
+  std::set<std::pair<int64_t, int>> resharded;  // (step, world) with a DCP coordinator's slot
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    for (const HeldSlot& h : nodes[n].held) {
+      if (h.rank < 0 || h.world <= 0 || h.rank >= h.world) continue;
+      auto& who = holders[{h.rank, h.world, h.step}];
+      if (who.empty() || who.back() != n) who.push_back(n);
+      steps.insert(h.step);
+      worlds[h.step].insert(h.world);
+      if (h.dcp_metadata && h.rank == 0) resharded.insert({h.step, h.world});
     }
   }
-  // Whose copies each node restores: its own, or (a newcomer) a lost node's.
-  std::vector<std::string> origin_of(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    origin_of[i] = nodes[i].id;
-    if (has_any(nodes[i].local) || held_anywhere(nodes[i].id)) continue;
-    for (auto it = lost.begin(); it != lost.end(); ++it) {
-      size_t ranks = 0;
-      for (const auto& n : nodes) {
-        if (const auto h = n.holds.find(*it); h != n.holds.end()) {
-          ranks = std::max(ranks, h->second.size());
+  for (int64_t step : steps) {
+    if (auto same = fetches_for(nodes, holders, step, world_size, true)) {
+      plan.step = step;
+      plan.saved_world = world_size;
+      plan.fetches = std::move(*same);
+      return plan;
+    }
+    for (int world : worlds[step]) {
+      if (world == world_size) continue;
+      if (resharded.contains({step, world})) {
+        if (auto all = fetches_for(nodes, holders, step, world, false)) {
+          plan.step = step;
+          plan.saved_world = world;
+          plan.reshard = true;
+          plan.fetches = std::move(*all);
+          return plan;
         }
-      }
-      if (ranks < nodes[i].local.size()) continue;  // it had fewer ranks than this node
-      origin_of[i] = plan.adopted[i] = *it;
-      lost.erase(it);
-      break;
-    }
-  }
-  // Per node and local rank: the steps it can restore, and where each is held.
-  const auto holder_of = [&](const std::string& origin, size_t local,
-                             int64_t step) -> std::optional<size_t> {
-    for (size_t j = 0; j < nodes.size(); ++j) {
-      const auto h = nodes[j].holds.find(origin);
-      if (h == nodes[j].holds.end() || h->second.size() <= local) continue;
-      const auto& steps = h->second[local];
-      if (std::find(steps.begin(), steps.end(), step) != steps.end()) return j;
-    }
-    return std::nullopt;
-  };
-  std::optional<std::set<int64_t>> common;
-  int base = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (size_t l = 0; l < nodes[i].local.size(); ++l) {
-      std::set<int64_t> can;
-      if (plan.adopted[i].empty()) can.insert(nodes[i].local[l].begin(), nodes[i].local[l].end());
-      for (const auto& n : nodes) {
-        const auto h = n.holds.find(origin_of[i]);
-        if (h != n.holds.end() && h->second.size() > l) {
-          can.insert(h->second[l].begin(), h->second[l].end());
-        }
-      }
-      if (can.empty()) plan.ranks_without_copy.push_back(base + static_cast<int>(l));
-      if (!common) {
-        common = std::move(can);
-      } else {
-        std::set<int64_t> both;
-        std::set_intersection(common->begin(), common->end(), can.begin(), can.end(),
-                              std::inserter(both, both.end()));
-        common = std::move(both);
-      }
-    }
-    base += static_cast<int>(nodes[i].local.size());
-  }
-  if (!common || common->empty()) return plan;
-  plan.ranks_without_copy.clear();
-  plan.step = *common->rbegin();
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (size_t l = 0; l < nodes[i].local.size(); ++l) {
-      const auto& own = nodes[i].local[l];
-      if (plan.adopted[i].empty() && std::find(own.begin(), own.end(), *plan.step) != own.end()) {
         continue;
       }
-      const std::optional<size_t> holder = holder_of(origin_of[i], l, *plan.step);
-      if (!holder) {  // (cannot be: the step is in the rank's set)
-        plan.step.reset();
+      // checkpoint.save's state, one rank's: each rank the saved world had gets its own.
+      if (auto own = fetches_for(nodes, holders, step, world, true)) {
+        plan.step = step;
+        plan.saved_world = world;
+        plan.fetches = std::move(*own);
         return plan;
       }
-      plan.fetches[i].push_back(
-          Fetch{*holder, origin_of[i], static_cast<int>(l), static_cast<int>(l)});
     }
   }
+  std::set<int> held_ranks;
+  for (const auto& [key, _] : holders) {
+    if (std::get<1>(key) == world_size) held_ranks.insert(std::get<0>(key));
+  }
+  if (!holders.empty()) {
+    for (int rank = 0; rank < world_size; ++rank) {
+      if (!held_ranks.contains(rank)) plan.ranks_without_copy.push_back(rank);
+    }
+  }
+  plan.fetches.assign(nodes.size(), {});
   return plan;
 }
 
@@ -169,26 +163,21 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
     if (!n) co_return std::nullopt;
     a.nodes.push_back(std::move(*n));
   }
-  // In node rank order (the exchange gives them in the order of the nodes' ids).
-  if (!r.members.empty()) {
-    std::vector<NodeCheckpoints> ordered;
-    for (const std::string& id : r.members) {
-      const auto it = std::find_if(a.nodes.begin(), a.nodes.end(),
-                                   [&](const NodeCheckpoints& n) { return n.id == id; });
-      if (it == a.nodes.end()) co_return std::nullopt;  // (not this round's account)
-      ordered.push_back(std::move(*it));
-    }
-    a.nodes = std::move(ordered);
+  // In node rank order (the exchange gives them in the order of the nodes' ids); one per rank.
+  std::sort(a.nodes.begin(), a.nodes.end(), [](const NodeCheckpoints& x, const NodeCheckpoints& y) {
+    return x.node_rank < y.node_rank;
+  });
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    if (a.nodes[i].node_rank != static_cast<int>(i)) co_return std::nullopt;  // not this round's
   }
-  a.plan = plan_restore(a.nodes);
+  a.plan = plan_restore(a.nodes, r.world_size);
   co_return a;
 }
 
-boost::asio::awaitable<bool> all_fetched(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                         rendezvous::Round r, bool ok,
-                                         std::chrono::milliseconds wait) {
+boost::asio::awaitable<bool> all_did(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                     rendezvous::Round r, std::string topic, bool ok,
+                                     std::chrono::milliseconds wait) {
   rendezvous::Scope scope = rendezvous::Scope::of(r);
-  std::string topic = "checkpoint_restored";
   std::string text = ok ? "ok" : "failed";
   try {
     co_await rdzv->publish(scope, topic, std::move(text));

@@ -1,24 +1,27 @@
 #pragma once
-// Which in-memory checkpoint a round restores, and from where. Before a round's workers start,
-// every node publishes (topic "checkpoint_sources", the round's scope) what it has: its id, the
-// steps each of its local ranks holds in its own regions, the copies it holds for other nodes
-// (checkpoint/peer_service.hpp) and where its peer service listens. Every node computes the same
-// plan from what all published:
-//   - a node's local rank can restore a step its region holds, or one another node holds a copy
-//     of for it;
-//   - a node that has neither (it just joined: a spare or a replacement) takes the place of a node
-//     that left the job and whose copies another node still holds (the first such, by id), rank
-//     for rank;
-//   - the step restored is the newest every local rank of every node can restore;
-//   - a rank whose region does not hold it gets it from the node holding its copy (or the copy
-//     its own node kept of what its peer holds) before the workers start; every node says whether
-//     its ranks hold it now (topic "checkpoint_restored"), and the round restores from memory only
-//     if all do.
-// Built on the rendezvous' exchange. With no copies anywhere this is the newest step every rank's
-// own region holds.
+// Which in-memory checkpoint a round restores, and from where: a checkpoint is the state of one
+// global rank at one step, and global rank r of the round gets what global rank r saved. Before a
+// round's workers start, every node publishes (topic "checkpoint_sources", the round's scope) its
+// place in the round (node rank, first global rank, workers), every slot it holds by whose state
+// it is (checkpoint/slot_sources.hpp: rank, world size, step; from its regions, its kept copies
+// and the copies it holds for others) and where its peer service listens. Every node computes the
+// same plan from what all published, the newest step first:
+//   - the round's world size unchanged since the step was saved, and every rank's slot of it held
+//     somewhere: each node gets its ranks' own slots, from itself where it holds them, else from
+//     the first node (in node rank order) that does and that serves them; a rank that moved to
+//     another node (a node before it was lost) is fetched like any other;
+//   - the world size changed (a node lost with no spare, or one more joined), the step saved
+//     through torch.distributed.checkpoint (the coordinator's slot holds the job's metadata) and
+//     every saved rank's slot held somewhere: every node gathers every saved rank's slot, from
+//     which its workers reshard (MemoryStorageReader);
+//   - the world size changed and the step was saved with checkpoint.save (one rank's opaque state):
+//     nothing moves; the workers are told the step and the world size it was saved at, and
+//     load() refuses it or starts afresh (the user's choice), never restores another rank's state.
+// A node fetches into a folder of its own first; only once every node says its fetches arrived
+// (topic "checkpoint_restored") does any node put them into its regions, so that no node's regions
+// change while another may still read them. Built on the rendezvous' exchange.
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +29,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include "checkpoint/slot_sources.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 
 namespace ddprun::agent::checkpoint_sources {
@@ -33,8 +37,10 @@ namespace ddprun::agent::checkpoint_sources {
 // What one node publishes.
 struct NodeCheckpoints {
   std::string id;
-  std::vector<std::vector<int64_t>> local;  // per local rank of the round, oldest first
-  std::map<std::string, std::vector<std::vector<int64_t>>> holds;  // per origin, per local rank
+  int node_rank = 0;
+  int base_rank = 0;  // its local rank 0's global rank in the round
+  int nproc = 0;
+  std::vector<HeldSlot> held;
   std::string host;  // its peer service (port 0: none)
   int port = 0;
 };
@@ -43,29 +49,28 @@ std::string to_text(const NodeCheckpoints& n);
 // nullopt: not what a node publishes.
 std::optional<NodeCheckpoints> from_text(const std::string& text);
 
-// One rank's copy a node gets before its workers start.
+// One slot a node gets before its workers start: global rank `rank`'s at the plan's step, saved at
+// world size `world`, from node `holder` (itself included).
 struct Fetch {
-  size_t holder = 0;   // the node (index in the round) that holds it
-  std::string origin;  // whose copy it is
-  int origin_local = 0;
-  int local = 0;  // into this local rank's region
+  size_t holder = 0;  // index in the round's nodes
+  int rank = 0;
+  int world = 0;
   bool operator==(const Fetch&) const = default;
 };
 
 struct RestorePlan {
   std::optional<int64_t> step;
+  int saved_world = 0;   // the world size the step was saved at
+  bool reshard = false;  // the world changed and the step is DCP's: every node gathers every rank
   std::vector<std::vector<Fetch>> fetches;  // per node of the round
-  std::vector<std::string> adopted;         // per node: the origin whose copies it takes, or ""
-  // With no step: the global ranks that have no step at all (those a --checkpoint_dir must
-  // supply), in order.
+  // With no step: the global ranks of the round that no node holds any step of, in order.
   std::vector<int> ranks_without_copy;
 };
 
-// The plan for a round whose nodes, in node order, published `nodes`.
-RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes);
+// The plan for a round of `world_size` ranks whose nodes, in node rank order, published `nodes`.
+RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size);
 
-// Publishes `mine` and returns the round's plan and every node's account (in node rank order,
-// by the round's members), or
+// Publishes `mine` and returns the round's plan and every node's account (in node rank order), or
 // nullopt where the round ended (or `wait` passed) before every node answered: a round that
 // cannot agree restores nothing. Never throws.
 struct Agreement {
@@ -76,11 +81,12 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
                                                        rendezvous::Round r, NodeCheckpoints mine,
                                                        std::chrono::milliseconds wait);
 
-// Once this node's ranks hold the plan's step (fetched, or put back from the copy kept here),
-// or could not: every node says which (topic "checkpoint_restored") and learns whether all did.
-// Never throws; false where a node did not answer in time.
-boost::asio::awaitable<bool> all_fetched(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                         rendezvous::Round r, bool ok,
-                                         std::chrono::milliseconds wait);
+// Once this node's part of a phase of the restore ended, well or not: every node says which (topic
+// `topic`: "checkpoint_restored" once the fetches arrived, "checkpoint_installed" once they are in
+// the regions) and learns whether all did. Never throws; false where a node did not answer in
+// time.
+boost::asio::awaitable<bool> all_did(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                     rendezvous::Round r, std::string topic, bool ok,
+                                     std::chrono::milliseconds wait);
 
 }  // namespace ddprun::agent::checkpoint_sources

@@ -80,7 +80,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
                                      const rendezvous::Round& round,
                                      const rendezvous::WorkerStoreAddress& master,
                                      const std::map<int, CpuSet>& bindings,
-                                     std::optional<int64_t> checkpoint_step) {
+                                     const std::optional<CheckpointRestore>& checkpoint) {
   AttemptEnvironment attempt;
   attempt.role = cfg.role;
   attempt.master_addr = master.addr;
@@ -89,7 +89,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.max_restarts = cfg.rdzv.max_restarts;
   attempt.run_id = cfg.rdzv.run_id;
   attempt.virtual_local_rank = cfg.virtual_local_rank;
-  attempt.checkpoint_step = checkpoint_step;
+  attempt.checkpoint = checkpoint;
 
   fs::create_directories(attempt_dir);
   const std::string hostname = cfg.log_line_prefix_template.empty() ? "" : store::host_name();

@@ -11,19 +11,20 @@
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
+#include "workers/worker_env.hpp"
 #include "workers/worker_launch.hpp"
 
 namespace ddprun::agent {
 
 // The launches of this node's workers in `round`, whose store is `master`, restoring the in-memory
-// checkpoint of `checkpoint_step` where there is one; creates the attempt's log folders under
+// checkpoint `checkpoint` where there is one; creates the attempt's log folders under
 // `attempt_dir`.
 std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg,
                                      const std::filesystem::path& attempt_dir,
                                      const rendezvous::Round& round,
                                      const rendezvous::WorkerStoreAddress& master,
                                      const std::map<int, CpuSet>& bindings,
-                                     std::optional<int64_t> checkpoint_step);
+                                     const std::optional<CheckpointRestore>& checkpoint);
 
 // Each of this node's workers' local rank and global rank in `round`, in the launches' order.
 std::vector<std::pair<int, int>> round_ranks(const AgentConfig& cfg,

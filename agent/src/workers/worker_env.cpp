@@ -35,10 +35,17 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
   env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = attempt.use_agent_store ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  if (attempt.checkpoint_step) {
-    env["DDPRUN_CHECKPOINT_STEP"] = std::to_string(*attempt.checkpoint_step);
-  } else {
-    env.erase("DDPRUN_CHECKPOINT_STEP");  // the agents' agreement alone says what to restore
+  // The agents' agreement alone says what to restore.
+  for (const char* name :
+       {"DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_WORLD", "DDPRUN_CHECKPOINT_RESHARD"}) {
+    env.erase(name);
+  }
+  if (attempt.checkpoint) {
+    env["DDPRUN_CHECKPOINT_STEP"] = std::to_string(attempt.checkpoint->step);
+    env["DDPRUN_CHECKPOINT_WORLD"] = std::to_string(attempt.checkpoint->saved_world);
+    if (!attempt.checkpoint->reshard_dir.empty()) {
+      env["DDPRUN_CHECKPOINT_RESHARD"] = attempt.checkpoint->reshard_dir;
+    }
   }
   // torch >= 2.2's name, as torch 2.x's torchrun sets it. Torch 1.13's NCCL_ASYNC_ERROR_HANDLING is
   // only passed on from the agent's environment: newer torch warns about it on every rank.
@@ -60,7 +67,7 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
 }
 
 bool is_per_worker_variable(std::string_view name) {
-  static constexpr std::array<std::string_view, 19> kNames{
+  static constexpr std::array<std::string_view, 21> kNames{
       "RANK",
       "GROUP_RANK",
       "ROLE_RANK",
@@ -80,6 +87,8 @@ bool is_per_worker_variable(std::string_view name) {
       "CUDA_VISIBLE_DEVICES",
       "DDPRUN_HEARTBEAT_FILE",
       "DDPRUN_CHECKPOINT_STEP",
+      "DDPRUN_CHECKPOINT_WORLD",
+      "DDPRUN_CHECKPOINT_RESHARD",
   };
   return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
 }

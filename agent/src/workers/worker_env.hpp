@@ -21,6 +21,16 @@ struct WorkerIdentity {
   int role_world_size = 1;
 };
 
+// The in-memory checkpoint the agents agreed a round's workers restore.
+struct CheckpointRestore {
+  int64_t step = 0;     // DDPRUN_CHECKPOINT_STEP
+  int saved_world = 0;  // the world size it was saved with (DDPRUN_CHECKPOINT_WORLD)
+  // Where the world size changed: the folder in which the agent gathered every saved rank's slot
+  // of the step, for torch.distributed.checkpoint to reshard from (DDPRUN_CHECKPOINT_RESHARD);
+  // empty otherwise.
+  std::string reshard_dir;
+};
+
 // What every worker of one attempt shares.
 struct AttemptEnvironment {
   std::string role = "default";
@@ -31,8 +41,8 @@ struct AttemptEnvironment {
   std::string run_id = "none";
   bool use_agent_store = true;
   bool virtual_local_rank = false;
-  // The in-memory checkpoint the agents agreed the workers restore (DDPRUN_CHECKPOINT_STEP).
-  std::optional<int64_t> checkpoint_step;
+  // The in-memory checkpoint the agents agreed the workers restore; nullopt: none.
+  std::optional<CheckpointRestore> checkpoint;
 };
 
 // The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, ... , TORCHELASTIC_*, both spellings

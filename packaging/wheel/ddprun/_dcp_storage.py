@@ -17,8 +17,9 @@ torch itself writes them so when asked not to compute them), and the coordinator
 job's DCP metadata, whose entries point into files named rank_<RANK>.ddpckpt: a slot that the agent
 persists to --checkpoint_dir/step_<N>/ with the metadata as .metadata loads with stock
 dcp.load(..., storage_reader=FileSystemReader(DIR/step_N)). The reader reads this rank's items back
-from its region for the same world size and sharding; a tensor of 4 GiB or more in one item is
-refused (the zip would need zip64).
+from its region for the same world size; where the world size changed, it reshards from every
+rank's slot, gathered on this node by the agents (MemoryStorageReader). A tensor of 4 GiB or more in
+one item is refused (the zip would need zip64).
 """
 import copy
 import io
@@ -288,17 +289,62 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
         return _ckpt._unflatten(copy.deepcopy(structure), staged)  # the rest copied too
 
 
+class _SlotFiles:
+    """The agreed step's slots of every rank that saved it, as the agents assembled them for a
+    world that changed since (DDPRUN_CHECKPOINT_RESHARD: rank_<R>.ddpckpt files of the persisted
+    layout, slot 0 each, and the job's .metadata): each file mapped once, its items' places read
+    from its own structure."""
+
+    def __init__(self, folder, step):
+        self.folder, self.step, self._files = folder, step, {}
+
+    def metadata(self):
+        try:
+            with open(os.path.join(self.folder, ".metadata"), "rb") as f:
+                return pickle.load(f)
+        except FileNotFoundError:
+            raise _ckpt.CheckpointError(
+                f"checkpoint: step {self.step}: {self.folder} has no .metadata (the step was not "
+                f"saved through torch.distributed.checkpoint?)") from None
+
+    def place(self, relative_path, index):
+        """(mapping, start of the data, the item's place) of item `index` in `relative_path`."""
+        held = self._files.get(relative_path)
+        if held is None:
+            import mmap
+            path = os.path.join(self.folder, relative_path)
+            with open(path, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            state, step, size, _, _, meta_size, _, _ = _ckpt._read_record(m, 0)
+            if m[:8] != _ckpt.MAGIC or state != _ckpt._COMMITTED or step != self.step:
+                raise _ckpt.CheckpointError(f"checkpoint: {path} is not step {self.step}'s slot")
+            kind, _, places = pickle.loads(m[_ckpt.HEADER:_ckpt.HEADER + meta_size])
+            held = self._files[relative_path] = (m, _ckpt.HEADER + _ckpt._up(meta_size, _ckpt._ALIGN),
+                                                 places)
+        m, start, places = held
+        place = places.get(index)
+        if place is None:
+            raise _ckpt.CheckpointError(f"checkpoint: {index.fqn} is not in {relative_path}")
+        return m, start, place
+
+
 class MemoryStorageReader(StorageReader):
-    """Reads the step the agents agreed on (checkpoint.agreed_step()) back from this rank's region
-    into dcp.load's state, for the world size and sharding it was saved with."""
+    """Reads the step the agents agreed on (checkpoint.agreed_step()) into dcp.load's state: this
+    rank's own items from its region where the world size is the one the step was saved with
+    (the agents put this global rank's own slot there, wherever it was held); where it changed
+    (a node lost with no spare, or one gained), resharded as FileSystemReader would from a shared
+    folder, from the slots of every rank that saved the step, which the agents gathered into
+    memory on this node before the workers started."""
 
     def __init__(self):
         super().__init__()
         self._slot = None
         self._places = None
+        self._files = None
 
     def reset(self, checkpoint_id=None):
         self._slot = None
+        self._files = None
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -309,6 +355,15 @@ class MemoryStorageReader(StorageReader):
         if step is None:
             raise _ckpt.CheckpointError("checkpoint: no checkpoint to restore (a fresh start, or not "
                                         "started by ddprun): check checkpoint.agreed_step() first")
+        if _ckpt.saved_world_size() != _ckpt._my_world():
+            folder = os.environ.get("DDPRUN_CHECKPOINT_RESHARD")
+            if not folder:
+                raise _ckpt.CheckpointError(
+                    f"checkpoint: step {step} was saved by {_ckpt.saved_world_size()} ranks and "
+                    f"this job has {_ckpt._my_world()}, and the agents did not gather its slots "
+                    f"for resharding (it was saved with checkpoint.save?)")
+            self._files = _SlotFiles(folder, step)
+            return self._files.metadata()
         self._slot = _ckpt._Committed(step)
         kind, state_md, self._places = self._slot.structure
         if kind != "dcp":
@@ -318,7 +373,7 @@ class MemoryStorageReader(StorageReader):
                         storage_data={index: index for index in self._places})
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
-        pass
+        self._storage = metadata.storage_data
 
     def prepare_local_plan(self, plan):
         return plan
@@ -326,15 +381,22 @@ class MemoryStorageReader(StorageReader):
     def prepare_global_plan(self, plans):
         return plans
 
+    def _place(self, index):
+        if self._files is not None:
+            info = self._storage.get(index)
+            if info is None:
+                raise _ckpt.CheckpointError(f"checkpoint: {index.fqn} is not in the checkpoint")
+            return self._files.place(info.relative_path, index)
+        place = self._places.get(index)
+        if place is None:
+            raise _ckpt.CheckpointError(
+                f"checkpoint: {index.fqn} is not in this rank's checkpoint (saved with another "
+                f"sharding?)")
+        return self._slot.map, self._slot.data_start, place
+
     def read_data(self, plan, planner):
-        m, start = self._slot.map, self._slot.data_start
         for req in plan.items:
-            place = self._places.get(req.storage_index)
-            if place is None:
-                raise _ckpt.CheckpointError(
-                    f"checkpoint: {req.storage_index.fqn} is not in this rank's checkpoint (saved "
-                    f"with another world size or sharding?)")
-            at, data_at, length, nbytes, dtype, shape = place
+            m, start, (at, data_at, length, nbytes, dtype, shape) = self._place(req.storage_index)
             if req.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(req, io.BytesIO(m[start + at:start + at + length]))
                 continue

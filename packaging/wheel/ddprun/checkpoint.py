@@ -17,11 +17,18 @@ every rank of the job had committed when this worker was started (the agents agr
 rendezvous before the workers start: DDPRUN_CHECKPOINT_STEP), its tensors on the devices they were
 saved from. Outside ddprun save() does nothing (with one warning) and load() returns (None, None).
 
-Region layout (little-endian; the agent reads the header and persists slots verbatim): at 0 the magic
-b"DDPCKPT1", at 8 the slot size; at 64 + 64*i slot i's record: state (0 empty, 1 being written, 2
-committed), step, size, checksum (the 64-bit wrapping sum of the payload's 8-byte words), sequence
-(newer commits higher), the structure's size, the DCP metadata's size, the world size at the save; at
-256 + 8*i how long slot i's save took (microseconds); slot i's payload at 4096 + i * slot size: the
+A checkpoint is the state of one global rank at one step: every slot records the rank and the world
+size it was saved with, and load() refuses a slot that is not this rank's (the agents put each rank's
+own state in its region before the workers start, wherever it was held), and, for checkpoint.save's
+opaque per-rank state, one saved at another world size (see load()).
+
+Region layout (little-endian; the agent reads the header and persists slots verbatim; the layout is
+docs/region_format.md's): at 0 the magic b"DDPCKPT2", at 8 the slot size; at 64 + 64*i slot i's
+record: state (0 empty, 1 being written, 2 committed), step, size, checksum (the 64-bit wrapping sum
+of the payload's 8-byte words), sequence (newer commits higher), the structure's size, the DCP
+metadata's size, the world size at the save; at 192 + 8*i the global rank that saved slot i, at
+208 + 8*i its run's tag (the 64-bit FNV-1a hash of TORCHELASTIC_RUN_ID); at 256 + 8*i how long slot
+i's save took (microseconds); slot i's payload at 4096 + i * slot size: the
 pickled structure, then from the next 64-byte boundary the data (each tensor's bytes at a 64-byte
 boundary; for torch.distributed.checkpoint saves each item as torch.save would write it, see
 ddprun._dcp_storage), and, in the coordinator's region of a DCP save, the pickled DCP metadata in the
@@ -41,10 +48,12 @@ import time
 import warnings
 import weakref
 
-MAGIC = b"DDPCKPT1"
+MAGIC = b"DDPCKPT2"
 HEADER = 4096
 # state, step, size, checksum, sequence, structure size, DCP metadata size, world size
 _RECORD = struct.Struct("<QqQQQQQQ")
+_RANK_AT = 192  # + 8 * slot: the global rank that saved it
+_RUN_AT = 208  # + 8 * slot: its run's tag
 _SAVE_TIME = 256  # + 8 * slot: the save's duration in microseconds
 _EMPTY, _WRITING, _COMMITTED = 0, 1, 2
 _ALIGN = 64
@@ -81,6 +90,26 @@ def _record_offset(slot):
 
 def _read_record(m, slot):
     return _RECORD.unpack_from(m, _record_offset(slot))
+
+
+def _rank_of(m, slot):
+    return struct.unpack_from("<q", m, _RANK_AT + 8 * slot)[0]
+
+
+def run_tag(run_id):
+    """The 64-bit FNV-1a hash of `run_id` (a slot's run tag)."""
+    h = 0xCBF29CE484222325
+    for byte in run_id.encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _my_rank():
+    return int(os.environ.get("RANK", "0"))
+
+
+def _my_world():
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 class _Region:
@@ -301,6 +330,9 @@ class _Save:
         self.base = HEADER + self.slot * self.region.slot_size
         self.map = self.region.map
         _RECORD.pack_into(self.map, _record_offset(self.slot), _WRITING, step, 0, 0, 0, 0, 0, 0)
+        struct.pack_into("<q", self.map, _RANK_AT + 8 * self.slot, _my_rank())
+        struct.pack_into("<Q", self.map, _RUN_AT + 8 * self.slot,
+                         run_tag(os.environ.get("TORCHELASTIC_RUN_ID", "")))
 
     def commit(self, size, structure_size, metadata_size=0, checksum=None):
         """Commits the slot's first `size` bytes; `checksum`: theirs, where the caller summed them
@@ -309,7 +341,7 @@ class _Save:
         if checksum is None:
             checksum = _checksum(m, self.base, size)
         _RECORD.pack_into(m, at, _WRITING, self.step, size, checksum, self.sequence, structure_size,
-                          metadata_size, int(os.environ.get("WORLD_SIZE", "1")))
+                          metadata_size, _my_world())
         struct.pack_into("<Q", m, _SAVE_TIME + 8 * self.slot,
                          int((time.perf_counter() - self.started) * 1e6))
         struct.pack_into("<Q", m, at, _COMMITTED)  # last: now it counts
@@ -418,9 +450,22 @@ def agreed_step():
     return int(agreed) if folder and agreed is not None else None
 
 
+def saved_world_size():
+    """The world size the agreed step was saved with (the agents' agreement), or None where there
+    is no step to restore. Where it differs from WORLD_SIZE, the job's membership changed since:
+    torch.distributed.checkpoint state is resharded (MemoryStorageReader), checkpoint.save's is
+    not (load())."""
+    if agreed_step() is None:
+        return None
+    return int(os.environ.get("DDPRUN_CHECKPOINT_WORLD", str(_my_world())))
+
+
 class _Committed:
-    """The committed slot holding `step` in this rank's region, its checksum verified unless
-    `verify` is False (the caller sums the payload as it reads it, then calls verify())."""
+    """The committed slot holding this rank's state at `step` in this rank's region, its checksum
+    verified unless `verify` is False (the caller sums the payload as it reads it, then calls
+    verify()). A slot of that step saved by another global rank, or at another world size than the
+    agents agreed the step was saved at, is refused: the agents put this rank's own state here, and
+    anything else would be a silent wrong answer."""
 
     def __init__(self, step, verify=True):
         global _region
@@ -430,13 +475,24 @@ class _Committed:
         if _region is None:
             raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
         self.map = m = _region.map
-        found = [s for s, r in enumerate(_region.records()) if r[0] == _COMMITTED and r[1] == step]
+        records = _region.records()
+        found = [s for s, r in enumerate(records) if r[0] == _COMMITTED and r[1] == step]
         if not found:
             raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
-        _, _, self.size, self.checksum, _, meta_size, self.metadata_size, _ = \
-            _read_record(m, found[0])
+        rank, world = _my_rank(), saved_world_size()
+        mine = [s for s in found if _rank_of(m, s) == rank]
+        if not mine:
+            raise CheckpointError(
+                f"checkpoint: step {step} in {path} holds global rank {_rank_of(m, found[0])}'s "
+                f"state, not this rank's ({rank}): refused")
+        _, _, self.size, self.checksum, _, meta_size, self.metadata_size, saved_world = \
+            _read_record(m, mine[0])
+        if saved_world != world:
+            raise CheckpointError(
+                f"checkpoint: step {step} in {path} was saved by rank {rank} of {saved_world} "
+                f"ranks, not of the {world} the agents agreed on: refused")
         self.step, self.path = step, path
-        self.base = HEADER + found[0] * _region.slot_size
+        self.base = HEADER + mine[0] * _region.slot_size
         if verify:
             self.verify(_checksum(m, self.base, self.size))
         self.structure = pickle.loads(m[self.base:self.base + meta_size])
@@ -447,16 +503,40 @@ class _Committed:
             raise CheckpointError(f"checkpoint: step {self.step} in {self.path} fails its checksum")
 
 
-def load(into=None):
-    """(step, state) of the newest step every rank of the job holds, or (None, None). With `into`,
-    a state of the same structure (the model's and optimizer's state dicts as they are after
-    building them, say), each tensor is restored into the tensor at its place in `into`, and the
-    state returned holds those very tensors (and the saved values of everything else): no memory
-    is allocated for the tensors, as with torch.distributed.checkpoint.load. Without it, new
-    tensors on the devices they were saved from."""
+def load(into=None, new_rank="raise"):
+    """(step, state) of the newest step every rank of the job holds, as this very global rank saved
+    it, or (None, None). With `into`, a state of the same structure (the model's and optimizer's
+    state dicts as they are after building them, say), each tensor is restored into the tensor at
+    its place in `into`, and the state returned holds those very tensors (and the saved values of
+    everything else): no memory is allocated for the tensors, as with
+    torch.distributed.checkpoint.load. Without it, new tensors on the devices they were saved from.
+
+    A plain checkpoint is one rank's opaque state. Where the job's world size changed since the
+    step was saved (an elastic job that lost a node with no spare, or gained one; see
+    saved_world_size()), each rank the saved world had still gets what that rank saved (a
+    warning says so once), and a rank it did not have gets, by `new_rank`: "raise" (the default)
+    a CheckpointError naming both sizes; "fresh", (None, None), to start afresh. Never another
+    rank's state. Save through torch.distributed.checkpoint (MemoryStorageWriter) for state that is
+    resharded."""
+    if new_rank not in ("raise", "fresh"):
+        raise ValueError(f"new_rank: 'raise' or 'fresh', not {new_rank!r}")
     step = agreed_step()
     if step is None:
         return None, None
+    saved, rank = saved_world_size(), _my_rank()
+    if saved != _my_world():
+        if rank >= saved:
+            if new_rank == "fresh":
+                return None, None
+            raise CheckpointError(
+                f"checkpoint: step {step} was saved by a job of {saved} ranks and this one has "
+                f"{_my_world()}: rank {rank} has no counterpart in it, and checkpoint.save's state "
+                f"is one rank's, which cannot be resharded (save through "
+                f"torch.distributed.checkpoint, or load(new_rank='fresh') to start this rank "
+                f"afresh)")
+        warnings.warn(f"ddprun.checkpoint.load: step {step} was saved by a job of {saved} ranks "
+                      f"and this one has {_my_world()}: rank {rank} restores what rank {rank} "
+                      f"saved", stacklevel=2)
     import torch
     slot = _Committed(step, verify=False)
     m = slot.map

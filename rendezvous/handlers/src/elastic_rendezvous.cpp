@@ -1,6 +1,7 @@
 #include "ddprun/rendezvous/elastic_rendezvous.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -221,16 +222,29 @@ void ElasticRendezvous::on_event(const KeyEvent& e) {
 // Survivors of the previous round keep their order (stable node ranks); newcomers follow in id
 // order; the rest are spares.
 std::string ElasticRendezvous::propose(int round) const {
-  std::vector<std::string> chosen;
+  // Stable ranks: a node of the previous round keeps its place; a place whose node left goes to a
+  // node that joined since (in the order of their ids), so that a replacement takes the lost
+  // node's ranks and the survivors keep theirs; places left empty close up; further newcomers
+  // follow.
+  std::vector<std::optional<std::string>> places;
+  std::set<std::string> before;
   if (auto prev = rounds_.find(round - 1); prev != rounds_.end()) {
     for (const auto& id : prev->second.participants) {
-      if (nodes_.contains(id)) chosen.push_back(id);
+      before.insert(id);
+      places.push_back(nodes_.contains(id) ? std::optional<std::string>(id) : std::nullopt);
     }
   }
-  const std::set<std::string> survivors(chosen.begin(), chosen.end());
+  std::vector<std::string> newcomers;
   for (const auto& [id, _] : nodes_) {
-    if (!survivors.contains(id)) chosen.push_back(id);
+    if (!before.contains(id)) newcomers.push_back(id);
   }
+  auto next = newcomers.begin();
+  std::vector<std::string> chosen;
+  for (auto& place : places) {
+    if (!place && next != newcomers.end()) place = *next++;
+    if (place) chosen.push_back(*place);
+  }
+  chosen.insert(chosen.end(), next, newcomers.end());
   if (static_cast<int>(chosen.size()) > config_.max_nodes) chosen.resize(config_.max_nodes);
   std::vector<int> nproc;
   for (const auto& id : chosen) nproc.push_back(nodes_.at(id));

@@ -21,10 +21,12 @@ namespace ddp::checkpoint {
 bool save(int64_t step, const std::vector<std::span<const std::byte>>& buffers);
 bool save(int64_t step, const std::vector<std::span<std::byte>>& buffers);
 
-// The step the agents agreed this job restores (the newest every rank holds), its bytes copied
-// into `buffers`; nullopt when there is none (a fresh start, outside ddprun). Throws
-// ddp::CheckpointError when the saved buffers' number or sizes differ from `buffers`', or the
-// checksum fails.
+// The step the agents agreed this job restores (the newest every rank holds), as this global rank
+// saved it, its bytes copied into `buffers`; nullopt when there is none (a fresh start, outside
+// ddprun). Where the world size changed since, each rank the saved world had gets what it saved.
+// Throws ddp::CheckpointError when the saved buffers' number or sizes differ from `buffers`', the
+// checksum fails, the slot is another rank's or of another world size than agreed (never loaded),
+// or this rank has no counterpart in the world that saved the step.
 std::optional<int64_t> load(const std::vector<std::span<std::byte>>& buffers);
 
 }  // namespace ddp::checkpoint

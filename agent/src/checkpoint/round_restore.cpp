@@ -1,0 +1,267 @@
+#include "checkpoint/round_restore.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/slot_copy.hpp"
+#include "exchanges/checkpoint_agreement.hpp"
+#include "workers/round_plan.hpp"
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+using checkpoint_sources::Agreement;
+using checkpoint_sources::Fetch;
+using checkpoint_sources::NodeCheckpoints;
+using checkpoint_sources::RestorePlan;
+
+namespace {
+
+fs::path restore_root(const RestoreParts& p) { return fs::path(p.regions.path()) / "restore"; }
+
+// Whether local rank `local`'s region holds global rank `rank`'s slot of `step`, saved at `world`.
+bool in_region(const CheckpointRegions& regions, int local, int rank, int world, int64_t step) {
+  const std::optional<RegionHeader> h = regions.header(local);
+  if (!h) return false;
+  return std::any_of(std::begin(h->slots), std::end(h->slots), [&](const SlotRecord& s) {
+    return s.state == SlotRecord::kCommitted && s.step == step && s.rank == rank &&
+           s.world_size == static_cast<uint64_t>(world);
+  });
+}
+
+// This node's local rank of each of its global ranks in the round.
+std::map<int, int> locals_of(const RestoreParts& p, const rendezvous::Round& round) {
+  std::map<int, int> out;
+  for (const auto& [local, global] : round_ranks(p.cfg, round)) out[global] = local;
+  return out;
+}
+
+std::string node_name(const NodeCheckpoints& n) {
+  return fmt::format("node {} ({}:{})", n.node_rank, n.host, n.port);
+}
+
+// This node's fetches of the plan's step into restore/step_<S>, from itself or the nodes holding
+// them; `from`: per global rank fetched, where it came from. False (said) where one failed.
+asio::awaitable<bool> fetch(const RestoreParts& p, const rendezvous::Round& round,
+                            const Agreement& a, std::map<int, std::string>& from) {
+  const RestorePlan& plan = a.plan;
+  const auto me = static_cast<size_t>(round.node_rank);
+  const int64_t step = *plan.step;
+  const std::map<int, int> locals = locals_of(p, round);
+  std::map<size_t, std::vector<std::pair<int, int>>> remote;
+  for (const Fetch& f : plan.fetches[me]) {
+    if (f.holder != me) {
+      remote[f.holder].emplace_back(f.rank, f.world);
+      continue;
+    }
+    const auto local = locals.find(f.rank);
+    if (!plan.reshard && local != locals.end() &&
+        in_region(p.regions, local->second, f.rank, f.world, step)) {
+      from[f.rank] = "its own region";
+      continue;
+    }
+    try {
+      if (!p.sources.copy_to(f.rank, f.world, step, restore_root(p))) {
+        spdlog::warn("round {}: global rank {}'s step {} is no longer on this node", round.number,
+                     f.rank, step);
+        co_return false;
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("round {}: global rank {}'s step {} could not be copied on this node: {}",
+                   round.number, f.rank, step, e.what());
+      co_return false;
+    }
+    from[f.rank] = "this node";
+  }
+  for (auto& [holder, wanted] : remote) {
+    const NodeCheckpoints& h = a.nodes[holder];
+    TransferReport r;
+    if (p.peers == nullptr) {
+      r.detail = "this node cannot fetch copies";
+    } else {
+      PeerAddress address{h.host, h.port};
+      std::vector<std::pair<int, int>> ranks = wanted;
+      r = co_await p.peers->get(std::move(address), std::move(ranks), step, restore_root(p));
+    }
+    std::vector<int> ranks;
+    for (const auto& [rank, world] : wanted) ranks.push_back(rank);
+    p.events.record("checkpoint_fetched", {{"round", round.number},
+                                           {"step", step},
+                                           {"from", fmt::format("{}:{}", h.host, h.port)},
+                                           {"node", h.id},
+                                           {"ranks", ranks},
+                                           {"ok", r.ok},
+                                           {"bytes", r.bytes},
+                                           {"seconds", r.took.count()}});
+    if (!r.ok) {
+      spdlog::warn("round {}: step {} of global rank(s) {} from {} did not arrive: {}",
+                   round.number, step, fmt::join(ranks, ","), node_name(h), r.detail);
+      co_return false;
+    }
+    spdlog::info("round {}: got step {} of global rank(s) {} from {} ({} bytes in {:.3f} s)",
+                 round.number, step, fmt::join(ranks, ","), node_name(h), r.bytes, r.took.count());
+    for (int rank : ranks) from[rank] = node_name(h);
+  }
+  co_return true;
+}
+
+// Each local rank whose region lacks its global rank's slot of the step gets the one fetched
+// (its region made anew, holding that slot only). False (said) where one could not be.
+bool install(const RestoreParts& p, const rendezvous::Round& round, const RestorePlan& plan) {
+  const std::atomic<bool> never{false};
+  for (const auto& [local, global] : round_ranks(p.cfg, round)) {
+    if (global >= plan.saved_world) continue;  // no counterpart in the world that saved it
+    if (in_region(p.regions, local, global, plan.saved_world, *plan.step)) continue;
+    try {
+      read_back(restore_root(p), *plan.step, global, p.regions.path(), local, never);
+    } catch (const std::exception& e) {
+      spdlog::error(
+          "round {}: global rank {}'s step {} could not be put in local rank {}'s "
+          "region: {}",
+          round.number, global, *plan.step, local, e.what());
+      return false;
+    }
+  }
+  return true;
+}
+
+// The plan's step, in place on this node once every node's fetches arrived; nullopt where there
+// is no step, or a node's fetches did not arrive (the round then restores as if there were none).
+asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts& p,
+                                                              const rendezvous::Round& round,
+                                                              const Agreement& a) {
+  const RestorePlan& plan = a.plan;
+  if (!plan.step) co_return std::nullopt;
+  const int64_t step = *plan.step;
+  const auto wait = p.cfg.rdzv.join_timeout;
+  CheckpointRestore restore{step, plan.saved_world, ""};
+  nlohmann::json fields = {{"round", round.number},
+                           {"step", step},
+                           {"saved_world_size", plan.saved_world},
+                           {"reshard", plan.reshard}};
+  if (plan.saved_world != round.world_size && !plan.reshard) {
+    spdlog::warn(
+        "round {}: step {} was saved by a job of {} ranks and this round has {}, with "
+        "checkpoint.save (one rank's state, which cannot be resharded): each rank below {} "
+        "restores what that rank saved{}",
+        round.number, step, plan.saved_world, round.world_size, plan.saved_world,
+        round.world_size > plan.saved_world
+            ? "; the others have no counterpart (load() raises, or starts them afresh "
+              "where the script asks)"
+            : "");
+  }
+  std::map<int, std::string> from;
+  const bool fetched = co_await fetch(p, round, a, from);
+  std::string topic = "checkpoint_restored";
+  if (!co_await checkpoint_sources::all_did(p.rdzv, round, topic, fetched, wait)) {
+    spdlog::warn("round {}: not every node got its slots of step {}: not restored from memory",
+                 round.number, step);
+    co_return std::nullopt;
+  }
+  if (plan.reshard) {
+    restore.reshard_dir = (restore_root(p) / fmt::format("step_{}", step)).string();
+  } else {
+    std::string installed = "checkpoint_installed";
+    const bool mine = install(p, round, plan);
+    if (!co_await checkpoint_sources::all_did(p.rdzv, round, installed, mine, wait)) {
+      spdlog::warn(
+          "round {}: not every node put its slots of step {} in place: not restored "
+          "from memory",
+          round.number, step);
+      co_return std::nullopt;
+    }
+  }
+  if (p.peers != nullptr) {  // the copies of nodes that left are no longer needed
+    std::vector<std::string> members;
+    for (const auto& n : a.nodes) members.push_back(n.id);
+    p.peers->keep_only(members);
+  }
+  std::vector<std::string> moved;
+  nlohmann::json ranks = nlohmann::json::array();
+  std::set<std::string> peers;
+  for (const auto& [rank, where] : from) {
+    ranks.push_back({{"rank", rank}, {"from", where}});
+    if (where != "its own region") moved.push_back(fmt::format("rank {} from {}", rank, where));
+    if (where.rfind("node ", 0) == 0) peers.insert(where);
+  }
+  spdlog::info(
+      "round {}: the workers restore the in-memory checkpoint of step {}{}{}", round.number, step,
+      plan.reshard
+          ? fmt::format(", resharded from {} ranks to {}", plan.saved_world, round.world_size)
+          : "",
+      moved.empty() ? "" : fmt::format(" ({})", fmt::join(moved, "; ")));
+  fields["from"] = peers.empty() ? "memory" : "peer";
+  fields["ranks"] = std::move(ranks);
+  if (!peers.empty()) fields["peers"] = peers;
+  p.events.record("checkpoint_restore", std::move(fields));
+  co_return restore;
+}
+
+// The newest step complete in --checkpoint_dir for every rank of the round, copied back into the
+// regions; nullopt where there is none or it could not be.
+asio::awaitable<std::optional<CheckpointRestore>> from_disk(const RestoreParts& p,
+                                                            const rendezvous::Round& round) {
+  std::vector<std::vector<int64_t>> held;
+  const std::vector<std::pair<int, int>> ranks = round_ranks(p.cfg, round);
+  for (const auto& [local, global] : ranks) {
+    held.push_back(p.persister->steps_on_disk(global, static_cast<uint64_t>(round.world_size)));
+  }
+  const std::optional<int64_t> step =
+      co_await checkpoint_agreement::agree(p.rdzv, round, held, p.cfg.rdzv.join_timeout);
+  if (!step) co_return std::nullopt;
+  if (!co_await p.persister->restore(*step, ranks)) {
+    spdlog::error("round {}: step {} could not be read back from {}: the workers start afresh",
+                  round.number, *step, p.cfg.checkpoint_dir);
+    co_return std::nullopt;
+  }
+  spdlog::info("round {}: the workers restore step {} from {}", round.number, *step,
+               p.cfg.checkpoint_dir);
+  p.events.record("checkpoint_restore",
+                  {{"round", round.number}, {"step", *step}, {"from", p.cfg.checkpoint_dir}});
+  co_return CheckpointRestore{*step, round.world_size, ""};
+}
+
+}  // namespace
+
+asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezvous::Round& round) {
+  std::error_code ignored;
+  fs::remove_all(restore_root(p), ignored);  // what an earlier round gathered
+  RoundRestore out;
+  NodeCheckpoints mine;
+  mine.id = p.node_id;
+  mine.node_rank = round.node_rank;
+  mine.base_rank = round.base_rank;
+  mine.nproc = p.cfg.rdzv.nproc;
+  mine.held = p.sources.held();
+  if (p.peers != nullptr) {
+    mine.host = p.peer_host;
+    mine.port = p.peers->port();
+  }
+  const std::optional<Agreement> agreed =
+      co_await checkpoint_sources::agree(p.rdzv, round, mine, p.cfg.rdzv.join_timeout);
+  if (agreed) {
+    out.nodes = agreed->nodes;
+    out.restore = co_await from_memory(p, round, *agreed);
+    const auto& lost = agreed->plan.ranks_without_copy;
+    if (!out.restore && !lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
+      spdlog::warn(
+          "round {}: no in-memory slot of global rank{} {} is left (its node and the node holding "
+          "its copies are gone, or a node joined with none): {}",
+          round.number, lost.size() > 1 ? "s" : "", fmt::join(lost, ","),
+          p.persister != nullptr ? "restoring from --checkpoint_dir"
+                                 : "with no --checkpoint_dir, the workers start afresh");
+      p.events.record("checkpoint_copies_lost", {{"round", round.number}, {"ranks", lost}});
+    }
+  }
+  if (!out.restore && p.persister != nullptr) out.restore = co_await from_disk(p, round);
+  p.sources.drop_after(out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt);
+  co_return out;
+}
+
+}  // namespace ddprun::agent

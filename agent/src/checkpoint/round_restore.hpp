@@ -1,0 +1,56 @@
+#pragma once
+// The checkpoint a round's workers restore, put in place before they start: each global rank gets
+// what that rank saved, never another's. From memory where the round's nodes hold it
+// (exchanges/checkpoint_sources.hpp: the plan every node computes): each node first fetches what
+// it lacks (from itself or the nodes holding it) into a folder of its own, "restore/step_<S>";
+// once every node says its fetches arrived, each puts its ranks' slots into their regions (a
+// rank's region then holds that rank's slot only), or, where the world size changed, leaves the
+// gathered slots there for its workers to reshard from. Where memory holds no step every rank can
+// restore, the newest step complete in --checkpoint_dir for every rank (checkpoint_agreement).
+// What is newer than the step restored (or, where none is, every slot) is dropped: the workers
+// will save those step numbers again, and a slot of an abandoned timeline must never meet one of
+// the new. Private to the agent.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "checkpoint/peer_service.hpp"
+#include "checkpoint/persister.hpp"
+#include "checkpoint/regions.hpp"
+#include "checkpoint/slot_sources.hpp"
+#include "ddprun/agent/agent.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "exchanges/checkpoint_sources.hpp"
+#include "logs/event_log.hpp"
+#include "workers/worker_env.hpp"
+
+namespace ddprun::agent {
+
+// What a round's restore works with, owned by the agent.
+struct RestoreParts {
+  const AgentConfig& cfg;
+  std::shared_ptr<rendezvous::Rendezvous> rdzv;
+  EventLog& events;
+  const CheckpointRegions& regions;
+  const SlotSources& sources;
+  PeerService* peers;  // null: this node neither serves nor fetches copies
+  std::string peer_host;
+  CheckpointPersister* persister;  // --checkpoint_dir; null: none
+  std::string node_id;             // this node's id in the round
+};
+
+struct RoundRestore {
+  std::optional<CheckpointRestore> restore;  // nullopt: the workers start afresh
+  // Every node's account (node rank order), where the round agreed on one: where copies go next.
+  std::vector<checkpoint_sources::NodeCheckpoints> nodes;
+};
+
+// Agrees with the round's other nodes on what its workers restore and puts it in place. Never
+// throws but for a cancellation (the agent stops).
+boost::asio::awaitable<RoundRestore> restore_round(const RestoreParts& parts,
+                                                   const rendezvous::Round& round);
+
+}  // namespace ddprun::agent
