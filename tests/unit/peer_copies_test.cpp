@@ -76,10 +76,6 @@ std::string payload_of_file(const fs::path& file) {
   return all.substr(kRegionHeader, h->slots[0].size);
 }
 
-std::string region_payload(const fs::path& dir, int local) {
-  return payload_of_file(dir / ("rank" + std::to_string(local)));
-}
-
 // Global rank `rank`'s step `step` as a get leaves it in `folder`.
 fs::path fetched(const fs::path& folder, int rank, int64_t step) {
   return folder / ("step_" + std::to_string(step)) / ("rank_" + std::to_string(rank) + ".ddpckpt");
