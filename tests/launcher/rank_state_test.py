@@ -1,0 +1,342 @@
+"""A restore gives every rank exactly what that rank saved, after any membership change: jobs whose
+state differs by rank, on three nodes of two ranks each, every node in a network namespace of its
+own on one bridge (the job's ddprund in a fourth) with a folder of its own for its in-memory
+checkpoints (DDPRUN_SHM_DIR), saving every step.
+
+  - FSDP2 (torch 2: fully_shard on CPU over gloo, DCP into memory): the middle node or the first
+    node lost and replaced, a node lost with no replacement (the job goes on at 2 nodes, resharded
+    from memory), a third node joining a 2-node job (resharded), and two losses in a row; each case
+    ends with the full parameters and Adam's state bit-identical to its reference (uninterrupted,
+    or for a changed world the same job saving the step with stock dcp.save and loading it at the
+    new size with stock FileSystemReader).
+  - checkpoint.save with rank-dependent state (a tensor, the RNG's state, a data position per rank):
+    after the middle or the first node's loss every rank gets its own; after a shrink, the ranks
+    that remain get their own.
+
+Skipped (77) where namespaces cannot be made.
+
+    rank_state_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from netns import bridge_hosts, remove_namespaces
+from proc_util import left_running, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FSDP = os.path.join(HERE, "workloads", "checkpoint_fsdp.py")
+RANKS = os.path.join(HERE, "workloads", "checkpoint_ranks.py")
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = DDPRUND = None
+NET = "10.218.0"
+HOSTS = 5
+ADDRS = [f"{NET}.{11 + i}" for i in range(HOSTS)]
+STEPS, K = 10, 4
+
+
+class Cluster:
+    """Five host namespaces on a bridge and a head one with the job's ddprund; each host's
+    checkpoints in a folder of its own."""
+
+    def __init__(self, workload):
+        tag = str(os.getpid())
+        self.workload = workload
+        self.head, self.hosts = f"rsh{tag}", [f"rs{tag}{i}" for i in range(HOSTS)]
+        self.shm = tempfile.mkdtemp(prefix=f"rank-state-{tag}-", dir="/dev/shm")
+        self.procs, self.agents = [], {}
+
+    def __enter__(self):
+        try:
+            bridge_hosts(self.head, self.hosts, NET, ADDRS)
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            print("network namespaces unavailable here:", e)
+            remove_namespaces([self.head, *self.hosts])
+            sys.exit(77)
+        store = subprocess.Popen(["ip", "netns", "exec", self.head, DDPRUND, "--host", f"{NET}.1",
+                                  "--port", "0", "--log-level", "warn"],
+                                 stdout=subprocess.PIPE, text=True)
+        self.procs.append(store)
+        self.port = int(store.stdout.readline())
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.agents.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        remove_namespaces([self.head, *self.hosts])
+        shutil.rmtree(self.shm, ignore_errors=True)
+
+    def start(self, run_id, i, out, nnodes, steps=STEPS, env=None):
+        """Host i's agent of job `run_id` (two workers)."""
+        shm = os.path.join(self.shm, f"host{i}")
+        os.makedirs(shm, exist_ok=True)
+        cmd = ["ip", "netns", "exec", self.hosts[i], DDPRUN, f"--nnodes={nnodes}",
+               "--nproc_per_node=2", "--max_restarts=3", "--rdzv_backend=c10d",
+               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}-{os.getpid()}",
+               "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
+               f"--event_log={out}/events.{i}.jsonl", self.workload, str(steps), out]
+        self.agents[(run_id, i)] = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0",
+                 "DDPRUN_SHM_DIR": shm, **(env or {})})
+        return self.agents[(run_id, i)]
+
+    def finish(self, run_id, hosts):
+        errs = {}
+        for i in hosts:
+            p = self.agents[(run_id, i)]
+            try:
+                _, errs[i] = p.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, errs[i] = p.communicate()
+                raise AssertionError(f"host {i} did not finish: {errs[i][-3000:]}")
+            assert p.returncode == 0, (i, errs[i][-5000:])
+        return errs
+
+    def kill(self, run_id, i):
+        self.agents[(run_id, i)].send_signal(signal.SIGKILL)
+        self.agents[(run_id, i)].wait()
+
+    def copies_of_step(self, step):
+        """The peer copies of `step` every host holds."""
+        return glob.glob(f"{self.shm}/host*/ddprun-checkpoints-*/peers/*.step{step}.ddpckpt")
+
+
+def events(out, i, name):
+    path = f"{out}/events.{i}.jsonl"
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [e for e in map(json.loads, f) if e["event"] == name]
+
+
+def node_rank_of(out, i):
+    """Host i's node rank in the first round it was in."""
+    return events(out, i, "round_formed")[0]["node_rank"]
+
+
+def same_state(a, b):
+    """Whether the two runs' final.pt (full parameters and optimizer state) are equal bit for bit."""
+    r = subprocess.run([PY, "-c", """
+import sys, torch
+def same(x, y):
+    if isinstance(x, torch.Tensor):
+        return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return type(x) == type(y) and len(x) == len(y) and all(map(same, x, y))
+    return x == y
+x, y = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+sys.exit(0 if same(x, y) else 1)
+""", os.path.join(a, "final.pt"), os.path.join(b, "final.pt")], capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode == 0
+
+
+def uninterrupted(cluster, run_id, nodes=3):
+    out = tempfile.mkdtemp()
+    for i in range(nodes):
+        cluster.start(run_id, i, out, f"{nodes}:{nodes}")
+    cluster.finish(run_id, range(nodes))
+    return out
+
+
+def hold_every_node_then_lose(cluster, run_id, out, hosts, victim_rank, step, nnodes):
+    """Starts `hosts` holding after `step`; once every host's workers hold there and the step is
+    on every peer, kills the host whose node rank is `victim_rank`; returns that host."""
+    for i in hosts:
+        cluster.start(run_id, i, out, nnodes, env={"HOLD_AT": str(step)})
+    wait_for(lambda: len(glob.glob(f"{out}/held.{step}.*")) == 2 * len(hosts),
+             f"every rank at step {step}", 180)
+    wait_for(lambda: len(cluster.copies_of_step(step)) >= 2 * len(hosts),
+             f"step {step} copied to every peer", 60)
+    victim = next(i for i in hosts if node_rank_of(out, i) == victim_rank)
+    cluster.kill(run_id, victim)
+    return victim
+
+
+def restored_ranks(out, hosts, step):
+    """Every host's last restore: the global ranks and where each came from."""
+    got = {}
+    for i in hosts:
+        restore = events(out, i, "checkpoint_restore")
+        assert restore and restore[-1]["step"] == step, (i, restore)
+        for r in restore[-1].get("ranks", []):
+            got[r["rank"]] = r["from"]
+    return got
+
+
+def lost_and_replaced(victim_rank):
+    with Cluster(FSDP) as cluster:
+        whole = uninterrupted(cluster, "whole")
+        out = tempfile.mkdtemp()
+        victim = hold_every_node_then_lose(cluster, "lost", out, [0, 1, 2], victim_rank, K, "3:3")
+        cluster.start("lost", 3, out, "3:3")
+        survivors = [i for i in (0, 1, 2, 3) if i != victim]
+        errs = cluster.finish("lost", survivors)
+        got = restored_ranks(out, survivors, K)
+        # Stable ranks: the replacement took the lost node's place, and only its ranks moved.
+        assert node_rank_of(out, 3) == victim_rank, events(out, 3, "round_formed")
+        moved = sorted(r for r, where in got.items() if where.startswith("node "))
+        assert moved == [2 * victim_rank, 2 * victim_rank + 1], (got, errs)
+        fetched = sum(f["bytes"] for i in survivors for f in events(out, i, "checkpoint_fetched"))
+        resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
+        assert resumed == {str(K)}, resumed
+        assert same_state(whole, out), "the resumed job's parameters or optimizer state differ"
+        assert not left_running(out) and not left_running(whole)
+    return fetched
+
+
+def case_fsdp2_middle_node_lost_and_replaced():
+    moved = lost_and_replaced(1)
+    print(f"FSDP2, 3 nodes x 2 ranks, the middle node lost after step {K} and replaced: its two "
+          f"ranks' own shards fetched ({moved} bytes moved), every other rank's from its own "
+          f"node; parameters and Adam's state bit-identical to an uninterrupted run: passed")
+
+
+def case_fsdp2_first_node_lost_and_replaced():
+    moved = lost_and_replaced(0)
+    print(f"FSDP2, 3 nodes x 2 ranks, the node of rank 0 lost after step {K} and replaced "
+          f"({moved} bytes moved): bit-identical to an uninterrupted run: passed")
+
+
+def reference_at(cluster, run_id, before, after):
+    """The reference for a changed world: `before` nodes run to step K and save it with stock
+    dcp.save; `after` nodes load it with stock FileSystemReader and run on."""
+    out, saved = tempfile.mkdtemp(), tempfile.mkdtemp()
+    for i in range(before):
+        cluster.start(run_id, i, out, f"{before}:{before}", steps=K + 1, env={"REF_SAVE": saved})
+    cluster.finish(run_id, range(before))
+    out2 = tempfile.mkdtemp()
+    for i in range(after):
+        cluster.start(run_id + "2", i, out2, f"{after}:{after}", env={"REF_LOAD": saved})
+    cluster.finish(run_id + "2", range(after))
+    return out2
+
+
+def case_fsdp2_node_lost_without_replacement_reshards():
+    with Cluster(FSDP) as cluster:
+        reference = reference_at(cluster, "ref", 3, 2)
+        out = tempfile.mkdtemp()
+        victim = hold_every_node_then_lose(cluster, "shrink", out, [0, 1, 2], 1, K, "2:3")
+        survivors = [i for i in (0, 1, 2) if i != victim]
+        cluster.finish("shrink", survivors)
+        for i in survivors:
+            restore = events(out, i, "checkpoint_restore")[-1]
+            assert restore["step"] == K and restore["reshard"] and \
+                restore["saved_world_size"] == 6, restore
+        resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@4")}
+        assert resumed == {str(K)}, resumed
+        assert same_state(reference, out), "the resharded job differs from stock DCP's"
+        assert not left_running(out)
+    print(f"FSDP2, 3 nodes x 2 ranks, a node lost after step {K} with no replacement: the job went "
+          f"on at 4 ranks from step {K}, resharded from memory, bit-identical to stock dcp.save "
+          f"and FileSystemReader: passed")
+
+
+def case_fsdp2_third_node_joining_reshards():
+    with Cluster(FSDP) as cluster:
+        reference = reference_at(cluster, "ref", 2, 3)
+        out = tempfile.mkdtemp()
+        for i in (0, 1):
+            cluster.start("grow", i, out, "2:3", env={"HOLD_AT": f"{K}@4"})
+        wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 4, f"every rank at step {K}", 180)
+        wait_for(lambda: len(cluster.copies_of_step(K)) >= 4, f"step {K} copied", 60)
+        cluster.start("grow", 2, out, "2:3")
+        cluster.finish("grow", [0, 1, 2])
+        for i in (0, 1, 2):
+            restore = events(out, i, "checkpoint_restore")[-1]
+            assert restore["step"] == K and restore["reshard"] and \
+                restore["saved_world_size"] == 4, restore
+        resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
+        assert resumed == {str(K)}, resumed
+        assert same_state(reference, out), "the grown job differs from stock DCP's"
+        assert not left_running(out)
+    print(f"FSDP2, 2 nodes x 2 ranks joined by a third after step {K}: every rank resumed from "
+          f"step {K}, resharded from memory to 6 ranks, bit-identical to stock DCP: passed")
+
+
+def case_fsdp2_two_losses_in_a_row():
+    K2 = K + 3
+    with Cluster(FSDP) as cluster:
+        whole = uninterrupted(cluster, "whole")
+        out = tempfile.mkdtemp()
+        for i in (0, 1, 2):
+            cluster.start("twice", i, out, "3:3", env={"HOLD_AT": f"{K},{K2}"})
+        wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 6, f"every rank at step {K}", 180)
+        wait_for(lambda: len(cluster.copies_of_step(K)) >= 6, f"step {K} copied", 60)
+        first = next(i for i in (0, 1, 2) if node_rank_of(out, i) == 1)
+        cluster.kill("twice", first)
+        cluster.start("twice", 3, out, "3:3", env={"HOLD_AT": f"{K2}"})
+        wait_for(lambda: len(glob.glob(f"{out}/held.{K2}.*")) == 6, f"every rank at step {K2}",
+                 180)
+        wait_for(lambda: len(cluster.copies_of_step(K2)) >= 6, f"step {K2} copied", 60)
+        # The second loss: the node of rank 0, after the ring changed.
+        second = next(i for i in (0, 2, 3) if events(out, i, "round_formed")[-1]["node_rank"] == 0)
+        cluster.kill("twice", second)
+        cluster.start("twice", 4, out, "3:3")
+        survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
+        cluster.finish("twice", survivors)
+        for i in survivors:
+            assert events(out, i, "checkpoint_restore")[-1]["step"] == K2, i
+        assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
+        assert not left_running(out) and not left_running(whole)
+    print(f"FSDP2, two nodes lost in a row (after steps {K} and {K2}, the second after the ring "
+          f"changed), each replaced: bit-identical to an uninterrupted run: passed")
+
+
+def plain_checks(out, world):
+    """What each rank of the world of `world` ranks found when it last loaded: 'own STEP' where it
+    got what it saved."""
+    found = {}
+    for p in glob.glob(f"{out}/loaded.*@{world}"):
+        found[p.rsplit(".", 1)[1].split("@")[0]] = open(p).read()
+    return found
+
+
+def case_plain_state_is_each_ranks_own_after_any_loss():
+    with Cluster(RANKS) as cluster:
+        for victim_rank in (1, 0):
+            out = tempfile.mkdtemp()
+            run = f"plain{victim_rank}"
+            victim = hold_every_node_then_lose(cluster, run, out, [0, 1, 2], victim_rank, K,
+                                               "3:3")
+            cluster.start(run, 3, out, "3:3")
+            cluster.finish(run, [i for i in (0, 1, 2, 3) if i != victim])
+            found = plain_checks(out, 6)
+            assert sorted(found) == [str(r) for r in range(6)], found
+            assert all(v == f"own {K}" for v in found.values()), found
+            assert not left_running(out)
+        # A shrink: the 4 ranks that remain get what ranks 0-3 saved.
+        out = tempfile.mkdtemp()
+        victim = hold_every_node_then_lose(cluster, "plainshrink", out, [0, 1, 2], 2, K, "2:3")
+        cluster.finish("plainshrink", [i for i in (0, 1, 2) if i != victim])
+        found = plain_checks(out, 4)
+        assert sorted(found) == [str(r) for r in range(4)], found
+        assert all(v == f"own {K}" for v in found.values()), found
+        assert not left_running(out)
+    print(f"checkpoint.save of rank-dependent state (a tensor, the RNG, a data position), 3 nodes x "
+          f"2 ranks: after the middle node's and the first node's loss every rank got its own "
+          f"state of step {K}; after a shrink to 4 ranks, ranks 0-3 got theirs: passed")
+
+
+def main():
+    global DDPRUN, DDPRUND
+    DDPRUN, DDPRUND = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    globals()["case_" + sys.argv[3]]()
+
+
+if __name__ == "__main__":
+    main()
