@@ -1,0 +1,75 @@
+"""ddprun.checkpoint without a job: a region saved by one global rank, read as another (what a
+restore that put the wrong slot in place would do), is refused before any byte reaches the caller;
+so is one of another world size than the agents agreed; a rank that the saved world did not have
+gets an error naming both sizes, or (None, None) where it asks. With torch 2 the same through
+MemoryStorageReader.
+
+    checkpoint_identity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
+"""
+import importlib
+import os
+import sys
+import tempfile
+
+
+def fresh(package):
+    """ddprun.checkpoint imported anew (no region mapped yet), as a new worker imports it."""
+    for name in [m for m in sys.modules if m == "ddprun" or m.startswith("ddprun.")]:
+        del sys.modules[name]
+    sys.path.insert(0, package)
+    return importlib.import_module("ddprun.checkpoint")
+
+
+def expect_error(fn, text):
+    try:
+        fn()
+    except Exception as e:  # CheckpointError, of whichever import of the module
+        assert type(e).__name__ == "CheckpointError" and text in str(e), (text, e)
+        return
+    raise AssertionError(f"no error ({text})")
+
+
+def main():
+    package = sys.argv[1]
+    folder = tempfile.mkdtemp(dir="/dev/shm")
+    os.environ.update({"DDPRUN_CHECKPOINT_DIR": folder, "LOCAL_RANK": "0", "RANK": "0",
+                       "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job"})
+    import torch
+    ckpt = fresh(package)
+    ckpt.save(3, {"w": torch.arange(8.0), "position": 40})
+
+    os.environ["DDPRUN_CHECKPOINT_STEP"] = "3"
+    os.environ["RANK"] = "1"
+    ckpt = fresh(package)
+    into = {"w": torch.full((8,), -1.0), "position": 0}
+    expect_error(lambda: ckpt.load(into=into), "holds global rank 0's state, not this rank's (1)")
+    assert torch.equal(into["w"], torch.full((8,), -1.0)), "the caller's tensor was overwritten"
+
+    os.environ["RANK"] = "0"
+    os.environ["DDPRUN_CHECKPOINT_WORLD"] = "3"
+    ckpt = fresh(package)
+    expect_error(ckpt.load, "not of the 3 the agents agreed on")
+
+    # A world grown from 2 to 4: rank 3 has no counterpart; rank 0 gets what rank 0 saved.
+    os.environ.update({"DDPRUN_CHECKPOINT_WORLD": "2", "WORLD_SIZE": "4", "RANK": "3"})
+    ckpt = fresh(package)
+    expect_error(ckpt.load, "rank 3 has no counterpart")
+    assert ckpt.load(new_rank="fresh") == (None, None)
+    os.environ["RANK"] = "0"
+    ckpt = fresh(package)
+    step, state = ckpt.load()
+    assert step == 3 and torch.equal(state["w"], torch.arange(8.0)) and state["position"] == 40
+
+    if hasattr(torch.distributed, "checkpoint") and torch.__version__ >= "2":
+        # The DCP reader refuses another rank's slot too.
+        os.environ.update({"WORLD_SIZE": "2", "DDPRUN_CHECKPOINT_WORLD": "2", "RANK": "1"})
+        ckpt = fresh(package)
+        expect_error(lambda: ckpt.MemoryStorageReader().read_metadata(),
+                     "holds global rank 0's state")
+    print("a slot read by another rank, or at another world size than agreed, is refused before "
+          "a byte reaches the caller; a rank the saved world lacked is told so, or starts afresh: "
+          "passed")
+
+
+if __name__ == "__main__":
+    main()
