@@ -552,6 +552,7 @@ struct Run : AgentParts {
         persister,
         me < round.members.size() ? round.members[me] : std::to_string(round.node_rank)};
     const RoundRestore restored = co_await restore_round(parts, round);
+    checkpoint_status.restored(restored.account);
     if (!restored.nodes.empty()) copy_to_peer(round, restored.nodes);
     co_return restored.restore;
   }

@@ -123,6 +123,20 @@ std::string checkpoints_line(const std::string& account) {
       if (!held.empty()) line += fmt::format("; holds copies of {}", fmt::join(held, ", "));
     }
   }
+  if (a.contains("restored") && a["restored"].is_object()) {
+    const auto& r = a["restored"];
+    std::vector<std::string> from;
+    for (const auto& rank : r.value("ranks", nlohmann::json::array())) {
+      from.push_back(fmt::format("rank {} from {}", rank.value("rank", -1),
+                                 rank.value("from", std::string("?"))));
+    }
+    line += fmt::format("; restored step {}{}{}", r.value("step", int64_t{-1}),
+                        r.value("reshard", false) ? fmt::format(" resharded from {} ranks",
+                                                                r.value("saved_world_size", 0))
+                                                  : "",
+                        from.empty() ? fmt::format(" from {}", r.value("from", std::string("?")))
+                                     : fmt::format(" ({})", fmt::join(from, ", ")));
+  }
   return line;
 }
 

@@ -104,6 +104,13 @@ class Cluster:
             assert p.returncode == 0, (i, errs[i][-5000:])
         return errs
 
+    def status(self, run_id):
+        r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
+                            "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
+                            f"--rdzv_id={run_id}-{os.getpid()}"], capture_output=True, text=True,
+                           timeout=60)
+        return r.stdout + r.stderr
+
     def kill(self, run_id, i):
         self.agents[(run_id, i)].send_signal(signal.SIGKILL)
         self.agents[(run_id, i)].wait()
@@ -283,6 +290,10 @@ def case_fsdp2_two_losses_in_a_row():
         wait_for(lambda: len(glob.glob(f"{out}/held.{K2}.*")) == 6, f"every rank at step {K2}",
                  180)
         wait_for(lambda: len(cluster.copies_of_step(K2)) >= 6, f"step {K2} copied", 60)
+        # `ddprun status` says where each node's ranks' state came from at the last restore.
+        status = cluster.status("twice")
+        assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
+            "rank 2 from node " in status and "rank 3 from node " in status, status
         # The second loss: the node of rank 0, after the ring changed.
         second = next(i for i in (0, 2, 3) if events(out, i, "round_formed")[-1]["node_rank"] == 0)
         cluster.kill("twice", second)

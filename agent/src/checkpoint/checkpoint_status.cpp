@@ -51,6 +51,7 @@ nlohmann::json CheckpointStatus::account() const {
   if (replica_) {
     if (nlohmann::json r = replica_(); !r.is_null()) a["replica"] = std::move(r);
   }
+  if (!restored_.is_null()) a["restored"] = restored_;
   return a;
 }
 

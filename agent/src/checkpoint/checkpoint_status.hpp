@@ -33,6 +33,9 @@ class CheckpointStatus {
   void stop();
   // A rank's step was persisted, its copy taking `seconds`.
   void persisted(int64_t step, double seconds);
+  // The round's restore: {"step", "saved_world_size", "reshard", "ranks": [{"rank", "from"}...]}
+  // (round_restore.hpp); null: none.
+  void restored(nlohmann::json restore) { restored_ = std::move(restore); }
   // Where this node's copies go and what it holds of other nodes' (see account()).
   // (Asked at each look, so that copies received since show: null where there is nothing to say.)
   void replica(std::function<nlohmann::json()> source) { replica_ = std::move(source); }
@@ -40,7 +43,8 @@ class CheckpointStatus {
   // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}, and with copies
   // to a peer "replica": {"peer": "host:port", "safe_step": S or null, "lag": steps, "stride":
   // steps between the steps copied, "holds":
-  // {origin node: [steps of its local rank 0]}}}.
+  // {origin node: [steps of its local rank 0]}}, and once a round restored one "restored": what
+  // restored() was given}.
   nlohmann::json account() const;
 
  private:
@@ -53,6 +57,7 @@ class CheckpointStatus {
   std::vector<std::pair<int, int>> ranks_;
   std::optional<std::pair<int64_t, double>> persisted_;
   std::function<nlohmann::json()> replica_;
+  nlohmann::json restored_;
   std::string published_;
   bool stopped_ = false;
 };

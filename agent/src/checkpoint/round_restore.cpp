@@ -135,7 +135,8 @@ bool install(const RestoreParts& p, const rendezvous::Round& round, const Restor
 // is no step, or a node's fetches did not arrive (the round then restores as if there were none).
 asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts& p,
                                                               const rendezvous::Round& round,
-                                                              const Agreement& a) {
+                                                              const Agreement& a,
+                                                              nlohmann::json& account) {
   const RestorePlan& plan = a.plan;
   if (!plan.step) co_return std::nullopt;
   const int64_t step = *plan.step;
@@ -199,6 +200,7 @@ asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts
   fields["from"] = peers.empty() ? "memory" : "peer";
   fields["ranks"] = std::move(ranks);
   if (!peers.empty()) fields["peers"] = peers;
+  account = fields;
   p.events.record("checkpoint_restore", std::move(fields));
   co_return restore;
 }
@@ -206,7 +208,8 @@ asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts
 // The newest step complete in --checkpoint_dir for every rank of the round, copied back into the
 // regions; nullopt where there is none or it could not be.
 asio::awaitable<std::optional<CheckpointRestore>> from_disk(const RestoreParts& p,
-                                                            const rendezvous::Round& round) {
+                                                            const rendezvous::Round& round,
+                                                            nlohmann::json& account) {
   std::vector<std::vector<int64_t>> held;
   const std::vector<std::pair<int, int>> ranks = round_ranks(p.cfg, round);
   for (const auto& [local, global] : ranks) {
@@ -222,8 +225,11 @@ asio::awaitable<std::optional<CheckpointRestore>> from_disk(const RestoreParts& 
   }
   spdlog::info("round {}: the workers restore step {} from {}", round.number, *step,
                p.cfg.checkpoint_dir);
-  p.events.record("checkpoint_restore",
-                  {{"round", round.number}, {"step", *step}, {"from", p.cfg.checkpoint_dir}});
+  account = {{"round", round.number},
+             {"step", *step},
+             {"saved_world_size", round.world_size},
+             {"from", p.cfg.checkpoint_dir}};
+  p.events.record("checkpoint_restore", account);
   co_return CheckpointRestore{*step, round.world_size, ""};
 }
 
@@ -247,7 +253,7 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
       co_await checkpoint_sources::agree(p.rdzv, round, mine, p.cfg.rdzv.join_timeout);
   if (agreed) {
     out.nodes = agreed->nodes;
-    out.restore = co_await from_memory(p, round, *agreed);
+    out.restore = co_await from_memory(p, round, *agreed, out.account);
     const auto& lost = agreed->plan.ranks_without_copy;
     if (!out.restore && !lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
       spdlog::warn(
@@ -259,7 +265,9 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
       p.events.record("checkpoint_copies_lost", {{"round", round.number}, {"ranks", lost}});
     }
   }
-  if (!out.restore && p.persister != nullptr) out.restore = co_await from_disk(p, round);
+  if (!out.restore && p.persister != nullptr) {
+    out.restore = co_await from_disk(p, round, out.account);
+  }
   p.sources.drop_after(out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt);
   co_return out;
 }

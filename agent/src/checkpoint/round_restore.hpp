@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/persister.hpp"
@@ -46,6 +47,8 @@ struct RoundRestore {
   std::optional<CheckpointRestore> restore;  // nullopt: the workers start afresh
   // Every node's account (node rank order), where the round agreed on one: where copies go next.
   std::vector<checkpoint_sources::NodeCheckpoints> nodes;
+  // What the checkpoint_restore event said (null: nothing restored), for `ddprun status`.
+  nlohmann::json account;
 };
 
 // Agrees with the round's other nodes on what its workers restore and puts it in place. Never
