@@ -31,6 +31,7 @@
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
 #include "exchanges/node_check.hpp"
+#include "exchanges/role_ranks.hpp"
 #include "exchanges/stop_exchange.hpp"
 #include "node/bounded_command.hpp"
 #include "node/node_probe.hpp"
@@ -450,8 +451,9 @@ struct Run : AgentParts {
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
       const std::optional<CheckpointRestore> restore = co_await agreed_checkpoint(*round);
+      const RoleRanks roles = co_await role_ranks_of(*round);
       std::vector<WorkerLaunch> launches =
-          plan_round(cfg, attempt_dir, *round, *master, bindings, restore);
+          plan_round(cfg, attempt_dir, *round, *master, bindings, restore, roles);
       if (persister != nullptr) persister->watch(round_ranks(cfg, *round));
       checkpoint_status.watch(round_ranks(cfg, *round));
       auto [r, why] = co_await run_watched(launches, *round);
@@ -532,6 +534,22 @@ struct Run : AgentParts {
       held.push_back(checkpoints.steps_held(local));
     }
     return held;
+  }
+
+  // Where this node's workers stand among those of their role (exchanges/role_ranks.hpp); with
+  // one node, the global ranks.
+  asio::awaitable<RoleRanks> role_ranks_of(const rendezvous::Round& round) {
+    if (round.num_nodes < 2) co_return RoleRanks{round.base_rank, round.world_size};
+    const std::optional<role_ranks::RolePlace> place =
+        co_await role_ranks::agree(rdzv, round, cfg.role, cfg.rdzv.nproc, cfg.rdzv.join_timeout);
+    if (!place) {
+      spdlog::warn(
+          "round {}: the nodes' roles did not all arrive: ROLE_RANK and ROLE_WORLD_SIZE "
+          "are the global ranks",
+          round.number);
+      co_return RoleRanks{round.base_rank, round.world_size};
+    }
+    co_return RoleRanks{place->base, place->world};
   }
 
   // The checkpoint the round's workers restore (checkpoint/round_restore.hpp); then, with the

@@ -14,6 +14,10 @@ namespace {
 
 // argparse's own -h/--help, the first option of every parser.
 const OptionSpec kHelp{"-h,--help", "help", nullptr, "show this help message and exit"};
+// ddprun's --version, an argparse "version" action (torchrun has none, so no torchrun command line
+// means anything else by it).
+const OptionSpec kVersion{"--version", "version", nullptr,
+                          "show ddprun's version, commit and store dialects, and exit"};
 
 // What one argument could be: an option by one of its spellings (with the value written into the
 // same argument, if any), or nothing known (spec == nullptr).
@@ -35,6 +39,7 @@ class Reader {
  public:
   explicit Reader(const std::vector<const OptionSpec*>& specs) {
     add(kHelp);
+    add(kVersion);
     for (const OptionSpec* spec : specs) add(*spec);
   }
 
@@ -178,6 +183,7 @@ class Reader {
     }
     for (GivenOption& option : taken) {
       if (option.spec == &kHelp) throw HelpRequested{};
+      if (option.spec == &kVersion) throw VersionRequested{};
       out.options.push_back(std::move(option));
     }
     return next;

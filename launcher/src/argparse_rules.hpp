@@ -38,7 +38,8 @@ struct ArgparseResult {
   void check_complete() const;
 };
 
-// Throws HelpRequested where -h/--help (or a prefix of --help) is reached, and UsageError with
+// Throws HelpRequested where -h/--help (or a prefix of --help) is reached, VersionRequested where
+// --version is, and UsageError with
 // argparse's message for an ambiguous prefix, a missing value or a value given to a flag, each
 // where it is reached.
 ArgparseResult parse_like_argparse(const std::vector<std::string>& args,

@@ -501,6 +501,7 @@ std::string cli_help() {
       "workers.\nEvery option has torchrun's name in both spellings (--nproc_per_node, "
       "--nproc-per-node) and\nfalls back to the PET_<NAME> variable (the command line wins).\n\n";
   for (const OptionSpec& spec : option_table()) out += help_lines(spec);
+  out += "  --version\n      show ddprun's version, commit and store dialects, and exit\n";
   out +=
       "\n`ddprun launch` takes torch.distributed.launch's command line: the options above, and\n";
   for (const OptionSpec& spec : launch_option_table()) out += help_lines(spec);

@@ -36,6 +36,9 @@ class RefusedValue : public UsageError {
 // -h/--help was given; the CLI prints cli_help() and exits 0.
 struct HelpRequested {};
 
+// --version was given; the CLI prints store::version_text("ddprun") and exits 0.
+struct VersionRequested {};
+
 // --print-completion SHELL was given; the CLI prints `script` and exits 0.
 struct CompletionRequested {
   std::string script;

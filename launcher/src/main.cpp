@@ -11,6 +11,7 @@
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/console.hpp"
 #include "ddprun/store/process_setup.hpp"
+#include "ddprun/store/version.hpp"
 #include "head_node.hpp"
 #include "launch_config.hpp"
 #include "log_level.hpp"
@@ -102,6 +103,9 @@ int main(int argc, char** argv) {
     if (!head_control) std::cerr << notice << std::flush;  // not once per host of a head
   } catch (const launcher::HelpRequested&) {
     std::cout << launcher::cli_help();
+    return launcher::kExitSuccess;
+  } catch (const launcher::VersionRequested&) {
+    std::cout << store::version_text("ddprun") << "\n";
     return launcher::kExitSuccess;
   } catch (const launcher::CompletionRequested& c) {
     std::cout << c.script;

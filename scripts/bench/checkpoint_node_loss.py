@@ -167,6 +167,14 @@ def main():
                 print(f"{kind}: steps redone {rows[kind][0]}, back at the failed step after "
                       f"{rows[kind][1]:.2f} s", flush=True)
         fetched = [e for e in events(os.path.join(work, "ddprun"), 2, "checkpoint_fetched") if e["ok"]]
+        # What moved between nodes at the restore, every node's fetches (a survivor's are none
+        # where ranks stay put), and each rank's source.
+        moved_all = sum(e["bytes"] for i in (0, 2)
+                        for e in events(os.path.join(work, "ddprun"), i, "checkpoint_fetched")
+                        if e["ok"])
+        sources = {r["rank"]: r["from"] for i in (0, 2)
+                   for e in events(os.path.join(work, "ddprun"), i, "checkpoint_restore")[-1:]
+                   for r in e.get("ranks", [])}
         speed, stride = {}, None
         # (The workers' saves alone: the same job with the copies turned off.)
         for mode, worker, flags in (("none", "none", []),
@@ -208,6 +216,9 @@ def main():
     rate = moved / took if took > 0 else 0.0
     print(f"restore: the replacement got {moved / (1 << 20):.0f} MiB of its ranks' copies in "
           f"{took:.2f} s ({rate / 1e6:.0f} MB/s)")
+    print(f"bytes moved between nodes at the restore: {moved_all / (1 << 20):.0f} MiB, against "
+          f"{2 * state_mib:.0f} MiB of state on the lost node (2 ranks) and {4 * state_mib:.0f} MiB "
+          f"in the job; each rank's state from: {sources}")
     print(f"step time without checkpoints {speed['none']:.3f} s, with a save every step "
           f"{speed['save']:.3f} s, with a save every step and the copies to the peer "
           f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s))")

@@ -32,7 +32,8 @@ std::chrono::milliseconds ProgressClock::waited_for_cpu() const {
 }
 
 std::chrono::milliseconds ProgressClock::timeout() const {
-  if (!any_) return std::max(kStartTimeout, policy_.timeout);
+  const auto start = std::max(kStartTimeout, policy_.timeout);
+  if (!any_) return start;
   if (policy_.mode == HangPolicy::Mode::kFixed) return policy_.timeout;
   if (intervals_ < kAutoWarmup) return kStartTimeout;
   return std::max(kAutoFloor,

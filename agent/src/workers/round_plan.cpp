@@ -80,7 +80,8 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
                                      const rendezvous::Round& round,
                                      const rendezvous::WorkerStoreAddress& master,
                                      const std::map<int, CpuSet>& bindings,
-                                     const std::optional<CheckpointRestore>& checkpoint) {
+                                     const std::optional<CheckpointRestore>& checkpoint,
+                                     RoleRanks roles) {
   AttemptEnvironment attempt;
   attempt.role = cfg.role;
   attempt.master_addr = master.addr;
@@ -108,8 +109,8 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
                           cfg.rdzv.nproc,
                           round.node_rank,
                           round.num_nodes,
-                          rank,
-                          round.world_size};
+                          roles.base + r,
+                          roles.world};
     if (cfg.placement) {
       l.id.local_rank = cfg.placement->local_rank;
       l.id.local_world_size = cfg.placement->local_world_size;

@@ -16,6 +16,12 @@
 
 namespace ddprun::agent {
 
+// Where this node's workers stand among those of their role (ROLE_RANK, ROLE_WORLD_SIZE).
+struct RoleRanks {
+  int base = 0;   // its first worker's role rank
+  int world = 0;  // the role's workers in the round
+};
+
 // The launches of this node's workers in `round`, whose store is `master`, restoring the in-memory
 // checkpoint `checkpoint` where there is one; creates the attempt's log folders under
 // `attempt_dir`.
@@ -24,7 +30,8 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg,
                                      const rendezvous::Round& round,
                                      const rendezvous::WorkerStoreAddress& master,
                                      const std::map<int, CpuSet>& bindings,
-                                     const std::optional<CheckpointRestore>& checkpoint);
+                                     const std::optional<CheckpointRestore>& checkpoint,
+                                     RoleRanks roles);
 
 // Each of this node's workers' local rank and global rank in `round`, in the launches' order.
 std::vector<std::pair<int, int>> round_ranks(const AgentConfig& cfg,

@@ -62,6 +62,7 @@ asio::awaitable<std::unique_ptr<AsyncStoreClient>> AsyncStoreClient::connect(
 
 asio::awaitable<void> AsyncStoreClient::open() {
   const bool modern = options_.dialect == wire::Dialect::kModern;
+  socket_->set_waiting(options_.waiting);
   co_await socket_->open(host_, port_, Clock::now() + options_.timeout,
                          [this, modern]() -> asio::awaitable<void> {
                            if (modern) co_await greet(*socket_, options_.credential);

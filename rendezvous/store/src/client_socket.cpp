@@ -102,17 +102,46 @@ void ClientSocket::fail(const boost::system::error_code& ec, const char* what) {
   throw StoreConnectionError(failure);
 }
 
+void ClientSocket::report_waiting(Clock::time_point since, const std::string& what) {
+  const auto now = Clock::now();
+  if (!waiting_ || now - since < std::chrono::seconds(1)) return;
+  if (reported_ >= since && now - reported_ < std::chrono::seconds(5)) return;
+  reported_ = now;
+  waiting_(fmt::format("waiting: {} ({:.0f} s so far)", what,
+                       std::chrono::duration<double>(now - since).count()));
+}
+
 asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t port,
                                             Clock::time_point deadline) {
   endpoint_name_ = fmt::format("{}:{}", host, port);
   set_deadline(deadline);
   tcp::resolver resolver(socket_.get_executor());
-  auto [rec, endpoints] =
-      co_await resolver.async_resolve(host, std::to_string(port), tcp::resolver::numeric_service,
-                                      asio::as_tuple(asio::use_awaitable));
-  if (rec) {
-    throw StoreConnectionError(
-        fmt::format("cannot resolve store host '{}': {}", host, rec.message()));
+  const auto since = Clock::now();
+  tcp::resolver::results_type endpoints;
+  {
+    asio::steady_timer backoff(socket_.get_executor());
+    auto delay = std::chrono::milliseconds(20);
+    for (;;) {
+      auto [rec, found] = co_await resolver.async_resolve(host, std::to_string(port),
+                                                          tcp::resolver::numeric_service,
+                                                          asio::as_tuple(asio::use_awaitable));
+      if (!rec) {
+        endpoints = std::move(found);
+        break;
+      }
+      // A name that does not resolve yet (a pod's, before the pod is up) is waited for, as
+      // torchrun does, until the deadline.
+      if (Clock::now() + delay >= deadline) {
+        throw StoreConnectionError(fmt::format(
+            "cannot resolve store host '{}': {} (tried for {:.0f} s)", host, rec.message(),
+            std::chrono::duration<double>(Clock::now() - since).count()));
+      }
+      report_waiting(
+          since, fmt::format("the store host '{}' does not resolve yet ({})", host, rec.message()));
+      backoff.expires_after(delay);
+      co_await backoff.async_wait(asio::use_awaitable);
+      delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+    }
   }
   asio::steady_timer backoff(socket_.get_executor());
   auto delay = std::chrono::milliseconds(5);
@@ -132,6 +161,8 @@ asio::awaitable<void> ClientSocket::connect(const std::string& host, uint16_t po
       if (!expired_ && ec == asio::error::connection_refused) throw StoreRefused(what);
       throw StoreTimeout(what);
     }
+    report_waiting(since,
+                   fmt::format("nothing listens at {} yet ({})", endpoint_name_, last_error));
     backoff.expires_after(delay);
     co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
     delay = std::min(delay * 2, std::chrono::milliseconds(500));

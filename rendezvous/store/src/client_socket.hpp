@@ -29,9 +29,10 @@ class ClientSocket {
   ClientSocket(boost::asio::any_io_executor ex, TlsContext tls);
   ~ClientSocket();
 
-  // Connects, retrying while the server refuses (it may not be up yet) until `deadline`, and with
-  // TLS completes the handshake, checking the server's certificate against `host`. Throws
-  // StoreTimeout at the deadline, StoreConnectionError when the host does not resolve,
+  // Connects, retrying while the host's name does not resolve or the server refuses (either may not
+  // be up yet) until `deadline`, and with TLS completes the handshake, checking the server's
+  // certificate against `host`. Throws StoreTimeout at the deadline, StoreConnectionError when
+  // the host still does not resolve then,
   // StoreClosedEarly when the server ends the connection during the handshake, StoreAuthError when
   // either end refuses the other's certificate or TLS itself (a server without TLS, ddprund's
   // included, answers a protocol_version alert; a refused client certificate may show only on the
@@ -47,6 +48,8 @@ class ClientSocket {
                                     Clock::time_point deadline, const Greeting& greet);
   // Every read and write from now on fails with StoreTimeout once `deadline` passes.
   void set_deadline(Clock::time_point deadline);
+  // What connect() calls while it goes on trying (ClientOptions::waiting).
+  void set_waiting(std::function<void(const std::string&)> report) { waiting_ = std::move(report); }
 
   boost::asio::awaitable<void> write(const std::string& bytes);
   boost::asio::awaitable<uint8_t> read_u8();
@@ -94,6 +97,10 @@ class ClientSocket {
   bool expired_ = false;
   // Whether anything was read on this connection: a failure before it is StoreClosedEarly.
   bool answered_ = false;
+  std::function<void(const std::string&)> waiting_;
+  // Says, through waiting_, what connect() waits for (after a second, then every 5 s).
+  void report_waiting(Clock::time_point since, const std::string& what);
+  Clock::time_point reported_{};
   std::vector<char> rbuf_;
   size_t rpos_ = 0;
   size_t rend_ = 0;

@@ -16,6 +16,7 @@
 #include "ddprun/store/metrics_server.hpp"
 #include "ddprun/store/process_setup.hpp"
 #include "ddprun/store/store_server.hpp"
+#include "ddprun/store/version.hpp"
 #include "store_metrics.hpp"
 
 int main(int argc, char** argv) {
@@ -72,6 +73,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  app.set_version_flag(
+      "--version", [] { return ddprun::store::version_text("ddprund"); },
+      "Show ddprund's version, commit and store dialects, and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

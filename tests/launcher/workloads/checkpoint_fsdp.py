@@ -8,7 +8,9 @@ OUT_DIR/resumed.<rank>@<world>.
 $HOLD_AT=STEP[@W],...: after saving STEP (at world size W, or any), the first time, each rank writes
 OUT_DIR/held.<STEP>.<rank> and waits (bounded) for the test to take a node away.
 The reference runs: $REF_SAVE=DIR saves the last step with stock dcp.save into DIR (FileSystemWriter);
-$REF_LOAD=DIR starts from DIR with stock FileSystemReader (the step in DIR/step)."""
+$REF_LOAD=DIR starts from DIR with stock FileSystemReader (the step in DIR/step).
+For scripts/bench/checkpoint_reshard.sh: $FSDP_WIDTH=W makes the model $FSDP_LAYERS (8) layers of
+W x W, and each rank writes how long its load took (seconds) to OUT_DIR/load_seconds.<rank>@<world>."""
 import os
 import sys
 import time
@@ -42,8 +44,16 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 96), torch.nn.Tanh(), torch.nn.Linear(96, 40),
-                                torch.nn.Tanh(), torch.nn.Linear(40, 1))
+    width = int(os.environ.get("FSDP_WIDTH", "0"))
+    if width:
+        layers = [torch.nn.Linear(32, width)]
+        for _ in range(int(os.environ.get("FSDP_LAYERS", "8"))):
+            layers += [torch.nn.Tanh(), torch.nn.Linear(width, width)]
+        model = torch.nn.Sequential(*layers, torch.nn.Tanh(), torch.nn.Linear(width, 1))
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(32, 96), torch.nn.Tanh(),
+                                    torch.nn.Linear(96, 40), torch.nn.Tanh(),
+                                    torch.nn.Linear(40, 1))
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
@@ -62,6 +72,7 @@ def main():
     first = 0
     model_sd, optim_sd = get_state_dict(model, opt)
     state = {"model": model_sd, "optim": optim_sd}
+    started = time.perf_counter()
     if os.environ.get("REF_LOAD"):
         src = os.environ["REF_LOAD"]
         dcp.load(state, storage_reader=dcp.FileSystemReader(src))
@@ -70,6 +81,8 @@ def main():
         dcp.load(state, storage_reader=checkpoint.MemoryStorageReader())
         first = checkpoint.agreed_step() + 1
     if first:
+        with open(os.path.join(out, f"load_seconds.{rank}@{world}"), "w") as f:
+            f.write(str(time.perf_counter() - started))
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     with open(os.path.join(out, f"resumed.{rank}@{world}"), "w") as f:
         f.write(str(first - 1) if first else "none")

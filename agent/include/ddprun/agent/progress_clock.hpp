@@ -5,11 +5,13 @@
 //
 // A worker's start (imports, the process group, building and loading the model, a restore) may
 // take kStartTimeout (or the fixed timeout, if longer), as NVIDIA's resiliency launcher has an
-// initial timeout of its own. A fixed timeout applies from the worker's first progress. A learned
-// one (auto) applies only once the worker has shown its rhythm in this attempt: kAutoWarmup
-// intervals between progress, each at least kMinInterval long (lines printed together, a burst of
-// warnings at start-up, count once), so that output before training (a banner, gloo's "connected"
-// lines) does not end the start; every restarted attempt shows it again. It is the slowest interval
+// initial timeout of its own. A fixed timeout applies from the worker's first progress (what the
+// user asked for: a rank that printed once and went silent is hung after it). A learned one (auto)
+// applies only once the worker has shown its rhythm in the attempt, not at its first line: output
+// before training (a banner, gloo's "connected" lines, a warning) is followed by silence while
+// the process group and the model are built. That is kAutoWarmup intervals between progress, each
+// counted only where at least kMinInterval long (lines printed together count once); every
+// restarted attempt shows its rhythm again. It is the slowest interval
 // seen since the worker's first progress (in this attempt or, for the same local rank, an earlier
 // one: the slow steps a job has, evaluation or checkpoint steps, are not forgotten at a restart)
 // times kAutoFactor, never under kAutoFloor.

@@ -94,6 +94,7 @@ store::ClientOptions TcpJobStore::client_options() const {
   store::ClientOptions o;
   if (spec_.token) o.credential = store::Credential{server_key(spec_.run_id, ""), *spec_.token};
   o.tls = tls_;
+  o.waiting = [](const std::string& what) { spdlog::info("rendezvous: {}", what); };
   return o;
 }
 

@@ -10,6 +10,7 @@
 // connection, and later operations throw StoreConnectionError.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,10 @@ struct ClientOptions {
   // Given (client_tls_context), the connection is TLS, its server's certificate checked against
   // the host connected to; a certificate either end refuses is a StoreAuthError.
   TlsContext tls{};
+  // Called while connecting goes on trying, after a second and then every 5 s, with what is
+  // waited for: a store host whose name does not resolve yet (a Kubernetes pod's name before the
+  // pod is up), or a store nobody listens on yet. May be empty.
+  std::function<void(const std::string&)> waiting;
 };
 
 // What SERVER_INFO tells about the server (see wire_protocol.hpp).
