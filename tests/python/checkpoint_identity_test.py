@@ -8,6 +8,7 @@ MemoryStorageReader.
 """
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 
@@ -72,4 +73,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        shutil.rmtree(os.environ.get("DDPRUN_CHECKPOINT_DIR", "/nonexistent"), ignore_errors=True)

@@ -169,7 +169,10 @@ std::pair<Region*, Region*> region_for(const std::string& folder, size_t payload
         "node's other ranks hold that is over --checkpoint_memory_limit ({} bytes)",
         size, slot_size, others, limit));
   }
-  if (g_region != nullptr) return {map_region(path + ".new", slot_size, true), g_region};
+  if (g_region != nullptr) {
+    ::unlink((path + ".new").c_str());  // what a worker killed during such a save left
+    return {map_region(path + ".new", slot_size, true), g_region};
+  }
   ::unlink(path.c_str());  // not a region: what a crashed first save left
   g_region = map_region(path, slot_size, true);
   return {g_region, nullptr};

@@ -231,6 +231,10 @@ def _open_region(folder, payload):
             f"({limit} bytes)")
     if _region is not None:  # the state outgrew its slots: a new region, the old one kept until
         old = _region         # the first save into the new one is committed
+        try:
+            os.unlink(path + ".new")  # what a worker killed during such a save left
+        except FileNotFoundError:
+            pass
         _region = _Region(path + ".new", slot_size, create=True)
         _region.replaces = old
     elif os.path.exists(path):
