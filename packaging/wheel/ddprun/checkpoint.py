@@ -68,6 +68,55 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be saved or restored (the message says why and what to change)."""
 
 
+# What a checkpoint's structure may be made of when it is read back: no code runs from a checkpoint
+# (a copy held on another node, a file in --checkpoint_dir), as torch.load's weights_only has it.
+# Containers, numbers, strings, torch's dtypes, layouts, memory formats and sizes, ddprun's own
+# places, and torch.distributed.checkpoint's metadata classes; allow() adds more.
+_SAFE_BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "str",
+                  "bytes", "bytearray", "bool", "slice", "range"}
+_SAFE_GLOBALS = {("collections", "OrderedDict"), ("ddprun.checkpoint", "_Ref"),
+                 ("ddprun.checkpoint", "_Tensor"), ("torch", "Size"), ("torch", "device")}
+_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
+                "torch.distributed.checkpoint.planner")
+_allowed = set()
+
+
+def allow(*objects):
+    """Lets checkpoints hold these classes (or functions) too, as torch.serialization's
+    add_safe_globals does for torch.load: for a value of a type of your own in the state."""
+    for obj in objects:
+        _allowed.add((obj.__module__, obj.__qualname__))
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module == "builtins" and name in _SAFE_BUILTINS) or (module, name) in _SAFE_GLOBALS \
+                or (module, name) in _allowed:
+            return super().find_class(module, name)
+        if module == "torch":
+            import torch
+            value = getattr(torch, name, None)
+            if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+                return value
+        if module in _DCP_MODULES:
+            import dataclasses
+            import enum
+            value = super().find_class(module, name)
+            if isinstance(value, type) and (dataclasses.is_dataclass(value)
+                                            or issubclass(value, enum.Enum)):
+                return value
+        raise CheckpointError(
+            f"checkpoint: the saved state holds {module}.{name}, which ddprun does not unpickle (no "
+            f"code runs from a checkpoint): call checkpoint.allow({name}) before loading to allow "
+            f"it")
+
+
+def _safe_loads(data):
+    """pickle.loads, for what a checkpoint may hold only."""
+    import io
+    return _SafeUnpickler(io.BytesIO(data)).load()
+
+
 class _Tensor:
     """Where a tensor of the state lies in a slot's payload."""
 
@@ -499,7 +548,7 @@ class _Committed:
         self.base = HEADER + mine[0] * _region.slot_size
         if verify:
             self.verify(_checksum(m, self.base, self.size))
-        self.structure = pickle.loads(m[self.base:self.base + meta_size])
+        self.structure = _safe_loads(m[self.base:self.base + meta_size])
         self.data_start = self.base + _up(meta_size, _ALIGN)
 
     def verify(self, checksum):
