@@ -10,37 +10,13 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "cancellable.hpp"
 #include "ddprun/store/async_mutex.hpp"
 #include "ddprun/store/errors.hpp"
 #include "ddprun/store/store_watch.hpp"
 #include "ddprun/store/wall_clock.hpp"
 
 namespace ddprun::rendezvous {
-namespace {
-
-// Awaits `connecting` (a connection to the store being made) on a signal of its own in `pending`,
-// which ends it at once with operation_aborted when emitted.
-template <class T>
-boost::asio::awaitable<T> cancellable(boost::asio::any_io_executor ex,
-                                      std::list<boost::asio::cancellation_signal>& pending,
-                                      boost::asio::awaitable<T> connecting) {
-  namespace asio = boost::asio;
-  pending.emplace_back();
-  const auto signal = std::prev(pending.end());
-  try {
-    T connected =
-        co_await asio::co_spawn(ex, std::move(connecting),
-                                asio::bind_cancellation_slot(signal->slot(), asio::use_awaitable));
-    pending.erase(signal);
-    co_return connected;
-  } catch (...) {
-    pending.erase(signal);
-    throw;
-  }
-}
-
-}  // namespace
-
 namespace asio = boost::asio;
 using Ms = std::chrono::milliseconds;
 

@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "cancellable.hpp"
 #include "ddprun/job_store/tcp_job_store.hpp"
 #include "ddprun/store/async_mutex.hpp"
 #include "ddprun/store/errors.hpp"
@@ -102,7 +103,16 @@ asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
           last_error_));
       co_return;
     }
-    if (co_await try_reconnect(outage, deadline)) co_return;
+    // A try's connections and requests end at once when the job store is lost meanwhile (the
+    // agent stops): a store that accepts but no longer answers (its agent exiting) would hold
+    // them, and the agent's shutdown, for the heartbeat timeout.
+    bool reconnected = false;
+    try {
+      reconnected = co_await cancellable(ex_, connecting_, try_reconnect(outage, deadline));
+    } catch (const boost::system::system_error&) {
+      co_return;  // lost() cancelled it
+    }
+    if (reconnected) co_return;
     if (refused_ && server_.in_agent && broken_.empty()) {
       lost(fmt::format(
           "the rendezvous store at {} is gone (connection refused): it lived in another node's "
