@@ -16,11 +16,14 @@ SignalListener::~SignalListener() {
   for (int s : signals_) std::signal(s, SIG_IGN);
 }
 
-void SignalListener::cancel() { set_->cancel(); }
+void SignalListener::cancel() {
+  cancelled_ = true;
+  set_->cancel();
+}
 
 void SignalListener::listen() {
   set_->async_wait([this](boost::system::error_code ec, int signo) {
-    if (ec) return;
+    if (ec || cancelled_) return;
     handler_(signo);
     listen();
   });

@@ -20,7 +20,9 @@ class SignalListener {
   SignalListener(const SignalListener&) = delete;
   SignalListener& operator=(const SignalListener&) = delete;
   ~SignalListener();
-  // No handler runs after this.
+  // No handler runs after this, and no wait is left on the loop (a signal whose completion was
+  // already queued when cancel() came is dropped, not waited for again: a wait left on the loop
+  // held the agent's shutdown for its 5 s bound).
   void cancel();
 
  private:
@@ -29,6 +31,7 @@ class SignalListener {
   std::vector<int> signals_;
   std::optional<boost::asio::signal_set> set_;
   std::function<void(int)> handler_;
+  bool cancelled_ = false;
 };
 
 }  // namespace ddprun::agent
