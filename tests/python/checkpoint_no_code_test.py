@@ -57,8 +57,17 @@ def main():
     checkpoint.allow(Position)
     step, state = checkpoint.load()
     assert step == 6 and state["position"].at == 17 and torch.equal(state["w"], torch.ones(3))
-    print("a forged checkpoint that would run a command is refused and runs nothing; a type of "
-          "the user's own loads once checkpoint.allow() lets it: passed")
+    # torch's own values in the state (torch 2.x pickles a layout through a function of torch's).
+    values = {"layout": torch.sparse_coo, "strided": torch.strided, "dtype": torch.bfloat16,
+              "format": torch.channels_last, "size": torch.Size([2, 3])}
+    checkpoint.save(7, dict(values, w=torch.zeros(2)))
+    os.environ["DDPRUN_CHECKPOINT_STEP"] = "7"
+    step, state = checkpoint.load()
+    assert step == 7 and all(state[k] == v for k, v in values.items()), state
+
+    print("a forged checkpoint that would run a command is refused and runs nothing; torch's "
+          "layouts, dtypes, memory formats and sizes load; a type of the user's own loads once "
+          "checkpoint.allow() lets it: passed")
 
 
 if __name__ == "__main__":

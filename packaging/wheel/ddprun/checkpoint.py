@@ -74,8 +74,11 @@ class CheckpointError(RuntimeError):
 # places, and torch.distributed.checkpoint's metadata classes; allow() adds more.
 _SAFE_BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "str",
                   "bytes", "bytearray", "bool", "slice", "range"}
+# torch 2.x pickles a layout as torch.serialization._get_layout(name), which looks it up among torch's
+# layouts only (torch's weights_only unpickler allows it too).
 _SAFE_GLOBALS = {("collections", "OrderedDict"), ("ddprun.checkpoint", "_Ref"),
-                 ("ddprun.checkpoint", "_Tensor"), ("torch", "Size"), ("torch", "device")}
+                 ("ddprun.checkpoint", "_Tensor"), ("torch", "Size"), ("torch", "device"),
+                 ("torch.serialization", "_get_layout")}
 _DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
                 "torch.distributed.checkpoint.planner")
 _allowed = set()
@@ -93,9 +96,10 @@ class _SafeUnpickler(pickle.Unpickler):
         if (module == "builtins" and name in _SAFE_BUILTINS) or (module, name) in _SAFE_GLOBALS \
                 or (module, name) in _allowed:
             return super().find_class(module, name)
-        if module == "torch":
+        if module == "torch" or (module.startswith("torch.") and name.startswith("torch.")):
+            # A memory format pickles as its dotted name under the module that defines it.
             import torch
-            value = getattr(torch, name, None)
+            value = getattr(torch, name[len("torch."):] if module != "torch" else name, None)
             if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
                 return value
         if module in _DCP_MODULES:
