@@ -15,6 +15,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent_run.hpp"
@@ -269,18 +270,26 @@ class NodeAgent {
         peer_host_ = store::host_name();
       }
     }
-    // Every address, IPv6 and IPv4 where the host has IPv6, else IPv4's.
-    for (const char* any : {"::", "0.0.0.0"}) {
+    // Only the address the peers are told (not every address of the host): the first of its
+    // addresses that this host can bind.
+    std::string why = "it resolves to no address";
+    boost::system::error_code ec;
+    for (const auto& entry : asio::ip::tcp::resolver(io_).resolve(peer_host_, "0", ec)) {
       try {
         peer_service_ = std::make_unique<PeerService>(
-            auth, any, fs::path(checkpoints_.path()) / "peers", cfg_.checkpoint_memory_limit,
-            checkpoints_.path(), run_tag_of(cfg_.rdzv.run_id));
+            auth, entry.endpoint().address().to_string(), fs::path(checkpoints_.path()) / "peers",
+            cfg_.checkpoint_memory_limit, checkpoints_.path(), run_tag_of(cfg_.rdzv.run_id));
         break;
       } catch (const std::exception& e) {
-        if (std::string_view(any) == "::") continue;
-        spdlog::warn("checkpoints are not copied to a peer node: {}", e.what());
-        return;
+        why = e.what();
       }
+    }
+    if (!peer_service_) {
+      spdlog::warn(
+          "checkpoints are not copied to a peer node: this node's address {} cannot be served "
+          "({}; --local_addr names the address the peers reach this node at)",
+          peer_host_, ec ? ec.message() : why);
+      return;
     }
     replicator_ = std::make_unique<CheckpointReplicator>(
         io_, *peer_service_, checkpoints_.path(),

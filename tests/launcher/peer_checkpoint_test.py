@@ -2,9 +2,11 @@
 namespace of its own on one bridge (the job's ddprund in a fourth), saving an in-memory checkpoint
 every step; one node (its agent and its workers) is SIGKILLed once its step K is copied to its
 peer. A node started in its place resumes from step K with the lost node's copies, fetched from the
-peer (never from --checkpoint_dir), and the job ends bit-identical to an uninterrupted run; with no
-replacement the survivors resume from step K at a smaller world size; with two adjacent nodes
-lost, the ranks whose both copies went with them come from --checkpoint_dir, said in one line.
+peer (never from --checkpoint_dir), and the job ends bit-identical to an uninterrupted run (a
+stranger on the job's network, with no token in the job, gets nothing from a checkpoint port
+meanwhile); with no replacement the survivors resume from step K at a smaller world size; with
+two adjacent nodes lost, the ranks whose both copies went with them come from --checkpoint_dir,
+said in one line.
 Skipped (77) where namespaces cannot be made.
 
     peer_checkpoint_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
@@ -138,6 +140,56 @@ def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None,
         cluster.agents[(run_id, i)].wait()
 
 
+# A stranger's try at a checkpoint port: the greeting with a proof of zeros (what a job without a
+# token accepted once), then a get of each global rank's step K anyway. Prints what came back.
+PROBE = """
+import os, socket, struct, sys
+host, port, step, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+answers, got = [], 0
+for rank in range(world):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+    except OSError as e:
+        print("unreachable", e)
+        sys.exit(0)
+    s.settimeout(10)
+    try:
+        s.sendall(b"DDPPEER1" + os.urandom(32))
+        greeting = s.recv(40)
+        s.sendall(bytes(32))
+        answers.append(s.recv(33)[:1].hex())
+        s.sendall(struct.pack("<6Q", 2, 0, rank, step, world, 1) + b"-")
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += len(chunk)
+    except OSError:
+        pass
+    s.close()
+print("answers", " ".join(answers), "bytes after them", got)
+"""
+
+
+def stranger_gets_nothing(cluster, out, survivors):
+    """A stranger on the job's network (a host namespace of no node) and on a survivor's own
+    loopback tries a survivor's checkpoint port, in a job without a token: refused, no byte of a
+    checkpoint, and the port is bound to the node's announced address only."""
+    ports = {e["peer"] for i in survivors for e in events(out, i, "checkpoint_replicated")
+             if e["peer"].rsplit(":", 1)[0] in {ADDRS[j] for j in survivors}}
+    assert ports, [events(out, i, "checkpoint_replicated") for i in survivors]
+    host, port = next(iter(ports)).rsplit(":", 1)
+    owner = cluster.hosts[ADDRS.index(host)]
+    for ns, addr in ((cluster.hosts[HOSTS - 1], host), (owner, "127.0.0.1")):
+        r = subprocess.run(["ip", "netns", "exec", ns, PY, "-c", PROBE, addr, port, str(K), "3"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        if addr == "127.0.0.1":
+            assert r.stdout.startswith("unreachable"), r.stdout  # not on every address
+        else:
+            assert r.stdout.strip() == "answers 00 00 00 bytes after them 0", r.stdout
+
+
 def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
     replacement_resumes_from_its_peers_copy({})
 
@@ -162,6 +214,7 @@ def replacement_resumes_from_its_peers_copy(api):
         lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status,
                    env={0: api, 1: {**api, "HOLD_AT": str(K)}, 2: api})
         assert status[0].count("holds copies of node") == 3, status[0]
+        stranger_gets_nothing(cluster, out, survivors=[0, 2])
         cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
         errs = cluster.finish("lost", [0, 2, 3])
         restored = events(out, 3, "checkpoint_restore")

@@ -192,18 +192,28 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   make_region(a.path, 0, 0, 3, 1 << 20, 1);
   const PeerAddress to{"127.0.0.1", holder.port()};
   REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
-  for (const char* token : {"another-job-token-0000", static_cast<const char*>(nullptr)}) {
-    auto stranger = service(auth_with(token), c.path);
-    make_region(c.path, 0, 0, 4, 1 << 20, 9);
-    TransferReport sent = put(*stranger, to, "node-a", c.path, {{0, 0}}, 4);
-    CHECK_FALSE(sent.ok);
-    CHECK_THAT(sent.detail, Catch::Contains("refused"));
-    TransferReport get = wait(stranger->get(to, {{0, 4}}, 3, c.path / "restore"));
-    CHECK_FALSE(get.ok);
-    CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));  // nothing was given
+  auto stranger = service(auth_with("another-job-token-0000"), c.path);
+  make_region(c.path, 0, 0, 4, 1 << 20, 9);
+  TransferReport sent = put(*stranger, to, "node-a", c.path, {{0, 0}}, 4);
+  CHECK_FALSE(sent.ok);
+  CHECK_THAT(sent.detail, Catch::Contains("refused"));
+  TransferReport get = wait(stranger->get(to, {{0, 4}}, 3, c.path / "restore"));
+  CHECK_FALSE(get.ok);
+  CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));  // nothing was given
+  asio::io_context io;
+  {  // A proof of zeros (what a job without a token once accepted): refused, nothing read.
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+    asio::write(s, asio::buffer("DDPPEER1" + std::string(32, '\0')));
+    char greeting[40];
+    asio::read(s, asio::buffer(greeting));
+    asio::write(s, asio::buffer(std::string(32, '\0')));
+    char answer[33];
+    asio::read(s, asio::buffer(answer));
+    CHECK(answer[0] == 0);
+    CHECK(std::string(answer + 1, 32) == std::string(32, '\0'));
   }
   // Garbage on the port: closed, and the service still serves the job.
-  asio::io_context io;
   asio::ip::tcp::socket raw(io);
   raw.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
   const std::string junk(200, '\x7f');
@@ -222,12 +232,44 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
 }
 
 TEST_CASE(
+    "peer copies: without the job's token or secret a service refuses every connection and makes "
+    "none; given the job's secret it serves the job's members only",
+    "[peer_copies]") {
+  Folder a, b, c;
+  auto holder_ = service(auth_with(nullptr), b.path);
+  auto sender_ = service(auth_with(nullptr), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
+  make_region(a.path, 0, 0, 3, 1 << 20, 1);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  TransferReport early = put(sender, to, "node-a", a.path, {{0, 0}}, 3);
+  CHECK_FALSE(early.ok);
+  CHECK_THAT(early.detail, Catch::Contains("neither the job's token nor its secret"));
+  const std::string secret = ddprun::store::auth::fresh_secret();
+  REQUIRE(secret.size() == 64);
+  sender.use_secret(ddprun::store::Token(secret));
+  TransferReport refused = put(sender, to, "node-a", a.path, {{0, 0}}, 3);
+  CHECK_FALSE(refused.ok);  // the holder has no secret yet: a zero proof, or any, is refused
+  CHECK_THAT(refused.detail, Catch::Contains("refused"));
+  CHECK(holder.copies().steps().empty());
+  holder.use_secret(ddprun::store::Token(secret));
+  REQUIRE(put(sender, to, "node-a", a.path, {{0, 0}}, 3).ok);
+  CHECK(holder.copies().steps() == Steps{{"node-a", {{3}}}});
+  // A stranger with a secret of its own gets nothing.
+  auto stranger = service(auth_with(nullptr), c.path);
+  stranger->use_secret(ddprun::store::Token(ddprun::store::auth::fresh_secret()));
+  TransferReport get = wait(stranger->get(to, {{0, 4}}, 3, c.path / "restore"));
+  CHECK_FALSE(get.ok);
+  CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));
+  REQUIRE(wait(sender.get(to, {{0, 4}}, 3, a.path / "restore")).ok);
+}
+
+TEST_CASE(
     "peer copies: a copy that fails its checksum, or is cut short, leaves the previous one in "
     "force",
     "[peer_copies]") {
   Folder a, b;
-  auto holder_ = service(auth_with(nullptr), b.path);
-  auto sender_ = service(auth_with(nullptr), a.path);
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto sender_ = service(auth_with("0123456789abcdef-job"), a.path);
   PeerService &holder = *holder_, &sender = *sender_;
   const PeerAddress to{"127.0.0.1", holder.port()};
   make_region(a.path, 0, 0, 5, 1 << 20, 1);
@@ -246,7 +288,10 @@ TEST_CASE(
   asio::write(s, asio::buffer("DDPPEER1" + std::string(32, '\0')));
   char greeting[40];
   asio::read(s, asio::buffer(greeting));
-  asio::write(s, asio::buffer(std::string(32, '\0')));  // the proof (no token)
+  const std::string proof = ddprun::store::auth::proof(
+      ddprun::store::Token("0123456789abcdef-job"), ddprun::store::auth::Side::kClient,
+      "checkpoints/job", std::string(32, '\0'), std::string(greeting + 8, 32));
+  asio::write(s, asio::buffer(proof));
   char answer[33];
   asio::read(s, asio::buffer(answer));
   REQUIRE(answer[0] == 1);
@@ -278,8 +323,8 @@ TEST_CASE(
     "[peer_copies]") {
   Folder a, b;
   const uint64_t copy = kRegionHeader + (1 << 20);
-  auto holder_ = service(auth_with(nullptr), b.path, 2 * copy + 100);
-  auto sender_ = service(auth_with(nullptr), a.path);
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path, 2 * copy + 100);
+  auto sender_ = service(auth_with("0123456789abcdef-job"), a.path);
   PeerService &holder = *holder_, &sender = *sender_;
   const PeerAddress to{"127.0.0.1", holder.port()};
   for (int64_t step = 1; step <= 4; ++step) {
@@ -341,7 +386,7 @@ TEST_CASE("peer copies: a get from a holder that never answers ends at once when
   asio::io_context silent_io;
   asio::ip::tcp::acceptor silent(silent_io, {asio::ip::make_address("127.0.0.1"), 0});
   const PeerAddress from{"127.0.0.1", silent.local_endpoint().port()};
-  auto newcomer_ = service(auth_with(nullptr), c.path);
+  auto newcomer_ = service(auth_with("0123456789abcdef-job"), c.path);
   PeerService& newcomer = *newcomer_;
   asio::io_context io;
   asio::cancellation_signal stop;

@@ -92,10 +92,18 @@ std::vector<int64_t> sorted(std::vector<int64_t> v) {
   return v;
 }
 
+// What the nodes of the job "job" prove to each other.
+PeerAuth job_auth() {
+  PeerAuth a;
+  a.token = ddprun::store::Token("0123456789abcdef-job");
+  a.scope = "checkpoints/job";
+  return a;
+}
+
 struct Node {
   explicit Node(int rank) : worker(dir.path / "rank0", rank) {}
   Folder dir;
-  PeerService service{PeerAuth{}, "127.0.0.1", dir.path / "peers", {}, dir.path, run_tag_of("job")};
+  PeerService service{job_auth(), "127.0.0.1", dir.path / "peers", {}, dir.path, run_tag_of("job")};
   Worker worker;
   std::vector<TransferReport> reports;
   std::vector<int64_t> kept() const { return sorted(kept_steps(dir.path / "kept", 0)); }

@@ -28,7 +28,6 @@ constexpr uint64_t kFileChunk = 8 << 20;  // what one sendfile(2) or TLS write c
 
 std::string proof_of(const PeerAuth& auth, store::auth::Side side, std::string_view client_nonce,
                      std::string_view server_nonce) {
-  if (!auth.token) return std::string(kProof, '\0');
   return store::auth::proof(*auth.token, side, auth.scope, client_nonce, server_nonce);
 }
 
@@ -131,6 +130,9 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_execut
                                                              std::chrono::milliseconds idle_limit) {
   const std::string where = fmt::format("{}:{}", host, port);
   try {
+    if (!auth.token) {
+      throw std::runtime_error("this node holds neither the job's token nor its secret yet");
+    }
     tcp::resolver resolver(ex);
     const auto endpoints =
         co_await resolver.async_resolve(host, std::to_string(port), asio::use_awaitable);
@@ -167,9 +169,9 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_execut
     char answer[1 + kProof];
     co_await link->read(answer, sizeof answer);
     if (answer[0] != 1) throw std::runtime_error("it refused this node's proof of the job's token");
-    if (auth.token && !store::auth::same_proof(
-                          std::string_view(answer + 1, kProof),
-                          proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce))) {
+    if (!store::auth::same_proof(
+            std::string_view(answer + 1, kProof),
+            proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce))) {
       throw std::runtime_error("it could not prove that it holds the job's token");
     }
     co_return link;
@@ -198,10 +200,9 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::accept(tcp::socket socket,
     co_await link->write(greeting.data(), greeting.size());
     char proof[kProof];
     co_await link->read(proof, sizeof proof);
-    const bool ok =
-        !auth.token || store::auth::same_proof(
-                           std::string_view(proof, kProof),
-                           proof_of(auth, store::auth::Side::kClient, client_nonce, server_nonce));
+    const bool ok = auth.token && store::auth::same_proof(std::string_view(proof, kProof),
+                                                          proof_of(auth, store::auth::Side::kClient,
+                                                                   client_nonce, server_nonce));
     std::string answer(1, ok ? '\1' : '\0');
     answer += ok ? proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce)
                  : std::string(kProof, '\0');

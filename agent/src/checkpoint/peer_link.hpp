@@ -1,15 +1,17 @@
 #pragma once
 // The connection between two agents that carries checkpoint copies (peer_service.hpp): TCP, TLS
-// when the job's store uses TLS (the same files: a store host's certificate serves here too), and,
-// when the job has a token, a proof of it both ways before any byte of a checkpoint crosses: the
+// when the job's store uses TLS (the same files: a store host's certificate serves here too), and a
+// proof both ways before any byte of a checkpoint crosses: of the job's token where it has one,
+// else of the job's secret (Rendezvous::job_secret: as hard to get as joining the job); the
 // store's HMAC challenge-response (ddprun/store/auth.hpp) in the scope "checkpoints/<run id>", so
-// that the token never crosses the wire and a stranger neither gets a copy nor gives one. A
-// connection idle for longer than its limit is closed (a peer that stalls mid-transfer ends its
-// transfer, not the service).
+// that neither crosses the wire and a stranger neither gets a copy nor gives one. Without either
+// (a node that has not joined yet) nothing is accepted and nothing connects. A connection idle for
+// longer than its limit is closed (a peer that stalls mid-transfer ends its transfer, not the
+// service).
 //
 // The greeting: the client sends "DDPPEER1" and its nonce, the server the same with its own; the
-// client sends its proof (zeros without a token); the server answers one byte (1: accepted, 0:
-// refused) and its own proof. Private to the agent.
+// client sends its proof; the server answers one byte (1: accepted, 0: refused) and its own proof
+// (zeros when refused). Private to the agent.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -31,7 +33,7 @@ class stream;
 namespace ddprun::agent {
 
 struct PeerAuth {
-  std::optional<store::Token> token;  // the job's (none: nothing proved either way)
+  std::optional<store::Token> token;  // the job's token or secret (none yet: nothing crosses)
   std::string scope;                  // "checkpoints/<run id>"
   store::TlsContext client_tls;       // null: in the clear
   store::TlsContext server_tls;
@@ -44,7 +46,7 @@ class PeerLink {
   PeerLink& operator=(const PeerLink&) = delete;
 
   // Connects to `host`:`port` and proves the token. Throws std::runtime_error naming the peer
-  // where it cannot: unreachable, refused, or a peer that cannot prove the token back.
+  // where it cannot: no token yet, unreachable, refused, or a peer that cannot prove it back.
   static boost::asio::awaitable<std::unique_ptr<PeerLink>> connect(
       boost::asio::any_io_executor ex, std::string host, int port, const PeerAuth& auth,
       std::chrono::milliseconds idle_limit);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "checkpoint/region_format.hpp"
@@ -183,6 +185,15 @@ PeerService::~PeerService() {
   stage_io_.stop();
   thread_.join();
   stage_thread_.join();
+}
+
+void PeerService::use_secret(store::Token secret) {
+  std::promise<void> done;
+  asio::post(io_, [&] {
+    auth_.token = std::move(secret);
+    done.set_value();
+  });
+  done.get_future().wait();
 }
 
 asio::awaitable<void> PeerService::serve() {

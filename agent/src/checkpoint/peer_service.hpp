@@ -1,12 +1,11 @@
 #pragma once
 // Checkpoints copied between agents: each agent serves a port of its own (an OS-chosen port on
-// every address) where the job's other agents put copies of their ranks' committed slots
-// (held in PeerCopies) and get any slot this node holds (SlotSources: its regions, its kept
-// copies, the copies it holds) by whose state it is; and it puts and gets the same on other
-// agents' ports.
-// Everything runs on threads of the service's own, so that moving a gigabyte never delays the
-// agent's loop: the network's on one, the staging (which must beat the worker's next save but one)
-// on another; what a caller awaits completes on the caller's executor.
+// the address it announces to its peers) where the job's other agents put copies of their ranks'
+// committed slots (held in PeerCopies) and get any slot this node holds (SlotSources: its regions,
+// its kept copies, the copies it holds) by whose state it is; and it puts and gets the same on
+// other agents' ports. Everything runs on threads of the service's own, so that moving a gigabyte
+// never delays the agent's loop: the network's on one, the staging (which must beat the worker's
+// next save but one) on another; what a caller awaits completes on the caller's executor.
 //
 // One request per connection (peer_link.hpp greets it first), numbers as 8-byte little-endian
 // words: op (1 put, 2 get), the origin's local rank, the global rank, the step, for a put the
@@ -63,9 +62,10 @@ void drop_kept(const std::filesystem::path& keep, int local_rank,
 
 class PeerService {
  public:
-  // Serves on `bind_host` (an OS-chosen port), holding copies in `copies_dir`, bounded by `limit`,
-  // and giving the slots of the regions in `regions` (and their kept copies in `regions`/kept) of
-  // the run whose tag is `run_tag`. Throws boost::system::system_error when it cannot listen.
+  // Serves on `bind_host` (an IP address; an OS-chosen port), holding copies in `copies_dir`,
+  // bounded by `limit`, and giving the slots of the regions in `regions` (and their kept copies in
+  // `regions`/kept) of the run whose tag is `run_tag`. Throws boost::system::system_error when it
+  // cannot listen.
   PeerService(PeerAuth auth, const std::string& bind_host, std::filesystem::path copies_dir,
               std::optional<uint64_t> limit, std::filesystem::path regions, uint64_t run_tag);
   // Stops the thread; a transfer under way is abandoned (a copy half received is removed).
@@ -74,6 +74,10 @@ class PeerService {
   PeerService& operator=(const PeerService&) = delete;
 
   int port() const { return port_; }
+  // Proves `secret` (the job's secret, where the job has no token: Rendezvous::job_secret) from
+  // now on, both ways; until a PeerAuth has a token every connection is refused and none is made.
+  // In force when it returns.
+  void use_secret(store::Token secret);
   const PeerCopies& copies() const { return *copies_; }
   // Every slot this node can give.
   const SlotSources& sources() const { return *sources_; }

@@ -15,6 +15,7 @@ namespace ddprun::rendezvous::keys {
 inline constexpr std::string_view kSettings = "settings";  // the settings every node agrees on
 inline constexpr std::string_view kNodes = "nodes/";       // nodes/<node>: its presence record
 inline constexpr std::string_view kClosed = "closed";      // why the job ended, once it has
+inline constexpr std::string_view kSecret = "secret";      // the nodes' shared secret
 inline constexpr std::string_view kDone = "done/";         // done/<n>/<node>: its workers succeeded
 // The round-scoped exchange (exchange_book.hpp): exchange/<scope>/<topic>/<node> and
 // flags/<scope>/<topic>.

@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/rendezvous/job_records.hpp"
+#include "ddprun/store/auth.hpp"
 #include "ddprun/store/errors.hpp"
 #include "job_keys.hpp"
 
@@ -190,6 +191,11 @@ asio::awaitable<void> JobSession::publish(Scope scope, std::string topic, std::s
   const std::string key = ExchangeBook::value_key(scope, topic, self_id());
   book_.put_value(scope, topic, self_id(), value);
   co_await store_->set(key, value);
+}
+
+asio::awaitable<std::string> JobSession::job_secret() {
+  const std::string mine = store::auth::fresh_secret();
+  co_return co_await store_->compare_set(std::string(keys::kSecret), "", mine);
 }
 
 asio::awaitable<std::vector<std::string>> JobSession::gather(Scope scope, std::string topic,

@@ -4,6 +4,8 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "ddprun/store/auth.hpp"
+
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 
@@ -73,6 +75,11 @@ constexpr std::string_view kSelf = "0";
 asio::awaitable<void> LocalRendezvous::publish(Scope scope, std::string topic, std::string value) {
   book_.put_value(scope, topic, kSelf, std::move(value));
   co_return;
+}
+
+asio::awaitable<std::string> LocalRendezvous::job_secret() {
+  if (secret_.empty()) secret_ = store::auth::fresh_secret();
+  co_return secret_;
 }
 
 asio::awaitable<std::vector<std::string>> LocalRendezvous::gather(Scope scope, std::string topic,

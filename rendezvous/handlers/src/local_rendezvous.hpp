@@ -34,6 +34,8 @@ class LocalRendezvous final : public Rendezvous {
   const JobEnd& ending() const override { return ending_; }
   // The exchange has one node: what it publishes or raises is all there is.
   boost::asio::awaitable<void> publish(Scope scope, std::string topic, std::string value) override;
+  // One node: a fresh random secret, the same for the agent's lifetime.
+  boost::asio::awaitable<std::string> job_secret() override;
   boost::asio::awaitable<std::vector<std::string>> gather(Scope scope, std::string topic,
                                                           int expected,
                                                           std::chrono::milliseconds wait) override;
@@ -54,6 +56,7 @@ class LocalRendezvous final : public Rendezvous {
   int restarts_ = 0;
   ExchangeBook book_;
   JobEnd ending_;
+  std::string secret_;
 };
 
 }  // namespace ddprun::rendezvous

@@ -74,6 +74,12 @@ Nonce fresh_nonce() {
   return n;
 }
 
+std::string fresh_secret() {
+  std::string hex;
+  for (const char c : fresh_nonce()) hex += fmt::format("{:02x}", static_cast<unsigned char>(c));
+  return hex;
+}
+
 std::string_view view(const Nonce& n) { return {n.data(), n.size()}; }
 
 std::string proof(const Token& token, Side side, std::string_view scope,

@@ -169,6 +169,11 @@ class Rendezvous {
                                              std::string detail) = 0;
   // The flag `topic` in `scope` once any node has raised it (this one included).
   virtual std::optional<Flag> raised(Scope scope, std::string topic) const = 0;
+  // A secret every node of the job shares, as hard to get as joining the job: 64 hex digits of
+  // randomness that the first node to ask writes into the job's store (first writer wins), and
+  // every later one reads. For what the job's nodes serve each other where the job has no token
+  // (the checkpoint copies). Throws StoreError when the store cannot give it.
+  virtual boost::asio::awaitable<std::string> job_secret() = 0;
   // Leaves the job. Graceful: a node hosting the job's store first waits (bounded) until the others
   // have left, so that none loses the store while reading the outcome.
   virtual boost::asio::awaitable<void> leave(bool graceful) = 0;

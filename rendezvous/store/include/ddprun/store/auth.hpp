@@ -44,7 +44,10 @@ namespace auth {
 
 constexpr size_t kNonceBytes = 32;
 using Nonce = std::array<char, kNonceBytes>;
+// Throw StoreError where the system has no randomness.
 Nonce fresh_nonce();
+// 64 hex digits of fresh randomness (a nonce's worth): a secret to share as text.
+std::string fresh_secret();
 std::string_view view(const Nonce& n);
 
 enum class Side : uint8_t { kClient, kServer };
