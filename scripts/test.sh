@@ -60,14 +60,22 @@ status=0
 fuzz_build=${build}-fuzz
 if cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
   -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null && cmake --build "$fuzz_build" -j "$jobs"; then
-  for fuzzer in wire_parser_fuzz auth_handshake_fuzz; do
+  # The two fuzzers side by side (each uses one core).
+  fuzzers=(wire_parser_fuzz auth_handshake_fuzz)
+  pids=()
+  for fuzzer in "${fuzzers[@]}"; do
     corpus=$scratch/corpus-$fuzzer
     mkdir "$corpus"
     echo "fuzz: $fuzzer for ${DDPRUN_FUZZ_SECONDS:-30} s"
-    if ! "$fuzz_build/tests/fuzz/$fuzzer" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
-      "$corpus" >"$corpus/fuzz.log" 2>&1; then
+    "$fuzz_build/tests/fuzz/$fuzzer" -max_total_time="${DDPRUN_FUZZ_SECONDS:-30}" \
+      "$corpus" >"$corpus/fuzz.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!fuzzers[@]}"; do
+    corpus=$scratch/corpus-${fuzzers[$i]}
+    if ! wait "${pids[$i]}"; then
       tail -n 60 "$corpus/fuzz.log"
-      echo "fuzz: $fuzzer FAILED" >&2
+      echo "fuzz: ${fuzzers[$i]} FAILED" >&2
       status=1
     else
       grep -E '^Done' "$corpus/fuzz.log"

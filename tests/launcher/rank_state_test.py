@@ -115,9 +115,10 @@ class Cluster:
         self.agents[(run_id, i)].send_signal(signal.SIGKILL)
         self.agents[(run_id, i)].wait()
 
-    def copies_of_step(self, step):
-        """The peer copies of `step` every host holds."""
-        return glob.glob(f"{self.shm}/host*/ddprun-checkpoints-*/peers/*.step{step}.ddpckpt")
+    def copies_of_step(self, run_id, step):
+        """The peer copies of job `run_id`'s `step` every host holds."""
+        return glob.glob(f"{self.shm}/host*/ddprun-checkpoints-{run_id}-{os.getpid()}-*/peers/"
+                         f"*.step{step}.ddpckpt")
 
 
 def events(out, i, name):
@@ -167,7 +168,7 @@ def hold_every_node_then_lose(cluster, run_id, out, hosts, victim_rank, step, nn
         cluster.start(run_id, i, out, nnodes, env={"HOLD_AT": str(step)})
     wait_for(lambda: len(glob.glob(f"{out}/held.{step}.*")) == 2 * len(hosts),
              f"every rank at step {step}", 180)
-    wait_for(lambda: len(cluster.copies_of_step(step)) >= 2 * len(hosts),
+    wait_for(lambda: len(cluster.copies_of_step(run_id, step)) >= 2 * len(hosts),
              f"step {step} copied to every peer", 60)
     victim = next(i for i in hosts if node_rank_of(out, i) == victim_rank)
     cluster.kill(run_id, victim)
@@ -185,38 +186,41 @@ def restored_ranks(out, hosts, step):
     return got
 
 
-def lost_and_replaced(victim_rank):
-    with Cluster(FSDP) as cluster:
-        whole = uninterrupted(cluster, "whole")
-        out = tempfile.mkdtemp()
-        victim = hold_every_node_then_lose(cluster, "lost", out, [0, 1, 2], victim_rank, K, "3:3")
-        cluster.start("lost", 3, out, "3:3")
-        survivors = [i for i in (0, 1, 2, 3) if i != victim]
-        errs = cluster.finish("lost", survivors)
-        got = restored_ranks(out, survivors, K)
-        # Stable ranks: the replacement took the lost node's place, and only its ranks moved.
-        assert node_rank_of(out, 3) == victim_rank, events(out, 3, "round_formed")
-        moved = sorted(r for r, where in got.items() if where.startswith("node "))
-        assert moved == [2 * victim_rank, 2 * victim_rank + 1], (got, errs)
-        fetched = sum(f["bytes"] for i in survivors for f in events(out, i, "checkpoint_fetched"))
-        resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
-        assert resumed == {str(K)}, resumed
-        assert same_state(whole, out), "the resumed job's parameters or optimizer state differ"
-        assert not left_running(out) and not left_running(whole)
+def lost_and_replaced(cluster, whole, victim_rank):
+    run = f"lost{victim_rank}"
+    out = tempfile.mkdtemp()
+    victim = hold_every_node_then_lose(cluster, run, out, [0, 1, 2], victim_rank, K, "3:3")
+    cluster.start(run, 3, out, "3:3")
+    survivors = [i for i in (0, 1, 2, 3) if i != victim]
+    errs = cluster.finish(run, survivors)
+    got = restored_ranks(out, survivors, K)
+    # Stable ranks: the replacement took the lost node's place, and only its ranks moved.
+    assert node_rank_of(out, 3) == victim_rank, events(out, 3, "round_formed")
+    moved = sorted(r for r, where in got.items() if where.startswith("node "))
+    assert moved == [2 * victim_rank, 2 * victim_rank + 1], (got, errs)
+    fetched = sum(f["bytes"] for i in survivors for f in events(out, i, "checkpoint_fetched"))
+    resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
+    assert resumed == {str(K)}, resumed
+    assert same_state(whole, out), "the resumed job's parameters or optimizer state differ"
+    assert not left_running(out) and not left_running(whole)
     return fetched
 
 
-def case_fsdp2_middle_node_lost_and_replaced():
-    moved = lost_and_replaced(1)
-    print(f"FSDP2, 3 nodes x 2 ranks, the middle node lost after step {K} and replaced: its two "
-          f"ranks' own shards fetched ({moved} bytes moved), every other rank's from its own "
-          f"node; parameters and Adam's state bit-identical to an uninterrupted run: passed")
-
-
-def case_fsdp2_first_node_lost_and_replaced():
-    moved = lost_and_replaced(0)
-    print(f"FSDP2, 3 nodes x 2 ranks, the node of rank 0 lost after step {K} and replaced "
-          f"({moved} bytes moved): bit-identical to an uninterrupted run: passed")
+def case_fsdp2_nodes_lost_and_replaced():
+    """The middle node lost and replaced, the first node lost and replaced, and two losses in a
+    row, each against the same uninterrupted run."""
+    with Cluster(FSDP) as cluster:
+        whole = uninterrupted(cluster, "whole")
+        moved = lost_and_replaced(cluster, whole, 1)
+        print(f"FSDP2, 3 nodes x 2 ranks, the middle node lost after step {K} and replaced: its "
+              f"two ranks' own shards fetched ({moved} bytes moved), every other rank's from its "
+              f"own node; parameters and Adam's state bit-identical to an uninterrupted run: "
+              f"passed")
+        moved = lost_and_replaced(cluster, whole, 0)
+        print(f"FSDP2, 3 nodes x 2 ranks, the node of rank 0 lost after step {K} and replaced "
+              f"({moved} bytes moved): bit-identical to an uninterrupted run: passed")
+        two_losses_in_a_row(cluster, whole)
+        assert not left_running(whole)
 
 
 def reference_at(cluster, run_id, before, after):
@@ -260,7 +264,7 @@ def case_fsdp2_third_node_joining_reshards():
         for i in (0, 1):
             cluster.start("grow", i, out, "2:3", env={"HOLD_AT": f"{K}@4"})
         wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 4, f"every rank at step {K}", 180)
-        wait_for(lambda: len(cluster.copies_of_step(K)) >= 4, f"step {K} copied", 60)
+        wait_for(lambda: len(cluster.copies_of_step("grow", K)) >= 4, f"step {K} copied", 60)
         cluster.start("grow", 2, out, "2:3")
         cluster.finish("grow", [0, 1, 2])
         for i in (0, 1, 2):
@@ -275,35 +279,32 @@ def case_fsdp2_third_node_joining_reshards():
           f"step {K}, resharded from memory to 6 ranks, bit-identical to stock DCP: passed")
 
 
-def case_fsdp2_two_losses_in_a_row():
+def two_losses_in_a_row(cluster, whole):
     K2 = K + 3
-    with Cluster(FSDP) as cluster:
-        whole = uninterrupted(cluster, "whole")
-        out = tempfile.mkdtemp()
-        for i in (0, 1, 2):
-            cluster.start("twice", i, out, "3:3", env={"HOLD_AT": f"{K},{K2}"})
-        wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 6, f"every rank at step {K}", 180)
-        wait_for(lambda: len(cluster.copies_of_step(K)) >= 6, f"step {K} copied", 60)
-        first = next(i for i in (0, 1, 2) if node_rank_of(out, i) == 1)
-        cluster.kill("twice", first)
-        cluster.start("twice", 3, out, "3:3", env={"HOLD_AT": f"{K2}"})
-        wait_for(lambda: len(glob.glob(f"{out}/held.{K2}.*")) == 6, f"every rank at step {K2}",
-                 180)
-        wait_for(lambda: len(cluster.copies_of_step(K2)) >= 6, f"step {K2} copied", 60)
-        # `ddprun status` says where each node's ranks' state came from at the last restore.
-        status = cluster.status("twice")
-        assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
-            "rank 2 from node " in status and "rank 3 from node " in status, status
-        # The second loss: the node of rank 0, after the ring changed.
-        second = next(i for i in (0, 2, 3) if events(out, i, "round_formed")[-1]["node_rank"] == 0)
-        cluster.kill("twice", second)
-        cluster.start("twice", 4, out, "3:3")
-        survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
-        cluster.finish("twice", survivors)
-        for i in survivors:
-            assert events(out, i, "checkpoint_restore")[-1]["step"] == K2, i
-        assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
-        assert not left_running(out) and not left_running(whole)
+    out = tempfile.mkdtemp()
+    for i in (0, 1, 2):
+        cluster.start("twice", i, out, "3:3", env={"HOLD_AT": f"{K},{K2}"})
+    wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 6, f"every rank at step {K}", 180)
+    wait_for(lambda: len(cluster.copies_of_step("twice", K)) >= 6, f"step {K} copied", 60)
+    first = next(i for i in (0, 1, 2) if node_rank_of(out, i) == 1)
+    cluster.kill("twice", first)
+    cluster.start("twice", 3, out, "3:3", env={"HOLD_AT": f"{K2}"})
+    wait_for(lambda: len(glob.glob(f"{out}/held.{K2}.*")) == 6, f"every rank at step {K2}", 180)
+    wait_for(lambda: len(cluster.copies_of_step("twice", K2)) >= 6, f"step {K2} copied", 60)
+    # `ddprun status` says where each node's ranks' state came from at the last restore.
+    status = cluster.status("twice")
+    assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
+        "rank 2 from node " in status and "rank 3 from node " in status, status
+    # The second loss: the node of rank 0, after the ring changed.
+    second = next(i for i in (0, 2, 3) if events(out, i, "round_formed")[-1]["node_rank"] == 0)
+    cluster.kill("twice", second)
+    cluster.start("twice", 4, out, "3:3")
+    survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
+    cluster.finish("twice", survivors)
+    for i in survivors:
+        assert events(out, i, "checkpoint_restore")[-1]["step"] == K2, i
+    assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
+    assert not left_running(out) and not left_running(whole)
     print(f"FSDP2, two nodes lost in a row (after steps {K} and {K2}, the second after the ring "
           f"changed), each replaced: bit-identical to an uninterrupted run: passed")
 
