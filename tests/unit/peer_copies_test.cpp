@@ -9,6 +9,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -261,6 +262,31 @@ TEST_CASE(
   CHECK_FALSE(get.ok);
   CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));
   REQUIRE(wait(sender.get(to, {{0, 4}}, 3, a.path / "restore")).ok);
+}
+
+TEST_CASE(
+    "peer copies: 200 idle connections from a stranger's address leave the job's members served "
+    "at once",
+    "[peer_copies]") {
+  Folder a, b;
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto member_ = service(auth_with("0123456789abcdef-job"), a.path);
+  PeerService &holder = *holder_, &member = *member_;
+  make_region(a.path, 0, 0, 3, 1 << 20, 1);
+  asio::io_context io;
+  std::vector<asio::ip::tcp::socket> idle;
+  for (int i = 0; i < 200; ++i) {  // from 127.0.0.2; the member comes from 127.0.0.1
+    asio::ip::tcp::socket& s = idle.emplace_back(io);
+    s.open(asio::ip::tcp::v4());
+    s.bind({asio::ip::make_address("127.0.0.2"), 0});
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+  }
+  const auto started = std::chrono::steady_clock::now();
+  TransferReport sent = put(member, {"127.0.0.1", holder.port()}, "node-a", a.path, {{0, 0}}, 3);
+  INFO(sent.detail);
+  CHECK(sent.ok);
+  // At once, not once the idle connections time out.
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
 }
 
 TEST_CASE(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -35,6 +36,9 @@ constexpr int kMaxLocalRanks = 4096;
 constexpr size_t kChunk = 1 << 20;
 constexpr uint64_t kFileSlotRounding = 1 << 20;
 constexpr size_t kMaxConnections = 64;
+// Connections open at once from one address: a host that floods the port with idle connections
+// takes its own share, never the job's (a node makes one per copy or fetch under way).
+constexpr size_t kMaxPerAddress = 8;
 // A connection quiet for this long is closed: a stalled peer, or a stranger that says nothing.
 constexpr std::chrono::seconds kIdleLimit{10};
 
@@ -198,15 +202,28 @@ void PeerService::use_secret(store::Token secret) {
 
 asio::awaitable<void> PeerService::serve() {
   auto open = std::make_shared<size_t>(0);
+  auto per_address = std::make_shared<std::map<asio::ip::address, size_t>>();
   for (;;) {
     auto [ec, socket] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
       continue;  // (out of descriptors, a connection reset before it was taken: go on)
     }
-    if (*open >= kMaxConnections) continue;  // closed at once: a flood takes nothing
+    const auto remote = socket.remote_endpoint(ec);
+    if (ec) continue;
+    size_t& from = (*per_address)[remote.address()];
+    // Closed at once: a flood takes nothing.
+    if (*open >= kMaxConnections || from >= kMaxPerAddress) {
+      if (from == 0) per_address->erase(remote.address());
+      continue;
+    }
     ++*open;
-    asio::co_spawn(io_, answer(std::move(socket)), [open](std::exception_ptr) { --*open; });
+    ++from;
+    asio::co_spawn(io_, answer(std::move(socket)),
+                   [open, per_address, address = remote.address()](std::exception_ptr) {
+                     --*open;
+                     if (--(*per_address)[address] == 0) per_address->erase(address);
+                   });
   }
 }
 
