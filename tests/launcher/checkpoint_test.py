@@ -563,15 +563,21 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
     assert not left_running(out)
     assert os.path.exists(os.path.join(folder, "rank0")), folder  # nobody left to remove it
     # Folders the next agent must leave alone: another pid namespace's (a container sharing
-    # /dev/shm), a running agent's (this test stands in for it), and one without an owner file.
+    # /dev/shm), a running agent's (this test stands in for it), one without an owner file, and
+    # (as root) another user's whose agent is gone, which it reports.
     kept = {}
     for name, owner in (("other-ns", owner_line(p.pid, ticks=1, ns_offset=1)),  # dead there
-                        ("running", owner_line(os.getpid())), ("unowned", None)):
+                        ("running", owner_line(os.getpid())), ("unowned", None),
+                        ("other-user", owner_line(p.pid, ticks=1))):
+        if name == "other-user" and os.geteuid() != 0:
+            continue
         kept[name] = os.path.join(shm, f"ddprun-checkpoints-{name}-XXXXXX")
         os.makedirs(kept[name])
         if owner:
             with open(os.path.join(kept[name], ".owner"), "w") as f:
                 f.write(owner)
+        if name == "other-user":
+            os.chown(kept[name], 12345, 12345)
     r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out,
                         "succeed"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
@@ -579,13 +585,17 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
         r.stderr
     assert not os.path.exists(folder), os.listdir(folder)
     assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
+    if "other-user" in kept:
+        assert f"{kept['other-user']}: the checkpoint folder of an agent no longer running, of " \
+            "another user (uid 12345)" in r.stderr, r.stderr
+        assert r.stderr.count("of another user") == 1, r.stderr
     assert sorted(os.listdir(shm)) == sorted(os.path.basename(k) for k in kept.values()), \
         os.listdir(shm)  # and the second job's own folder went with it
     shutil.rmtree(shm)
     assert not left_running(out)
     print("agent, guardian and worker SIGKILLed together: the checkpoint folder stayed, and the "
-          "next job's agent removed it, leaving another pid namespace's, a running agent's and an "
-          "unowned folder alone: passed")
+          "next job's agent removed it, leaving another pid namespace's, a running agent's, an "
+          "unowned folder and another user's (reported) alone: passed")
 
 
 OUTSIDE = r'''

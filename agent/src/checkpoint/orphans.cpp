@@ -67,24 +67,28 @@ void claim_checkpoint_folder(const fs::path& folder) {
   }
 }
 
-std::vector<std::string> remove_orphaned_checkpoint_folders(const fs::path& dir) {
-  std::vector<std::string> removed;
+OrphanedFolders remove_orphaned_checkpoint_folders(const fs::path& dir) {
+  OrphanedFolders found;
   const unsigned long long ns = own_pid_namespace();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     struct stat st {};
     if (name.rfind(kPrefix, 0) != 0 || ::lstat(e.path().c_str(), &st) != 0 ||
-        !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+        !S_ISDIR(st.st_mode)) {
       continue;
     }
     const std::optional<Owner> owner = read_owner(e.path());
     if (!owner || owner->pid_namespace != ns || ns == 0 || running(*owner)) continue;
+    if (st.st_uid != ::geteuid()) {
+      found.of_other_users.emplace_back(e.path().string(), st.st_uid);
+      continue;
+    }
     std::error_code gone;
     fs::remove_all(e.path(), gone);
-    if (!gone) removed.push_back(e.path().string());
+    if (!gone) found.removed.push_back(e.path().string());
   }
-  return removed;
+  return found;
 }
 
 }  // namespace ddprun::agent

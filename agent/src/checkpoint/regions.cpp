@@ -19,8 +19,15 @@ CheckpointRegions::CheckpointRegions(const std::string& run_id) {
   const fs::path dir = base != nullptr && *base != '\0' ? fs::path(base)
                        : fs::exists("/dev/shm")         ? fs::path("/dev/shm")
                                                         : fs::temp_directory_path();
-  for (const std::string& orphan : remove_orphaned_checkpoint_folders(dir)) {
+  const OrphanedFolders orphans = remove_orphaned_checkpoint_folders(dir);
+  for (const std::string& orphan : orphans.removed) {
     spdlog::info("removed {}: the checkpoint folder of an agent no longer running", orphan);
+  }
+  for (const auto& [orphan, uid] : orphans.of_other_users) {
+    spdlog::warn(
+        "{}: the checkpoint folder of an agent no longer running, of another user (uid {}), "
+        "holds memory; ddprun removes only its own user's: that user or root can remove it",
+        orphan, uid);
   }
   std::string name = (dir / ("ddprun-checkpoints-" + run_id + "-XXXXXX")).string();
   if (::mkdtemp(name.data()) == nullptr) {
