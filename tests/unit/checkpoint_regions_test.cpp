@@ -92,7 +92,7 @@ void write_region(const fs::path& file, int64_t step, const std::string& payload
   rec.state = SlotRecord::kCommitted;
   rec.step = step;
   rec.size = payload.size();
-  rec.checksum = checksum.value_or(add_words(0, payload.data(), payload.size()));
+  rec.checksum = checksum.value_or(payload_crc(payload));
   rec.sequence = 9;
   rec.world_size = 4;
   rec.rank = 3;
@@ -193,6 +193,81 @@ TEST_CASE(
     REQUIRE(run_until(io, [&] { return finished; }));
     CHECK_FALSE(restored);
     CHECK(reports.back().kind == PersistReport::Kind::kFailed);
+  }
+  fs::remove_all(base);
+}
+
+TEST_CASE(
+    "checkpoint persister: two swapped words fail a slot's CRC, and a file of the layout before "
+    "is checked by its word sum and comes back with its CRC",
+    "[checkpoint]") {
+  std::string payload(4096, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 13 + 1);
+  std::string swapped = payload;
+  swapped.replace(0, 8, payload.substr(64, 8));
+  swapped.replace(64, 8, payload.substr(0, 8));
+  REQUIRE(swapped != payload);
+  PayloadSum words(PayloadSumKind::kWordSum), words_swapped(PayloadSumKind::kWordSum);
+  words.add(payload.data(), payload.size());
+  words_swapped.add(swapped.data(), swapped.size());
+  CHECK(words.value() == words_swapped.value());  // what the sum of words could not see
+  CHECK(payload_crc(payload) != payload_crc(swapped));
+  PayloadSum pieces;  // a CRC summed in pieces of any size is the whole's
+  pieces.add(payload.data(), 5);
+  pieces.add(payload.data() + 5, payload.size() - 5);
+  CHECK(pieces.value() == payload_crc(payload));
+
+  const fs::path base = fs::temp_directory_path() / ("crc-test-" + std::to_string(::getpid()));
+  const fs::path regions = base / "regions", dir = base / "dir";
+  fs::remove_all(base);
+  fs::create_directories(regions);
+  fs::create_directories(dir / "step_8");
+  fs::create_directories(dir / "step_9");
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.size = payload.size();
+  rec.sequence = 1;
+  rec.world_size = 4;
+  rec.rank = 3;
+  // Step 8: a file of the layout before, its checksum the sum of its words.
+  rec.step = 8;
+  rec.checksum = words.value();
+  std::string old_file = region_header_for(rec, payload.size(), 0) + payload;
+  old_file.replace(0, 8, "DDPCKPT2");
+  std::ofstream(dir / "step_8" / "rank_3.ddpckpt", std::ios::binary) << old_file;
+  // Step 9: the current layout with two words swapped after its CRC was taken.
+  rec.step = 9;
+  rec.checksum = payload_crc(payload);
+  std::ofstream(dir / "step_9" / "rank_3.ddpckpt", std::ios::binary)
+      << region_header_for(rec, payload.size(), 0) + swapped;
+
+  boost::asio::io_context io;
+  std::vector<PersistReport> reports;
+  {
+    CheckpointPersister persister(io, regions, dir, 1,
+                                  [&reports](const PersistReport& r) { reports.push_back(r); });
+    const auto restore = [&](int64_t step) {
+      bool ok = false, finished = false;
+      boost::asio::co_spawn(io, persister.restore(step, {{0, 3}}), [&](std::exception_ptr, bool r) {
+        ok = r;
+        finished = true;
+      });
+      REQUIRE(run_until(io, [&] { return finished; }));
+      return ok;
+    };
+    CHECK_FALSE(restore(9));
+    REQUIRE_FALSE(reports.empty());
+    CHECK(reports.back().kind == PersistReport::Kind::kFailed);
+    CHECK(reports.back().detail.find("fails its checksum") != std::string::npos);
+    CHECK(restore(8));
+    const std::string region = bytes_of(regions / "rank0");
+    CHECK(region.substr(0, 8) == "DDPCKPT3");
+    const std::optional<RegionHeader> back = parse_region_header(region);
+    REQUIRE(back);
+    REQUIRE(back->slot_of(8) == 0);
+    CHECK(back->slots[0].sum_kind == PayloadSumKind::kCrc32);
+    CHECK(back->slots[0].checksum == payload_crc(payload));
+    CHECK(region.substr(kRegionHeader, payload.size()) == payload);
   }
   fs::remove_all(base);
 }

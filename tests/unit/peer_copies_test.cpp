@@ -26,6 +26,7 @@
 
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
+#include "checkpoint/slot_mac.hpp"
 #include "temp_folder.hpp"
 #include "test_certificates.hpp"
 
@@ -57,7 +58,7 @@ std::string make_region(const fs::path& dir, int local, int rank, int64_t step, 
   rec.state = SlotRecord::kCommitted;
   rec.step = step;
   rec.size = bytes;
-  rec.checksum = add_words(0, payload.data(), payload.size()) + (torn ? 1 : 0);
+  rec.checksum = payload_crc(payload) + (torn ? 1 : 0);
   rec.sequence = static_cast<uint64_t>(step);
   rec.world_size = 4;
   rec.rank = rank;
@@ -117,6 +118,46 @@ TransferReport put(PeerService& from, const PeerAddress& to, const std::string& 
 }
 
 using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
+
+// A connection to the service at `port` on loopback that has proved the job's token (as a member
+// speaking the protocol by hand).
+asio::ip::tcp::socket member_socket(asio::io_context& io, int port) {
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)});
+  asio::write(s, asio::buffer("DDPPEER2" + std::string(32, '\0')));
+  char greeting[40];
+  asio::read(s, asio::buffer(greeting));
+  const std::string proof = ddprun::store::auth::proof(
+      ddprun::store::Token("0123456789abcdef-job"), ddprun::store::auth::Side::kClient,
+      "checkpoints/job", std::string(32, '\0'), std::string(greeting + 8, 32));
+  asio::write(s, asio::buffer(proof));
+  char answer[33];
+  asio::read(s, asio::buffer(answer));
+  REQUIRE(answer[0] == 1);
+  return s;
+}
+
+// Global rank 0's committed record of `step` holding `payload` (its CRC), of the job "job".
+SlotRecord record_of(const std::string& payload, int64_t step) {
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = step;
+  rec.size = payload.size();
+  rec.checksum = payload_crc(payload);
+  rec.sequence = static_cast<uint64_t>(step);
+  rec.rank = 0;
+  rec.run_tag = kRunTag;
+  return rec;
+}
+
+// A status answer of the protocol: empty when ok, else its message.
+std::string read_status(asio::ip::tcp::socket& s) {
+  uint64_t w[2];
+  asio::read(s, asio::buffer(w, sizeof w));
+  std::string message(std::min<uint64_t>(w[1], 4096), '\0');
+  asio::read(s, asio::buffer(message));
+  return w[0] == 0 ? std::string() : message;
+}
 
 }  // namespace
 
@@ -205,7 +246,7 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   {  // A proof of zeros (what a job without a token once accepted): refused, nothing read.
     asio::ip::tcp::socket s(io);
     s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
-    asio::write(s, asio::buffer("DDPPEER1" + std::string(32, '\0')));
+    asio::write(s, asio::buffer("DDPPEER2" + std::string(32, '\0')));
     char greeting[40];
     asio::read(s, asio::buffer(greeting));
     asio::write(s, asio::buffer(std::string(32, '\0')));
@@ -309,30 +350,12 @@ TEST_CASE(
 
   // A sender that dies half way through its payload.
   asio::io_context io;
-  asio::ip::tcp::socket s(io);
-  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
-  asio::write(s, asio::buffer("DDPPEER1" + std::string(32, '\0')));
-  char greeting[40];
-  asio::read(s, asio::buffer(greeting));
-  const std::string proof = ddprun::store::auth::proof(
-      ddprun::store::Token("0123456789abcdef-job"), ddprun::store::auth::Side::kClient,
-      "checkpoints/job", std::string(32, '\0'), std::string(greeting + 8, 32));
-  asio::write(s, asio::buffer(proof));
-  char answer[33];
-  asio::read(s, asio::buffer(answer));
-  REQUIRE(answer[0] == 1);
+  asio::ip::tcp::socket s = member_socket(io, holder.port());
   const std::string payload = payload_of(1 << 20, 3);
-  SlotRecord rec;
-  rec.state = SlotRecord::kCommitted;
-  rec.step = 7;
-  rec.size = payload.size();
-  rec.checksum = add_words(0, payload.data(), payload.size());
-  rec.sequence = 7;
-  rec.rank = 0;
-  rec.run_tag = kRunTag;
   const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
   asio::write(s, asio::buffer(words, sizeof words));
-  asio::write(s, asio::buffer(std::string("n") + region_header_for(rec, payload.size(), 0)));
+  asio::write(s, asio::buffer(std::string("n") +
+                              region_header_for(record_of(payload, 7), payload.size(), 0)));
   char status[16];
   asio::read(s, asio::buffer(status));
   asio::write(s, asio::buffer(payload.data(), payload.size() / 2));
@@ -432,4 +455,44 @@ TEST_CASE("peer copies: a get from a holder that never answers ends at once when
   REQUIRE(ended);
   CHECK(took < std::chrono::seconds(2));  // not the link's 10 s idle limit
   CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));
+}
+
+TEST_CASE(
+    "peer copies: a copy altered on its way, its CRC made to match, fails its MAC and is not "
+    "kept",
+    "[peer_copies]") {
+  Folder b;
+  auto holder = service(auth_with("0123456789abcdef-job"), b.path);
+  const std::string sent = payload_of(1 << 20, 4);
+  std::string altered = sent;
+  altered[12345] ^= 1;
+  // What an attacker on the way can do: change bytes and give the header the new bytes' CRC.
+  const std::string header = region_header_for(record_of(altered, 7), altered.size(), 0);
+  const auto put_by_hand = [&](const std::string& payload, const std::string& mac) {
+    asio::io_context io;
+    asio::ip::tcp::socket s = member_socket(io, holder->port());
+    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
+    asio::write(s, asio::buffer(words, sizeof words));
+    asio::write(s, asio::buffer("n" + header));
+    REQUIRE(read_status(s).empty());
+    asio::write(s, asio::buffer(payload));
+    asio::write(s, asio::buffer(mac));
+    return read_status(s);
+  };
+  const auto mac_of = [&](const std::string& payload) {
+    SlotMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+    mac.add(header);
+    mac.add(payload);
+    return mac.finish();
+  };
+  // The sender's MAC was of the bytes it sent: the altered ones are refused, nothing kept.
+  CHECK_THAT(put_by_hand(altered, mac_of(sent)), Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // A MAC of zeros (what anyone without the token could send) likewise.
+  CHECK_THAT(put_by_hand(altered, std::string(SlotMac::kBytes, '\0')),
+             Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // The same bytes with their own MAC, which only a member can make, are kept.
+  CHECK(put_by_hand(altered, mac_of(altered)).empty());
+  CHECK(holder->copies().steps() == Steps{{"n", {{7}}}});
 }

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include "ddp/errors.hpp"
 
@@ -31,7 +32,7 @@ namespace fs = std::filesystem;
 // that saved it at 192 + 8 * i, its run's tag at 208 + 8 * i; slot i's payload at 4096 + i * slot
 // size. A C++ payload: "DDPCXX1\0", the number of buffers, their sizes (u64), padded to 64; then
 // each buffer at a 64-byte boundary.
-constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '2'};
+constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '3'};
 constexpr char kCxxMagic[8] = {'D', 'D', 'P', 'C', 'X', 'X', '1', '\0'};
 constexpr size_t kHeader = 4096, kAlign = 64;
 constexpr size_t kRankAt = 192;    // + 8 * slot: the global rank that saved it
@@ -53,15 +54,9 @@ static_assert(sizeof(Record) == 64);
 
 size_t up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// The wrapping sum of the 8-byte words of [p, p + n) (n a multiple of 8).
-uint64_t word_sum(const std::byte* p, size_t n) {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    sum += w;
-  }
-  return sum;
+// The CRC-32 of [p, p + n) continued from `crc` (a slot's checksum: zlib's CRC-32 of its payload).
+uint64_t crc_of(uint64_t crc, const std::byte* p, size_t n) {
+  return crc32_z(static_cast<uLong>(crc), reinterpret_cast<const Bytef*>(p), n);
 }
 
 // The 64-bit FNV-1a hash of `text` (a slot's run tag).
@@ -217,13 +212,13 @@ bool save(int64_t step, const std::vector<std::span<const std::byte>>& buffers) 
     const uint64_t size = buffers[i].size();
     std::memcpy(out + 16 + 8 * i, &size, 8);
   }
-  uint64_t checksum = word_sum(out, structure);
+  uint64_t checksum = crc_of(0, out, structure);
   size_t at = structure;
   for (const auto& b : buffers) {
     const size_t tile = up(b.size(), kAlign);
     std::memcpy(out + at, b.data(), b.size());
     std::memset(out + at + b.size(), 0, tile - b.size());
-    checksum += word_sum(out + at, tile);  // while it is in the cache
+    checksum = crc_of(checksum, out + at, tile);  // while it is in the cache
     at += tile;
   }
   rec->step = step;
@@ -299,7 +294,7 @@ std::optional<int64_t> load(const std::vector<std::span<std::byte>>& buffers) {
                     step, path, rank, rec->world_size, saved_world));
   }
   const std::byte* in = g_region->payload(slot);
-  if (rec->size > g_region->slot_size || word_sum(in, rec->size) != rec->checksum) {
+  if (rec->size > g_region->slot_size || crc_of(0, in, rec->size) != rec->checksum) {
     throw CheckpointError(fmt::format("checkpoint: step {} in {} fails its checksum", step, path));
   }
   uint64_t count = 0;

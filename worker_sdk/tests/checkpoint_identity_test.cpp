@@ -1,6 +1,9 @@
 // libddp's checkpoints: a region saved by one global rank, loaded as another (what a restore that
 // moved the wrong slot would do), is refused, and so is one of another world size than the agents
-// agreed; a rank the saved world did not have is told so. Real regions in a folder of the test's.
+// agreed; a rank the saved world did not have is told so; a slot that fails its CRC (two words
+// swapped) reaches no buffer. Real regions in a folder of the test's.
+#include <fcntl.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +23,18 @@ namespace fs = std::filesystem;
 namespace {
 
 void env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
+
+// Swaps the 8-byte words at `a` and `b` of the file `path`.
+void swap_words(const fs::path& path, off_t a, off_t b) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  char x[8], y[8];
+  REQUIRE(::pread(fd, x, 8, a) == 8);
+  REQUIRE(::pread(fd, y, 8, b) == 8);
+  REQUIRE(::pwrite(fd, y, 8, a) == 8);
+  REQUIRE(::pwrite(fd, x, 8, b) == 8);
+  ::close(fd);
+}
 
 }  // namespace
 
@@ -55,12 +70,18 @@ TEST_CASE("sdk checkpoint: a slot is loaded only by the global rank and world th
   env("WORLD_SIZE", "4");
   env("RANK", "3");
   CHECK_THROWS_WITH(ddp::checkpoint::load(in), Catch::Contains("rank 3 has no counterpart"));
-  // Rank 0 of that world restores what rank 0 saved.
+  // Rank 0 of that world restores what rank 0 saved; not while two of its doubles are swapped
+  // (slot 0's payload at 4096: the structure's 64 bytes, then the buffer).
   env("RANK", "0");
+  const fs::path region = dir / "rank0";
+  swap_words(region, 4096 + 64 + 8 * 1, 4096 + 64 + 8 * 50);
+  CHECK_THROWS_WITH(ddp::checkpoint::load(in), Catch::Contains("fails its checksum"));
+  CHECK(loaded[1] == -1.0);
+  swap_words(region, 4096 + 64 + 8 * 1, 4096 + 64 + 8 * 50);
   CHECK(ddp::checkpoint::load(in) == 3);
   CHECK(loaded == saved);
-  for (const char* name : {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP",
-                           "DDPRUN_CHECKPOINT_WORLD"}) {
+  for (const char* name :
+       {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_WORLD"}) {
     ::unsetenv(name);
   }
   fs::remove_all(dir);

@@ -22,9 +22,10 @@ using asio::ip::tcp;
 
 namespace {
 
-constexpr std::string_view kMagic = "DDPPEER1";
+constexpr std::string_view kMagic = "DDPPEER2";
 constexpr size_t kProof = 32;
 constexpr uint64_t kFileChunk = 8 << 20;  // what one sendfile(2) or TLS write carries at most
+constexpr uint64_t kMacChunk = 1 << 20;   // what is read at once for the MAC, from the cache
 
 std::string proof_of(const PeerAuth& auth, store::auth::Side side, std::string_view client_nonce,
                      std::string_view server_nonce) {
@@ -81,12 +82,13 @@ asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
   idle_.cancel();
 }
 
-asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n) {
+asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, SlotMac& mac) {
+  std::string buffer(std::min<uint64_t>(n, tls_ ? kFileChunk : kMacChunk), '\0');
   if (tls_) {
-    std::string buffer(std::min<uint64_t>(n, kFileChunk), '\0');
     for (uint64_t done = 0; done < n;) {
       const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), n - done));
       read_all(fd, buffer.data(), k, offset + done, "a checkpoint copy");
+      mac.add(std::string_view(buffer.data(), k));
       co_await write(buffer.data(), k);
       done += k;
     }
@@ -94,9 +96,16 @@ asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n) {
   }
   plain_->native_non_blocking(true);
   auto at = static_cast<off_t>(offset);
+  uint64_t seen = offset;  // what mac has of the file: a chunk ahead of what was sent
   for (uint64_t left = n; left > 0;) {
-    const ssize_t k =
-        ::sendfile(plain_->native_handle(), fd, &at, std::min<uint64_t>(left, kFileChunk));
+    const uint64_t chunk = std::min<uint64_t>(left, kFileChunk);
+    for (const uint64_t end = static_cast<uint64_t>(at) + chunk; seen < end;) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - seen));
+      read_all(fd, buffer.data(), k, seen, "a checkpoint copy");
+      mac.add(std::string_view(buffer.data(), k));
+      seen += k;
+    }
+    const ssize_t k = ::sendfile(plain_->native_handle(), fd, &at, chunk);
     if (k > 0) {
       left -= static_cast<uint64_t>(k);
       continue;

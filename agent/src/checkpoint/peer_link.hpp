@@ -9,7 +9,7 @@
 // longer than its limit is closed (a peer that stalls mid-transfer ends its transfer, not the
 // service).
 //
-// The greeting: the client sends "DDPPEER1" and its nonce, the server the same with its own; the
+// The greeting: the client sends "DDPPEER2" and its nonce, the server the same with its own; the
 // client sends its proof; the server answers one byte (1: accepted, 0: refused) and its own proof
 // (zeros when refused). Private to the agent.
 #include <chrono>
@@ -22,6 +22,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "checkpoint/slot_mac.hpp"
 #include "ddprun/store/auth.hpp"
 #include "ddprun/store/tls.hpp"
 
@@ -60,10 +61,10 @@ class PeerLink {
   // stays idle past its limit.
   boost::asio::awaitable<void> read(char* p, size_t n);
   boost::asio::awaitable<void> write(const char* p, size_t n);
-  // `n` bytes of the file `fd` from `offset`: in the clear with sendfile(2), the file's pages
-  // straight to the socket; over TLS read and encrypted in pieces. Throws as write() does, and
-  // std::system_error where the file cannot be read.
-  boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n);
+  // `n` bytes of the file `fd` from `offset`, each also added to `mac`: in the clear with
+  // sendfile(2), the file's pages straight to the socket; over TLS read and encrypted in pieces.
+  // Throws as write() does, and std::system_error where the file cannot be read.
+  boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, SlotMac& mac);
   // The other end's address, for messages.
   const std::string& peer() const { return peer_; }
   void close();

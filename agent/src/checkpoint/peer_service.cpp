@@ -121,16 +121,36 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
   return h->slots[0];
 }
 
-// Receives `rec.size` payload bytes into `out`.
-asio::awaitable<void> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size) {
+// Receives `size` payload bytes into `out`, then their MAC: whether it is theirs (and `header`'s,
+// the file's header as it came).
+asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
+                                      const std::string& header, SlotMac mac) {
+  mac.add(header);
   std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
   for (uint64_t done = 0; done < size;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
     co_await link.read(buffer.data(), n);
     out.append(buffer.data(), n);
+    mac.add(std::string_view(buffer.data(), n));
     done += n;
   }
+  char theirs[SlotMac::kBytes];
+  co_await link.read(theirs, sizeof theirs);
+  co_return mac.matches(std::string_view(theirs, sizeof theirs));
 }
+
+// Sends the payload of `size` bytes at `at` of `fd`, then their MAC (and `header`'s, the file's
+// header as it was sent).
+asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, int fd, uint64_t at,
+                                   uint64_t size, SlotMac mac) {
+  mac.add(header);
+  co_await link.send_file(fd, at, size, mac);
+  const std::string sum = mac.finish();
+  co_await link.write(sum.data(), sum.size());
+}
+
+constexpr std::string_view kAlteredCopy =
+    "the copy fails its MAC (altered on its way, or not sent by a member of this job)";
 
 }  // namespace
 
@@ -191,6 +211,12 @@ PeerService::~PeerService() {
   stage_thread_.join();
 }
 
+SlotMac PeerService::copy_mac() const {
+  if (!auth_.token)
+    throw std::runtime_error("this node holds neither the job's token nor its secret");
+  return SlotMac(*auth_.token, auth_.scope);
+}
+
 void PeerService::use_secret(store::Token secret) {
   std::promise<void> done;
   asio::post(io_, [&] {
@@ -249,9 +275,11 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     }
     co_await send_status(*link, error);
     if (!in) co_return;
-    std::string head = words({kRegionHeader + found->record.size}) + file_header_for(*found);
-    co_await link->write(head.data(), head.size());
-    co_await link->send_file(in->fd, found->payload_at, found->record.size);
+    const std::string size = words({kRegionHeader + found->record.size});
+    const std::string header = file_header_for(*found);
+    co_await link->write(size.data(), size.size());
+    co_await link->write(header.data(), header.size());
+    co_await send_payload(*link, header, in->fd, found->payload_at, found->record.size, copy_mac());
     co_return;
   }
   // A put: the file's header, then (once there is room) its payload.
@@ -287,7 +315,10 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     }
   } reservation{*copies_, *r};
   co_await send_status(*link, "");
-  co_await receive_payload(*link, *out, rec->size);
+  if (!co_await receive_payload(*link, *out, rec->size, header, copy_mac())) {
+    co_await send_status(*link, std::string(kAlteredCopy));
+    co_return;
+  }
   if (!out->commit(rec->checksum)) {
     co_await send_status(*link,
                          "the copy fails its checksum (the worker reused the slot during "
@@ -382,7 +413,7 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
                                       slot.local_rank, why);
           break;
         }
-        co_await link->send_file(in.fd, kRegionHeader, rec.size);
+        co_await send_payload(*link, header, in.fd, kRegionHeader, rec.size, copy_mac());
         if (std::string why = co_await read_status(*link); !why.empty()) {
           report.detail = fmt::format("{} did not keep local rank {}'s copy: {}", link->peer(),
                                       slot.local_rank, why);
@@ -437,7 +468,11 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
         {
           SlotFileWriter out(file, dir / fmt::format(".rank_{}.tmp", rank), header, file_bytes,
                              fmt::format("global rank {}'s checkpoint", rank));
-          co_await receive_payload(*link, out, rec->size);
+          if (!co_await receive_payload(*link, out, rec->size, header, copy_mac())) {
+            report.detail = fmt::format("global rank {}'s step {} from {}: {}", rank, step,
+                                        link->peer(), kAlteredCopy);
+            co_return report;
+          }
           if (!out.commit(rec->checksum)) {
             report.detail = fmt::format("global rank {}'s step {} from {} fails its checksum", rank,
                                         step, link->peer());

@@ -2,12 +2,15 @@
 
 #include <cstring>
 
+#include <zlib.h>
+
 namespace ddprun::agent {
 namespace {
 
-constexpr std::string_view kMagic = "DDPCKPT2";
-constexpr std::string_view kFirstMagic = "DDPCKPT1";  // no rank recorded
-constexpr size_t kRecords = 64;                       // slot i's record at 64 + 64 * i
+constexpr std::string_view kMagic = "DDPCKPT3";
+constexpr std::string_view kWordSumMagic = "DDPCKPT2";  // checked by the sum of its words
+constexpr std::string_view kFirstMagic = "DDPCKPT1";    // that, and no rank recorded
+constexpr size_t kRecords = 64;                         // slot i's record at 64 + 64 * i
 constexpr size_t kRecordSize = 64;
 constexpr size_t kRanks = 192;      // slot i's global rank at 192 + 8 * i
 constexpr size_t kRunTags = 208;    // slot i's run tag at 208 + 8 * i
@@ -27,8 +30,9 @@ void put(std::string& s, size_t offset, uint64_t v) {
 
 std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
   if (bytes.size() < kRegionHeaderRead) return std::nullopt;
-  const bool current = bytes.substr(0, 8) == kMagic;
-  if (!current && bytes.substr(0, 8) != kFirstMagic) return std::nullopt;
+  const std::string_view magic = bytes.substr(0, 8);
+  const bool ranked = magic == kMagic || magic == kWordSumMagic;
+  if (!ranked && magic != kFirstMagic) return std::nullopt;
   RegionHeader h;
   h.slot_size = u64_at(bytes, 8);
   for (size_t i = 0; i < 2; ++i) {
@@ -42,7 +46,8 @@ std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
     r.structure_size = u64_at(bytes, at + 40);
     r.metadata_size = u64_at(bytes, at + 48);
     r.world_size = u64_at(bytes, at + 56);
-    if (current) {
+    r.sum_kind = magic == kMagic ? PayloadSumKind::kCrc32 : PayloadSumKind::kWordSum;
+    if (ranked) {
       r.rank = static_cast<int64_t>(u64_at(bytes, kRanks + 8 * i));
       r.run_tag = u64_at(bytes, kRunTags + 8 * i);
     }
@@ -97,13 +102,23 @@ uint64_t run_tag_of(std::string_view run_id) {
   return h;
 }
 
-uint64_t add_words(uint64_t sum, const char* p, size_t n) {
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    sum += w;
+void PayloadSum::add(const char* p, size_t n) {
+  if (kind_ == PayloadSumKind::kWordSum) {
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      value_ += w;
+    }
+    return;
   }
-  return sum;
+  const auto* bytes = reinterpret_cast<const Bytef*>(p);
+  value_ = crc32_z(static_cast<uLong>(value_), bytes, n);
+}
+
+uint64_t payload_crc(std::string_view bytes) {
+  PayloadSum sum;
+  sum.add(bytes.data(), bytes.size());
+  return sum.value();
 }
 
 }  // namespace ddprun::agent

@@ -4,7 +4,9 @@
 // of the same layout holding one slot, as slot 0. A checkpoint is the state of one global rank at
 // one step: each slot records the rank and world size that saved it. Files of the first layout
 // (magic DDPCKPT1, before slots recorded their rank) are read with the rank unknown (-1): only
-// --checkpoint_dir's, whose path names the rank, are restored from. Private to the agent.
+// --checkpoint_dir's, whose path names the rank, are restored from. A slot's payload is checked
+// by its CRC-32; files of the layouts before (DDPCKPT1, DDPCKPT2) by the wrapping sum of their
+// 8-byte words, checked as they are read and rewritten with their CRC. Private to the agent.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,19 +18,27 @@ namespace ddprun::agent {
 inline constexpr size_t kRegionHeader = 4096;     // slot i's payload at 4096 + i * slot size
 inline constexpr size_t kRegionHeaderRead = 272;  // the bytes of the header that say anything
 
+// How a slot's checksum sums its payload: CRC-32 (zlib's, the current layout), or the wrapping
+// sum of its 8-byte words (the layouts before, whose files are still read).
+enum class PayloadSumKind { kCrc32, kWordSum };
+
 struct SlotRecord {
   enum State : uint64_t { kEmpty = 0, kWriting = 1, kCommitted = 2 };
   uint64_t state = kEmpty;
   int64_t step = 0;
   uint64_t size = 0;      // the payload's bytes
-  uint64_t checksum = 0;  // the wrapping sum of the payload's 8-byte words
+  uint64_t checksum = 0;  // the payload's, of the kind below
   uint64_t sequence = 0;  // newer commits higher
   uint64_t structure_size = 0;
   uint64_t metadata_size = 0;  // a torch.distributed.checkpoint save's job metadata, at the end
   uint64_t world_size = 0;     // WORLD_SIZE at the save
   int64_t rank = -1;           // the global rank that saved it (-1: unknown, the first layout)
   uint64_t run_tag = 0;        // its run's tag (run_tag_of)
+  PayloadSumKind sum_kind = PayloadSumKind::kCrc32;
 };
+
+// Where slot 0's checksum lies in a file of the region layout.
+inline constexpr size_t kSlot0ChecksumAt = 64 + 24;
 
 // A run's tag: the 64-bit FNV-1a hash of its run id, as the workers record it.
 uint64_t run_tag_of(std::string_view run_id);
@@ -50,10 +60,24 @@ struct RegionHeader {
 std::optional<RegionHeader> parse_region_header(std::string_view bytes);
 
 // A header for a file of the region layout (the current one) holding `record` as slot 0, with
-// slots of `slot_size` bytes: kRegionHeader bytes.
+// slots of `slot_size` bytes: kRegionHeader bytes. Its checksum is `record`'s, whatever its kind:
+// a record of a layout before is rewritten with its CRC (SlotFileWriter::commit).
 std::string region_header_for(const SlotRecord& record, uint64_t slot_size, uint64_t save_micros);
 
-// The wrapping sum of the 8-byte words of `n` bytes at `p` (n a multiple of 8), added to `sum`.
-uint64_t add_words(uint64_t sum, const char* p, size_t n);
+// A payload's checksum of one kind, summed from its bytes in order, in pieces of any size (the
+// word sum's pieces whole 8-byte words).
+class PayloadSum {
+ public:
+  explicit PayloadSum(PayloadSumKind kind = PayloadSumKind::kCrc32) : kind_(kind) {}
+  void add(const char* p, size_t n);
+  uint64_t value() const { return value_; }
+
+ private:
+  PayloadSumKind kind_;
+  uint64_t value_ = 0;
+};
+
+// The CRC-32 of `bytes` (a whole payload: a slot's checksum).
+uint64_t payload_crc(std::string_view bytes);
 
 }  // namespace ddprun::agent

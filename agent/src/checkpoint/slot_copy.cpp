@@ -29,22 +29,22 @@ std::optional<RegionHeader> read_header(int fd, const fs::path& name) {
   return parse_region_header(bytes);
 }
 
-// Copies `size` bytes from `in` at `from` to `out` at `to`, returning their word sum; stops early
+// Copies `size` bytes from `in` at `from` to `out` at `to`, returning their CRC; stops early
 // (nullopt) once `stop` is set.
 std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to, uint64_t size,
                                      const fs::path& in_name, const fs::path& out_name,
                                      const std::atomic<bool>& stop) {
   std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
-  uint64_t sum = 0;
+  PayloadSum sum;
   for (uint64_t done = 0; done < size; done += buffer.size()) {
     if (stop) return std::nullopt;
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
     read_all(in, buffer.data(), n, from + done, in_name);
-    sum = add_words(sum, buffer.data(), n);
+    sum.add(buffer.data(), n);
     write_all(out, buffer.data(), n, to + done, out_name);
     if (n < buffer.size()) break;
   }
-  return sum;
+  return sum.value();
 }
 
 // `size` bytes of `in` at `from` copied into a new file `staged` (its room reserved first); null
@@ -103,6 +103,10 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
   const SlotRecord rec = h->slots[slot];
   if (rec.rank >= 0 && rec.rank != rank) {  // a slot of before the ranks moved: not this rank's
     r.detail = fmt::format("the slot holds global rank {}'s state, not rank {}'s", rec.rank, rank);
+    return r;
+  }
+  if (rec.sum_kind != PayloadSumKind::kCrc32) {
+    r.detail = "the slot was written by an earlier ddprun's worker library (no CRC)";
     return r;
   }
   const fs::path folder = dir / fmt::format("step_{}", step);
@@ -175,7 +179,7 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
                      regions / fmt::format("rank{}.restore", local_rank),
                      region_header_for(rec, h->slot_size, h->save_micros[0]),
                      kRegionHeader + 2 * h->slot_size,
-                     fmt::format("local rank {}'s region", local_rank));
+                     fmt::format("local rank {}'s region", local_rank), rec.sum_kind);
   std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
   for (uint64_t done = 0; done < rec.size;) {
     if (stop) {

@@ -39,8 +39,9 @@ bool SlotReader::unchanged() const {
 }
 
 SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& header,
-                               uint64_t reserve, const std::string& what)
+                               uint64_t reserve, const std::string& what, PayloadSumKind arriving)
     : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)) {
+  if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
   if (const int e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve)); e != 0) {
     errno = e;
     fail_io(
@@ -53,12 +54,18 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
 
 void SlotFileWriter::append(const char* p, size_t n) {
   write_all(fd_.fd, p, n, kRegionHeader + written_, partial_.path);
-  sum_ = add_words(sum_, p, n);
+  crc_.add(p, n);
+  if (arriving_) arriving_->add(p, n);
   written_ += n;
 }
 
 bool SlotFileWriter::commit(uint64_t checksum) {
-  if (sum_ != checksum) return false;
+  if ((arriving_ ? arriving_->value() : crc_.value()) != checksum) return false;
+  if (arriving_) {  // a file of a layout before: its header is the current one's, with the CRC
+    const uint64_t crc = crc_.value();
+    write_all(fd_.fd, reinterpret_cast<const char*>(&crc), sizeof crc, kSlot0ChecksumAt,
+              partial_.path);
+  }
   fs::rename(partial_.path, path_);
   partial_.kept = true;
   return true;

@@ -43,20 +43,23 @@ class SlotReader {
 
 // A file of the region layout written as its bytes arrive: made under `tmp` with `reserve` bytes
 // reserved first (so that a full /dev/shm fails here, never as a SIGBUS later), the kRegionHeader
-// bytes of `header` at its start and the payload after them, summed as it comes; renamed to
-// `path` only once complete and matching the checksum. Removed unless committed.
+// bytes of `header` at its start and the payload after them, summed as it comes (by `arriving`,
+// the kind of checksum its source has, and by its CRC); renamed to `path` only once complete and
+// matching the checksum, with its CRC as the file's checksum. Removed unless committed.
 class SlotFileWriter {
  public:
   // Throws std::system_error; where there is no room, its message names `what` and the size.
   SlotFileWriter(std::filesystem::path path, std::filesystem::path tmp, const std::string& header,
-                 uint64_t reserve, const std::string& what);
+                 uint64_t reserve, const std::string& what,
+                 PayloadSumKind arriving = PayloadSumKind::kCrc32);
   SlotFileWriter(const SlotFileWriter&) = delete;
   SlotFileWriter& operator=(const SlotFileWriter&) = delete;
 
   // The next `n` payload bytes (whole 8-byte words, except at the end).
   void append(const char* p, size_t n);
   uint64_t written() const { return written_; }
-  // Renames the file into place if its payload sums to `checksum`; false (the file removed) if not.
+  // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
+  // (the file removed) if not.
   bool commit(uint64_t checksum);
 
  private:
@@ -64,7 +67,8 @@ class SlotFileWriter {
   Partial partial_;
   Fd fd_;
   uint64_t written_ = 0;
-  uint64_t sum_ = 0;
+  PayloadSum crc_;
+  std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
 };
 
 }  // namespace ddprun::agent

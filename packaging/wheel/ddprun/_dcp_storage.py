@@ -235,7 +235,7 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
         checksum = sums.total()
         self._save, self._sizes = save, (data_end, len(meta), checksum)
         if not self.is_coordinator:
-            save.commit(data_end, len(meta), checksum=checksum)
+            save.commit(data_end, len(meta), checksum)
         fut = Future()
         fut.set_result(results)
         return fut
@@ -256,8 +256,8 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
                 f"kept for it in the coordinator's slot")
         m, base = self._save.map, self._save.base
         m[base + data_end:base + size] = blob + bytes(size - data_end - len(blob))
-        checksum += _ckpt._checksum(m, base + data_end, size - data_end)
-        self._save.commit(size, meta_size, len(blob), checksum=checksum & 0xFFFFFFFFFFFFFFFF)
+        checksum = _ckpt._crc(m, base + data_end, size - data_end, checksum)
+        self._save.commit(size, meta_size, checksum, len(blob))
 
     def storage_meta(self):
         return None

@@ -23,9 +23,9 @@ own state in its region before the workers start, wherever it was held), and, fo
 opaque per-rank state, one saved at another world size (see load()).
 
 Region layout (little-endian; the agent reads the header and persists slots verbatim; the layout is
-docs/region_format.md's): at 0 the magic b"DDPCKPT2", at 8 the slot size; at 64 + 64*i slot i's
-record: state (0 empty, 1 being written, 2 committed), step, size, checksum (the 64-bit wrapping sum
-of the payload's 8-byte words), sequence (newer commits higher), the structure's size, the DCP
+docs/region_format.md's): at 0 the magic b"DDPCKPT3", at 8 the slot size; at 64 + 64*i slot i's
+record: state (0 empty, 1 being written, 2 committed), step, size, checksum (zlib's CRC-32 of the
+payload), sequence (newer commits higher), the structure's size, the DCP
 metadata's size, the world size at the save; at 192 + 8*i the global rank that saved slot i, at
 208 + 8*i its run's tag (the 64-bit FNV-1a hash of TORCHELASTIC_RUN_ID); at 256 + 8*i how long slot
 i's save took (microseconds); slot i's payload at 4096 + i * slot size: the
@@ -47,8 +47,9 @@ import threading
 import time
 import warnings
 import weakref
+import zlib
 
-MAGIC = b"DDPCKPT2"
+MAGIC = b"DDPCKPT3"
 HEADER = 4096
 # state, step, size, checksum, sequence, structure size, DCP metadata size, world size
 _RECORD = struct.Struct("<QqQQQQQQ")
@@ -331,13 +332,11 @@ def _unflatten(state, tensors):
     return _walk(state, lambda value: tensors[value.index] if isinstance(value, _Ref) else value)
 
 
-def _checksum(m, start, size):
-    """The wrapping sum of the 8-byte words of `size` bytes (a multiple of 8) at `start` of `m`."""
-    if size == 0:
-        return 0
-    import torch
-    words = torch.frombuffer(m, dtype=torch.int64, offset=start, count=size // 8)
-    return int(words.sum().item()) & 0xFFFFFFFFFFFFFFFF
+def _crc(m, start, size, crc=0):
+    """zlib's CRC-32 of `size` bytes at `start` of `m`, continued from `crc` (the CRC of the bytes
+    before them): a slot's checksum is its payload's."""
+    with memoryview(m) as whole, whole[start:start + size] as part:
+        return zlib.crc32(part, crc)
 
 
 # The saves of this process begun and not committed: at most one (a second would pick the same
@@ -391,12 +390,10 @@ class _Save:
         struct.pack_into("<Q", self.map, _RUN_AT + 8 * self.slot,
                          run_tag(os.environ.get("TORCHELASTIC_RUN_ID", "")))
 
-    def commit(self, size, structure_size, metadata_size=0, checksum=None):
-        """Commits the slot's first `size` bytes; `checksum`: theirs, where the caller summed them
-        as it wrote them (while they were in the cache), else summed here."""
+    def commit(self, size, structure_size, checksum, metadata_size=0):
+        """Commits the slot's first `size` bytes, whose CRC is `checksum` (the caller's, computed as
+        it wrote them, while they were in the cache)."""
         m, at = self.map, _record_offset(self.slot)
-        if checksum is None:
-            checksum = _checksum(m, self.base, size)
         _RECORD.pack_into(m, at, _WRITING, self.step, size, checksum, self.sequence, structure_size,
                           metadata_size, _my_world())
         struct.pack_into("<Q", m, _SAVE_TIME + 8 * self.slot,
@@ -425,28 +422,34 @@ def _copy_tensor(data, offset, t, non_blocking=False):
 
 
 class _TileSums:
-    """The checksum of a slot summed tile by tile as it is written: a tile at once, while it is in
-    the cache, or, for a CUDA tensor's tile whose copy was only queued (by DMA), once its device has
-    finished the copies."""
+    """The CRC of a slot computed tile by tile as it is written, the tiles given in their order in
+    the slot, each right after the one before: a tile at once, while it is in the cache; from the
+    first CUDA tensor's tile whose copy was only queued (by DMA) on, every tile once the devices
+    have finished the copies (a CRC runs in order)."""
 
     def __init__(self, m):
-        self.m, self.sum, self.arriving, self.devices = m, 0, [], set()
+        self.m, self.crc, self.end, self.queued_from, self.devices = m, 0, None, None, set()
 
     def add(self, start, size, queued_on=None):
-        if queued_on is None:
-            self.sum += _checksum(self.m, start, size)
-        else:
-            self.arriving.append((start, size))
+        if self.end is not None and start != self.end:
+            raise AssertionError(f"checkpoint: a tile at {start}, not right after {self.end}")
+        if queued_on is not None:
             self.devices.add(queued_on)
+            if self.queued_from is None:
+                self.queued_from = start
+        if self.queued_from is None:
+            self.crc = _crc(self.m, start, size, self.crc)
+        self.end = start + size
 
     def total(self):
         if self.devices:
             import torch
             for device in self.devices:
                 torch.cuda.synchronize(device)
-        for start, size in self.arriving:
-            self.sum += _checksum(self.m, start, size)
-        return self.sum & 0xFFFFFFFFFFFFFFFF
+        if self.queued_from is not None:
+            self.crc = _crc(self.m, self.queued_from, self.end - self.queued_from, self.crc)
+            self.queued_from = None
+        return self.crc
 
 
 def _cuda_bytes(tensors):
@@ -497,7 +500,7 @@ def save(step, state):
         if p.nbytes:
             _copy_tensor(data, p.offset, t, non_blocking=by_dma)
         sums.add(base + data_start + p.offset, end - p.offset, t.device if by_dma else None)
-    save.commit(payload, len(meta), checksum=sums.total())
+    save.commit(payload, len(meta), sums.total())
 
 
 def agreed_step():
@@ -519,12 +522,11 @@ def saved_world_size():
 
 class _Committed:
     """The committed slot holding this rank's state at `step` in this rank's region, its checksum
-    verified unless `verify` is False (the caller sums the payload as it reads it, then calls
-    verify()). A slot of that step saved by another global rank, or at another world size than the
-    agents agreed the step was saved at, is refused: the agents put this rank's own state here, and
-    anything else would be a silent wrong answer."""
+    verified before anything is read from it. A slot of that step saved by another global rank, or
+    at another world size than the agents agreed the step was saved at, is refused: the agents put
+    this rank's own state here, and anything else would be a silent wrong answer."""
 
-    def __init__(self, step, verify=True):
+    def __init__(self, step):
         global _region
         path = _region_path(_region_dir())
         if _region is None:
@@ -550,14 +552,10 @@ class _Committed:
                 f"ranks, not of the {world} the agents agreed on: refused")
         self.step, self.path = step, path
         self.base = HEADER + mine[0] * _region.slot_size
-        if verify:
-            self.verify(_checksum(m, self.base, self.size))
+        if _crc(m, self.base, self.size) != self.checksum:
+            raise CheckpointError(f"checkpoint: step {step} in {path} fails its checksum")
         self.structure = _safe_loads(m[self.base:self.base + meta_size])
         self.data_start = self.base + _up(meta_size, _ALIGN)
-
-    def verify(self, checksum):
-        if checksum & 0xFFFFFFFFFFFFFFFF != self.checksum:
-            raise CheckpointError(f"checkpoint: step {self.step} in {self.path} fails its checksum")
 
 
 def load(into=None, new_rank="raise"):
@@ -595,7 +593,7 @@ def load(into=None, new_rank="raise"):
                       f"and this one has {_my_world()}: rank {rank} restores what rank {rank} "
                       f"saved", stacklevel=2)
     import torch
-    slot = _Committed(step, verify=False)
+    slot = _Committed(step)  # verified: nothing reaches `into` from a slot that fails its checksum
     m = slot.map
     if slot.structure[0] != "plain":
         raise CheckpointError(f"checkpoint: step {step} was saved through torch.distributed.checkpoint:"
@@ -612,11 +610,7 @@ def load(into=None, new_rank="raise"):
                                   f"dtype differs)")
     tensors, devices = [], set()
     dma = bool(_region.pinned)  # page-locked by a save of this worker's: CUDA copies go by DMA
-    # The checksum summed as the payload is read: each tensor's tile just after it was copied out,
-    # while it is in the cache (a mismatch raises, whatever was copied).
-    checksum = _checksum(m, slot.base, slot.data_start - slot.base)
-    ends = [p.offset for p in places[1:]] + [slot.base + slot.size - slot.data_start]
-    for i, (p, end) in enumerate(zip(places, ends)):
+    for i, p in enumerate(places):
         out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
                                                                  device=p.device)
         if p.nbytes:
@@ -628,9 +622,7 @@ def load(into=None, new_rank="raise"):
             flat.view(torch.uint8).copy_(src, non_blocking=dma and out.is_cuda)
             if dma and out.is_cuda:
                 devices.add(out.device)
-        checksum += _checksum(m, slot.data_start + p.offset, end - p.offset)
         tensors.append(out)
-    slot.verify(checksum)
     for device in devices:
         torch.cuda.synchronize(device)
     return step, _unflatten(structure, tensors)
