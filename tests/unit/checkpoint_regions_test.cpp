@@ -140,7 +140,7 @@ TEST_CASE(
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
   {
-    CheckpointPersister persister(io, regions, dir, 1,
+    CheckpointPersister persister(io, regions, dir, 1, std::nullopt,
                                   [&reports](const PersistReport& r) { reports.push_back(r); });
     persister.watch({{0, 3}});  // local rank 0 is global rank 3
     REQUIRE(run_until(io, [&] { return !reports.empty(); }));
@@ -244,7 +244,7 @@ TEST_CASE(
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
   {
-    CheckpointPersister persister(io, regions, dir, 1,
+    CheckpointPersister persister(io, regions, dir, 1, std::nullopt,
                                   [&reports](const PersistReport& r) { reports.push_back(r); });
     const auto restore = [&](int64_t step) {
       bool ok = false, finished = false;
@@ -269,5 +269,66 @@ TEST_CASE(
     CHECK(back->slots[0].checksum == payload_crc(payload));
     CHECK(region.substr(kRegionHeader, payload.size()) == payload);
   }
+  fs::remove_all(base);
+}
+
+TEST_CASE(
+    "checkpoint persister: with the job's token a file carries its MAC, and one without it, "
+    "altered with its CRC made to match, or of another token is not read back",
+    "[checkpoint]") {
+  const fs::path base = fs::temp_directory_path() / ("mac-test-" + std::to_string(::getpid()));
+  const fs::path regions = base / "regions", dir = base / "dir";
+  fs::remove_all(base);
+  fs::create_directories(regions);
+  std::string payload(20000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 5 + 2);
+  const ddprun::store::Token token("0123456789abcdef-job"), other("0123456789abcdef-other");
+  boost::asio::io_context io;
+  std::vector<PersistReport> reports;
+  const auto persist = [&](std::optional<ddprun::store::Token> t, int64_t step) {
+    write_region(regions / "rank0", step, payload);
+    CheckpointPersister persister(io, regions, dir, 1, std::move(t),
+                                  [&reports](const PersistReport& r) { reports.push_back(r); });
+    reports.clear();
+    persister.watch({{0, 3}});
+    REQUIRE(run_until(io, [&] { return !reports.empty(); }));
+    REQUIRE(reports[0].kind == PersistReport::Kind::kPersisted);
+  };
+  const auto restore = [&](std::optional<ddprun::store::Token> t, int64_t step) {
+    fs::remove(regions / "rank0");
+    CheckpointPersister persister(io, regions, dir, 1, std::move(t),
+                                  [&reports](const PersistReport& r) { reports.push_back(r); });
+    reports.clear();
+    bool ok = false, finished = false;
+    boost::asio::co_spawn(io, persister.restore(step, {{0, 3}}), [&](std::exception_ptr, bool r) {
+      ok = r;
+      finished = true;
+    });
+    REQUIRE(run_until(io, [&] { return finished; }));
+    return ok ? std::string() : reports.empty() ? std::string("?") : reports.back().detail;
+  };
+  const auto file_of = [&](int64_t step) {
+    return dir / ("step_" + std::to_string(step)) / "rank_3.ddpckpt";
+  };
+  persist(token, 5);
+  const std::string signed_file = bytes_of(file_of(5));
+  CHECK(signed_file.substr(kSlot0MacAt, 32) != std::string(32, '\0'));
+  CHECK(restore(token, 5).empty());
+  CHECK(bytes_of(regions / "rank0").substr(kRegionHeader, payload.size()) == payload);
+  CHECK(restore(std::nullopt, 5).empty());  // a job without the token checks the CRC only
+  CHECK_THAT(restore(other, 5), Catch::Contains("fails its MAC"));
+  // Altered, with the header's CRC made to match the new bytes: the MAC tells.
+  std::string altered = signed_file;
+  altered[kRegionHeader + 100] ^= 1;
+  const uint64_t crc = payload_crc(altered.substr(kRegionHeader));
+  altered.replace(kSlot0ChecksumAt, 8, std::string(reinterpret_cast<const char*>(&crc), 8));
+  std::ofstream(file_of(5), std::ios::binary | std::ios::trunc) << altered;
+  CHECK_THAT(restore(token, 5), Catch::Contains("fails its MAC"));
+  CHECK(restore(std::nullopt, 5).empty());  // (what a CRC alone cannot tell)
+  // Written by a job without a token: no MAC, refused by one with a token.
+  persist(std::nullopt, 6);
+  CHECK(bytes_of(file_of(6)).substr(kSlot0MacAt, 32) == std::string(32, '\0'));
+  CHECK_THAT(restore(token, 6), Catch::Contains("has no MAC"));
+  CHECK_FALSE(fs::exists(regions / "rank0"));  // nothing was put in place
   fs::remove_all(base);
 }

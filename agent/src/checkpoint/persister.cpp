@@ -45,12 +45,18 @@ std::optional<int64_t> step_to_persist(const std::vector<std::vector<int64_t>>& 
 }
 
 struct CheckpointPersister::Shared : std::enable_shared_from_this<Shared> {
-  Shared(boost::asio::io_context& i, fs::path r, fs::path d, Report rep)
-      : io(i), regions(std::move(r)), dir(std::move(d)), report(std::move(rep)) {}
+  Shared(boost::asio::io_context& i, fs::path r, fs::path d, std::optional<store::Token> t,
+         Report rep)
+      : io(i),
+        regions(std::move(r)),
+        dir(std::move(d)),
+        token(std::move(t)),
+        report(std::move(rep)) {}
 
   boost::asio::io_context& io;
   fs::path regions;
   fs::path dir;
+  std::optional<store::Token> token;
   Report report;
   std::mutex mutex;
   std::condition_variable wake;
@@ -74,10 +80,10 @@ void CheckpointPersister::Shared::run() {
     try {
       switch (job.kind) {
         case Job::Kind::kPersist:
-          r = copy_to_disk(regions, job.local_rank, job.step, dir, job.rank, stop);
+          r = copy_to_disk(regions, job.local_rank, job.step, dir, job.rank, stop, token);
           break;
         case Job::Kind::kRestore:
-          r = read_back(dir, job.step, job.rank, regions, job.local_rank, stop);
+          r = read_back(dir, job.step, job.rank, regions, job.local_rank, stop, token);
           break;
         case Job::Kind::kMarker:
           r.kind = PersistReport::Kind::kDropped;  // nothing to report: only its `done`
@@ -105,13 +111,14 @@ void CheckpointPersister::Shared::run() {
 }
 
 CheckpointPersister::CheckpointPersister(boost::asio::io_context& io, fs::path regions_dir,
-                                         fs::path dir, int64_t every, Report report)
+                                         fs::path dir, int64_t every,
+                                         std::optional<store::Token> token, Report report)
     : io_(io),
       regions_(std::move(regions_dir)),
       dir_(std::move(dir)),
       every_(std::max<int64_t>(every, 1)),
       timer_(io),
-      shared_(std::make_shared<Shared>(io, regions_, dir_, std::move(report))) {
+      shared_(std::make_shared<Shared>(io, regions_, dir_, std::move(token), std::move(report))) {
   fs::create_directories(dir_);
   thread_ = std::thread([shared = shared_] { shared->run(); });
 }

@@ -44,9 +44,11 @@ class CheckpointPersister {
   // Reports come on `io`'s thread, never after the persister is gone.
   using Report = std::function<void(const PersistReport&)>;
 
-  // Persists the regions in `regions_dir` into `dir` (made if missing) every `every` steps.
+  // Persists the regions in `regions_dir` into `dir` (made if missing) every `every` steps; with
+  // the job's `token`, each file with its MAC, and only files with it are read back.
   CheckpointPersister(boost::asio::io_context& io, std::filesystem::path regions_dir,
-                      std::filesystem::path dir, int64_t every, Report report);
+                      std::filesystem::path dir, int64_t every, std::optional<store::Token> token,
+                      Report report);
   // Ends the copy under way at its next chunk (its partial file removed); a write stuck in the
   // kernel is left to finish on its own.
   ~CheckpointPersister();

@@ -37,8 +37,10 @@ struct SlotRecord {
   PayloadSumKind sum_kind = PayloadSumKind::kCrc32;
 };
 
-// Where slot 0's checksum lies in a file of the region layout.
+// Where slot 0's checksum lies in a file of the region layout; and, in a file of --checkpoint_dir
+// written by a job with a token, its MAC (32 bytes, slot_mac.hpp; zeros: none).
 inline constexpr size_t kSlot0ChecksumAt = 64 + 24;
+inline constexpr size_t kSlot0MacAt = 272;
 
 // A run's tag: the 64-bit FNV-1a hash of its run id, as the workers record it.
 uint64_t run_tag_of(std::string_view run_id);

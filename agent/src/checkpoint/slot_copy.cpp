@@ -13,6 +13,7 @@
 
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/slot_file.hpp"
+#include "checkpoint/slot_mac.hpp"
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
@@ -20,6 +21,9 @@ namespace {
 
 constexpr size_t kChunk = 8 << 20;
 constexpr uint64_t kFileSlotRounding = 1 << 20;
+// What a file's MAC is for: the same for every job holding the token, so that a later job with
+// it reads what an earlier one wrote.
+constexpr std::string_view kDirMac = "checkpoint_dir";
 
 uint64_t up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -29,11 +33,11 @@ std::optional<RegionHeader> read_header(int fd, const fs::path& name) {
   return parse_region_header(bytes);
 }
 
-// Copies `size` bytes from `in` at `from` to `out` at `to`, returning their CRC; stops early
-// (nullopt) once `stop` is set.
+// Copies `size` bytes from `in` at `from` to `out` at `to`, returning their CRC (and adding them
+// to `mac` where there is one); stops early (nullopt) once `stop` is set.
 std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to, uint64_t size,
                                      const fs::path& in_name, const fs::path& out_name,
-                                     const std::atomic<bool>& stop) {
+                                     const std::atomic<bool>& stop, SlotMac* mac = nullptr) {
   std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
   PayloadSum sum;
   for (uint64_t done = 0; done < size; done += buffer.size()) {
@@ -41,6 +45,7 @@ std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
     read_all(in, buffer.data(), n, from + done, in_name);
     sum.add(buffer.data(), n);
+    if (mac != nullptr) mac->add(std::string_view(buffer.data(), n));
     write_all(out, buffer.data(), n, to + done, out_name);
     if (n < buffer.size()) break;
   }
@@ -88,7 +93,8 @@ std::optional<RegionHeader> read_region_header(const fs::path& file) {
 }
 
 PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step,
-                           const fs::path& dir, int rank, const std::atomic<bool>& stop) {
+                           const fs::path& dir, int rank, const std::atomic<bool>& stop,
+                           const std::optional<store::Token>& token) {
   const auto started = std::chrono::steady_clock::now();
   PersistReport r;
   const fs::path region = regions / fmt::format("rank{}", local_rank);
@@ -141,12 +147,23 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
   const std::string header =
       region_header_for(rec, up(rec.size, kFileSlotRounding), h->save_micros[slot]);
   write_all(out.fd, header.data(), header.size(), 0, tmp);
+  std::optional<SlotMac> mac;
+  if (token) {
+    mac.emplace(*token, kDirMac);
+    mac->add(header);  // its MAC's bytes still zeros
+  }
+  SlotMac* const macs = mac ? &*mac : nullptr;
   const std::optional<uint64_t> sum =
-      stage ? copy_summing(stage->fd, 0, out.fd, kRegionHeader, rec.size, staged, tmp, stop)
-            : copy_summing(in.fd, slot_at, out.fd, kRegionHeader, rec.size, region, tmp, stop);
+      stage
+          ? copy_summing(stage->fd, 0, out.fd, kRegionHeader, rec.size, staged, tmp, stop, macs)
+          : copy_summing(in.fd, slot_at, out.fd, kRegionHeader, rec.size, region, tmp, stop, macs);
   if (!sum || *sum != rec.checksum || (!stage && !slot_unchanged())) {
     r.detail = sum ? "the worker reused the slot during the copy" : "the agent is stopping";
     return r;
+  }
+  if (mac) {
+    const std::string signature = mac->finish();
+    write_all(out.fd, signature.data(), signature.size(), kSlot0MacAt, tmp);
   }
   if (rec.metadata_size > 0) write_dcp_metadata(out.fd, tmp, rec, folder);
   sync_and_rename(out.fd, tmp, file);
@@ -159,7 +176,8 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
 }
 
 PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::path& regions,
-                        int local_rank, const std::atomic<bool>& stop) {
+                        int local_rank, const std::atomic<bool>& stop,
+                        const std::optional<store::Token>& token) {
   const auto started = std::chrono::steady_clock::now();
   const fs::path file = dir / fmt::format("step_{}", step) / fmt::format("rank_{}.ddpckpt", rank);
   const Fd in(open_or_fail(file, O_RDONLY));
@@ -175,6 +193,22 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
     fail_io(fmt::format("{} holds global rank {}'s state, not rank {}'s", file.string(), rec.rank,
                         rank));
   }
+  std::optional<SlotMac> mac;
+  std::string theirs;
+  if (token) {  // the file's MAC first: nothing of a file without this token's counts
+    std::string header(kRegionHeader, '\0');
+    read_all(in.fd, header.data(), header.size(), 0, file);
+    theirs = header.substr(kSlot0MacAt, SlotMac::kBytes);
+    if (theirs == std::string(SlotMac::kBytes, '\0')) {
+      errno = EPERM;
+      fail_io(file.string() +
+              " has no MAC: it was not written by a job holding this job's token "
+              "(--rdzv_conf auth_token_file); not restored");
+    }
+    header.replace(kSlot0MacAt, SlotMac::kBytes, SlotMac::kBytes, '\0');
+    mac.emplace(*token, kDirMac);
+    mac->add(header);
+  }
   SlotFileWriter out(regions / fmt::format("rank{}", local_rank),
                      regions / fmt::format("rank{}.restore", local_rank),
                      region_header_for(rec, h->slot_size, h->save_micros[0]),
@@ -189,7 +223,14 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
     read_all(in.fd, buffer.data(), n, kRegionHeader + done, file);
     out.append(buffer.data(), n);
+    if (mac) mac->add(std::string_view(buffer.data(), n));
     done += n;
+  }
+  if (mac && !mac->matches(theirs)) {
+    errno = EPERM;
+    fail_io(file.string() +
+            " fails its MAC: written under another token than this job's, or altered since; not "
+            "restored");
   }
   if (!out.commit(rec.checksum)) {
     errno = EIO;

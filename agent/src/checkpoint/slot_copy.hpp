@@ -3,7 +3,9 @@
 // persister (persister.hpp), every byte summed on its way and checked against the slot's
 // checksum; what is written goes under a temporary name, synced, and renamed once complete. To
 // disk, the slot is staged first in a file beside the regions (".persist.rank<L>", at memory
-// speed), so that the worker's next saves do not race a slow disk.
+// speed), so that the worker's next saves do not race a slow disk. Where the job has a token, a
+// file also carries its MAC (slot_mac.hpp, at kSlot0MacAt of its header), and a file read back
+// must carry this token's: --checkpoint_dir's files are only as trusted as whoever can write there.
 // Private to the agent.
 #include <atomic>
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "checkpoint/region_format.hpp"
+#include "ddprun/store/auth.hpp"
 
 namespace ddprun::agent {
 
@@ -40,18 +43,20 @@ std::optional<RegionHeader> read_region_header(const std::filesystem::path& file
 // Copies step `step` of local rank `local_rank`'s region in `regions` to
 // `dir`/step_<step>/rank_<rank>.ddpckpt (and, for a torch.distributed.checkpoint save's
 // coordinator, `dir`/step_<step>/.metadata). kDropped when the slot was reused before or during the
-// copy, or `stop` was set (detail empty: the file was already there); kPersisted. Throws
-// std::system_error (a write failed, the disk is full).
+// copy, or `stop` was set (detail empty: the file was already there); kPersisted. With `token`,
+// the file carries its MAC under it. Throws std::system_error (a write failed, the disk is full).
 PersistReport copy_to_disk(const std::filesystem::path& regions, int local_rank, int64_t step,
                            const std::filesystem::path& dir, int rank,
-                           const std::atomic<bool>& stop);
+                           const std::atomic<bool>& stop,
+                           const std::optional<store::Token>& token = std::nullopt);
 
 // Copies `dir`/step_<step>/rank_<rank>.ddpckpt back into local rank `local_rank`'s region in
 // `regions` (made anew, reserved and checked): kRestored. Throws std::system_error when it cannot
 // (no such file, not a checkpoint of that step, one global rank `rank` did not save, a checksum
-// that does not match, /dev/shm full).
+// that does not match, /dev/shm full; with `token`, a file without its MAC under that token).
 PersistReport read_back(const std::filesystem::path& dir, int64_t step, int rank,
                         const std::filesystem::path& regions, int local_rank,
-                        const std::atomic<bool>& stop);
+                        const std::atomic<bool>& stop,
+                        const std::optional<store::Token>& token = std::nullopt);
 
 }  // namespace ddprun::agent
