@@ -38,7 +38,8 @@ def main():
     meta = pickle.dumps(("plain", {"x": Evil()}, []), protocol=4)
     save = checkpoint._Save(5, len(meta) + 64, 0.0)
     save.map[save.base:save.base + len(meta)] = meta
-    save.commit(checkpoint._up(len(meta), 8), len(meta))
+    size = checkpoint._up(len(meta), 8)
+    save.commit(size, len(meta), checkpoint._crc(save.map, save.base, size))
     try:
         checkpoint.load()
         raise AssertionError("a forged structure was loaded")
