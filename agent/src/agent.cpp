@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent_run.hpp"
+#include "checkpoint/memory_use.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
@@ -121,6 +122,7 @@ class NodeAgent {
       metrics_server_ = std::make_unique<store::MetricsServer>(
           io_, cfg.metrics_addr, static_cast<uint16_t>(*cfg.metrics_port), [this] {
             return metrics_.render() + checkpoints_.metrics(cfg_.rdzv.nproc) +
+                   checkpoint_memory_metrics(checkpoints_.path(), cfg_.checkpoint_memory_limit) +
                    replication_metrics();
           });
       spdlog::info("metrics at http://{}:{}/metrics", cfg.metrics_addr, metrics_server_->port());
@@ -391,8 +393,17 @@ class NodeAgent {
       spdlog::warn("{} would be left behind if this agent were SIGKILLed", checkpoints_.path());
     }
     cfg_.env["DDPRUN_CHECKPOINT_DIR"] = checkpoints_.path();
+    const bool given = cfg_.checkpoint_memory_limit.has_value();
+    if (!given) cfg_.checkpoint_memory_limit = default_checkpoint_budget(checkpoints_.path());
     if (cfg_.checkpoint_memory_limit) {
-      cfg_.env["DDPRUN_CHECKPOINT_MEMORY_LIMIT"] = std::to_string(*cfg_.checkpoint_memory_limit);
+      const uint64_t limit = *cfg_.checkpoint_memory_limit;
+      cfg_.env["DDPRUN_CHECKPOINT_MEMORY_LIMIT"] = std::to_string(limit);
+      checkpoint_status_.budget(limit);
+      spdlog::info("checkpoints: at most {:.1f} MiB of memory on this node{}", limit / 1048576.0,
+                   given ? std::string(" (--checkpoint_memory_limit)")
+                         : fmt::format(" (half the size of the file system holding {}; "
+                                       "--checkpoint_memory_limit sets it)",
+                                       checkpoints_.path()));
     }
     if (!cfg_.python_workers) return;
     // Beside the regions (not in the log folder, whose layout is torchrun's), gone with them.

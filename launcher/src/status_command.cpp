@@ -100,6 +100,18 @@ std::string checkpoints_line(const std::string& account) {
   }
   std::string line = fmt::format("checkpoints: {}; {:.1f} MiB in memory", fmt::join(parts, "; "),
                                  a.value("bytes", 0.0) / (1 << 20));
+  if (a.contains("memory") && a["memory"].is_object()) {
+    const auto& m = a["memory"];
+    const auto mib = [&m](const char* part) { return m.value(part, 0.0) / (1 << 20); };
+    line += fmt::format(
+        " (the node's checkpoints {:.1f} MiB{}: regions {:.1f}, kept for peers {:.1f}, held for "
+        "peers {:.1f}, restore {:.1f}, staging {:.1f})",
+        mib("total"),
+        m.contains("limit") && m["limit"].is_number()
+            ? fmt::format(" of a {:.1f} MiB budget", m["limit"].get<double>() / (1 << 20))
+            : std::string(),
+        mib("regions"), mib("kept"), mib("peers"), mib("restore"), mib("staging"));
+  }
   if (a.contains("persisted") && a["persisted"].is_object()) {
     line +=
         fmt::format("; step {} persisted (copied in {})", a["persisted"].value("step", int64_t{-1}),

@@ -311,10 +311,18 @@ def case_status_shows_each_ranks_checkpoints():
         assert [a["ranks"][0]["rank"] for a in accounts] == [0, 1], accounts
         assert all(a["ranks"][0]["save_seconds"] > 0 and a["bytes"] >= 2 * (1 << 20) and
                    a["persisted"]["seconds"] > 0 for a in accounts), accounts
+        # What the node's checkpoints take, part by part, against its budget (by default half the
+        # size of the file system holding them).
+        shm = os.statvfs("/dev/shm")
+        assert all(a["memory"]["regions"] >= a["bytes"] and
+                   a["memory"]["total"] == sum(a["memory"][p] for p in
+                                               ("regions", "kept", "peers", "restore", "staging"))
+                   and a["memory"]["limit"] == shm.f_blocks * shm.f_frsize // 2
+                   for a in accounts), accounts
         table = status().stdout
         lines = [x.strip() for x in table.splitlines() if x.strip().startswith("checkpoints:")]
         assert len(lines) == 2 and lines[1].startswith("checkpoints: step 3 on rank 1 (save ") and \
-            "step 3 persisted (copied in" in lines[1], table
+            "step 3 persisted (copied in" in lines[1] and " MiB budget: regions " in lines[1], table
     finally:
         open(os.path.join(out, "go"), "w").close()
         for job in jobs:
@@ -323,8 +331,85 @@ def case_status_shows_each_ranks_checkpoints():
             log.close()
     assert [job.returncode for job in jobs] == [0, 0], [open(x.name).read() for x in logs]
     assert not left_running(out)
-    print(f"ddprun status shows each node's ranks' newest step, its save time, the bytes held and "
-          f"the step persisted: '{lines[1]}': passed")
+    print(f"ddprun status shows each node's ranks' newest step, its save time, the bytes held "
+          f"against the node's budget and the step persisted: '{lines[1]}': passed")
+
+GROWING = r"""
+import os, sys, time, torch
+from ddprun import checkpoint
+rank, out = int(os.environ["RANK"]), sys.argv[1]
+open(os.path.join(out, f"folder.{rank}"), "w").write(os.environ["DDPRUN_CHECKPOINT_DIR"])
+# Saves that grow a MiB every two steps until the node's budget cannot hold one.
+for step in range(40):
+    try:
+        checkpoint.save(step, {"w": torch.full(((1 + step // 2) << 18,), float(step + rank))})
+    except checkpoint.CheckpointError as e:
+        open(os.path.join(out, f"refused.{rank}"), "w").write(f"{step} {e}")
+        break
+    time.sleep(0.2)  # the copies to the peer have time to happen
+"""
+
+
+def allocated_under(folder):
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        if root == folder and "python" in dirs:
+            dirs.remove("python")
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def case_one_budget_bounds_everything_a_node_holds():
+    # Two nodes of one worker each, copies to each other on (static rendezvous on loopback), a
+    # budget of 20 MiB per node; each worker's state grows until a save cannot fit. /dev/shm is
+    # sampled all along: a node's checkpoint folder (its regions, the copies it keeps for its peer,
+    # the copies it holds for it) never holds more than the budget.
+    out, limit = tempfile.mkdtemp(), 20 << 20
+    port = free_port()
+    logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
+    jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
+                              "--master_addr=127.0.0.1", f"--master_port={port}",
+                              "--checkpoint_memory_limit=20M", script(GROWING), out],
+                             stdout=subprocess.DEVNULL, stderr=logs[r],
+                             env={**os.environ, "PYTHON_EXEC": PY})
+            for r in (0, 1)]
+    most, parts_seen = [0, 0], set()
+    try:
+        deadline = time.monotonic() + 120
+        while any(j.poll() is None for j in jobs) and time.monotonic() < deadline:
+            for r in (0, 1):
+                try:
+                    folder = open(os.path.join(out, f"folder.{r}")).read()
+                except FileNotFoundError:
+                    continue
+                most[r] = max(most[r], allocated_under(folder))
+                for part in ("kept", "peers"):
+                    if allocated_under(os.path.join(folder, part)) > 0:
+                        parts_seen.add(part)
+            time.sleep(0.005)
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+            job.wait(timeout=60)
+        for log in logs:
+            log.close()
+    text = [open(x.name).read() for x in logs]
+    assert [job.returncode for job in jobs] == [0, 0], text
+    assert all(0 < m <= limit for m in most), (most, limit)
+    assert parts_seen == {"kept", "peers"}, parts_seen  # copies were made, and counted
+    refused = [open(os.path.join(out, f"refused.{r}")).read() for r in (0, 1)]
+    assert all("over the node's checkpoint budget of 20971520 bytes" in x for x in refused), refused
+    assert not left_running(out)
+    print(f"a budget of 20 MiB per node, states growing until a save cannot fit: the most a node's "
+          f"checkpoint folder held was {most[0] / 2**20:.1f} and {most[1] / 2**20:.1f} MiB; the "
+          f"save refused at step {refused[0].split()[0]} and {refused[1].split()[0]}: "
+          f"'{refused[0].split(' ', 1)[1][:120]}...': passed")
+
 
 INTO = r'''
 import os, sys, torch
@@ -433,8 +518,18 @@ def case_a_small_dev_shm_and_the_memory_limit_are_clear_errors():
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
            f'mount -t tmpfs -o size=2m tmpfs {shm} && exec "$@"', "sh", DDPRUN, "--standalone",
            "--nproc_per_node=1", script(SAVE_BIG), str(8 << 20)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm})
+    env = {**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    budget = [x for x in r.stdout.splitlines() if x.startswith("ERROR")]
+    # By default the budget is half of it: 1 MiB.
+    assert budget and "over the node's checkpoint budget of 1048576 bytes" in budget[0] and \
+        "half the size of the file system" in budget[0], r.stdout
+    assert "checkpoints: at most 1.0 MiB of memory on this node (half the size" in r.stderr, \
+        r.stderr
+    # A budget larger than /dev/shm: what it cannot hold is named, with --shm-size.
+    r = subprocess.run(cmd[:9] + ["--checkpoint_memory_limit=64M"] + cmd[9:], capture_output=True,
+                       text=True, timeout=120, env=env)
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
     line = [x for x in r.stdout.splitlines() if x.startswith("ERROR")]
     assert line and "cannot hold this rank's" in line[0] and "--shm-size" in line[0], r.stdout
@@ -446,7 +541,8 @@ def case_a_small_dev_shm_and_the_memory_limit_are_clear_errors():
                 env=env)
         assert r.returncode == 1, r.stderr
         limit = [x for x in r.stdout.splitlines() if x.startswith("ERROR")]
-        assert limit and "over --checkpoint_memory_limit (4194304 bytes)" in limit[0], r.stdout
+        assert limit and "over the node's checkpoint budget of 4194304 bytes" in limit[0], \
+            r.stdout
     r = run(["--standalone", "--nproc_per_node=1", "--checkpoint_memory_limit=64M",
              script(SAVE_BIG), str(8 << 20)])
     assert r.returncode == 0 and "SAVED" in r.stdout, r.stderr

@@ -386,8 +386,16 @@ TEST_CASE(
   make_region(a.path, 1, 1, 4, 1 << 20, 9);
   TransferReport over = put(sender, to, "n", a.path, {{1, 1}}, 4);
   CHECK_FALSE(over.ok);
-  CHECK_THAT(over.detail, Catch::Contains("--checkpoint_memory_limit is"));
+  CHECK_THAT(over.detail, Catch::Contains("its budget is"));
   CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{3, 4});
+  // The node's own checkpoints count against the same budget: with a region of its own worker
+  // beside them, a newer copy of rank 0 finds no room even once the older copy is gone.
+  make_region(b.path, 0, 2, 1, 1 << 20, 7);
+  make_region(a.path, 0, 0, 5, 1 << 20, 5);
+  TransferReport crowded = put(sender, to, "n", a.path, {{0, 0}}, 5);
+  CHECK_FALSE(crowded.ok);
+  CHECK_THAT(crowded.detail, Catch::Contains("regions 1052672"));
+  CHECK(holder.copies().steps().at("n")[0] == std::vector<int64_t>{4});
 }
 
 TEST_CASE(

@@ -7,6 +7,8 @@
 #include <boost/asio/detached.hpp>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/memory_use.hpp"
+
 namespace ddprun::agent {
 namespace {
 // How often the account is looked at, and published when it changed: a store write per node at
@@ -52,6 +54,9 @@ nlohmann::json CheckpointStatus::account() const {
     if (nlohmann::json r = replica_(); !r.is_null()) a["replica"] = std::move(r);
   }
   if (!restored_.is_null()) a["restored"] = restored_;
+  nlohmann::json memory = checkpoint_memory(regions_.path()).to_json();
+  memory["limit"] = budget_ ? nlohmann::json(*budget_) : nlohmann::json(nullptr);
+  a["memory"] = std::move(memory);
   return a;
 }
 

@@ -31,6 +31,8 @@ class CheckpointStatus {
   void watch(std::vector<std::pair<int, int>> local_and_global);
   // Stops publishing (the job ended).
   void stop();
+  // The node's checkpoint budget (--checkpoint_memory_limit, or its default).
+  void budget(uint64_t bytes) { budget_ = bytes; }
   // A rank's step was persisted, its copy taking `seconds`.
   void persisted(int64_t step, double seconds);
   // The round's restore: {"step", "saved_world_size", "reshard", "ranks": [{"rank", "from"}...]}
@@ -43,8 +45,9 @@ class CheckpointStatus {
   // (null: none), "save_seconds"}...], "persisted": null or {"step", "seconds"}, and with copies
   // to a peer "replica": {"peer": "host:port", "safe_step": S or null, "lag": steps, "stride":
   // steps between the steps copied, "holds":
-  // {origin node: [steps of its local rank 0]}}, and once a round restored one "restored": what
-  // restored() was given}.
+  // {origin node: [steps of its local rank 0]}}, "memory": what the node's checkpoint folder takes,
+  // part by part (CheckpointMemory::to_json) and "limit": the budget, and once a round restored one
+  // "restored": what restored() was given}.
   nlohmann::json account() const;
 
  private:
@@ -56,6 +59,7 @@ class CheckpointStatus {
   boost::asio::steady_timer timer_;
   std::vector<std::pair<int, int>> ranks_;
   std::optional<std::pair<int64_t, double>> persisted_;
+  std::optional<uint64_t> budget_;
   std::function<nlohmann::json()> replica_;
   nlohmann::json restored_;
   std::string published_;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/memory_use.hpp"
+
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 
@@ -47,6 +49,8 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
                                                   int64_t step, const std::string& header,
                                                   uint64_t file_bytes) {
   const fs::path file = file_for(origin, local_rank, step);
+  std::optional<BudgetLock> budget;  // until the copy's room is reserved
+  if (limit_) budget.emplace(dir_.parent_path());
   {
     std::lock_guard lock(mutex_);
     const Key key{origin, local_rank};
@@ -55,15 +59,21 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
           "a copy of local rank {} of node {} is being received already", local_rank, origin));
     }
     std::vector<Copy>& copies = held_[key];
-    uint64_t in_flight = 0;
-    for (const auto& [k, b] : reserved_) in_flight += b;
-    const auto over = [&] { return limit_ && bytes_ + in_flight + file_bytes > *limit_; };
-    if (over() && copies.size() > 1) drop(copies, 0);
+    // Measured under the budget's lock: every copy under way has its room reserved already.
+    CheckpointMemory node;
+    if (limit_) node = checkpoint_memory(dir_.parent_path());
+    const auto over = [&] { return limit_ && node.total() + allocated_for(file_bytes) > *limit_; };
+    if (over() && copies.size() > 1) {
+      drop(copies, 0);
+      node = checkpoint_memory(dir_.parent_path());
+    }
     if (over()) {
       throw std::runtime_error(fmt::format(
-          "no room for a copy of {} bytes of local rank {} of node {}: the copies held take {} "
-          "bytes and --checkpoint_memory_limit is {} bytes",
-          file_bytes, local_rank, origin, bytes_ + in_flight, *limit_));
+          "no room for a copy of {} bytes of local rank {} of node {}: the node's checkpoints take "
+          "{} bytes (copies held for peers {}, regions {}, kept for peers {}, restore {}, "
+          "staging {}) and its budget is {} bytes (--checkpoint_memory_limit)",
+          file_bytes, local_rank, origin, node.total(), node.peers, node.regions, node.kept,
+          node.restore, node.staging, *limit_));
     }
     reserved_[key] = file_bytes;
   }

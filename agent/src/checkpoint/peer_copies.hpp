@@ -2,8 +2,8 @@
 // The copies of other nodes' checkpoints this node holds for them (peer_service.hpp receives
 // them): per origin node and local rank, the newest two complete steps, each a file of the
 // persisted layout (region_format.hpp: the slot as slot 0) in a folder of the node's checkpoint
-// folder, bounded by --checkpoint_memory_limit. Thread-safe: written on the peer service's thread,
-// read by the agent's.
+// folder, bounded by --checkpoint_memory_limit together with everything else that folder holds
+// (memory_use.hpp). Thread-safe: written on the peer service's thread, read by the agent's.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -27,7 +27,8 @@ class PeerCopies {
     std::filesystem::path file;
   };
 
-  // Makes `dir`; removes it, with every copy, when destroyed.
+  // Makes `dir` (a folder of the node's checkpoint folder, its parent); removes it, with every
+  // copy, when destroyed. `limit`: the node's checkpoint budget.
   PeerCopies(std::filesystem::path dir, std::optional<uint64_t> limit);
   ~PeerCopies();
   PeerCopies(const PeerCopies&) = delete;
@@ -36,7 +37,8 @@ class PeerCopies {
   // A writer for a new copy of `file_bytes` bytes (header included) of `origin`'s local rank
   // `local_rank`, step `step`, with room made for it: the older of that rank's two copies is
   // dropped first where the limit needs it (never the newest). Throws std::runtime_error naming
-  // the sizes where the limit leaves no room even so, std::system_error where /dev/shm has none.
+  // the sizes where the limit leaves no room even so (with what the node's checkpoint folder holds
+  // besides), std::system_error where /dev/shm has none.
   std::unique_ptr<SlotFileWriter> begin(const std::string& origin, int local_rank, int64_t step,
                                         const std::string& header, uint64_t file_bytes);
   // The writer `begin` gave committed its file: recorded, and that rank's copies beyond the

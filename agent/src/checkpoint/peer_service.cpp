@@ -16,6 +16,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "checkpoint/memory_use.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_copy.hpp"
 
@@ -186,6 +187,7 @@ PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path c
                          std::optional<uint64_t> limit, fs::path regions, uint64_t run_tag)
     : auth_(std::move(auth)),
       run_tag_(run_tag),
+      limit_(limit),
       copies_(std::make_unique<PeerCopies>(std::move(copies_dir), limit)),
       sources_(std::make_unique<SlotSources>(regions, regions / "kept", copies_.get(), run_tag)),
       acceptor_(io_, tcp::endpoint(asio::ip::make_address(bind_host), 0)) {
@@ -333,7 +335,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
 
 asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector<RankSlot> ranks,
                                                    int64_t step, fs::path keep) {
-  auto run = [regions, ranks, step, keep]() -> asio::awaitable<TransferReport> {
+  auto run = [regions, ranks, step, keep, limit = limit_]() -> asio::awaitable<TransferReport> {
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
@@ -350,11 +352,24 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
           break;
         }
         const SlotRecord& rec = reader->record();
+        std::optional<BudgetLock> budget;  // until the copy's room is reserved
+        if (limit) budget.emplace(regions);
+        if (const CheckpointMemory node = checkpoint_memory(regions);
+            limit && node.total() + allocated_for(kRegionHeader + rec.size) > *limit) {
+          report.detail = fmt::format(
+              "no room for local rank {}'s copy of step {} ({} bytes): the node's checkpoints take "
+              "{} bytes (regions {}, kept {}, copies held for peers {}) and "
+              "--checkpoint_memory_limit is {} bytes",
+              slot.local_rank, step, kRegionHeader + rec.size, node.total(), node.regions,
+              node.kept, node.peers, *limit);
+          break;
+        }
         SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
                             kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
                             reader->file_header(up(rec.size, kFileSlotRounding)),
                             kRegionHeader + rec.size,
                             fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
+        budget.reset();
         std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
         for (uint64_t done = 0; done < rec.size;) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));

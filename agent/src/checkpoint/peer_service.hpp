@@ -66,9 +66,10 @@ void drop_kept(const std::filesystem::path& keep, int local_rank,
 class PeerService {
  public:
   // Serves on `bind_host` (an IP address; an OS-chosen port), holding copies in `copies_dir`,
-  // bounded by `limit`, and giving the slots of the regions in `regions` (and their kept copies in
-  // `regions`/kept) of the run whose tag is `run_tag`. Throws boost::system::system_error when it
-  // cannot listen.
+  // and giving the slots of the regions in `regions` (the node's checkpoint folder; their kept
+  // copies in `regions`/kept) of the run whose tag is `run_tag`; the copies held and kept are
+  // bounded by `limit`, the node's checkpoint budget, with everything else in `regions`
+  // (memory_use.hpp). Throws boost::system::system_error when it cannot listen.
   PeerService(PeerAuth auth, const std::string& bind_host, std::filesystem::path copies_dir,
               std::optional<uint64_t> limit, std::filesystem::path regions, uint64_t run_tag);
   // Stops the thread; a transfer under way is abandoned (a copy half received is removed).
@@ -115,6 +116,7 @@ class PeerService {
 
   PeerAuth auth_;
   uint64_t run_tag_;
+  std::optional<uint64_t> limit_;  // the node's checkpoint budget
   // Before io_: a connection's coroutine, destroyed with io_, may still refer to them.
   std::unique_ptr<PeerCopies> copies_;
   std::unique_ptr<SlotSources> sources_;

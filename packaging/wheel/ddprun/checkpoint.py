@@ -37,6 +37,8 @@ a file of this layout with that slot as slot 0.
 
 torch.distributed.checkpoint: MemoryStorageWriter and MemoryStorageReader (ddprun._dcp_storage).
 """
+import contextlib
+import fcntl
 import gc
 import mmap
 import os
@@ -239,18 +241,24 @@ def _region_path(folder):
 
 
 def _held_elsewhere(folder, own):
-    """Bytes the other local ranks' regions hold (not the agent's copy of a slot it is persisting,
-    a dot file)."""
+    """Bytes allocated in the node's checkpoint folder `folder` besides this rank's region `own`
+    (and a grown one's): the other local ranks' regions, the copies the agent keeps for its peers
+    and holds for them, a restore's and a copy's staging: everything the node's checkpoint budget
+    counts (the agent's memory_use.hpp), not the modules' folder."""
     total = 0
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if path != own and not name.startswith("."):
+    for root, dirs, files in os.walk(folder):
+        if root == folder and "python" in dirs:
+            dirs.remove("python")
+        for name in files:
+            path = os.path.join(root, name)
+            if path in (own, own + ".new"):
+                continue
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode):  # the regions, not the modules' folder
-                total += st.st_size
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_blocks * 512
     return total
 
 
@@ -266,6 +274,19 @@ def _existing_region(path):
     return _Region(path, struct.unpack_from("<Q", head, 8)[0], create=False)
 
 
+@contextlib.contextmanager
+def _budget_lock(folder):
+    """Held while this rank's room is measured against the node's checkpoint budget and reserved:
+    the agent takes the same lock (memory_use.hpp) for the copies it makes, so that two never both
+    take the last room."""
+    fd = os.open(os.path.join(folder, ".budget"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _open_region(folder, payload):
     """This rank's region, able to hold `payload` bytes per slot: made (or remade larger) here."""
     global _region
@@ -274,15 +295,26 @@ def _open_region(folder, payload):
         _region = _existing_region(path)
     if _region is not None and _region.slot_size >= payload:
         return _region
+    with _budget_lock(folder):
+        return _make_region(folder, path, payload)
+
+
+def _make_region(folder, path, payload):
+    global _region
     slot_size = _up(payload + payload // 16, 1 << 20)  # room for the state to grow a little
     size = HEADER + 2 * slot_size
     limit = os.environ.get("DDPRUN_CHECKPOINT_MEMORY_LIMIT")
     others = _held_elsewhere(folder, path)
-    if limit and others + size > int(limit):
+    # A grown region's old one is kept until the first save into the new one is complete.
+    old = os.stat(path).st_blocks * 512 if _region is not None else 0
+    if limit and others + old + size > int(limit):
+        keeping = f" and its current region's {old} until it is complete" if old else ""
         raise CheckpointError(
-            f"checkpoint: this rank's state needs {size} bytes (two slots of {slot_size}); with the "
-            f"{others} bytes the node's other ranks hold that is over --checkpoint_memory_limit "
-            f"({limit} bytes)")
+            f"checkpoint: this rank's state needs {size} bytes (two slots of {slot_size}){keeping};"
+            f" with the {others} bytes the node's other checkpoints hold (other ranks' regions, "
+            f"copies kept for and held for peers) that is over the node's checkpoint budget of "
+            f"{limit} bytes (--checkpoint_memory_limit; when not given, half the size of the file "
+            f"system holding {folder})")
     if _region is not None:  # the state outgrew its slots: a new region, the old one kept until
         old = _region         # the first save into the new one is committed
         try:

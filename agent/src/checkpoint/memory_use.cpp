@@ -1,0 +1,100 @@
+#include "checkpoint/memory_use.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <string>
+#include <system_error>
+
+#include "ddprun/store/metrics_server.hpp"
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t allocated(const fs::path& file) {
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+uint64_t allocated_under(const fs::path& folder) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    total += allocated(it->path());
+  }
+  return total;
+}
+
+}  // namespace
+
+BudgetLock::BudgetLock(const fs::path& root)
+    : fd_(::open((root / ".budget").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+  if (fd_ < 0) {
+    throw std::system_error(errno, std::generic_category(), (root / ".budget").string());
+  }
+  while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+BudgetLock::~BudgetLock() { ::close(fd_); }
+
+nlohmann::json CheckpointMemory::to_json() const {
+  return {{"regions", regions}, {"kept", kept},       {"peers", peers},
+          {"restore", restore}, {"staging", staging}, {"total", total()}};
+}
+
+CheckpointMemory checkpoint_memory(const fs::path& root) {
+  CheckpointMemory m;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "kept") {
+      m.kept += allocated_under(e.path());
+    } else if (name == "peers") {
+      m.peers += allocated_under(e.path());
+    } else if (name == "restore") {
+      m.restore += allocated_under(e.path());
+    } else if (name.starts_with(".persist.")) {
+      m.staging += allocated(e.path());
+    } else {  // rank<L>, a grown one's rank<L>.new, the folder's .owner (not python/)
+      m.regions += allocated(e.path());
+    }
+  }
+  return m;
+}
+
+std::string checkpoint_memory_metrics(const fs::path& root, std::optional<uint64_t> limit) {
+  const nlohmann::json parts = checkpoint_memory(root).to_json();
+  std::string out;
+  bool first = true;
+  for (const auto& [part, bytes] : parts.items()) {
+    if (part == "total") continue;
+    out += store::prometheus_sample(
+        "ddprun_checkpoint_memory_bytes", "gauge",
+        first ? "What the node's checkpoints take of its memory, part by part (regions, kept, "
+                "peers, restore, staging), against ddprun_checkpoint_memory_limit_bytes."
+              : "",
+        bytes.get<double>(), "part=\"" + part + "\"");
+    first = false;
+  }
+  return out + store::prometheus_sample(
+                   "ddprun_checkpoint_memory_limit_bytes", "gauge",
+                   "The node's checkpoint budget (--checkpoint_memory_limit; 0: none).",
+                   limit ? static_cast<double>(*limit) : 0.0);
+}
+
+std::optional<uint64_t> default_checkpoint_budget(const fs::path& folder) {
+  struct statvfs fs {};
+  if (::statvfs(folder.c_str(), &fs) != 0 || fs.f_blocks == 0) return std::nullopt;
+  return static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize / 2;
+}
+
+}  // namespace ddprun::agent
