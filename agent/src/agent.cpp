@@ -146,7 +146,8 @@ class NodeAgent {
     if (!cfg.checkpoint_dir.empty()) {
       persister_ = std::make_unique<CheckpointPersister>(
           io_, checkpoints_.path(), cfg.checkpoint_dir, cfg.checkpoint_persist_every,
-          cfg.rdzv.auth_token, [this](const PersistReport& r) { report_persist(r); });
+          cfg.rdzv.auth_token, cfg_.checkpoint_memory_limit,
+          [this](const PersistReport& r) { report_persist(r); });
     }
     const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;
     // The node check and the checkpoints' restore plan tell a round's nodes apart by their ids

@@ -365,15 +365,17 @@ def allocated_under(folder):
 
 def case_one_budget_bounds_everything_a_node_holds():
     # Two nodes of one worker each, copies to each other on (static rendezvous on loopback), a
-    # budget of 20 MiB per node; each worker's state grows until a save cannot fit. /dev/shm is
-    # sampled all along: a node's checkpoint folder (its regions, the copies it keeps for its peer,
-    # the copies it holds for it) never holds more than the budget.
+    # budget of 20 MiB per node, every step persisted; each worker's state grows until a save
+    # cannot fit. /dev/shm is sampled all along: a node's checkpoint folder (its regions, the copies
+    # it keeps for its peer and holds for it, the persister's staging) never holds more than the
+    # budget.
     out, limit = tempfile.mkdtemp(), 20 << 20
     port = free_port()
     logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
     jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
                               "--master_addr=127.0.0.1", f"--master_port={port}",
-                              "--checkpoint_memory_limit=20M", script(GROWING), out],
+                              "--checkpoint_memory_limit=20M", f"--checkpoint_dir={out}/disk",
+                              "--checkpoint_persist_every=1", script(GROWING), out],
                              stdout=subprocess.DEVNULL, stderr=logs[r],
                              env={**os.environ, "PYTHON_EXEC": PY})
             for r in (0, 1)]

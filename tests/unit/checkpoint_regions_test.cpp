@@ -140,7 +140,7 @@ TEST_CASE(
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
   {
-    CheckpointPersister persister(io, regions, dir, 1, std::nullopt,
+    CheckpointPersister persister(io, regions, dir, 1, std::nullopt, std::nullopt,
                                   [&reports](const PersistReport& r) { reports.push_back(r); });
     persister.watch({{0, 3}});  // local rank 0 is global rank 3
     REQUIRE(run_until(io, [&] { return !reports.empty(); }));
@@ -244,7 +244,7 @@ TEST_CASE(
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
   {
-    CheckpointPersister persister(io, regions, dir, 1, std::nullopt,
+    CheckpointPersister persister(io, regions, dir, 1, std::nullopt, std::nullopt,
                                   [&reports](const PersistReport& r) { reports.push_back(r); });
     const auto restore = [&](int64_t step) {
       bool ok = false, finished = false;
@@ -287,7 +287,7 @@ TEST_CASE(
   std::vector<PersistReport> reports;
   const auto persist = [&](std::optional<ddprun::store::Token> t, int64_t step) {
     write_region(regions / "rank0", step, payload);
-    CheckpointPersister persister(io, regions, dir, 1, std::move(t),
+    CheckpointPersister persister(io, regions, dir, 1, std::move(t), std::nullopt,
                                   [&reports](const PersistReport& r) { reports.push_back(r); });
     reports.clear();
     persister.watch({{0, 3}});
@@ -296,7 +296,7 @@ TEST_CASE(
   };
   const auto restore = [&](std::optional<ddprun::store::Token> t, int64_t step) {
     fs::remove(regions / "rank0");
-    CheckpointPersister persister(io, regions, dir, 1, std::move(t),
+    CheckpointPersister persister(io, regions, dir, 1, std::move(t), std::nullopt,
                                   [&reports](const PersistReport& r) { reports.push_back(r); });
     reports.clear();
     bool ok = false, finished = false;

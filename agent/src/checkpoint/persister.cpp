@@ -46,17 +46,19 @@ std::optional<int64_t> step_to_persist(const std::vector<std::vector<int64_t>>& 
 
 struct CheckpointPersister::Shared : std::enable_shared_from_this<Shared> {
   Shared(boost::asio::io_context& i, fs::path r, fs::path d, std::optional<store::Token> t,
-         Report rep)
+         std::optional<uint64_t> l, Report rep)
       : io(i),
         regions(std::move(r)),
         dir(std::move(d)),
         token(std::move(t)),
+        limit(l),
         report(std::move(rep)) {}
 
   boost::asio::io_context& io;
   fs::path regions;
   fs::path dir;
   std::optional<store::Token> token;
+  std::optional<uint64_t> limit;  // the node's checkpoint budget
   Report report;
   std::mutex mutex;
   std::condition_variable wake;
@@ -80,7 +82,7 @@ void CheckpointPersister::Shared::run() {
     try {
       switch (job.kind) {
         case Job::Kind::kPersist:
-          r = copy_to_disk(regions, job.local_rank, job.step, dir, job.rank, stop, token);
+          r = copy_to_disk(regions, job.local_rank, job.step, dir, job.rank, stop, token, limit);
           break;
         case Job::Kind::kRestore:
           r = read_back(dir, job.step, job.rank, regions, job.local_rank, stop, token);
@@ -112,13 +114,15 @@ void CheckpointPersister::Shared::run() {
 
 CheckpointPersister::CheckpointPersister(boost::asio::io_context& io, fs::path regions_dir,
                                          fs::path dir, int64_t every,
-                                         std::optional<store::Token> token, Report report)
+                                         std::optional<store::Token> token,
+                                         std::optional<uint64_t> limit, Report report)
     : io_(io),
       regions_(std::move(regions_dir)),
       dir_(std::move(dir)),
       every_(std::max<int64_t>(every, 1)),
       timer_(io),
-      shared_(std::make_shared<Shared>(io, regions_, dir_, std::move(token), std::move(report))) {
+      shared_(std::make_shared<Shared>(io, regions_, dir_, std::move(token), limit,
+                                       std::move(report))) {
   fs::create_directories(dir_);
   thread_ = std::thread([shared = shared_] { shared->run(); });
 }

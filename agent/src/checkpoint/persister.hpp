@@ -45,10 +45,11 @@ class CheckpointPersister {
   using Report = std::function<void(const PersistReport&)>;
 
   // Persists the regions in `regions_dir` into `dir` (made if missing) every `every` steps; with
-  // the job's `token`, each file with its MAC, and only files with it are read back.
+  // the job's `token`, each file with its MAC, and only files with it are read back. A copy is
+  // staged in memory where the node's checkpoint budget `limit` has room for it.
   CheckpointPersister(boost::asio::io_context& io, std::filesystem::path regions_dir,
                       std::filesystem::path dir, int64_t every, std::optional<store::Token> token,
-                      Report report);
+                      std::optional<uint64_t> limit, Report report);
   // Ends the copy under way at its next chunk (its partial file removed); a write stuck in the
   // kernel is left to finish on its own.
   ~CheckpointPersister();

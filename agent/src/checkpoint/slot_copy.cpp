@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/file_io.hpp"
+#include "checkpoint/memory_use.hpp"
 #include "checkpoint/slot_file.hpp"
 #include "checkpoint/slot_mac.hpp"
 
@@ -52,12 +53,22 @@ std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to
   return sum.value();
 }
 
-// `size` bytes of `in` at `from` copied into a new file `staged` (its room reserved first); null
-// when there is no room for it, or `stop` was set. The caller checks the bytes against the slot.
+// `size` bytes of `in` at `from` copied into a new file `staged` beside the regions (its room
+// reserved first); null when there is no room for it (in the file system, or in the node's
+// checkpoint budget `limit`), or `stop` was set. The caller checks the bytes against the slot.
 std::unique_ptr<Fd> stage_slot(int in, const fs::path& in_name, uint64_t from, uint64_t size,
-                               const fs::path& staged, const std::atomic<bool>& stop) {
+                               const fs::path& staged, const std::atomic<bool>& stop,
+                               std::optional<uint64_t> limit) {
+  std::optional<BudgetLock> budget;  // until its room is reserved
+  if (limit) {
+    budget.emplace(staged.parent_path());
+    if (checkpoint_memory(staged.parent_path()).total() + allocated_for(size) > *limit) {
+      return nullptr;
+    }
+  }
   auto fd = std::make_unique<Fd>(open_or_fail(staged, O_RDWR | O_CREAT | O_TRUNC));
   if (size > 0 && ::posix_fallocate(fd->fd, 0, static_cast<off_t>(size)) != 0) return nullptr;
+  budget.reset();
   if (!copy_summing(in, from, fd->fd, 0, size, in_name, staged, stop)) return nullptr;
   return fd;
 }
@@ -94,7 +105,8 @@ std::optional<RegionHeader> read_region_header(const fs::path& file) {
 
 PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step,
                            const fs::path& dir, int rank, const std::atomic<bool>& stop,
-                           const std::optional<store::Token>& token) {
+                           const std::optional<store::Token>& token,
+                           std::optional<uint64_t> limit) {
   const auto started = std::chrono::steady_clock::now();
   PersistReport r;
   const fs::path region = regions / fmt::format("rank{}", local_rank);
@@ -137,7 +149,7 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
   const uint64_t slot_at = kRegionHeader + static_cast<uint64_t>(slot) * h->slot_size;
   const fs::path staged = regions / fmt::format(".persist.rank{}", local_rank);
   Partial staging(staged);
-  std::unique_ptr<Fd> stage = stage_slot(in.fd, region, slot_at, rec.size, staged, stop);
+  std::unique_ptr<Fd> stage = stage_slot(in.fd, region, slot_at, rec.size, staged, stop, limit);
   if (stage && !slot_unchanged()) {
     r.detail = "the worker reused the slot during the copy";
     return r;

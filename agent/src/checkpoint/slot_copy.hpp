@@ -3,7 +3,8 @@
 // persister (persister.hpp), every byte summed on its way and checked against the slot's
 // checksum; what is written goes under a temporary name, synced, and renamed once complete. To
 // disk, the slot is staged first in a file beside the regions (".persist.rank<L>", at memory
-// speed), so that the worker's next saves do not race a slow disk. Where the job has a token, a
+// speed, where the node's checkpoint budget has room for it), so that the worker's next saves do
+// not race a slow disk. Where the job has a token, a
 // file also carries its MAC (slot_mac.hpp, at kSlot0MacAt of its header), and a file read back
 // must carry this token's: --checkpoint_dir's files are only as trusted as whoever can write there.
 // Private to the agent.
@@ -48,7 +49,8 @@ std::optional<RegionHeader> read_region_header(const std::filesystem::path& file
 PersistReport copy_to_disk(const std::filesystem::path& regions, int local_rank, int64_t step,
                            const std::filesystem::path& dir, int rank,
                            const std::atomic<bool>& stop,
-                           const std::optional<store::Token>& token = std::nullopt);
+                           const std::optional<store::Token>& token = std::nullopt,
+                           std::optional<uint64_t> limit = std::nullopt);
 
 // Copies `dir`/step_<step>/rank_<rank>.ddpckpt back into local rank `local_rank`'s region in
 // `regions` (made anew, reserved and checked): kRestored. Throws std::system_error when it cannot
