@@ -297,7 +297,31 @@ class NodeAgent {
     replicator_ = std::make_unique<CheckpointReplicator>(
         io_, *peer_service_, checkpoints_.path(),
         [this](const TransferReport& r, const std::string& peer) { report_replication(r, peer); });
+    replicator_->on_behind([this](bool behind, int64_t steps) { report_behind(behind, steps); });
     checkpoint_status_.replica([this] { return replica_account(); });
+  }
+
+  // The copies fell behind, or caught up again: a warning (a line) and an event, once each time.
+  void report_behind(bool behind, int64_t steps) {
+    const std::optional<int64_t> safe = replicator_->safe_step();
+    const nlohmann::json safe_step = safe ? nlohmann::json(*safe) : nlohmann::json(nullptr);
+    if (!behind) {
+      spdlog::info("checkpoint: the copies to the peer node at {} caught up (safe step {})",
+                   replicator_->peer(), safe_step.dump());
+      events_.record("checkpoint_copies_caught_up",
+                     {{"peer", replicator_->peer()}, {"safe_step", safe_step}});
+      return;
+    }
+    spdlog::warn(
+        "checkpoint: the copies to the peer node at {} are behind: the safe step ({}) has not "
+        "advanced while the workers saved {} steps (the stride is {}); a node lost now loses "
+        "those steps",
+        replicator_->peer(), safe ? std::to_string(*safe) : "none yet", steps,
+        replicator_->stride());
+    events_.record("checkpoint_copies_behind", {{"peer", replicator_->peer()},
+                                                {"safe_step", safe_step},
+                                                {"steps", steps},
+                                                {"stride", replicator_->stride()}});
   }
 
   // A copy of a step to the peer ended: the first to each peer, and each failure (once per
@@ -335,6 +359,7 @@ class NodeAgent {
             {"safe_step", safe ? nlohmann::json(*safe) : nlohmann::json(nullptr)},
             {"lag", safe && newest ? std::max<int64_t>(0, *newest - *safe) : 0},
             {"stride", replicator_->stride()},
+            {"behind", replicator_->behind()},
             {"holds", std::move(holds)}};
   }
 
@@ -352,6 +377,10 @@ class NodeAgent {
                "ddprun_checkpoint_replication_lag_steps", "gauge",
                "Steps between the newest every local rank holds and the safe step.",
                safe && newest ? static_cast<double>(std::max<int64_t>(0, *newest - *safe)) : 0.0) +
+           store::prometheus_sample(
+               "ddprun_checkpoint_copies_behind", "gauge",
+               "1 while the safe step has not advanced for four windows of the stride's steps.",
+               replicator_->behind() ? 1.0 : 0.0) +
            store::prometheus_sample("ddprun_checkpoint_peer_copies_bytes", "gauge",
                                     "Bytes of other nodes' checkpoint copies this node holds.",
                                     static_cast<double>(peer_service_->copies().bytes()));

@@ -127,6 +127,7 @@ std::string checkpoints_line(const std::string& account) {
     } else {
       line += fmt::format("; nothing copied to {} yet", r.value("peer", "?"));
     }
+    if (r.value("behind", false)) line += " (BEHIND: the safe step is not advancing)";
     if (r.contains("holds") && r["holds"].is_object()) {
       std::vector<std::string> held;
       for (const auto& [origin, steps] : r["holds"].items()) {

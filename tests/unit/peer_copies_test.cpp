@@ -213,6 +213,7 @@ TEST_CASE(
   TransferReport gone = put(sender, to, "node-a", a.path, {{0, 4}}, 8);
   CHECK_FALSE(gone.ok);
   CHECK_THAT(gone.detail, Catch::Contains("no longer holds step 8"));
+  CHECK(gone.overtaken);  // (the replicator widens the stride for it)
   CHECK(holder.copies().steps() == Steps{{"node-a", {{8, 9}, {7}}}});
   // A step not held is a clear refusal.
   TransferReport none = wait(newcomer.get(to, {{5, 4}}, 9, c.path / "restore"));

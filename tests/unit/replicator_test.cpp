@@ -178,3 +178,50 @@ TEST_CASE(
   for (const auto& r : a.reports) CHECK(r.ok);
   for (const auto& r : b.reports) CHECK(r.ok);
 }
+
+TEST_CASE(
+    "replicator: copies that cannot reach the peer say so once, after four windows of steps, and "
+    "once more when the safe step moves again",
+    "[replicator]") {
+  asio::io_context io;
+  Node a(0), b(1);
+  auto board = std::make_shared<Board>(1);
+  std::vector<std::pair<bool, int64_t>> said;
+  CheckpointReplicator ra(
+      io, a.service, a.dir.path,
+      [&](const TransferReport& r, const std::string&) { a.reports.push_back(r); });
+  ra.on_behind([&](bool behind, int64_t steps) { said.emplace_back(behind, steps); });
+  int unreachable = 0;  // a port nothing listens on any more
+  {
+    asio::ip::tcp::acceptor gone(io, {asio::ip::make_address("127.0.0.1"), 0});
+    unreachable = gone.local_endpoint().port();
+  }
+  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", unreachable}, board);
+  const auto settle = [&] { io.run_for(std::chrono::milliseconds(100)); };
+  settle();
+  for (int64_t step = 1; step <= 4; ++step) {
+    a.worker.save(step);
+    settle();
+  }
+  CHECK(said.empty());  // three steps since the first: not yet four windows of the stride (1)
+  CHECK_FALSE(ra.behind());
+  for (int64_t step = 5; step <= 8; ++step) {
+    a.worker.save(step);
+    settle();
+  }
+  CHECK(said == std::vector<std::pair<bool, int64_t>>{{true, 4}});  // once, at step 5
+  CHECK(ra.behind());
+  CHECK_FALSE(ra.safe_step());
+  CHECK_FALSE(a.reports.empty());
+  // The next round's peer answers: once a copy is there, the copies have caught up.
+  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int64_t step = 9; !ra.safe_step() && std::chrono::steady_clock::now() < deadline; ++step) {
+    a.worker.save(step);
+    settle();
+  }
+  REQUIRE(ra.safe_step());
+  CHECK(said.size() == 2);
+  CHECK(said.back() == std::pair<bool, int64_t>{false, 0});
+  CHECK_FALSE(ra.behind());
+}

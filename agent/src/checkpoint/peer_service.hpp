@@ -54,6 +54,9 @@ struct TransferReport {
   uint64_t bytes = 0;  // payload bytes moved
   std::chrono::duration<double> took{0};
   std::string detail;  // why not, when not ok
+  // A stage: the worker's saves reused a slot before its copy was complete (the copies need a
+  // wider stride).
+  bool overtaken = false;
 };
 
 // The steps of local rank `local_rank` kept in `keep` (PeerService::stage).

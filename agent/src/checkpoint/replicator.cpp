@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/asio/as_tuple.hpp>
@@ -21,6 +22,7 @@ constexpr std::chrono::seconds kPauseAfter{2};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
 constexpr size_t kStagedKept = 2;
 constexpr size_t kSequencesRemembered = 16;
+constexpr int64_t kBehindWindows = 4;
 
 int64_t window_of(int64_t step, int64_t stride) {
   const int64_t q = step / stride;
@@ -150,6 +152,7 @@ void CheckpointReplicator::poll() {
     if (before) save_gap_ = now - newest_since_;
     newest_since_ = now;
   }
+  if (peer_) note_progress();
   // (Nor while a copy is on its way: a window's step staged then would be the stride's sign of
   // being too narrow, which the copy's end widens, not a step the link can carry.)
   if (staging_ || sending_) return;
@@ -172,6 +175,14 @@ void CheckpointReplicator::poll() {
   }
 }
 
+void CheckpointReplicator::note_progress() {
+  if (!since_ || *newest_ < *since_) since_ = newest_;  // (a restore rewound the steps)
+  const int64_t steps = *newest_ - *since_;
+  if (behind_ || steps < kBehindWindows * stride_) return;
+  behind_ = true;  // until the safe step advances
+  if (behind_report_) behind_report_(true, steps);
+}
+
 void CheckpointReplicator::stage(int64_t step) {
   staging_ = true;
   const uint64_t generation = generation_;
@@ -181,6 +192,8 @@ void CheckpointReplicator::stage(int64_t step) {
                    staging_ = false;
                    if (e) return;
                    if (!r.ok) {
+                     // Overtaken by the worker's saves: the window's copy needs more steps.
+                     if (r.overtaken) wish_ = std::min(kWidestStride, std::max(wish_, 2 * stride_));
                      report_(r, peer());
                      return;
                    }
@@ -206,6 +219,8 @@ void CheckpointReplicator::send_newest() {
         if (e) return;
         if (r.ok) {
           safe_ = std::max(safe_.value_or(r.step), r.step);
+          since_ = newest_;  // the safe step advanced: steps are counted from here
+          if (std::exchange(behind_, false) && behind_report_) behind_report_(false, 0);
           // The copy took this many saves, from the step's own to the newest now: the job's
           // stride must be wider than that for every window's step to get across.
           const int64_t took = std::max<int64_t>(0, newest_ ? *newest_ - r.step : 0);

@@ -24,6 +24,11 @@
 // publishes a wish that changed through the round's exchange (StrideBoard) and every node follows
 // the widest wish now, so the stride narrows again once copies are quick. Powers of two keep
 // nodes that switch a moment apart on common steps (a wider stride's steps are the narrower's).
+// A stage the worker's saves overtook (it reused the slot first) doubles the wish too.
+//
+// Copies that fall behind say so: once the safe step has not advanced while the workers saved
+// four windows' worth of steps (a peer that refuses or cannot be reached, a link too slow even at
+// the widest stride), on_behind() hears it, once, and again once the safe step moves.
 // Private to the agent.
 #include <chrono>
 #include <cstdint>
@@ -58,6 +63,9 @@ class CheckpointReplicator {
   // Each copy's outcome (a stage that failed too), on `io`'s thread, never after the replicator
   // is gone.
   using Report = std::function<void(const TransferReport&, const std::string& peer)>;
+  // The copies fell behind (`behind`, with `steps` saved since the safe step last advanced), or
+  // caught up again; on `io`'s thread.
+  using Behind = std::function<void(bool behind, int64_t steps)>;
 
   // `service` outlives the replicator.
   CheckpointReplicator(boost::asio::io_context& io, PeerService& service,
@@ -83,9 +91,14 @@ class CheckpointReplicator {
   int64_t wish() const { return wish_; }
   // Where copies go: "host:port", or "" with no peer.
   std::string peer() const;
+  void on_behind(Behind behind) { behind_report_ = std::move(behind); }
+  // Whether the copies are behind now (see on_behind).
+  bool behind() const { return behind_; }
 
  private:
   void poll();
+  // Whether the safe step kept up with the steps saved since it last advanced.
+  void note_progress();
   // Reads every local rank's region header; false where a rank has no checkpoint.
   bool read_regions();
   // The window's first step where every rank holds it and it is known to be the first.
@@ -105,6 +118,7 @@ class CheckpointReplicator {
   PeerService& service_;
   std::filesystem::path regions_;
   Report report_;
+  Behind behind_report_;
   boost::asio::steady_timer timer_, stride_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;
@@ -113,6 +127,8 @@ class CheckpointReplicator {
   std::vector<std::vector<Held>> held_;                 // per local rank, now
   std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen
   std::optional<int64_t> safe_, newest_, sent_, window_done_, pause_staged_;
+  std::optional<int64_t> since_;  // the newest step when the safe step last advanced (any round)
+  bool behind_ = false;
   std::chrono::steady_clock::time_point newest_since_;  // when newest_ was last new
   std::chrono::steady_clock::duration save_gap_{};      // between the last two new steps
   std::vector<int64_t> staged_;                         // kept here, oldest first
