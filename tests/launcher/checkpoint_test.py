@@ -413,6 +413,64 @@ def case_one_budget_bounds_everything_a_node_holds():
           f"'{refused[0].split(' ', 1)[1][:120]}...': passed")
 
 
+STEADY = r"""
+import os, sys, time, torch
+from ddprun import checkpoint
+rank, out = int(os.environ["RANK"]), sys.argv[1]
+deadline = time.monotonic() + 120
+step = 0
+while not os.path.exists(os.path.join(out, "go")) and time.monotonic() < deadline:
+    checkpoint.save(step, {"w": torch.full((1 << 18,), float(step + rank))})
+    step += 1
+    time.sleep(0.1)
+"""
+
+
+def case_copies_that_cannot_keep_up_say_so():
+    # Two nodes; node 1's budget leaves no room for node 0's copies, so node 0's safe step never
+    # advances: its agent says so once (log, event, status), while both train on.
+    out = tempfile.mkdtemp()
+    port = free_port()
+    logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
+    events = os.path.join(out, "events.jsonl")
+    jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
+                              "--master_addr=127.0.0.1", f"--master_port={port}",
+                              *(["--checkpoint_memory_limit=5500K"] if r == 1 else
+                                [f"--event_log={events}"]),
+                              script(STEADY), out], stdout=subprocess.DEVNULL, stderr=logs[r],
+                             env={**os.environ, "PYTHON_EXEC": PY})
+            for r in (0, 1)]
+    line = ""
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            r = static_job_status(DDPRUN, port)
+            line = next((x.strip() for x in r.stdout.splitlines()
+                         if x.strip().startswith("checkpoints:") and "BEHIND" in x), "")
+            if line:
+                break
+            time.sleep(0.5)
+    finally:
+        open(os.path.join(out, "go"), "w").close()
+        for job in jobs:
+            job.wait(timeout=60)
+        for log in logs:
+            log.close()
+    text = [open(x.name).read() for x in logs]
+    assert [job.returncode for job in jobs] == [0, 0], text
+    assert "(BEHIND: the safe step is not advancing)" in line, (line, text)
+    warned = [x for x in text[0].splitlines() if "are behind" in x]
+    # (four windows of the stride, 1: four steps, or more where a poll came late)
+    assert len(warned) == 1 and re.search(r"the safe step \(none yet\) has not advanced while the "
+                                          r"workers saved ([4-9]|\d\d+) steps", warned[0]), text[0]
+    assert "no room for a copy" in text[0], text[0]  # why: the peer's budget
+    behind = events_of(events, "checkpoint_copies_behind")
+    assert len(behind) == 1 and behind[0]["steps"] >= 4 and behind[0]["safe_step"] is None, behind
+    assert not left_running(out)
+    print(f"a peer whose budget refuses every copy: one warning '{warned[0].split('] ')[-1]}', "
+          f"one event, and ddprun status says '...{line[-60:]}': passed")
+
+
 INTO = r'''
 import os, sys, torch
 from ddprun import checkpoint
