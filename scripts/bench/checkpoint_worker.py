@@ -113,6 +113,12 @@ if attempt == "0":
     except (ImportError, AttributeError, TypeError):
         pass  # torch 1.13: no dcp.save
     shutil.rmtree(scratch)
+    # Every rank's measurements written before one dies (a death stops the others' at once).
+    record("measured", 0)
+    deadline = time.monotonic() + 300
+    while not all(os.path.exists(os.path.join(out, f"measured.{r}"))
+                  for r in range(int(os.environ["WORLD_SIZE"]))) and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.kill(os.getpid(), signal.SIGKILL)
 
 started = time.perf_counter()
