@@ -178,7 +178,8 @@ void CheckpointReplicator::poll() {
 void CheckpointReplicator::note_progress() {
   if (!since_ || *newest_ < *since_) since_ = newest_;  // (a restore rewound the steps)
   const int64_t steps = *newest_ - *since_;
-  if (behind_ || steps < kBehindWindows * stride_) return;
+  // (A copy merely slower than the stride widens the stride, not a sign of trouble.)
+  if (behind_ || !failed_since_ || steps < kBehindWindows * stride_) return;
   behind_ = true;  // until the safe step advances
   if (behind_report_) behind_report_(true, steps);
 }
@@ -194,6 +195,7 @@ void CheckpointReplicator::stage(int64_t step) {
                    if (!r.ok) {
                      // Overtaken by the worker's saves: the window's copy needs more steps.
                      if (r.overtaken) wish_ = std::min(kWidestStride, std::max(wish_, 2 * stride_));
+                     failed_since_ = failed_since_ || !r.overtaken;
                      report_(r, peer());
                      return;
                    }
@@ -220,6 +222,7 @@ void CheckpointReplicator::send_newest() {
         if (r.ok) {
           safe_ = std::max(safe_.value_or(r.step), r.step);
           since_ = newest_;  // the safe step advanced: steps are counted from here
+          failed_since_ = false;
           if (std::exchange(behind_, false) && behind_report_) behind_report_(false, 0);
           // The copy took this many saves, from the step's own to the newest now: the job's
           // stride must be wider than that for every window's step to get across.
@@ -227,6 +230,7 @@ void CheckpointReplicator::send_newest() {
           wish_ = std::min(kWidestStride,
                            static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(took) + 1)));
         }
+        if (!r.ok) failed_since_ = true;
         drop_old_kept();
         report_(r, peer);
         send_newest();

@@ -27,8 +27,9 @@
 // A stage the worker's saves overtook (it reused the slot first) doubles the wish too.
 //
 // Copies that fall behind say so: once the safe step has not advanced while the workers saved
-// four windows' worth of steps (a peer that refuses or cannot be reached, a link too slow even at
-// the widest stride), on_behind() hears it, once, and again once the safe step moves.
+// four windows' worth of steps and a copy failed meanwhile (a peer that refuses, cannot be reached
+// or stalls; not a copy that is merely slower than the stride, which widens it), on_behind() hears
+// it, once, and again once the safe step moves.
 // Private to the agent.
 #include <chrono>
 #include <cstdint>
@@ -128,6 +129,7 @@ class CheckpointReplicator {
   std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen
   std::optional<int64_t> safe_, newest_, sent_, window_done_, pause_staged_;
   std::optional<int64_t> since_;  // the newest step when the safe step last advanced (any round)
+  bool failed_since_ = false;     // a copy or a stage failed since then (not one overtaken)
   bool behind_ = false;
   std::chrono::steady_clock::time_point newest_since_;  // when newest_ was last new
   std::chrono::steady_clock::duration save_gap_{};      // between the last two new steps
