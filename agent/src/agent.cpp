@@ -254,6 +254,7 @@ class NodeAgent {
   void start_peer_copies() {
     PeerAuth auth;
     auth.token = cfg_.rdzv.auth_token;
+    auth.mac = cfg_.rdzv.auth_token.has_value();
     auth.scope = "checkpoints/" + cfg_.rdzv.run_id;
     if (cfg_.rdzv.tls.enabled) {
       if (cfg_.rdzv.tls.cert_file.empty()) {

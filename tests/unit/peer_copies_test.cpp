@@ -95,6 +95,7 @@ std::unique_ptr<PeerService> service(PeerAuth auth, const fs::path& dir,
 PeerAuth auth_with(const char* token) {
   PeerAuth a;
   if (token != nullptr) a.token = ddprun::store::Token(token);
+  a.mac = token != nullptr;  // a job with a token of its own
   a.scope = "checkpoints/job";
   return a;
 }

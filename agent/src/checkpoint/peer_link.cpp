@@ -82,13 +82,13 @@ asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
   idle_.cancel();
 }
 
-asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, SlotMac& mac) {
+asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac) {
   std::string buffer(std::min<uint64_t>(n, tls_ ? kFileChunk : kMacChunk), '\0');
   if (tls_) {
     for (uint64_t done = 0; done < n;) {
       const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), n - done));
       read_all(fd, buffer.data(), k, offset + done, "a checkpoint copy");
-      mac.add(std::string_view(buffer.data(), k));
+      if (mac != nullptr) mac->add(std::string_view(buffer.data(), k));
       co_await write(buffer.data(), k);
       done += k;
     }
@@ -99,10 +99,10 @@ asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, S
   uint64_t seen = offset;  // what mac has of the file: a chunk ahead of what was sent
   for (uint64_t left = n; left > 0;) {
     const uint64_t chunk = std::min<uint64_t>(left, kFileChunk);
-    for (const uint64_t end = static_cast<uint64_t>(at) + chunk; seen < end;) {
+    for (const uint64_t end = static_cast<uint64_t>(at) + chunk; mac != nullptr && seen < end;) {
       const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - seen));
       read_all(fd, buffer.data(), k, seen, "a checkpoint copy");
-      mac.add(std::string_view(buffer.data(), k));
+      mac->add(std::string_view(buffer.data(), k));
       seen += k;
     }
     const ssize_t k = ::sendfile(plain_->native_handle(), fd, &at, chunk);

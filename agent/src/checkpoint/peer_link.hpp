@@ -35,8 +35,11 @@ namespace ddprun::agent {
 
 struct PeerAuth {
   std::optional<store::Token> token;  // the job's token or secret (none yet: nothing crosses)
-  std::string scope;                  // "checkpoints/<run id>"
-  store::TlsContext client_tls;       // null: in the clear
+  // Whether each copy carries its MAC under the token (slot_mac.hpp): where the job has a token of
+  // its own, not its secret alone.
+  bool mac = false;
+  std::string scope;             // "checkpoints/<run id>"
+  store::TlsContext client_tls;  // null: in the clear
   store::TlsContext server_tls;
 };
 
@@ -61,10 +64,10 @@ class PeerLink {
   // stays idle past its limit.
   boost::asio::awaitable<void> read(char* p, size_t n);
   boost::asio::awaitable<void> write(const char* p, size_t n);
-  // `n` bytes of the file `fd` from `offset`, each also added to `mac`: in the clear with
-  // sendfile(2), the file's pages straight to the socket; over TLS read and encrypted in pieces.
-  // Throws as write() does, and std::system_error where the file cannot be read.
-  boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, SlotMac& mac);
+  // `n` bytes of the file `fd` from `offset`, each also added to `mac` where there is one: in the
+  // clear with sendfile(2), the file's pages straight to the socket; over TLS read and encrypted
+  // in pieces. Throws as write() does, and std::system_error where the file cannot be read.
+  boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac);
   // The other end's address, for messages.
   const std::string& peer() const { return peer_; }
   void close();

@@ -125,28 +125,30 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
 // Receives `size` payload bytes into `out`, then their MAC: whether it is theirs (and `header`'s,
 // the file's header as it came).
 asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
-                                      const std::string& header, SlotMac mac) {
-  mac.add(header);
+                                      const std::string& header, std::optional<SlotMac> mac) {
+  if (mac) mac->add(header);
   std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
   for (uint64_t done = 0; done < size;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
     co_await link.read(buffer.data(), n);
     out.append(buffer.data(), n);
-    mac.add(std::string_view(buffer.data(), n));
+    if (mac) mac->add(std::string_view(buffer.data(), n));
     done += n;
   }
+  if (!mac) co_return true;
   char theirs[SlotMac::kBytes];
   co_await link.read(theirs, sizeof theirs);
-  co_return mac.matches(std::string_view(theirs, sizeof theirs));
+  co_return mac->matches(std::string_view(theirs, sizeof theirs));
 }
 
 // Sends the payload of `size` bytes at `at` of `fd`, then their MAC (and `header`'s, the file's
 // header as it was sent).
 asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, int fd, uint64_t at,
-                                   uint64_t size, SlotMac mac) {
-  mac.add(header);
-  co_await link.send_file(fd, at, size, mac);
-  const std::string sum = mac.finish();
+                                   uint64_t size, std::optional<SlotMac> mac) {
+  if (mac) mac->add(header);
+  co_await link.send_file(fd, at, size, mac ? &*mac : nullptr);
+  if (!mac) co_return;
+  const std::string sum = mac->finish();
   co_await link.write(sum.data(), sum.size());
 }
 
@@ -271,7 +273,8 @@ PeerService::~PeerService() {
   stage_thread_.join();
 }
 
-SlotMac PeerService::copy_mac() const {
+std::optional<SlotMac> PeerService::copy_mac() const {
+  if (!auth_.mac) return std::nullopt;
   if (!auth_.token)
     throw std::runtime_error("this node holds neither the job's token nor its secret");
   return SlotMac(*auth_.token, auth_.scope);

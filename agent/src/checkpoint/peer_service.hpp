@@ -12,9 +12,9 @@
 // bytes that follow (a file of the persisted layout, header and payload) and for a get the world
 // size, the origin id's length, then the id (a get's is unused). The answer: a status word (0 ok),
 // a message's length and the message; a get's answer then carries the file's length and the file.
-// A file's payload is followed by its MAC (slot_mac.hpp: under the job's token or secret, of the
-// header and payload as sent): a copy altered on its way is refused, as is a put whose slot names
-// another global rank, or another run.
+// Where the job has a token, a file's payload is followed by its MAC (slot_mac.hpp: under the
+// token, of the header and payload as sent): a copy altered on its way is refused, as is a put
+// whose slot names another global rank, or another run.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -114,8 +114,9 @@ class PeerService {
  private:
   boost::asio::awaitable<void> serve();
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
-  // The MAC of a copy crossing between this job's agents (on io_: the token is there once joined).
-  SlotMac copy_mac() const;
+  // The MAC of a copy crossing between this job's agents, where the job has a token (on io_);
+  // none without one.
+  std::optional<SlotMac> copy_mac() const;
 
   PeerAuth auth_;
   uint64_t run_tag_;
