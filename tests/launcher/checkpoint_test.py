@@ -280,20 +280,52 @@ while not os.path.exists(os.path.join(sys.argv[1], "go")) and time.monotonic() <
 '''
 
 
+class TwoNodes:
+    """Two nodes of one worker each on loopback (static rendezvous: node 0's agent holds the
+    store), node r with the flags `flags(r)`, their workers running `code` with `out` as argument.
+    Leaving it writes out/go (the workers' sign to end) and waits for both."""
+
+    def __init__(self, out, code, flags=lambda r: ()):
+        self.out, self.port = out, free_port()
+        self.logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
+        self.jobs = [subprocess.Popen(
+            [DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
+             "--master_addr=127.0.0.1", f"--master_port={self.port}", *flags(r), script(code),
+             out], stdout=subprocess.DEVNULL, stderr=self.logs[r],
+            env={**os.environ, "PYTHON_EXEC": PY}) for r in (0, 1)]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        open(os.path.join(self.out, "go"), "w").close()
+        for job in self.jobs:
+            try:
+                job.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait()
+        for log in self.logs:
+            log.close()
+
+    def running(self):
+        return any(job.poll() is None for job in self.jobs)
+
+    def status(self, *extra):
+        return static_job_status(DDPRUN, self.port, *extra)
+
+    def texts(self):
+        return [open(log.name).read() for log in self.logs]
+
+    def returncodes(self):
+        return [job.returncode for job in self.jobs]
+
+
 def case_status_shows_each_ranks_checkpoints():
-    # Two nodes of one worker each (static rendezvous: node 0's agent holds the store).
     out, ckpt = tempfile.mkdtemp(), tempfile.mkdtemp()
-    port = free_port()
-    logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
-    jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
-                              "--master_addr=127.0.0.1", f"--master_port={port}",
-                              f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=1",
-                              script(SAVE_AND_HOLD), out], stdout=subprocess.DEVNULL,
-                             stderr=logs[r], env={**os.environ, "PYTHON_EXEC": PY})
-            for r in (0, 1)]
-    try:
-        def status(*extra):
-            return static_job_status(DDPRUN, port, *extra)
+    with TwoNodes(out, SAVE_AND_HOLD,
+                  lambda r: (f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=1")) as nodes:
+        status = nodes.status
 
         def done(account):
             return account and [x["step"] for x in account["ranks"]] == [3] and \
@@ -306,8 +338,7 @@ def case_status_shows_each_ranks_checkpoints():
                 if len(accounts) == 2 and all(map(done, accounts)):
                     break
             time.sleep(0.5)
-        assert len(accounts) == 2 and all(map(done, accounts)), \
-            (accounts, [open(x.name).read() for x in logs])
+        assert len(accounts) == 2 and all(map(done, accounts)), (accounts, nodes.texts())
         assert [a["ranks"][0]["rank"] for a in accounts] == [0, 1], accounts
         assert all(a["ranks"][0]["save_seconds"] > 0 and a["bytes"] >= 2 * (1 << 20) and
                    a["persisted"]["seconds"] > 0 for a in accounts), accounts
@@ -323,13 +354,7 @@ def case_status_shows_each_ranks_checkpoints():
         lines = [x.strip() for x in table.splitlines() if x.strip().startswith("checkpoints:")]
         assert len(lines) == 2 and lines[1].startswith("checkpoints: step 3 on rank 1 (save ") and \
             "step 3 persisted (copied in" in lines[1] and " MiB budget: regions " in lines[1], table
-    finally:
-        open(os.path.join(out, "go"), "w").close()
-        for job in jobs:
-            job.wait(timeout=60)
-        for log in logs:
-            log.close()
-    assert [job.returncode for job in jobs] == [0, 0], [open(x.name).read() for x in logs]
+    assert nodes.returncodes() == [0, 0], nodes.texts()
     assert not left_running(out)
     print(f"ddprun status shows each node's ranks' newest step, its save time, the bytes held "
           f"against the node's budget and the step persisted: '{lines[1]}': passed")
@@ -370,19 +395,12 @@ def case_one_budget_bounds_everything_a_node_holds():
     # it keeps for its peer and holds for it, the persister's staging) never holds more than the
     # budget.
     out, limit = tempfile.mkdtemp(), 20 << 20
-    port = free_port()
-    logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
-    jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
-                              "--master_addr=127.0.0.1", f"--master_port={port}",
-                              "--checkpoint_memory_limit=20M", f"--checkpoint_dir={out}/disk",
-                              "--checkpoint_persist_every=1", script(GROWING), out],
-                             stdout=subprocess.DEVNULL, stderr=logs[r],
-                             env={**os.environ, "PYTHON_EXEC": PY})
-            for r in (0, 1)]
     most, parts_seen = [0, 0], set()
-    try:
+    with TwoNodes(out, GROWING, lambda r: ("--checkpoint_memory_limit=20M",
+                                           f"--checkpoint_dir={out}/disk",
+                                           "--checkpoint_persist_every=1")) as nodes:
         deadline = time.monotonic() + 120
-        while any(j.poll() is None for j in jobs) and time.monotonic() < deadline:
+        while nodes.running() and time.monotonic() < deadline:
             for r in (0, 1):
                 try:
                     folder = open(os.path.join(out, f"folder.{r}")).read()
@@ -393,15 +411,7 @@ def case_one_budget_bounds_everything_a_node_holds():
                     if allocated_under(os.path.join(folder, part)) > 0:
                         parts_seen.add(part)
             time.sleep(0.005)
-    finally:
-        for job in jobs:
-            if job.poll() is None:
-                job.kill()
-            job.wait(timeout=60)
-        for log in logs:
-            log.close()
-    text = [open(x.name).read() for x in logs]
-    assert [job.returncode for job in jobs] == [0, 0], text
+    assert nodes.returncodes() == [0, 0], nodes.texts()
     assert all(0 < m <= limit for m in most), (most, limit)
     assert parts_seen == {"kept", "peers"}, parts_seen  # copies were made, and counted
     refused = [open(os.path.join(out, f"refused.{r}")).read() for r in (0, 1)]
@@ -430,34 +440,20 @@ def case_copies_that_cannot_keep_up_say_so():
     # Two nodes; node 1's budget leaves no room for node 0's copies, so node 0's safe step never
     # advances: its agent says so once (log, event, status), while both train on.
     out = tempfile.mkdtemp()
-    port = free_port()
-    logs = [open(os.path.join(out, f"ddprun.{r}.log"), "w") for r in (0, 1)]
     events = os.path.join(out, "events.jsonl")
-    jobs = [subprocess.Popen([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1",
-                              "--master_addr=127.0.0.1", f"--master_port={port}",
-                              *(["--checkpoint_memory_limit=5500K"] if r == 1 else
-                                [f"--event_log={events}"]),
-                              script(STEADY), out], stdout=subprocess.DEVNULL, stderr=logs[r],
-                             env={**os.environ, "PYTHON_EXEC": PY})
-            for r in (0, 1)]
     line = ""
-    try:
+    with TwoNodes(out, STEADY, lambda r: ["--checkpoint_memory_limit=5500K"] if r == 1 else
+                  [f"--event_log={events}"]) as nodes:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            r = static_job_status(DDPRUN, port)
+            r = nodes.status()
             line = next((x.strip() for x in r.stdout.splitlines()
                          if x.strip().startswith("checkpoints:") and "BEHIND" in x), "")
             if line:
                 break
             time.sleep(0.5)
-    finally:
-        open(os.path.join(out, "go"), "w").close()
-        for job in jobs:
-            job.wait(timeout=60)
-        for log in logs:
-            log.close()
-    text = [open(x.name).read() for x in logs]
-    assert [job.returncode for job in jobs] == [0, 0], text
+    text = nodes.texts()
+    assert nodes.returncodes() == [0, 0], text
     assert "(BEHIND: the safe step is not advancing)" in line, (line, text)
     warned = [x for x in text[0].splitlines() if "are behind" in x]
     # (four windows of the stride, 1: four steps, or more where a poll came late)

@@ -6,28 +6,12 @@ MemoryStorageReader.
 
     checkpoint_identity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
-import importlib
 import os
 import shutil
 import sys
 import tempfile
 
-
-def fresh(package):
-    """ddprun.checkpoint imported anew (no region mapped yet), as a new worker imports it."""
-    for name in [m for m in sys.modules if m == "ddprun" or m.startswith("ddprun.")]:
-        del sys.modules[name]
-    sys.path.insert(0, package)
-    return importlib.import_module("ddprun.checkpoint")
-
-
-def expect_error(fn, text):
-    try:
-        fn()
-    except Exception as e:  # CheckpointError, of whichever import of the module
-        assert type(e).__name__ == "CheckpointError" and text in str(e), (text, e)
-        return
-    raise AssertionError(f"no error ({text})")
+from fresh_package import expect_error, fresh
 
 
 def main():

@@ -1,11 +1,11 @@
-"""ddprun.checkpoint without a job: a slot's checksum is its payload's CRC-32, checked before a byte
-reaches the caller: two 8-byte words swapped in a saved slot (which a sum of the words, the check
-before, let through) are refused at load, the caller's tensors untouched; put back, the same slot
-loads into them exactly. With torch 2 the same through MemoryStorageReader.
+"""ddprun.checkpoint without a job: a slot's checksum is its payload's CRC-32 (large ones summed in
+pieces on threads, combined), checked before a byte reaches the caller: two 8-byte words swapped in
+a saved slot (which a sum of the words, the check before, let through) are refused at load, the
+caller's tensors untouched; put back, the same slot loads into them exactly. With torch 2 the same
+through MemoryStorageReader.
 
     checkpoint_integrity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
-import importlib
 import mmap
 import os
 import shutil
@@ -13,25 +13,7 @@ import struct
 import sys
 import tempfile
 
-
-def fresh(package):
-    """ddprun.checkpoint imported anew (no region mapped yet), as a new worker imports it."""
-    for name in [m for m in sys.modules if m == "ddprun" or m.startswith("ddprun.")]:
-        del sys.modules[name]
-    sys.path.insert(0, package)
-    return importlib.import_module("ddprun.checkpoint")
-
-
-def expect_error(fn, text, kind="CheckpointError"):
-    try:
-        fn()
-    except BaseException as e:  # of whichever import of the module (DCP's is a BaseException)
-        # (dcp.load's own error holds each rank's: theirs are its failures)
-        said = [str(e)] + [str(f) for f in getattr(e, "failures", {}).values()]
-        assert (kind is None or type(e).__name__ == kind) and any(text in m for m in said), \
-            (text, said)
-        return
-    raise AssertionError(f"no error ({text})")
+from fresh_package import expect_error, fresh
 
 
 def word_sum(region, start, size):
@@ -109,17 +91,28 @@ def check_dcp(package, folder, torch):
     assert torch.equal(live["w"], saved["w"])
 
 
+def check_crc_in_pieces(ckpt):
+    """A large CRC summed in pieces on threads and combined is zlib's CRC of the whole."""
+    import zlib
+    for size in (0, 1, 7, 4096, 1 << 20):
+        a, b = os.urandom(size % 5000), os.urandom(size)
+        assert ckpt._crc_combine(zlib.crc32(a), zlib.crc32(b), size) == zlib.crc32(a + b), size
+    big = bytearray(os.urandom(1 << 20)) * 48  # 48 MiB: three pieces where there are the threads
+    assert ckpt._crc(big, 5, len(big) - 13, 1234) == zlib.crc32(memoryview(big)[5:-8], 1234)
+
+
 def main():
     package = sys.argv[1]
     folder = tempfile.mkdtemp(dir="/dev/shm")
     os.environ.update({"DDPRUN_CHECKPOINT_DIR": folder, "LOCAL_RANK": "0", "RANK": "0",
                        "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "job"})
     import torch
+    check_crc_in_pieces(fresh(package))
     check_plain(package, folder, torch)
     dcp = int(torch.__version__.split(".")[0]) >= 2  # MemoryStorageReader needs torch 2
     if dcp:
         check_dcp(package, folder, torch)
-    print("two words swapped in a saved slot (its word sum unchanged): load() refuses it before a "
+    print("a CRC in pieces on threads is zlib's of the whole; two words swapped in a saved slot (its word sum unchanged): load() refuses it before a "
           "byte reaches the caller's tensors, and loads it exactly once they are put back"
           + (" (checkpoint.load and dcp.load)" if dcp else "") + ": passed")
 
