@@ -173,6 +173,14 @@ class NodeAgent {
     // Signals are handled from here on: the first line says so to whoever waits for it.
     spdlog::info("run {}: {}, {} workers here, logs in {}", cfg_.rdzv.run_id, rdzv_->describe(),
                  cfg_.rdzv.nproc, run_dir_.string());
+    if (cfg_.checkpoint_memory_limit) {
+      spdlog::info("checkpoints: at most {:.1f} MiB of memory on this node{}",
+                   *cfg_.checkpoint_memory_limit / 1048576.0,
+                   budget_given_ ? std::string(" (--checkpoint_memory_limit)")
+                                 : fmt::format(" (half the size of the file system holding {}; "
+                                               "--checkpoint_memory_limit sets it)",
+                                               checkpoints_.path()));
+    }
     events_.record("agent_started", {{"nproc", cfg_.rdzv.nproc},
                                      {"max_restarts", cfg_.rdzv.max_restarts},
                                      {"rendezvous", rdzv_->describe()},
@@ -424,17 +432,13 @@ class NodeAgent {
       spdlog::warn("{} would be left behind if this agent were SIGKILLed", checkpoints_.path());
     }
     cfg_.env["DDPRUN_CHECKPOINT_DIR"] = checkpoints_.path();
-    const bool given = cfg_.checkpoint_memory_limit.has_value();
-    if (!given) cfg_.checkpoint_memory_limit = default_checkpoint_budget(checkpoints_.path());
+    budget_given_ = cfg_.checkpoint_memory_limit.has_value();
+    if (!budget_given_) {
+      cfg_.checkpoint_memory_limit = default_checkpoint_budget(checkpoints_.path());
+    }
     if (cfg_.checkpoint_memory_limit) {
-      const uint64_t limit = *cfg_.checkpoint_memory_limit;
-      cfg_.env["DDPRUN_CHECKPOINT_MEMORY_LIMIT"] = std::to_string(limit);
-      checkpoint_status_.budget(limit);
-      spdlog::info("checkpoints: at most {:.1f} MiB of memory on this node{}", limit / 1048576.0,
-                   given ? std::string(" (--checkpoint_memory_limit)")
-                         : fmt::format(" (half the size of the file system holding {}; "
-                                       "--checkpoint_memory_limit sets it)",
-                                       checkpoints_.path()));
+      cfg_.env["DDPRUN_CHECKPOINT_MEMORY_LIMIT"] = std::to_string(*cfg_.checkpoint_memory_limit);
+      checkpoint_status_.budget(*cfg_.checkpoint_memory_limit);
     }
     if (!cfg_.python_workers) return;
     // Beside the regions (not in the log folder, whose layout is torchrun's), gone with them.
@@ -509,7 +513,8 @@ class NodeAgent {
   WorkerGroup group_;
   EventLog events_;
   AgentMetrics metrics_;
-  CheckpointStatus checkpoint_status_;              // for `ddprun status`
+  CheckpointStatus checkpoint_status_;  // for `ddprun status`
+  bool budget_given_ = false;           // --checkpoint_memory_limit given (else its default)
   std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir; reports to both above
   std::unique_ptr<PeerService> peer_service_;       // several nodes: copies to and from peers
   // Without a peer service: the slots this node holds (its regions and kept copies).
