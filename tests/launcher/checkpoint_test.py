@@ -456,12 +456,15 @@ def case_copies_that_cannot_keep_up_say_so():
     assert nodes.returncodes() == [0, 0], text
     assert "(BEHIND: the safe step is not advancing)" in line, (line, text)
     warned = [x for x in text[0].splitlines() if "are behind" in x]
-    # (four windows of the stride, 1: four steps, or more where a poll came late)
-    assert len(warned) == 1 and re.search(r"the safe step \(none yet\) has not advanced while the "
-                                          r"workers saved ([4-9]|\d\d+) steps", warned[0]), text[0]
+    # (four windows of the stride, 1: four steps, or more where a poll came late; the first copy
+    # may have fitted before node 1's own checkpoints grew)
+    assert len(warned) == 1 and re.search(r"the safe step \((none yet|\d+)\) has not advanced "
+                                          r"while the workers saved ([4-9]|\d\d+) steps",
+                                          warned[0]), text[0]
     assert "no room for a copy" in text[0], text[0]  # why: the peer's budget
     behind = events_of(events, "checkpoint_copies_behind")
-    assert len(behind) == 1 and behind[0]["steps"] >= 4 and behind[0]["safe_step"] is None, behind
+    assert len(behind) == 1 and behind[0]["steps"] >= 4 and behind[0]["safe_step"] in (None, 0), \
+        behind
     assert not left_running(out)
     print(f"a peer whose budget refuses every copy: one warning '{warned[0].split('] ')[-1]}', "
           f"one event, and ddprun status says '...{line[-60:]}': passed")
