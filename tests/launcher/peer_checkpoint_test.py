@@ -44,6 +44,7 @@ class Cluster:
         tag = str(os.getpid())
         self.head, self.hosts = f"pch{tag}", [f"pc{tag}{i}" for i in range(HOSTS)]
         self.procs, self.agents = [], {}
+        self.nproc = 1
 
     def __enter__(self):
         try:
@@ -71,7 +72,7 @@ class Cluster:
 
     def start(self, run_id, i, out, nnodes, env=None, extra=()):
         cmd = ["ip", "netns", "exec", self.hosts[i], DDPRUN, f"--nnodes={nnodes}",
-               "--nproc_per_node=1", "--max_restarts=3", "--rdzv_backend=c10d",
+               f"--nproc_per_node={self.nproc}", "--max_restarts=3", "--rdzv_backend=c10d",
                f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={job(run_id)}",
                "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
                f"--event_log={out}/events.{i}.jsonl", *extra, WORKLOAD, str(STEPS), out]
@@ -118,23 +119,28 @@ def complete_on_disk(disk, ranks):
         os.path.exists(os.path.join(disk, d, f"rank_{r}.ddpckpt")) for r in range(ranks))]
 
 
-def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None, env=None):
+def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None, env=None,
+               copies=None, before=lambda: None):
     """Starts the job on victims + survivors, with the victims holding after step K (or each node
-    with `env`[node]); once every node's step K is on its peer (and, with `disk`, a step of every
-    rank is in it), SIGKILLs the victims' agents (their workers die with them)."""
+    with `env`[node]); once every node's step K is on its peer (`copies`: how many copies of it
+    make that, one per node by default; and, with `disk`, a step of every rank is in it), SIGKILLs
+    the victims' agents (their workers die with them), just after calling `before`."""
     for i in [*victims, *survivors]:
         cluster.start(run_id, i, out, cluster.nnodes,
                       env=(env or {}).get(i, {"HOLD_AT": str(K)} if i in victims else None),
                       extra=cluster.extra)
-    wait_for(lambda: len(glob.glob(f"{out}/held.*")) == len(victims), "the victims at step K", 120)
     nodes = len(victims) + len(survivors)
-    wait_for(lambda: len(copies_of_step(run_id, K)) >= nodes, f"step {K} copied to every peer", 60)
+    wait_for(lambda: len(glob.glob(f"{out}/held.*")) == len(victims) * cluster.nproc,
+             "the victims at step K", 120)
+    wait_for(lambda: len(copies_of_step(run_id, K)) >= (copies or nodes),
+             f"step {K} copied to every peer", 60)
     if disk:
         wait_for(lambda: complete_on_disk(disk, nodes), "a step of every rank persisted", 60)
     if status is not None:  # what `ddprun status` says of every node's copies meanwhile
         wait_for(lambda: cluster.status(run_id).count(f"safe up to step {K}") == nodes,
                  "every node's copies in ddprun status", 30)
         status.append(cluster.status(run_id))
+    before()
     for i in victims:
         cluster.agents[(run_id, i)].send_signal(signal.SIGKILL)
         cluster.agents[(run_id, i)].wait()
@@ -191,7 +197,10 @@ def stranger_gets_nothing(cluster, out, survivors):
 
 
 def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
-    replacement_resumes_from_its_peers_copy({})
+    """Two ranks per node whose DDP state is saved as replicated: each node holds, sends and keeps
+    one replica of it per step (local rank 0's slot; rank 1's slot refers to it), and the
+    replacement's two ranks restore from the one fetched."""
+    replacement_resumes_from_its_peers_copy({"CKPT_REPLICATED": "1", "WIDTH": "16384"}, nproc=2)
 
 
 def case_a_replacement_node_resumes_a_dcp_checkpoint_from_its_peers_copy():
@@ -200,9 +209,29 @@ def case_a_replacement_node_resumes_a_dcp_checkpoint_from_its_peers_copy():
     replacement_resumes_from_its_peers_copy({"CKPT_API": "dcp"})
 
 
-def replacement_resumes_from_its_peers_copy(api):
+def node_folders(run_id):
+    return glob.glob(f"/dev/shm/ddprun-checkpoints-{job(run_id)}-*")
+
+
+def one_replica_per_node(run_id, state):
+    """Each node's regions and the copies it holds for its peer at step K: one replica of the
+    `state` bytes each (local rank 0's slot), the other rank's a reference of under a MiB. Returns
+    each node's bytes in /dev/shm."""
+    held = []
+    for folder in node_folders(run_id):
+        regions = sorted(os.stat(os.path.join(folder, f"rank{r}")).st_blocks * 512 for r in (0, 1))
+        assert regions[0] <= 2 * (1 << 20) + 8192 and regions[1] >= 2 * state, (folder, regions)
+        copies = sorted(os.path.getsize(p) for p in glob.glob(f"{folder}/peers/*.step{K}.ddpckpt"))
+        assert len(copies) == 2 and copies[0] < (1 << 20) and copies[1] >= state, (folder, copies)
+        held.append(sum(os.lstat(os.path.join(root, f)).st_blocks * 512
+                        for root, dirs, files in os.walk(folder) if "/python" not in root
+                        for f in files))
+    return held
+
+
+def replacement_resumes_from_its_peers_copy(api, nproc=1):
     with Cluster() as cluster:
-        cluster.nnodes, cluster.extra = "3:3", []
+        cluster.nnodes, cluster.extra, cluster.nproc = "3:3", [], nproc
         whole = tempfile.mkdtemp()
         for i in range(3):
             cluster.start("whole", i, whole, "3:3", env=api)
@@ -211,8 +240,12 @@ def replacement_resumes_from_its_peers_copy(api):
         out, disk = tempfile.mkdtemp(), tempfile.mkdtemp()
         cluster.extra = [f"--checkpoint_dir={disk}", "--checkpoint_persist_every=1000"]
         status = []
+        # With replicated state, the model's and Adam's: 3 x (32 x W + 2 x W + 1) floats.
+        state, held = 3 * 4 * (34 * int(api.get("WIDTH", 64)) + 1), []
         lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status,
-                   env={0: api, 1: {**api, "HOLD_AT": str(K)}, 2: api})
+                   env={0: api, 1: {**api, "HOLD_AT": str(K)}, 2: api}, copies=3 * nproc,
+                   before=lambda: held.extend(one_replica_per_node("lost", state))
+                   if "CKPT_REPLICATED" in api else None)
         assert status[0].count("holds copies of node") == 3, status[0]
         stranger_gets_nothing(cluster, out, survivors=[0, 2])
         cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
@@ -220,11 +253,13 @@ def replacement_resumes_from_its_peers_copy(api):
         restored = events(out, 3, "checkpoint_restore")
         assert restored and restored[-1]["step"] == K and restored[-1]["from"] == "peer", \
             (restored, errs[3])
-        # The lost node's global rank, now the replacement's (stable ranks): its own slot, fetched.
-        lost_rank = events(out, 1, "round_formed")[0]["base_rank"]
-        assert [r["rank"] for r in restored[-1]["ranks"]] == [lost_rank], restored
-        assert events(out, 3, "round_formed")[-1]["base_rank"] == lost_rank
-        assert restored[-1]["ranks"][0]["from"].startswith("node "), restored
+        # The lost node's global ranks, now the replacement's (stable ranks): their own slots,
+        # fetched.
+        base = events(out, 1, "round_formed")[0]["base_rank"]
+        lost_ranks = list(range(base, base + nproc))
+        assert [r["rank"] for r in restored[-1]["ranks"]] == lost_ranks, restored
+        assert events(out, 3, "round_formed")[-1]["base_rank"] == base
+        assert all(r["from"].startswith("node ") for r in restored[-1]["ranks"]), restored
         fetched = events(out, 3, "checkpoint_fetched")
         assert fetched and all(f["ok"] for f in fetched) and fetched[-1]["bytes"] > 0, fetched
         for i in (0, 2):
@@ -236,22 +271,29 @@ def replacement_resumes_from_its_peers_copy(api):
         # (A round re-formed around a lost node is not a restart: its workers' attempt is still
         # 0, and each rank's file says the step the last round resumed from.)
         resumed = sorted(open(p).read() for p in glob.glob(f"{out}/resumed.*"))
-        assert resumed == [str(K)] * 3, resumed
+        assert resumed == [str(K)] * 3 * nproc, resumed
         assert bit_identical(whole, out), "the resumed job's parameters differ"
-        assert f"got step 5 of global rank(s) {lost_rank} from node" in errs[3], errs[3]
+        lost = ",".join(map(str, lost_ranks))
+        assert f"got step 5 of global rank(s) {lost} from node" in errs[3], errs[3]
         # Each node's event log says where its copies went and what it held of others'.
         for i in (0, 2):
             assert events(out, i, "checkpoint_replicated"), events(out, i)
             # To the next node of the round, never to itself.
             assert all(not e["peer"].startswith(ADDRS[i] + ":")
                        for e in events(out, i, "checkpoint_replicated")), events(out, i)
-            held = events(out, i, "checkpoints_held")
-            assert held and held[0]["safe_step"] is not None and held[0]["peer"], held
-            assert len(held[0]["peer_copies"]) == 1, held
+            held_event = events(out, i, "checkpoints_held")
+            assert held_event and held_event[0]["safe_step"] is not None and \
+                held_event[0]["peer"], held_event
+            assert len(held_event[0]["peer_copies"]) == 1, held_event
         assert not left_running(out) and not left_running(whole)
+    replicas = ""
+    if "CKPT_REPLICATED" in api:
+        replicas = (f" Each node held one replica of the {state / 2**20:.1f} MiB state per step "
+                    f"(its regions and its peer's copies: {', '.join(f'{h / 2**20:.1f}' for h in held)}"
+                    f" MiB per node).")
     print(f"a node SIGKILLed after step {K}: its replacement resumed from the copies its peer held "
-          "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run: "
-          "passed")
+          "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run."
+          f"{replicas} passed")
 
 
 def case_a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy():

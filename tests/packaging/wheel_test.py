@@ -47,7 +47,8 @@ def main():
                         os.path.basename(wheel)), wheel
     names = zipfile.ZipFile(wheel).namelist()
     assert {"ddprun/bin/ddprun", "ddprun/bin/ddprund", "ddprun/__main__.py",
-            "ddprun/heartbeat.py", "ddprun/checkpoint.py", "ddprun/_dcp_storage.py"} <= set(names), \
+            "ddprun/heartbeat.py", "ddprun/checkpoint.py", "ddprun/_dcp_storage.py",
+            "ddprun/_replica.py"} <= set(names), \
         names
 
     venv = os.path.join(work, "venv")

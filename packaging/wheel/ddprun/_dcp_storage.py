@@ -365,7 +365,7 @@ class MemoryStorageReader(StorageReader):
             self._files = _SlotFiles(folder, step)
             return self._files.metadata()
         self._slot = _ckpt._Committed(step)
-        kind, state_md, self._places = self._slot.structure
+        kind, state_md, self._places = self._slot.structure[:3]
         if kind != "dcp":
             raise _ckpt.CheckpointError(f"checkpoint: step {step} was saved with checkpoint.save: "
                                         f"load it with checkpoint.load()")

@@ -531,11 +531,16 @@ class _TileSums:
             self.start = start
         self.end = start + size
 
-    def total(self):
+    def wait(self):
+        """Returns once every queued copy is in."""
         if self.devices:
             import torch
             for device in self.devices:
                 torch.cuda.synchronize(device)
+            self.devices = set()
+
+    def total(self):
+        self.wait()
         return _crc(self.m, self.start, self.end - self.start) if self.start is not None else 0
 
 
@@ -551,23 +556,39 @@ def _not_under_ddprun(what):
         _warned = True
 
 
-def save(step, state):
-    """Saves `state` as step `step` of this rank; returns once every byte is in shared memory."""
+def save(step, state, replicated=False):
+    """Saves `state` as step `step` of this rank; returns once every byte is in shared memory.
+
+    `replicated`: True where the whole state is the same on every rank (DDP's model and optimizer),
+    or the top-level keys of a dict state whose values are: the node then holds, persists and sends
+    them once, in local rank 0's slot, and each other local rank checks its own against them (a
+    CheckpointError names a tensor that differs) and saves a reference (ddprun._replica)."""
     if not _region_dir():
         _not_under_ddprun("save")
         return
     started = time.perf_counter()
     import torch
+    from ddprun import _replica
     tensors = []
     structure = _flatten(state, tensors)
-    places, offset = [], 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        places.append(_Tensor(offset, nbytes, t.dtype, tuple(t.shape), str(t.device)))
-        offset = _up(offset + nbytes, _ALIGN)
-    meta = pickle.dumps(("plain", structure, places), protocol=4)
+    shared = _replica.indices(state, replicated, tensors)
+    role = _replica.role(shared)
+    others = [i for i in range(len(tensors)) if i not in set(shared)] if role else \
+        list(range(len(tensors)))
+    places, section = _replica.layout(tensors, shared) if role else ({}, 0)
+    ref = _replica.reference(step, tensors, places, shared, section) \
+        if role == "referrer" else None
+    if role == "referrer" and ref is None:  # the holder has none: this rank holds them itself
+        role, others, places, section = None, list(range(len(tensors))), {}, 0
+    own, end = _replica.layout(tensors, others, 0 if ref else section)
+    places.update(own)
+    places = [places[i] for i in range(len(tensors))]
+    kept = {"holder": ("holds", tuple(shared), section), "referrer": ref}.get(role)
+    meta = pickle.dumps(("plain", structure, places, kept), protocol=4)
     data_start = _up(len(meta), _ALIGN)
-    payload = _up(data_start + offset, 8)
+    payload = _up(data_start + end, 8)
+    if role == "holder":
+        payload += _replica.trailer_size(shared)
     save = _Save(step, payload, started)
     m, base = save.map, save.base
     m[base:base + len(meta)] = meta
@@ -578,16 +599,27 @@ def save(step, state):
     # Each tensor's tile (its bytes and the padding to the next) summed just after it is copied,
     # while it is in the cache: no second pass over the slot. With the region page-locked, CUDA
     # tensors are copied by DMA while the CPU ones are, and their tiles summed once they are in.
-    dma = _cuda_bytes(tensors) >= _PIN_FROM and save.region.pin()
+    written = [shared[:] if role == "holder" else [], others]
+    order = written[0] + written[1]
+    dma = _cuda_bytes([tensors[i] for i in order]) >= _PIN_FROM and save.region.pin()
     sums = _TileSums(m)
     sums.add(base, data_start)
-    ends = [p.offset for p in places[1:]] + [payload - data_start]
-    for t, p, end in zip(tensors, places, ends):
+    body_end = payload - (_replica.trailer_size(shared) if role == "holder" else 0)
+    ends = [places[i].offset for i in order[1:]] + [body_end - data_start]
+    for i, end in zip(order, ends):
+        t, p = tensors[i], places[i]
         by_dma = dma and t.is_cuda
         if p.nbytes:
             _copy_tensor(data, p.offset, t, non_blocking=by_dma)
+        if end > p.offset + p.nbytes:
+            data[p.offset + p.nbytes:end].zero_()  # tiles are summed with their padding
         sums.add(base + data_start + p.offset, end - p.offset, t.device if by_dma else None)
-    save.commit(payload, len(meta), sums.total())
+    if role == "holder":
+        sums.wait()
+        checksum = _replica.holder_sums(m, base, data_start, places, shared, section, payload)
+    else:
+        checksum = sums.total()
+    save.commit(payload, len(meta), checksum)
 
 
 def agreed_step():
@@ -637,7 +669,8 @@ class _Committed:
             raise CheckpointError(
                 f"checkpoint: step {step} in {path} was saved by rank {rank} of {saved_world} "
                 f"ranks, not of the {world} the agents agreed on: refused")
-        self.step, self.path = step, path
+        self.step, self.path, self.world = step, path, saved_world
+        self.run = struct.unpack_from("<Q", m, _RUN_AT + 8 * mine[0])[0]
         self.base = HEADER + mine[0] * _region.slot_size
         if _crc(m, self.base, self.size) != self.checksum:
             raise CheckpointError(f"checkpoint: step {step} in {path} fails its checksum")
@@ -685,7 +718,8 @@ def load(into=None, new_rank="raise"):
     if slot.structure[0] != "plain":
         raise CheckpointError(f"checkpoint: step {step} was saved through torch.distributed.checkpoint:"
                               f" load it with dcp.load(..., storage_reader=MemoryStorageReader())")
-    _, structure, places = slot.structure
+    _, structure, places = slot.structure[:3]
+    ref = slot.structure[3] if len(slot.structure) > 3 else None
     targets = None
     if into is not None:
         targets = []
@@ -695,23 +729,40 @@ def load(into=None, new_rank="raise"):
             raise CheckpointError(f"checkpoint: step {step}'s tensors do not match those of `into` "
                                   f"({len(places)} saved, {len(targets)} given, or a shape or "
                                   f"dtype differs)")
+    holder, shared = None, ()
+    if ref and ref[0] == "replica_of":  # the replicated tensors are in the node's holder's slot
+        from ddprun import _replica
+        holder, holder_start, still_there = _replica.holder_slot(slot, ref, places)
+        shared = set(ref[2])
     tensors, devices = [], set()
     dma = bool(_region.pinned)  # page-locked by a save of this worker's: CUDA copies go by DMA
-    for i, p in enumerate(places):
-        out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
-                                                                 device=p.device)
-        if p.nbytes:
-            src = torch.frombuffer(m, dtype=torch.uint8, offset=slot.data_start + p.offset,
-                                   count=p.nbytes)
-            flat = out.view(-1) if out.dim() else out.view(1)
-            if not out.is_contiguous():
-                raise CheckpointError("checkpoint: load(into=...) needs contiguous tensors")
-            flat.view(torch.uint8).copy_(src, non_blocking=dma and out.is_cuda)
-            if dma and out.is_cuda:
-                devices.add(out.device)
-        tensors.append(out)
-    for device in devices:
-        torch.cuda.synchronize(device)
+    try:
+        for i, p in enumerate(places):
+            out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
+                                                                     device=p.device)
+            if p.nbytes:
+                theirs = i in shared
+                src = torch.frombuffer(holder.map if theirs else m, dtype=torch.uint8,
+                                       offset=(holder_start if theirs else slot.data_start) +
+                                       p.offset, count=p.nbytes)
+                flat = out.view(-1) if out.dim() else out.view(1)
+                if not out.is_contiguous():
+                    raise CheckpointError("checkpoint: load(into=...) needs contiguous tensors")
+                by_dma = dma and out.is_cuda and not theirs
+                flat.view(torch.uint8).copy_(src, non_blocking=by_dma)
+                if by_dma:
+                    devices.add(out.device)
+            tensors.append(out)
+        for device in devices:
+            torch.cuda.synchronize(device)
+        if holder is not None and not still_there():
+            raise CheckpointError(
+                f"checkpoint: step {step}: global rank {ref[1]}'s slot holding this rank's "
+                f"replicated state was overwritten while it was read (a save of local rank 0's "
+                f"two steps ahead): the state read is not step {step}'s")
+    finally:
+        if holder is not None:
+            holder.close()
     return step, _unflatten(structure, tensors)
 
 

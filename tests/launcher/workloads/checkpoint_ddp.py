@@ -5,7 +5,9 @@ Rank 0 writes the final parameters to OUT_DIR/final.pt, with $SAVE_PARAMS each s
 OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>;
 with $HOLD_AT=STEP, each rank writes OUT_DIR/held.<rank> after saving that step in the first attempt
 and waits there (for the test to kill its node); STEP@W holds only at world size W and writes
-OUT_DIR/held@W.<rank>, and several are comma-separated.
+OUT_DIR/held@W.<rank>, and several are comma-separated. $WIDTH sets the hidden layer's width (64);
+with $CKPT_REPLICATED=1 the saves say that the state is the same on every rank (replicated=True):
+the node holds it once.
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
 checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
 dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
@@ -37,7 +39,9 @@ def main():
     rank = dist.get_rank()
     attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
+    width = int(os.environ.get("WIDTH", "64"))
+    replicated = os.environ.get("CKPT_REPLICATED") == "1"
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.Tanh(), torch.nn.Linear(width, 1)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     dcp_api = os.environ.get("CKPT_API", "").startswith("dcp")
     saving, async_group = None, None
@@ -84,7 +88,8 @@ def main():
                 saving = dcp.async_save(state, storage_writer=checkpoint.MemoryStorageWriter(s),
                                         process_group=async_group)
         else:
-            checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()})
+            checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()},
+                            replicated=replicated)
         if rank == 0 and os.environ.get("SAVE_PARAMS"):
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":
