@@ -430,7 +430,7 @@ rank, out = int(os.environ["RANK"]), sys.argv[1]
 deadline = time.monotonic() + 120
 step = 0
 while not os.path.exists(os.path.join(out, "go")) and time.monotonic() < deadline:
-    checkpoint.save(step, {"w": torch.full((1 << 18,), float(step + rank))})
+    checkpoint.save(step, {"w": torch.full((1 << 20 if rank == 0 else 256,), float(step + rank))})
     step += 1
     time.sleep(0.1)
 """
@@ -438,11 +438,13 @@ while not os.path.exists(os.path.join(out, "go")) and time.monotonic() < deadlin
 
 def case_copies_that_cannot_keep_up_say_so():
     # Two nodes; node 1's budget leaves no room for node 0's copies, so node 0's safe step never
-    # advances: its agent says so once (log, event, status), while both train on.
+    # advances: its agent says so once (log, event, status), while both train on. (Node 0's state
+    # is 4 MiB, node 1's 1 KiB in a region of two 1 MiB slots: 5000K holds node 1's region and what
+    # it keeps of its own, never a copy of node 0's.)
     out = tempfile.mkdtemp()
     events = os.path.join(out, "events.jsonl")
     line = ""
-    with TwoNodes(out, STEADY, lambda r: ["--checkpoint_memory_limit=5500K"] if r == 1 else
+    with TwoNodes(out, STEADY, lambda r: ["--checkpoint_memory_limit=5000K"] if r == 1 else
                   [f"--event_log={events}"]) as nodes:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

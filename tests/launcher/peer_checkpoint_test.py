@@ -288,9 +288,9 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         assert not left_running(out) and not left_running(whole)
     replicas = ""
     if "CKPT_REPLICATED" in api:
+        per_node = ", ".join(f"{h / 2**20:.1f}" for h in held)
         replicas = (f" Each node held one replica of the {state / 2**20:.1f} MiB state per step "
-                    f"(its regions and its peer's copies: {', '.join(f'{h / 2**20:.1f}' for h in held)}"
-                    f" MiB per node).")
+                    f"(its regions and its peer's copies: {per_node} MiB per node).")
     print(f"a node SIGKILLed after step {K}: its replacement resumed from the copies its peer held "
           "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run."
           f"{replicas} passed")

@@ -35,7 +35,8 @@ if os.environ.get("DDPRUN_CHECKPOINT_STEP"):
         print("refused", "untouched" if untouched else "overwritten", e)
         sys.exit(0)
     exact = torch.equal(got["model"]["w"], state["model"]["w"]) and \
-        torch.equal(got["model"]["b"], state["model"]["b"]) and torch.equal(got["rng"], state["rng"])
+        torch.equal(got["model"]["b"], state["model"]["b"]) and \
+        torch.equal(got["rng"], state["rng"])
     print("loaded", step, "exact" if exact and got["rng"] is live["rng"] else "DIFFERENT")
     sys.exit(0)
 with warnings.catch_warnings(record=True) as said:

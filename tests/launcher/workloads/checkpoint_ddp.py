@@ -41,7 +41,8 @@ def main():
     torch.manual_seed(0)
     width = int(os.environ.get("WIDTH", "64"))
     replicated = os.environ.get("CKPT_REPLICATED") == "1"
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.Tanh(), torch.nn.Linear(width, 1)))
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.Tanh(),
+                                    torch.nn.Linear(width, 1)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     dcp_api = os.environ.get("CKPT_API", "").startswith("dcp")
     saving, async_group = None, None
