@@ -9,6 +9,10 @@ worker failure (ddprun --checkpoint_memory_limit; docs/operations.md).
         ...
         checkpoint.save(step, {"model": model.state_dict(), "optim": optimizer.state_dict()})
 
+With replicated=True (or the top-level keys of the state that are), state that is the same on every
+rank (DDP's) is held once per node, in local rank 0's slot, each other rank checking its own against
+it (ddprun._replica).
+
 `state` is a nested dict/list/tuple of tensors (CPU or CUDA) and picklable values. save() returns once
 every byte is in the local rank's shared-memory region, which the agent created and which outlives
 the worker: two slots, the save going to the one not holding the newest complete checkpoint, which
