@@ -223,9 +223,9 @@ def one_replica_per_node(run_id, state):
         assert regions[0] <= 2 * (1 << 20) + 8192 and regions[1] >= 2 * state, (folder, regions)
         copies = sorted(os.path.getsize(p) for p in glob.glob(f"{folder}/peers/*.step{K}.ddpckpt"))
         assert len(copies) == 2 and copies[0] < (1 << 20) and copies[1] >= state, (folder, copies)
-        held.append(sum(os.lstat(os.path.join(root, f)).st_blocks * 512
-                        for root, dirs, files in os.walk(folder) if "/python" not in root
-                        for f in files))
+        held.append((sum(os.lstat(os.path.join(root, f)).st_blocks * 512
+                         for root, dirs, files in os.walk(folder) if "/python" not in root
+                         for f in files), regions, copies))
     return held
 
 
@@ -288,9 +288,12 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         assert not left_running(out) and not left_running(whole)
     replicas = ""
     if "CKPT_REPLICATED" in api:
-        per_node = ", ".join(f"{h / 2**20:.1f}" for h in held)
-        replicas = (f" Each node held one replica of the {state / 2**20:.1f} MiB state per step "
-                    f"(its regions and its peer's copies: {per_node} MiB per node).")
+        mib = lambda n: f"{n / 2**20:.2f}"  # noqa: E731
+        per_node = "; ".join(
+            f"{mib(total)} MiB in all, regions {'+'.join(map(mib, regions))}, the peer's copies of "
+            f"step {K} {'+'.join(map(mib, copies))}" for total, regions, copies in held)
+        replicas = (f" Each node held one replica of the {mib(state)} MiB state per step "
+                    f"({per_node}).")
     print(f"a node SIGKILLed after step {K}: its replacement resumed from the copies its peer held "
           "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run."
           f"{replicas} passed")
