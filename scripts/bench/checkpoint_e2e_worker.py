@@ -3,7 +3,8 @@ take about 1 GiB per rank (five 4096x4096 layers and their moments; $WIDTH other
 them). Arguments: MODE STEPS OUT
 [K KILL_AT]:
   none       no checkpoints (the job's own speed)
-  ddprun     ddprun.checkpoint.save every step, load() at the start (run under ddprun)
+  ddprun     ddprun.checkpoint.save every step (replicated=True: DDP's state, held once per
+             node), load() at the start (run under ddprun)
   torchsave  rank 0 torch.save()s model and optimizer to OUT/ckpt.pt every K steps, every rank
              torch.load()s it at the start (run under torchrun)
   calibrate  times a step and a torch.save of the state, to OUT/calibration (JSON)
@@ -81,7 +82,8 @@ if mode == "calibrate":
 for step in range(start, steps):
     train_step(step)
     if mode == "ddprun":
-        checkpoint.save(step, {"model": model.state_dict(), "optim": opt.state_dict()})
+        checkpoint.save(step, {"model": model.state_dict(), "optim": opt.state_dict()},
+                        replicated=True)
     elif mode == "torchsave" and rank == 0 and (step + 1) % every == 0:
         torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step},
                    ckpt + ".tmp")

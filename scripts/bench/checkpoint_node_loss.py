@@ -1,5 +1,6 @@
 """The driver of scripts/bench/checkpoint_node_loss.sh (its header says what is measured).
     checkpoint_node_loss.py DDPRUN DDPRUND PYTHON WORKER"""
+import glob
 import json
 import math
 import os
@@ -137,6 +138,21 @@ def events(out, i, name):
     return [e for e in map(json.loads, open(path)) if e["event"] == name] if os.path.exists(path) else []
 
 
+def allocated_under(folder):
+    """Bytes allocated in a node's checkpoint folder (its regions, kept and peers' copies), less
+    the modules the agent writes there."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        if "python" in dirs:
+            dirs.remove("python")
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
 def main():
     try:
         bridge_hosts(HEAD, HOSTS, NET, ADDRS)
@@ -166,6 +182,12 @@ def main():
             if rows[kind]:
                 print(f"{kind}: steps redone {rows[kind][0]}, back at the failed step after "
                       f"{rows[kind][1]:.2f} s", flush=True)
+            if kind == "ddprun" and (not rows[kind] or rows[kind][0] > 1):
+                # Why more than a step was redone: what each node restored, and what it said.
+                for i in (0, 2):
+                    print(f"node {i}'s restores: {events(out, i, 'checkpoint_restore')}")
+                    said = open(os.path.join(out, f"agent.{i}.log")).read().splitlines()
+                    print("\n".join(x for x in said if "checkpoint" in x or "round" in x)[-3000:])
         fetched = [e for e in events(os.path.join(work, "ddprun"), 2, "checkpoint_fetched") if e["ok"]]
         # What moved between nodes at the restore, every node's fetches (a survivor's are none
         # where ranks stay put), and each rank's source.
@@ -187,9 +209,17 @@ def main():
                                 f"--event_log={out}/events.{i}.jsonl", *flags, WORKER, worker,
                                 "40", out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
-            for a in agents:
-                a.wait(timeout=900)
+            most, ends = {}, time.monotonic() + 900
+            while any(a.poll() is None for a in agents):
+                if time.monotonic() > ends:
+                    raise SystemExit(f"the speed run '{mode}' did not end in 900 s")
+                if mode == "copy":  # what each node's checkpoint folder holds, all along
+                    for folder in glob.glob("/dev/shm/ddprun-checkpoints-speed_copy-*"):
+                        most[folder] = max(most.get(folder, 0), allocated_under(folder))
+                time.sleep(0.05)
             speed[mode] = step_time(out)
+            if mode == "copy":
+                memory = sorted(most.values())
             if mode == "copy":
                 held = events(out, 0, "checkpoints_held")
                 stride = held[-1].get("stride") if held else None
@@ -219,6 +249,10 @@ def main():
     print(f"bytes moved between nodes at the restore: {moved_all / (1 << 20):.0f} MiB, against "
           f"{2 * state_mib:.0f} MiB of state on the lost node (2 ranks) and {4 * state_mib:.0f} MiB "
           f"in the job; each rank's state from: {sources}")
+    print(f"memory per node, sampled every 50 ms while saving every step with copies: at most "
+          f"{' and '.join(f'{m / (1 << 20):.0f}' for m in memory)} MiB, "
+          f"{' and '.join(f'{m / (1 << 20) / state_mib:.1f}' for m in memory)}x one rank's state "
+          f"(a node of 2 ranks, replicated=True: one replica per step; its regions hold 2 steps)")
     print(f"step time without checkpoints {speed['none']:.3f} s, with a save every step "
           f"{speed['save']:.3f} s, with a save every step and the copies to the peer "
           f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s))")

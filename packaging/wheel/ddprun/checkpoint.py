@@ -411,11 +411,49 @@ def _crc_threads():
         return min(os.cpu_count() or 1, 16)
 
 
+def _native_crc32():
+    """libdeflate's CRC-32 where the library is installed (zlib's function, computed with
+    carry-less multiplication: 16 GB/s on a core here against zlib's 7; ctypes lets go of the GIL
+    while it runs), else None: zlib's is used."""
+    try:
+        import ctypes
+        fn = ctypes.CDLL("libdeflate.so.0").libdeflate_crc32
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_uint32, (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
+    return fn
+
+
+_crc32_at = _native_crc32()
+
+
 def _crc(m, start, size, crc=0):
     """zlib's CRC-32 of `size` bytes at `start` of `m`, continued from `crc` (the CRC of the bytes
     before them): a slot's checksum is its payload's. Large ones in pieces on threads."""
     global _crc_pool
+    if size <= 0:
+        return crc
     pieces = min(_crc_threads(), size // _CRC_PIECE)
+    with memoryview(m) as whole:
+        native = _crc32_at is not None and not whole.readonly
+    if native:
+        import ctypes
+        view = (ctypes.c_char * size).from_buffer(m, start)
+        try:
+            at = ctypes.addressof(view)
+            if pieces < 2:
+                return _crc32_at(crc, at, size)
+            if _crc_pool is None:
+                import concurrent.futures
+                _crc_pool = concurrent.futures.ThreadPoolExecutor(_crc_threads(), "ddprun-crc")
+            bounds = [size * i // pieces for i in range(pieces + 1)]
+            crcs = list(_crc_pool.map(lambda ab: _crc32_at(0, at + ab[0], ab[1] - ab[0]),
+                                      zip(bounds, bounds[1:])))
+        finally:
+            del view  # the buffer is let go: `m` may be closed
+        for part_crc, a, b in zip(crcs, bounds, bounds[1:]):
+            crc = _crc_combine(crc, part_crc, b - a)
+        return crc
     with memoryview(m) as whole:
         if pieces < 2:
             with whole[start:start + size] as part:
