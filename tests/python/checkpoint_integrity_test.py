@@ -92,13 +92,21 @@ def check_dcp(package, folder, torch):
 
 
 def check_crc_in_pieces(ckpt):
-    """A large CRC summed in pieces on threads and combined is zlib's CRC of the whole."""
+    """A large CRC summed in pieces on threads and combined is zlib's CRC of the whole, through
+    libdeflate (where it is installed) and through zlib."""
     import zlib
     for size in (0, 1, 7, 4096, 1 << 20):
         a, b = os.urandom(size % 5000), os.urandom(size)
         assert ckpt._crc_combine(zlib.crc32(a), zlib.crc32(b), size) == zlib.crc32(a + b), size
     big = bytearray(os.urandom(1 << 20)) * 48  # 48 MiB: three pieces where there are the threads
-    assert ckpt._crc(big, 5, len(big) - 13, 1234) == zlib.crc32(memoryview(big)[5:-8], 1234)
+    want = zlib.crc32(memoryview(big)[5:-8], 1234)
+    assert ckpt._crc(big, 5, len(big) - 13, 1234) == want  # libdeflate's, where installed
+    assert ckpt._crc(bytes(big[:4096]), 5, 4000) == zlib.crc32(big[5:4005])  # read-only: zlib's
+    native, ckpt._crc32_at = ckpt._crc32_at, None
+    try:
+        assert ckpt._crc(big, 5, len(big) - 13, 1234) == want  # zlib's, in pieces
+    finally:
+        ckpt._crc32_at = native
 
 
 def main():
