@@ -22,6 +22,8 @@ TAG = str(os.getpid())
 HEAD, HOSTS = f"bnh{TAG}", [f"bn{TAG}{i}" for i in range(3)]
 ADDRS = [f"{NET}.{11 + i}" for i in range(3)]
 ENV = {**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0"}
+SPARE = os.environ.get("SPARE", "1") == "1"  # the replacement waits as a spare from the start
+PRELOAD = os.environ.get("PRELOAD", "1") == "1"  # ddprun's workers start from a warm interpreter
 
 
 def in_ns(i, cmd, env=None, **kw):
@@ -79,6 +81,7 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
         log = open(os.path.join(out, f"agent.{i}.log"), "w")
         if kind == "ddprun":
             cmd = [DDPRUN, "--nnodes=2:2", "--nproc_per_node=2", "--max_restarts=3",
+                   *(["--preload=auto"] if PRELOAD else []),
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{store_port}",
                    "--rdzv_id=loss", "--rdzv_conf=join_timeout=120,heartbeat_timeout=5",
                    f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
@@ -98,6 +101,13 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
         return in_ns(i, cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     agents = {0: agent(0), 1: agent(1)}
     deadline = time.monotonic() + 900
+    while SPARE and not steps_of(out):  # the spare joins once the round of 0 and 1 trains
+        if time.monotonic() > deadline or agents[0].poll() is not None:
+            raise SystemExit(f"{kind}: the job never started: " +
+                             open(os.path.join(out, "agent.0.log")).read()[-3000:])
+        time.sleep(0.02)
+    if SPARE:
+        agents[2] = agent(2)
     while not any(s >= kill_after for _, s in steps_of(out)):
         if time.monotonic() > deadline or agents[0].poll() is not None:
             raise SystemExit(f"{kind}: the job never reached step {kill_after}: " +
@@ -105,7 +115,10 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
         time.sleep(0.02)
     lost_at = time.time()
     kill_node(1)
-    agents[2] = agent(2)
+    with open(os.path.join(out, "lost_at"), "w") as f:
+        f.write(repr(lost_at))
+    if not SPARE:
+        agents[2] = agent(2)
     failed = max(s for t, s in steps_of(out) if t <= lost_at)
     for i in (0, 2):
         try:
@@ -182,6 +195,19 @@ def main():
             if rows[kind]:
                 print(f"{kind}: steps redone {rows[kind][0]}, back at the failed step after "
                       f"{rows[kind][1]:.2f} s", flush=True)
+            if kind == "ddprun":
+                # Where the time from the loss went: each node's events after it.
+                lost_ms = float(open(os.path.join(out, "lost_at")).read()) * 1000
+                marks = sorted((e["time_ms"] - lost_ms, i, e["event"]) for i in (0, 2)
+                               for e in map(json.loads, open(os.path.join(out, f"events.{i}.jsonl")))
+                               if e["time_ms"] >= lost_ms)
+                print("ddprun after the loss: " + ", ".join(
+                    f"{t / 1000:.2f} s node {i} {name}" for t, i, name in marks
+                    if name not in ("checkpoint_replicated", "checkpoints_held")))
+                resumed = os.path.join(out, "resumed.0")
+                print(f"ddprun: rank 0 of the round after the loss loaded its state at "
+                      f"{open(resumed).read().split()[1] if os.path.exists(resumed) else '?'} "
+                      f"(wall clock; the loss at {lost_ms / 1000:.2f})")
             if kind == "ddprun" and (not rows[kind] or rows[kind][0] > 1):
                 # Why more than a step was redone: what each node restored, and what it said.
                 for i in (0, 2):
@@ -231,7 +257,10 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     state_mib = 5 * int(os.environ["WIDTH"]) ** 2 * 4 * 3 / (1 << 20)
     print(f"## DDP, 2 nodes x 2 ranks, about {state_mib:.0f} MiB of model and Adam state per rank, "
-          f"torch 2.14; node 1 lost after step {kill_after}, a replacement started at once")
+          f"torch 2.14; node 1 lost after step {kill_after}, " +
+          ("a spare waiting from the start takes its place" if SPARE else
+           "a replacement started at once") +
+          ("; ddprun --preload=auto" if PRELOAD else ""))
     print(f"link: a plain TCP transfer of 1 GiB between two nodes {link / 1e6:.0f} MB/s")
     print(f"calibration: a step {c['step']:.2f} s, torch.save of rank 0's state "
           f"{c['torch_save']:.2f} s -> torchrun saves every K = {K} steps")

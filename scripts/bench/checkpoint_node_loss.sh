@@ -3,7 +3,9 @@
 # torchrun's way: a DDP job of 2 nodes x 2 ranks (scripts/bench/checkpoint_e2e_worker.py, torch
 # 2.14), each node in a network namespace of its own on one bridge (veth links; the job's ddprund in
 # another). A node (its agent and every worker: all its namespace's processes) is SIGKILLed at a
-# random step and a replacement node started at once.
+# random step; a spare node, waiting since the job began to train (SPARE=0: a replacement node
+# started at the loss), takes its place. ddprun's workers start from a warm interpreter
+# (--preload=auto; PRELOAD=0: cold, as torchrun's).
 #   ddprun:   ddprun.checkpoint.save every step, copied to the peer node in the background
 #   torchrun: torch 2.14's torchrun (c10d, its store in node 0's agent), rank 0 torch.save()s to a shared
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)

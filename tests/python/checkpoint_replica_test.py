@@ -1,6 +1,7 @@
 """ddprun.checkpoint without a job, two local ranks of one node as two processes: state saved with
 replicated= is held once, in local rank 0's slot (local rank 1's region holds a reference and its
-own tensors), and both ranks load exactly what they saved; a replicated tensor that differs
+own tensors), and both ranks load exactly what they saved (empty and 0-dim tensors too; a step
+saved twice, the state changed between, matches each save with its own); a replicated tensor that differs
 between the ranks is refused at the save, naming it; the holder's slot altered after the save, or
 gone, is refused at the load with the caller's tensors untouched; a holder that saved without
 replicated= leaves the other rank holding its state itself, with a warning.
@@ -23,25 +24,32 @@ rank, mode = int(os.environ["RANK"]), sys.argv[2]
 shared = torch.arange(1 << 20, dtype=torch.float32) * 0.5
 if mode == "differ" and rank == 1:
     shared[777] = -1.0
-state = {"model": {"w": shared, "b": torch.ones(3, dtype=torch.bfloat16)},
+if mode == "twice" and os.environ.get("DDPRUN_CHECKPOINT_STEP"):
+    shared *= 2  # what the second save of the step held
+state = {"model": {"w": shared, "b": torch.ones(3, dtype=torch.bfloat16), "e": torch.empty(0),
+                   "z": torch.tensor(3.5)},
          "rng": torch.full((5,), float(rank))}
 if os.environ.get("DDPRUN_CHECKPOINT_STEP"):
-    live = {"model": {"w": torch.zeros(1 << 20), "b": torch.zeros(3, dtype=torch.bfloat16)},
+    live = {"model": {"w": torch.zeros(1 << 20), "b": torch.zeros(3, dtype=torch.bfloat16),
+                      "e": torch.empty(0), "z": torch.tensor(0.0)},
             "rng": torch.zeros(5)}
     try:
         step, got = checkpoint.load(into=live)
     except checkpoint.CheckpointError as e:
-        untouched = all(not t.any() for t in (live["model"]["w"], live["model"]["b"], live["rng"]))
+        untouched = all(not t.any() for t in (live["model"]["w"], live["model"]["b"],
+                                              live["model"]["z"], live["rng"]))
         print("refused", "untouched" if untouched else "overwritten", e)
         sys.exit(0)
-    exact = torch.equal(got["model"]["w"], state["model"]["w"]) and \
-        torch.equal(got["model"]["b"], state["model"]["b"]) and \
+    exact = all(torch.equal(got["model"][k], state["model"][k]) for k in state["model"]) and \
         torch.equal(got["rng"], state["rng"])
     print("loaded", step, "exact" if exact and got["rng"] is live["rng"] else "DIFFERENT")
     sys.exit(0)
 with warnings.catch_warnings(record=True) as said:
     warnings.simplefilter("always")
     try:
+        if mode == "twice":  # the same step saved twice, the state changed between: the second
+            checkpoint.save(4, state, replicated=("model",))  # save matches the holder's second
+            shared *= 2
         checkpoint.save(4, state, replicated=False if mode == "holder_plain" and rank == 0
                         else ("model",))
     except checkpoint.CheckpointError as e:
@@ -102,6 +110,11 @@ def main():
         os.rename(os.path.join(folder, "rank0"), os.path.join(folder, "elsewhere"))
         gone = ranks(package, folder, "same", load=True)
         assert gone[1].startswith("refused untouched") and "global rank 0's slot" in gone[1], gone
+        shutil.rmtree(folder)
+
+        folder = tempfile.mkdtemp(dir="/dev/shm")
+        assert ranks(package, folder, "twice") == ["saved", "saved"]
+        assert ranks(package, folder, "twice", load=True) == ["loaded 4 exact"] * 2
         shutil.rmtree(folder)
 
         folder = tempfile.mkdtemp(dir="/dev/shm")

@@ -318,7 +318,7 @@ class _SlotFiles:
             state, step, size, _, _, meta_size, _, _ = _ckpt._read_record(m, 0)
             if m[:8] != _ckpt.MAGIC or state != _ckpt._COMMITTED or step != self.step:
                 raise _ckpt.CheckpointError(f"checkpoint: {path} is not step {self.step}'s slot")
-            kind, _, places = _ckpt._safe_loads(m[_ckpt.HEADER:_ckpt.HEADER + meta_size])
+            kind, _, places = _ckpt._safe_loads(m[_ckpt.HEADER:_ckpt.HEADER + meta_size])[:3]
             held = self._files[relative_path] = (m, _ckpt.HEADER + _ckpt._up(meta_size, _ckpt._ALIGN),
                                                  places)
         m, start, places = held

@@ -8,9 +8,12 @@ Every other local rank (a referrer) takes the CRC of each of its own replicated 
 the holder's slot of the same step and run, and checks that the layout and every CRC match: a
 mismatch is a CheckpointError naming the tensor (the state is not the same on every rank, and
 restoring the holder's would be a silent wrong answer). It then saves only a reference (the
-holder's global rank, the tiles' CRCs) with its other tensors. Where the holder saved that step
-without `replicated`, or did not start it within START_WAIT seconds, the referrer saves its
-replicated tensors itself (one warning): more memory, never a wrong answer.
+holder's global rank, the tiles' CRCs) with its other tensors. A holder's and a referrer's saves
+are matched by their place among their process's saves with `replicated` (the same call of the
+training loop), not by step number. Where the holder saved that step without `replicated`, did not
+begin it within START_WAIT seconds or commit it within COMMIT_WAIT, or has saved again since, the
+referrer saves its replicated tensors itself (one warning per process): more memory, never a
+wrong answer.
 
 The agents copy, persist and restore slots by global rank as before. The holder's slot at a step is
 its rank's slot at that step, which the agents' agreement on a step requires of every rank; ranks
@@ -18,8 +21,10 @@ are numbered by node, so the holder lands on the referrer's node with it. load()
 slot among the node's regions and checks every tile's CRC against the reference before a byte
 reaches the caller; one it cannot find or that does not match is refused.
 """
+import mmap
 import os
 import struct
+import threading
 import time
 import warnings
 import zlib
@@ -28,7 +33,11 @@ from ddprun import checkpoint as _ckpt
 
 START_WAIT = 30.0  # seconds a referrer waits for the holder to begin saving the same step
 COMMIT_WAIT = 600.0  # and then, at most, for it to commit it
-_POLL = 0.0005
+_POLL, _POLL_MAX = 0.0005, 0.01  # the first look after another, and the longest gap
+_ordinal = 0
+_STAGING = 64 << 20  # the most of a CUDA tensor's bytes brought to the host at once for its CRC
+_staging = None
+_staging_lock = threading.Lock()
 _warned = False
 
 
@@ -42,6 +51,7 @@ def indices(state, replicated, tensors):
     if isinstance(replicated, str) or not isinstance(state, dict):
         raise ValueError("checkpoint.save: replicated is True, False, or a collection of the "
                          "state's top-level keys (the state must then be a dict)")
+    replicated = list(replicated)
     missing = [k for k in replicated if k not in state]
     if missing:
         raise ValueError(f"checkpoint.save: replicated names {missing}, not keys of the state")
@@ -112,15 +122,18 @@ def _tensor_crc(t, pad):
         src = src.contiguous()
     flat = (src.view(-1) if src.dim() else src.view(1)).view(torch.uint8)
     n, crc = flat.numel(), 0
-    if not src.is_cuda:
-        crc = _ckpt._crc(flat.numpy(), 0, n) if n else 0
-    else:
-        chunk = min(n, 64 << 20)
-        buf = torch.empty(max(chunk, 1), dtype=torch.uint8, pin_memory=True)
-        for a in range(0, n, chunk):
-            b = min(n, a + chunk)
-            buf[:b - a].copy_(flat[a:b])
-            crc = _ckpt._crc(buf.numpy(), 0, b - a, crc)
+    if n and not src.is_cuda:
+        crc = _ckpt._crc(flat.numpy(), 0, n)
+    elif n:
+        global _staging
+        chunk = min(n, _STAGING)
+        with _staging_lock:
+            if _staging is None or _staging.numel() < chunk:  # one buffer per process, grown
+                _staging = torch.empty(max(chunk, 1 << 20), dtype=torch.uint8, pin_memory=True)
+            for a in range(0, n, chunk):
+                b = min(n, a + chunk)
+                _staging[:b - a].copy_(flat[a:b])
+                crc = _ckpt._crc(_staging.numpy(), 0, b - a, crc)
     return zlib.crc32(bytes(pad), crc) if pad else crc
 
 
@@ -130,34 +143,50 @@ def _same_layout(mine, theirs, shared):
                for i in shared)
 
 
+def next_ordinal():
+    """This save's place among this process's saves with replicated= (1, 2, ...): a holder's
+    and a referrer's saves of the same call of the training loop have the same one, whatever
+    their step numbers (a step saved twice is two saves)."""
+    global _ordinal
+    _ordinal += 1
+    return _ordinal
+
+
 class _Holder:
-    """The holder's region as a file, read with pread: its slots' records, structure and tiles."""
+    """A holder's region file, open once (a region grown meanwhile replaces the file under its name,
+    not this one): its slots' records, structure and tiles, read with pread, or mapped."""
 
     def __init__(self, path):
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fd = os.open(path, os.O_RDWR)
+        self.head = os.pread(self.fd, _ckpt.HEADER, 0)
+        self.valid = len(self.head) == _ckpt.HEADER and self.head[:8] == _ckpt.MAGIC
+        self.slot_size = struct.unpack_from("<Q", self.head, 8)[0] if self.valid else 0
 
     def close(self):
         os.close(self.fd)
 
-    def find(self, rank, step, run, states):
-        """(slot, record) of a slot of `rank` at `step` of run `run` in one of `states`, or None."""
+    def identity(self, slot):
+        """A slot's record, rank and run tag as this file has them now."""
         head = os.pread(self.fd, _ckpt.HEADER, 0)
-        if len(head) < _ckpt.HEADER or head[:8] != _ckpt.MAGIC:
-            return None
-        self.slot_size = struct.unpack_from("<Q", head, 8)[0]
+        return (_ckpt._read_record(head, slot), _ckpt._rank_of(head, slot),
+                struct.unpack_from("<Q", head, _ckpt._RUN_AT + 8 * slot)[0])
+
+    def slots(self, rank, step, run, world, states):
+        """[(slot, record)] of `rank` at `step` of run `run` and world size `world` in one of
+        `states`, the newest first."""
+        if not self.valid:
+            return []
+        found = []
         for s in (0, 1):
-            record = _ckpt._read_record(head, s)
-            if record[0] in states and record[1] == step and _ckpt._rank_of(head, s) == rank \
-                    and struct.unpack_from("<Q", head, _ckpt._RUN_AT + 8 * s)[0] == run:
-                return s, record
-        return None
+            record, their_rank, their_run = self.identity(s)
+            if record[0] in states and record[1] == step and their_rank == rank and \
+                    their_run == run and (record[7] == world or record[0] == _ckpt._WRITING):
+                found.append((s, record))
+        return sorted(found, key=lambda f: -f[1][4])
 
     def newest_step(self):
-        head = os.pread(self.fd, _ckpt.HEADER, 0)
-        if len(head) < _ckpt.HEADER or head[:8] != _ckpt.MAGIC:
-            return None
-        steps = [_ckpt._read_record(head, s)[1] for s in (0, 1)
-                 if _ckpt._read_record(head, s)[0] != _ckpt._EMPTY]
+        steps = [_ckpt._read_record(self.head, s)[1] for s in (0, 1)
+                 if self.valid and _ckpt._read_record(self.head, s)[0] != _ckpt._EMPTY]
         return max(steps) if steps else None
 
     def read(self, slot, record):
@@ -180,64 +209,87 @@ def _open_holder(path):
         return None
 
 
-def _wait_for_holder(step, run):
-    """The holder's committed (structure, tiles) of `step`, or a reason it is not to be had."""
-    folder, rank = _ckpt._region_dir(), holder_rank()
+def _holds(structure):
+    return structure[3] if len(structure) > 3 and structure[3] and \
+        structure[3][0] == "holds" else None
+
+
+def _wait_for_holder(step, run, ordinal):
+    """The holder's committed (structure, tiles) of this save (step `step`, its `ordinal`), or a
+    reason it is not to be had."""
+    folder, rank, world = _ckpt._region_dir(), holder_rank(), _ckpt._my_world()
     path = os.path.join(folder, "rank0")
-    started = time.monotonic()
+    started, poll = time.monotonic(), _POLL
     writing_since = None
     while True:
-        holder = _open_holder(path)  # anew each time: a grown region replaces the file
-        if holder is not None:
+        begun = os.path.exists(path + ".new")  # a grown region being made
+        for name in (path, path + ".new"):
+            holder = _open_holder(name)
+            if holder is None:
+                continue
             try:
-                found = holder.find(rank, step, run, (_ckpt._COMMITTED,))
-                if found is not None:
-                    read = holder.read(*found)
-                    again = holder.find(rank, step, run, (_ckpt._COMMITTED,))
-                    if again == found:  # not overwritten while read
-                        return read
-                    continue
-                if holder.find(rank, step, run, (_ckpt._WRITING,)) is not None:
-                    writing_since = writing_since or time.monotonic()
-                else:
-                    newest = holder.newest_step()
-                    if newest is not None and newest > step:
-                        return f"local rank 0 has saved step {newest} and not step {step}"
+                begun = begun or not holder.valid  # made, its header not written yet
+                ahead = []
+                for slot, record in holder.slots(rank, step, run, world, (_ckpt._COMMITTED,)):
+                    structure, tiles = holder.read(slot, record)
+                    if holder.identity(slot)[0] != record:
+                        continue  # overwritten while read: looked at again
+                    holds = _holds(structure)
+                    theirs = holds[3] if holds and len(holds) > 3 else None
+                    if tiles is None or theirs == ordinal:
+                        return structure, tiles
+                    if theirs is not None and theirs > ordinal:
+                        ahead.append(theirs)
+                if ahead:  # this save's is no longer there: the holder saved again since
+                    return f"local rank 0 is {min(ahead) - ordinal} save(s) ahead of this rank"
+                if holder.slots(rank, step, run, world, (_ckpt._WRITING,)):
+                    begun = True
+                newest = holder.newest_step()
+                if name == path and newest is not None and newest > step:
+                    return f"local rank 0 has saved step {newest} and not step {step}"
             finally:
                 holder.close()
         now = time.monotonic()
+        if begun and writing_since is None:
+            writing_since = now
         if writing_since is None and now - started > START_WAIT:
             return f"local rank 0 did not begin saving step {step} within {START_WAIT:.0f} s"
         if writing_since is not None and now - writing_since > COMMIT_WAIT:
             return f"local rank 0's save of step {step} took over {COMMIT_WAIT:.0f} s"
-        time.sleep(_POLL)
+        time.sleep(poll)
+        poll = min(poll * 2, _POLL_MAX)
 
 
 def reference(step, tensors, places, shared, section):
-    """A referrer's reference to the holder's replicated tensors of `step` (holder's global rank,
-    shared indices, section size, tiles' CRCs), checked against its own; None where the holder has
-    none to give (this rank then saves them itself). Raises where they differ."""
+    """A referrer's reference to the holder's replicated tensors of this save (holder's global
+    rank, shared indices, section size, tiles' CRCs), checked against its own; None where the
+    holder has none to give (this rank then saves them itself). Raises where they differ."""
     global _warned
+    ordinal = next_ordinal()
     bounds = tile_bounds(places, shared, section)
     mine = [_tensor_crc(tensors[i], b - a - places[i].nbytes) for i, (a, b) in zip(shared, bounds)]
-    got = _wait_for_holder(step, _ckpt.run_tag(os.environ.get("TORCHELASTIC_RUN_ID", "")))
+    got = _wait_for_holder(step, _ckpt.run_tag(os.environ.get("TORCHELASTIC_RUN_ID", "")), ordinal)
     rank = holder_rank()
     if isinstance(got, str) or got[1] is None:
         if not _warned:
             why = got if isinstance(got, str) else \
                 f"local rank 0 saved step {step} without replicated="
             warnings.warn(f"ddprun.checkpoint.save: {why}: this rank holds its replicated state "
-                          f"itself (once per rank, not once per node)", stacklevel=3)
+                          f"itself (once per rank, not once per node; said once)", stacklevel=3)
             _warned = True
         return None
     structure, tiles = got
-    theirs = structure[2]
-    if tuple(structure[3][1]) != tuple(shared) or structure[3][2] != section or \
-            not _same_layout(places, theirs, shared):
+    holds = _holds(structure)
+    if tuple(holds[1]) != tuple(shared):
         raise _ckpt.CheckpointError(
-            f"checkpoint: step {step}: this rank's replicated state is not laid out as local rank "
-            f"0's (global rank {rank}): its tensors differ in number, shape or dtype, so they are "
-            f"not replicated (save them without replicated=)")
+            f"checkpoint: step {step}: this rank names other tensors replicated than local rank 0 "
+            f"(global rank {rank}) does: {len(shared)} against {len(holds[1])} (the tensors' "
+            f"indices in the state: {list(shared)[:8]}... against {list(holds[1])[:8]}...)")
+    if holds[2] != section or not _same_layout(places, structure[2], shared):
+        raise _ckpt.CheckpointError(
+            f"checkpoint: step {step}: this rank's replicated tensors are not laid out as local "
+            f"rank 0's (global rank {rank}): a shape or dtype differs, so they are not replicated "
+            f"(save them without replicated=)")
     for n, (i, a, b) in enumerate(zip(shared, mine, tiles)):
         if a != b:
             p = places[i]
@@ -245,8 +297,19 @@ def reference(step, tensors, places, shared, section):
                 f"checkpoint: step {step}: replicated tensor {n} (of shape {tuple(p.shape)}, "
                 f"{p.dtype}) differs from local rank 0's (global rank {rank}): CRC {a:08x} against "
                 f"{b:08x}. The state named replicated must be the same on every rank (as DDP's "
-                f"is); save what differs without replicated=")
+                f"parameters and optimizer state are; BatchNorm's running statistics are not, "
+                f"without SyncBatchNorm); save what differs without replicated=")
     return ("replica_of", rank, tuple(shared), section, tuple(tiles))
+
+
+class _Mapped:
+    """A holder's region mapped from the very file whose records were checked."""
+
+    def __init__(self, fd, size):
+        self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+
+    def close(self):
+        self.map.close()
 
 
 def holder_slot(committed, ref, places):
@@ -254,6 +317,7 @@ def holder_slot(committed, ref, places):
     slot) names, mapped, every tile's CRC checked: (mapping, data start, still_there)."""
     _, rank, shared, section, tiles = ref
     folder = _ckpt._region_dir()
+    bounds = tile_bounds(places, shared, section)
     for name in sorted(os.listdir(folder)):
         if not name.startswith("rank") or not name[4:].isdigit():
             continue
@@ -261,30 +325,29 @@ def holder_slot(committed, ref, places):
         if holder is None:
             continue
         try:
-            found = holder.find(rank, committed.step, committed.run, (_ckpt._COMMITTED,))
-            if found is None or found[1][7] != committed.world:
-                continue
-            structure, _ = holder.read(*found)
-            slot_size = holder.slot_size
+            for slot, record in holder.slots(rank, committed.step, committed.run, committed.world,
+                                             (_ckpt._COMMITTED,)):
+                structure, _ = holder.read(slot, record)
+                holds = _holds(structure)
+                if not holds or tuple(holds[1]) != tuple(shared) or \
+                        not _same_layout(places, structure[2], shared):
+                    continue
+                mapped = _Mapped(holder.fd, _ckpt.HEADER + 2 * holder.slot_size)
+                seen = holder.identity(slot)
+                data_start = _ckpt.HEADER + slot * holder.slot_size + _ckpt._up(record[5],
+                                                                                 _ckpt._ALIGN)
+                if seen[0] == record and all(
+                        _ckpt._crc(mapped.map, data_start + a, b - a) == tile
+                        for (a, b), tile in zip(bounds, tiles)):
+
+                    def still_there(m=mapped.map, slot=slot, seen=seen):
+                        return (_ckpt._read_record(m, slot), _ckpt._rank_of(m, slot),
+                                struct.unpack_from("<Q", m, _ckpt._RUN_AT + 8 * slot)[0]) == seen
+
+                    return mapped, data_start, still_there
+                mapped.close()
         finally:
             holder.close()
-        if len(structure) < 4 or not structure[3] or tuple(structure[3][1]) != tuple(shared) or \
-                not _same_layout(places, structure[2], shared):
-            continue
-        region = _ckpt._Region(os.path.join(folder, name), slot_size, create=False)
-        base = _ckpt.HEADER + found[0] * slot_size
-        data_start = base + _ckpt._up(found[1][5], _ckpt._ALIGN)
-        bounds = tile_bounds(places, shared, section)
-        if all(_ckpt._crc(region.map, data_start + a, b - a) == tile
-               for (a, b), tile in zip(bounds, tiles)):
-            sequence = found[1][4]
-
-            def still_there(m=region.map, slot=found[0]):
-                record = _ckpt._read_record(m, slot)
-                return record[0] == _ckpt._COMMITTED and record[4] == sequence
-
-            return region, data_start, still_there
-        region.close()
     raise _ckpt.CheckpointError(
         f"checkpoint: step {committed.step}: this rank's replicated state is held by global rank "
         f"{rank}'s slot, which this node's regions do not hold intact ({folder}): refused")

@@ -36,7 +36,8 @@ i's save took (microseconds); slot i's payload at 4096 + i * slot size: the
 pickled structure, then from the next 64-byte boundary the data (each tensor's bytes at a 64-byte
 boundary; for torch.distributed.checkpoint saves each item as torch.save would write it, see
 ddprun._dcp_storage), and, in the coordinator's region of a DCP save, the pickled DCP metadata in the
-payload's last bytes (at size minus its size rounded up to 8). A slot persisted to --checkpoint_dir is
+payload's last bytes (at size minus its size rounded up to 8); in a holder's slot of a save with
+replicated=, the replicated tensors' CRCs there instead (ddprun._replica). A slot persisted to --checkpoint_dir is
 a file of this layout with that slot as slot 0.
 
 torch.distributed.checkpoint: MemoryStorageWriter and MemoryStorageReader (ddprun._dcp_storage).
@@ -615,7 +616,8 @@ def save(step, state, replicated=False):
     structure = _flatten(state, tensors)
     shared = _replica.indices(state, replicated, tensors)
     role = _replica.role(shared)
-    others = [i for i in range(len(tensors)) if i not in set(shared)] if role else \
+    in_shared = set(shared)
+    others = [i for i in range(len(tensors)) if i not in in_shared] if role else \
         list(range(len(tensors)))
     places, section = _replica.layout(tensors, shared) if role else ({}, 0)
     ref = _replica.reference(step, tensors, places, shared, section) \
@@ -625,7 +627,9 @@ def save(step, state, replicated=False):
     own, end = _replica.layout(tensors, others, 0 if ref else section)
     places.update(own)
     places = [places[i] for i in range(len(tensors))]
-    kept = {"holder": ("holds", tuple(shared), section), "referrer": ref}.get(role)
+    kept = ref
+    if role == "holder":
+        kept = ("holds", tuple(shared), section, _replica.next_ordinal())
     meta = pickle.dumps(("plain", structure, places, kept), protocol=4)
     data_start = _up(len(meta), _ALIGN)
     payload = _up(data_start + end, 8)
@@ -700,7 +704,8 @@ class _Committed:
         if not found:
             raise CheckpointError(f"checkpoint: step {step} (agreed by the agents) is not in {path}")
         rank, world = _my_rank(), saved_world_size()
-        mine = [s for s in found if _rank_of(m, s) == rank]
+        # (the newest first: a step saved twice is the second save's)
+        mine = sorted((s for s in found if _rank_of(m, s) == rank), key=lambda s: -records[s][4])
         if not mine:
             raise CheckpointError(
                 f"checkpoint: step {step} in {path} holds global rank {_rank_of(m, found[0])}'s "
