@@ -120,6 +120,24 @@ void PeerCopies::keep_only(const std::vector<std::string>& origins) {
   std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
 }
 
+uint64_t PeerCopies::drop_oldest(uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  uint64_t freed = 0;
+  while (freed < bytes) {
+    std::vector<Copy>* oldest = nullptr;
+    for (auto& [key, copies] : held_) {
+      if (!copies.empty() && (!oldest || copies.front().step < oldest->front().step)) {
+        oldest = &copies;
+      }
+    }
+    if (!oldest) break;
+    freed += allocated_for(oldest->front().bytes);
+    drop(*oldest, 0);
+  }
+  std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
+  return freed;
+}
+
 void PeerCopies::drop_after(std::optional<int64_t> step) {
   std::lock_guard lock(mutex_);
   for (auto& [key, copies] : held_) {

@@ -53,6 +53,10 @@ class PeerCopies {
   // Drops every copy of a step after `step` (none: every copy): what a round that restores `step`
   // leaves behind is of a timeline the job abandoned.
   void drop_after(std::optional<int64_t> step);
+  // Drops copies, the oldest step first (of any origin and rank), until `bytes` are freed or
+  // none is left: room a worker's own save needs (the node's budget serves the node's regions
+  // before any copy). Returns the bytes freed.
+  uint64_t drop_oldest(uint64_t bytes);
   // Every copy held.
   std::vector<Copy> all() const;
   // The copy of `origin`'s local rank `local_rank` at `step`; nullopt: none.

@@ -90,6 +90,8 @@ class PeerService {
   const SlotSources& sources() const { return *sources_; }
   // PeerCopies::keep_only.
   void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
+  // PeerCopies::drop_oldest.
+  uint64_t drop_oldest_copies(uint64_t bytes) { return copies_->drop_oldest(bytes); }
 
   // Copies step `step` of each of `ranks` (their slots in the regions of `regions`) at memory
   // speed into `keep`/step_<S>/rank_<L>.ddpckpt (the persisted layout), checked against its

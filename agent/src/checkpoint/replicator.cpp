@@ -10,6 +10,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "checkpoint/memory_use.hpp"
+#include "checkpoint/room_request.hpp"
 #include "checkpoint/slot_copy.hpp"
 
 namespace ddprun::agent {
@@ -145,6 +147,7 @@ void CheckpointReplicator::poll() {
     if (ec || !*alive) return;
     poll();
   });
+  make_room();
   const std::optional<int64_t> before = newest_;
   if (!read_regions()) return;
   const auto now = std::chrono::steady_clock::now();
@@ -173,6 +176,23 @@ void CheckpointReplicator::poll() {
     pause_staged_ = newest_;
     stage(*newest_);
   }
+}
+
+void CheckpointReplicator::make_room() {
+  const std::optional<uint64_t> wanted = room_wanted(regions_);
+  if (!wanted) return;
+  uint64_t freed = service_.drop_oldest_copies(*wanted);
+  for (;;) {
+    const auto oldest = std::find_if(staged_.begin(), staged_.end(),
+                                     [&](int64_t s) { return s != sending_; });
+    if (freed >= *wanted || oldest == staged_.end()) break;
+    const uint64_t before = checkpoint_memory(regions_).kept;
+    staged_.erase(oldest);
+    for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, staged_);
+    freed += before - std::min(before, checkpoint_memory(regions_).kept);
+  }
+  room_answered(regions_);
+  if (room_report_) room_report_(*wanted, freed);
 }
 
 void CheckpointReplicator::note_progress() {

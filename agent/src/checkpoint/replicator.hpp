@@ -30,6 +30,10 @@
 // four windows' worth of steps and a copy failed meanwhile (a peer that refuses, cannot be reached
 // or stalls; not a copy that is merely slower than the stride, which widens it), on_behind() hears
 // it, once, and again once the safe step moves.
+//
+// A worker's save comes before any copy: where one asks for room in the node's budget
+// (room_request.hpp), the copies held for peers go first, the oldest first, then the steps kept
+// for the peer (never the one being sent); on_room() hears what was freed.
 // Private to the agent.
 #include <chrono>
 #include <cstdint>
@@ -67,6 +71,9 @@ class CheckpointReplicator {
   // The copies fell behind (`behind`, with `steps` saved since the safe step last advanced), or
   // caught up again; on `io`'s thread.
   using Behind = std::function<void(bool behind, int64_t steps)>;
+  // A worker asked for `wanted` bytes of the budget (room_request.hpp) and the copies dropped for
+  // it freed `freed`; on `io`'s thread.
+  using Room = std::function<void(uint64_t wanted, uint64_t freed)>;
 
   // `service` outlives the replicator.
   CheckpointReplicator(boost::asio::io_context& io, PeerService& service,
@@ -93,11 +100,15 @@ class CheckpointReplicator {
   // Where copies go: "host:port", or "" with no peer.
   std::string peer() const;
   void on_behind(Behind behind) { behind_report_ = std::move(behind); }
+  void on_room(Room room) { room_report_ = std::move(room); }
   // Whether the copies are behind now (see on_behind).
   bool behind() const { return behind_; }
 
  private:
   void poll();
+  // A worker's request for room answered: the copies held for peers dropped, the oldest first,
+  // then the steps kept for the peer (never the one being sent), until it has the room.
+  void make_room();
   // Whether the safe step kept up with the steps saved since it last advanced.
   void note_progress();
   // Reads every local rank's region header; false where a rank has no checkpoint.
@@ -120,6 +131,7 @@ class CheckpointReplicator {
   std::filesystem::path regions_;
   Report report_;
   Behind behind_report_;
+  Room room_report_;
   boost::asio::steady_timer timer_, stride_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;

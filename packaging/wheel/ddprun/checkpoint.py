@@ -301,12 +301,53 @@ def _open_region(folder, payload):
     if _region is not None and _region.slot_size >= payload:
         return _region
     with _budget_lock(folder):
-        return _make_region(folder, path, payload)
+        over, optional = _over_budget(folder, path, payload)
+        if over <= 0 or optional < over:  # fits, or dropping every copy would not make it fit
+            return _make_region(folder, path, payload)
+    # A node's own checkpoints come before copies for its peers: the agent drops them for this.
+    asked = _ask_for_room(folder, over)
+    with _budget_lock(folder):
+        return _make_region(folder, path, payload, asked)
 
 
-def _make_region(folder, path, payload):
+def _slot_size_for(payload):
+    return _up(payload + payload // 16, 1 << 20)  # room for the state to grow a little
+
+
+def _over_budget(folder, path, payload):
+    """(bytes by which this rank's region for `payload` would be over the node's budget, bytes the
+    copies kept for and held for peers take), measured under the budget's lock."""
+    limit = os.environ.get("DDPRUN_CHECKPOINT_MEMORY_LIMIT")
+    if not limit:
+        return 0, 0
+    size = HEADER + 2 * _slot_size_for(payload)
+    old = os.stat(path).st_blocks * 512 if _region is not None else 0
+    optional = sum(_held_elsewhere(os.path.join(folder, part), "") for part in ("kept", "peers"))
+    return _held_elsewhere(folder, path) + old + size - int(limit), optional
+
+
+def _ask_for_room(folder, nbytes):
+    """Asks the agent for `nbytes` of the budget (its copies for peers dropped: the agent's
+    room_request.hpp) and waits, at most 2 s, for its answer; whether it answered."""
+    request = os.path.join(folder, ".room")
+    with open(request + ".tmp", "w") as f:
+        f.write(f"{nbytes}\n")
+    os.replace(request + ".tmp", request)
+    deadline = time.monotonic() + 2.0
+    while os.path.exists(request):
+        if time.monotonic() > deadline:
+            try:
+                os.unlink(request)
+            except FileNotFoundError:
+                return True
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _make_region(folder, path, payload, asked=None):
     global _region
-    slot_size = _up(payload + payload // 16, 1 << 20)  # room for the state to grow a little
+    slot_size = _slot_size_for(payload)
     size = HEADER + 2 * slot_size
     limit = os.environ.get("DDPRUN_CHECKPOINT_MEMORY_LIMIT")
     others = _held_elsewhere(folder, path)
@@ -314,12 +355,15 @@ def _make_region(folder, path, payload):
     old = os.stat(path).st_blocks * 512 if _region is not None else 0
     if limit and others + old + size > int(limit):
         keeping = f" and its current region's {old} until it is complete" if old else ""
+        dropped = {None: "", True: " (after the agent dropped copies kept for and held for peers "
+                   "for it)", False: " (the agent did not answer a request to drop its copies for "
+                   "peers within 2 s)"}[asked]
         raise CheckpointError(
             f"checkpoint: this rank's state needs {size} bytes (two slots of {slot_size}){keeping};"
             f" with the {others} bytes the node's other checkpoints hold (other ranks' regions, "
             f"copies kept for and held for peers) that is over the node's checkpoint budget of "
             f"{limit} bytes (--checkpoint_memory_limit; when not given, half the size of the file "
-            f"system holding {folder})")
+            f"system holding {folder}){dropped}")
     if _region is not None:  # the state outgrew its slots: a new region, the old one kept until
         old = _region         # the first save into the new one is committed
         try:
