@@ -308,9 +308,10 @@ class NodeAgent {
         [this](const TransferReport& r, const std::string& peer) { report_replication(r, peer); });
     replicator_->on_behind([this](bool behind, int64_t steps) { report_behind(behind, steps); });
     replicator_->on_room([this](uint64_t wanted, uint64_t freed) {
-      spdlog::warn("checkpoint: a worker's save needed {} bytes more of the node's budget: copies "
-                   "held for and kept for peers dropped, {} bytes freed",
-                   wanted, freed);
+      spdlog::warn(
+          "checkpoint: a worker's save needed {} bytes more of the node's budget: copies "
+          "held for and kept for peers dropped, {} bytes freed",
+          wanted, freed);
       events_.record("checkpoint_room_made", {{"wanted", wanted}, {"freed", freed}});
     });
     checkpoint_status_.replica([this] { return replica_account(); });

@@ -24,6 +24,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/memory_use.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_mac.hpp"
@@ -505,4 +506,50 @@ TEST_CASE(
   // The same bytes with their own MAC, which only a member can make, are kept.
   CHECK(put_by_hand(altered, mac_of(altered)).empty());
   CHECK(holder->copies().steps() == Steps{{"n", {{7}}}});
+}
+
+namespace {
+
+// Holds a copy of `origin`'s local rank `local`'s step `step` (`bytes` of payload) in `copies`,
+// as a transfer that arrived leaves it.
+void hold_copy(PeerCopies& copies, const std::string& origin, int local, int64_t step,
+               size_t bytes) {
+  const std::string payload = payload_of(bytes, static_cast<char>(step));
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = step;
+  rec.size = bytes;
+  rec.checksum = payload_crc(payload);
+  rec.sequence = 1;
+  rec.world_size = 4;
+  rec.rank = local;
+  rec.run_tag = kRunTag;
+  const std::string header = region_header_for(rec, bytes, 1000);
+  std::unique_ptr<SlotFileWriter> w =
+      copies.begin(origin, local, step, header, kRegionHeader + bytes);
+  w->append(payload.data(), payload.size());
+  REQUIRE(w->commit(rec.checksum));
+  copies.committed(origin, local, local, 4, step, kRegionHeader + bytes);
+}
+
+}  // namespace
+
+TEST_CASE("peer copies: room for a worker's save drops the copies held, the oldest step first",
+          "[peer]") {
+  Folder f;
+  PeerCopies copies(f.path / "peers", std::nullopt);
+  hold_copy(copies, "a", 0, 4, 1 << 20);
+  hold_copy(copies, "a", 0, 5, 1 << 20);
+  hold_copy(copies, "b", 1, 3, 1 << 20);
+  const uint64_t one = allocated_for(kRegionHeader + (1 << 20));
+  // A little more than one copy's room: the two oldest steps go (b's 3, then a's 4), not a's 5.
+  CHECK(copies.drop_oldest(one + 1) == 2 * one);
+  REQUIRE(copies.all().size() == 1);
+  CHECK(copies.all()[0].step == 5);
+  CHECK(!fs::exists(f.path / "peers" / "62.rank1.step3.ddpckpt"));
+  CHECK(copies.bytes() == kRegionHeader + (1 << 20));
+  // More than everything held: all of it, and what it freed.
+  CHECK(copies.drop_oldest(uint64_t{1} << 40) == one);
+  CHECK(copies.all().empty());
+  CHECK(copies.bytes() == 0);
 }

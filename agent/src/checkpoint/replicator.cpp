@@ -183,8 +183,8 @@ void CheckpointReplicator::make_room() {
   if (!wanted) return;
   uint64_t freed = service_.drop_oldest_copies(*wanted);
   for (;;) {
-    const auto oldest = std::find_if(staged_.begin(), staged_.end(),
-                                     [&](int64_t s) { return s != sending_; });
+    const auto oldest =
+        std::find_if(staged_.begin(), staged_.end(), [&](int64_t s) { return s != sending_; });
     if (freed >= *wanted || oldest == staged_.end()) break;
     const uint64_t before = checkpoint_memory(regions_).kept;
     staged_.erase(oldest);
