@@ -16,6 +16,7 @@ import time
 DDPRUN, DDPRUND, PY, WORKER = map(os.path.abspath, sys.argv[1:5])
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "launcher"))
 from netns import bridge_hosts, remove_namespaces  # noqa: E402
+from proc_util import allocated_under  # noqa: E402
 
 NET = "10.219.0"
 TAG = str(os.getpid())
@@ -149,21 +150,6 @@ def step_time(out):
 def events(out, i, name):
     path = os.path.join(out, f"events.{i}.jsonl")
     return [e for e in map(json.loads, open(path)) if e["event"] == name] if os.path.exists(path) else []
-
-
-def allocated_under(folder):
-    """Bytes allocated in a node's checkpoint folder (its regions, kept and peers' copies), less
-    the modules the agent writes there."""
-    total = 0
-    for root, dirs, files in os.walk(folder):
-        if "python" in dirs:
-            dirs.remove("python")
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def main():

@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-from proc_util import free_port, left_running, script, static_job_status
+from proc_util import allocated_under, free_port, left_running, script, static_job_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -373,19 +373,6 @@ for step in range(40):
         break
     time.sleep(0.2)  # the copies to the peer have time to happen
 """
-
-
-def allocated_under(folder):
-    total = 0
-    for root, dirs, files in os.walk(folder):
-        if root == folder and "python" in dirs:
-            dirs.remove("python")
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def case_one_budget_bounds_everything_a_node_holds():

@@ -21,7 +21,7 @@ import tempfile
 
 from checkpoint_test import bit_identical
 from netns import bridge_hosts, remove_namespaces
-from proc_util import left_running, wait_for
+from proc_util import allocated_under, left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workloads", "checkpoint_ddp.py")
@@ -223,9 +223,7 @@ def one_replica_per_node(run_id, state):
         assert regions[0] <= 2 * (1 << 20) + 8192 and regions[1] >= 2 * state, (folder, regions)
         copies = sorted(os.path.getsize(p) for p in glob.glob(f"{folder}/peers/*.step{K}.ddpckpt"))
         assert len(copies) == 2 and copies[0] < (1 << 20) and copies[1] >= state, (folder, copies)
-        held.append((sum(os.lstat(os.path.join(root, f)).st_blocks * 512
-                         for root, dirs, files in os.walk(folder) if "/python" not in root
-                         for f in files), regions, copies))
+        held.append((allocated_under(folder), regions, copies))
     return held
 
 

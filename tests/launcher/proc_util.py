@@ -95,3 +95,18 @@ def static_job_status(ddprun, port, *extra):
     return subprocess.run([ddprun, "status", "--rdzv_backend=static",
                            f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=none", *extra],
                           capture_output=True, text=True, timeout=60)
+
+
+def allocated_under(folder):
+    """Bytes allocated (what df counts) in a node's checkpoint folder: its regions and the copies it
+    keeps for and holds for peers, less the modules the agent writes there (python/)."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        if root == folder and "python" in dirs:
+            dirs.remove("python")
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
