@@ -54,6 +54,16 @@ TEST_CASE("checkpoint regions: committed steps come oldest first, others not at 
   CHECK(CheckpointRegions::committed_steps("DDPCKPT1").empty());  // too short
 }
 
+TEST_CASE("checkpoint regions: a step saved twice is the newer save's slot", "[checkpoint]") {
+  const std::optional<RegionHeader> twice = parse_region_header(header(2, 8, 7, 2, 8, 6));
+  REQUIRE(twice);
+  CHECK(twice->slot_of(8) == 0);  // sequence 7, against slot 1's 6
+  const std::optional<RegionHeader> swapped = parse_region_header(header(2, 8, 6, 2, 8, 7));
+  REQUIRE(swapped);
+  CHECK(swapped->slot_of(8) == 1);
+  CHECK(swapped->slot_of(9) == -1);
+}
+
 TEST_CASE("checkpoint agreement: the newest step held by every rank of every node",
           "[checkpoint]") {
   using checkpoint_agreement::newest_common;

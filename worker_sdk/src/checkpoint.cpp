@@ -272,9 +272,10 @@ std::optional<int64_t> load(const std::vector<std::span<std::byte>>& buffers) {
         step, saved_world, world, rank));
   }
   int slot = -1, other = -1;
-  for (int s : {0, 1}) {
+  for (int s : {0, 1}) {  // (a step saved twice: the newer save)
     if (g_region->record(s)->state != kCommitted || g_region->record(s)->step != step) continue;
-    (g_region->rank(s) == rank ? slot : other) = s;
+    int& found = g_region->rank(s) == rank ? slot : other;
+    if (found < 0 || g_region->record(s)->sequence > g_region->record(found)->sequence) found = s;
   }
   if (slot < 0 && other >= 0) {
     throw CheckpointError(

@@ -38,8 +38,10 @@ void swap_words(const fs::path& path, off_t a, off_t b) {
 
 }  // namespace
 
-TEST_CASE("sdk checkpoint: a slot is loaded only by the global rank and world that saved it",
-          "[sdk]") {
+TEST_CASE(
+    "sdk checkpoint: a slot is loaded only by the global rank and world that saved it, a step "
+    "saved twice as the newer save",
+    "[sdk]") {
   const fs::path dir = fs::temp_directory_path() / ("ddp-identity-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   env("DDPRUN_CHECKPOINT_DIR", dir.string());
@@ -78,6 +80,14 @@ TEST_CASE("sdk checkpoint: a slot is loaded only by the global rank and world th
   CHECK_THROWS_WITH(ddp::checkpoint::load(in), Catch::Contains("fails its checksum"));
   CHECK(loaded[1] == -1.0);
   swap_words(region, 4096 + 64 + 8 * 1, 4096 + 64 + 8 * 50);
+  CHECK(ddp::checkpoint::load(in) == 3);
+  CHECK(loaded == saved);
+  // Step 3 saved twice more (the third save back in slot 0): the newest save's is loaded.
+  env("WORLD_SIZE", "2");
+  for (double scale : {2.0, 3.0}) {
+    for (size_t i = 0; i < saved.size(); ++i) saved[i] = scale * static_cast<double>(i);
+    REQUIRE(ddp::checkpoint::save(3, out));
+  }
   CHECK(ddp::checkpoint::load(in) == 3);
   CHECK(loaded == saved);
   for (const char* name :

@@ -66,10 +66,12 @@ int RegionHeader::newest_committed() const {
 }
 
 int RegionHeader::slot_of(int64_t step) const {
+  int found = -1;
   for (int i = 0; i < 2; ++i) {
-    if (slots[i].state == SlotRecord::kCommitted && slots[i].step == step) return i;
+    if (slots[i].state != SlotRecord::kCommitted || slots[i].step != step) continue;
+    if (found < 0 || slots[i].sequence > slots[found].sequence) found = i;
   }
-  return -1;
+  return found;
 }
 
 std::vector<int64_t> RegionHeader::committed_steps() const {

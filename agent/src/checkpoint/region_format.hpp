@@ -52,7 +52,7 @@ struct RegionHeader {
 
   // The newest committed slot; -1: none.
   int newest_committed() const;
-  // The committed slot holding `step`; -1: none.
+  // The committed slot holding `step` (the newer save, where a step was saved twice); -1: none.
   int slot_of(int64_t step) const;
   // The steps committed, oldest first (none, one or two).
   std::vector<int64_t> committed_steps() const;
