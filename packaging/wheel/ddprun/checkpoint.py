@@ -301,29 +301,32 @@ def _open_region(folder, payload):
     if _region is not None and _region.slot_size >= payload:
         return _region
     with _budget_lock(folder):
-        over, optional = _over_budget(folder, path, payload)
-        if over <= 0 or optional < over:  # fits, or dropping every copy would not make it fit
-            return _make_region(folder, path, payload)
+        use = _NodeUse(folder, path, payload)
+        if use.over <= 0 or use.optional < use.over:  # fits, or dropping every copy would not
+            return _make_region(folder, path, use)    # make it fit
     # A node's own checkpoints come before copies for its peers: the agent drops them for this.
-    asked = _ask_for_room(folder, over)
+    asked = _ask_for_room(folder, use.over)
     with _budget_lock(folder):
-        return _make_region(folder, path, payload, asked)
+        return _make_region(folder, path, _NodeUse(folder, path, payload), asked)
 
 
-def _slot_size_for(payload):
-    return _up(payload + payload // 16, 1 << 20)  # room for the state to grow a little
+class _NodeUse:
+    """This rank's region for `payload` against the node's checkpoint budget, measured (under the
+    budget's lock): its size, what the node's folder holds besides (`others`; `optional`: the
+    copies kept for and held for peers, of those), and by how much it would be `over`."""
 
-
-def _over_budget(folder, path, payload):
-    """(bytes by which this rank's region for `payload` would be over the node's budget, bytes the
-    copies kept for and held for peers take), measured under the budget's lock."""
-    limit = os.environ.get("DDPRUN_CHECKPOINT_MEMORY_LIMIT")
-    if not limit:
-        return 0, 0
-    size = HEADER + 2 * _slot_size_for(payload)
-    old = os.stat(path).st_blocks * 512 if _region is not None else 0
-    optional = sum(_held_elsewhere(os.path.join(folder, part), "") for part in ("kept", "peers"))
-    return _held_elsewhere(folder, path) + old + size - int(limit), optional
+    def __init__(self, folder, path, payload):
+        self.slot_size = _up(payload + payload // 16, 1 << 20)  # room for the state to grow a little
+        self.size = HEADER + 2 * self.slot_size
+        self.limit = os.environ.get("DDPRUN_CHECKPOINT_MEMORY_LIMIT")
+        # A grown region's old one is kept until the first save into the new one is complete.
+        self.old = os.stat(path).st_blocks * 512 if _region is not None else 0
+        self.others = self.optional = self.over = 0
+        if self.limit:
+            self.others = _held_elsewhere(folder, path)
+            self.optional = sum(_held_elsewhere(os.path.join(folder, part), "")
+                                for part in ("kept", "peers"))
+            self.over = self.others + self.old + self.size - int(self.limit)
 
 
 def _ask_for_room(folder, nbytes):
@@ -345,15 +348,12 @@ def _ask_for_room(folder, nbytes):
     return True
 
 
-def _make_region(folder, path, payload, asked=None):
+def _make_region(folder, path, use, asked=None):
+    """This rank's region made (`use`: the budget measured for it); `asked`: whether the agent
+    answered a request for room (None: none made)."""
     global _region
-    slot_size = _slot_size_for(payload)
-    size = HEADER + 2 * slot_size
-    limit = os.environ.get("DDPRUN_CHECKPOINT_MEMORY_LIMIT")
-    others = _held_elsewhere(folder, path)
-    # A grown region's old one is kept until the first save into the new one is complete.
-    old = os.stat(path).st_blocks * 512 if _region is not None else 0
-    if limit and others + old + size > int(limit):
+    slot_size, size, old, others, limit = use.slot_size, use.size, use.old, use.others, use.limit
+    if use.over > 0:
         keeping = f" and its current region's {old} until it is complete" if old else ""
         dropped = {None: "", True: " (after the agent dropped copies kept for and held for peers "
                    "for it)", False: " (the agent did not answer a request to drop its copies for "
@@ -689,8 +689,7 @@ def save(step, state, replicated=False):
     # Each tensor's tile (its bytes and the padding to the next) summed just after it is copied,
     # while it is in the cache: no second pass over the slot. With the region page-locked, CUDA
     # tensors are copied by DMA while the CPU ones are, and their tiles summed once they are in.
-    written = [shared[:] if role == "holder" else [], others]
-    order = written[0] + written[1]
+    order = (shared if role == "holder" else []) + others  # the holder's replicated ones first
     dma = _cuda_bytes([tensors[i] for i in order]) >= _PIN_FROM and save.region.pin()
     sums = _TileSums(m)
     sums.add(base, data_start)
