@@ -3,20 +3,26 @@
 # and the in-process rendezvous, session and TLS tests, against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++,
 # the compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
 # reports into one folder; any report fails the run, whatever exit status the test saw.
-# scripts/test.sh runs this after the suite.
+# Usage: sanitize-test.sh [build|test] (both when omitted). scripts/test.sh builds while CTest runs,
+# at idle priority, and tests after the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${DDPRUN_SANITIZE_BUILD_DIR:-build-asan}
+step=${1:-all}
+case $step in build | test | all) ;; *) echo "usage: $0 [build|test]" >&2; exit 2 ;; esac
+
+if [[ $step != test ]]; then
+  # Unoptimised: UBSan's checks make g++ three times slower at -O2, and -O0 hides nothing from them.
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
+    -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
+    rendezvous_exchange_test checkpoint_regions_test \
+    store_session_test store_tls_test
+fi
+[[ $step != build ]] || exit 0
+
 reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
-
-# Unoptimised: UBSan's checks make g++ three times slower at -O2, and -O0 hides nothing from them.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
-  -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
-  rendezvous_exchange_test checkpoint_regions_test \
-  store_session_test store_tls_test
-
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
 cd "$build"

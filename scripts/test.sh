@@ -6,6 +6,9 @@
 # it too. Every stage runs, and says how it ended and how long it took, even when an earlier one
 # failed (a red CTest must not hide the sanitizers' verdict); the script exits non-zero at the end
 # if any stage failed. Only the install and the build stop it at once: nothing after them could run.
+# What needs only a compiler (clang's warnings, the fuzz build and its fuzzing, the sanitizer build)
+# runs while CTest does, at idle priority: the CTest tests mostly wait on processes and sockets, and a
+# SCHED_IDLE process gets a core only when no test wants one, so the tests' timings stay their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,15 +16,15 @@ cd "$(dirname "$0")/.."
 stages=()
 failed=0
 stage_start=$SECONDS
-stage_done() {  # NAME STATUS
-  local outcome=passed
+stage_done() {  # NAME STATUS [SECONDS, for a stage that ran beside another]
+  local outcome=passed took=${3:-$((SECONDS - stage_start))}
   if [[ $2 -ne 0 ]]; then
     outcome="FAILED (exit status $2)"
     failed=1
   fi
-  stages+=("$(printf '%-34s %5d s  %s' "$1" $((SECONDS - stage_start)) "$outcome")")
-  echo "test: $1 $outcome, took $((SECONDS - stage_start)) s"
-  stage_start=$SECONDS
+  stages+=("$(printf '%-34s %5d s  %s' "$1" "$took" "$outcome")")
+  echo "test: $1 $outcome, took $took s"
+  [[ $# -gt 2 ]] || stage_start=$SECONDS
 }
 print_stages() {
   printf 'test: %s\n' "${stages[@]}"
@@ -49,20 +52,20 @@ if grep -q 'warning:' "$scratch/build.log"; then
   status=1
 fi
 stage_done "the build (g++)" "$status"
-# And under clang 14's front end, with the same flags (about 2 minutes on 2 cores).
-status=0
-python3 scripts/clang-warnings.py "$build" || status=$?
-stage_done "clang's warnings" "$status"
 
+# Beside CTest, at idle priority: each stage writes its log and "STATUS SECONDS" into $scratch.
+clangs_warnings() {
+  python3 scripts/clang-warnings.py "$build"
+}
 # The frame parser, and what a store with a secret reads before authentication, under libFuzzer
 # with ASan and UBSan (clang-only, so they have their own build).
-status=0
-fuzz_build=${build}-fuzz
-if cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
-  -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null && cmake --build "$fuzz_build" -j "$jobs"; then
-  # The two fuzzers side by side (each uses one core).
-  fuzzers=(wire_parser_fuzz auth_handshake_fuzz)
-  pids=()
+fuzzing() {
+  local fuzz_build=${build}-fuzz status=0 fuzzer corpus i pids=()
+  cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_FUZZ=ON \
+    -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+  cmake --build "$fuzz_build" -j "$jobs" >/dev/null
+  # The two fuzzers side by side (each uses one core), each for a bounded wall-clock time.
+  local fuzzers=(wire_parser_fuzz auth_handshake_fuzz)
   for fuzzer in "${fuzzers[@]}"; do
     corpus=$scratch/corpus-$fuzzer
     mkdir "$corpus"
@@ -75,16 +78,30 @@ if cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPR
     corpus=$scratch/corpus-${fuzzers[$i]}
     if ! wait "${pids[$i]}"; then
       tail -n 60 "$corpus/fuzz.log"
-      echo "fuzz: ${fuzzers[$i]} FAILED" >&2
+      echo "fuzz: ${fuzzers[$i]} FAILED"
       status=1
     else
       grep -E '^Done' "$corpus/fuzz.log"
     fi
   done
-else
-  status=1
-fi
-stage_done "the fuzz build and fuzzing" "$status"
+  return $status
+}
+sanitizer_build() {
+  DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh build
+}
+beside_ctest=(clangs_warnings fuzzing sanitizer_build)
+idle=(chrt --idle 0)
+"${idle[@]}" true 2>/dev/null || idle=(nice -n 19)
+(
+  for stage in "${beside_ctest[@]}"; do
+    start=$SECONDS
+    status=0
+    "${idle[@]}" bash -c "set -euo pipefail; $(declare -p build jobs scratch); $(declare -f "$stage"); $stage" \
+      >"$scratch/$stage.log" 2>&1 || status=$?
+    echo "$status $((SECONDS - start))" >"$scratch/$stage.status"
+  done
+) &
+beside=$!
 
 status=0
 if ! wait "$torch2_root"; then
@@ -98,10 +115,22 @@ status=0
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300) || status=$?
 stage_done "every CTest test" "$status"
 
-# The multi-node and elastic tests again, on a build with ASan and UBSan.
+# What ran beside CTest: each stage's outcome and its own time (the wait for it is the next line's).
+wait "$beside"
+names=("clang's warnings" "the fuzz build and fuzzing" "the sanitizer build")
+for i in "${!beside_ctest[@]}"; do
+  read -r status took <"$scratch/${beside_ctest[$i]}.status"
+  if [[ $status -ne 0 || ${beside_ctest[$i]} == fuzzing ]]; then
+    tail -n 200 "$scratch/${beside_ctest[$i]}.log"
+  fi
+  stage_done "${names[$i]} (beside CTest)" "$status" "$took"
+done
+stage_done "waiting for the stages beside CTest" 0
+
+# The multi-node and elastic tests again, on the build with ASan and UBSan.
 status=0
-DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh || status=$?
-stage_done "the sanitizer build and its tests" "$status"
+DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh test || status=$?
+stage_done "the sanitizer tests" "$status"
 
 if [[ $failed -ne 0 ]]; then
   echo "test: FAILED: a stage above failed" >&2
