@@ -205,24 +205,32 @@ def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
 
 def case_a_replacement_node_resumes_a_dcp_checkpoint_from_its_peers_copy():
     """The same through torch.distributed.checkpoint (torch 2): MemoryStorageWriter's saves copied,
-    MemoryStorageReader reading the fetched copies back."""
-    replacement_resumes_from_its_peers_copy({"CKPT_API": "dcp"})
+    MemoryStorageReader reading the fetched copies back. Each node keeps one copy of each item of
+    DDP's state, shared out between its two ranks' slots."""
+    replacement_resumes_from_its_peers_copy({"CKPT_API": "dcp", "WIDTH": "16384"}, nproc=2)
 
 
 def node_folders(run_id):
     return glob.glob(f"/dev/shm/ddprun-checkpoints-{job(run_id)}-*")
 
 
-def one_replica_per_node(run_id, state):
+def one_replica_per_node(run_id, state, shared_out):
     """Each node's regions and the copies it holds for its peer at step K: one replica of the
-    `state` bytes each (local rank 0's slot), the other rank's a reference of under a MiB. Returns
-    each node's bytes in /dev/shm."""
+    `state` bytes each: local rank 0's slot, the other rank's a reference of under a MiB (saved
+    with replicated=), or `shared_out` between the two ranks' slots (DCP's items, each kept by one
+    rank of the node). Returns each node's bytes in /dev/shm."""
     held = []
     for folder in node_folders(run_id):
         regions = sorted(os.stat(os.path.join(folder, f"rank{r}")).st_blocks * 512 for r in (0, 1))
-        assert regions[0] <= 2 * (1 << 20) + 8192 and regions[1] >= 2 * state, (folder, regions)
         copies = sorted(os.path.getsize(p) for p in glob.glob(f"{folder}/peers/*.step{K}.ddpckpt"))
-        assert len(copies) == 2 and copies[0] < (1 << 20) and copies[1] >= state, (folder, copies)
+        if shared_out:  # two slots a region: twice the replica in all, not four times
+            assert 2 * state <= sum(regions) < 3 * state, (folder, regions, state)
+            assert len(copies) == 2 and state <= sum(copies) < 1.5 * state, (folder, copies, state)
+        else:
+            assert regions[0] <= 2 * (1 << 20) + 8192 and regions[1] >= 2 * state, \
+                (folder, regions)
+            assert len(copies) == 2 and copies[0] < (1 << 20) and copies[1] >= state, \
+                (folder, copies)
         held.append((allocated_under(folder), regions, copies))
     return held
 
@@ -238,12 +246,13 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         out, disk = tempfile.mkdtemp(), tempfile.mkdtemp()
         cluster.extra = [f"--checkpoint_dir={disk}", "--checkpoint_persist_every=1000"]
         status = []
-        # With replicated state, the model's and Adam's: 3 x (32 x W + 2 x W + 1) floats.
+        # The model's state and Adam's, the same on every rank: 3 x (32 x W + 2 x W + 1) floats.
         state, held = 3 * 4 * (34 * int(api.get("WIDTH", 64)) + 1), []
         lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status,
                    env={0: api, 1: {**api, "HOLD_AT": str(K)}, 2: api}, copies=3 * nproc,
-                   before=lambda: held.extend(one_replica_per_node("lost", state))
-                   if "CKPT_REPLICATED" in api else None)
+                   before=lambda: held.extend(one_replica_per_node(
+                       "lost", state, shared_out=api.get("CKPT_API") == "dcp"))
+                   if "WIDTH" in api else None)
         assert status[0].count("holds copies of node") == 3, status[0]
         stranger_gets_nothing(cluster, out, survivors=[0, 2])
         cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
@@ -285,7 +294,7 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
             assert len(held_event[0]["peer_copies"]) == 1, held_event
         assert not left_running(out) and not left_running(whole)
     replicas = ""
-    if "CKPT_REPLICATED" in api:
+    if "WIDTH" in api:
         mib = lambda n: f"{n / 2**20:.2f}"  # noqa: E731
         per_node = "; ".join(
             f"{mib(total)} MiB in all, regions {'+'.join(map(mib, regions))}, the peer's copies of "

@@ -48,7 +48,7 @@ def main():
     names = zipfile.ZipFile(wheel).namelist()
     assert {"ddprun/bin/ddprun", "ddprun/bin/ddprund", "ddprun/__main__.py",
             "ddprun/heartbeat.py", "ddprun/checkpoint.py", "ddprun/_dcp_storage.py",
-            "ddprun/_replica.py"} <= set(names), \
+            "ddprun/_replica.py", "ddprun/_dcp_node_items.py"} <= set(names), \
         names
 
     venv = os.path.join(work, "venv")

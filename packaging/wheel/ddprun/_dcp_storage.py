@@ -9,8 +9,9 @@
     dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(step))
 
 A save returns once every byte is in this rank's region (two slots, committed only when complete,
-as with checkpoint.save). Each rank keeps every item of its own state, replicated ones too (DCP
-writes a replicated tensor on one rank only): a restarted rank restores from its own node's memory.
+as with checkpoint.save). A node keeps one copy of each item its ranks hold, replicated ones too
+(DCP writes a replicated tensor on one rank of the job only; ddprun._dcp_node_items): a restarted
+rank restores from its own node's memory.
 Items are stored as DCP's FileSystemWriter stores them (a tensor as the zip torch.save writes, with
 its data copied in place and the zip's CRC fields left zero: torch.load does not check them, and
 torch itself writes them so when asked not to compute them), and the coordinator's region holds the
@@ -37,6 +38,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from ddprun import _dcp_node_items
 from ddprun import checkpoint as _ckpt
 
 try:
@@ -168,13 +170,14 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
 
     def prepare_local_plan(self, plan):
         self._local_items = list(plan.items)  # before DCP keeps one copy of each replicated item
-        return plan
+        return _dcp_node_items.held(plan)
 
     def prepare_global_plan(self, plans):
-        return plans
+        return _dcp_node_items.keepers(plans)
 
     def write_data(self, plan, planner):
         started = time.perf_counter()
+        save_id = _dcp_node_items.next_save()  # first: every rank of the save counts it
         if self.step is None:
             raise _ckpt.CheckpointError("checkpoint: MemoryStorageWriter needs a step "
                                         "(MemoryStorageWriter(step) or dcp.save(checkpoint_id=step))")
@@ -185,20 +188,24 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
             fut = Future()
             fut.set_result(results)
             return fut
-        items = []
+        items, places = [], {}
+        elsewhere = _dcp_node_items.kept_elsewhere(plan)
         for item in self._local_items:
+            if item.index in elsewhere:  # another rank of this node keeps it
+                places[item.index] = ("at", elsewhere[item.index])
+                continue
             data = planner.resolve_data(item)
             if item.type != WriteItemType.BYTE_IO:
                 data = data.detach()
             items.append((item, data, _Blob(data)))
-        places, offset = {}, 0
+        offset = 0
         for item, data, blob in items:
             places[item.index] = (offset, blob.data_at, blob.length, blob.nbytes,
                                   None if isinstance(data, io.BytesIO) else data.dtype,
                                   None if isinstance(data, io.BytesIO) else tuple(data.shape))
             offset = _ckpt._up(offset + blob.length, _ckpt._ALIGN)
         _, local_md = create_default_global_save_plan([type(plan)(self._local_items)])
-        meta = pickle.dumps(("dcp", local_md.state_dict_metadata, places), protocol=4)
+        meta = pickle.dumps(("dcp", local_md.state_dict_metadata, places, save_id), protocol=4)
         data_start = _ckpt._up(len(meta), _ckpt._ALIGN)
         data_end = _ckpt._up(data_start + offset, 8)
         # The coordinator's job metadata follows; room for it is estimated from this rank's.
@@ -323,7 +330,7 @@ class _SlotFiles:
                                                  places)
         m, start, places = held
         place = places.get(index)
-        if place is None:
+        if place is None or place[0] == "at":
             raise _ckpt.CheckpointError(f"checkpoint: {index.fqn} is not in {relative_path}")
         return m, start, place
 
@@ -341,10 +348,17 @@ class MemoryStorageReader(StorageReader):
         self._slot = None
         self._places = None
         self._files = None
+        self._keepers = {}  # global rank: the node's slot keeping items of this rank's save
 
     def reset(self, checkpoint_id=None):
         self._slot = None
         self._files = None
+        self._close_keepers()
+
+    def _close_keepers(self):
+        for keeper in self._keepers.values():
+            keeper.close()
+        self._keepers = {}
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -366,6 +380,7 @@ class MemoryStorageReader(StorageReader):
             return self._files.metadata()
         self._slot = _ckpt._Committed(step)
         kind, state_md, self._places = self._slot.structure[:3]
+        self._save = self._slot.structure[3] if len(self._slot.structure) > 3 else None
         if kind != "dcp":
             raise _ckpt.CheckpointError(f"checkpoint: step {step} was saved with checkpoint.save: "
                                         f"load it with checkpoint.load()")
@@ -388,6 +403,17 @@ class MemoryStorageReader(StorageReader):
                 raise _ckpt.CheckpointError(f"checkpoint: {index.fqn} is not in the checkpoint")
             return self._files.place(info.relative_path, index)
         place = self._places.get(index)
+        if place is not None and place[0] == "at":  # kept by another rank of this node
+            rank = place[1]
+            keeper = self._keepers.get(rank)
+            if keeper is None:
+                keeper = self._keepers[rank] = _dcp_node_items.Keeper(self._slot, rank, self._save)
+            place = keeper.places.get(index)
+            if place is None or place[0] == "at":
+                raise _ckpt.CheckpointError(
+                    f"checkpoint: {index.fqn} is not in global rank {rank}'s slot, which "
+                    f"this rank's checkpoint says keeps it")
+            return keeper.map, keeper.data_start, place
         if place is None:
             raise _ckpt.CheckpointError(
                 f"checkpoint: {index.fqn} is not in this rank's checkpoint (saved with another "
@@ -410,6 +436,15 @@ class MemoryStorageReader(StorageReader):
                     f"{tuple(target.size())}")
             target.copy_(src)
             planner.commit_tensor(req, target)
+        try:
+            for rank, keeper in self._keepers.items():
+                if not keeper.still_there():
+                    raise _ckpt.CheckpointError(
+                        f"checkpoint: step {self._slot.step}: global rank {rank}'s slot keeping "
+                        f"items of this rank's state was overwritten while it was read: the state "
+                        f"read is not step {self._slot.step}'s")
+        finally:
+            self._close_keepers()
         fut = Future()
         fut.set_result(None)
         return fut

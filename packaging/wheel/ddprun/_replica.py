@@ -167,9 +167,7 @@ class _Holder:
 
     def identity(self, slot):
         """A slot's record, rank and run tag as this file has them now."""
-        head = os.pread(self.fd, _ckpt.HEADER, 0)
-        return (_ckpt._read_record(head, slot), _ckpt._rank_of(head, slot),
-                struct.unpack_from("<Q", head, _ckpt._RUN_AT + 8 * slot)[0])
+        return slot_identity(os.pread(self.fd, _ckpt.HEADER, 0), slot)
 
     def slots(self, rank, step, run, world, states):
         """[(slot, record)] of `rank` at `step` of run `run` and world size `world` in one of
@@ -202,7 +200,13 @@ class _Holder:
         return structure, list(tiles)
 
 
-def _open_holder(path):
+def slot_identity(header, slot):
+    """A slot's record, rank and run tag in a region's `header` (bytes or a mapping)."""
+    return (_ckpt._read_record(header, slot), _ckpt._rank_of(header, slot),
+            struct.unpack_from("<Q", header, _ckpt._RUN_AT + 8 * slot)[0])
+
+
+def open_holder(path):
     try:
         return _Holder(path)
     except FileNotFoundError:
@@ -224,7 +228,7 @@ def _wait_for_holder(step, run, ordinal):
     while True:
         begun = os.path.exists(path + ".new")  # a grown region being made
         for name in (path, path + ".new"):
-            holder = _open_holder(name)
+            holder = open_holder(name)
             if holder is None:
                 continue
             try:
@@ -321,7 +325,7 @@ def holder_slot(committed, ref, places):
     for name in sorted(os.listdir(folder)):
         if not name.startswith("rank") or not name[4:].isdigit():
             continue
-        holder = _open_holder(os.path.join(folder, name))
+        holder = open_holder(os.path.join(folder, name))
         if holder is None:
             continue
         try:
@@ -341,8 +345,7 @@ def holder_slot(committed, ref, places):
                         for (a, b), tile in zip(bounds, tiles)):
 
                     def still_there(m=mapped.map, slot=slot, seen=seen):
-                        return (_ckpt._read_record(m, slot), _ckpt._rank_of(m, slot),
-                                struct.unpack_from("<Q", m, _ckpt._RUN_AT + 8 * slot)[0]) == seen
+                        return slot_identity(m, slot) == seen
 
                     return mapped, data_start, still_there
                 mapped.close()
