@@ -5,8 +5,9 @@
 // Each rank draws its own shard of a synthetic regression task (each step's batch from a seed of
 // its own), the model starts from rank 0's weights (broadcast), gradients are averaged every step,
 // and at the end every rank checks that all ranks hold bit-identical parameters; it exits 1 if not.
-// The parameters are saved every step as an in-memory checkpoint (ddp/checkpoint.hpp): restarted
-// after a failure, the job resumes from the step every rank holds instead of starting over. With
+// The parameters are saved every step as an in-memory checkpoint (ddp/checkpoint.hpp), as
+// replicated buffers (the same on every rank: the node holds them once): restarted after a
+// failure, the job resumes from the step every rank holds instead of starting over. With
 // KILL_AT=RANK:STEP that rank SIGKILLs itself just after saving that step, in the first attempt.
 #include <cmath>
 #include <csignal>
@@ -112,7 +113,7 @@ int train(int argc, char** argv) {
     for (size_t k = 0; k < ps.size(); ++k) {
       for (size_t i = 0; i < ps[k]->size(); ++i) (*ps[k])[i] -= lr * (*gs[k])[i];
     }
-    ddp::checkpoint::save(s, state);
+    ddp::checkpoint::save(s, state, state.size());  // every buffer the same on every rank
     if (first_attempt && kill_at != nullptr &&
         std::to_string(rank) + ":" + std::to_string(s) == kill_at) {
       std::raise(SIGKILL);
