@@ -22,7 +22,7 @@ stage_done() {  # NAME STATUS [SECONDS, for a stage that ran beside another]
     outcome="FAILED (exit status $2)"
     failed=1
   fi
-  stages+=("$(printf '%-34s %5d s  %s' "$1" "$took" "$outcome")")
+  stages+=("$(printf '%-46s %5d s  %s' "$1" "$took" "$outcome")")
   echo "test: $1 $outcome, took $took s"
   [[ $# -gt 2 ]] || stage_start=$SECONDS
 }

@@ -19,22 +19,16 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "checkpoint/round_restore.hpp"
+#include "admission.hpp"
 #include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
-#include "exchanges/checkpoint_agreement.hpp"
-#include "exchanges/checkpoint_sources.hpp"
-#include "exchanges/checkpoint_stride.hpp"
 #include "exchanges/crash_loop.hpp"
 #include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
-#include "exchanges/node_check.hpp"
 #include "exchanges/role_ranks.hpp"
 #include "exchanges/stop_exchange.hpp"
-#include "node/bounded_command.hpp"
-#include "node/node_probe.hpp"
 #include "watchers/worker_stacks.hpp"
 #include "workers/restart_phases.hpp"
 #include "workers/round_plan.hpp"
@@ -45,181 +39,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// How long a job that ended waits for its checkpoints' copies to --checkpoint_dir.
-constexpr auto kPersistDrainLimit = std::chrono::minutes(10);
-// How long a restart waits for the GPU memory of the workers that ended to be released.
-constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
-
 struct Run : AgentParts {
-  explicit Run(const AgentParts& parts) : AgentParts(parts) {}
+  explicit Run(const AgentParts& parts)
+      : AgentParts(parts),
+        admission(parts.io, parts.cfg, parts.run_dir, parts.rdzv, parts.events, parts.containment,
+                  parts.nvml) {}
+
+  NodeAdmission admission;  // the checks that keep this node out
 
   bool checked_for_next_round = false;       // the health check ran just before joining
   std::vector<std::string> failed_attempts;  // crash_loop::signature of each ended round
   RestartClock restart_clock;                // the restart under way, phase by phase
-
-  // --health_check, before this node takes part in a round: nullopt when it passes (or there is
-  // none), else the outcome of a node that stays out.
-  asio::awaitable<std::optional<AgentOutcome>> unhealthy() {
-    std::optional<std::string> why;
-    if (nvml != nullptr) {
-      const std::string problem = gpu_health_problem(nvml->read(), gpu_device_nodes());
-      if (!problem.empty()) why = "GPUs: " + problem;
-    }
-    if (!why && !cfg.health_check.empty()) {
-      why =
-          co_await run_bounded_command(io, containment, cfg.health_check, cfg.health_check_timeout,
-                                       cfg.env, (run_dir / "health_check.log").string());
-    }
-    if (!why) co_return std::nullopt;
-    spdlog::error("health check failed ({}): this node stays out of the job", *why);
-    nlohmann::json fields;
-    fields["reason"] = *why;
-    events.record("health_check_failed", std::move(fields));
-    AgentOutcome out;
-    out.run_log_dir = run_dir.string();
-    out.state = AgentOutcome::State::kUnhealthy;
-    out.summary = "the health check failed (" + *why + ")";
-    co_return out;
-  }
-
-  // The node check's verdict on `round` (nullopt: the round ended before it came), with this
-  // node's last measurement in `mine`. A verdict naming a node measured slow is measured again,
-  // longer, by every node, and only what both measurements found counts; the nodes it no longer
-  // names go to `unconfirmed`.
-  asio::awaitable<std::optional<node_check::Verdict>> node_check_verdict(
-      const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store,
-      ProbeReport& mine, std::vector<int>& unconfirmed) {
-    NodeProbeRun how;
-    how.program = cfg.node_probe;
-    how.run_id = cfg.rdzv.run_id;
-    how.timeout = cfg.node_check_timeout;
-    how.env = cfg.env;
-    how.dir = run_dir;
-    how.gpu = nvml != nullptr;
-    const auto wait = cfg.node_check_timeout + std::chrono::seconds(5);
-    std::optional<node_check::Verdict> first;  // pass 0's, once it needs confirming
-    for (int pass = 0; pass < 2; ++pass) {
-      how.pass = pass;
-      mine = co_await run_node_probe(io, containment, how, round, store);
-      if (!mine.failed.empty()) spdlog::error("node check: {}", mine.failed);
-      const std::optional<node_check::Verdict> verdict = co_await node_check::exchange(
-          rdzv, round, pass, mine, cfg.node_check_factor, wait, first);
-      if (!verdict) co_return verdict;
-      if (pass == 1) {
-        for (const node_check::SlowNode& s : first->slow) {
-          if (verdict->kept_out(s.node_rank) == nullptr) unconfirmed.push_back(s.node_rank);
-        }
-      }
-      if (pass == 1 || !verdict->needs_confirmation()) co_return verdict;
-      for (const node_check::SlowNode& s : verdict->slow) {
-        spdlog::warn("node check: node {} measured slow ({} {}): measuring again to confirm",
-                     s.node_rank, s.probe,
-                     s.ratio > 0 ? fmt::format("{:.2f}x the round's median", s.ratio) : s.detail);
-      }
-      first = verdict;
-    }
-    co_return first;
-  }
-
-  // What --node_check decided for a round before its workers start.
-  enum class Checked { kGoOn, kThisNodeOut, kAnotherNodeOut };
-
-  // --node_check, once `round` formed and before its workers start, where it has a member not
-  // checked before: every node's probe runs, node rank 0 judges, and every node acts on the same
-  // verdict. kThisNodeOut sets `out` (this node stays out, as after a failed health check);
-  // kAnotherNodeOut: the round re-forms once the nodes kept out (or a verdict that never came)
-  // have left it.
-  asio::awaitable<Checked> check_nodes(const rendezvous::Round& round,
-                                       const rendezvous::WorkerStoreAddress& store,
-                                       AgentOutcome& out) {
-    if (!cfg.node_check) co_return Checked::kGoOn;
-    if (round.num_nodes < 2) {
-      spdlog::info("node check: round {} has one node, nothing to compare it with: not run",
-                   round.number);
-      co_return Checked::kGoOn;
-    }
-    if (!co_await node_check::needed(rdzv, round)) {
-      spdlog::info(
-          "node check: every node of round {} passed a check of this job before: not run "
-          "again",
-          round.number);
-      co_return Checked::kGoOn;
-    }
-    const auto started = std::chrono::steady_clock::now();
-    ProbeReport mine;
-    std::vector<int> unconfirmed;
-    const std::optional<node_check::Verdict> verdict =
-        co_await node_check_verdict(round, store, mine, unconfirmed);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (!verdict) {
-      spdlog::warn("node check: round {} ended before its verdict came", round.number);
-      co_return Checked::kAnotherNodeOut;
-    }
-    nlohmann::json fields = verdict->to_json();
-    fields["round"] = round.number;
-    fields["seconds"] = seconds;
-    fields["this_node"] = mine.to_json();
-    fields["unconfirmed"] = unconfirmed;
-    for (auto& s : fields["slow"]) {
-      s["node"] = round.members.at(s["node_rank"].get<size_t>());
-    }
-    events.record("node_check", fields);
-    const std::string named = fmt::format("--node_check_factor {:g}", cfg.node_check_factor);
-    if (const node_check::SlowNode* me = verdict->kept_out(round.node_rank)) {
-      std::string why = fmt::format("{}: {} ({})", me->probe, me->detail, named);
-      if (me->probe == "no answer") {
-        why = fmt::format("its probe gave no answer: {}", me->detail);
-      } else if (me->ratio > 0) {
-        why = fmt::format("{} {:.2f}x slower than the round's median ({}; {})", me->probe,
-                          me->ratio, me->detail, named);
-      }
-      spdlog::error("node check: this node stays out of the job: {}", why);
-      events.record("node_check_failed", {{"round", round.number},
-                                          {"probe", me->probe},
-                                          {"ratio", me->ratio},
-                                          {"detail", me->detail}});
-      out.run_log_dir = run_dir.string();
-      out.state = AgentOutcome::State::kUnhealthy;
-      out.summary = "the node check found this node slow: " + why;
-      co_return Checked::kThisNodeOut;
-    }
-    co_await node_check::passed(rdzv, round);
-    for (int node : unconfirmed) {
-      spdlog::info("node check: node {} was not slow when measured again: it stays in", node);
-    }
-    if (verdict->slow.empty()) {
-      spdlog::info("node check: {} nodes within {:g}x the round's median, in {:.2f} s",
-                   round.num_nodes, cfg.node_check_factor, seconds);
-      co_return Checked::kGoOn;
-    }
-    for (const node_check::SlowNode& s : verdict->slow) {
-      spdlog::warn("node check: node {} ({}) is kept out: {} {}", s.node_rank,
-                   round.members.at(static_cast<size_t>(s.node_rank)), s.probe,
-                   s.ratio > 0 ? fmt::format("{:.2f}x the round's median", s.ratio) : s.detail);
-    }
-    co_return Checked::kAnotherNodeOut;
-  }
-
-  // Before workers start again on this node's GPUs: waits (bounded) until none of `pids`, the
-  // workers that ended, still holds GPU memory, which the driver releases after they exit.
-  asio::awaitable<void> gpu_memory_released(const std::vector<int>& pids) {
-    if (nvml == nullptr || pids.empty()) co_return;
-    const auto deadline = std::chrono::steady_clock::now() + kGpuMemoryWait;
-    asio::steady_timer tick(io);
-    for (;;) {
-      const std::vector<int> held = still_on_gpus(nvml->read(), pids);
-      if (held.empty()) co_return;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        spdlog::warn("GPU memory of ended worker(s) {} not released after {} s; going on",
-                     fmt::join(held, ", "),
-                     std::chrono::duration_cast<std::chrono::seconds>(kGpuMemoryWait).count());
-        co_return;
-      }
-      tick.expires_after(std::chrono::milliseconds(100));
-      co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
-    }
-  }
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
   // outside (another node failed, left or joined); such a reason stops the workers. Returns the
@@ -337,17 +167,13 @@ struct Run : AgentParts {
     bool joined = false;
     group.on_first_progress([this](const AttemptTimes& times) { restart_measured(times); });
     try {
-      if (std::optional<AgentOutcome> sick = co_await unhealthy()) {
+      if (std::optional<AgentOutcome> sick = co_await admission.unhealthy()) {
         out = std::move(*sick);
       } else {
         checked_for_next_round = true;
         joined = true;
         co_await rdzv->join();
-        // A job without a token: the checkpoint copies prove the job's secret, which only a
-        // member can read.
-        if (peers != nullptr && !cfg.rdzv.auth_token) {
-          peers->use_secret(store::Token(co_await rdzv->job_secret()));
-        }
+        co_await checkpoints.joined();
         out = co_await rounds();
       }
     } catch (...) {
@@ -409,7 +235,8 @@ struct Run : AgentParts {
         co_return out;
       }
       if (!std::exchange(checked_for_next_round, false)) {
-        if (std::optional<AgentOutcome> sick = co_await unhealthy()) co_return std::move(*sick);
+        if (std::optional<AgentOutcome> sick = co_await admission.unhealthy())
+          co_return std::move(*sick);
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
       const int peer = round ? 0 : stop_exchange::peer_signal(*rdzv);
@@ -446,26 +273,26 @@ struct Run : AgentParts {
       }
       AgentOutcome kept_out;
       const rendezvous::WorkerStoreAddress& store = *master;
-      const Checked checked = co_await check_nodes(*round, store, kept_out);
-      if (checked == Checked::kThisNodeOut) co_return kept_out;
-      if (checked == Checked::kAnotherNodeOut) {  // the round re-forms without them
+      const NodeAdmission::Checked checked =
+          co_await admission.check_nodes(*round, store, kept_out);
+      if (checked == NodeAdmission::Checked::kThisNodeOut) co_return kept_out;
+      if (checked == NodeAdmission::Checked::kAnotherNodeOut) {  // the round re-forms without them
         interrupted_by = co_await rdzv->interruption(*round);
         co_await rdzv->end_round(*round, false);
         continue;
       }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      const std::optional<CheckpointRestore> restore = co_await agreed_checkpoint(*round);
+      const std::optional<CheckpointRestore> restore = co_await checkpoints.restore_for(*round);
       const RoleRanks roles = co_await role_ranks_of(*round);
       std::vector<WorkerLaunch> launches =
           plan_round(cfg, attempt_dir, *round, *master, bindings, restore, roles);
-      if (persister != nullptr) persister->watch(round_ranks(cfg, *round));
-      checkpoint_status.watch(round_ranks(cfg, *round));
+      checkpoints.round_started(*round);
       auto [r, why] = co_await run_watched(launches, *round);
-      if (replicator != nullptr) replicator->stop();  // what the next round restores stays put
       if (!why.empty()) interrupted_by = why;
       restart_measured(r.times);  // its workers ended before any progress
-      record_checkpoints_held(*round);
+      checkpoints.round_ended(*round,
+                              r.state == GroupResult::State::kFailed && !r.failures.empty());
       if (!r.stacks.empty()) {
         const fs::path stacks = attempt_dir / "hang_stacks.log";
         std::ofstream(stacks) << r.stacks;
@@ -473,11 +300,10 @@ struct Run : AgentParts {
       }
       if (r.hang || hang_exchange::peer_hang(*rdzv, *round)) co_await summarise_hang(*round, r);
       if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
-        co_await gpu_memory_released(r.pids);
+        co_await admission.gpu_memory_released(r.pids);
       }
       if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
         own_failure = r.failures.front().exitcode;
-        if (persister != nullptr) persister->persist_newest();
       }
       const rendezvous::Round& ran = *round;
       if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
@@ -532,15 +358,6 @@ struct Run : AgentParts {
     return out;
   }
 
-  // Per local rank of `round`, the steps its in-memory checkpoint region holds.
-  std::vector<std::vector<int64_t>> held_steps(const rendezvous::Round& round) const {
-    std::vector<std::vector<int64_t>> held;
-    for (const auto& [local, global] : round_ranks(cfg, round)) {
-      held.push_back(checkpoints.steps_held(local));
-    }
-    return held;
-  }
-
   // Where this node's workers stand among those of their role (exchanges/role_ranks.hpp); with
   // one node, the global ranks.
   asio::awaitable<RoleRanks> role_ranks_of(const rendezvous::Round& round) {
@@ -555,66 +372,6 @@ struct Run : AgentParts {
       co_return RoleRanks{round.base_rank, round.world_size};
     }
     co_return RoleRanks{place->base, place->world};
-  }
-
-  // The checkpoint the round's workers restore (checkpoint/round_restore.hpp); then, with the
-  // restore done (its transfers have the links and the memory to themselves), this node's copies
-  // go to its peer of the round.
-  asio::awaitable<std::optional<CheckpointRestore>> agreed_checkpoint(
-      const rendezvous::Round& round) {
-    if (replicator != nullptr) replicator->stop();  // the kept steps stay as they are meanwhile
-    const auto me = static_cast<size_t>(round.node_rank);
-    const RestoreParts parts{
-        cfg,
-        rdzv,
-        events,
-        checkpoints,
-        slot_sources,
-        peers,
-        peer_host,
-        persister,
-        me < round.members.size() ? round.members[me] : std::to_string(round.node_rank)};
-    const RoundRestore restored = co_await restore_round(parts, round);
-    checkpoint_status.restored(restored.account);
-    if (!restored.nodes.empty()) copy_to_peer(round, restored.nodes);
-    co_return restored.restore;
-  }
-
-  // This node's copies go to the next node of the round (node k's to node k+1 mod n); none with
-  // one node.
-  void copy_to_peer(const rendezvous::Round& round,
-                    const std::vector<checkpoint_sources::NodeCheckpoints>& nodes) {
-    if (replicator == nullptr) return;
-    std::vector<RankSlot> ranks;
-    for (const auto& [local, global] : round_ranks(cfg, round)) ranks.push_back({local, global});
-    std::optional<PeerAddress> peer;
-    if (nodes.size() > 1) {
-      const auto& next = nodes[(static_cast<size_t>(round.node_rank) + 1) % nodes.size()];
-      if (next.port != 0) peer = PeerAddress{next.host, next.port};
-    }
-    replicator->watch(nodes[static_cast<size_t>(round.node_rank)].id, std::move(ranks),
-                      std::move(peer), checkpoint_stride::board(rdzv, round));
-  }
-
-  // The event log's account of the in-memory checkpoints once a round's workers ended: per local
-  // rank the steps its region holds, and the bytes of the node's regions; in a job of several
-  // nodes also the safe step (every local rank's copy on the peer), the peer, and the copies this
-  // node holds for others (per origin node, per local rank).
-  void record_checkpoints_held(const rendezvous::Round& round) {
-    const std::vector<std::vector<int64_t>> held = held_steps(round);
-    if (std::all_of(held.begin(), held.end(), [](const auto& steps) { return steps.empty(); })) {
-      return;
-    }
-    nlohmann::json fields = {
-        {"round", round.number}, {"steps", held}, {"bytes", checkpoints.bytes_held()}};
-    if (replicator != nullptr) {
-      const std::optional<int64_t> safe = replicator->safe_step();
-      fields["safe_step"] = safe ? nlohmann::json(*safe) : nlohmann::json(nullptr);
-      fields["peer"] = replicator->peer();
-      fields["stride"] = replicator->stride();
-      fields["peer_copies"] = peers->copies().steps();
-    }
-    events.record("checkpoints_held", std::move(fields));
   }
 
   // Says (in the log and the event log) that `round` formed, and that it is a restart if it is.
@@ -720,12 +477,7 @@ struct Run : AgentParts {
 asio::awaitable<AgentOutcome> run_job(const AgentParts& parts) {
   Run run(parts);
   AgentOutcome out = co_await run.run();
-  if (parts.persister != nullptr && out.state != AgentOutcome::State::kSignaled) {
-    // The job ended (not stopped): its newest checkpoint goes to --checkpoint_dir too, and the
-    // agent waits for the copies (a signal ends the wait).
-    parts.persister->persist_newest();
-    co_await parts.persister->drain(kPersistDrainLimit);
-  }
+  if (out.state != AgentOutcome::State::kSignaled) co_await parts.checkpoints.job_ended();
   co_return out;
 }
 

@@ -10,12 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include "checkpoint/checkpoint_status.hpp"
-#include "checkpoint/peer_service.hpp"
-#include "checkpoint/persister.hpp"
-#include "checkpoint/regions.hpp"
-#include "checkpoint/replicator.hpp"
-#include "checkpoint/slot_sources.hpp"
+#include "checkpoint/coordinator.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/numa_binding.hpp"
@@ -39,15 +34,7 @@ struct AgentParts {
   boost::asio::io_context& io;
   Containment& containment;
   const Nvml* nvml;  // null: no GPU to check
-  const CheckpointRegions& checkpoints;
-  const SlotSources& slot_sources;  // every slot this node can give (a restore's sources)
-  CheckpointPersister* persister;   // --checkpoint_dir; null: none
-  CheckpointStatus& checkpoint_status;
-  // A job of several nodes: the copies of checkpoints to and from peer nodes (null: none), and
-  // the address the other nodes reach this node's copies at.
-  PeerService* peers;
-  CheckpointReplicator* replicator;
-  std::string peer_host;
+  CheckpointCoordinator& checkpoints;
 };
 
 // Runs the job on this node to its end; throws what the rendezvous throws (a launch error).
