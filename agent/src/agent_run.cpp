@@ -20,16 +20,14 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "admission.hpp"
-#include "ddprun/agent/failure_json.hpp"
-#include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/signals.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "exchanges/crash_loop.hpp"
-#include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
 #include "exchanges/role_ranks.hpp"
 #include "exchanges/stop_exchange.hpp"
-#include "watchers/worker_stacks.hpp"
+#include "outcome.hpp"
+#include "watchers/hang_summary.hpp"
 #include "workers/restart_phases.hpp"
 #include "workers/round_plan.hpp"
 
@@ -43,13 +41,14 @@ struct Run : AgentParts {
   explicit Run(const AgentParts& parts)
       : AgentParts(parts),
         admission(parts.io, parts.cfg, parts.run_dir, parts.rdzv, parts.events, parts.containment,
-                  parts.nvml) {}
+                  parts.nvml),
+        outcomes(parts.cfg, parts.run_dir, parts.rdzv, parts.events) {}
 
   NodeAdmission admission;  // the checks that keep this node out
+  RunOutcomes outcomes;     // what the end of a round, or of the job, means here
 
-  bool checked_for_next_round = false;       // the health check ran just before joining
-  std::vector<std::string> failed_attempts;  // crash_loop::signature of each ended round
-  RestartClock restart_clock;                // the restart under way, phase by phase
+  bool checked_for_next_round = false;  // the health check ran just before joining
+  RestartClock restart_clock;           // the restart under way, phase by phase
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
   // outside (another node failed, left or joined); such a reason stops the workers. Returns the
@@ -127,38 +126,6 @@ struct Run : AgentParts {
     watch->group_done = true;
     rdzv->stop_waiting();
     co_return std::pair{std::move(r), watch->why};
-  }
-
-  // After a hang anywhere in the round: every node's ranks grouped by their innermost frames,
-  // logged here as on every node, and in this node's hung workers' failures (the summary).
-  asio::awaitable<void> summarise_hang(const rendezvous::Round& round, GroupResult& r) {
-    std::map<int, std::string> frames = r.frames;
-    std::map<int, int> node_of_rank;
-    for (const auto& [rank, frame] : r.frames) node_of_rank[rank] = round.node_rank;
-    if (round.num_nodes > 1) {
-      // Each node collects its stacks within its stack-dump limit and its shutdown timeout.
-      const auto wait = cfg.shutdown_timeout + std::chrono::seconds(5);
-      // Each node's text starts with its node rank, on a line that is no frame's.
-      std::string mine = fmt::format("node\t{}\n{}", round.node_rank, frames_to_text(r.frames));
-      for (const std::string& text : co_await hang_exchange::frames(rdzv, round, mine, wait)) {
-        int node = -1;
-        if (text.starts_with("node\t")) node = std::atoi(text.c_str() + 5);
-        for (auto& [rank, frame] : frames_from_text(text)) {
-          if (node >= 0) node_of_rank.emplace(rank, node);
-          frames.emplace(rank, std::move(frame));
-        }
-      }
-    }
-    if (frames.empty()) co_return;
-    const std::string culprit = hang_culprit(frames, node_of_rank);
-    const std::string grouped = ranks_by_frame(frames);
-    if (!culprit.empty()) spdlog::error("hang: {}", culprit);
-    spdlog::error("hang: every rank's innermost frame: {}", grouped);
-    for (auto& f : r.failures) {
-      if (f.ended_because.empty()) continue;
-      f.ended_because = (culprit.empty() ? "" : "hang: " + culprit + "\n") + f.ended_because +
-                        "\nevery rank's innermost frame: " + grouped;
-    }
   }
 
   asio::awaitable<AgentOutcome> run() {
@@ -247,8 +214,9 @@ struct Run : AgentParts {
         co_return out;
       }
       if (!round) {
-        if (const auto loop = crash_loop::announced(*rdzv)) co_return crash_loop_outcome(*loop, {});
-        AgentOutcome ended = co_await job_ended(interrupted_by);
+        if (const auto loop = crash_loop::announced(*rdzv))
+          co_return outcomes.crash_loop(*loop, {});
+        AgentOutcome ended = co_await outcomes.job_ended(interrupted_by);
         if (ended.state == AgentOutcome::State::kFailed) ended.own_worker_exitcode = own_failure;
         co_return ended;
       }
@@ -298,7 +266,8 @@ struct Run : AgentParts {
         std::ofstream(stacks) << r.stacks;
         spdlog::error("hang: every rank's stack is in {}", stacks.string());
       }
-      if (r.hang || hang_exchange::peer_hang(*rdzv, *round)) co_await summarise_hang(*round, r);
+      if (r.hang || hang_exchange::peer_hang(*rdzv, *round))
+        co_await summarise_hang(rdzv, *round, cfg.shutdown_timeout, r);
       if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
         co_await admission.gpu_memory_released(r.pids);
       }
@@ -306,9 +275,11 @@ struct Run : AgentParts {
         own_failure = r.failures.front().exitcode;
       }
       const rendezvous::Round& ran = *round;
-      if (std::optional<AgentOutcome> ended = co_await settle(r, ran)) co_return std::move(*ended);
+      if (std::optional<AgentOutcome> ended = co_await outcomes.settle(r, ran)) {
+        co_return std::move(*ended);
+      }
       const std::optional<int64_t> resumed = restore ? std::optional(restore->step) : std::nullopt;
-      if (std::optional<AgentOutcome> loop = co_await crash_looping(ran, resumed)) {
+      if (std::optional<AgentOutcome> loop = co_await outcomes.crash_looping(ran, resumed)) {
         co_return std::move(*loop);
       }
       std::string cause = "interrupted";
@@ -319,43 +290,6 @@ struct Run : AgentParts {
       }
       restart_clock.attempt_ended(r.times, std::move(cause));
     }
-  }
-
-  // After a round that ended with another to follow: whether the job is in a crash loop, by this
-  // node's account of its failed attempts or another node's announcement; then its outcome here.
-  asio::awaitable<std::optional<AgentOutcome>> crash_looping(const rendezvous::Round& round,
-                                                             std::optional<int64_t> resumed_from) {
-    if (cfg.crash_loop_attempts == 0) co_return std::nullopt;
-    std::vector<WorkerFailure> failures;
-    for (const auto& text : co_await failure_reports::reported(rdzv, round.restart_count)) {
-      for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
-    }
-    failed_attempts.push_back(crash_loop::signature(failures, resumed_from));
-    std::optional<std::string> why = crash_loop::announced(*rdzv);
-    if (!why && round.restart_count < cfg.rdzv.max_restarts &&
-        crash_loop::repeats(failed_attempts, cfg.crash_loop_attempts)) {
-      why = fmt::format("the last {} attempts failed the same way ({}), with {} restart(s) left",
-                        cfg.crash_loop_attempts, failed_attempts.back(),
-                        cfg.rdzv.max_restarts - round.restart_count);
-      co_await crash_loop::announce(rdzv, *why);
-    }
-    if (!why) co_return std::nullopt;
-    co_return crash_loop_outcome(*why, failures);
-  }
-
-  AgentOutcome crash_loop_outcome(const std::string& why,
-                                  const std::vector<WorkerFailure>& failures) {
-    spdlog::error("crash loop: {}: stopping the job (exit status 5: do not requeue it)", why);
-    events.record("crash_loop", {{"reason", why}});
-    AgentOutcome out;
-    out.run_log_dir = run_dir.string();
-    out.state = AgentOutcome::State::kFailed;
-    out.crash_loop = true;
-    out.summary = fmt::format("{} FAILED in a crash loop: {}\n", cfg.entrypoint_name, why);
-    if (!failures.empty()) {
-      out.summary += format_failure_summary(cfg.entrypoint_name, store::host_name(), failures);
-    }
-    return out;
   }
 
   // Where this node's workers stand among those of their role (exchanges/role_ranks.hpp); with
@@ -398,77 +332,6 @@ struct Run : AgentParts {
                    round.num_nodes, round.base_rank, round.base_rank + cfg.rdzv.nproc - 1,
                    round.world_size);
     }
-  }
-
-  // What the end of this node's attempt in `round` means: the job's outcome on this node, or
-  // nullopt where another round follows (the rendezvous told of the failure or the interruption).
-  asio::awaitable<std::optional<AgentOutcome>> settle(GroupResult& r,
-                                                      const rendezvous::Round& round) {
-    AgentOutcome out;
-    out.run_log_dir = run_dir.string();
-    switch (r.state) {
-      case GroupResult::State::kSucceeded: {
-        const bool passed = co_await rdzv->exit_barrier(round);
-        events.record("exit_barrier", {{"round", round.number}, {"passed", passed}});
-        if (passed) {
-          co_await rdzv->close("succeeded");
-          out.state = AgentOutcome::State::kSucceeded;
-          co_return out;
-        }
-        spdlog::warn("another node failed or left while this one waited at the exit barrier");
-        co_await rdzv->end_round(round, false);  // (a no-op when a peer's failure ended it)
-        break;
-      }
-      case GroupResult::State::kStopped:
-        out.state = AgentOutcome::State::kSignaled;
-        out.signal = r.stop_signal;
-        co_return out;
-      case GroupResult::State::kFailed:
-        co_await failure_reports::report(rdzv, round, failures_to_json(r.failures));
-        break;
-      case GroupResult::State::kInterrupted:
-        co_await rdzv->end_round(round, false);
-        break;
-      case GroupResult::State::kUnhealthy:
-        // No restart here (a fresh worker would meet what holds the stuck one): the node
-        // leaves, and the job goes on without it where it can.
-        out.state = AgentOutcome::State::kUnhealthy;
-        out.summary = r.unhealthy;
-        co_return out;
-    }
-    co_return std::nullopt;
-  }
-
-  asio::awaitable<AgentOutcome> job_ended(const std::string& interrupted_by) {
-    AgentOutcome out;
-    out.run_log_dir = run_dir.string();
-    const rendezvous::JobEnd& end = rdzv->ending();
-    switch (end.kind) {
-      case rendezvous::JobEnd::Kind::kSucceeded:
-        out.state = AgentOutcome::State::kSucceeded;
-        break;
-      case rendezvous::JobEnd::Kind::kClosed:
-        out.state = AgentOutcome::State::kLaunchError;
-        out.summary = fmt::format("the job '{}' has already ended ({}); this node takes no part",
-                                  cfg.rdzv.run_id, end.why);
-        break;
-      case rendezvous::JobEnd::Kind::kRestartsExhausted: {
-        // Every node prints the same summary: all nodes' failures of the round that spent the
-        // last restart.
-        std::vector<WorkerFailure> failures;
-        for (const auto& text : co_await failure_reports::reported(rdzv, cfg.rdzv.max_restarts)) {
-          for (auto& f : failures_from_json(text)) failures.push_back(std::move(f));
-        }
-        out.summary =
-            failures.empty()
-                ? fmt::format("{} FAILED: {}, and no restarts remain\n", cfg.entrypoint_name,
-                              interrupted_by.empty() ? "the job failed" : interrupted_by)
-                : format_failure_summary(cfg.entrypoint_name, store::host_name(), failures);
-        out.state = AgentOutcome::State::kFailed;
-        break;
-      }
-    }
-    co_return out;
   }
 };
 
