@@ -2,7 +2,7 @@
 # Builds dist/ddprun-<version>-py3-none-manylinux_2_<N>_x86_64.whl from this machine's Debian
 # packages only (python3-build, setuptools, wheel; no package index): the ddprun and ddprund of the
 # build folder, stripped, behind entry points that run them with the installing environment's
-# Python (packaging/wheel). Checks that the programs need nothing but glibc, tags the wheel with
+# Python (python/ddprun, packaged by packaging/wheel). Checks that the programs need nothing but glibc, tags the wheel with
 # the newest glibc symbol version they use, and, where the torch 2.14 root has auditwheel, has it
 # confirm the tag. Prints the wheel's path and size.
 #
@@ -20,6 +20,8 @@ cmake --build "$build" --target ddprun ddprund >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp -r packaging/wheel/. "$stage/"
+cp -r python/ddprun "$stage/ddprun"
+rm -rf "$stage/ddprun/__pycache__"
 mkdir -p "$stage/ddprun/bin"
 strip --strip-unneeded -o "$stage/ddprun/bin/ddprun" "$build/launcher/ddprun"
 strip --strip-unneeded -o "$stage/ddprun/bin/ddprund" "$build/rendezvous/store/ddprund"

@@ -88,7 +88,7 @@ with tempfile.NamedTemporaryFile() as hb:
     timing = ("import timeit; from ddprun import heartbeat; heartbeat.beat(); "
               "print(min(timeit.repeat(heartbeat.beat, number=1000000, repeat=5)) * 1000)")
     python = float(subprocess.run([py2, "-c", timing], capture_output=True, text=True, check=True,
-                                  env={**env, "PYTHONPATH": f"{repo}/packaging/wheel"}).stdout)
+                                  env={**env, "PYTHONPATH": f"{repo}/python"}).stdout)
 print(f"one heartbeat: ddp::heartbeat() {cpp:.1f} ns, ddprun.heartbeat.beat() {python:.0f} ns", flush=True)
 print(f"hang: declared {fixed[0]:.1f} s and restarted to the first step {fixed[1]:.1f} s after the "
       f"hang with --hang_timeout=5 (target 5+2 s, stacks included), declared {auto[0]:.1f} s "

@@ -761,7 +761,7 @@ print(len(w), str(w[0].message) if w else "", checkpoint.load())
 
 def case_outside_ddprun_save_warns_once_and_load_finds_nothing():
     package = tempfile.mkdtemp()
-    src = os.path.join(HERE, "..", "..", "packaging", "wheel", "ddprun")
+    src = os.path.join(HERE, "..", "..", "python", "ddprun")
     os.makedirs(os.path.join(package, "ddprun"))
     for name in ("checkpoint.py", "heartbeat.py"):
         with open(os.path.join(src, name)) as f, \

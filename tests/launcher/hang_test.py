@@ -16,7 +16,7 @@ from proc_util import finish, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
-WHEEL_PACKAGE = os.path.join(HERE, "..", "..", "packaging", "wheel")
+PACKAGE = os.path.join(HERE, "..", "..", "python")  # the folder holding ddprun
 # The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another (torch 2.14).
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = PROBE = None
@@ -197,7 +197,7 @@ def case_heartbeats_from_python_cpp_and_a_shell_are_progress():
         "c++": lambda n, end: ["--no_python", PROBE, n, "100", end],
         "shell": lambda n, end: ["--no_python", "/bin/sh", "-c", shell_beats, n, end],
     }
-    env = {"PYTHONPATH": WHEEL_PACKAGE}
+    env = {"PYTHONPATH": PACKAGE}
     for name, command in workers.items():
         # 3 s of beats and no output under a 1 s timeout: alive throughout.
         r = ddprun("--standalone", "--nproc_per_node=1", "--hang_timeout=1", *command("30", "end"),

@@ -1,6 +1,6 @@
 #pragma once
 // A rank's checkpoint region as libddp maps it (docs/region_format.md), as
-// packaging/wheel/ddprun/checkpoint.py writes it (the agent reads the header): magic, slot size;
+// python/ddprun/checkpoint.py writes it (the agent reads the header): magic, slot size;
 // slot i's record at 64 + 64 * i, the global rank that saved it at 192 + 8 * i, its run's tag at
 // 208 + 8 * i, the save's duration at 256 + 8 * i; slot i's payload at 4096 + i * slot size.
 // Private to libddp.

@@ -9,7 +9,7 @@
 // shared_part), which is what a library reading a variable at import sees; a worker whose shared
 // environment differs from it starts cold while a new one with that environment imports.
 //
-// The forked worker (agent/python/warm_interpreter.py does the child's side) leads its own process
+// The forked worker (python/ddprun/warm_interpreter.py does the child's side) leads its own process
 // group, moves into its cgroup, takes its stdin/stdout/stderr, is adopted by this process (this
 // process is a child subreaper and the interpreter's intermediate child exits at once), gets
 // SIGKILL when this process dies, and has the argv, environment, sys.argv, __main__, __file__,
