@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include "ddp/errors.hpp"
@@ -76,7 +77,7 @@ std::unique_ptr<Region> g_grown;  // a larger region being saved into, until ado
 }  // namespace
 
 uint64_t crc_of(uint64_t crc, const std::byte* p, size_t n) {
-  return crc32_z(static_cast<uLong>(crc), reinterpret_cast<const Bytef*>(p), n);
+  return libdeflate_crc32(static_cast<uint32_t>(crc), p, n);
 }
 
 uint64_t crc_combine(uint64_t a, uint64_t b, size_t b_length) {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include <zlib.h>
+#include <libdeflate.h>
 
 namespace ddprun::agent {
 namespace {
@@ -113,8 +113,7 @@ void PayloadSum::add(const char* p, size_t n) {
     }
     return;
   }
-  const auto* bytes = reinterpret_cast<const Bytef*>(p);
-  value_ = crc32_z(static_cast<uLong>(value_), bytes, n);
+  value_ = libdeflate_crc32(static_cast<uint32_t>(value_), p, n);
 }
 
 uint64_t payload_crc(std::string_view bytes) {

@@ -18,8 +18,9 @@ namespace ddprun::agent {
 inline constexpr size_t kRegionHeader = 4096;     // slot i's payload at 4096 + i * slot size
 inline constexpr size_t kRegionHeaderRead = 272;  // the bytes of the header that say anything
 
-// How a slot's checksum sums its payload: CRC-32 (zlib's, the current layout), or the wrapping
-// sum of its 8-byte words (the layouts before, whose files are still read).
+// How a slot's checksum sums its payload: CRC-32 (zlib's and Python's zlib.crc32, computed by
+// libdeflate; the current layout), or the wrapping sum of its 8-byte words (the layouts before,
+// whose files are still read).
 enum class PayloadSumKind { kCrc32, kWordSum };
 
 struct SlotRecord {
