@@ -5,9 +5,10 @@ attempt after: a crash loop), and the state saved and loaded is the grown one.
     checkpoint_growth_test.py PACKAGE_DIR
 """
 import os
-import shutil
 import sys
 import tempfile
+
+from fresh_package import run
 
 
 def main():
@@ -31,7 +32,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        shutil.rmtree(os.environ.get("DDPRUN_CHECKPOINT_DIR", "/nonexistent"), ignore_errors=True)
+    run(main)

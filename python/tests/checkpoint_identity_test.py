@@ -7,11 +7,10 @@ MemoryStorageReader.
     checkpoint_identity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
 import os
-import shutil
 import sys
 import tempfile
 
-from fresh_package import expect_error, fresh
+from fresh_package import expect_error, fresh, run
 
 
 def main():
@@ -57,7 +56,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        shutil.rmtree(os.environ.get("DDPRUN_CHECKPOINT_DIR", "/nonexistent"), ignore_errors=True)
+    run(main)

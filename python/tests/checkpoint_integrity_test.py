@@ -8,12 +8,11 @@ through MemoryStorageReader.
 """
 import mmap
 import os
-import shutil
 import struct
 import sys
 import tempfile
 
-from fresh_package import expect_error, fresh
+from fresh_package import expect_error, fresh, run
 
 
 def word_sum(region, start, size):
@@ -126,7 +125,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        shutil.rmtree(os.environ.get("DDPRUN_CHECKPOINT_DIR", "/nonexistent"), ignore_errors=True)
+    run(main)

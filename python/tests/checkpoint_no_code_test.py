@@ -7,9 +7,10 @@ lets it in.
 """
 import os
 import pickle
-import shutil
 import sys
 import tempfile
+
+from fresh_package import run
 
 
 class Position:
@@ -72,7 +73,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        shutil.rmtree(os.environ.get("DDPRUN_CHECKPOINT_DIR", "/nonexistent"), ignore_errors=True)
+    run(main)

@@ -1,6 +1,8 @@
 """What the tests of ddprun's Python package without a job share: the package imported anew, as a
 new worker imports it, and an expected error."""
 import importlib
+import os
+import shutil
 import sys
 
 
@@ -23,3 +25,11 @@ def expect_error(fn, text, kind="CheckpointError"):
             (text, said)
         return
     raise AssertionError(f"no error ({text})")
+
+
+def run(main):
+    """Runs a test's `main`, then removes the region folder it made (DDPRUN_CHECKPOINT_DIR)."""
+    try:
+        main()
+    finally:
+        shutil.rmtree(os.environ.get("DDPRUN_CHECKPOINT_DIR", "/nonexistent"), ignore_errors=True)
