@@ -103,30 +103,20 @@ class Keeper:
     regions, its checksum checked: the items' places in it, and whether it is still that slot."""
 
     def __init__(self, committed, rank, save):
-        self.rank, folder = rank, _ckpt._region_dir()
-        for name in sorted(os.listdir(folder)):
-            if not name.startswith("rank") or not name[4:].isdigit():
+        self.rank = rank
+        for holder, slot, record in _replica.node_slots(committed, rank):
+            structure, _ = holder.read(slot, record)
+            if structure[0] != "dcp" or len(structure) < 4 or structure[3] != save:
                 continue
-            holder = _replica.open_holder(os.path.join(folder, name))
-            if holder is None:
-                continue
-            try:
-                for slot, record in holder.slots(rank, committed.step, committed.run,
-                                                 committed.world, (_ckpt._COMMITTED,)):
-                    structure, _ = holder.read(slot, record)
-                    if structure[0] != "dcp" or len(structure) < 4 or structure[3] != save:
-                        continue
-                    m = mmap.mmap(holder.fd, _ckpt.HEADER + 2 * holder.slot_size,
-                                  flags=mmap.MAP_SHARED)
-                    base = _ckpt.HEADER + slot * holder.slot_size
-                    self._seen = _replica.slot_identity(m, slot)
-                    if self._seen[0] == record and _ckpt._crc(m, base, record[2]) == record[3]:
-                        self.map, self.slot, self.places = m, slot, structure[2]
-                        self.data_start = base + _ckpt._up(record[5], _ckpt._ALIGN)
-                        return
-                    m.close()
-            finally:
-                holder.close()
+            m = mmap.mmap(holder.fd, _ckpt.HEADER + 2 * holder.slot_size, flags=mmap.MAP_SHARED)
+            base = _ckpt.HEADER + slot * holder.slot_size
+            self._seen = _replica.slot_identity(m, slot)
+            if self._seen[0] == record and _ckpt._crc(m, base, record[2]) == record[3]:
+                self.map, self.slot, self.places = m, slot, structure[2]
+                self.data_start = base + _ckpt._up(record[5], _ckpt._ALIGN)
+                return
+            m.close()
+        folder = _ckpt._region_dir()
         raise _ckpt.CheckpointError(
             f"checkpoint: step {committed.step}: items of this rank's DCP state are kept by global "
             f"rank {rank}'s slot, which this node's regions do not hold intact ({folder}; a job "

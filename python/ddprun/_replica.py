@@ -316,12 +316,11 @@ class _Mapped:
         self.map.close()
 
 
-def holder_slot(committed, ref, places):
-    """The holder's slot that `ref` (a referrer's reference, read from `committed`, its verified
-    slot) names, mapped, every tile's CRC checked: (mapping, data start, still_there)."""
-    _, rank, shared, section, tiles = ref
+def node_slots(committed, rank):
+    """(holder, slot, record) for each committed slot of global rank `rank` at the step, run and
+    world size of `committed` (a rank's verified slot) among this node's regions; each region's
+    file is closed once its slots were given (a mapping made from it meanwhile stays valid)."""
     folder = _ckpt._region_dir()
-    bounds = tile_bounds(places, shared, section)
     for name in sorted(os.listdir(folder)):
         if not name.startswith("rank") or not name[4:].isdigit():
             continue
@@ -329,28 +328,36 @@ def holder_slot(committed, ref, places):
         if holder is None:
             continue
         try:
-            for slot, record in holder.slots(rank, committed.step, committed.run, committed.world,
-                                             (_ckpt._COMMITTED,)):
-                structure, _ = holder.read(slot, record)
-                holds = _holds(structure)
-                if not holds or tuple(holds[1]) != tuple(shared) or \
-                        not _same_layout(places, structure[2], shared):
-                    continue
-                mapped = _Mapped(holder.fd, _ckpt.HEADER + 2 * holder.slot_size)
-                seen = holder.identity(slot)
-                data_start = _ckpt.HEADER + slot * holder.slot_size + _ckpt._up(record[5],
-                                                                                 _ckpt._ALIGN)
-                if seen[0] == record and all(
-                        _ckpt._crc(mapped.map, data_start + a, b - a) == tile
-                        for (a, b), tile in zip(bounds, tiles)):
-
-                    def still_there(m=mapped.map, slot=slot, seen=seen):
-                        return slot_identity(m, slot) == seen
-
-                    return mapped, data_start, still_there
-                mapped.close()
+            for slot, record in holder.slots(rank, committed.step, committed.run,
+                                             committed.world, (_ckpt._COMMITTED,)):
+                yield holder, slot, record
         finally:
             holder.close()
+
+
+def holder_slot(committed, ref, places):
+    """The holder's slot that `ref` (a referrer's reference, read from `committed`, its verified
+    slot) names, mapped, every tile's CRC checked: (mapping, data start, still_there)."""
+    _, rank, shared, section, tiles = ref
+    bounds = tile_bounds(places, shared, section)
+    for holder, slot, record in node_slots(committed, rank):
+        structure, _ = holder.read(slot, record)
+        holds = _holds(structure)
+        if not holds or tuple(holds[1]) != tuple(shared) or \
+                not _same_layout(places, structure[2], shared):
+            continue
+        mapped = _Mapped(holder.fd, _ckpt.HEADER + 2 * holder.slot_size)
+        seen = holder.identity(slot)
+        data_start = _ckpt.HEADER + slot * holder.slot_size + _ckpt._up(record[5], _ckpt._ALIGN)
+        if seen[0] == record and all(_ckpt._crc(mapped.map, data_start + a, b - a) == tile
+                                     for (a, b), tile in zip(bounds, tiles)):
+
+            def still_there(m=mapped.map, slot=slot, seen=seen):
+                return slot_identity(m, slot) == seen
+
+            return mapped, data_start, still_there
+        mapped.close()
+    folder = _ckpt._region_dir()
     raise _ckpt.CheckpointError(
         f"checkpoint: step {committed.step}: this rank's replicated state is held by global rank "
         f"{rank}'s slot, which this node's regions do not hold intact ({folder}): refused")

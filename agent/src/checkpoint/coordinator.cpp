@@ -125,8 +125,9 @@ void CheckpointCoordinator::copy_to_peer(
 }
 
 void CheckpointCoordinator::round_started(const rendezvous::Round& round) {
-  if (persister_) persister_->watch(round_ranks(cfg_, round));
-  status_.watch(round_ranks(cfg_, round));
+  const auto ranks = round_ranks(cfg_, round);
+  if (persister_) persister_->watch(ranks);
+  status_.watch(ranks);
 }
 
 void CheckpointCoordinator::round_ended(const rendezvous::Round& round, bool workers_failed) {
