@@ -107,7 +107,8 @@ class NodeAgent {
         events_(cfg.event_log, cfg.events_to_console ? STDERR_FILENO : -1, store::host_name(),
                 cfg.rdzv.run_id),
         metrics_(cfg.rdzv.max_restarts),
-        checkpoints_(io_, cfg_, rdzv_, events_) {
+        checkpoints_(io_, cfg_, rdzv_, events_),
+        straggler_(io_, cfg_, rdzv_, events_) {
     add_node_environment();
     if (cfg.metrics_port) {
       events_.set_observer(
@@ -131,16 +132,26 @@ class NodeAgent {
       warm_ = std::make_unique<WarmInterpreter>(io_, containment_, cfg.entrypoint, cfg.preload);
       group_.start_workers_from(warm_.get(), worker_environment(cfg_.env, {}, {}, std::string()));
     }
+    if (straggler_.watched()) {
+      // Mapped by the workers, as the heartbeat files.
+      steps_dir_.path = make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-steps-XXXXXX"
+                                                             : "/tmp/ddprun-steps-XXXXXX");
+      group_.watch_steps(steps_dir_.path, straggler_.samples());
+    }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
     checkpoints_.start();
     const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;
     // The node check and the checkpoints' restore plan tell a round's nodes apart by their ids
     // (without them the node check never ran unless an event log was asked for).
     if (reports || cfg.rdzv.max_nodes > 1) rdzv_->want_members();
-    if (reports) {
+    const bool spares_wanted = straggler_.watched() &&
+                               cfg.straggler.action == StragglerPolicy::Action::kReplace;
+    if (reports || spares_wanted) {
       // Following every node's presence costs this agent one event per join or leave anywhere in
-      // the job: only for an agent that reports them.
-      rdzv_->watch_membership([this](const rendezvous::MembershipChange& m) {
+      // the job: only for an agent that reports them, or counts the spares.
+      rdzv_->watch_membership([this, reports](const rendezvous::MembershipChange& m) {
+        straggler_.node_seen(m.joined);
+        if (!reports) return;
         events_.record(m.joined ? "node_joined" : "node_left",
                        {{"node_id", m.node}, {"host", m.host}, {"nproc", m.nproc}});
       });
@@ -165,7 +176,8 @@ class NodeAgent {
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
     const AgentParts parts{cfg_,    run_dir_,  rdzv_, group_,       signaled_,  peer_stopped_,
-                           events_, bindings_, io_,   containment_, nvml.get(), checkpoints_};
+                           events_, bindings_, io_,   containment_, nvml.get(), checkpoints_,
+                           straggler_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
@@ -192,6 +204,7 @@ class NodeAgent {
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
       checkpoints_.stop();          // and its ticks, polls and copies under way
+      straggler_.stop();            // and the round's windows
       group_.start_workers_from(nullptr, {});
       warm_.reset();  // so would its interpreter's exit watch
       control.close();
@@ -225,7 +238,8 @@ class NodeAgent {
     if (!cfg_.python_workers) return;
     // Beside the regions (not in the log folder, whose layout is torchrun's), gone with them.
     const std::string modules =
-        write_python_package(fs::path(checkpoints_.path()) / "python").string();
+        write_python_package(fs::path(checkpoints_.path()) / "python", straggler_.watched())
+            .string();
     auto& path = cfg_.env["PYTHONPATH"];
     path = path.empty() ? modules : path + ":" + modules;
   }
@@ -295,8 +309,10 @@ class NodeAgent {
   EventLog events_;
   AgentMetrics metrics_;
   CheckpointCoordinator checkpoints_;  // the workers' regions, the copies to disk and to peers
+  StragglerCheck straggler_;           // a node that holds the steps back while the job trains
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
+  OwnedDir steps_dir_;
   std::unique_ptr<WarmInterpreter> warm_;
   int signaled_ = 0;
   bool peer_stopped_ = false;

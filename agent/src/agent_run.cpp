@@ -256,7 +256,9 @@ struct Run : AgentParts {
       std::vector<WorkerLaunch> launches =
           plan_round(cfg, attempt_dir, *round, *master, bindings, restore, roles);
       checkpoints.round_started(*round);
+      straggler.round_started(*round);
       auto [r, why] = co_await run_watched(launches, *round);
+      straggler.round_ended();
       if (!why.empty()) interrupted_by = why;
       restart_measured(r.times);  // its workers ended before any progress
       checkpoints.round_ended(*round,
@@ -273,6 +275,10 @@ struct Run : AgentParts {
       }
       if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
         own_failure = r.failures.front().exitcode;
+      }
+      if (std::optional<AgentOutcome> slow = straggler.replaced_here(*round)) {
+        slow->run_log_dir = run_dir.string();
+        co_return std::move(*slow);
       }
       const rendezvous::Round& ran = *round;
       if (std::optional<AgentOutcome> ended = co_await outcomes.settle(r, ran)) {

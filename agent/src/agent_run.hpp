@@ -17,6 +17,7 @@
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
+#include "straggler_check.hpp"
 #include "workers/worker_group.hpp"
 
 namespace ddprun::agent {
@@ -35,6 +36,7 @@ struct AgentParts {
   Containment& containment;
   const Nvml* nvml;  // null: no GPU to check
   CheckpointCoordinator& checkpoints;
+  StragglerCheck& straggler;
 };
 
 // Runs the job on this node to its end; throws what the rendezvous throws (a launch error).

@@ -91,6 +91,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.node_check = c.node_check;
   a.node_check_factor = c.node_check_factor;
   a.node_check_timeout = c.node_check_timeout;
+  a.straggler = c.straggler;
   if (a.node_check) a.node_probe = node_probe_path();
   if (a.python_workers) {
     a.preload = c.preload;

@@ -290,6 +290,28 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
     c.node_check_timeout =
         parse_positive_seconds(o["node_check_timeout"], "--node_check_timeout", "must be positive");
   }
+  if (!o["straggler_threshold"].empty()) {
+    c.straggler.threshold = parse_double(o["straggler_threshold"], "--straggler_threshold");
+    if (!(c.straggler.threshold >= 0.0) || c.straggler.threshold > 100.0) {
+      throw UsageError(fmt::format(
+          "--straggler_threshold: '{}' is not a fraction of the step from 0 (not watched) to 100",
+          o["straggler_threshold"]));
+    }
+  }
+  if (!o["straggler_steps"].empty()) {
+    const int64_t steps = parse_int(o["straggler_steps"], "--straggler_steps");
+    if (steps < 1 || steps > 1'000'000) {
+      throw UsageError(fmt::format("--straggler_steps: '{}' is not a number of steps from 1 on",
+                                   o["straggler_steps"]));
+    }
+    c.straggler.steps = static_cast<int>(steps);
+  }
+  if (const std::string action = o["straggler_action"]; action == "replace") {
+    c.straggler.action = agent::StragglerPolicy::Action::kReplace;
+  } else if (!action.empty() && action != "report") {
+    throw UsageError(
+        fmt::format("--straggler_action: '{}' is not one of report, replace", action));
+  }
   if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
   if (!o["metrics_addr"].empty()) {
     boost::system::error_code ec;

@@ -94,6 +94,7 @@ struct LaunchConfig {
   bool node_check = false;                               // --node_check
   double node_check_factor = 2.0;                        // --node_check_factor
   std::chrono::milliseconds node_check_timeout{30'000};  // --node_check_timeout
+  agent::StragglerPolicy straggler;  // --straggler_threshold, --straggler_steps, --straggler_action
   std::chrono::milliseconds health_check_timeout{60'000};  // --health_check_timeout
   agent::PreloadSpec preload;                              // --preload MODULE,...|auto
 

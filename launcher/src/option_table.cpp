@@ -129,6 +129,25 @@ const std::vector<OptionSpec>& option_table() {
        .help = "seconds the node check may take; a node that has not answered by then counts as "
                "failed (default 30)",
        .ddprun_only = true},
+      {.names = "--straggler-threshold,--straggler_threshold",
+       .dest = "straggler_threshold",
+       .metavar = "F",
+       .help = "while the job trains (more than one node), each rank's steps are timed: a node "
+               "whose ranks hold every step back by more than this fraction of the step, for "
+               "--straggler_steps steps in a row, is named slow (default 0.2; 0: not watched)",
+       .ddprun_only = true},
+      {.names = "--straggler-steps,--straggler_steps",
+       .dest = "straggler_steps",
+       .metavar = "N",
+       .help = "consecutive steps a node must hold back before it is named slow (default 5)",
+       .ddprun_only = true},
+      {.names = "--straggler-action,--straggler_action",
+       .dest = "straggler_action",
+       .metavar = "report|replace",
+       .help = "what a slow node's verdict does: report it (default), or replace the node: it "
+               "leaves the job and the round re-forms without it, a spare in its place where one "
+               "waits, restored from the checkpoints in memory",
+       .ddprun_only = true},
       {.names = "--preload",
        .dest = "preload",
        .metavar = "MODULE,...|auto",

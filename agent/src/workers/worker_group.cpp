@@ -97,6 +97,10 @@ void WorkerGroup::watch_hangs(HangPolicy policy, std::string heartbeat_dir, bool
   watchers_.push_back(std::make_unique<HangWatch>(policy, std::move(heartbeat_dir)));
 }
 
+void WorkerGroup::watch_steps(std::string dir, std::shared_ptr<StepSamples> samples) {
+  watchers_.push_back(std::make_unique<StepWatch>(std::move(dir), std::move(samples)));
+}
+
 void WorkerGroup::serve_torch_timers(std::string path) {
   AttemptControl& control = *this;
   timers_ = std::make_unique<TorchTimers>(io_, std::move(path), control, event_log_);

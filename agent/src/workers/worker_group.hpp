@@ -19,6 +19,7 @@
 #include "node/containment.hpp"
 #include "watchers/attempt_watcher.hpp"
 #include "watchers/stack_capture.hpp"
+#include "watchers/step_watch.hpp"
 #include "watchers/torch_timers.hpp"
 #include "workers/attempt.hpp"
 #include "workers/worker_launch.hpp"
@@ -74,6 +75,9 @@ class WorkerGroup : private AttemptControl {
   // whole dumps into GroupResult::stacks (stack_capture.hpp).
   void watch_hangs(HangPolicy policy, std::string heartbeat_dir, bool python_stacks,
                    std::string gdb);
+  // The straggler check: each worker gets a step times file in `dir` (DDPRUN_STEP_TIMES_FILE), read
+  // into `samples` while it runs (step_watch.hpp).
+  void watch_steps(std::string dir, std::shared_ptr<StepSamples> samples);
   // Set for each run(); empty functions: a single node, nobody to wait for (stack_capture.hpp).
   void coordinate_hangs_with(HangCoordinator c) { stacks_.coordinate_with(std::move(c)); }
   // Another node declared a hang: as interrupt(), but the workers' stacks are taken first

@@ -14,6 +14,7 @@
 #include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/agent/preload_spec.hpp"
 #include "ddprun/agent/progress_clock.hpp"
+#include "ddprun/agent/straggler_policy.hpp"
 #include "ddprun/rendezvous/rendezvous_config.hpp"
 #include "ddprun/store/metrics_server.hpp"
 
@@ -69,6 +70,8 @@ struct AgentConfig {
   double node_check_factor = 2.0;
   std::chrono::milliseconds node_check_timeout{30'000};
   std::string node_probe;
+  // A node that holds the steps back while the job trains (jobs of more than one node).
+  StragglerPolicy straggler;
   HangPolicy hang;              // --hang_timeout (progress_clock.hpp)
   bool python_workers = false;  // the entrypoint is a Python interpreter (stacks on a hang)
   // --preload: Python workers start from a warm interpreter (warm_interpreter.hpp); no modules:

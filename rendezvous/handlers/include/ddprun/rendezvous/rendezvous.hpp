@@ -97,6 +97,9 @@ inline constexpr const char* kRestartTopic = "restart";
 // The topic, in the job's scope, of the last node check's verdict (published by the node that
 // judged it), which `ddprun status` shows.
 inline constexpr const char* kNodeCheckTopic = "node_check";
+// The topic, in the job's scope, of the last straggler verdict (published by the node that judged
+// it), which `ddprun status` shows.
+inline constexpr const char* kStragglerTopic = "straggler";
 
 // Why next_round() returned nullopt.
 struct JobEnd {

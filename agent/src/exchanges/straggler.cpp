@@ -1,0 +1,184 @@
+#include "exchanges/straggler.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::agent::straggler {
+namespace {
+
+constexpr const char* kWindowTopic = "step_times";
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 != 0 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+}  // namespace
+
+nlohmann::json NodeWindow::to_json() const {
+  return {{"node_rank", node_rank}, {"seq", seq},       {"steps", steps},
+          {"step_s", step_s},       {"compute_s", compute_s}, {"wait_s", wait_s}};
+}
+
+std::optional<NodeWindow> NodeWindow::from_json(const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    NodeWindow w;
+    w.node_rank = j.at("node_rank").get<int>();
+    w.seq = j.at("seq").get<uint64_t>();
+    w.steps = j.at("steps").get<int64_t>();
+    w.step_s = j.at("step_s").get<double>();
+    w.compute_s = j.at("compute_s").get<double>();
+    w.wait_s = j.at("wait_s").get<double>();
+    if (w.node_rank < 0 || w.steps < 1 || !(w.step_s > 0) || !(w.compute_s >= 0) ||
+        !(w.wait_s >= 0)) {
+      return std::nullopt;
+    }
+    return w;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<NodeWindow> window(const std::map<int, StepTotals>& before,
+                                 const std::map<int, StepTotals>& now, int64_t min_steps) {
+  if (now.empty()) return std::nullopt;
+  NodeWindow w;
+  w.steps = -1;
+  double step_sum = 0;
+  for (const auto& [rank, t] : now) {
+    const auto was = before.find(rank);
+    const StepTotals b = was == before.end() ? StepTotals{} : was->second;
+    if (t.steps < b.steps + static_cast<uint64_t>(std::max<int64_t>(min_steps, 1))) {
+      return std::nullopt;
+    }
+    const auto steps = static_cast<double>(t.steps - b.steps);
+    const double step = static_cast<double>(t.step_ns - b.step_ns) / steps / 1e9;
+    const double wait = static_cast<double>(t.wait_ns - b.wait_ns) / steps / 1e9;
+    const double compute = std::max(0.0, step - wait);
+    if (w.steps < 0 || compute > w.compute_s) {
+      w.compute_s = compute;
+      w.wait_s = wait;
+    }
+    const auto counted = static_cast<int64_t>(t.steps - b.steps);
+    w.steps = w.steps < 0 ? counted : std::min(w.steps, counted);
+    step_sum += step;
+  }
+  w.step_s = step_sum / static_cast<double>(now.size());
+  if (!(w.step_s > 0)) return std::nullopt;
+  return w;
+}
+
+std::optional<Lagging> lagging(const std::vector<NodeWindow>& windows, double threshold) {
+  if (windows.size() < 2) return std::nullopt;
+  std::optional<Lagging> worst;
+  for (const NodeWindow& w : windows) {
+    std::vector<double> compute;
+    std::vector<double> wait;
+    for (const NodeWindow& o : windows) {
+      if (o.node_rank == w.node_rank) continue;
+      compute.push_back(o.compute_s);
+      wait.push_back(o.wait_s);
+    }
+    const double others_compute = median(compute);
+    const double others_wait = median(wait);
+    const double excess = w.compute_s - others_compute;
+    if (!(excess > 0) || !(w.step_s > excess) || !(w.wait_s < others_wait)) continue;
+    const double held_back = excess / (w.step_s - excess);
+    if (held_back <= threshold || (worst && worst->held_back >= held_back)) continue;
+    worst = Lagging{w.node_rank,
+                    held_back,
+                    others_compute > 0 ? w.compute_s / others_compute : 0.0,
+                    others_wait > 0 ? w.wait_s / others_wait : 0.0,
+                    w.step_s,
+                    w.steps};
+  }
+  return worst;
+}
+
+std::optional<Lagging> Judge::add(const std::vector<NodeWindow>& windows, int nodes) {
+  for (const NodeWindow& w : windows) {
+    if (w.node_rank >= nodes) continue;
+    auto& kept = latest_[w.node_rank];
+    if (w.seq > kept.seq) kept = w;
+  }
+  std::vector<NodeWindow> set;
+  for (int n = 0; n < nodes; ++n) {
+    const auto it = latest_.find(n);
+    if (it == latest_.end() || it->second.seq <= judged_[n]) return std::nullopt;
+    set.push_back(it->second);
+  }
+  int64_t steps = set.front().steps;
+  for (const NodeWindow& w : set) {
+    judged_[w.node_rank] = w.seq;
+    steps = std::min(steps, w.steps);
+  }
+  const std::optional<Lagging> l = lagging(set, threshold_);
+  if (!l) {
+    suspect_.reset();
+    return std::nullopt;
+  }
+  if (suspect_ != l->node_rank) {
+    suspect_ = l->node_rank;
+    suspect_steps_ = 0;
+    suspect_sets_ = 0;
+  }
+  suspect_steps_ += steps;
+  ++suspect_sets_;
+  if (suspect_steps_ < steps_ || suspect_sets_ < 2) return std::nullopt;
+  if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return std::nullopt;
+  named_.push_back(l->node_rank);
+  Lagging verdict = *l;
+  verdict.steps = suspect_steps_;
+  return verdict;
+}
+
+std::string describe(const Lagging& l, const std::string& host) {
+  return fmt::format(
+      "node {} ({}) holds every step back by {:.0f}%: its ranks compute {:.2f}x the others' "
+      "median and wait {:.2f}x theirs ({:.3f} s a step, {} steps in a row)",
+      l.node_rank, host, l.held_back * 100, l.compute_ratio, l.wait_ratio, l.step_s, l.steps);
+}
+
+boost::asio::awaitable<void> publish(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                     rendezvous::Round r, NodeWindow mine) {
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string topic = kWindowTopic;
+  std::string text = mine.to_json().dump();
+  try {
+    co_await rdzv->publish(std::move(scope), std::move(topic), std::move(text));
+  } catch (const std::exception& e) {
+    spdlog::debug("straggler check: this node's steps not shared: {}", e.what());
+  }
+}
+
+boost::asio::awaitable<std::vector<NodeWindow>> latest(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                                       rendezvous::Round r) {
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string topic = kWindowTopic;
+  const std::vector<std::string> values = co_await rdzv->gather(
+      std::move(scope), std::move(topic), r.num_nodes, std::chrono::milliseconds(0));
+  std::vector<NodeWindow> windows;
+  for (const std::string& v : values) {
+    if (std::optional<NodeWindow> w = NodeWindow::from_json(v)) windows.push_back(*w);
+  }
+  co_return windows;
+}
+
+std::optional<int> replaced(const rendezvous::Rendezvous& rdzv, const rendezvous::Round& r) {
+  const std::optional<rendezvous::Flag> flag =
+      rdzv.raised(rendezvous::Scope::of(r), kReplaceFlag);
+  if (!flag) return std::nullopt;
+  try {
+    return std::stoi(flag->detail);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace ddprun::agent::straggler

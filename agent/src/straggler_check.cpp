@@ -1,0 +1,161 @@
+#include "straggler_check.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "exchanges/straggler.hpp"
+
+namespace ddprun::agent {
+namespace asio = boost::asio;
+
+namespace {
+
+// How often a node reads its ranks' totals and shares a window: four times a second, less often
+// in a job so large that the store would take more than a few thousand windows a second.
+std::chrono::milliseconds period_for(int nodes) {
+  return std::max(std::chrono::milliseconds(250), std::chrono::milliseconds(nodes / 4));
+}
+
+}  // namespace
+
+struct StragglerCheck::RoundWatch {
+  RoundWatch(asio::io_context& io, rendezvous::Round r) : timer(io), round(std::move(r)) {}
+  asio::steady_timer timer;
+  rendezvous::Round round;
+  bool ended = false;
+};
+
+StragglerCheck::StragglerCheck(asio::io_context& io, const AgentConfig& cfg,
+                               std::shared_ptr<rendezvous::Rendezvous> rdzv, EventLog& events)
+    : io_(io),
+      cfg_(cfg),
+      rdzv_(std::move(rdzv)),
+      events_(events),
+      watched_(cfg.straggler.watched() && cfg.rdzv.max_nodes > 1) {}
+
+StragglerCheck::~StragglerCheck() { round_ended(); }
+
+void StragglerCheck::round_started(const rendezvous::Round& r) {
+  round_ended();
+  if (!watched_ || r.num_nodes < 2) return;
+  round_ = std::make_shared<RoundWatch>(io_, r);
+  asio::co_spawn(io_, watch(round_), asio::detached);
+}
+
+void StragglerCheck::round_ended() {
+  if (!round_) return;
+  round_->ended = true;
+  round_->timer.cancel();
+  round_.reset();
+}
+
+asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
+  // What this coroutine uses after a suspension is held by it (or checked through w->ended: the
+  // check may be gone once the round ended).
+  const rendezvous::Round r = w->round;
+  const std::shared_ptr<rendezvous::Rendezvous> rdzv = rdzv_;
+  const std::shared_ptr<StepSamples> samples = samples_;
+  straggler::Judge judge(cfg_.straggler.threshold, cfg_.straggler.steps);
+  std::map<int, StepTotals> before;
+  uint64_t attempt = 0;
+  uint64_t seq = 0;
+  for (;;) {
+    w->timer.expires_after(period_for(r.num_nodes));
+    co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (w->ended) co_return;
+    if (samples->attempt != attempt) {  // the round's workers (re)started: totals from zero
+      attempt = samples->attempt;
+      before.clear();
+    }
+    if (std::optional<straggler::NodeWindow> mine = straggler::window(before, samples->ranks, 1)) {
+      mine->node_rank = r.node_rank;
+      mine->seq = ++seq;
+      before = samples->ranks;
+      co_await straggler::publish(rdzv, r, *mine);
+      if (w->ended) co_return;
+    }
+    if (r.node_rank != 0) continue;
+    const std::vector<straggler::NodeWindow> windows = co_await straggler::latest(rdzv, r);
+    if (w->ended) co_return;
+    const std::optional<straggler::Lagging> slow = judge.add(windows, r.num_nodes);
+    if (!slow) continue;
+    const auto node = static_cast<size_t>(slow->node_rank);
+    const std::string id =
+        node < r.members.size() ? r.members[node] : std::to_string(slow->node_rank);
+    const nlohmann::json verdict = {{"round", r.number},
+                                    {"node_rank", slow->node_rank},
+                                    {"node", id},
+                                    {"held_back", slow->held_back},
+                                    {"compute_ratio", slow->compute_ratio},
+                                    {"wait_ratio", slow->wait_ratio},
+                                    {"step_s", slow->step_s},
+                                    {"steps", slow->steps},
+                                    {"threshold", cfg_.straggler.threshold}};
+    co_await act(r, slow->node_rank, verdict, straggler::describe(*slow, id));
+    if (w->ended) co_return;
+  }
+}
+
+asio::awaitable<void> StragglerCheck::act(const rendezvous::Round& r, int node_rank,
+                                          nlohmann::json verdict, std::string line) {
+  std::string action = "report";
+  std::string why;
+  if (cfg_.straggler.action == StragglerPolicy::Action::kReplace) {
+    const int spares = present_ - r.num_nodes;
+    if (rdzv_->membership_fixed()) {
+      why = "a static job's nodes are fixed: none can take its place";
+    } else if (r.num_nodes <= cfg_.rdzv.min_nodes && spares <= 0) {
+      why = fmt::format("no spare waits and the round is at --nnodes' minimum ({})",
+                        cfg_.rdzv.min_nodes);
+    } else {
+      action = "replace";
+    }
+  }
+  verdict["action"] = action;
+  if (!why.empty()) verdict["not_replaced"] = why;
+  spdlog::warn("straggler check: {} (--straggler_threshold {:g}){}", line,
+               cfg_.straggler.threshold,
+               action == "replace"        ? ": it leaves the job, the round re-forms without it"
+               : why.empty()              ? ""
+                                          : fmt::format("; not replaced: {}", why));
+  events_.record("straggler", verdict);
+  rendezvous::Scope job = rendezvous::Scope::job();
+  std::string topic = rendezvous::kStragglerTopic;
+  std::string text = verdict.dump();
+  try {
+    co_await rdzv_->publish(std::move(job), std::move(topic), std::move(text));
+  } catch (const std::exception& e) {
+    spdlog::debug("straggler check: the verdict not shared: {}", e.what());
+  }
+  if (action != "replace") co_return;
+  rendezvous::Scope round = rendezvous::Scope::of(r);
+  std::string flag = straggler::kReplaceFlag;
+  std::string reason = "the straggler check replaces " + line;
+  std::string detail = std::to_string(node_rank);
+  co_await rdzv_->raise(std::move(round), std::move(flag), std::move(reason), std::move(detail));
+}
+
+std::optional<AgentOutcome> StragglerCheck::replaced_here(const rendezvous::Round& r) const {
+  const std::optional<int> named = straggler::replaced(*rdzv_, r);
+  if (!named || *named != r.node_rank) return std::nullopt;
+  const std::optional<rendezvous::Flag> flag =
+      rdzv_->raised(rendezvous::Scope::of(r), straggler::kReplaceFlag);
+  AgentOutcome out;
+  out.state = AgentOutcome::State::kUnhealthy;
+  out.summary = "the straggler check found this node slow: " + (flag ? flag->reason : "");
+  spdlog::error("straggler check: this node leaves the job: {}", flag ? flag->reason : "");
+  events_.record("straggler_left", {{"round", r.number}, {"node_rank", r.node_rank}});
+  return out;
+}
+
+}  // namespace ddprun::agent

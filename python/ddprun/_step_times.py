@@ -1,0 +1,231 @@
+"""Each step's time and how much of it this rank waited for its peers, for ddprun's straggler
+check (--straggler_threshold), measured in a Python worker without a change to its script: ddprun's
+sitecustomize calls install() in every Python worker of a job the check watches.
+
+A step ends at each optimizer step (torch's global optimizer hook, torch 2.0 and later). Within a
+step, the wait is measured at the collectives:
+- DDP's gradient all-reduce, through a communication hook (the user's, or DDP's default all-reduce
+  when there is none, timed): from the moment this rank's last bucket was ready (its own backward
+  pass done) to the completion of the last all-reduce. The rank the others wait for barely waits.
+- a collective called through torch.distributed with async_op=False: its whole time.
+Compute is the rest of the step. The totals go, through a shared mapping of the file the agent
+named in DDPRUN_STEP_TIMES_FILE, into four little-endian u64: a sequence count (odd while being
+written), the steps, their time and their waits (ns); the agent reads them on its own schedule.
+Nothing here raises into the training script: what cannot be measured is not.
+"""
+import importlib.abc
+import mmap
+import os
+import struct
+import sys
+import threading
+import time
+
+_RECORD = struct.Struct("<QQQQ")
+_ENV = "DDPRUN_STEP_TIMES_FILE"
+_now = time.monotonic_ns
+
+
+class _Steps:
+    """This process's step record and the step under way."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.map = None
+        self.opened = False
+        self.seq = self.steps = self.step_ns = self.wait_ns = 0
+        self.step_began = None  # when the step under way began (the last one's end)
+        self.waited = 0  # waits of the step under way, outside DDP's buckets
+        self.last_ready = None  # DDP: when this rank's last bucket of the step was ready
+        self.last_done = None  # DDP: when the step's last all-reduce completed
+
+    def _open(self):
+        self.opened = True
+        path = os.environ.pop(_ENV, None)  # a process this one starts is not this rank
+        if not path:
+            return
+        try:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                self.map = mmap.mmap(fd, _RECORD.size)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            self.map = None
+
+    def bucket_ready(self):
+        now = _now()
+        with self.lock:
+            self.last_ready = now
+
+    def bucket_done(self):
+        now = _now()
+        with self.lock:
+            if self.last_done is None or now > self.last_done:
+                self.last_done = now
+
+    def waited_for(self, ns):
+        with self.lock:
+            self.waited += ns
+
+    def step_ended(self):
+        now = _now()
+        with self.lock:
+            wait = self.waited
+            if self.last_ready is not None and self.last_done is not None:
+                wait += max(0, self.last_done - self.last_ready)
+            began, self.step_began = self.step_began, now
+            self.waited, self.last_ready, self.last_done = 0, None, None
+            if began is None:
+                return  # the first step's start is unknown
+            if not self.opened:
+                self._open()
+            if self.map is None:
+                return
+            step = now - began
+            self.steps += 1
+            self.step_ns += step
+            self.wait_ns += min(wait, step)
+            self.seq += 1
+            _RECORD.pack_into(self.map, 0, self.seq, self.steps, self.step_ns, self.wait_ns)
+            self.seq += 1
+            _RECORD.pack_into(self.map, 0, self.seq, self.steps, self.step_ns, self.wait_ns)
+
+
+_steps = _Steps()
+
+
+def _optimizer_stepped(*_):
+    _steps.step_ended()
+
+
+def _timed_comm_hook(hook):
+    """`hook`, with its bucket's readiness and its all-reduce's completion recorded."""
+
+    def timed(state, bucket):
+        _steps.bucket_ready()
+        future = hook(state, bucket)
+
+        def done(f):
+            _steps.bucket_done()
+            return f.value()
+
+        return future.then(done)
+
+    timed.__name__ = getattr(hook, "__name__", "comm_hook")
+    timed.__qualname__ = getattr(hook, "__qualname__", timed.__name__)
+    return timed
+
+
+def _patch_ddp(module):
+    ddp = module.DistributedDataParallel
+    register, builtin, forward = ddp.register_comm_hook, ddp._register_builtin_comm_hook, ddp.forward
+
+    def register_comm_hook(self, state, hook):
+        self._ddprun_hooked = True
+        return register(self, state, _timed_comm_hook(hook))
+
+    def register_builtin_comm_hook(self, comm_hook_type):
+        self._ddprun_hooked = True  # C++'s own: not timed
+        return builtin(self, comm_hook_type)
+
+    def timed_forward(self, *args, **kwargs):
+        if not getattr(self, "_ddprun_hooked", False):
+            self._ddprun_hooked = True
+            try:
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+                # DDP's default all-reduce (divide by the world, then sum), as a hook: the same
+                # arithmetic, timed.
+                register(self, self.process_group, _timed_comm_hook(default_hooks.allreduce_hook))
+            except Exception:  # noqa: BLE001 - an untimed DDP trains as before
+                pass
+        return forward(self, *args, **kwargs)
+
+    ddp.register_comm_hook = register_comm_hook
+    ddp._register_builtin_comm_hook = register_builtin_comm_hook
+    ddp.forward = timed_forward
+
+
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                "reduce_scatter_tensor", "broadcast", "reduce", "all_to_all", "all_to_all_single",
+                "barrier", "gather", "scatter")
+
+
+def _timed_collective(call):
+    def timed(*args, **kwargs):
+        if kwargs.get("async_op"):
+            return call(*args, **kwargs)
+        began = _now()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _steps.waited_for(_now() - began)
+
+    timed.__name__, timed.__qualname__, timed.__doc__ = call.__name__, call.__qualname__, call.__doc__
+    timed.__wrapped__ = call
+    return timed
+
+
+def _patch_c10d(module):
+    for name in _COLLECTIVES:
+        call = getattr(module, name, None)
+        if callable(call):
+            setattr(module, name, _timed_collective(call))
+
+
+def _hook_optimizers(module):
+    register = getattr(module, "register_optimizer_step_post_hook", None)
+    if register is not None:
+        register(_optimizer_stepped)
+
+
+class _Loader(importlib.abc.Loader):
+    """A module's own loader, then `after(module)`."""
+
+    def __init__(self, loader, after):
+        self.loader, self.after = loader, after
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            self.after(module)
+        except Exception:  # noqa: BLE001 - the module works as before, unmeasured
+            pass
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs an action once each module it names has been imported."""
+
+    def __init__(self, actions):
+        self.actions = actions
+
+    def find_spec(self, name, path, target=None):
+        after = self.actions.pop(name, None)
+        if after is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, after)
+                return spec
+        return None
+
+
+def install():
+    """Measures this process's steps once torch's modules are imported (idempotent)."""
+    if any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        return
+    actions = {"torch.optim.optimizer": _hook_optimizers,
+               "torch.nn.parallel.distributed": _patch_ddp,
+               "torch.distributed.distributed_c10d": _patch_c10d}
+    for name in list(actions):
+        if name in sys.modules:  # imported already (a warm interpreter's preload)
+            actions.pop(name)(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport(actions))
