@@ -46,3 +46,25 @@ class _AfterTorchDistributed(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _AfterTorchDistributed())
+
+
+def _run_the_shadowed_one():
+    """Runs the sitecustomize.py this one shadows (the next one on sys.path, as the one ddprun's
+    agent gives its workers), as the interpreter would have without this one."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    after = False
+    for entry in sys.path:
+        folder = os.path.abspath(entry or os.getcwd())
+        if folder == here:
+            after = True
+        elif after and os.path.isfile(os.path.join(folder, "sitecustomize.py")):
+            path = os.path.join(folder, "sitecustomize.py")
+            with open(path, encoding="utf-8") as f:
+                code = compile(f.read(), path, "exec")
+            exec(code, {"__name__": "sitecustomize", "__file__": path})  # noqa: S102
+            return
+
+
+_run_the_shadowed_one()
