@@ -26,6 +26,9 @@ std::chrono::milliseconds period_for(int nodes) {
   return std::max(std::chrono::milliseconds(250), std::chrono::milliseconds(nodes / 4));
 }
 
+// A round's workers that timed no step by then are said not to be measured.
+constexpr auto kUnmeasuredAfter = std::chrono::seconds(120);
+
 }  // namespace
 
 struct StragglerCheck::RoundWatch {
@@ -69,6 +72,9 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
   std::map<int, StepTotals> before;
   uint64_t attempt = 0;
   uint64_t seq = 0;
+  auto attempt_began = std::chrono::steady_clock::now();
+  bool timed = false;  // a rank of the attempt timed a step
+  bool said = false;   // that none did, said once a round
   for (;;) {
     w->timer.expires_after(period_for(r.num_nodes));
     co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -76,6 +82,19 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
     if (samples->attempt != attempt) {  // the round's workers (re)started: totals from zero
       attempt = samples->attempt;
       before.clear();
+      attempt_began = std::chrono::steady_clock::now();
+      timed = false;
+    }
+    for (const auto& [rank, totals] : samples->ranks) timed = timed || totals.steps > 0;
+    if (!timed && !said && attempt != 0 &&
+        std::chrono::steady_clock::now() - attempt_began > kUnmeasuredAfter) {
+      said = true;
+      spdlog::warn(
+          "straggler check: this node's workers timed no step in {} s: theirs are not measured "
+          "(Python workers: torch 2.0 or later and an optimizer's step(), and no sitecustomize "
+          "ahead of ddprun's on PYTHONPATH that does not run the next one; native workers: "
+          "libddp's step timing); --straggler_threshold=0 turns the check off",
+          std::chrono::duration_cast<std::chrono::seconds>(kUnmeasuredAfter).count());
     }
     if (std::optional<straggler::NodeWindow> mine = straggler::window(before, samples->ranks, 1)) {
       mine->node_rank = r.node_rank;

@@ -175,6 +175,24 @@ std::string node_check_line(const std::string& verdict) {
       out.empty() ? "every node within the factor" : fmt::format("{}", fmt::join(out, "; ")));
 }
 
+// The latest straggler verdict in one line; "" when there was none.
+std::string straggler_line(const std::string& verdict) {
+  const auto v = nlohmann::json::parse(verdict, nullptr, false);
+  if (!v.is_object()) return "";
+  const std::string action = v.value("action", "report");
+  return fmt::format(
+      "straggler in round {}: node {} ({}) held every step back by {:.0f}% (computing {:.2f}x "
+      "the others' median, waiting {:.2f}x) for {} steps: {}",
+      v.value("round", -1), v.value("node_rank", -1), v.value("node", "?"),
+      v.value("held_back", 0.0) * 100, v.value("compute_ratio", 0.0), v.value("wait_ratio", 0.0),
+      v.value("steps", 0),
+      action == "replace" ? "replaced"
+                          : "reported" + (v.contains("not_replaced")
+                                              ? " (not replaced: " +
+                                                    v.value("not_replaced", std::string()) + ")"
+                                              : std::string()));
+}
+
 // A node's last restart in one line, phase by phase; "" when its agent has not restarted.
 std::string restart_line(const std::string& phases) {
   const auto p = nlohmann::json::parse(phases, nullptr, false);
@@ -217,6 +235,8 @@ nlohmann::json status_json(const rendezvous::JobStatus& s, const std::string& ru
   }
   const auto node_check = nlohmann::json::parse(s.node_check, nullptr, false);
   j["node_check"] = node_check.is_object() ? node_check : nlohmann::json(nullptr);
+  const auto straggler = nlohmann::json::parse(s.straggler, nullptr, false);
+  j["straggler"] = straggler.is_object() ? straggler : nlohmann::json(nullptr);
   j["last_failure"] = nullptr;
   if (auto f = root_cause(s)) {
     nlohmann::json r = {{"rank", f->rank},           {"local_rank", f->local_rank},
@@ -264,6 +284,7 @@ std::string status_table(const rendezvous::JobStatus& s, const std::string& run_
                        n.since_ms ? local_time(*n.since_ms) : "-");
   }
   if (const std::string line = node_check_line(s.node_check); !line.empty()) out += line + "\n";
+  if (const std::string line = straggler_line(s.straggler); !line.empty()) out += line + "\n";
   if (!s.leader.empty()) {
     out += fmt::format("rounds decided by {}{}\n", s.leader,
                        s.leader_host.empty() ? " (gone)" : " on " + s.leader_host);

@@ -1,7 +1,10 @@
 #include "ddp/gradient_sync.hpp"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
+
+#include "step_times.hpp"
 
 namespace ddp {
 
@@ -107,6 +110,7 @@ void GradientSync::launch(Bucket& b) {
 }
 
 void GradientSync::finish() {
+  const auto began = std::chrono::steady_clock::now();
   if (buckets_.empty()) build_buckets();
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
   const bool divide_here = reduction() == ReduceOp::kSum;
@@ -125,6 +129,7 @@ void GradientSync::finish() {
   }
   group_.synchronize();
   next_launch_ = 0;
+  step_times::step_ended(std::chrono::steady_clock::now() - began);
 }
 
 }  // namespace ddp

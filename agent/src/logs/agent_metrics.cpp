@@ -53,6 +53,10 @@ void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
       node_check_slow_.push_back(
           {s.value("node", std::string()), s.value("probe", std::string()), s.value("ratio", 0.0)});
     }
+  } else if (event == "straggler") {
+    ++stragglers_;
+    straggler_node_ = f.value("node", std::string());
+    straggler_held_back_ = f.value("held_back", 0.0);
   } else if (event == "restart_phases") {
     for (const char* phase : kRestartPhases) {
       const auto it = f.find(std::string(phase) + "_s");
@@ -139,6 +143,16 @@ std::string AgentMetrics::render() const {
               : "",
         s.ratio, fmt::format("node=\"{}\",probe=\"{}\"", s.node, s.probe));
     first = false;
+  }
+  out += prometheus_sample("ddprun_straggler_verdicts_total", "counter",
+                           "Nodes this agent, judging its round, named slow while the job trained "
+                           "(--straggler_threshold).",
+                           stragglers_);
+  if (stragglers_ > 0) {
+    out += prometheus_sample(
+        "ddprun_straggler_held_back", "gauge",
+        "The last node named slow: how much longer it made each step (0.41: 41%).",
+        straggler_held_back_, fmt::format("node=\"{}\"", straggler_node_));
   }
   first = true;
   for (const char* phase : kRestartPhases) {

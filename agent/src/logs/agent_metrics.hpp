@@ -52,6 +52,10 @@ class AgentMetrics {
     double ratio = 0;
   };
   std::vector<SlowNode> node_check_slow_;
+  // The straggler check (node rank 0's verdicts): how many, and the last one's node and figure.
+  int stragglers_ = 0;
+  std::string straggler_node_;
+  double straggler_held_back_ = 0;
   // Each restart's phases (restart_phases.hpp), by phase, "total" included.
   std::map<std::string, SecondsHistogram> restart_phases_;
 };

@@ -21,6 +21,13 @@ namespace asio = boost::asio;
 
 namespace {
 
+// The round a verdict (a JSON object with "round") is of; -1 for anything else.
+int round_of(const std::string& verdict) {
+  const auto v = nlohmann::json::parse(verdict, nullptr, false);
+  return v.is_object() ? v.value("round", -1) : -1;
+}
+
+
 int to_int(const std::string& s, int fallback) {
   try {
     return std::stoi(s);
@@ -105,11 +112,10 @@ JobStatus interpret_job_keys(Backend backend,
       restarts[*node] = value;
     } else if (job_topic_node(key, kNodeCheckTopic)) {
       // The verdict of the latest round checked (each judged by that round's node 0).
-      const auto round_of = [](const std::string& verdict) {
-        const auto v = nlohmann::json::parse(verdict, nullptr, false);
-        return v.is_object() ? v.value("round", -1) : -1;
-      };
       if (s.node_check.empty() || round_of(value) > round_of(s.node_check)) s.node_check = value;
+    } else if (job_topic_node(key, kStragglerTopic)) {
+      // Likewise the latest straggler verdict.
+      if (s.straggler.empty() || round_of(value) > round_of(s.straggler)) s.straggler = value;
     }
   }
   if (!failures.empty()) s.last_failures = failures.rbegin()->second;

@@ -46,7 +46,8 @@ class GradientSync {
   // Gradient `index` is final for this step. Throws std::logic_error if marked twice in a step.
   void mark_ready(size_t index);
   // Completes the step: every gradient now holds the average over ranks. Rethrows a collective's
-  // TimeoutError or CommError.
+  // TimeoutError or CommError. Under ddprun's straggler check, it ends a step of the rank's step
+  // times, the time spent in it being the rank's wait for the others.
   void finish();
 
   size_t bucket_count() const { return buckets_.size(); }

@@ -38,6 +38,7 @@ struct JobStatus {
   std::string closed_reason;               // "succeeded", "failed", ...
   std::vector<std::string> last_failures;  // each node's failure record of the latest failed round
   std::string node_check;  // the latest node check's verdict (JSON, with its round); "" none
+  std::string straggler;   // the latest straggler verdict (JSON, with its round); "" none
 };
 
 // Reads the job `c.run_id` from its store (c.backend, endpoint or etcd endpoints, TLS, prefix),
