@@ -1,0 +1,167 @@
+// The straggler check's parts that need no job: a node's window from its ranks' totals, the
+// judgement across nodes (who holds the steps back, for how long), the step times file as the
+// agent reads it, and the verdict in the metrics and in `ddprun status`.
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "exchanges/straggler.hpp"
+#include "logs/agent_metrics.hpp"
+#include "watchers/step_times_file.hpp"
+
+using namespace ddprun::agent;
+using straggler::Judge;
+using straggler::NodeWindow;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+// Node `rank`'s window `seq` of `steps` steps: each `step_ms` long, `wait_ms` of it waiting.
+NodeWindow node(int rank, uint64_t seq, double step_ms, double wait_ms, int64_t steps = 3) {
+  return NodeWindow{rank, seq, steps, step_ms / 1000, (step_ms - wait_ms) / 1000, wait_ms / 1000};
+}
+
+// Three nodes' windows `seq`: node 2 computes `slow_ms` where the others compute 60 ms.
+std::vector<NodeWindow> three(uint64_t seq, double slow_ms, int64_t steps = 3) {
+  const double step = std::max(60.0, slow_ms) + 10;  // 10 ms of all-reduce after the last one
+  return {node(0, seq, step, step - 60, steps), node(1, seq, step, step - 60, steps),
+          node(2, seq, step, step - slow_ms, steps)};
+}
+
+std::string temp_path() {
+  char name[] = "/tmp/straggler-test-XXXXXX";
+  const int fd = ::mkstemp(name);
+  ::close(fd);
+  return name;
+}
+
+}  // namespace
+
+TEST_CASE("straggler: a node's window is its slowest rank's compute and wait per step",
+          "[straggler]") {
+  const std::map<int, StepTotals> before = {{0, {10, 1000 * kMs, 400 * kMs}},
+                                            {1, {10, 1000 * kMs, 100 * kMs}}};
+  // Five steps of 100 ms each: rank 0 waited 40 ms a step, rank 1 10 ms.
+  const std::map<int, StepTotals> now = {{0, {15, 1500 * kMs, 600 * kMs}},
+                                         {1, {15, 1500 * kMs, 150 * kMs}}};
+  const std::optional<NodeWindow> w = straggler::window(before, now, 1);
+  REQUIRE(w);
+  CHECK(w->steps == 5);
+  CHECK(w->step_s == Approx(0.1));
+  CHECK(w->compute_s == Approx(0.09));
+  CHECK(w->wait_s == Approx(0.01));
+  // A rank that timed no step since: no window yet.
+  const std::map<int, StepTotals> stalled = {{0, {15, 1500 * kMs, 600 * kMs}},
+                                             {1, {10, 1000 * kMs, 100 * kMs}}};
+  CHECK_FALSE(straggler::window(before, stalled, 1));
+}
+
+TEST_CASE("straggler: the node the others wait for is lagging, by how much it holds the step",
+          "[straggler]") {
+  // Node 2 computes 100 ms where the others compute 60: the step is 110 ms, 40 of them its lag.
+  const std::optional<straggler::Lagging> l = straggler::lagging(three(1, 100), 0.2);
+  REQUIRE(l);
+  CHECK(l->node_rank == 2);
+  CHECK(l->held_back == Approx(40.0 / 70));
+  CHECK(l->compute_ratio == Approx(100.0 / 60));
+  CHECK(l->wait_ratio == Approx(10.0 / 50));
+  // Under the threshold: nothing.
+  CHECK_FALSE(straggler::lagging(three(1, 66), 0.2));
+}
+
+TEST_CASE("straggler: a node that computes longer but waits as long as the others is not lagging",
+          "[straggler]") {
+  // Its longer compute is not what the others wait for (they wait as long as it does).
+  const std::vector<NodeWindow> windows = {node(0, 1, 150, 90), node(1, 1, 150, 90),
+                                           node(2, 1, 150, 90 - 1)};
+  CHECK(straggler::lagging(windows, 0.2) == std::nullopt);
+  std::vector<NodeWindow> busy = windows;
+  busy[2] = NodeWindow{2, 1, 3, 0.150, 0.120, 0.095};  // more compute, yet the most wait
+  CHECK_FALSE(straggler::lagging(busy, 0.2));
+}
+
+TEST_CASE("straggler: a verdict needs the steps in a row, in more than one set of windows",
+          "[straggler]") {
+  Judge judge(0.2, 5);
+  CHECK_FALSE(judge.add(three(1, 100, 6), 3));  // 6 steps, but one set: not yet
+  const auto verdict = judge.add(three(2, 100, 2), 3);
+  REQUIRE(verdict);
+  CHECK(verdict->node_rank == 2);
+  CHECK(verdict->steps == 8);
+  // Once per node.
+  CHECK_FALSE(judge.add(three(3, 100), 3));
+  CHECK_FALSE(judge.add(three(4, 100), 3));
+}
+
+TEST_CASE("straggler: a one-off slow set of steps is no verdict", "[straggler]") {
+  Judge judge(0.2, 5);
+  for (uint64_t seq = 1; seq <= 40; ++seq) {
+    // Every fourth set one node is slow (a data-loader pause, a collection), never twice in a row.
+    CHECK_FALSE(judge.add(three(seq, seq % 4 == 0 ? 150 : 60, 4), 3));
+  }
+}
+
+TEST_CASE("straggler: a set is judged only once every node has a newer window", "[straggler]") {
+  Judge judge(0.2, 4);
+  std::vector<NodeWindow> first = three(1, 100);
+  CHECK_FALSE(judge.add(first, 3));
+  // Nodes 0 and 2 published again, node 1 did not: nothing is judged.
+  std::vector<NodeWindow> partial = three(2, 100);
+  partial[1].seq = 1;
+  CHECK_FALSE(judge.add(partial, 3));
+  CHECK(judge.add(three(2, 100), 3));
+}
+
+TEST_CASE("straggler: a window that is not one is refused", "[straggler]") {
+  CHECK_FALSE(NodeWindow::from_json("garbage"));
+  CHECK_FALSE(NodeWindow::from_json(R"({"node_rank":-1,"seq":1,"steps":1,"step_s":1,)"
+                                    R"("compute_s":1,"wait_s":0})"));
+  CHECK_FALSE(NodeWindow::from_json(R"({"node_rank":1,"seq":1,"steps":0,"step_s":1,)"
+                                    R"("compute_s":1,"wait_s":0})"));
+  const NodeWindow w = node(3, 7, 100, 20);
+  const std::optional<NodeWindow> back = NodeWindow::from_json(w.to_json().dump());
+  REQUIRE(back);
+  CHECK(back->node_rank == 3);
+  CHECK(back->seq == 7);
+  CHECK(back->compute_s == Approx(0.08));
+}
+
+TEST_CASE("straggler: the step times file reads only whole totals", "[straggler]") {
+  const std::string path = temp_path();
+  StepTimesFile file(path);
+  const std::optional<StepTotals> zero = file.read();
+  REQUIRE(zero);
+  CHECK(zero->steps == 0);
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  std::array<uint64_t, 4> record = {2, 7, 700 * kMs, 100 * kMs};
+  REQUIRE(::pwrite(fd, record.data(), sizeof record, 0) == sizeof record);
+  const std::optional<StepTotals> t = file.read();
+  REQUIRE(t);
+  CHECK(t->steps == 7);
+  CHECK(t->wait_ns == 100 * kMs);
+  record[0] = 3;  // being written
+  REQUIRE(::pwrite(fd, record.data(), sizeof record, 0) == sizeof record);
+  CHECK_FALSE(file.read());
+  record = {4, 7, 100 * kMs, 700 * kMs};  // a wait longer than the steps: not totals
+  REQUIRE(::pwrite(fd, record.data(), sizeof record, 0) == sizeof record);
+  CHECK_FALSE(file.read());
+  ::close(fd);
+}
+
+TEST_CASE("straggler: a verdict is counted in the metrics with its node and figure",
+          "[straggler]") {
+  AgentMetrics metrics(3);
+  const std::string before = metrics.render();
+  CHECK(before.find("ddprun_straggler_verdicts_total 0") != std::string::npos);
+  CHECK(before.find("ddprun_straggler_held_back") == std::string::npos);
+  metrics.consume("straggler", {{"node", "host_1_2"}, {"held_back", 0.41}});
+  const std::string after = metrics.render();
+  CHECK(after.find("ddprun_straggler_verdicts_total 1") != std::string::npos);
+  CHECK(after.find("ddprun_straggler_held_back{node=\"host_1_2\"} 0.41") != std::string::npos);
+}
