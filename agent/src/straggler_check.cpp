@@ -159,7 +159,7 @@ asio::awaitable<void> StragglerCheck::act(const rendezvous::Round& r, int node_r
   if (action != "replace") co_return;
   rendezvous::Scope round = rendezvous::Scope::of(r);
   std::string flag = straggler::kReplaceFlag;
-  std::string reason = "the straggler check replaces " + line;
+  std::string reason = "the straggler check replaces a slow node: " + line;
   std::string detail = std::to_string(node_rank);
   co_await rdzv_->raise(std::move(round), std::move(flag), std::move(reason), std::move(detail));
 }

@@ -81,3 +81,15 @@ TEST_CASE("job status: each node's last restart, and the newest node check's ver
   CHECK(s.nodes[1].last_restart == R"({"restart_count":1,"total_s":0.5})");
   CHECK(s.node_check == R"({"round":3,"slow":[]})");
 }
+
+TEST_CASE("job status: the newest straggler verdict", "[status]") {
+  const Keys keys = {
+      {"nodes/0", R"({"nproc":1,"host":"n0"})"},
+      {"exchange/job/straggler/0", R"({"round":2,"node_rank":1,"action":"replace"})"},
+      {"exchange/job/straggler/1", R"({"round":0,"node_rank":0})"},
+      {"exchange/job/straggler/2", "not json"},
+  };
+  const JobStatus s = interpret_job_keys(Backend::kStatic, keys);
+  CHECK(s.straggler == R"({"round":2,"node_rank":1,"action":"replace"})");
+  CHECK(interpret_job_keys(Backend::kStatic, {{"nodes/0", "{}"}}).straggler.empty());
+}

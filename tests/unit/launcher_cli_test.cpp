@@ -539,6 +539,30 @@ TEST_CASE("cli: --node_check, its factor and timeout are read, PET_NODE_CHECK to
   CHECK(make_agent_config(parse({"t.py"}), {}, nullptr).node_probe.empty());
 }
 
+TEST_CASE("cli: the straggler check's threshold, steps and action reach the agent, PET_ too",
+          "[cli]") {
+  using Action = ddprun::agent::StragglerPolicy::Action;
+  auto c = parse({"--straggler_threshold=0.35", "--straggler-steps=8",
+                  "--straggler_action=replace", "t.py"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  CHECK(a.straggler.threshold == 0.35);
+  CHECK(a.straggler.steps == 8);
+  CHECK(a.straggler.action == Action::kReplace);
+  c = parse({"t.py"});
+  CHECK(c.straggler.threshold == 0.2);
+  CHECK(c.straggler.steps == 5);
+  CHECK(c.straggler.action == Action::kReport);
+  CHECK(c.straggler.watched());
+  CHECK_FALSE(parse({"--straggler_threshold=0", "t.py"}).straggler.watched());
+  CHECK(parse({"t.py"}, {{"PET_STRAGGLER_ACTION", "replace"}}).straggler.action ==
+        Action::kReplace);
+  for (const char* bad : {"--straggler_threshold=-0.1", "--straggler_threshold=slow",
+                          "--straggler_steps=0", "--straggler_steps=many",
+                          "--straggler_action=kill"}) {
+    CHECK_THROWS_AS(parse({bad, "t.py"}), UsageError);
+  }
+}
+
 TEST_CASE("cli: TORCHELASTIC_ENABLE_FILE_TIMER gives every worker the timer FIFO's path", "[cli]") {
   auto a = make_agent_config(parse({"t.py"}), {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}, nullptr);
   REQUIRE_FALSE(a.timer_file.empty());
