@@ -68,10 +68,14 @@ def torchrun_run():
     with t.Cluster() as c:
         agents = []
         for i in range(3):
+            # Node 0's agent hosts the store (inside a namespace it cannot tell that the address
+            # is its own: is_host), each node names its address.
             cmd = ["nsenter", f"--net=/var/run/netns/{c.hosts[i]}", py, "-m",
                    "torch.distributed.run", "--nnodes=3", "--nproc_per_node=1",
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={t.ADDRS[0]}:29511",
-                   f"--rdzv_id=torchrun-{os.getpid()}", t.WORKLOAD, str(steps), out]
+                   f"--rdzv_id=torchrun-{os.getpid()}", f"--local_addr={t.ADDRS[i]}",
+                   f"--rdzv_conf=join_timeout=120,is_host={1 if i == 0 else 0}", t.WORKLOAD,
+                   str(steps), out]
             agents.append(subprocess.Popen(
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env={**os.environ, "MARK_AT": str(K), "GLOO_SOCKET_IFNAME": "eth0",
