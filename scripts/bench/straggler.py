@@ -1,7 +1,8 @@
 """The straggler benchmark's driver (scripts/bench/straggler.sh): a real DDP job, 3 nodes x 1 rank
 in network namespaces (tests/launcher/straggler_test.py's cluster and workload), one node's worker
 moved into a cgroup with a 40% CPU quota at step K. Runs, each RUNS times:
-  healthy   ddprun, nobody slowed: the job's time and its median step
+  healthy   ddprun (every ddprun run with --preload=auto), nobody slowed: the job's time and its
+            median step
   report    ddprun (report): steps from the slowdown to the verdict, the job's time
   replace   ddprun --straggler_action=replace, a spare waiting: steps to the verdict, the time from
             the verdict to the resumed round's first step, its steps' speed, the job's time
@@ -46,6 +47,7 @@ def job_time(out, attempts):
 
 def ddprun_run(name, extra=(), slow=True, spare=False):
     out = tempfile.mkdtemp()
+    extra = ["--preload=auto", *extra]  # workers start warm, as a restart-sensitive job runs
     with t.Cluster() as c:
         for i in range(3):
             c.start(name, i, out, steps, nnodes="3:3" if spare else "3",
