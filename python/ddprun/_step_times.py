@@ -4,9 +4,10 @@ sitecustomize calls install() in every Python worker of a job the check watches.
 
 A step ends at each optimizer step (torch's global optimizer hook, torch 2.0 and later). Within a
 step, the wait is measured at the collectives:
-- DDP's gradient all-reduce, through a communication hook (the user's, or DDP's default all-reduce
-  when there is none, timed): from the moment this rank's last bucket was ready (its own backward
-  pass done) to the completion of the last all-reduce. The rank the others wait for barely waits.
+- DDP's gradient all-reduce, through a communication hook (DDP's default all-reduce, registered
+  when the model is made, or the hook the script registers, in its place; timed): from the moment
+  this rank's last bucket was ready (its own backward pass done) to the completion of the last
+  all-reduce. The rank the others wait for barely waits.
 - a collective called through torch.distributed with async_op=False: its whole time.
 Compute is the rest of the step. The totals go, through a shared mapping of the file the agent
 named in DDPRUN_STEP_TIMES_FILE, into four little-endian u64: a sequence count (odd while being
@@ -117,34 +118,79 @@ def _timed_comm_hook(hook):
     return timed
 
 
+class _HookBox:
+    """The communication hook of a DDP model whose reducer was given ddprun's timed one: DDP takes
+    one hook per model, so a hook the script registers later goes in here."""
+
+    def __init__(self, state, hook, default):
+        self.state, self.hook, self.default = state, hook, default
+
+
+def _boxed(box, bucket):
+    return box.hook(box.state, bucket)
+
+
+_timed_box = _timed_comm_hook(_boxed)
+
+
 def _patch_ddp(module):
+    """DDP's reducer gets, when the model is made, DDP's default all-reduce (divide by the world,
+    then sum: the same arithmetic) as a timed hook; a hook the script registers replaces it."""
+    from torch.version import __version__
+
+    if int(__version__.split(".")[0]) < 2:  # no global optimizer hook: no step would end
+        return
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
     ddp = module.DistributedDataParallel
-    register, builtin, forward = ddp.register_comm_hook, ddp._register_builtin_comm_hook, ddp.forward
+    init, register, builtin = ddp.__init__, ddp.register_comm_hook, ddp._register_builtin_comm_hook
+    builtins = {dist.BuiltinCommHookType.ALLREDUCE: default_hooks.allreduce_hook,
+                dist.BuiltinCommHookType.FP16_COMPRESS: default_hooks.fp16_compress_hook}
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        reducer = getattr(self, "reducer", None)
+        if getattr(self, "_ddprun_hooked", False) or reducer is None:
+            return
+        try:
+            box = _HookBox(self.process_group, default_hooks.allreduce_hook, True)
+            # The reducer's own, not DDP's list of hooks (which its Python reducer calls with a
+            # gradient instead of a bucket): that one stays DDP's default, untimed.
+            dist._register_comm_hook(reducer, box, _timed_box)
+            self._ddprun_box = box
+        except Exception:  # noqa: BLE001 - an untimed DDP trains as before
+            pass
+
+    def swap(self, state, hook, name):
+        box = self._ddprun_box
+        if not box.default:
+            raise RuntimeError(
+                "register_comm_hook or register_builtin_comm_hook can only be called once.")
+        self.logger._set_comm_hook_name(name)
+        box.state, box.hook, box.default = state, hook, False
 
     def register_comm_hook(self, state, hook):
-        self._ddprun_hooked = True
-        return register(self, state, _timed_comm_hook(hook))
+        if getattr(self, "_ddprun_box", None) is None:
+            self._ddprun_hooked = True
+            return register(self, state, _timed_comm_hook(hook))
+        self._check_comm_hook(hook)
+        swap(self, state, hook, hook.__qualname__)
+        self._comm_hooks.append((hook, state))
+        return None
 
     def register_builtin_comm_hook(self, comm_hook_type):
-        self._ddprun_hooked = True  # C++'s own: not timed
-        return builtin(self, comm_hook_type)
-
-    def timed_forward(self, *args, **kwargs):
-        if not getattr(self, "_ddprun_hooked", False):
+        if getattr(self, "_ddprun_box", None) is None or comm_hook_type not in builtins:
             self._ddprun_hooked = True
-            try:
-                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            return builtin(self, comm_hook_type)
+        swap(self, self.process_group, builtins[comm_hook_type], str(comm_hook_type))
+        return None
 
-                # DDP's default all-reduce (divide by the world, then sum), as a hook: the same
-                # arithmetic, timed.
-                register(self, self.process_group, _timed_comm_hook(default_hooks.allreduce_hook))
-            except Exception:  # noqa: BLE001 - an untimed DDP trains as before
-                pass
-        return forward(self, *args, **kwargs)
-
+    __init__.__doc__, __init__.__wrapped__ = init.__doc__, init
+    register_comm_hook.__doc__, register_comm_hook.__wrapped__ = register.__doc__, register
+    ddp.__init__ = __init__
     ddp.register_comm_hook = register_comm_hook
     ddp._register_builtin_comm_hook = register_builtin_comm_hook
-    ddp.forward = timed_forward
 
 
 _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
