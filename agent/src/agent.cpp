@@ -144,8 +144,8 @@ class NodeAgent {
     // The node check and the checkpoints' restore plan tell a round's nodes apart by their ids
     // (without them the node check never ran unless an event log was asked for).
     if (reports || cfg.rdzv.max_nodes > 1) rdzv_->want_members();
-    const bool spares_wanted = straggler_.watched() &&
-                               cfg.straggler.action == StragglerPolicy::Action::kReplace;
+    const bool spares_wanted =
+        straggler_.watched() && cfg.straggler.action == StragglerPolicy::Action::kReplace;
     if (reports || spares_wanted) {
       // Following every node's presence costs this agent one event per join or leave anywhere in
       // the job: only for an agent that reports them, or counts the spares.
@@ -175,9 +175,9 @@ class NodeAgent {
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,    run_dir_,  rdzv_, group_,       signaled_,  peer_stopped_,
-                           events_, bindings_, io_,   containment_, nvml.get(), checkpoints_,
-                           straggler_};
+    const AgentParts parts{cfg_,          run_dir_,     rdzv_,     group_, signaled_,
+                           peer_stopped_, events_,      bindings_, io_,    containment_,
+                           nvml.get(),    checkpoints_, straggler_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to

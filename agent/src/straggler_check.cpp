@@ -142,11 +142,10 @@ asio::awaitable<void> StragglerCheck::act(const rendezvous::Round& r, int node_r
   }
   verdict["action"] = action;
   if (!why.empty()) verdict["not_replaced"] = why;
-  spdlog::warn("straggler check: {} (--straggler_threshold {:g}){}", line,
-               cfg_.straggler.threshold,
-               action == "replace"        ? ": it leaves the job, the round re-forms without it"
-               : why.empty()              ? ""
-                                          : fmt::format("; not replaced: {}", why));
+  spdlog::warn("straggler check: {} (--straggler_threshold {:g}){}", line, cfg_.straggler.threshold,
+               action == "replace" ? ": it leaves the job, the round re-forms without it"
+               : why.empty()       ? ""
+                                   : fmt::format("; not replaced: {}", why));
   events_.record("straggler", verdict);
   rendezvous::Scope job = rendezvous::Scope::job();
   std::string topic = rendezvous::kStragglerTopic;

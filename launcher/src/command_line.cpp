@@ -309,8 +309,7 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   if (const std::string action = o["straggler_action"]; action == "replace") {
     c.straggler.action = agent::StragglerPolicy::Action::kReplace;
   } else if (!action.empty() && action != "report") {
-    throw UsageError(
-        fmt::format("--straggler_action: '{}' is not one of report, replace", action));
+    throw UsageError(fmt::format("--straggler_action: '{}' is not one of report, replace", action));
   }
   if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
   if (!o["metrics_addr"].empty()) {

@@ -186,11 +186,11 @@ std::string straggler_line(const std::string& verdict) {
       v.value("round", -1), v.value("node_rank", -1), v.value("node", "?"),
       v.value("held_back", 0.0) * 100, v.value("compute_ratio", 0.0), v.value("wait_ratio", 0.0),
       v.value("steps", 0),
-      action == "replace" ? "replaced"
-                          : "reported" + (v.contains("not_replaced")
-                                              ? " (not replaced: " +
-                                                    v.value("not_replaced", std::string()) + ")"
-                                              : std::string()));
+      action == "replace"
+          ? "replaced"
+          : "reported" + (v.contains("not_replaced")
+                              ? " (not replaced: " + v.value("not_replaced", std::string()) + ")"
+                              : std::string()));
 }
 
 // A node's last restart in one line, phase by phase; "" when its agent has not restarted.

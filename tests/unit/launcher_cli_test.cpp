@@ -542,8 +542,8 @@ TEST_CASE("cli: --node_check, its factor and timeout are read, PET_NODE_CHECK to
 TEST_CASE("cli: the straggler check's threshold, steps and action reach the agent, PET_ too",
           "[cli]") {
   using Action = ddprun::agent::StragglerPolicy::Action;
-  auto c = parse({"--straggler_threshold=0.35", "--straggler-steps=8",
-                  "--straggler_action=replace", "t.py"});
+  auto c = parse(
+      {"--straggler_threshold=0.35", "--straggler-steps=8", "--straggler_action=replace", "t.py"});
   const auto a = make_agent_config(c, {}, nullptr);
   CHECK(a.straggler.threshold == 0.35);
   CHECK(a.straggler.steps == 8);
@@ -556,9 +556,9 @@ TEST_CASE("cli: the straggler check's threshold, steps and action reach the agen
   CHECK_FALSE(parse({"--straggler_threshold=0", "t.py"}).straggler.watched());
   CHECK(parse({"t.py"}, {{"PET_STRAGGLER_ACTION", "replace"}}).straggler.action ==
         Action::kReplace);
-  for (const char* bad : {"--straggler_threshold=-0.1", "--straggler_threshold=slow",
-                          "--straggler_steps=0", "--straggler_steps=many",
-                          "--straggler_action=kill"}) {
+  for (const char* bad :
+       {"--straggler_threshold=-0.1", "--straggler_threshold=slow", "--straggler_steps=0",
+        "--straggler_steps=many", "--straggler_action=kill"}) {
     CHECK_THROWS_AS(parse({bad, "t.py"}), UsageError);
   }
 }

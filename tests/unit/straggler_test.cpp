@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include "exchanges/straggler.hpp"
 #include "logs/agent_metrics.hpp"

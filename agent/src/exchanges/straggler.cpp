@@ -21,8 +21,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 nlohmann::json NodeWindow::to_json() const {
-  return {{"node_rank", node_rank}, {"seq", seq},       {"steps", steps},
-          {"step_s", step_s},       {"compute_s", compute_s}, {"wait_s", wait_s}};
+  return {{"node_rank", node_rank}, {"seq", seq},      {"steps", steps}, {"step_s", step_s},
+          {"compute_s", compute_s}, {"wait_s", wait_s}};
 }
 
 std::optional<NodeWindow> NodeWindow::from_json(const std::string& text) {
@@ -171,8 +171,7 @@ boost::asio::awaitable<std::vector<NodeWindow>> latest(std::shared_ptr<rendezvou
 }
 
 std::optional<int> replaced(const rendezvous::Rendezvous& rdzv, const rendezvous::Round& r) {
-  const std::optional<rendezvous::Flag> flag =
-      rdzv.raised(rendezvous::Scope::of(r), kReplaceFlag);
+  const std::optional<rendezvous::Flag> flag = rdzv.raised(rendezvous::Scope::of(r), kReplaceFlag);
   if (!flag) return std::nullopt;
   try {
     return std::stoi(flag->detail);

@@ -29,9 +29,9 @@ namespace ddprun::agent::straggler {
 // One node's steps between two readings of its ranks' totals.
 struct NodeWindow {
   int node_rank = 0;
-  uint64_t seq = 0;     // the node's windows, counted from 1 in a round
-  int64_t steps = 0;    // steps every one of its ranks timed in it
-  double step_s = 0;    // a step's mean time, over its ranks
+  uint64_t seq = 0;      // the node's windows, counted from 1 in a round
+  int64_t steps = 0;     // steps every one of its ranks timed in it
+  double step_s = 0;     // a step's mean time, over its ranks
   double compute_s = 0;  // of its rank that computed longest, per step
   double wait_s = 0;     // that rank's wait for the others, per step
 

@@ -25,8 +25,7 @@ class StepWatch : public AttemptWatcher {
   StepWatch(std::string dir, std::shared_ptr<StepSamples> samples);
 
   void prepare(Attempt& attempt) override;
-  Finding poll(Attempt& attempt, std::chrono::steady_clock::time_point now,
-               EventLog* log) override;
+  Finding poll(Attempt& attempt, std::chrono::steady_clock::time_point now, EventLog* log) override;
 
  private:
   std::string dir_;

@@ -12,7 +12,6 @@ namespace ddprun::agent {
 // `measure_steps` (the straggler check watches the job), also `folder`/sitecustomize.py, which
 // installs ddprun._step_times in every Python worker and then runs the sitecustomize it shadows.
 // Throws std::filesystem::filesystem_error when it cannot.
-std::filesystem::path write_python_package(const std::filesystem::path& folder,
-                                           bool measure_steps);
+std::filesystem::path write_python_package(const std::filesystem::path& folder, bool measure_steps);
 
 }  // namespace ddprun::agent

@@ -27,7 +27,6 @@ int round_of(const std::string& verdict) {
   return v.is_object() ? v.value("round", -1) : -1;
 }
 
-
 int to_int(const std::string& s, int fallback) {
   try {
     return std::stoi(s);
