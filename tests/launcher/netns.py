@@ -2,6 +2,7 @@
 addresses, reachable only from each other."""
 import os
 import subprocess
+import sys
 
 
 class NamespacePair:
@@ -63,3 +64,18 @@ def bridge_hosts(head_ns, host_ns, net, addrs):
 def remove_namespaces(names):
     for n in names:
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def bridged_job_store(head_ns, host_ns, net, addrs, ddprund):
+    """bridge_hosts(), then the job's ddprund in `head_ns` at `net`.1: returns its process and its
+    port. Exits 77 (skipped) where namespaces cannot be made here, leaving none behind."""
+    try:
+        bridge_hosts(head_ns, host_ns, net, addrs)
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        print("network namespaces unavailable here:", e)
+        remove_namespaces([head_ns, *host_ns])
+        sys.exit(77)
+    store = subprocess.Popen(["ip", "netns", "exec", head_ns, ddprund, "--host", f"{net}.1",
+                              "--port", "0", "--log-level", "warn"],
+                             stdout=subprocess.PIPE, text=True)
+    return store, int(store.stdout.readline())

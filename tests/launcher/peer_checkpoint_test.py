@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 from checkpoint_test import bit_identical
-from netns import bridge_hosts, remove_namespaces
+from netns import bridged_job_store, remove_namespaces
 from proc_util import allocated_under, left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,17 +47,8 @@ class Cluster:
         self.nproc = 1
 
     def __enter__(self):
-        try:
-            bridge_hosts(self.head, self.hosts, NET, ADDRS)
-        except (subprocess.CalledProcessError, FileNotFoundError) as e:
-            print("network namespaces unavailable here:", e)
-            remove_namespaces([self.head, *self.hosts])
-            sys.exit(77)
-        store = subprocess.Popen(["ip", "netns", "exec", self.head, DDPRUND, "--host", f"{NET}.1",
-                                  "--port", "0", "--log-level", "warn"],
-                                 stdout=subprocess.PIPE, text=True)
+        store, self.port = bridged_job_store(self.head, self.hosts, NET, ADDRS, DDPRUND)
         self.procs.append(store)
-        self.port = int(store.stdout.readline())
         return self
 
     def __exit__(self, *exc):

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from checkpoint_test import bit_identical
-from netns import bridge_hosts, remove_namespaces
+from netns import bridged_job_store, remove_namespaces
 from proc_util import left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,17 +49,8 @@ class Cluster:
         if not os.path.isdir(CPU_CGROUP):
             print("no cgroup v1 cpu controller here")
             sys.exit(77)
-        try:
-            bridge_hosts(self.head, self.hosts, NET, ADDRS)
-        except (subprocess.CalledProcessError, FileNotFoundError) as e:
-            print("network namespaces unavailable here:", e)
-            remove_namespaces([self.head, *self.hosts])
-            sys.exit(77)
-        store = subprocess.Popen(["ip", "netns", "exec", self.head, DDPRUND, "--host", f"{NET}.1",
-                                  "--port", "0", "--log-level", "warn"],
-                                 stdout=subprocess.PIPE, text=True)
+        store, self.port = bridged_job_store(self.head, self.hosts, NET, ADDRS, DDPRUND)
         self.procs.append(store)
-        self.port = int(store.stdout.readline())
         return self
 
     def __exit__(self, *exc):
