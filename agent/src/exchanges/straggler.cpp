@@ -10,6 +10,10 @@ namespace ddprun::agent::straggler {
 namespace {
 
 constexpr const char* kWindowTopic = "step_times";
+// A node lags in this many sets of windows in a row at least (about 0.75 s) before it is named:
+// the CPU time another process takes from one node now and then (a neighbour, a collection) moves
+// from node to node between sets; a slow node stays.
+constexpr int kSetsInARow = 3;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -130,7 +134,7 @@ std::optional<Lagging> Judge::add(const std::vector<NodeWindow>& windows, int no
   }
   suspect_steps_ += steps;
   ++suspect_sets_;
-  if (suspect_steps_ < steps_ || suspect_sets_ < 2) return std::nullopt;
+  if (suspect_steps_ < steps_ || suspect_sets_ < kSetsInARow) return std::nullopt;
   if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return std::nullopt;
   named_.push_back(l->node_rank);
   Lagging verdict = *l;

@@ -9,7 +9,7 @@
 // A node is lagging in a set of windows when the steps would be more than `threshold` shorter
 // without its excess compute over the median of the other nodes (held_back = excess / (step -
 // excess)) and it waits less than the median of the others: the one the others wait for. It is
-// named slow once it lagged in consecutive sets covering `steps` steps, and at least two sets:
+// named slow once it lagged in consecutive sets covering `steps` steps, and three sets at least:
 // a one-off slow step or a pause of the data loader is not a verdict.
 #include <cstdint>
 #include <map>
