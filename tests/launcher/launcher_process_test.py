@@ -37,7 +37,8 @@ DUMP_ENV = ("import os,json,sys; "
 # 2.6, TORCH_NCCL_ASYNC_ERROR_HANDLING after 1.13), and 1.13's NCCL_ASYNC_ERROR_HANDLING, which 2.x's
 # no longer sets.
 DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
-                 "DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_MEMORY_LIMIT"}
+                 "DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_MEMORY_LIMIT",
+                 "DDPRUN_STEP_TIMES_FILE"}
 TORCH1_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
 # Set by the bash wrappers that start a reference torchrun (scripts/torch2/python), not by torchrun.
 SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
