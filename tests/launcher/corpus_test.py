@@ -44,7 +44,8 @@ DIFFERENCES = {
                            "run to run",
 }
 # ddprun's own variables for every worker (docs/cli.md), which torchrun's do not have.
-OWN = {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_MEMORY_LIMIT"}
+OWN = {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_MEMORY_LIMIT",
+       "DDPRUN_STEP_TIMES_FILE"}
 # Set by the wrapper that runs torch 2.14 from its root (scripts/torch2/python) or by the shell.
 WRAPPER = {"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "USE_LIBUV"}
 # Each run's own folders: the run folder's random suffix, the test's temporary folder.
