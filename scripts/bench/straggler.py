@@ -8,7 +8,7 @@ moved into a cgroup with a 40% CPU quota at step K. Runs, each RUNS times:
             the verdict to the resumed round's first step, its steps' speed, the job's time
   torchrun  torch 2.14's torchrun (c10d, node 0 hosting its store), slowed likewise: the job's time
 and the check's overhead on the healthy job: median step with the check against
---straggler_threshold=0, alternated. Time lost to the slow node is a job's time less the healthy
+--straggler_threshold=0, which one runs first alternating from run to run. Time lost to the slow node is a job's time less the healthy
 job's. The last line compares with the targets (the verdict within 10 steps, back at full speed
 within 3 steps of it, overhead under 1%).
     straggler.py DDPRUN DDPRUND PYTHON REPO RUNS STEPS
@@ -107,7 +107,8 @@ for run in range(runs):
     replace.append((after, back, job_time(out, [0, 1]), median_step(out, 1, 0)))
     out = torchrun_run()
     torchrun.append(job_time(out, [0]))
-    for threshold, into in (("0.2", on), ("0", off)):
+    order = (("0.2", on), ("0", off))
+    for threshold, into in order if run % 2 == 0 else order[::-1]:  # neither always first
         out, _ = ddprun_run(f"overhead{threshold}", [f"--straggler_threshold={threshold}"],
                             slow=False)
         into.append(median_step(out))
