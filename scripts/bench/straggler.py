@@ -9,8 +9,8 @@ moved into a cgroup with a 40% CPU quota at step K. Runs, each RUNS times:
   torchrun  torch 2.14's torchrun (c10d, node 0 hosting its store), slowed likewise: the job's time
 and the check's overhead on the healthy job: median step with the check against
 --straggler_threshold=0 (which runs first alternates from run to run). Time lost to the slow node
-is a job's time less the healthy job's. The last line compares with the targets (the verdict within 10 steps, back at full speed
-within 3 steps of it, overhead under 1%).
+is a job's time less the healthy job's. The last line compares with the targets (the verdict
+within 10 steps, back at full speed within 3 steps of it, overhead under 1%).
     straggler.py DDPRUN DDPRUND PYTHON REPO RUNS STEPS
 """
 import json
