@@ -13,13 +13,11 @@ is a job's time less the healthy job's. The last line compares with the targets 
 within 10 steps, back at full speed within 3 steps of it, overhead under 1%).
     straggler.py DDPRUN DDPRUND PYTHON REPO RUNS STEPS
 """
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ddprun, ddprund, py, repo, runs, steps = sys.argv[1:7]
 runs, steps = int(runs), int(steps)
@@ -57,7 +55,7 @@ def ddprun_run(name, extra=(), slow=True, spare=False):
             t.wait_for(lambda: os.path.exists(os.path.join(out, "steps.0")), "a step", 180)
             c.start(name, 3, out, steps, nnodes="3:3",
                     extra=[*extra, f"--event_log={out}/events.3.jsonl"])
-        slowed = c.slow_down(out, "at.2") if slow else None
+        slowed = c.slow_down(out) if slow else None
         codes = {0: 0, 1: 0, 2: 4 if spare else 0}
         if spare:
             codes[3] = 0
@@ -83,7 +81,7 @@ def torchrun_run():
                 env={**os.environ, "MARK_AT": str(K), "GLOO_SOCKET_IFNAME": "eth0",
                      "PYTHONPATH": os.path.join(repo, "python")}))
         c.procs.extend(agents)
-        c.slow_down(out, "at.2")
+        c.slow_down(out)
         for a in agents:
             a.wait(timeout=600)
     return out

@@ -94,10 +94,10 @@ class Cluster:
                            capture_output=True, text=True, timeout=60)
         return r.stdout + r.stderr
 
-    def slow_down(self, out, node_rank_file, quota_percent=40):
-        """Once the worker wrote `node_rank_file` (at step K), moves it into a new cpu cgroup with
-        that quota (per 100 ms); returns when it did (wall clock)."""
-        path = os.path.join(out, node_rank_file)
+    def slow_down(self, out, rank=2, quota_percent=40):
+        """Once rank `rank` (one rank per node: node `rank`'s) wrote its pid at step K, moves it
+        into a new cpu cgroup with that quota (per 100 ms); returns when it did (wall clock)."""
+        path = os.path.join(out, f"at.{rank}")
         wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > 0, "step K", 180)
         self.cgroup = os.path.join(CPU_CGROUP, f"ddprun-straggler-{os.getpid()}")
         os.mkdir(self.cgroup)
@@ -126,11 +126,6 @@ def events(out, i, name):
         return [e for e in map(json.loads, f) if e["event"] == name]
 
 
-def slow_rank_file(out):
-    """The at.<rank> file of the node that is slowed: node 2's rank (one rank per node)."""
-    return "at.2"
-
-
 def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
     """No --event_log, no action: node 0's log names the slow node with its figure within
     VERDICT_WITHIN steps of K; `ddprun status` says it; the job runs to its end."""
@@ -138,7 +133,7 @@ def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
     with Cluster() as c:
         for i in range(3):
             c.start("named", i, out, 90, env={"MARK_AT": str(K)})
-        slowed = c.slow_down(out, slow_rank_file(out))
+        slowed = c.slow_down(out)
         errs = c.finish("named", {0: 0, 1: 0, 2: 0})
         status = c.status("named")
     found = LINE.findall(errs[0])
@@ -176,7 +171,7 @@ def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
         wait_for(lambda: os.path.exists(os.path.join(out, "steps.0")), "the first step", 180)
         c.start("swap", 3, out, 100, nnodes="3:3",
                 extra=[*extra, f"--event_log={out}/events.3.jsonl"])  # the spare
-        c.slow_down(out, slow_rank_file(out))
+        c.slow_down(out)
         errs = c.finish("swap", {0: 0, 1: 0, 2: 4, 3: 0})
     assert not any(events(whole, i, "straggler") for i in range(3)), "a verdict in a healthy run"
     verdicts = [e for i in range(4) for e in events(out, i, "straggler")]
