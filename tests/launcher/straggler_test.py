@@ -180,6 +180,9 @@ def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
     assert "straggler check: this node leaves the job" in errs[2], errs[2][-3000:]
     resumed = [e for e in events(out, 3, "round_formed")]
     assert resumed and resumed[-1]["num_nodes"] == 3, resumed
+    # The swap spends one restart (so attempt 1), whichever ends the round first: the flag or
+    # the slow node's leaving.
+    assert resumed[-1]["restart_count"] == 1, resumed
     assert bit_identical(whole, out), "the job's result differs from an uninterrupted run's"
     healthy = statistics.median(durations(step_times(out, 0))[: K - 2])
     swapped = statistics.median(durations(step_times(out, 1)))

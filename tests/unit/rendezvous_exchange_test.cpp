@@ -101,3 +101,24 @@ TEST_CASE("rendezvous: the exchange: a node that has not joined raises nothing",
   CHECK_FALSE(node->raised(Scope::job(), "stop").has_value());
   node->abandon();
 }
+
+TEST_CASE(
+    "rendezvous: the exchange: a flagged round spends its restart even where the flagged node's "
+    "leaving ends it first",
+    "[rendezvous][exchange]") {
+  Job job(2, 3);
+  job.config().max_restarts = 3;
+  std::vector<std::shared_ptr<Rendezvous>> nodes = {job.add(), job.add(), job.add()};
+  auto r0 = form(job, nodes);
+  // Node 1 names node 2 (a slow node replaced); node 2 leaves before anyone ends the round, so
+  // the leader ends it for the leaving: the round after still counts one restart.
+  auto over = job.start(nodes[1]->interruption(r0[1]));  // its own flag does not end its wait
+  job.run(completed(nodes[1]->raise(Scope::of(r0[1]), "straggler", "node 2 is slow", "2")));
+  job.run(completed(nodes[2]->leave(false)));
+  REQUIRE(job.run_until([&] { return over->done; }));
+  CHECK_THAT(over->get(), Catch::Contains("left the job"));
+  auto r1 = form(job, {nodes[0], nodes[1]});
+  CHECK(r1[0].num_nodes == 2);
+  CHECK(r1[0].restart_count == 1);
+  CHECK(r1[1].restart_count == 1);
+}

@@ -311,7 +311,10 @@ asio::awaitable<void> ElasticRendezvous::end_led_round(int n, std::string why, i
     const std::string value = fmt::format("{} {}", n, why);
     co_await store().set(std::string(keys::kInterrupt), value);
   }
-  co_await advance_round(n, false, restarts);
+  // A round a node flagged (a hang, a slow node replaced) spends a restart even where the leader
+  // ends it first, for the flagged node leaving: its next round's restart count is the same
+  // whichever comes first.
+  co_await advance_round(n, round_flagged(n), restarts);
 }
 
 asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
@@ -545,10 +548,11 @@ asio::awaitable<void> ElasticRendezvous::abandon_round(Round r, std::string why)
 }
 
 asio::awaitable<void> ElasticRendezvous::end_round(Round r, bool failed) {
-  // A round ended for another node's flag (a hang) is a failed one: it spends the restart that
-  // node's own failure report spends, whichever of them comes first (else the next round could
-  // form, from this node's end, before the restart was counted).
-  co_await advance_round(r.number, failed || peer_flag(r).has_value(), r.restart_count);
+  // A round ended for a node's flag (a hang, a slow node replaced) is a failed one: it spends the
+  // restart that the flagged node's own failure report spends, whichever of them comes first (else
+  // the next round could form, from this node's end, before the restart was counted).
+  co_await advance_round(r.number, failed || peer_flag(r).has_value() || round_flagged(r.number),
+                         r.restart_count);
 }
 
 asio::awaitable<bool> ElasticRendezvous::exit_barrier(Round r) {

@@ -105,4 +105,9 @@ std::optional<Flag> ExchangeBook::peer_flag(const Scope& scope, std::string_view
   return std::nullopt;
 }
 
+bool ExchangeBook::flagged(const Scope& scope) const {
+  const auto s = flags_.find(scope.text());
+  return s != flags_.end() && !s->second.empty();
+}
+
 }  // namespace ddprun::rendezvous

@@ -254,6 +254,12 @@ std::optional<Flag> JobSession::peer_flag(const Round& r) const {
   return peer_job_flag();
 }
 
+bool JobSession::round_flagged(int number) const {
+  Round r;
+  r.number = number;
+  return book_.flagged(Scope::of(r));
+}
+
 std::optional<Flag> JobSession::peer_job_flag() const {
   return book_.peer_flag(Scope::job(), self_id());
 }

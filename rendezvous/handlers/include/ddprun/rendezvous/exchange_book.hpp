@@ -35,6 +35,8 @@ class ExchangeBook {
   std::optional<Flag> flag(const Scope& scope, std::string_view topic) const;
   // A flag in `scope` raised by a node other than `self`, if any (the first by topic).
   std::optional<Flag> peer_flag(const Scope& scope, std::string_view self) const;
+  // Whether any node raised a flag in `scope`.
+  bool flagged(const Scope& scope) const;
 
  private:
   // scope text -> topic -> node -> value; scope text -> topic -> flag.

@@ -79,6 +79,9 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
   std::optional<Flag> peer_flag(const Round& r) const;
   // A flag raised by another node in the job's scope.
   std::optional<Flag> peer_job_flag() const;
+  // Whether a node, this one included, raised a flag in `r`'s scope: a round so ended is a failed
+  // one (a hang, a node replaced), whoever ends it and for whichever reason comes first.
+  bool round_flagged(int number) const;
   // This agent's id among the job's nodes: what follows "nodes/" in its presence key.
   std::string self_id() const;
   // Whether this agent's presence key exists now.
