@@ -56,13 +56,13 @@ asio::awaitable<std::optional<AgentOutcome>> NodeAdmission::unhealthy() {
   co_return out;
 }
 
-// The node check's verdict on `round` (nullopt: the round ended before it came), with this
-// node's last measurement in `mine`. A verdict naming a node measured slow is measured again,
-// longer, by every node, and only what both measurements found counts; the nodes it no longer
-// names go to `unconfirmed`.
+// The node check's verdict on `round` from measurement `first_pass` on (nullopt: the round ended
+// before it came), with this node's last measurement in `mine`. A verdict naming a node measured
+// slow is measured again, longer, by every node, and only what both measurements found counts;
+// the nodes it no longer names go to `unconfirmed`.
 asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::node_check_verdict(
-    const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, ProbeReport& mine,
-    std::vector<int>& unconfirmed) {
+    const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass,
+    ProbeReport& mine, std::vector<int>& unconfirmed) {
   NodeProbeRun how;
   how.program = cfg_.node_probe;
   how.run_id = cfg_.rdzv.run_id;
@@ -72,19 +72,19 @@ asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::node_check_ve
   how.gpu = nvml_ != nullptr;
   const auto wait = cfg_.node_check_timeout + std::chrono::seconds(5);
   std::optional<node_check::Verdict> first;  // pass 0's, once it needs confirming
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = first_pass; pass < first_pass + 2; ++pass) {
     how.pass = pass;
     mine = co_await run_node_probe(io_, containment_, how, round, store);
     if (!mine.failed.empty()) spdlog::error("node check: {}", mine.failed);
     const std::optional<node_check::Verdict> verdict = co_await node_check::exchange(
         rdzv_, round, pass, mine, cfg_.node_check_factor, wait, first);
     if (!verdict) co_return verdict;
-    if (pass == 1) {
+    if (pass > first_pass) {
       for (const node_check::SlowNode& s : first->slow) {
         if (verdict->kept_out(s.node_rank) == nullptr) unconfirmed.push_back(s.node_rank);
       }
     }
-    if (pass == 1 || !verdict->needs_confirmation()) co_return verdict;
+    if (pass > first_pass || !verdict->needs_confirmation()) co_return verdict;
     for (const node_check::SlowNode& s : verdict->slow) {
       spdlog::warn("node check: node {} measured slow ({} {}): measuring again to confirm",
                    s.node_rank, s.probe,
@@ -115,7 +115,7 @@ asio::awaitable<NodeAdmission::Checked> NodeAdmission::check_nodes(
   ProbeReport mine;
   std::vector<int> unconfirmed;
   const std::optional<node_check::Verdict> verdict =
-      co_await node_check_verdict(round, store, mine, unconfirmed);
+      co_await node_check_verdict(round, store, 0, mine, unconfirmed);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!verdict) {
@@ -165,6 +165,13 @@ asio::awaitable<NodeAdmission::Checked> NodeAdmission::check_nodes(
                  s.ratio > 0 ? fmt::format("{:.2f}x the round's median", s.ratio) : s.detail);
   }
   co_return Checked::kAnotherNodeOut;
+}
+
+asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::measure_again(
+    const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass) {
+  ProbeReport mine;
+  std::vector<int> unconfirmed;
+  co_return co_await node_check_verdict(round, store, first_pass, mine, unconfirmed);
 }
 
 asio::awaitable<void> NodeAdmission::gpu_memory_released(const std::vector<int>& pids) {

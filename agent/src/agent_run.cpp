@@ -256,7 +256,9 @@ struct Run : AgentParts {
       std::vector<WorkerLaunch> launches =
           plan_round(cfg, attempt_dir, *round, *master, bindings, restore, roles);
       checkpoints.round_started(*round);
-      straggler.round_started(*round);
+      straggler.round_started(*round, [this, ran = *round, store](int first_pass) {
+        return admission.measure_again(ran, store, first_pass);
+      });
       auto [r, why] = co_await run_watched(launches, *round);
       straggler.round_ended();
       if (!why.empty()) interrupted_by = why;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -29,13 +30,25 @@ std::chrono::milliseconds period_for(int nodes) {
 // A round's workers that timed no step by then are said not to be measured.
 constexpr auto kUnmeasuredAfter = std::chrono::seconds(120);
 
+// The links are measured again at most this often (a measurement costs the job a few seconds of
+// its links and CPUs).
+constexpr auto kLinksMeasuredAtMostEvery = std::chrono::seconds(30);
+
+// Measurements 0 and 1 of a round are the node check's before its workers start.
+constexpr int kFirstLinkPass = 2;
+
 }  // namespace
 
 struct StragglerCheck::RoundWatch {
-  RoundWatch(asio::io_context& io, rendezvous::Round r) : timer(io), round(std::move(r)) {}
+  RoundWatch(asio::io_context& io, rendezvous::Round r, LinkMeasure m)
+      : timer(io), round(std::move(r)), measure(std::move(m)) {}
   asio::steady_timer timer;
   rendezvous::Round round;
+  LinkMeasure measure;
+  asio::cancellation_signal stop_measuring;  // emitted when the round ends
   bool ended = false;
+  int measured = 0;  // the last measurement of the links this node took part in (0: none)
+  std::optional<std::chrono::steady_clock::time_point> links_measured;  // node rank 0: when
 };
 
 StragglerCheck::StragglerCheck(asio::io_context& io, const AgentConfig& cfg,
@@ -48,10 +61,10 @@ StragglerCheck::StragglerCheck(asio::io_context& io, const AgentConfig& cfg,
 
 StragglerCheck::~StragglerCheck() { round_ended(); }
 
-void StragglerCheck::round_started(const rendezvous::Round& r) {
+void StragglerCheck::round_started(const rendezvous::Round& r, LinkMeasure measure) {
   round_ended();
   if (!watched_ || r.num_nodes < 2) return;
-  round_ = std::make_shared<RoundWatch>(io_, r);
+  round_ = std::make_shared<RoundWatch>(io_, r, std::move(measure));
   asio::co_spawn(io_, watch(round_), asio::detached);
 }
 
@@ -59,6 +72,7 @@ void StragglerCheck::round_ended() {
   if (!round_) return;
   round_->ended = true;
   round_->timer.cancel();
+  round_->stop_measuring.emit(asio::cancellation_type::terminal);
   round_.reset();
 }
 
@@ -103,14 +117,24 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
       co_await straggler::publish(rdzv, r, *mine);
       if (w->ended) co_return;
     }
-    // Node rank 0 reads the others' once it timed steps itself: a job whose steps are not
+    // Nodes read the exchange once they timed steps themselves: a job whose steps are not
     // measured costs the store nothing, not even a followed prefix (with one followed, a store
     // restart made elastic.the_store_restarting_costs_no_restart see a node leave in 4 runs of
     // 16: a fault of the store's reconnection, not yet found).
-    if (r.node_rank != 0 || seq == 0) continue;
+    if (seq == 0) continue;
+    if (r.node_rank != 0) {
+      co_await measure_when_asked(w);
+      if (w->ended) co_return;
+      continue;
+    }
     const std::vector<straggler::NodeWindow> windows = co_await straggler::latest(rdzv, r);
     if (w->ended) co_return;
-    const std::optional<straggler::Lagging> slow = judge.add(windows, r.num_nodes);
+    const straggler::Judgement judged = judge.add(windows, r.num_nodes);
+    if (judged.slowdown && !judged.lagging) {
+      co_await look_into_links(w, *judged.slowdown, judge);
+      if (w->ended) co_return;
+    }
+    const std::optional<straggler::Lagging>& slow = judged.lagging;
     if (!slow) continue;
     const auto node = static_cast<size_t>(slow->node_rank);
     const std::string id =
@@ -127,6 +151,92 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
     co_await act(r, slow->node_rank, verdict, straggler::describe(*slow, id));
     if (w->ended) co_return;
   }
+}
+
+asio::awaitable<std::optional<node_check::Verdict>> StragglerCheck::links_measured(
+    std::shared_ptr<RoundWatch> w, int first_pass) {
+  try {
+    co_return co_await asio::co_spawn(
+        io_, w->measure(first_pass),
+        asio::bind_cancellation_slot(w->stop_measuring.slot(), asio::use_awaitable));
+  } catch (const std::exception& e) {  // the round ended meanwhile
+    spdlog::debug("straggler check: the links' measurement ended: {}", e.what());
+    co_return std::nullopt;
+  }
+}
+
+asio::awaitable<void> StragglerCheck::measure_when_asked(std::shared_ptr<RoundWatch> w) {
+  const std::optional<int> asked = co_await straggler::links_asked(rdzv_, w->round);
+  if (w->ended || !asked || *asked <= w->measured) co_return;
+  w->measured = *asked;
+  spdlog::info("straggler check: measuring this node's links again, as node rank 0 asks");
+  co_await links_measured(w, *asked);
+}
+
+asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch> w,
+                                                      straggler::Slowdown slowed,
+                                                      straggler::Judge& judge) {
+  const rendezvous::Round r = w->round;
+  const auto now = std::chrono::steady_clock::now();
+  if (w->links_measured && now - *w->links_measured < kLinksMeasuredAtMostEvery) {
+    judge.rebase();
+    co_return;
+  }
+  w->links_measured = now;
+  if (cfg_.node_probe.empty()) {
+    spdlog::warn(
+        "straggler check: the job's steps take {:.2f}x their pace, the waits grown and no node "
+        "computing longer: a link may be slow, but this installation has no ddprun-node-probe "
+        "to measure the links with (the Debian package and a build from source have it)",
+        slowed.step_s / slowed.pace_s);
+    judge.rebase();
+    co_return;
+  }
+  const int pass = w->measured == 0 ? kFirstLinkPass : w->measured + 2;
+  w->measured = pass;
+  spdlog::info(
+      "straggler check: the job's steps take {:.2f}x their pace ({:.3f} s against {:.3f} s), "
+      "the waits grown ({:.3f} s against {:.3f} s) and no node computing longer: every node "
+      "measures its links",
+      slowed.step_s / slowed.pace_s, slowed.step_s, slowed.pace_s, slowed.wait_s,
+      slowed.pace_wait_s);
+  co_await straggler::ask_for_links(rdzv_, r, pass);
+  if (w->ended) co_return;
+  const std::optional<node_check::Verdict> verdict = co_await links_measured(w, pass);
+  if (w->ended) co_return;
+  // The slowest link named (ratio 0: its all-reduces never completed, the slowest of all).
+  std::optional<node_check::SlowNode> slowest;
+  for (const node_check::SlowNode& s :
+       verdict ? verdict->slow : std::vector<node_check::SlowNode>{}) {
+    if (s.probe != "link") continue;
+    if (!slowest || (slowest->ratio > 0 && (s.ratio == 0 || s.ratio > slowest->ratio))) slowest = s;
+  }
+  if (!slowest) {
+    spdlog::info(
+        "straggler check: no node's link measured slow ({}): the job's pace is measured "
+        "again",
+        verdict ? fmt::format("every link within {:g}x the round's median", verdict->factor)
+                : std::string("the measurement did not complete"));
+    judge.rebase();
+    co_return;
+  }
+  const auto node = static_cast<size_t>(slowest->node_rank);
+  const std::string id =
+      node < r.members.size() ? r.members[node] : std::to_string(slowest->node_rank);
+  const nlohmann::json fields = {{"round", r.number},
+                                 {"node_rank", slowest->node_rank},
+                                 {"node", id},
+                                 {"cause", "link"},
+                                 {"held_back", slowed.held_back()},
+                                 {"link_ratio", slowest->ratio},
+                                 {"link", slowest->detail},
+                                 {"step_s", slowed.step_s},
+                                 {"pace_s", slowed.pace_s},
+                                 {"steps", slowed.steps},
+                                 {"threshold", cfg_.straggler.threshold}};
+  co_await act(
+      r, slowest->node_rank, fields,
+      straggler::describe_link(slowed, slowest->node_rank, id, slowest->ratio, slowest->detail));
 }
 
 asio::awaitable<void> StragglerCheck::act(const rendezvous::Round& r, int node_rank,

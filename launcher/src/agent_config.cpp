@@ -22,19 +22,13 @@ namespace {
 // torchrun names a Python job after its script (the first argument that is not an option).
 std::string entrypoint_name(const LaunchConfig& c) { return c.training_script; }
 
-// --node_check's probe: ddprun-node-probe in ddprun's own folder, as the build and the packages
-// put it. Throws UsageError where this installation has none.
+// The node check's probe: ddprun-node-probe in ddprun's own folder, as the build and the Debian
+// package put it; "" where this installation has none (the wheel).
 std::string node_probe_path() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::string probe = (self.parent_path() / "ddprun-node-probe").string();
-  if (ec || ::access(probe.c_str(), X_OK) != 0) {
-    throw UsageError(fmt::format(
-        "--node_check needs the probe program {}, which this installation lacks (the Debian "
-        "package and a build from source have it beside ddprun; the wheel does not)",
-        probe));
-  }
-  return probe;
+  return !ec && ::access(probe.c_str(), X_OK) == 0 ? probe : std::string();
 }
 
 }  // namespace
@@ -92,7 +86,14 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.node_check_factor = c.node_check_factor;
   a.node_check_timeout = c.node_check_timeout;
   a.straggler = c.straggler;
-  if (a.node_check) a.node_probe = node_probe_path();
+  // --node_check needs the probe; the straggler check uses it where there is one (a slow link).
+  if (a.node_check || a.straggler.watched()) a.node_probe = node_probe_path();
+  if (a.node_check && a.node_probe.empty()) {
+    throw UsageError(
+        "--node_check needs the probe program ddprun-node-probe beside ddprun, which this "
+        "installation lacks (the Debian package and a build from source have it; the wheel does "
+        "not)");
+  }
   if (a.python_workers) {
     a.preload = c.preload;
   } else if (!c.preload.modules.empty()) {

@@ -180,12 +180,18 @@ std::string straggler_line(const std::string& verdict) {
   const auto v = nlohmann::json::parse(verdict, nullptr, false);
   if (!v.is_object()) return "";
   const std::string action = v.value("action", "report");
+  const double link_ratio = v.value("link_ratio", 0.0);
+  const std::string cause =
+      v.value("cause", std::string()) == "link"
+          ? (link_ratio > 0
+                 ? fmt::format("its link {:.2f}x slower than the round's median", link_ratio)
+                 : std::string("its link far slower than the round's median"))
+          : fmt::format("computing {:.2f}x the others' median, waiting {:.2f}x",
+                        v.value("compute_ratio", 0.0), v.value("wait_ratio", 0.0));
   return fmt::format(
-      "straggler in round {}: node {} ({}) held every step back by {:.0f}% (computing {:.2f}x "
-      "the others' median, waiting {:.2f}x) for {} steps: {}",
+      "straggler in round {}: node {} ({}) held every step back by {:.0f}% ({}) for {} steps: {}",
       v.value("round", -1), v.value("node_rank", -1), v.value("node", "?"),
-      v.value("held_back", 0.0) * 100, v.value("compute_ratio", 0.0), v.value("wait_ratio", 0.0),
-      v.value("steps", 0),
+      v.value("held_back", 0.0) * 100, cause, v.value("steps", 0),
       action == "replace"
           ? "replaced"
           : "reported" + (v.contains("not_replaced")

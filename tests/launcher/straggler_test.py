@@ -4,7 +4,8 @@ worker is moved into a cgroup with a CPU quota of 40%. Its agent's peers name it
 number of steps, with the figure, in the log of the plainest command line and in `ddprun status`;
 with --straggler_action=replace a spare takes its place, the job resumes from the checkpoints in
 memory, its steps after the swap are as fast as before the slowdown, and it ends bit-identical to
-an uninterrupted run. A healthy job beside a CPU-heavy process is never named in 200 steps.
+an uninterrupted run. A node whose link is limited (tc tbf) at step K is named for its link, not
+its compute. A healthy job beside a CPU-heavy process is never named in 200 steps.
 Skipped (77) where namespaces or cgroups cannot be made.
 
     straggler_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
@@ -107,6 +108,14 @@ class Cluster:
             f.write(open(path).read())
         return time.time()
 
+    def rate_limit(self, out, rank=2, rate="200mbit"):
+        """Once rank `rank` reached step K, limits what node `rank` sends (its eth0) to `rate`."""
+        path = os.path.join(out, f"at.{rank}")
+        wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > 0, "step K", 180)
+        subprocess.run(["ip", "netns", "exec", self.hosts[rank], "tc", "qdisc", "add", "dev",
+                        "eth0", "root", "tbf", "rate", rate, "burst", "64kbit", "latency",
+                        "400ms"], check=True, capture_output=True)
+
 
 def step_times(out, attempt):
     """Rank 0's steps of `attempt`: [(step, when it ended, wall clock)]."""
@@ -145,7 +154,8 @@ def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
     named = datetime.datetime.strptime(when, "%Y-%m-%d %H:%M:%S.%f").timestamp()
     times = step_times(out, 0)
     after = [s for s, t in times if slowed < t <= named]
-    assert after and len(after) <= VERDICT_WITHIN, (len(after), percent, [round(d * 1000) for d in durations(times)])
+    assert after and len(after) <= VERDICT_WITHIN, (
+        len(after), percent, [round(d * 1000) for d in durations(times)])
     assert re.search(r"^straggler in round \d+: node 2 \(\S+\) held every step back by \d+% "
                      r"\(computing [0-9.]+x the others' median, waiting [0-9.]+x\) for \d+ steps: "
                      r"reported$", status, re.M), status
@@ -192,6 +202,36 @@ def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
           f"steps {healthy * 1000:.0f} ms before, {swapped * 1000:.0f} ms after the swap: passed")
 
 
+LINK_LINE = re.compile(r"^\[[0-9-]+ [0-9:.]+\] \[ddprun\] \[warning\] straggler check: node (\d+) "
+                       r"\(\S+\) holds every step back by (\d+)%: its link is ([0-9.]+x slower|"
+                       r"far slower) than the round's median", re.M)
+
+
+def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
+    """The plainest command line; at step K node 2's link is limited to 200 Mbit/s (tc tbf in its
+    namespace): every node waits longer, none computes longer, so node 0 has every node measure
+    its links again and names node 2 for its link, in its log and in `ddprun status`."""
+    out = tempfile.mkdtemp()
+    with Cluster() as c:
+        for i in range(3):
+            c.start("link", i, out, 180, env={"MARK_AT": str(K)})
+        c.rate_limit(out)
+        errs = c.finish("link", {0: 0, 1: 0, 2: 0})
+        status = c.status("link")
+    found = LINK_LINE.findall(errs[0])
+    assert len(found) == 1 and found[0][0] == "2", errs[0][-4000:]
+    assert "its ranks compute" not in errs[0], errs[0][-4000:]  # not named for its compute
+    for i in (1, 2):
+        assert "straggler check: node" not in errs[i], errs[i][-2000:]
+        assert "links again, as node rank 0 asks" in errs[i], errs[i][-2000:]
+    assert re.search(r"^straggler in round \d+: node 2 \(\S+\) held every step back by \d+% "
+                     r"\(its link .* than the round's median\) for \d+ steps: reported$",
+                     status, re.M), status
+    assert not left_running(out), left_running(out)
+    print(f"node 2's link limited at step {K}: named for its link ({found[0][1]}% held back, "
+          f"{found[0][2]}): passed")
+
+
 HOG = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass\n"
 
 
@@ -213,7 +253,9 @@ def case_a_healthy_job_beside_a_cpu_heavy_process_is_never_named():
     windows = len(step_times(out, 0))
     assert windows >= 199, windows
     assert not left_running(out), left_running(out)
-    print("200 healthy steps beside a busy loop: no node named: passed")
+    probes = errs[0].count("every node measures its links")  # a slowdown looked into: no verdict
+    print(f"200 healthy steps beside a busy loop: no node named ({probes} link measurements): "
+          "passed")
 
 
 if __name__ == "__main__":

@@ -88,15 +88,15 @@ TEST_CASE("straggler: a node that computes longer but waits as long as the other
 TEST_CASE("straggler: a verdict needs the steps in a row, in three sets of windows in a row",
           "[straggler]") {
   Judge judge(0.2, 5);
-  CHECK_FALSE(judge.add(three(1, 100, 6), 3));  // 6 steps, but one set: not yet
-  CHECK_FALSE(judge.add(three(2, 100, 2), 3));  // two sets: not yet
-  const auto verdict = judge.add(three(3, 100, 1), 3);
+  CHECK_FALSE(judge.add(three(1, 100, 6), 3).lagging);  // 6 steps, but one set: not yet
+  CHECK_FALSE(judge.add(three(2, 100, 2), 3).lagging);  // two sets: not yet
+  const auto verdict = judge.add(three(3, 100, 1), 3).lagging;
   REQUIRE(verdict);
   CHECK(verdict->node_rank == 2);
   CHECK(verdict->steps == 9);
   // Once per node.
-  CHECK_FALSE(judge.add(three(4, 100), 3));
-  CHECK_FALSE(judge.add(three(5, 100), 3));
+  CHECK_FALSE(judge.add(three(4, 100), 3).lagging);
+  CHECK_FALSE(judge.add(three(5, 100), 3).lagging);
 }
 
 TEST_CASE("straggler: a one-off slow set of steps is no verdict", "[straggler]") {
@@ -104,20 +104,72 @@ TEST_CASE("straggler: a one-off slow set of steps is no verdict", "[straggler]")
   for (uint64_t seq = 1; seq <= 40; ++seq) {
     // Every third set one node is slow (a data-loader pause, a collection, a neighbour's burst),
     // twice in a row now and then, never three times.
-    CHECK_FALSE(judge.add(three(seq, seq % 3 != 0 ? 150 : 60, 4), 3));
+    CHECK_FALSE(judge.add(three(seq, seq % 3 != 0 ? 150 : 60, 4), 3).lagging);
   }
 }
 
 TEST_CASE("straggler: a set is judged only once every node has a newer window", "[straggler]") {
   Judge judge(0.2, 4);
   std::vector<NodeWindow> first = three(1, 100);
-  CHECK_FALSE(judge.add(first, 3));
+  CHECK_FALSE(judge.add(first, 3).lagging);
   // Nodes 0 and 2 published again, node 1 did not: nothing is judged.
   std::vector<NodeWindow> partial = three(2, 100);
   partial[1].seq = 1;
-  CHECK_FALSE(judge.add(partial, 3));
-  CHECK_FALSE(judge.add(three(2, 100), 3));
-  CHECK(judge.add(three(3, 100), 3));
+  CHECK_FALSE(judge.add(partial, 3).lagging);
+  CHECK_FALSE(judge.add(three(2, 100), 3).lagging);
+  CHECK(judge.add(three(3, 100), 3).lagging);
+}
+
+// Three nodes' windows `seq`, each computing 60 ms and then waiting `wait_ms` for the others.
+std::vector<NodeWindow> waiting(uint64_t seq, double wait_ms, int64_t steps = 3) {
+  return {node(0, seq, 60 + wait_ms, wait_ms, steps), node(1, seq, 60 + wait_ms, wait_ms, steps),
+          node(2, seq, 60 + wait_ms, wait_ms, steps)};
+}
+
+TEST_CASE("straggler: the whole job slowed in its waits is a slowdown once, after its pace",
+          "[straggler]") {
+  Judge judge(0.2, 5);
+  uint64_t seq = 0;
+  // The pace: 70 ms a step, 10 of it waiting. As slow from the start: nothing to compare.
+  for (size_t i = 0; i < straggler::Pace::kPaceSets; ++i) {
+    CHECK_FALSE(judge.add(waiting(++seq, 10), 3).slowdown);
+  }
+  CHECK_FALSE(judge.add(waiting(++seq, 12), 3).slowdown);  // 3% slower: the pace
+  // A link turns slow: every node waits 40 ms. Named after 5 steps and 3 sets in a row.
+  CHECK_FALSE(judge.add(waiting(++seq, 40), 3).slowdown);
+  CHECK_FALSE(judge.add(waiting(++seq, 40), 3).slowdown);
+  const straggler::Judgement j = judge.add(waiting(++seq, 40), 3);
+  CHECK_FALSE(j.lagging);  // no node computes longer
+  REQUIRE(j.slowdown);
+  CHECK(j.slowdown->held_back() == Approx(100.0 / 70 - 1));
+  CHECK(j.slowdown->steps == 9);
+  CHECK(j.slowdown->pace_wait_s == Approx(0.010));
+  // Once; after rebase() the slow pace is the job's.
+  CHECK_FALSE(judge.add(waiting(++seq, 40), 3).slowdown);
+  judge.rebase();
+  for (size_t i = 0; i < straggler::Pace::kPaceSets + 5; ++i) {
+    CHECK_FALSE(judge.add(waiting(++seq, 40), 3).slowdown);
+  }
+}
+
+TEST_CASE(
+    "straggler: slower compute everywhere, a lagging node or a one-off slow set is no "
+    "slowdown",
+    "[straggler]") {
+  straggler::Pace pace(0.2, 5);
+  const auto computing = [](uint64_t seq, double compute_ms) {
+    return std::vector<NodeWindow>{node(0, seq, compute_ms + 10, 10),
+                                   node(1, seq, compute_ms + 10, 10),
+                                   node(2, seq, compute_ms + 10, 10)};
+  };
+  uint64_t seq = 0;
+  for (size_t i = 0; i < straggler::Pace::kPaceSets; ++i) pace.add(computing(++seq, 60), false);
+  // Every node computes longer (a bigger batch, a loaded machine): not the links.
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(pace.add(computing(++seq, 120), false));
+  // The waits grew, but a node lagged meanwhile: the lagging verdict's, not a slowdown.
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(pace.add(waiting(++seq, 40), true));
+  // Slow in every other set only.
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(pace.add(waiting(++seq, i % 2 == 0 ? 40 : 10), false));
 }
 
 TEST_CASE("straggler: a window that is not one is refused", "[straggler]") {

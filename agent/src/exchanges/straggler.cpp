@@ -10,6 +10,7 @@ namespace ddprun::agent::straggler {
 namespace {
 
 constexpr const char* kWindowTopic = "step_times";
+constexpr const char* kLinkProbeTopic = "link_probe";
 // A node lags in this many sets of windows in a row at least (about 0.75 s) before it is named:
 // the CPU time another process takes from one node now and then (a neighbour, a collection) moves
 // from node to node between sets; a slow node stays.
@@ -105,7 +106,53 @@ std::optional<Lagging> lagging(const std::vector<NodeWindow>& windows, double th
   return worst;
 }
 
-std::optional<Lagging> Judge::add(const std::vector<NodeWindow>& windows, int nodes) {
+std::optional<Slowdown> Pace::add(const std::vector<NodeWindow>& set, bool a_node_lagged) {
+  std::vector<double> steps;
+  std::vector<double> waits;
+  std::vector<double> computes;
+  int64_t counted = set.empty() ? 0 : set.front().steps;
+  for (const NodeWindow& w : set) {
+    steps.push_back(w.step_s);
+    waits.push_back(w.wait_s);
+    computes.push_back(w.compute_s);
+    counted = std::min(counted, w.steps);
+  }
+  const double step = median(steps);
+  const double wait = median(waits);
+  const double compute = median(computes);
+  if (steps_s_.size() < kPaceSets) {
+    steps_s_.push_back(step);
+    waits_s_.push_back(wait);
+    computes_s_.push_back(compute);
+    return std::nullopt;
+  }
+  const double pace = median(steps_s_);
+  const double pace_wait = median(waits_s_);
+  const double pace_compute = median(computes_s_);
+  const bool slow =
+      !a_node_lagged && step > pace * (1 + threshold_) && wait - pace_wait > compute - pace_compute;
+  if (!slow) {
+    slow_steps_ = 0;
+    slow_sets_ = 0;
+    return std::nullopt;
+  }
+  slow_steps_ += counted;
+  ++slow_sets_;
+  if (said_ || slow_steps_ < steps_ || slow_sets_ < kSetsInARow) return std::nullopt;
+  said_ = true;
+  return Slowdown{step, pace, wait, pace_wait, slow_steps_};
+}
+
+void Pace::rebase() {
+  steps_s_.clear();
+  waits_s_.clear();
+  computes_s_.clear();
+  slow_steps_ = 0;
+  slow_sets_ = 0;
+  said_ = false;
+}
+
+Judgement Judge::add(const std::vector<NodeWindow>& windows, int nodes) {
   for (const NodeWindow& w : windows) {
     if (w.node_rank >= nodes) continue;
     auto& kept = latest_[w.node_rank];
@@ -114,7 +161,7 @@ std::optional<Lagging> Judge::add(const std::vector<NodeWindow>& windows, int no
   std::vector<NodeWindow> set;
   for (int n = 0; n < nodes; ++n) {
     const auto it = latest_.find(n);
-    if (it == latest_.end() || it->second.seq <= judged_[n]) return std::nullopt;
+    if (it == latest_.end() || it->second.seq <= judged_[n]) return {};
     set.push_back(it->second);
   }
   int64_t steps = set.front().steps;
@@ -123,9 +170,11 @@ std::optional<Lagging> Judge::add(const std::vector<NodeWindow>& windows, int no
     steps = std::min(steps, w.steps);
   }
   const std::optional<Lagging> l = lagging(set, threshold_);
+  Judgement out;
+  out.slowdown = pace_.add(set, l.has_value());
   if (!l) {
     suspect_.reset();
-    return std::nullopt;
+    return out;
   }
   if (suspect_ != l->node_rank) {
     suspect_ = l->node_rank;
@@ -134,12 +183,12 @@ std::optional<Lagging> Judge::add(const std::vector<NodeWindow>& windows, int no
   }
   suspect_steps_ += steps;
   ++suspect_sets_;
-  if (suspect_steps_ < steps_ || suspect_sets_ < kSetsInARow) return std::nullopt;
-  if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return std::nullopt;
+  if (suspect_steps_ < steps_ || suspect_sets_ < kSetsInARow) return out;
+  if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return out;
   named_.push_back(l->node_rank);
-  Lagging verdict = *l;
-  verdict.steps = suspect_steps_;
-  return verdict;
+  out.lagging = *l;
+  out.lagging->steps = suspect_steps_;
+  return out;
 }
 
 std::string describe(const Lagging& l, const std::string& host) {
@@ -147,6 +196,17 @@ std::string describe(const Lagging& l, const std::string& host) {
       "node {} ({}) holds every step back by {:.0f}%: its ranks compute {:.2f}x the others' "
       "median and wait {:.2f}x theirs ({:.3f} s a step, {} steps in a row)",
       l.node_rank, host, l.held_back * 100, l.compute_ratio, l.wait_ratio, l.step_s, l.steps);
+}
+
+std::string describe_link(const Slowdown& s, int node_rank, const std::string& host,
+                          double link_ratio, const std::string& measured) {
+  return fmt::format(
+      "node {} ({}) holds every step back by {:.0f}%: its link is {} than the round's median "
+      "({}); the job's steps take {:.2f}x their pace, in the waits ({:.3f} s a step, {} steps in "
+      "a row)",
+      node_rank, host, s.held_back() * 100,
+      link_ratio > 0 ? fmt::format("{:.2f}x slower", link_ratio) : std::string("far slower"),
+      measured, s.step_s / s.pace_s, s.step_s, s.steps);
 }
 
 boost::asio::awaitable<void> publish(std::shared_ptr<rendezvous::Rendezvous> rdzv,
@@ -172,6 +232,35 @@ boost::asio::awaitable<std::vector<NodeWindow>> latest(std::shared_ptr<rendezvou
     if (std::optional<NodeWindow> w = NodeWindow::from_json(v)) windows.push_back(*w);
   }
   co_return windows;
+}
+
+boost::asio::awaitable<void> ask_for_links(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                           rendezvous::Round r, int first_pass) {
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string topic = kLinkProbeTopic;
+  std::string text = std::to_string(first_pass);
+  try {
+    co_await rdzv->publish(std::move(scope), std::move(topic), std::move(text));
+  } catch (const std::exception& e) {
+    spdlog::warn("straggler check: could not ask the nodes to measure their links: {}", e.what());
+  }
+}
+
+boost::asio::awaitable<std::optional<int>> links_asked(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                                       rendezvous::Round r) {
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string topic = kLinkProbeTopic;
+  const std::vector<std::string> values =
+      co_await rdzv->gather(std::move(scope), std::move(topic), 1, std::chrono::milliseconds(0));
+  std::optional<int> asked;
+  for (const std::string& v : values) {  // node rank 0's only (others never publish it)
+    try {
+      asked = std::max(asked.value_or(0), std::stoi(v));
+    } catch (const std::exception&) {
+      spdlog::debug("straggler check: a malformed link probe request: {}", v);
+    }
+  }
+  co_return asked;
 }
 
 std::optional<int> replaced(const rendezvous::Rendezvous& rdzv, const rendezvous::Round& r) {

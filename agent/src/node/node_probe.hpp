@@ -22,7 +22,7 @@ struct NodeProbeRun {
   Environment env;
   std::filesystem::path dir;  // where its report and its log (node_check.<round>.*) go
   bool gpu = false;           // the node has GPUs: the compute kernel runs on the first visible
-  int pass = 0;               // 0 the round's first measurement; 1 its confirmation, longer
+  int pass = 0;               // even: a measurement (0 the node check's); odd: its confirmation
 };
 
 // The probe's measurements as node `round.node_rank` of `round`, its pairs meeting through the

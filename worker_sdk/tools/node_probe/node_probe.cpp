@@ -11,9 +11,10 @@
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
 //                     --report FILE --timeout-ms MS [--gpu DEVICE] [--pass P]
 //
-// --pass: which measurement of the round this is (0 the first; the agents measure a second time,
-// longer, to confirm a node the first found slow before keeping it out): its store keys are its
-// own, and a later pass runs kConfirmFactor times as many blocks and all-reduces.
+// --pass: which measurement of the round this is: an even one measures (0 the node check's before
+// the workers start, 2, 4, ... the straggler check's while they train), an odd one confirms the
+// one before, longer, before a node it found slow is acted on: its store keys are its own, and an
+// odd pass runs kConfirmFactor times as many blocks and all-reduces.
 // --gpu: the compute kernel is a cuBLAS matrix product on that CUDA device (gpu_kernel.hpp), where
 // this build has CUDA and the machine cuBLAS; else the CPU kernel, saying why on stderr.
 //
@@ -69,7 +70,7 @@ struct Args {
   int gpu = -1;  // --gpu: the CUDA device for the compute kernel; -1 none
   int pass = 0;  // --pass
 
-  int repeat() const { return pass == 0 ? 1 : kConfirmFactor; }
+  int repeat() const { return pass % 2 == 0 ? 1 : kConfirmFactor; }
   // What this pass's store keys begin with.
   std::string scope() const {
     return "round_" + std::to_string(round) + (pass == 0 ? "" : ".pass" + std::to_string(pass));
