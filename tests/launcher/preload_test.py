@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 
+from proc_util import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 # The workers' python: Debian's (torch 1.13) unless DDPRUN_TEST_PYTHON names another (torch2).
@@ -154,6 +156,24 @@ def case_random_state_differs_between_ranks_and_attempts():
     assert len({v[1] for v in values.values()}) == 4, values
     print("random.random() and numpy's global generator differ between the warm workers of "
           "two ranks and two attempts: passed")
+
+
+def case_a_job_that_may_have_several_nodes_starts_warm_from_its_first_round():
+    """--nnodes=1:2 (so the straggler check times the steps, a per-worker file each): the first
+    round's workers come from the interpreter imported at the agent's start, not a new one."""
+    work = tempfile.mkdtemp()
+    script = os.path.join(work, "rand.py")
+    with open(script, "w") as f:
+        f.write(RANDOM)
+    r = run(["--nnodes=1:2", "--nproc_per_node=2", "--max_restarts=1", "--preload=auto",
+             "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+             "--rdzv_conf=last_call_timeout=0.5", script], env={"OUT_DIR": work})
+    assert r.returncode == 0, r.stderr
+    assert WARM_LINE in r.stderr and COLD_LINE not in r.stderr, r.stderr
+    warm = {os.path.basename(p): open(p).read().split()[2]
+            for p in glob.glob(os.path.join(work, "*.*[0-9]"))}
+    assert warm == {"0.0": "True", "0.1": "True", "1.0": "True", "1.1": "True"}, warm
+    print("a job of 1:2 nodes: its first round and its restart start warm: passed")
 
 
 def modules_dir(sources):
