@@ -8,7 +8,10 @@ step, the wait is measured at the collectives:
   when the model is made, or the hook the script registers, in its place; timed): from the moment
   this rank's last bucket was ready (its own backward pass done) to the completion of the last
   all-reduce. The rank the others wait for barely waits.
-- a collective called through torch.distributed with async_op=False: its whole time.
+- a collective called through torch.distributed with async_op=False: its whole time (FSDP2's
+  reduce-scatter, for one);
+- the wait() of a collective's Work (async_op=True, as FSDP2's all-gathers on the CPU): the time
+  this rank blocked in it.
 Compute is the rest of the step. The totals go, through a shared mapping of the file the agent
 named in DDPRUN_STEP_TIMES_FILE, into four little-endian u64: a sequence count (odd while being
 written), the steps, their time and their waits (ns); the agent reads them on its own schedule.
@@ -193,20 +196,39 @@ def _patch_ddp(module):
     ddp._register_builtin_comm_hook = register_builtin_comm_hook
 
 
-_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                "reduce_scatter_tensor", "broadcast", "reduce", "all_to_all", "all_to_all_single",
-                "barrier", "gather", "scatter")
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+                "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "broadcast",
+                "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter")
+
+_inside = threading.local()  # .depth: timed calls under way in this thread (one wait counts once)
 
 
-def _timed_collective(call):
+def _timed(call):
+    """`call`, its time added to the step's waits unless a timed call encloses it."""
+
     def timed(*args, **kwargs):
-        if kwargs.get("async_op"):
-            return call(*args, **kwargs)
+        depth = getattr(_inside, "depth", 0)
+        _inside.depth = depth + 1
         began = _now()
         try:
             return call(*args, **kwargs)
         finally:
-            _steps.waited_for(_now() - began)
+            _inside.depth = depth
+            if depth == 0:
+                _steps.waited_for(_now() - began)
+
+    timed.__name__, timed.__qualname__, timed.__doc__ = call.__name__, call.__qualname__, call.__doc__
+    timed.__wrapped__ = call
+    return timed
+
+
+def _timed_collective(call):
+    timed_call = _timed(call)
+
+    def timed(*args, **kwargs):
+        if kwargs.get("async_op"):  # its Work's wait() is timed
+            return call(*args, **kwargs)
+        return timed_call(*args, **kwargs)
 
     timed.__name__, timed.__qualname__, timed.__doc__ = call.__name__, call.__qualname__, call.__doc__
     timed.__wrapped__ = call
@@ -214,10 +236,17 @@ def _timed_collective(call):
 
 
 def _patch_c10d(module):
+    from torch.version import __version__
+
+    if int(__version__.split(".")[0]) < 2:  # no global optimizer hook: no step would end
+        return
     for name in _COLLECTIVES:
         call = getattr(module, name, None)
         if callable(call):
             setattr(module, name, _timed_collective(call))
+    work = getattr(module, "Work", None)
+    if work is not None and callable(getattr(work, "wait", None)):
+        work.wait = _timed(work.wait)
 
 
 def _hook_optimizers(module):
