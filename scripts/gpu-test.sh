@@ -16,7 +16,8 @@
 # and --numa-binding against what torch computes on that machine; the NVML health check on its GPUs;
 # --preload=auto workers on CUDA, before and after a restart; in-memory checkpoints of CUDA tensors
 # (plain and through torch.distributed.checkpoint); --node_check's compute probe on the GPU (cuBLAS),
-# two nodes of one job taking turns on it.
+# two nodes of one job taking turns on it; the straggler check's step times of DDP over NCCL
+# (bit-identical training, the overhead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-local}
@@ -168,6 +169,8 @@ checks() {  # $1: folder holding the programs
   preload_forks_cuda_workers "$bin" "$gpus"
   checkpoint_holds_cuda_tensors "$bin"
   node_check_on_gpu "$bin"
+  echo "== the straggler check's step times: DDP over NCCL, timed against not"
+  timeout 600 python3 tests/gpu/step_times_nccl.py "$PWD/python"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"

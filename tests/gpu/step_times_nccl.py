@@ -1,0 +1,77 @@
+"""The straggler check's step times on a GPU (scripts/gpu-test.sh): DDP over NCCL on GPU 0, a world
+of one, trained twice in two processes, once with ddprun's step timing installed as its
+sitecustomize installs it: the same parameters bit for bit, every step but the first timed, and
+the median step's time with the timing against without (its overhead), printed.
+
+    python3 tests/gpu/step_times_nccl.py PACKAGE_DIR      (a run: ... PACKAGE_DIR OUT TIMED)
+"""
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+STEPS = 60
+
+
+def train(package, out, timed):
+    sys.path.insert(0, package)
+    if timed == "1":
+        from ddprun import _step_times
+
+        _step_times.install()
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.Tanh(),
+                                    torch.nn.Linear(4096, 2048)).cuda(), device_ids=[0])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    durations = []
+    for step in range(STEPS):
+        began = time.perf_counter()
+        x = torch.randn(256, 2048, generator=torch.Generator().manual_seed(step)).cuda()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        torch.cuda.synchronize()
+        durations.append(time.perf_counter() - began)
+    torch.save([p.detach().cpu() for p in model.parameters()], os.path.join(out, f"p.{timed}"))
+    with open(os.path.join(out, f"median.{timed}"), "w") as f:
+        f.write(str(statistics.median(durations[5:])))
+    dist.destroy_process_group()
+
+
+def main():
+    package = sys.argv[1]
+    import torch
+
+    out = tempfile.mkdtemp()
+    path = os.path.join(out, "steps")
+    with open(path, "wb") as f:
+        f.write(bytes(32))
+    for timed in ("0", "1"):
+        env = {**os.environ, "DDPRUN_STEP_TIMES_FILE": path} if timed == "1" else dict(os.environ)
+        subprocess.run([sys.executable, os.path.abspath(__file__), package, out, timed], env=env,
+                       check=True, timeout=300)
+    plain, timed = (torch.load(os.path.join(out, f"p.{t}")) for t in ("0", "1"))
+    assert all(torch.equal(a, b) for a, b in zip(plain, timed)), "DDP over NCCL trained differently"
+    with open(path, "rb") as f:
+        seq, steps, step_ns, wait_ns = struct.unpack("<QQQQ", f.read())
+    assert steps == STEPS - 1 and seq == 2 * steps, (seq, steps)
+    assert wait_ns <= step_ns, (wait_ns, step_ns)
+    without, with_ = (float(open(os.path.join(out, f"median.{t}")).read()) for t in ("0", "1"))
+    print(f"step times over NCCL: {steps} steps timed, {step_ns / steps / 1e6:.2f} ms a step "
+          f"({wait_ns / steps / 1e6:.3f} ms waiting); median step {with_ * 1000:.2f} ms timed, "
+          f"{without * 1000:.2f} ms not ({(with_ / without - 1) * 100:+.1f}%); bit-identical: passed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        train(*sys.argv[1:4])
+    else:
+        main()
