@@ -7,7 +7,9 @@ step, the wait is measured at the collectives:
 - DDP's gradient all-reduce, through a communication hook (DDP's default all-reduce, registered
   when the model is made, or the hook the script registers, in its place; timed): from the moment
   this rank's last bucket was ready (its own backward pass done) to the completion of the last
-  all-reduce. The rank the others wait for barely waits.
+  all-reduce. The rank the others wait for barely waits. On a GPU both moments are CUDA events (the
+  host learns of an NCCL all-reduce before it ran), read once they have happened, a step or more
+  later.
 - a collective called through torch.distributed with async_op=False: its whole time (FSDP2's
   reduce-scatter, for one);
 - the wait() of a collective's Work (async_op=True, as FSDP2's all-gathers on the CPU): the time
@@ -26,6 +28,7 @@ import threading
 import time
 
 _RECORD = struct.Struct("<QQQQ")
+_GPU_PENDING = 16  # steps whose GPU events are kept until they happen
 _ENV = "DDPRUN_STEP_TIMES_FILE"
 _now = time.monotonic_ns
 
@@ -42,6 +45,8 @@ class _Steps:
         self.waited = 0  # waits of the step under way, outside DDP's buckets
         self.last_ready = None  # DDP: when this rank's last bucket of the step was ready
         self.last_done = None  # DDP: when the step's last all-reduce completed
+        self.gpu_ready = self.gpu_done = None  # the same as CUDA events, for buckets on a GPU
+        self.gpu_pending = []  # (ready, done) events of steps not yet read
 
     def _open(self):
         self.opened = True
@@ -57,16 +62,32 @@ class _Steps:
         except (OSError, ValueError):
             self.map = None
 
-    def bucket_ready(self):
+    def bucket_ready(self, event=None):
         now = _now()
         with self.lock:
             self.last_ready = now
+            if event is not None:
+                self.gpu_ready = event
 
-    def bucket_done(self):
+    def bucket_done(self, event=None):
         now = _now()
         with self.lock:
             if self.last_done is None or now > self.last_done:
                 self.last_done = now
+            if event is not None:
+                self.gpu_done = event
+
+    def _gpu_waits(self):
+        """The waits of the steps whose events have happened by now (ns); the lock is held."""
+        if self.gpu_ready is not None and self.gpu_done is not None:
+            self.gpu_pending.append((self.gpu_ready, self.gpu_done))
+            del self.gpu_pending[:-_GPU_PENDING]
+        self.gpu_ready = self.gpu_done = None
+        waited = 0
+        while self.gpu_pending and all(e.query() for e in self.gpu_pending[0]):
+            ready, done = self.gpu_pending.pop(0)
+            waited += max(0, int(ready.elapsed_time(done) * 1e6))
+        return waited
 
     def waited_for(self, ns):
         with self.lock:
@@ -76,7 +97,12 @@ class _Steps:
         now = _now()
         with self.lock:
             wait = self.waited
-            if self.last_ready is not None and self.last_done is not None:
+            if self.gpu_ready is not None or self.gpu_pending:
+                try:
+                    wait += self._gpu_waits()
+                except Exception:  # noqa: BLE001 - a CUDA error is the script's to see
+                    self.gpu_pending = []
+            elif self.last_ready is not None and self.last_done is not None:
                 wait += max(0, self.last_done - self.last_ready)
             began, self.step_began = self.step_began, now
             self.waited, self.last_ready, self.last_done = 0, None, None
@@ -103,15 +129,31 @@ def _optimizer_stepped(*_):
     _steps.step_ended()
 
 
+def _event(tensor):
+    """A CUDA event recorded now on the current stream where `tensor` is on a GPU, else None."""
+    if not tensor.is_cuda:
+        return None
+    try:
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    except Exception:  # noqa: BLE001 - untimed, as on the host
+        return None
+
+
 def _timed_comm_hook(hook):
     """`hook`, with its bucket's readiness and its all-reduce's completion recorded."""
 
     def timed(state, bucket):
-        _steps.bucket_ready()
+        buffer = bucket.buffer()
+        _steps.bucket_ready(_event(buffer))
         future = hook(state, bucket)
 
         def done(f):
-            _steps.bucket_done()
+            # On a GPU this runs on a stream that waits for the all-reduce: the event marks its end.
+            _steps.bucket_done(_event(buffer))
             return f.value()
 
         return future.then(done)

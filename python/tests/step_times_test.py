@@ -12,6 +12,7 @@ import os
 import struct
 import sys
 import tempfile
+import time
 
 
 def main():
@@ -78,9 +79,57 @@ def main():
     # Every optimizer step but the process's first ends a step: 4 runs of 6.
     assert steps == 23 and seq == 2 * steps, (seq, steps)
     assert 0 < wait_ns < step_ns, (wait_ns, step_ns)
+    gpu_events_are_read_once_they_happened(_step_times)
     print(f"{steps} steps timed ({step_ns / steps / 1e6:.2f} ms each, "
           f"{wait_ns / steps / 1e6:.2f} ms of it in the all-reduce); DDP's arithmetic as it was "
-          f"with the default, a hook first, a hook late, a built-in one: passed")
+          f"with the default, a hook first, a hook late, a built-in one; GPU events read once "
+          f"they happened: passed")
+
+
+class Event:
+    """What _step_times uses of a CUDA event (there is no GPU here): whether it happened, and the
+    milliseconds from it to another."""
+
+    def __init__(self, at_ms):
+        self.at_ms, self.happened = at_ms, False
+
+    def query(self):
+        return self.happened
+
+    def elapsed_time(self, other):
+        assert self.happened and other.happened, "read before it happened"
+        return other.at_ms - self.at_ms
+
+
+def gpu_events_are_read_once_they_happened(module):
+    path = tempfile.mktemp(dir="/dev/shm")
+    with open(path, "wb") as f:
+        f.write(bytes(32))
+    os.environ["DDPRUN_STEP_TIMES_FILE"] = path
+    steps = module._Steps()
+    steps.step_ended()  # the first step's start
+
+    def step(ready_ms, done_ms):
+        ready, done = Event(ready_ms), Event(done_ms)
+        steps.bucket_ready(ready)
+        steps.bucket_done(done)
+        time.sleep(0.01)  # the step's host time (a wait is at most its step's)
+        steps.step_ended()
+        return ready, done
+
+    def wait_ns():
+        with open(path, "rb") as f:
+            return struct.unpack("<QQQQ", f.read())[3]
+
+    first = step(10.0, 14.0)  # the GPU has not run it yet: nothing read
+    assert wait_ns() == 0, wait_ns()
+    first[1].happened = True  # its end, but not its start: still nothing
+    second = step(20.0, 21.5)
+    assert wait_ns() == 0, wait_ns()
+    first[0].happened = second[0].happened = second[1].happened = True
+    step(30.0, 30.5)  # both earlier steps read now, in order; this one not yet
+    assert wait_ns() == 5_500_000, wait_ns()
+    os.unlink(path)
 
 
 if __name__ == "__main__":
