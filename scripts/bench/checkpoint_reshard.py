@@ -89,7 +89,6 @@ def main():
                 raise SystemExit("ddprun: the job never held at step 1 with every copy made")
             time.sleep(0.1)
         victim = next(i for i in range(3) if events(out, i, "round_formed")[0]["node_rank"] == 1)
-        lost = time.time()
         agents[victim].send_signal(signal.SIGKILL)
         agents[victim].wait()
         finish([a for i, a in enumerate(agents) if i != victim], "ddprun's resumed job")

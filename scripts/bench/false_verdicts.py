@@ -1,10 +1,11 @@
-"""How often ddprun's verdicts on nodes are wrong under load (scripts/bench/false_verdicts.sh): every
-node healthy, LOAD busy loops on the machine meanwhile (one per core by default), and count what
-each check said:
+"""How often ddprun's verdicts on nodes are wrong under load (scripts/bench/false_verdicts.sh):
+every node healthy, LOAD busy loops on the machine meanwhile (one per core by default), and count
+what each check said:
   node check  CHECKS jobs of 4 nodes with --node_check (scripts/bench/node_check.py's job): the
               nodes kept out (false, every one), and the suspicions the confirmation cleared
-  straggler   JOBS DDP jobs of 3 nodes x 1 rank, STEPS steps each (tests/launcher/straggler_test.py's
-              cluster and workload): the verdicts (false, every one) and the links measured again
+  straggler   JOBS DDP jobs of 3 nodes x 1 rank, STEPS steps each (the cluster and workload of
+              tests/launcher/straggler_test.py): the verdicts (false, every one) and the links
+              measured again
 The last line gives the rates.
 
     false_verdicts.py DDPRUN DDPRUND PYTHON REPO CHECKS JOBS STEPS LOAD

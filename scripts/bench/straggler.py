@@ -8,7 +8,10 @@ moved into a cgroup with a 40% CPU quota at step K. Runs, each RUNS times:
             the verdict to the resumed round's first step, its steps' speed, the job's time
   torchrun  torch 2.14's torchrun (c10d, node 0 hosting its store), slowed likewise: the job's time
 and the check's overhead on the healthy job: median step with the check against
---straggler_threshold=0 (which runs first alternates from run to run). Time lost to the slow node
+--straggler_threshold=0 (which runs first alternates from run to run), and, below what this
+machine's noise lets a job's step show, the timing's own cost per step in a worker
+(scripts/bench/step_times_cost.py: DDP on a tiny model, timed against not). Time lost to the slow
+node
 is a job's time less the healthy job's. The last line compares with the targets (the verdict
 within 10 steps, back at full speed within 3 steps of it, overhead under 1%).
     straggler.py DDPRUN DDPRUND PYTHON REPO RUNS STEPS
@@ -126,14 +129,22 @@ lost = {"report": med(r[1] for r in report) - healthy_time,
         "replace": med(r[2] for r in replace) - healthy_time,
         "torchrun": med(torchrun) - healthy_time}
 overhead = med(on) / med(off) - 1
+cost_us, plain_us, timed_us = (float(v) for v in subprocess.run(
+    [py, os.path.join(repo, "scripts", "bench", "step_times_cost.py"), os.path.join(repo, "python"),
+     "6", "2000"], capture_output=True, text=True, check=True).stdout.split())
 print(f"{steps} steps, node 2 slowed from step {K} (a 40% CPU quota), median of {runs}: "
       f"healthy job {healthy_time:.1f} s at {healthy_step * 1000:.0f} ms a step")
 print(f"time lost to the slow node: ddprun report {lost['report']:.1f} s, ddprun replace "
       f"{lost['replace']:.1f} s, torchrun 2.14 {lost['torchrun']:.1f} s (never names it)")
+print(f"the check's overhead in the job: {overhead * 100:+.1f}% (per run "
+      f"{', '.join(f'{a / b * 100 - 100:+.1f}%' for a, b in zip(on, off))}); the timing's own cost "
+      f"in a worker {cost_us:.0f} us a step (a tiny DDP step {plain_us:.0f} us untimed, "
+      f"{timed_us:.0f} us timed) = {cost_us / 1e4 / healthy_step:.2f}% of this job's step")
 print(f"replace: after the verdict the resumed round's first step came in {resume_s:.2f} s "
       f"= {resume_s / healthy_step:.1f} healthy steps; its steps "
       f"{med(r[3] for r in replace) * 1000:.0f} ms")
 print(f"ratio: verdict after {report_after:g} (report) / {replace_after:g} (replace) steps "
       f"(target 10); back at full speed {resume_s / healthy_step:.1f} steps after it (target 3); "
-      f"time lost with replace {lost['replace'] / lost['torchrun'] if lost['torchrun'] > 0 else 0:.2f}x "
-      f"torchrun's; overhead {overhead * 100:+.1f}% (target under 1%)")
+      f"time lost with replace "
+      f"{lost['replace'] / lost['torchrun'] if lost['torchrun'] > 0 else 0:.2f}x torchrun's; overhead {overhead * 100:+.1f}% in the job, "
+      f"{cost_us / 1e4 / healthy_step:.2f}% from the timing's cost per step (target under 1%)")

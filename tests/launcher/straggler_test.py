@@ -227,6 +227,7 @@ def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
     assert re.search(r"^straggler in round \d+: node 2 \(\S+\) held every step back by \d+% "
                      r"\(its link .* than the round's median\) for \d+ steps: reported$",
                      status, re.M), status
+    assert "kept out" not in status, status  # the measurement while training keeps no node out
     assert not left_running(out), left_running(out)
     print(f"node 2's link limited at step {K}: named for its link ({found[0][1]}% held back, "
           f"{found[0][2]}): passed")

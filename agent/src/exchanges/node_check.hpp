@@ -7,7 +7,9 @@
 // both measurements found it slow (or its probe gave no answer, which is final); a node that
 // passed records itself as checked (topic "node_check_passed", the job's
 // scope), and a round whose members all did needs no check. The verdict also goes to the job's
-// scope (topic rendezvous::kNodeCheckTopic) for `ddprun status`. Built on the rendezvous' exchange.
+// scope (topic rendezvous::kNodeCheckTopic) for `ddprun status`. The straggler check measures the
+// links again while the workers train, as measurements 2, 3, ... (exchange() with those passes;
+// their verdicts stay in the round's scope). Built on the rendezvous' exchange.
 #include <chrono>
 #include <memory>
 #include <optional>
