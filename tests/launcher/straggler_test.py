@@ -214,7 +214,7 @@ def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
     out = tempfile.mkdtemp()
     with Cluster() as c:
         for i in range(3):
-            c.start("link", i, out, 180, env={"MARK_AT": str(K)})
+            c.start("link", i, out, 160, env={"MARK_AT": str(K)})
         c.rate_limit(out)
         errs = c.finish("link", {0: 0, 1: 0, 2: 0})
         status = c.status("link")
