@@ -19,6 +19,11 @@ namespace {
 // How long a restart waits for the GPU memory of the workers that ended to be released.
 constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 
+// The buffer each link all-reduces when the straggler check measures the links while the workers
+// train: a quarter of the node check's, so that a slow link's measurement (every link's fastest of
+// several) is over four times sooner; the job's own traffic shares the links meanwhile.
+constexpr int kLinkKibWhileTraining = 1024;
+
 }  // namespace
 
 NodeAdmission::NodeAdmission(asio::io_context& io, const AgentConfig& cfg,
@@ -56,14 +61,16 @@ asio::awaitable<std::optional<AgentOutcome>> NodeAdmission::unhealthy() {
   co_return out;
 }
 
-// The node check's verdict on `round` from measurement `first_pass` on (nullopt: the round ended
-// before it came), with this node's last measurement in `mine`. A verdict naming a node measured
+// The node check's verdict on `round` from measurement `first_pass` on, each link all-reducing
+// `link_kib` KiB (0: the probe's own size) (nullopt: the round ended before it came), with this
+// node's last measurement in `mine`. A verdict naming a node measured
 // slow is measured again, longer, by every node, and only what both measurements found counts;
 // the nodes it no longer names go to `unconfirmed`.
 asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::node_check_verdict(
     const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass,
-    ProbeReport& mine, std::vector<int>& unconfirmed) {
+    int link_kib, ProbeReport& mine, std::vector<int>& unconfirmed) {
   NodeProbeRun how;
+  how.link_kib = link_kib;
   how.program = cfg_.node_probe;
   how.run_id = cfg_.rdzv.run_id;
   how.timeout = cfg_.node_check_timeout;
@@ -115,7 +122,7 @@ asio::awaitable<NodeAdmission::Checked> NodeAdmission::check_nodes(
   ProbeReport mine;
   std::vector<int> unconfirmed;
   const std::optional<node_check::Verdict> verdict =
-      co_await node_check_verdict(round, store, 0, mine, unconfirmed);
+      co_await node_check_verdict(round, store, 0, 0, mine, unconfirmed);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!verdict) {
@@ -168,10 +175,11 @@ asio::awaitable<NodeAdmission::Checked> NodeAdmission::check_nodes(
 }
 
 asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::measure_again(
-    const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass) {
+    rendezvous::Round round, rendezvous::WorkerStoreAddress store, int first_pass) {
   ProbeReport mine;
   std::vector<int> unconfirmed;
-  co_return co_await node_check_verdict(round, store, first_pass, mine, unconfirmed);
+  co_return co_await node_check_verdict(round, store, first_pass, kLinkKibWhileTraining, mine,
+                                        unconfirmed);
 }
 
 asio::awaitable<void> NodeAdmission::gpu_memory_released(const std::vector<int>& pids) {

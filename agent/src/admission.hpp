@@ -46,11 +46,12 @@ class NodeAdmission {
 
   // The node check's probe run again while `round`'s workers train (the straggler check found the
   // job's steps slowed in their waits), as measurements `first_pass` and, to confirm a suspect,
-  // `first_pass` + 1 (every node of the round runs the same): the verdict, or nullopt where the
-  // round ended before it came. The caller reads what it needs (the links: the workers' load
-  // skews the compute kernel's figures).
+  // `first_pass` + 1 (every node of the round runs the same; each link all-reduces 1 MiB, not the
+  // check's 4): the verdict, or nullopt where the round ended before it came. The caller reads what
+  // it needs (the links: the workers' load skews the compute kernel's figures).
+  // (Its arguments are copied: it may outlive its caller's, cancelled, when the round ends.)
   boost::asio::awaitable<std::optional<node_check::Verdict>> measure_again(
-      const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass);
+      rendezvous::Round round, rendezvous::WorkerStoreAddress store, int first_pass);
 
   // Before workers start again on this node's GPUs: waits (bounded) until none of `pids`, the
   // workers that ended, still holds GPU memory, which the driver releases after they exit.
@@ -59,7 +60,7 @@ class NodeAdmission {
  private:
   boost::asio::awaitable<std::optional<node_check::Verdict>> node_check_verdict(
       const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass,
-      ProbeReport& mine, std::vector<int>& unconfirmed);
+      int link_kib, ProbeReport& mine, std::vector<int>& unconfirmed);
 
   boost::asio::io_context& io_;
   const AgentConfig& cfg_;

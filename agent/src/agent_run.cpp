@@ -40,12 +40,14 @@ namespace {
 struct Run : AgentParts {
   explicit Run(const AgentParts& parts)
       : AgentParts(parts),
-        admission(parts.io, parts.cfg, parts.run_dir, parts.rdzv, parts.events, parts.containment,
-                  parts.nvml),
+        admission(std::make_shared<NodeAdmission>(parts.io, parts.cfg, parts.run_dir, parts.rdzv,
+                                                  parts.events, parts.containment, parts.nvml)),
         outcomes(parts.cfg, parts.run_dir, parts.rdzv, parts.events) {}
 
-  NodeAdmission admission;  // the checks that keep this node out
-  RunOutcomes outcomes;     // what the end of a round, or of the job, means here
+  // The checks that keep this node out; shared with a measurement of the links the straggler check
+  // runs (which may still be ending, cancelled, after the job's last round).
+  std::shared_ptr<NodeAdmission> admission;
+  RunOutcomes outcomes;  // what the end of a round, or of the job, means here
 
   bool checked_for_next_round = false;  // the health check ran just before joining
   RestartClock restart_clock;           // the restart under way, phase by phase
@@ -134,7 +136,7 @@ struct Run : AgentParts {
     bool joined = false;
     group.on_first_progress([this](const AttemptTimes& times) { restart_measured(times); });
     try {
-      if (std::optional<AgentOutcome> sick = co_await admission.unhealthy()) {
+      if (std::optional<AgentOutcome> sick = co_await admission->unhealthy()) {
         out = std::move(*sick);
       } else {
         checked_for_next_round = true;
@@ -202,7 +204,7 @@ struct Run : AgentParts {
         co_return out;
       }
       if (!std::exchange(checked_for_next_round, false)) {
-        if (std::optional<AgentOutcome> sick = co_await admission.unhealthy())
+        if (std::optional<AgentOutcome> sick = co_await admission->unhealthy())
           co_return std::move(*sick);
       }
       const std::optional<rendezvous::Round> round = co_await rdzv->next_round();
@@ -242,7 +244,7 @@ struct Run : AgentParts {
       AgentOutcome kept_out;
       const rendezvous::WorkerStoreAddress& store = *master;
       const NodeAdmission::Checked checked =
-          co_await admission.check_nodes(*round, store, kept_out);
+          co_await admission->check_nodes(*round, store, kept_out);
       if (checked == NodeAdmission::Checked::kThisNodeOut) co_return kept_out;
       if (checked == NodeAdmission::Checked::kAnotherNodeOut) {  // the round re-forms without them
         interrupted_by = co_await rdzv->interruption(*round);
@@ -256,8 +258,8 @@ struct Run : AgentParts {
       std::vector<WorkerLaunch> launches =
           plan_round(cfg, attempt_dir, *round, *master, bindings, restore, roles);
       checkpoints.round_started(*round);
-      straggler.round_started(*round, [this, ran = *round, store](int first_pass) {
-        return admission.measure_again(ran, store, first_pass);
+      straggler.round_started(*round, [admission = admission, ran = *round, store](int pass) {
+        return admission->measure_again(ran, store, pass);
       });
       auto [r, why] = co_await run_watched(launches, *round);
       straggler.round_ended();
@@ -273,7 +275,7 @@ struct Run : AgentParts {
       if (r.hang || hang_exchange::peer_hang(*rdzv, *round))
         co_await summarise_hang(rdzv, *round, cfg.shutdown_timeout, r);
       if (r.state == GroupResult::State::kFailed || r.state == GroupResult::State::kInterrupted) {
-        co_await admission.gpu_memory_released(r.pids);
+        co_await admission->gpu_memory_released(r.pids);
       }
       if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
         own_failure = r.failures.front().exitcode;

@@ -54,6 +54,22 @@ def finish(procs, timeout=120):
     return [(p.wait(timeout), *p.communicate()) for p in procs]
 
 
+def agents_ended(agents, codes, timeout=300):
+    """Each agent's stderr (a text pipe) once it ended with its code in `codes` (agents' key ->
+    exit status); an agent still running after `timeout` is killed and fails the test."""
+    errs = {}
+    for key, code in codes.items():
+        p = agents[key]
+        try:
+            _, errs[key] = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, errs[key] = p.communicate()
+            raise AssertionError(f"{key} did not finish: {errs[key][-3000:]}")
+        assert p.returncode == code, (key, p.returncode, errs[key][-5000:])
+    return errs
+
+
 def alive(pid):
     """Whether process `pid` runs (a zombie does not)."""
     try:

@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 from netns import bridged_job_store, remove_namespaces
-from proc_util import left_running, wait_for
+from proc_util import agents_ended, left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FSDP = os.path.join(HERE, "workloads", "checkpoint_fsdp.py")
@@ -83,17 +83,8 @@ class Cluster:
         return self.agents[(run_id, i)]
 
     def finish(self, run_id, hosts):
-        errs = {}
-        for i in hosts:
-            p = self.agents[(run_id, i)]
-            try:
-                _, errs[i] = p.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, errs[i] = p.communicate()
-                raise AssertionError(f"host {i} did not finish: {errs[i][-3000:]}")
-            assert p.returncode == 0, (i, errs[i][-5000:])
-        return errs
+        errs = agents_ended(self.agents, {(run_id, i): 0 for i in hosts})
+        return {i: errs[(run_id, i)] for i in hosts}
 
     def status(self, run_id):
         r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",

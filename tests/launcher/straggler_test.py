@@ -22,7 +22,7 @@ import time
 
 from checkpoint_test import bit_identical
 from netns import bridged_job_store, remove_namespaces
-from proc_util import left_running, wait_for
+from proc_util import agents_ended, left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workloads", "straggler_ddp.py")
@@ -76,17 +76,8 @@ class Cluster:
 
     def finish(self, run_id, codes):
         """Each agent's stderr once it ended with its code in `codes` (node -> code)."""
-        errs = {}
-        for i, code in codes.items():
-            p = self.agents[(run_id, i)]
-            try:
-                _, errs[i] = p.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, errs[i] = p.communicate()
-                raise AssertionError(f"node {i} did not finish: {errs[i][-3000:]}")
-            assert p.returncode == code, (i, p.returncode, errs[i][-3000:])
-        return errs
+        errs = agents_ended(self.agents, {(run_id, i): code for i, code in codes.items()})
+        return {i: errs[(run_id, i)] for i in codes}
 
     def status(self, run_id):
         r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
@@ -109,12 +100,14 @@ class Cluster:
         return time.time()
 
     def rate_limit(self, out, rank=2, rate="200mbit"):
-        """Once rank `rank` reached step K, limits what node `rank` sends (its eth0) to `rate`."""
+        """Once rank `rank` reached step K, limits what node `rank` sends (its eth0) to `rate`;
+        returns when it did (wall clock)."""
         path = os.path.join(out, f"at.{rank}")
         wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > 0, "step K", 180)
         subprocess.run(["ip", "netns", "exec", self.hosts[rank], "tc", "qdisc", "add", "dev",
                         "eth0", "root", "tbf", "rate", rate, "burst", "64kbit", "latency",
                         "400ms"], check=True, capture_output=True)
+        return time.time()
 
 
 def step_times(out, attempt):
@@ -202,7 +195,7 @@ def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
           f"steps {healthy * 1000:.0f} ms before, {swapped * 1000:.0f} ms after the swap: passed")
 
 
-LINK_LINE = re.compile(r"^\[[0-9-]+ [0-9:.]+\] \[ddprun\] \[warning\] straggler check: node (\d+) "
+LINK_LINE = re.compile(r"^\[([0-9-]+ [0-9:.]+)\] \[ddprun\] \[warning\] straggler check: node (\d+) "
                        r"\(\S+\) holds every step back by (\d+)%: its link is ([0-9.]+x slower|"
                        r"far slower) than the round's median", re.M)
 
@@ -214,12 +207,15 @@ def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
     out = tempfile.mkdtemp()
     with Cluster() as c:
         for i in range(3):
-            c.start("link", i, out, 160, env={"MARK_AT": str(K)})
-        c.rate_limit(out)
+            c.start("link", i, out, 180, env={"MARK_AT": str(K)})
+        limited = c.rate_limit(out)
         errs = c.finish("link", {0: 0, 1: 0, 2: 0})
         status = c.status("link")
     found = LINK_LINE.findall(errs[0])
-    assert len(found) == 1 and found[0][0] == "2", errs[0][-4000:]
+    assert len(found) == 1 and found[0][1] == "2", errs[0][-4000:]
+    asked = re.search(r"^\[([0-9-]+ [0-9:.]+)\] .*every node measures its links", errs[0], re.M)
+    asked_at = datetime.datetime.strptime(asked.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    named_at = datetime.datetime.strptime(found[0][0], "%Y-%m-%d %H:%M:%S.%f").timestamp()
     assert "its ranks compute" not in errs[0], errs[0][-4000:]  # not named for its compute
     for i in (1, 2):
         assert "straggler check: node" not in errs[i], errs[i][-2000:]
@@ -229,8 +225,9 @@ def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
                      status, re.M), status
     assert "kept out" not in status, status  # the measurement while training keeps no node out
     assert not left_running(out), left_running(out)
-    print(f"node 2's link limited at step {K}: named for its link ({found[0][1]}% held back, "
-          f"{found[0][2]}): passed")
+    print(f"node 2's link limited at step {K}: named for its link ({found[0][2]}% held back, "
+          f"{found[0][3]}): the slowdown seen {asked_at - limited:.1f} s after the limit, the link "
+          f"named {named_at - asked_at:.1f} s later: passed")
 
 
 HOG = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass\n"

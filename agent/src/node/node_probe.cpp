@@ -40,6 +40,7 @@ boost::asio::awaitable<ProbeReport> run_node_probe(boost::asio::io_context& io,
       quoted(report), own_limit.count());
   if (how.gpu) command += " --gpu 0";
   if (how.pass > 0) command += fmt::format(" --pass {}", how.pass);
+  if (how.link_kib > 0) command += fmt::format(" --link-kib {}", how.link_kib);
   const std::optional<std::string> failed =
       co_await run_bounded_command(io, containment, command, how.timeout, how.env, log);
   if (failed) co_return ProbeReport::failure(round.node_rank, "the probe failed: " + *failed);

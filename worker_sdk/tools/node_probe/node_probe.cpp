@@ -9,12 +9,15 @@
 //   link <phase> <partner's node rank> failed <bytes>     (not done within the phase's time)
 //
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
-//                     --report FILE --timeout-ms MS [--gpu DEVICE] [--pass P]
+//                     --report FILE --timeout-ms MS [--gpu DEVICE] [--pass P] [--link-kib K]
 //
 // --pass: which measurement of the round this is: an even one measures (0 the node check's before
 // the workers start, 2, 4, ... the straggler check's while they train), an odd one confirms the
 // one before, longer, before a node it found slow is acted on: its store keys are its own, and an
 // odd pass runs kConfirmFactor times as many blocks and all-reduces.
+// --link-kib: the buffer each link all-reduces, KiB (default 4096, long against a moment's load;
+// the straggler check's measurement while the workers train uses less, to be over sooner on a
+// slow link).
 // --gpu: the compute kernel is a cuBLAS matrix product on that CUDA device (gpu_kernel.hpp), where
 // this build has CUDA and the machine cuBLAS; else the CPU kernel, saying why on stderr.
 //
@@ -55,7 +58,7 @@ constexpr int kComputeRunsPerBlock = 12;
 // every one).
 constexpr int kLinkRuns = 8;
 constexpr auto kLinkGap = std::chrono::milliseconds(5);
-constexpr size_t kLinkFloats = size_t{1} << 20;  // 4 MiB: long against a moment's load
+constexpr int kLinkKib = 4096;  // 4 MiB: long against a moment's load
 constexpr int kConfirmFactor = 3;
 
 struct Args {
@@ -69,6 +72,7 @@ struct Args {
   std::chrono::milliseconds timeout{30'000};
   int gpu = -1;  // --gpu: the CUDA device for the compute kernel; -1 none
   int pass = 0;  // --pass
+  size_t link_floats = size_t{kLinkKib} * 1024 / sizeof(float);  // --link-kib
 
   int repeat() const { return pass % 2 == 0 ? 1 : kConfirmFactor; }
   // What this pass's store keys begin with.
@@ -81,7 +85,7 @@ struct Args {
   std::fprintf(stderr,
                "ddprun-node-probe: %s\nusage: ddprun-node-probe --rank R --nodes N --store "
                "HOST:PORT --run RUN_ID --round K --report FILE --timeout-ms MS [--gpu DEVICE] "
-               "[--pass P]\n",
+               "[--pass P] [--link-kib K]\n",
                why.c_str());
   std::exit(2);
 }
@@ -122,6 +126,10 @@ Args parse(int argc, char** argv) {
       a.gpu = number(flag, value);
     } else if (flag == "--pass") {
       a.pass = number(flag, value);
+    } else if (flag == "--link-kib") {
+      const int kib = number(flag, value);
+      if (kib < 1 || kib > 1024 * 1024) usage("--link-kib must be from 1 to 1048576");
+      a.link_floats = static_cast<size_t>(kib) * 1024 / sizeof(float);
     } else if (flag == "--timeout-ms") {
       a.timeout = std::chrono::milliseconds(number(flag, value));
     } else {
@@ -146,8 +154,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds per all-reduce of kLinkFloats floats with `partner`, the fastest of kLinkRuns (times the
-// pass's repeat) after one to warm up.
+// Seconds per all-reduce of a.link_floats floats with `partner`, the fastest of kLinkRuns (times
+// the pass's repeat) after one to warm up.
 double link_seconds(const Args& a, int phase, int partner,
                     std::chrono::steady_clock::time_point deadline) {
   ddp::WorkerEnv env;
@@ -165,7 +173,7 @@ double link_seconds(const Args& a, int phase, int partner,
                  std::to_string(std::min(a.rank, partner)) + "-" +
                  std::to_string(std::max(a.rank, partner));
   const auto group = ddp::init_process_group(ddp::Backend::kGloo, env, o);
-  std::vector<float> data(kLinkFloats, 1.0f);
+  std::vector<float> data(a.link_floats, 1.0f);
   std::vector<double> runs;
   for (int i = 0; i <= kLinkRuns * a.repeat(); ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -247,10 +255,10 @@ int main(int argc, char** argv) {
       try {
         const double seconds = link_seconds(a, phase, other, phase_deadline);
         report += "link " + std::to_string(phase) + " " + std::to_string(other) + " " +
-                  decimal(seconds) + " " + std::to_string(kLinkFloats * sizeof(float)) + "\n";
+                  decimal(seconds) + " " + std::to_string(a.link_floats * sizeof(float)) + "\n";
       } catch (const ddp::Error& e) {
         report += "link " + std::to_string(phase) + " " + std::to_string(other) + " failed " +
-                  std::to_string(kLinkFloats * sizeof(float)) + "\n";
+                  std::to_string(a.link_floats * sizeof(float)) + "\n";
         std::fprintf(stderr, "ddprun-node-probe: node %d, phase %d, with node %d: %s\n", a.rank,
                      phase, other, e.what());
       }
