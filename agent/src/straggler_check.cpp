@@ -47,6 +47,11 @@ struct StragglerCheck::RoundWatch {
   LinkMeasure measure;
   asio::cancellation_signal stop_measuring;  // emitted when the round ends
   bool ended = false;
+  // Node rank 0 named a node's link in this round: the compute/wait split of the others' steps is
+  // no longer one of compute (a slow link's traffic delays a node's own work too: node 0 of a job
+  // whose node 2 sent at 200 Mbit/s was named for 1.31x the median's compute after the link was),
+  // so no node is named for its compute in the rest of the round.
+  bool link_named = false;
   int measured = 0;  // the last measurement of the links this node took part in (0: none)
   std::optional<std::chrono::steady_clock::time_point> links_measured;  // node rank 0: when
 };
@@ -135,7 +140,7 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
       if (w->ended) co_return;
     }
     const std::optional<straggler::Lagging>& slow = judged.lagging;
-    if (!slow) continue;
+    if (!slow || w->link_named) continue;
     const auto node = static_cast<size_t>(slow->node_rank);
     const std::string id =
         node < r.members.size() ? r.members[node] : std::to_string(slow->node_rank);
@@ -234,6 +239,7 @@ asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch
                                  {"pace_s", slowed.pace_s},
                                  {"steps", slowed.steps},
                                  {"threshold", cfg_.straggler.threshold}};
+  w->link_named = true;
   co_await act(
       r, slowest->node_rank, fields,
       straggler::describe_link(slowed, slowest->node_rank, id, slowest->ratio, slowest->detail));
