@@ -21,6 +21,12 @@ namespace asio = boost::asio;
 
 namespace {
 
+// Node `node_rank` of `r` by its id where the round names its members, else by its rank.
+std::string member_id(const rendezvous::Round& r, int node_rank) {
+  const auto node = static_cast<size_t>(node_rank);
+  return node < r.members.size() ? r.members[node] : std::to_string(node_rank);
+}
+
 // How often a node reads its ranks' totals and shares a window: four times a second, less often
 // in a job so large that the store would take more than a few thousand windows a second.
 std::chrono::milliseconds period_for(int nodes) {
@@ -141,9 +147,7 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
     }
     const std::optional<straggler::Lagging>& slow = judged.lagging;
     if (!slow || w->link_named) continue;
-    const auto node = static_cast<size_t>(slow->node_rank);
-    const std::string id =
-        node < r.members.size() ? r.members[node] : std::to_string(slow->node_rank);
+    const std::string id = member_id(r, slow->node_rank);
     const nlohmann::json verdict = {{"round", r.number},
                                     {"node_rank", slow->node_rank},
                                     {"node", id},
@@ -212,9 +216,11 @@ asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch
   // The slowest link named (ratio 0: its all-reduces never completed, the slowest of all).
   std::optional<node_check::SlowNode> slowest;
   for (const node_check::SlowNode& s :
-       verdict ? verdict->slow : std::vector<node_check::SlowNode>{}) {
-    if (s.probe != "link") continue;
-    if (!slowest || (slowest->ratio > 0 && (s.ratio == 0 || s.ratio > slowest->ratio))) slowest = s;
+       verdict ? verdict->slow : std::vector<node_check::SlowNode>()) {
+    if (s.probe == "link" &&
+        (!slowest || (slowest->ratio > 0 && (s.ratio == 0 || s.ratio > slowest->ratio)))) {
+      slowest = s;
+    }
   }
   if (!slowest) {
     spdlog::info(
@@ -225,9 +231,7 @@ asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch
     judge.rebase();
     co_return;
   }
-  const auto node = static_cast<size_t>(slowest->node_rank);
-  const std::string id =
-      node < r.members.size() ? r.members[node] : std::to_string(slowest->node_rank);
+  const std::string id = member_id(r, slowest->node_rank);
   const nlohmann::json fields = {{"round", r.number},
                                  {"node_rank", slowest->node_rank},
                                  {"node", id},
