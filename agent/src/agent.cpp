@@ -139,6 +139,13 @@ class NodeAgent {
       group_.watch_steps(steps_dir_.path, straggler_.samples());
     }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
+    if (cfg.restart_mode == RestartMode::kInProcess) {
+      // Read by the workers as often as the heartbeats: in memory where there is one.
+      inprocess_dir_.path =
+          make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-inprocess-XXXXXX"
+                                               : "/tmp/ddprun-inprocess-XXXXXX");
+      group_.restart_in_process(inprocess_dir_.path);
+    }
     checkpoints_.start();
     const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;
     // The node check and the checkpoints' restore plan tell a round's nodes apart by their ids
@@ -313,6 +320,7 @@ class NodeAgent {
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
   OwnedDir steps_dir_;
+  OwnedDir inprocess_dir_;
   std::unique_ptr<WarmInterpreter> warm_;
   int signaled_ = 0;
   bool peer_stopped_ = false;

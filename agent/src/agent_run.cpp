@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -156,6 +157,12 @@ struct Run : AgentParts {
       out.signal = signaled;
     }
     group.on_first_progress(nullptr);
+    // Workers kept for an in-process restart that will not come go with the job (SIGKILLed with
+    // the group, should a stop cancel this wait).
+    try {
+      co_await group.end_kept(signaled != 0 ? signaled : SIGTERM);
+    } catch (const boost::system::system_error&) {
+    }
     if (joined) co_await rdzv->leave(!error && out.state != AgentOutcome::State::kSignaled);
     if (error) std::rethrow_exception(error);
     co_return out;

@@ -73,6 +73,7 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.checkpoint_dir = c.checkpoint_dir;
   a.checkpoint_persist_every = c.checkpoint_persist_every;
   a.crash_loop_attempts = static_cast<int>(c.crash_loop_attempts);
+  a.restart_mode = c.restart_mode;
   if (a.hang.mode != agent::HangPolicy::Mode::kOff && !a.python_workers) {
     // Native workers' stacks on a hang: gdb, where it is on PATH.
     const std::string gdb = resolved_program("gdb", env);

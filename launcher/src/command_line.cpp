@@ -338,6 +338,11 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
                       o["checkpoint_persist_every"]));
     }
   }
+  if (const std::string mode = o["restart_mode"]; mode == "in_process") {
+    c.restart_mode = agent::RestartMode::kInProcess;
+  } else if (!mode.empty() && mode != "process") {
+    throw UsageError(fmt::format("--restart_mode: '{}' is not one of process, in_process", mode));
+  }
   if (!o["crash_loop_attempts"].empty()) {
     c.crash_loop_attempts = parse_int(o["crash_loop_attempts"], "--crash_loop_attempts");
     if (c.crash_loop_attempts < 0 || c.crash_loop_attempts == 1) {

@@ -90,6 +90,7 @@ struct LaunchConfig {
   std::string checkpoint_dir;                                // --checkpoint_dir: absolute; "" none
   int64_t checkpoint_persist_every = 100;                    // --checkpoint_persist_every
   int64_t crash_loop_attempts = 3;                           // --crash_loop_attempts
+  agent::RestartMode restart_mode = agent::RestartMode::kProcess;  // --restart_mode
   std::string health_check;                              // --health_check: a shell command; "" none
   bool node_check = false;                               // --node_check
   double node_check_factor = 2.0;                        // --node_check_factor

@@ -96,6 +96,14 @@ const std::vector<OptionSpec>& option_table() {
                "the same way (same rank, exit, exception and frame, resumed from the same "
                "checkpoint step), whatever restarts remain (default 3; 0: never)",
        .ddprun_only = true},
+      {.names = "--restart-mode,--restart_mode",
+       .dest = "restart_mode",
+       .metavar = "process|in_process",
+       .help = "how workers restart after a failure: every worker's process anew (default, as "
+               "torchrun), or in_process: only the failed ranks' processes are replaced and the "
+               "others run their training again in their own processes (those that run it under "
+               "ddprun.inprocess; workers that do not restart as processes)",
+       .ddprun_only = true},
       {.names = "--health-check,--health_check",
        .dest = "health_check",
        .metavar = "CMD",

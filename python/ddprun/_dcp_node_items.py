@@ -28,6 +28,13 @@ from ddprun import checkpoint as _ckpt
 _saves = 0  # this process's DCP saves into memory so far
 
 
+
+def _restarted():
+    """An in-process restart (ddprun.inprocess): saves count from the attempt's start, as in a
+    process started for it."""
+    global _saves
+    _saves = 0
+
 @dataclasses.dataclass(frozen=True)
 class Held:
     """What a rank's local plan holds (its storage_data on the way to the coordinator)."""

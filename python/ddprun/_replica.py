@@ -152,6 +152,13 @@ def next_ordinal():
     return _ordinal
 
 
+def _restarted():
+    """An in-process restart (ddprun.inprocess): saves count from the attempt's start, as in a
+    process started for it."""
+    global _ordinal
+    _ordinal = 0
+
+
 class _Holder:
     """A holder's region file, open once (a region grown meanwhile replaces the file under its name,
     not this one): its slots' records, structure and tiles, read with pread, or mapped."""

@@ -346,3 +346,10 @@ def install():
         if name in sys.modules:  # imported already (a warm interpreter's preload)
             actions.pop(name)(sys.modules[name])
     sys.meta_path.insert(0, _AfterImport(actions))
+
+
+def _reopen():
+    """An in-process restart (ddprun.inprocess): the attempt's record is a new file, from zero."""
+    with _steps.lock:
+        _steps.opened, _steps.map, _steps.step_began = False, None, None
+        _steps.seq = _steps.steps = _steps.step_ns = _steps.wait_ns = 0

@@ -31,3 +31,9 @@ def beat():
             os.close(fd)
     _count += 1
     _pack(_map, 0, _count)
+
+
+def _reopen():
+    """An in-process restart (ddprun.inprocess): the next beat maps the attempt's new file."""
+    global _map
+    _map = None

@@ -14,6 +14,7 @@
 #include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/agent/worker_process.hpp"
 #include "watchers/heartbeat_file.hpp"
+#include "workers/inprocess_channel.hpp"
 #include "workers/worker_launch.hpp"
 
 namespace ddprun::agent {
@@ -26,6 +27,7 @@ struct RunningWorker {
 
   WorkerLaunch launch;
   std::unique_ptr<WorkerProcess> process;  // null: not started (the machine refused a process)
+  uint64_t serial = 0;  // which process this is, among all the group started (0: none yet)
   // --hang_timeout: its progress clock and heartbeat file, and whether it has sent a heartbeat
   // (then its output is no longer progress).
   std::optional<ProgressClock> clock;
@@ -37,7 +39,13 @@ struct RunningWorker {
   // Why ddprun ended it (an expired torch timer, a hang), which makes its exit a failure.
   std::string ended_because;
   std::shared_ptr<LogPump> err_pump;  // its stderr's pump, kept for its stack dump; or null
-  std::string native_dump;            // gdb's output on a hang (native workers)
+  std::vector<std::shared_ptr<LogPump>> pumps;  // its teed streams' pumps
+  size_t open_pumps = 0;                        // of those, the ones still reading
+  std::string native_dump;                      // gdb's output on a hang (native workers)
+  // --restart_mode=in_process: its channel (inprocess_channel.hpp), and whether it was asked to
+  // abort its attempt (and keep its process for the next one).
+  std::unique_ptr<InProcessChannel> channel;
+  bool parking = false;
 
   bool running() const { return process && process->running(); }
 };
@@ -55,19 +63,19 @@ struct AttemptTimes {
 };
 
 struct Attempt {
-  uint64_t number = 0;                          // WorkerGroup::run()s so far, this one included
-  std::vector<RunningWorker> workers;           // one per launch, in the launches' order
-  std::vector<std::shared_ptr<LogPump>> pumps;  // every teed stream's pump
-  size_t running = 0;                           // started workers not yet ended
-  size_t open_pumps = 0;
+  uint64_t number = 0;                 // WorkerGroup::run()s so far, this one included
+  std::vector<RunningWorker> workers;  // one per launch, in the launches' order
+  size_t running = 0;                  // started (or kept) workers not yet ended or parked
   bool stopping = false;   // the workers were told to stop (a failure, a hang, an interruption)
   bool stop_sent = false;  // the usual stop began (SIGTERM, SIGKILL after the shutdown timeout)
   bool sigkill_sent = false;
   int stop_signal = 0;       // stop(): the signal forwarded
   bool interrupted = false;  // interrupt(): another node's event
   bool hang_declared = false;
-  bool stacks_wanted = false;  // the workers' stacks are collected before they stop
-  std::string unhealthy;       // a worker stuck in state D: which, where, how long
+  bool aborted_in_process = false;  // its workers were asked to abort it and run again in process
+  bool hung_after_abort = false;    // some did not, after a hang: their stacks are being taken
+  bool stacks_wanted = false;       // the workers' stacks are collected before they stop
+  std::string unhealthy;            // a worker stuck in state D: which, where, how long
   std::vector<WorkerFailure> failures;
   AttemptTimes times;
   // Called once, at the first progress of any worker of the attempt; may be empty.

@@ -24,9 +24,6 @@ namespace {
 // How long teed output may keep arriving after every worker has exited (a stray process that left
 // the worker's process group may hold the pipe).
 constexpr auto kPumpDrain = std::chrono::seconds(2);
-// After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process in
-// uninterruptible sleep dies only when the kernel lets it).
-constexpr auto kKillGrace = std::chrono::seconds(5);
 // How much of a worker's stderr is kept for its stack dump.
 constexpr size_t kStackTail = 256 * 1024;
 // ... and otherwise, for the exception it died of.
@@ -34,6 +31,9 @@ constexpr size_t kTracebackTail = 64 * 1024;
 // How long a round's first workers wait for the warm interpreter's imports (--preload); cold
 // starts after that.
 constexpr std::chrono::seconds kWarmReadyLimit{60};
+// In process, how long after a hang the ranks may take to abort their attempt: those that have not
+// by then are the hung ones.
+constexpr std::chrono::milliseconds kHangAbortGrace{2000};
 // How often workers' states, heartbeats and silences are looked at, when they are watched.
 constexpr auto kStatePoll = std::chrono::milliseconds(100);
 
@@ -73,11 +73,18 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds 
       wake_(io),
       kill_timer_(io),
       state_timer_(io),
+      inprocess_timer_(io),
       stacks_(io, containment, *this) {}
 
 WorkerGroup::~WorkerGroup() {
   if (attempt_) {
-    for (auto& p : attempt_->pumps) p->finish();
+    for (RunningWorker& w : attempt_->workers) {
+      for (auto& p : w.pumps) p->finish();
+    }
+  }
+  for (RunningWorker& w : kept_) {
+    if (w.running()) w.process->signal_group(SIGKILL);
+    for (auto& p : w.pumps) p->finish();
   }
 }
 
@@ -132,7 +139,10 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   active_ = true;
 
   for (size_t i = 0; i < attempt_->workers.size(); ++i) {
-    if (!start_worker(i)) break;
+    if (!adopt_kept(i) && !start_worker(i)) break;
+  }
+  for (RunningWorker& w : kept_) {  // a local rank this attempt does not have
+    if (w.running()) w.process->signal_group(SIGKILL);
   }
   attempt_->times.started = std::chrono::steady_clock::now();
   if (event_log_ != nullptr) {
@@ -147,15 +157,18 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
 
   if (!watchers_.empty()) watch_states();
+  if (!inprocess_dir_.empty()) watch_in_process();
   boost::asio::steady_timer drain(io_);
   bool draining = false;
-  while (attempt_->running > 0 || attempt_->open_pumps > 0) {
+  while (attempt_->running > 0 || open_pumps() > 0) {
     if (attempt_->running == 0 && !draining) {
       draining = true;
       drain.expires_after(kPumpDrain);
       drain.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
-        for (auto& p : attempt_->pumps) p->finish();
+        for (RunningWorker& w : attempt_->workers) {
+          for (auto& p : w.pumps) p->finish();
+        }
       });
     }
     if (!woken_) {
@@ -167,6 +180,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   drain.cancel();
   kill_timer_.cancel();
   state_timer_.cancel();
+  inprocess_timer_.cancel();
   containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
   attempt_->times.ended = std::chrono::steady_clock::now();
@@ -177,7 +191,12 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
 bool WorkerGroup::start_worker(size_t i) {
   Attempt& a = *attempt_;
   RunningWorker& rw = a.workers[i];
-  const WorkerLaunch& l = rw.launch;
+  WorkerLaunch& l = rw.launch;
+  if (!inprocess_dir_.empty()) {
+    rw.channel = std::make_unique<InProcessChannel>(inprocess_dir_, l.id.local_rank);
+    rw.channel->started(a.number);
+    l.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
+  }
   try {
     rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup(), warm_);
   } catch (const std::system_error& e) {
@@ -196,15 +215,15 @@ bool WorkerGroup::start_worker(size_t i) {
   ++a.running;
   WorkerProcess& w = *rw.process;
   containment_.started(w.pid(), w.cgroup_path());
-  const uint64_t number = a.number;
+  const uint64_t serial = rw.serial = ++serials_;
   for (auto [fd, target] :
        {std::pair{w.take_stdout_pipe(), &l.tee_out}, std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
     if (fd < 0) continue;
     auto pump =
         std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
                                   target->raw ? std::string() : l.prefix, target->duplicate);
-    pump->set_on_output([this, number, i] {
-      RunningWorker* worker = worker_of(number, i);
+    pump->set_on_output([this, serial] {
+      RunningWorker* worker = worker_of(serial);
       if (worker == nullptr) return;
       const auto now = std::chrono::steady_clock::now();
       attempt_->progress(now);
@@ -215,20 +234,35 @@ bool WorkerGroup::start_worker(size_t i) {
       pump->keep_tail(stacks_.reads_stderr() && rw.clock ? kStackTail : kTracebackTail);
       rw.err_pump = pump;
     }
-    ++a.open_pumps;
-    pump->start([this, number] {
-      if (attempt_ && attempt_->number == number) --attempt_->open_pumps;
+    ++rw.open_pumps;
+    pump->start([this, serial] {
+      const auto ended = [serial](std::vector<RunningWorker>& workers) {
+        for (RunningWorker& w : workers) {
+          if (w.serial == serial && w.open_pumps > 0) --w.open_pumps;
+        }
+      };
+      if (attempt_) ended(attempt_->workers);
+      ended(kept_);
       wake();
     });
-    a.pumps.push_back(std::move(pump));
+    rw.pumps.push_back(std::move(pump));
   }
-  w.watch_exit([this, i](const ExitStatus& s) { on_exit(i, s); });
+  w.watch_exit([this, serial](const ExitStatus& s) { on_exit(serial, s); });
   return true;
 }
 
-RunningWorker* WorkerGroup::worker_of(uint64_t attempt, size_t i) {
-  if (!attempt_ || attempt_->number != attempt || i >= attempt_->workers.size()) return nullptr;
-  return &attempt_->workers[i];
+RunningWorker* WorkerGroup::worker_of(uint64_t serial) {
+  if (!attempt_ || !active_) return nullptr;
+  for (RunningWorker& w : attempt_->workers) {
+    if (w.serial == serial && w.process) return &w;
+  }
+  return nullptr;
+}
+
+size_t WorkerGroup::open_pumps() const {
+  size_t open = 0;
+  for (const RunningWorker& w : attempt_->workers) open += w.open_pumps;
+  return open;
 }
 
 GroupResult WorkerGroup::conclude() {
@@ -265,15 +299,28 @@ GroupResult WorkerGroup::conclude() {
   for (RunningWorker& w : a.workers) {
     w.process.reset();
     w.err_pump.reset();
+    w.pumps.clear();
   }
-  a.pumps.clear();
   return result;
 }
 
-void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
+void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
+  RunningWorker* in_attempt = worker_of(serial);
+  if (in_attempt == nullptr) {  // a kept worker ended between attempts: the next one starts anew
+    for (const RunningWorker& w : kept_) {
+      if (w.serial != serial) continue;
+      containment_.ended(w.process->pid());
+      spdlog::warn("local rank {} (pid {}) ended while kept for the next attempt ({} {})",
+                   w.launch.id.local_rank, w.process->pid(),
+                   status.code >= 0 ? "exit code" : "signal",
+                   status.code >= 0 ? std::to_string(status.code) : signal_name(-status.code));
+    }
+    wake();
+    return;
+  }
   Attempt& a = *attempt_;
   --a.running;
-  const RunningWorker& rw = a.workers[index];
+  const RunningWorker& rw = *in_attempt;
   const WorkerLaunch& l = rw.launch;
   const WorkerProcess& w = *rw.process;
   containment_.ended(w.pid());
@@ -312,9 +359,24 @@ void WorkerGroup::on_exit(size_t index, const ExitStatus& status) {
     spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank,
                  f.rank, f.pid, f.exitcode);
     a.failures.push_back(std::move(f));
-    if (!a.stopping) begin_stopping(SIGTERM);
+    if (!a.stopping) end_attempt();
   }
   wake();
+}
+
+void WorkerGroup::end_attempt() {
+  Attempt& a = *attempt_;
+  if (a.hung_after_abort) {  // the stacks of the hung ranks were taken: they stop now
+    a.hung_after_abort = false;
+    begin_stopping(SIGTERM);
+    return;
+  }
+  if (a.stopping && a.stop_sent) return;
+  if (!a.aborted_in_process && all_can_restart_in_process(false)) {
+    begin_parking(shutdown_timeout_);
+  } else {
+    begin_stopping(SIGTERM);
+  }
 }
 
 void WorkerGroup::begin_stopping(int signo) {
@@ -334,7 +396,7 @@ void WorkerGroup::begin_stopping(int signo) {
 void WorkerGroup::kill_survivors() {
   attempt_->sigkill_sent = true;
   for (RunningWorker& w : attempt_->workers) {
-    if (!w.running()) continue;
+    if (!w.running() || w.parking) continue;
     spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL",
                  w.process->pid());
     w.process->signal_group(SIGKILL);
@@ -347,7 +409,7 @@ void WorkerGroup::kill_survivors() {
 
 void WorkerGroup::abandon_survivors() {
   for (RunningWorker& rw : attempt_->workers) {
-    if (!rw.running()) continue;
+    if (!rw.running() || rw.parking) continue;
     WorkerProcess& w = *rw.process;
     const char state = read_proc_state(w.pid()).value_or('?');
     spdlog::error(
@@ -380,19 +442,25 @@ void WorkerGroup::poll_watchers() {
         if (!attempt_->stopping) begin_stopping(SIGTERM);
         return;
       case AttemptWatcher::Finding::kHang:
-        stacks_.on_hang(*attempt_);
+        // In process, the ranks that wait for the hung ones abort; those that do not are hung.
+        if (all_can_restart_in_process(true)) {
+          begin_parking(kHangAbortGrace);
+        } else {
+          stacks_.on_hang(*attempt_);
+        }
         return;
     }
   }
 }
 
 void WorkerGroup::stop_workers(uint64_t number) {
-  if (!active_ || attempt_->number != number || attempt_->stop_sent) return;
-  begin_stopping(SIGTERM);
+  if (!active_ || attempt_->number != number) return;
+  if (attempt_->stop_sent && !attempt_->hung_after_abort) return;
+  end_attempt();
 }
 
 void WorkerGroup::interrupt_for_stacks() {
-  if (!active_ || attempt_->stopping || !stacks_.captures()) {
+  if (!active_ || attempt_->stopping || !stacks_.captures() || all_can_restart_in_process(true)) {
     interrupt();
     return;
   }
@@ -407,7 +475,7 @@ void WorkerGroup::interrupt() {
   }
   if (attempt_->stopping) return;
   attempt_->interrupted = true;
-  begin_stopping(SIGTERM);
+  end_attempt();
 }
 
 void WorkerGroup::stop(int signo) {
@@ -422,8 +490,10 @@ void WorkerGroup::stop(int signo) {
     begin_stopping(signo);
     return;
   }
-  // Already stopping after a failure: pass the user's signal on as well.
+  // Already stopping after a failure: pass the user's signal on as well (and stop those that were
+  // aborting their attempt to run again).
   for (RunningWorker& w : a.workers) {
+    w.parking = false;
     if (w.process) w.process->signal_group(signo);
   }
 }

@@ -98,23 +98,52 @@ class WorkerGroup : private AttemptControl {
   void on_first_progress(std::function<void(const AttemptTimes&)> f) {
     on_first_progress_ = std::move(f);
   }
+  // --restart_mode=in_process: each worker gets a channel in `dir` (DDPRUN_INPROCESS_FILE,
+  // inprocess_channel.hpp). Where every running worker said it can restart in process, what would
+  // stop the workers (a failure, a hang, another node's event) stops only the failed or hung
+  // ones; the others abort their attempt and wait, and run() ends once they do. The next run()
+  // gives each kept worker its new environment instead of starting a process, and starts the
+  // rest. A worker that has not aborted within the shutdown timeout is stopped.
+  void restart_in_process(std::string dir) { inprocess_dir_ = std::move(dir); }
+  // Ends the workers kept for a next attempt that will not come (the job ends here): `signo`, then
+  // SIGKILL after the shutdown timeout; completes once they exited (bounded).
+  boost::asio::awaitable<void> end_kept(int signo);
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
   // Where workers started and exited are recorded (--event_log); it outlives the group.
   void set_event_log(EventLog* log) { event_log_ = log; }
 
  private:
+  // After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process
+  // in uninterruptible sleep dies only when the kernel lets it).
+  static constexpr std::chrono::seconds kKillGrace{5};
+
   // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
   bool start_worker(size_t i);
-  void on_exit(size_t index, const ExitStatus& status);
+  // Gives worker `i` of the attempt the kept process of the same local rank, if there is one.
+  bool adopt_kept(size_t i);
+  void on_exit(uint64_t serial, const ExitStatus& status);
+  // What a failure, a hang or an interruption does: the workers stop, or (in process, where they
+  // all can) the failed ones stop and the others abort their attempt.
+  void end_attempt();
+  // Whether every running worker runs its training under ddprun.inprocess (`hung_too`: the hung
+  // ones counted; else they stop anyway).
+  bool all_can_restart_in_process(bool hung_too);
+  // Asks the workers to abort their attempt, and gives them `limit` to do so.
+  void begin_parking(std::chrono::milliseconds limit);
+  // While workers are asked to abort (or may say their training raised): who did.
+  void watch_in_process();
+  void poll_in_process();
   void begin_stopping(int signo);
   void kill_survivors();
   void abandon_survivors();
   void watch_states();
   // Polls every watcher and acts on what it finds.
   void poll_watchers();
-  // Worker `i` of attempt number `attempt`, if that is still the current attempt.
-  RunningWorker* worker_of(uint64_t attempt, size_t i);
+  // The worker started as `serial`, in the attempt under way (null: not there).
+  RunningWorker* worker_of(uint64_t serial);
+  // The workers' pumps still reading, in the attempt.
+  size_t open_pumps() const;
   void wake();
   // The ended attempt's result (outside the run() coroutine: g++ 12 warns of a mismatched delete
   // of a coroutine frame that holds it).
@@ -128,6 +157,7 @@ class WorkerGroup : private AttemptControl {
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
   boost::asio::steady_timer state_timer_;
+  boost::asio::steady_timer inprocess_timer_;
   // The parts that watch each attempt's workers, polled in this order (set before run()).
   std::vector<std::unique_ptr<AttemptWatcher>> watchers_;
   StackCapture stacks_;  // on a hang (with hangs watched)
@@ -137,7 +167,15 @@ class WorkerGroup : private AttemptControl {
   std::function<void(const AttemptTimes&)> on_first_progress_;
   // The current attempt (the last one once run() has returned); null before the first.
   std::unique_ptr<Attempt> attempt_;
-  uint64_t attempts_ = 0;  // run()s so far: a late callback for an earlier attempt is ignored
+  uint64_t attempts_ = 0;  // run()s so far
+  uint64_t serials_ = 0;   // worker processes started so far
+  // --restart_mode=in_process: the channels' folder ("" not in process), the workers kept from the
+  // last attempt for the next, until when the attempt's workers may take to abort, and whether the
+  // log said that these workers cannot restart in process.
+  std::string inprocess_dir_;
+  std::vector<RunningWorker> kept_;
+  std::chrono::steady_clock::time_point parking_deadline_;
+  bool said_not_in_process_ = false;
   bool woken_ = false;
   bool active_ = false;
   bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()

@@ -31,6 +31,10 @@ struct Placement {
   int num_nodes = 1;
 };
 
+// --restart_mode: after a failure every worker starts as a new process (torchrun's way), or the
+// failed ranks' processes are replaced and the others run their training again in process.
+enum class RestartMode { kProcess, kInProcess };
+
 struct AgentConfig {
   std::vector<std::string> entrypoint;  // the worker command line, identical for every local rank
   std::string entrypoint_name;          // names the job in the failure summary
@@ -99,6 +103,8 @@ struct AgentConfig {
   int64_t checkpoint_persist_every = 100;
   // --crash_loop_attempts: attempts failing the same way in a row that end the job (0: never).
   int crash_loop_attempts = 3;
+  // --restart_mode: how workers restart after a failure (worker_group.hpp, restart_in_process).
+  RestartMode restart_mode = RestartMode::kProcess;
 };
 
 // How a run ended, mapped by the launcher to its exit status.

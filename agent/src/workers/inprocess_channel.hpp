@@ -1,0 +1,52 @@
+#pragma once
+// --restart_mode=in_process: how the agent and one worker that runs its training under
+// ddprun.inprocess agree on an in-process restart, through files in a folder of the agent's
+// (named by DDPRUN_INPROCESS_FILE in the worker's environment). The protocol (docs/operations.md):
+//
+//   agent  -> <file>          {"generation": G, "state": "run"}           the worker runs attempt G
+//   worker -> <file>.ready    (empty)                                      it can restart in
+//   process worker -> <file>.raised   "G\n<the exception>"                         its training
+//   raised agent  -> <file>          {"generation": G, "state": "abort"}          abort attempt G's
+//                                                                          collectives and wait
+//   worker -> <file>.parked   "G"                                          aborted, waiting, its
+//                                                                          checkpoints untouched
+//   agent  -> <file>          {"generation": H, "state": "run", "env": {},  run again as attempt H
+//                              "unset": []}                                with this environment,
+//                                                                          without those variables
+//
+// The agent writes <file> whole (a rename); the worker polls it. Private to the agent.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ddprun/agent/environment.hpp"
+
+namespace ddprun::agent {
+
+class InProcessChannel {
+ public:
+  // The channel of local rank `local_rank` in `dir` (which exists); nothing is written yet.
+  InProcessChannel(const std::string& dir, int local_rank);
+
+  const std::string& path() const { return path_; }
+  // A new worker process is about to start for attempt `generation`: the worker's files of an
+  // earlier process are removed and <file> says "run".
+  void started(uint64_t generation);
+  // The worker said it can restart in process.
+  bool ready() const;
+  // What the worker's training raised in attempt `generation`, if it said so.
+  std::optional<std::string> raised(uint64_t generation) const;
+  // Asks the worker to abort attempt `generation`.
+  void abort(uint64_t generation);
+  // The worker aborted attempt `generation` and waits.
+  bool parked(uint64_t generation) const;
+  // Tells a parked worker to run again as attempt `generation`, with `env` where it had `was`.
+  void resume(uint64_t generation, const Environment& env, const Environment& was);
+
+ private:
+  void write(const std::string& json);
+
+  std::string path_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,199 @@
+#include <algorithm>
+#include <csignal>
+#include <optional>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "ddprun/agent/signals.hpp"
+#include "logs/event_log.hpp"
+#include "logs/log_pump.hpp"
+#include "workers/worker_group.hpp"
+
+// --restart_mode=in_process: the worker group's part in an in-process restart (worker_group.hpp,
+// restart_in_process): the workers asked to abort their attempt, kept, and given to the next.
+namespace ddprun::agent {
+namespace {
+// How often the workers' channels are looked at (a raised training, an aborted attempt).
+constexpr auto kInProcessPoll = std::chrono::milliseconds(10);
+
+// The last line of `text` that is not empty (a Python traceback's exception).
+std::string last_line(const std::string& text) {
+  const size_t end = text.find_last_not_of('\n');
+  if (end == std::string::npos) return {};
+  const size_t begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1,
+                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+}  // namespace
+
+bool WorkerGroup::adopt_kept(size_t i) {
+  Attempt& a = *attempt_;
+  RunningWorker& rw = a.workers[i];
+  const auto kept = std::find_if(kept_.begin(), kept_.end(), [&](const RunningWorker& w) {
+    return w.launch.id.local_rank == rw.launch.id.local_rank;
+  });
+  if (kept == kept_.end()) return false;
+  RunningWorker old = std::move(*kept);
+  kept_.erase(kept);
+  if (!old.running()) return false;  // it ended while kept
+  rw.process = std::move(old.process);
+  rw.serial = old.serial;
+  rw.pumps = std::move(old.pumps);
+  rw.open_pumps = old.open_pumps;
+  rw.err_pump = std::move(old.err_pump);
+  rw.channel = std::move(old.channel);
+  rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
+  rw.channel->resume(a.number, rw.launch.spawn.env, old.launch.spawn.env);
+  ++a.running;
+  spdlog::info("local rank {} (rank {}, pid {}) runs again in its own process",
+               rw.launch.id.local_rank, rw.launch.id.rank, rw.process->pid());
+  return true;
+}
+
+bool WorkerGroup::all_can_restart_in_process(bool hung_too) {
+  if (inprocess_dir_.empty()) return false;
+  for (const RunningWorker& w : attempt_->workers) {
+    if (!w.running() || (!hung_too && !w.ended_because.empty()) || w.channel->ready()) continue;
+    if (!std::exchange(said_not_in_process_, true)) {
+      spdlog::warn(
+          "--restart_mode=in_process: local rank {} does not run its training under "
+          "ddprun.inprocess: the workers restart as processes",
+          w.launch.id.local_rank);
+    }
+    return false;
+  }
+  return true;
+}
+
+void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
+  Attempt& a = *attempt_;
+  const auto now = std::chrono::steady_clock::now();
+  const bool hang = a.hang_declared;
+  a.begin_stop(now);
+  a.stop_sent = true;
+  a.aborted_in_process = true;
+  bool to_stop = false;
+  for (RunningWorker& w : a.workers) {
+    if (!w.running()) continue;
+    // Hung (its progress watched), or its torch timer expired: its process goes.
+    if (!w.ended_because.empty() && !hang) {
+      w.stopped_by_us = true;
+      w.process->signal_group(SIGTERM);
+      to_stop = true;
+      continue;
+    }
+    w.parking = true;
+    w.channel->abort(a.number);
+  }
+  if (to_stop) {
+    kill_timer_.expires_after(shutdown_timeout_);
+    kill_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) kill_survivors();
+    });
+  }
+  parking_deadline_ = now + limit;
+  poll_in_process();
+}
+
+void WorkerGroup::watch_in_process() {
+  inprocess_timer_.expires_after(kInProcessPoll);
+  inprocess_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !active_) return;
+    poll_in_process();
+    if (attempt_->running > 0) watch_in_process();
+  });
+}
+
+void WorkerGroup::poll_in_process() {
+  Attempt& a = *attempt_;
+  const auto now = std::chrono::steady_clock::now();
+  if (!a.stopping) {  // a training that raised: a failure of its rank, whose process stays
+    for (RunningWorker& w : a.workers) {
+      if (!w.running()) continue;
+      std::optional<std::string> raised = w.channel->raised(a.number);
+      if (!raised) continue;
+      WorkerFailure f;
+      f.local_rank = w.launch.id.local_rank;
+      f.rank = w.launch.id.rank;
+      f.pid = w.process->pid();
+      f.exitcode = 1;
+      f.time = std::chrono::system_clock::now();
+      f.error = ErrorRecord{*raised, {}, {}, {}};
+      spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: its training raised {}",
+                   f.local_rank, f.rank, f.pid, last_line(*raised));
+      if (event_log_ != nullptr) {
+        event_log_->record("worker_raised",
+                           {{"local_rank", f.local_rank}, {"rank", f.rank}, {"pid", f.pid}});
+      }
+      a.failures.push_back(std::move(f));
+    }
+    if (!a.failures.empty()) end_attempt();
+    if (!a.stopping) return;
+  }
+  bool hung = false;
+  for (RunningWorker& w : a.workers) {
+    if (!w.parking || !w.running()) continue;
+    if (w.channel->parked(a.number)) {
+      w.parking = false;
+      --a.running;
+      RunningWorker kept = std::move(w);
+      w = RunningWorker(kept.launch);  // the slot keeps no part of it
+      kept.heartbeat.reset();          // the next attempt's has the same name
+      kept_.push_back(std::move(kept));
+    } else if (now >= parking_deadline_ && a.hang_declared) {
+      w.parking = false;  // a hung rank: its stack is taken below, then it stops
+      hung = true;
+    } else if (now >= parking_deadline_) {
+      spdlog::warn(
+          "local rank {} (pid {}) did not abort its attempt within the shutdown timeout: "
+          "stopping its process",
+          w.launch.id.local_rank, w.process->pid());
+      w.parking = false;
+      w.stopped_by_us = true;
+      w.process->signal_group(SIGTERM);
+      kill_timer_.expires_after(shutdown_timeout_);
+      kill_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) kill_survivors();
+      });
+    }
+  }
+  if (hung) {
+    a.hung_after_abort = true;
+    stacks_.on_hang(a);
+  }
+  wake();
+}
+
+boost::asio::awaitable<void> WorkerGroup::end_kept(int signo) {
+  if (kept_.empty()) co_return;
+  for (RunningWorker& w : kept_) {
+    if (w.running()) w.process->signal_group(signo);
+  }
+  boost::asio::steady_timer poll(io_);
+  const auto sigkill_at = std::chrono::steady_clock::now() + shutdown_timeout_;
+  const auto give_up_at = sigkill_at + kKillGrace;
+  bool killed = false;
+  for (;;) {
+    const bool any =
+        std::any_of(kept_.begin(), kept_.end(), [](const RunningWorker& w) { return w.running(); });
+    const auto now = std::chrono::steady_clock::now();
+    if (!any || now >= give_up_at) break;
+    if (now >= sigkill_at && !std::exchange(killed, true)) {
+      for (RunningWorker& w : kept_) {
+        if (w.running()) w.process->signal_group(SIGKILL);
+      }
+    }
+    poll.expires_after(kInProcessPoll);
+    co_await poll.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+  }
+  for (RunningWorker& w : kept_) {
+    for (auto& p : w.pumps) p->finish();
+  }
+  kept_.clear();
+}
+
+}  // namespace ddprun::agent

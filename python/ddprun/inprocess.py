@@ -1,0 +1,217 @@
+"""In-process restart (ddprun --restart_mode=in_process): a failure costs the healthy ranks nothing.
+
+    import torch.distributed as dist
+    from ddprun import checkpoint, inprocess
+
+    model = build_model()  # once per process: kept across restarts (device memory, compiled code)
+    optimizer = torch.optim.Adam(model.parameters())
+
+    def train():
+        dist.init_process_group("gloo")  # each time: the round's RANK, WORLD_SIZE, MASTER_*
+        ddp = DDP(model)
+        step, state = checkpoint.load()
+        ...
+
+    inprocess.run(train)
+
+Under ddprun with --restart_mode=in_process, run() calls train(); when a rank fails anywhere in the
+job (its process ends, its training raises, it hangs, its node is lost), the agents ask every other
+rank to abort: its collectives under way fail (gloo: the TCP connections opened since train() began
+are shut down; NCCL: the process groups are aborted), its process groups are destroyed, and run()
+waits for the round to form again, then calls train() once more with the new round's environment in
+os.environ. The failed rank's process is replaced (warm under --preload); a rank whose training
+raised keeps its process. What train() is given again is what the process kept: build the model,
+compile it and start the data loaders outside it. Anywhere else (no ddprun, another restart mode)
+run() just calls train().
+
+The agent's side of the exchange is in the agent (workers/inprocess_channel.hpp); it is files:
+<DDPRUN_INPROCESS_FILE> holds {"generation": G, "state": "run"|"abort"}, with "env": {...} and
+"unset": [...] when it runs again; this worker answers with <file>.ready, <file>.raised
+("G\\n<exception>") and <file>.parked ("G").
+"""
+import gc
+import json
+import os
+import socket
+import stat
+import sys
+import threading
+import time
+import traceback
+
+_ENV = "DDPRUN_INPROCESS_FILE"
+_POLL = 0.005  # seconds between looks at the agent's file
+# How long a training that raised a RuntimeError (what a collective raises when a peer is gone)
+# waits for the agent's abort before it counts as this rank's own failure: another rank's failure
+# reaches this rank's collectives before it reaches this rank's agent.
+_PEER_FAILURE_GRACE = 2.0
+
+
+def _tcp_sockets():
+    """{(fd, inode)} of this process's open TCP sockets."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            found.add((int(name), st.st_ino))
+    return found
+
+
+def _shut_down(sockets):
+    """Shuts down the connected TCP sockets among `sockets` (a listening one is left as it is): a
+    collective blocked on one fails at once."""
+    for fd, _ in sockets:
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM \
+                    and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+def _abort_nccl():
+    """Aborts the NCCL process groups, where there are some (torch's own abort)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        if dist.get_backend() != "nccl":
+            return
+        dist.distributed_c10d._abort_process_group()
+    except Exception as e:  # noqa: BLE001 - what it could not abort, the sockets' shutdown may
+        print(f"ddprun.inprocess: aborting the NCCL process groups: {e}", file=sys.stderr)
+
+
+class _Channel:
+    """This worker's side of the agent's file, and a thread that watches it for an abort."""
+
+    def __init__(self, path):
+        self.path = path
+        told = self._read()
+        self.generation = told["generation"] if told else 0
+        self.aborted = threading.Event()
+        self.sockets_before = set()
+        self._lock = threading.Lock()
+        self._write(".ready", "")
+        threading.Thread(target=self._watch, name="ddprun-inprocess", daemon=True).start()
+
+    def _read(self):
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, suffix, text):
+        temp = f"{self.path}{suffix}.tmp"
+        with open(temp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temp, self.path + suffix)
+
+    def _watch(self):
+        seen = None
+        while True:
+            time.sleep(_POLL)
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                continue
+            if (st.st_ino, st.st_mtime_ns, st.st_size) == seen:
+                continue
+            seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            told = self._read()
+            with self._lock:
+                if not told or told.get("state") != "abort" or told.get("generation") != \
+                        self.generation or self.aborted.is_set():
+                    continue
+                self.aborted.set()
+                before = self.sockets_before
+            _abort_nccl()
+            _shut_down(_tcp_sockets() - before)
+
+    def begin(self):
+        """train() is about to be called (again)."""
+        with self._lock:
+            self.aborted.clear()
+            self.sockets_before = _tcp_sockets()
+
+    def raised(self, text):
+        self._write(".raised", f"{self.generation}\n{text}")
+
+    def parked(self):
+        self._write(".parked", str(self.generation))
+
+    def wait_for_resume(self):
+        """The environment of the attempt the agent runs this worker in next (blocks)."""
+        while True:
+            told = self._read()
+            if told and told.get("state") == "run" and told.get("generation", 0) > self.generation:
+                self.generation = told["generation"]
+                return told.get("env", {}), told.get("unset", [])
+            time.sleep(_POLL)
+
+
+def _destroy_process_groups():
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # noqa: BLE001 - an aborted group may refuse; it is gone anyway
+            print(f"ddprun.inprocess: destroying the process groups: {e}", file=sys.stderr)
+
+
+def _start_again(env, unset):
+    """This process runs its next attempt: the round's environment, and ddprun's own modules
+    pointed at the attempt's files."""
+    for name in unset:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    for name, reset in (("ddprun.heartbeat", "_reopen"), ("ddprun._step_times", "_reopen"),
+                        ("ddprun._replica", "_restarted"),
+                        ("ddprun._dcp_node_items", "_restarted")):
+        module = sys.modules.get(name)
+        if module is not None:
+            getattr(module, reset)()
+
+
+def run(train, *args, **kwargs):
+    """Calls train(*args, **kwargs) and returns what it returns; under ddprun with
+    --restart_mode=in_process, calls it again in this process after every in-process restart of
+    the job (see the module's text)."""
+    path = os.environ.get(_ENV)
+    if not path:
+        return train(*args, **kwargs)
+    channel = _Channel(path)
+    while True:
+        channel.begin()
+        try:
+            return train(*args, **kwargs)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - every failure of the training restarts it
+            if isinstance(e, RuntimeError):
+                channel.aborted.wait(_PEER_FAILURE_GRACE)
+            if channel.aborted.is_set():
+                first = traceback.format_exception_only(type(e), e)[-1].strip()
+                print(f"ddprun.inprocess: attempt {channel.generation} aborted ({first})",
+                      file=sys.stderr, flush=True)
+            else:
+                text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+                print(text, end="", file=sys.stderr, flush=True)
+                channel.raised(text)
+                channel.aborted.wait()
+            traceback.clear_frames(e.__traceback__)
+            del e
+        _destroy_process_groups()
+        gc.collect()
+        channel.parked()
+        _start_again(*channel.wait_for_resume())

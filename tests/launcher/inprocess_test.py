@@ -1,0 +1,183 @@
+"""--restart_mode=in_process: a failure replaces only the failed rank's process; every other rank
+runs its training again in its own process (ddprun.inprocess.run), and the job ends bit-identical to
+an uninterrupted one. Real ddprun, real torch DDP over gloo on the CPU, a deterministic job that
+saves an in-memory checkpoint every step (workloads/inprocess_ddp.py).
+
+    inprocess_test.py DDPRUN CASE    (CASE: one of the functions named case_*)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+from proc_util import agents_ended, free_port, left_running
+
+PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+DDPRUN = None
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads", "inprocess_ddp.py")
+STEPS = 12
+
+
+def command(out, *flags, steps=STEPS):
+    return [DDPRUN, "--nproc_per_node=2", "--max_restarts=3", *flags, WORKLOAD, str(steps), out]
+
+
+def environment(**extra):
+    return {**os.environ, "PYTHON_EXEC": PY, **extra}
+
+
+def job(*flags, steps=STEPS, **env):
+    out = tempfile.mkdtemp()
+    r = subprocess.run(command(out, *flags, steps=steps), capture_output=True, text=True,
+                       timeout=240, env=environment(**env))
+    assert r.returncode == 0, (r.returncode, r.stderr[-5000:])
+    assert not left_running(out), f"workers left running: {left_running(out)}"
+    return out, r.stderr
+
+
+def pids(out):
+    """{(restart count, rank): pid} of every training begun."""
+    found = {}
+    for name in os.listdir(out):
+        if name.startswith("pid."):
+            _, attempt, rank = name.split(".")
+            with open(os.path.join(out, name)) as f:
+                found[(int(attempt), int(rank))] = int(f.read())
+    return found
+
+
+def same_parameters(a, b):
+    code = ("import sys, torch; a, b = (torch.load(p) for p in sys.argv[1:]); "
+            "sys.exit(0 if len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b)) else 1)")
+    return subprocess.run([PY, "-c", code, os.path.join(a, "final.pt"), os.path.join(b, "final.pt")],
+                          timeout=120).returncode == 0
+
+
+def uninterrupted(*flags):
+    out, _ = job("--restart_mode=in_process", *flags)
+    assert set(pids(out)) == {(0, 0), (0, 1)}, pids(out)
+    return out
+
+
+def case_a_killed_rank_is_replaced_and_the_other_keeps_its_process_bit_identical():
+    reference = uninterrupted()
+    out, err = job("--restart_mode=in_process", FAULT="kill:1:5")
+    p = pids(out)
+    assert set(p) == {(0, 0), (0, 1), (1, 0), (1, 1)}, p
+    assert p[(1, 0)] == p[(0, 0)], f"rank 0 was not kept: {p}"
+    assert p[(1, 1)] != p[(0, 1)], f"rank 1 was not replaced: {p}"
+    assert "local rank 0 (rank 0, pid %d) runs again in its own process" % p[(0, 0)] in err, err
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"rank 1 SIGKILLed at step 5: rank 0 kept pid {p[(0, 0)]}, rank 1 replaced "
+          f"({p[(0, 1)]} -> {p[(1, 1)]}), final parameters bit-identical: passed")
+
+
+def case_a_rank_whose_training_raises_keeps_its_process_too():
+    reference = uninterrupted()
+    out, err = job("--restart_mode=in_process", FAULT="raise:1:5")
+    p = pids(out)
+    assert p[(1, 0)] == p[(0, 0)] and p[(1, 1)] == p[(0, 1)], f"a process was replaced: {p}"
+    assert "failed: its training raised ValueError: rank 1 fails at step 5" in err, err
+    assert "restarting the workers (restart 1 of at most 3)" in err, err
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"rank 1 raised at step 5: both ranks kept their processes ({p[(0, 0)]}, "
+          f"{p[(0, 1)]}), a restart spent, final parameters bit-identical: passed")
+
+
+def case_a_hung_rank_is_replaced_and_the_rank_waiting_for_it_keeps_its_process():
+    reference = uninterrupted("--hang_timeout=3")
+    out, err = job("--restart_mode=in_process", "--hang_timeout=3", FAULT="hang:1:5")
+    p = pids(out)
+    assert p[(1, 0)] == p[(0, 0)], f"rank 0, which only waited, was not kept: {p}"
+    assert p[(1, 1)] != p[(0, 1)], f"the hung rank 1 was not replaced: {p}"
+    assert "rank 1: inprocess_ddp.py" in err and "in fault" in err, err  # its stack was taken
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"rank 1 hung (alive, silent) at step 5: declared hung, its stack taken, replaced; rank 0 "
+          f"kept pid {p[(0, 0)]}; final parameters bit-identical: passed")
+
+
+def case_on_two_nodes_every_rank_but_the_killed_one_keeps_its_process():
+    port = free_port()
+    out = tempfile.mkdtemp()
+    agents = {
+        node: subprocess.Popen(
+            [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+             f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=inprocess", "--max_restarts=3",
+             "--restart_mode=in_process", WORKLOAD, str(STEPS), out],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env=environment(FAULT="kill:1:5"))
+        for node in (0, 1)
+    }
+    agents_ended(agents, {0: 0, 1: 0}, timeout=240)
+    assert not left_running(out), f"workers left running: {left_running(out)}"
+    p = pids(out)
+    assert set(p) == {(a, r) for a in (0, 1) for r in range(4)}, p
+    kept = [r for r in range(4) if p[(1, r)] == p[(0, r)]]
+    assert kept == [0, 2, 3], f"ranks kept: {kept} (expected every rank but 1): {p}"
+    # Four ranks sum their gradients in another order than two: compare with a 4-rank run.
+    reference, port = tempfile.mkdtemp(), free_port()
+    agents = {
+        node: subprocess.Popen(
+            [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+             f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=reference",
+             WORKLOAD, str(STEPS), reference],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=environment())
+        for node in (0, 1)
+    }
+    agents_ended(agents, {0: 0, 1: 0}, timeout=240)
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print("2 nodes x 2 ranks, rank 1 SIGKILLed at step 5: ranks 0, 2, 3 kept their processes "
+          "(the other node's too), rank 1 replaced; final parameters bit-identical: passed")
+
+
+def case_a_script_without_the_api_restarts_its_processes_and_says_so():
+    reference = uninterrupted()
+    out, err = job("--restart_mode=in_process", FAULT="kill:1:5", NO_API="1")
+    p = pids(out)
+    assert p[(1, 0)] != p[(0, 0)] and p[(1, 1)] != p[(0, 1)], f"a process was kept: {p}"
+    lines = [l for l in err.splitlines() if "does not run its training under ddprun.inprocess" in l]
+    assert len(lines) == 1, err
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"a script calling its training directly: both processes restarted, one line "
+          f"('{lines[0].split('] ', 2)[-1]}'), bit-identical: passed")
+
+
+def case_twenty_restarts_keep_a_survivors_memory_threads_and_descriptors_bounded():
+    out, err = job("--restart_mode=in_process", "--max_restarts=20", "--preload=auto",
+                   steps=30, FAULT_EVERY="20")
+    p = pids(out)
+    assert len({p[(a, 0)] for a in range(21)}) == 1, f"rank 0 was not kept throughout: {p}"
+    assert len({p[(a, 1)] for a in range(21)}) == 21, f"rank 1 was not replaced each time: {p}"
+    use = {}
+    for a in range(21):
+        with open(os.path.join(out, f"use.{a}.0")) as f:
+            use[a] = tuple(map(int, f.read().split()))
+    # Attempt 0 began before anything was trained (no optimizer state, no DDP buckets): the first
+    # restart is the baseline.
+    (rss1, threads1, fds1), (rss20, threads20, fds20) = use[1], use[20]
+    assert threads20 <= threads1 + 1, use
+    assert fds20 <= fds1 + 2, use
+    assert rss20 <= rss1 + 32 * 1024, use
+    print(f"20 in-process restarts in a row (rank 1 SIGKILLed in each): rank 0 kept one process; "
+          f"from the 1st to the 20th: resident {rss1 // 1024} -> {rss20 // 1024} MiB, threads "
+          f"{threads1} -> {threads20}, descriptors {fds1} -> {fds20} (bounds: +32 MiB, +1, +2): "
+          f"passed")
+
+
+def case_bad_restart_modes_are_usage_errors():
+    for mode in ("inprocess", "PROCESS"):
+        r = subprocess.run([DDPRUN, f"--restart_mode={mode}", "--nproc_per_node=1", "x.py"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, (mode, r.returncode, r.stderr)
+        assert f"--restart_mode: '{mode}' is not one of process, in_process" in r.stderr, r.stderr
+    print("--restart_mode=inprocess / PROCESS: usage errors naming the choices: passed")
+
+
+def main():
+    global DDPRUN
+    DDPRUN = sys.argv[1]
+    globals()["case_" + sys.argv[2]]()
+
+
+if __name__ == "__main__":
+    main()

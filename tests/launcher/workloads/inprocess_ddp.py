@@ -1,0 +1,90 @@
+"""A deterministic DDP job (gloo, a small MLP and Adam) written for in-process restarts: the model and
+optimizer are built once per process, and the training (process group, DDP, the checkpoint's load,
+the steps) runs under ddprun.inprocess.run, saving an in-memory checkpoint every step. Arguments:
+STEPS OUT_DIR. Each time the training begins, each rank writes its PID to
+OUT_DIR/pid.<restart count>.<rank> and its resident memory, threads and open descriptors to
+OUT_DIR/use.<restart count>.<rank>; rank 0 writes the final parameters to OUT_DIR/final.pt. In the
+first attempt, $FAULT="KIND:RANK:STEP" makes that rank, just after saving that step: kill (SIGKILL
+itself), raise (a ValueError), or hang (sleep, alive and silent; with --hang_timeout); with
+$FAULT_EVERY=N instead, rank 1 kills itself just after the first step it saves in each of the
+first N attempts. With $NO_API=1 the training is called directly, as a script that does not use
+ddprun.inprocess."""
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddprun import checkpoint, heartbeat, inprocess
+
+torch.manual_seed(0)
+NET = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+OPT = torch.optim.Adam(NET.parameters(), lr=0.01)
+
+
+def resources():
+    """(resident KiB, threads, open descriptors) of this process."""
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f)
+    return (int(status["VmRSS"].split()[0]), int(status["Threads"]),
+            len(os.listdir("/proc/self/fd")))
+
+
+def fault(rank, step, first):
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if rank == 1 and step == first and attempt < int(os.environ.get("FAULT_EVERY", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    kind, _, where = os.environ.get("FAULT", "").partition(":")
+    if os.environ["TORCHELASTIC_RESTART_COUNT"] != "0" or where != f"{rank}:{step}":
+        return
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "raise":
+        raise ValueError(f"rank {rank} fails at step {step}")
+    if kind == "hang":
+        time.sleep(300)
+
+
+def train(steps, out):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    with open(os.path.join(out, f"pid.{attempt}.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    with open(os.path.join(out, f"use.{attempt}.{rank}"), "w") as f:
+        f.write(" ".join(map(str, resources())))
+    model = DDP(NET)
+    step, state = checkpoint.load()
+    if state is not None:
+        NET.load_state_dict(state["model"])
+        OPT.load_state_dict(state["optim"])
+    # DDP lays out its buckets after its first backward pass: one that changes nothing makes every
+    # attempt's steps the same.
+    model(torch.zeros(1, 32)).sum().mul(0).backward()
+    OPT.zero_grad()
+    first = 0 if step is None else step + 1
+    for s in range(first, steps):
+        gen = torch.Generator().manual_seed(1000 * s + rank)
+        x = torch.randn(16, 32, generator=gen)
+        loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+        OPT.zero_grad()
+        loss.backward()
+        OPT.step()
+        checkpoint.save(s, {"model": NET.state_dict(), "optim": OPT.state_dict()})
+        heartbeat.beat()
+        fault(rank, s, first)
+    if rank == 0:
+        torch.save([p.detach().clone() for p in NET.parameters()], os.path.join(out, "final.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    arguments = (int(sys.argv[1]), sys.argv[2])
+    if os.environ.get("NO_API") == "1":
+        train(*arguments)
+    else:
+        inprocess.run(train, *arguments)
