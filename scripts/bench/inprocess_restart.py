@@ -23,6 +23,7 @@ import sys
 import tempfile
 
 STEPS, FAULT_STEP = 24, 8
+JOB_LIMIT = 180  # seconds a job may take; one that takes longer did not come back (inf)
 
 
 def job(mode, fault, ddprun, python, checkout):
@@ -37,7 +38,12 @@ def job(mode, fault, ddprun, python, checkout):
         cmd = [ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=3", "--preload=auto",
                *(["--restart_mode=in_process"] if mode == "in_process" else []),
                worker, str(STEPS), out]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_LIMIT, env=env)
+    except subprocess.TimeoutExpired:  # (its workers die with it: PDEATHSIG, or ddprun's stop)
+        subprocess.run(["pkill", "-9", "-f", out], check=False)
+        print(f"{mode} {fault}: the job had not ended after {JOB_LIMIT} s", flush=True)
+        return float("inf"), False
     if r.returncode != 0:
         sys.exit(f"{mode} {fault}: exit {r.returncode}\n{r.stderr[-4000:]}")
     with open(os.path.join(out, "fault")) as f:

@@ -130,6 +130,34 @@ def case_on_two_nodes_every_rank_but_the_killed_one_keeps_its_process():
           "(the other node's too), rank 1 replaced; final parameters bit-identical: passed")
 
 
+def case_an_fsdp2_job_sharded_again_in_its_processes_resumes_bit_identical():
+    workload = os.path.join(os.path.dirname(WORKLOAD), "checkpoint_fsdp.py")
+    outs = []
+    for kill in ("", "1:5"):
+        out = tempfile.mkdtemp()
+        r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--max_restarts=3",
+                            "--restart_mode=in_process", workload, str(STEPS), out],
+                           capture_output=True, text=True, timeout=240,
+                           env=environment(INPROCESS="1", KILL_AT=kill))
+        assert r.returncode == 0, (r.returncode, r.stderr[-5000:])
+        assert not left_running(out), f"workers left running: {left_running(out)}"
+        outs.append(out)
+    p = pids(outs[1])
+    assert p[(1, 0)] == p[(0, 0)] and p[(1, 1)] != p[(0, 1)], p
+    code = ("import sys, torch\n"
+            "def same(a, b):\n"
+            "    if isinstance(a, dict): return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)\n"
+            "    if isinstance(a, (list, tuple)): return len(a) == len(b) and all(map(same, a, b))\n"
+            "    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b\n"
+            "sys.exit(0 if same(*(torch.load(p) for p in sys.argv[1:])) else 1)")
+    finals = [os.path.join(out, "final.pt") for out in outs]
+    assert subprocess.run([PY, "-c", code, *finals], timeout=120).returncode == 0, \
+        "the restarted job's parameters or optimizer state differ"
+    print(f"FSDP2 (fully_shard, DCP into memory), rank 1 SIGKILLed at step 5: rank 0 kept pid "
+          f"{p[(0, 0)]} and sharded its model again in it; full parameters and Adam state "
+          f"bit-identical: passed")
+
+
 def case_a_script_without_the_api_restarts_its_processes_and_says_so():
     reference = uninterrupted()
     out, err = job("--restart_mode=in_process", FAULT="kill:1:5", NO_API="1")

@@ -10,8 +10,13 @@ OUT_DIR/held.<STEP>.<rank> and waits (bounded) for the test to take a node away.
 The reference runs: $REF_SAVE=DIR saves the last step with stock dcp.save into DIR (FileSystemWriter);
 $REF_LOAD=DIR starts from DIR with stock FileSystemReader (the step in DIR/step).
 For scripts/bench/checkpoint_reshard.sh: $FSDP_WIDTH=W makes the model $FSDP_LAYERS (8) layers of
-W x W, and each rank writes how long its load took (seconds) to OUT_DIR/load_seconds.<rank>@<world>."""
+W x W, and each rank writes how long its load took (seconds) to OUT_DIR/load_seconds.<rank>@<world>.
+For in-process restarts: with $INPROCESS=1 the training runs under ddprun.inprocess.run (everything
+built anew each time, in the same process); each rank writes its PID to
+OUT_DIR/pid.<restart count>.<rank>, and $KILL_AT=RANK:STEP makes that rank SIGKILL itself just
+after saving STEP in the first attempt."""
 import os
+import signal
 import sys
 import time
 
@@ -42,6 +47,9 @@ def main():
     steps, out = int(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    with open(os.path.join(out, f"pid.{attempt}.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
     width = int(os.environ.get("FSDP_WIDTH", "0"))
@@ -97,6 +105,8 @@ def main():
         state = {"model": model_sd, "optim": optim_sd}
         dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(s))
         hold_here(out, s, world)
+        if attempt == "0" and os.environ.get("KILL_AT") == f"{rank}:{s}":
+            os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("REF_SAVE"):
         dcp.save(state, storage_writer=dcp.FileSystemWriter(os.environ["REF_SAVE"]))
         if rank == 0:
@@ -112,4 +122,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("INPROCESS") == "1":
+        from ddprun import inprocess
+        inprocess.run(main)
+    else:
+        main()
