@@ -171,6 +171,8 @@ checks() {  # $1: folder holding the programs
   node_check_on_gpu "$bin"
   echo "== the straggler check's step times: DDP over NCCL, timed against not"
   timeout 600 python3 tests/gpu/step_times_nccl.py "$PWD/python"
+  echo "== in-process restart over NCCL: the process group aborted and made again, CUDA kept"
+  timeout 900 python3 tests/gpu/inprocess_nccl.py "$bin/ddprun"
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
   python3 tests/interop/torch_store_ops.py "$bin/ddprund"
   python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"

@@ -91,6 +91,7 @@ def case_a_hung_rank_is_replaced_and_the_rank_waiting_for_it_keeps_its_process()
     assert p[(1, 0)] == p[(0, 0)], f"rank 0, which only waited, was not kept: {p}"
     assert p[(1, 1)] != p[(0, 1)], f"the hung rank 1 was not replaced: {p}"
     assert "rank 1: inprocess_ddp.py" in err and "in fault" in err, err  # its stack was taken
+    assert "rank 0: no stack (it aborted its attempt and waits to run again in process)" in err, err
     assert same_parameters(reference, out), "the restarted job's parameters differ"
     print(f"rank 1 hung (alive, silent) at step 5: declared hung, its stack taken, replaced; rank 0 "
           f"kept pid {p[(0, 0)]}; final parameters bit-identical: passed")

@@ -177,7 +177,9 @@ AttemptStacks StackCapture::collect(const Attempt& attempt) const {
     const int rank = w.launch.id.rank;
     const std::optional<WorkerStack> stack = stack_of(w);
     std::string& frame = stacks.frames[rank];
-    frame = stack ? stack->innermost : "no stack (the worker wrote none)";
+    frame = stack    ? stack->innermost
+            : w.kept ? "no stack (it aborted its attempt and waits to run again in process)"
+                     : "no stack (the worker wrote none)";
     stacks.text += fmt::format("=== rank {} (local_rank {}) ===\n{}\n", rank,
                                w.launch.id.local_rank, stack ? stack->text : frame);
   }

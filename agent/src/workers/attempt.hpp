@@ -46,6 +46,7 @@ struct RunningWorker {
   // abort its attempt (and keep its process for the next one).
   std::unique_ptr<InProcessChannel> channel;
   bool parking = false;
+  bool kept = false;  // its process was kept for the next attempt (this is what remains of it)
 
   bool running() const { return process && process->running(); }
 };

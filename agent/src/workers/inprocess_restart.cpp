@@ -142,7 +142,8 @@ void WorkerGroup::poll_in_process() {
       --a.running;
       RunningWorker kept = std::move(w);
       w = RunningWorker(kept.launch);  // the slot keeps no part of it
-      kept.heartbeat.reset();          // the next attempt's has the same name
+      w.kept = true;
+      kept.heartbeat.reset();  // the next attempt's has the same name
       kept_.push_back(std::move(kept));
     } else if (now >= parking_deadline_ && a.hang_declared) {
       w.parking = false;  // a hung rank: its stack is taken below, then it stops
