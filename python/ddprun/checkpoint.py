@@ -50,6 +50,7 @@ import os
 import pickle
 import stat
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -522,6 +523,21 @@ def _crc(m, start, size, crc=0):
 # slot, or overwrite the buffers dcp.async_save staged the first into).
 _saving = threading.Lock()
 _in_flight = weakref.WeakSet()
+
+
+def _restarted():
+    """An in-process restart (ddprun.inprocess): the saves under way end first (a dcp.async_save
+    writing in the background; bounded), then this rank's region is mapped afresh at its next use
+    (the agents may have put another one there for the rank it is now)."""
+    global _region
+    deadline = time.monotonic() + 30
+    while _in_flight and time.monotonic() < deadline:
+        gc.collect()  # (a save that failed with its attempt is let go)
+        time.sleep(0.01)
+    if _in_flight:
+        print("checkpoint: a save of this rank was still being written 30 s after its attempt "
+              "ended", file=sys.stderr)
+    _region = None
 
 
 def _claim(saver, step, allowed=None):

@@ -212,6 +212,9 @@ def run(train, *args, **kwargs):
             traceback.clear_frames(e.__traceback__)
             del e
         _destroy_process_groups()
+        checkpoints = sys.modules.get("ddprun.checkpoint")
+        if checkpoints is not None:  # its saves under way end before this rank says it parked
+            checkpoints._restarted()
         channel.parked()
         # What the aborted attempt made (its DDP reducer's hooks on the parameters, its groups)
         # goes before the next: while the round forms again, not before this rank says it parked

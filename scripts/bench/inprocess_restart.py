@@ -11,7 +11,8 @@ the step after the saved one), with:
   torchrun      torch 2.14's torchrun (both ranks start cold, compile again, torch.load from
                 /dev/shm)
 for a rank SIGKILLed (the issue's case) and for a rank whose training raised (where in process no
-process is replaced). Medians over the runs; the last line gives the ratios and the targets (under
+process is replaced; not under torchrun, whose restarted workers hung in init_process_group in both
+runs tried, more than 180 s). Medians over the runs; the last line gives the ratios and the targets (under
 1 s; 5x sooner than ddprun's process restart).
 
     inprocess_restart.py DDPRUN TORCH2_PYTHON CHECKOUT RUNS
@@ -45,7 +46,11 @@ def job(mode, fault, ddprun, python, checkout):
         print(f"{mode} {fault}: the job had not ended after {JOB_LIMIT} s", flush=True)
         return float("inf"), False
     if r.returncode != 0:
-        sys.exit(f"{mode} {fault}: exit {r.returncode}\n{r.stderr[-4000:]}")
+        if mode != "torchrun":
+            sys.exit(f"{mode} {fault}: exit {r.returncode}\n{r.stderr[-4000:]}")
+        why = [l for l in r.stderr.splitlines() if "Error" in l][:1]
+        print(f"{mode} {fault}: the job failed (exit {r.returncode}: {why}): not back", flush=True)
+        return float("inf"), False
     with open(os.path.join(out, "fault")) as f:
         failed = float(f.read())
     back, kept = [], True
@@ -64,7 +69,7 @@ def main():
     results = {}
     for run in range(runs):
         for fault in ("kill", "raise"):
-            for mode in ("in_process", "process", "torchrun"):
+            for mode in ("in_process", "process", "torchrun")[:3 if fault == "kill" else 2]:
                 back, _ = job(mode, fault, ddprun, python, checkout)
                 results.setdefault((fault, mode), []).append(back)
                 print(f"run {run + 1}: rank 1 {'SIGKILLed' if fault == 'kill' else 'raised'}, "
@@ -73,13 +78,13 @@ def main():
     for fault in ("kill", "raise"):
         print(f"median over {runs} runs, rank 1 {'SIGKILLed' if fault == 'kill' else 'raised'}: "
               + ", ".join(f"{m} {median[(fault, m)]:.3f} s"
-                          for m in ("in_process", "process", "torchrun")))
+                          for m in ("in_process", "process", "torchrun") if (fault, m) in median))
     k, r = (lambda m: median[("kill", m)]), (lambda m: median[("raise", m)])
     print(f"ratio: in process, a killed rank back in {k('in_process'):.2f} s (target 1 s): "
           f"{k('process') / k('in_process'):.2f}x sooner than ddprun's process restart "
-          f"(target 5x), {k('torchrun') / k('in_process'):.2f}x sooner than torchrun; a raising "
-          f"rank back in {r('in_process'):.2f} s: {r('process') / r('in_process'):.2f}x and "
-          f"{r('torchrun') / r('in_process'):.2f}x")
+          f"(target 5x), {k('torchrun') / k('in_process'):.2f}x sooner than torchrun 2.14; a "
+          f"raising rank back in {r('in_process'):.2f} s, {r('process') / r('in_process'):.2f}x "
+          f"sooner than ddprun's process restart")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,22 @@ def case_a_rank_whose_training_raises_keeps_its_process_too():
           f"{p[(0, 1)]}), a restart spent, final parameters bit-identical: passed")
 
 
+def case_a_training_that_raises_in_every_attempt_is_a_crash_loop():
+    out = tempfile.mkdtemp()
+    r = subprocess.run(command(out, "--restart_mode=in_process", "--max_restarts=10"),
+                       capture_output=True, text=True, timeout=240, env=environment(RAISE_EVERY="1"))
+    assert r.returncode == 5, (r.returncode, r.stderr[-5000:])
+    assert not left_running(out), f"workers left running: {left_running(out)}"
+    p = pids(out)
+    assert len({p[(a, 1)] for a in range(3)}) == 1, f"rank 1 was not kept: {p}"
+    line = [l for l in r.stderr.splitlines() if "[error] crash loop:" in l]
+    assert len(line) == 1 and "ValueError: rank 1 fails at its first step" in line[0], r.stderr
+    assert "Root Cause" in r.stderr and "ValueError: rank 1 fails at its first step" in r.stderr
+    print(f"rank 1's training raised at its first step in every attempt, in its one process: a "
+          f"crash loop after 3 attempts, exit 5 ('{line[0].split('[error] ', 1)[1][:120]}...'): "
+          f"passed")
+
+
 def case_a_hung_rank_is_replaced_and_the_rank_waiting_for_it_keeps_its_process():
     reference = uninterrupted("--hang_timeout=3")
     out, err = job("--restart_mode=in_process", "--hang_timeout=3", FAULT="hang:1:5")

@@ -10,6 +10,7 @@
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
 #include "logs/log_pump.hpp"
+#include "logs/python_traceback.hpp"
 #include "workers/worker_group.hpp"
 
 // --restart_mode=in_process: the worker group's part in an in-process restart (worker_group.hpp,
@@ -122,9 +123,13 @@ void WorkerGroup::poll_in_process() {
       f.pid = w.process->pid();
       f.exitcode = 1;
       f.time = std::chrono::system_clock::now();
-      f.error = ErrorRecord{*raised, {}, {}, {}};
+      if (std::optional<PythonTraceback> tb = last_python_traceback(*raised)) {
+        f.error = ErrorRecord{std::move(tb->exception), std::move(tb->traceback), {}, {}};
+      } else {
+        f.error = ErrorRecord{last_line(*raised), *raised, {}, {}};
+      }
       spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: its training raised {}",
-                   f.local_rank, f.rank, f.pid, last_line(*raised));
+                   f.local_rank, f.rank, f.pid, f.error->message);
       if (event_log_ != nullptr) {
         event_log_->record("worker_raised",
                            {{"local_rank", f.local_rank}, {"rank", f.rank}, {"pid", f.pid}});

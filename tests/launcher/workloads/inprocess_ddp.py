@@ -7,7 +7,8 @@ OUT_DIR/use.<restart count>.<rank>; rank 0 writes the final parameters to OUT_DI
 first attempt, $FAULT="KIND:RANK:STEP" makes that rank, just after saving that step: kill (SIGKILL
 itself), raise (a ValueError), or hang (sleep, alive and silent; with --hang_timeout); with
 $FAULT_EVERY=N instead, rank 1 kills itself just after the first step it saves in each of the
-first N attempts. With $NO_API=1 the training is called directly, as a script that does not use
+first N attempts; with $RAISE_EVERY=1, rank 1 raises at its first step of every attempt, before
+saving it. With $NO_API=1 the training is called directly, as a script that does not use
 ddprun.inprocess."""
 import os
 import signal
@@ -73,6 +74,8 @@ def train(steps, out):
         OPT.zero_grad()
         loss.backward()
         OPT.step()
+        if rank == 1 and s == first and os.environ.get("RAISE_EVERY") == "1":
+            raise ValueError("rank 1 fails at its first step")
         checkpoint.save(s, {"model": NET.state_dict(), "optim": OPT.state_dict()})
         heartbeat.beat()
         fault(rank, s, first)
