@@ -22,11 +22,6 @@ for entry in json.load(open(os.path.join(build, "compile_commands.json"))):
     if not argv[0].endswith(("c++", "g++")):
         continue  # (CUDA sources: nvcc's, not compiled by clang here)
     argv[0] = "clang++-14"
-    # g++'s precompiled header is not clang's; without it each unit must include what it uses.
-    while "-include" in argv:
-        i = argv.index("-include")
-        del argv[i : i + 2]
-    argv = [a for a in argv if a != "-Winvalid-pch" and not a.startswith("-include")]
     if "-o" in argv:
         del argv[argv.index("-o") : argv.index("-o") + 2]
     units.append((entry["directory"], argv + ["-fsyntax-only"]))
