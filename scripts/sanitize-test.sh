@@ -14,7 +14,8 @@ case $step in build | test | all) ;; *) echo "usage: $0 [build|test]" >&2; exit 
 if [[ $step != test ]]; then
   # Unoptimised: UBSan's checks make g++ three times slower at -O2, and -O0 hides nothing from them.
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
-    -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF >/dev/null
+    -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF -DCMAKE_UNITY_BUILD=ON \
+    -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 >/dev/null
   cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
     rendezvous_exchange_test checkpoint_regions_test \
     store_session_test store_tls_test

@@ -2,8 +2,8 @@
 real elastic job (ddprund or a 3-member etcd, three agents of a --nnodes=2:3 job, 1-2 workers each)
 and injects 2-5 faults in its first 10 s, drawn from one seed, then checks the invariants below.
 
-    campaign.py DDPRUN DDPRUND [--backend c10d|etcd] [--seeds 1,2,3] [--fresh N] [--minutes M]
-                [--keep DIR] [--no-netns]
+    campaign.py DDPRUN DDPRUND [--backend c10d|etcd|both] [--seeds 1,c10d:2,etcd:3] [--fresh N]
+                [--minutes M] [--keep DIR] [--no-netns]
 
 One seed fixes a trial's schedule (which faults, when, against which agent, for how long); what
 the system does in between is real, so a seed that found a bug finds it in some runs, not all.
@@ -513,12 +513,20 @@ def main():
     if "etcd" in backends and not have_etcd():
         print("campaign: etcd is not installed: the etcd backend is skipped")
         backends.remove("etcd")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    seeds += [random.SystemRandom().randrange(1, 10**6) for _ in range(args.fresh)]
+    # A seed is drawn on every backend, or, written BACKEND:SEED, on that backend alone (the
+    # schedule a seed draws depends on the backend, so a seed found on one repeats only there).
+    queue = []
+    for entry in filter(None, args.seeds.split(",")):
+        backend, _, seed = entry.rpartition(":")
+        if backend and backend not in ("c10d", "etcd"):
+            ap.error(f"--seeds: {entry!r}: the backend must be c10d or etcd")
+        queue += [(b, int(seed)) for b in backends if b == backend or not backend]
+    for _ in range(args.fresh):
+        seed = random.SystemRandom().randrange(1, 10**6)
+        queue += [(b, seed) for b in backends]
     keep = args.keep or tempfile.mkdtemp(prefix="chaos-failures-")
     stop_at = time.monotonic() + args.minutes * 60 if args.minutes else None
     results = []  # (backend, seed, ok, faults, violations, seconds)
-    queue = [(b, s) for s in seeds for b in backends]
     while queue or (stop_at and time.monotonic() < stop_at):
         if not queue:
             s = random.SystemRandom().randrange(1, 10**6)

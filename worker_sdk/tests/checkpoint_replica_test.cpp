@@ -27,7 +27,7 @@ namespace {
 
 constexpr size_t kReplicated = 1 << 19;  // doubles in each of the two replicated buffers (4 MiB)
 
-void env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
+void set_env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
 struct State {
   std::vector<double> weights, moments, own;
@@ -48,12 +48,12 @@ std::string as_rank(const fs::path& dir, int rank, const std::function<void()>& 
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::close(out[0]);
-    env("DDPRUN_CHECKPOINT_DIR", dir.string());
-    env("LOCAL_RANK", std::to_string(rank));
-    env("RANK", std::to_string(rank));
-    env("LOCAL_WORLD_SIZE", "2");
-    env("WORLD_SIZE", "2");
-    env("TORCHELASTIC_RUN_ID", "job");
+    set_env("DDPRUN_CHECKPOINT_DIR", dir.string());
+    set_env("LOCAL_RANK", std::to_string(rank));
+    set_env("RANK", std::to_string(rank));
+    set_env("LOCAL_WORLD_SIZE", "2");
+    set_env("WORLD_SIZE", "2");
+    set_env("TORCHELASTIC_RUN_ID", "job");
     std::string said;
     try {
       body();
@@ -98,7 +98,7 @@ void save(int rank, double fill, size_t replicated = 2) {
 }
 
 void load_exactly(int rank, double fill) {
-  env("DDPRUN_CHECKPOINT_STEP", "3");
+  set_env("DDPRUN_CHECKPOINT_STEP", "3");
   State got(-9.0, 0), want(fill, rank);
   if (ddp::checkpoint::load(got.buffers()) != 3) throw std::runtime_error("no step");
   if (got.weights != want.weights || got.moments != want.moments || got.own != want.own) {
@@ -107,7 +107,7 @@ void load_exactly(int rank, double fill) {
 }
 
 void load_refused_untouched() {
-  env("DDPRUN_CHECKPOINT_STEP", "3");
+  set_env("DDPRUN_CHECKPOINT_STEP", "3");
   State got(-9.0, 0);
   try {
     ddp::checkpoint::load(got.buffers());

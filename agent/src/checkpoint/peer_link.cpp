@@ -22,7 +22,7 @@ using asio::ip::tcp;
 
 namespace {
 
-constexpr std::string_view kMagic = "DDPPEER2";
+constexpr std::string_view kPeerMagic = "DDPPEER2";
 constexpr size_t kProof = 32;
 constexpr uint64_t kFileChunk = 8 << 20;  // what one sendfile(2) or TLS write carries at most
 constexpr uint64_t kMacChunk = 1 << 20;   // what is read at once for the MAC, from the cache
@@ -163,15 +163,15 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_execut
     // The client speaks first: a peer in the clear and one with TLS tell each other apart at once.
     const store::auth::Nonce nonce = store::auth::fresh_nonce();
     const std::string client_nonce(store::auth::view(nonce));
-    std::string hello(kMagic);
+    std::string hello(kPeerMagic);
     hello += client_nonce;
     co_await link->write(hello.data(), hello.size());
-    char greeting[kMagic.size() + store::auth::kNonceBytes];
+    char greeting[kPeerMagic.size() + store::auth::kNonceBytes];
     co_await link->read(greeting, sizeof greeting);
-    if (std::string_view(greeting, kMagic.size()) != kMagic) {
+    if (std::string_view(greeting, kPeerMagic.size()) != kPeerMagic) {
       throw std::runtime_error("it is not a ddprun agent's checkpoint port");
     }
-    const std::string server_nonce(greeting + kMagic.size(), store::auth::kNonceBytes);
+    const std::string server_nonce(greeting + kPeerMagic.size(), store::auth::kNonceBytes);
     const std::string proof =
         proof_of(auth, store::auth::Side::kClient, client_nonce, server_nonce);
     co_await link->write(proof.data(), proof.size());
@@ -198,13 +198,13 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::accept(tcp::socket socket,
   std::unique_ptr<PeerLink> link(new PeerLink(std::move(socket), idle_limit));
   try {
     co_await link->start_tls(auth.server_tls, false);
-    char hello[kMagic.size() + store::auth::kNonceBytes];
+    char hello[kPeerMagic.size() + store::auth::kNonceBytes];
     co_await link->read(hello, sizeof hello);
-    if (std::string_view(hello, kMagic.size()) != kMagic) co_return nullptr;
-    const std::string client_nonce(hello + kMagic.size(), store::auth::kNonceBytes);
+    if (std::string_view(hello, kPeerMagic.size()) != kPeerMagic) co_return nullptr;
+    const std::string client_nonce(hello + kPeerMagic.size(), store::auth::kNonceBytes);
     const store::auth::Nonce nonce = store::auth::fresh_nonce();
     const std::string server_nonce(store::auth::view(nonce));
-    std::string greeting(kMagic);
+    std::string greeting(kPeerMagic);
     greeting += server_nonce;
     co_await link->write(greeting.data(), greeting.size());
     char proof[kProof];

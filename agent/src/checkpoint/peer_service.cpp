@@ -34,16 +34,13 @@ constexpr int kMaxLocalRanks = 4096;
 // What is copied at once: a multiple of 8 (the payload is summed in whole words), and small enough
 // to sum from the cache (1 MiB moved a staged or received copy 1.5-2x faster here than 8 MiB, and
 // than receiving straight into the file's mapped pages).
-constexpr size_t kChunk = 1 << 20;
-constexpr uint64_t kFileSlotRounding = 1 << 20;
+constexpr size_t kSendChunk = 1 << 20;
 constexpr size_t kMaxConnections = 64;
 // Connections open at once from one address: a host that floods the port with idle connections
 // takes its own share, never the job's (a node makes one per copy or fetch under way).
 constexpr size_t kMaxPerAddress = 8;
 // A connection quiet for this long is closed: a stalled peer, or a stranger that says nothing.
 constexpr std::chrono::seconds kIdleLimit{10};
-
-uint64_t up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 struct Request {
   uint64_t op = 0;
@@ -127,7 +124,7 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
 asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
                                       const std::string& header, std::optional<SlotMac> mac) {
   if (mac) mac->add(header);
-  std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
+  std::string buffer(std::min<uint64_t>(size, kSendChunk), '\0');
   for (uint64_t done = 0; done < size;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
     co_await link.read(buffer.data(), n);
@@ -189,11 +186,10 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
     }
     SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
                         kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
-                        reader->file_header(up(rec.size, kFileSlotRounding)),
-                        kRegionHeader + rec.size,
+                        reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
                         fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
     budget.reset();
-    std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
+    std::string buffer(std::min<uint64_t>(rec.size, kSendChunk), '\0');
     for (uint64_t done = 0; done < rec.size;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
       reader->read(done, buffer.data(), n);

@@ -18,6 +18,16 @@ namespace ddprun::agent {
 inline constexpr size_t kRegionHeader = 4096;     // slot i's payload at 4096 + i * slot size
 inline constexpr size_t kRegionHeaderRead = 272;  // the bytes of the header that say anything
 
+// Where slot i's record starts in a region's header (its state, the record's first 8 bytes).
+inline constexpr size_t slot_record_at(size_t i) { return 64 + 64 * i; }
+
+// The slot size of a file of the region layout holding a payload of `payload_bytes`: the payload's
+// size rounded up to 1 MiB.
+inline constexpr uint64_t file_slot_size(uint64_t payload_bytes) {
+  constexpr uint64_t kRounding = 1 << 20;
+  return (payload_bytes + kRounding - 1) / kRounding * kRounding;
+}
+
 // How a slot's checksum sums its payload: CRC-32 (zlib's and Python's zlib.crc32, computed by
 // libdeflate; the current layout), or the wrapping sum of its 8-byte words (the layouts before,
 // whose files are still read).

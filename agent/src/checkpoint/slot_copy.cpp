@@ -20,8 +20,7 @@ namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr size_t kChunk = 8 << 20;
-constexpr uint64_t kFileSlotRounding = 1 << 20;
+constexpr size_t kCopyChunk = 8 << 20;
 // What a file's MAC is for: the same for every job holding the token, so that a later job with
 // it reads what an earlier one wrote.
 constexpr std::string_view kDirMac = "checkpoint_dir";
@@ -39,7 +38,7 @@ std::optional<RegionHeader> read_header(int fd, const fs::path& name) {
 std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to, uint64_t size,
                                      const fs::path& in_name, const fs::path& out_name,
                                      const std::atomic<bool>& stop, SlotMac* mac = nullptr) {
-  std::string buffer(std::min<uint64_t>(size, kChunk), '\0');
+  std::string buffer(std::min<uint64_t>(size, kCopyChunk), '\0');
   PayloadSum sum;
   for (uint64_t done = 0; done < size; done += buffer.size()) {
     if (stop) return std::nullopt;
@@ -156,8 +155,7 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
   }
   Partial partial(tmp);
   const Fd out(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC));
-  const std::string header =
-      region_header_for(rec, up(rec.size, kFileSlotRounding), h->save_micros[slot]);
+  const std::string header = region_header_for(rec, file_slot_size(rec.size), h->save_micros[slot]);
   write_all(out.fd, header.data(), header.size(), 0, tmp);
   std::optional<SlotMac> mac;
   if (token) {
@@ -226,7 +224,7 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
                      region_header_for(rec, h->slot_size, h->save_micros[0]),
                      kRegionHeader + 2 * h->slot_size,
                      fmt::format("local rank {}'s region", local_rank), rec.sum_kind);
-  std::string buffer(std::min<uint64_t>(rec.size, kChunk), '\0');
+  std::string buffer(std::min<uint64_t>(rec.size, kCopyChunk), '\0');
   for (uint64_t done = 0; done < rec.size;) {
     if (stop) {
       errno = ECANCELED;

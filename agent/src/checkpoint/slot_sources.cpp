@@ -18,11 +18,7 @@ namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr size_t kChunk = 1 << 20;
-constexpr uint64_t kFileSlotRounding = 1 << 20;
-constexpr size_t kRecords = 64;  // slot i's record at 64 + 64 * i: its state first
-
-uint64_t up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+constexpr size_t kReadChunk = 1 << 20;
 
 // A slot this node may give: committed, of this run, with its rank recorded.
 bool usable(const SlotRecord& r, uint64_t run_tag) {
@@ -65,8 +61,7 @@ void each_source(const fs::path& regions, const fs::path& kept, const PeerCopies
 }  // namespace
 
 std::string file_header_for(const SlotSources::Found& found) {
-  return region_header_for(found.record, up(found.record.size, kFileSlotRounding),
-                           found.save_micros);
+  return region_header_for(found.record, file_slot_size(found.record.size), found.save_micros);
 }
 
 SlotSources::SlotSources(fs::path regions, fs::path kept, PeerCopies* copies, uint64_t run_tag)
@@ -107,7 +102,7 @@ bool SlotSources::copy_to(int rank, int world, int64_t step, const fs::path& fol
   {
     SlotFileWriter out(file, dir / fmt::format(".rank_{}.tmp", rank), file_header_for(*found),
                        kRegionHeader + rec.size, fmt::format("global rank {}'s checkpoint", rank));
-    std::string buffer(std::min<uint64_t>(std::max<uint64_t>(rec.size, 8), kChunk), '\0');
+    std::string buffer(std::min<uint64_t>(std::max<uint64_t>(rec.size, 8), kReadChunk), '\0');
     for (uint64_t done = 0; done < rec.size;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
       read_all(in.fd, buffer.data(), n, found->payload_at + done, found->file);
@@ -139,7 +134,7 @@ void SlotSources::drop_after(std::optional<int64_t> step) const {
     for (int i = 0; i < 2; ++i) {
       if (h->slots[i].state != SlotRecord::kCommitted || !after(h->slots[i].step)) continue;
       const uint64_t empty = SlotRecord::kEmpty;
-      if (::pwrite(fd, &empty, sizeof empty, kRecords + 64 * i) != sizeof empty) break;
+      if (::pwrite(fd, &empty, sizeof empty, slot_record_at(i)) != sizeof empty) break;
     }
     ::close(fd);
   }

@@ -21,7 +21,7 @@ namespace {
 // Folders of this agent's name left by killed agents that are passed by before giving up.
 constexpr int kMaxLeftTrees = 16;
 
-std::string read_file(const std::string& path) {
+std::string read_or_empty(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
   s << in.rdbuf();
@@ -85,7 +85,7 @@ long oom_kills(std::string_view memory_events) {
 
 std::unique_ptr<CgroupTree> CgroupTree::open(std::string& why) {
   const auto own =
-      own_cgroup_dir(read_file("/proc/self/mountinfo"), read_file("/proc/self/cgroup"));
+      own_cgroup_dir(read_or_empty("/proc/self/mountinfo"), read_or_empty("/proc/self/cgroup"));
   if (!own) {
     why = "no cgroup v2 hierarchy for this process";
     return nullptr;
@@ -164,15 +164,17 @@ void WorkerCgroup::signal_all(int signo) {
 
 std::vector<pid_t> WorkerCgroup::processes() const {
   std::vector<pid_t> out;
-  std::istringstream in(read_file(path_ + "/cgroup.procs"));
+  std::istringstream in(read_or_empty(path_ + "/cgroup.procs"));
   for (pid_t p; in >> p;) out.push_back(p);
   return out;
 }
 
 bool WorkerCgroup::populated() const {
-  return field(read_file(path_ + "/cgroup.events"), "populated") > 0;
+  return field(read_or_empty(path_ + "/cgroup.events"), "populated") > 0;
 }
 
-bool WorkerCgroup::oom_killed() const { return oom_kills(read_file(path_ + "/memory.events")) > 0; }
+bool WorkerCgroup::oom_killed() const {
+  return oom_kills(read_or_empty(path_ + "/memory.events")) > 0;
+}
 
 }  // namespace ddprun::agent

@@ -91,10 +91,7 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
     w.channel->abort(a.number);
   }
   if (to_stop) {
-    kill_timer_.expires_after(shutdown_timeout_);
-    kill_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec) kill_survivors();
-    });
+    kill_after_shutdown_timeout();
   }
   parking_deadline_ = now + limit;
   poll_in_process();
@@ -161,10 +158,7 @@ void WorkerGroup::poll_in_process() {
       w.parking = false;
       w.stopped_by_us = true;
       w.process->signal_group(SIGTERM);
-      kill_timer_.expires_after(shutdown_timeout_);
-      kill_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) kill_survivors();
-      });
+      kill_after_shutdown_timeout();
     }
   }
   if (hung) {

@@ -387,6 +387,10 @@ void WorkerGroup::begin_stopping(int signo) {
     w.stopped_by_us = true;
     w.process->signal_group(signo);
   }
+  kill_after_shutdown_timeout();
+}
+
+void WorkerGroup::kill_after_shutdown_timeout() {
   kill_timer_.expires_after(shutdown_timeout_);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) kill_survivors();

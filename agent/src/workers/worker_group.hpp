@@ -135,6 +135,8 @@ class WorkerGroup : private AttemptControl {
   void watch_in_process();
   void poll_in_process();
   void begin_stopping(int signo);
+  // SIGKILLs the workers still running (not those parking) once the shutdown timeout passes.
+  void kill_after_shutdown_timeout();
   void kill_survivors();
   void abandon_survivors();
   void watch_states();

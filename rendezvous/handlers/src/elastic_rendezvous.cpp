@@ -23,7 +23,6 @@ ElasticRendezvous::ElasticRendezvous(asio::io_context& io, RendezvousConfig conf
                                      std::string node_id, std::shared_ptr<JobStore> store,
                                      std::unique_ptr<store::StoreThread> server)
     : JobSession(io.get_executor(), std::move(store)),
-      io_(io),
       config_(std::move(config)),
       node_id_(std::move(node_id)),
       server_(std::move(server)) {}
@@ -40,7 +39,7 @@ ElasticRendezvous::~ElasticRendezvous() = default;
 namespace {
 
 // (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
-JobSession::Settings job_wide(const RendezvousConfig& c) {
+JobSession::Settings elastic_settings(const RendezvousConfig& c) {
   return {{"--nnodes", fmt::format("{}:{}", c.min_nodes, c.max_nodes)},
           {"--max_restarts", std::to_string(c.max_restarts)}};
 }
@@ -110,7 +109,7 @@ std::vector<std::string> followed_by_leader() {
 }  // namespace
 
 asio::awaitable<void> ElasticRendezvous::join() {
-  Settings settings = job_wide(config_);
+  Settings settings = elastic_settings(config_);
   co_await agree_on(std::move(settings));
   addr_ = config_.local_addr.empty()
               ? store::local_address_towards(config_.endpoint_host, config_.endpoint_port)

@@ -27,7 +27,7 @@ StaticRendezvous::StaticRendezvous(asio::io_context& io, RendezvousConfig config
 namespace {
 
 // (Outside the coroutines: g++ 12 miscompiles braced initializer lists inside one.)
-JobSession::Settings job_wide(const RendezvousConfig& c) {
+JobSession::Settings static_settings(const RendezvousConfig& c) {
   return {{"--nnodes", std::to_string(c.max_nodes)},
           {"--max_restarts", std::to_string(c.max_restarts)}};
 }
@@ -42,7 +42,7 @@ std::shared_ptr<StaticRendezvous> StaticRendezvous::create(
   std::unique_ptr<store::StoreThread> worker_server;
   if (server) {
     std::vector<std::pair<std::string, std::string>> first = {
-        {std::string(keys::kSettings), records::settings_text(job_wide(config))}};
+        {std::string(keys::kSettings), records::settings_text(static_settings(config))}};
     if (config.auth_token) {
       worker_server = std::make_unique<store::StoreThread>(store::ServerOptions{});
       first.emplace_back(keys::kMaster, std::to_string(worker_server->port()));
@@ -60,7 +60,7 @@ std::shared_ptr<StaticRendezvous> StaticRendezvous::create(
 StaticRendezvous::~StaticRendezvous() = default;
 
 asio::awaitable<void> StaticRendezvous::join() {
-  Settings settings = job_wide(config_);
+  Settings settings = static_settings(config_);
   co_await agree_on(std::move(settings));
   // Every node follows every key: a static job waits for each node rank by name.
   WatchSet everything;

@@ -39,7 +39,7 @@ bool newer_count(const std::string& mine, const std::string& there) {
 // (down for everyone) or does not answer (cut off) is known well within a heartbeat timeout.
 constexpr Ms kReconnectTry{250};
 
-double seconds(Ms d) { return std::chrono::duration<double>(d).count(); }
+double in_seconds(Ms d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
@@ -80,11 +80,11 @@ asio::awaitable<void> TcpJobStore::watch_lease(uint64_t outage) {
     spdlog::warn(
         "the rendezvous store at {} is down (connection refused) for every node: the workers keep "
         "running while it is waited for (rdzv_conf reconnect_timeout={:g} s)",
-        endpoint(), seconds(spec_.reconnect_timeout));
+        endpoint(), in_seconds(spec_.reconnect_timeout));
     co_return;
   }
   report_expelled(fmt::format("the store has not been reached for the heartbeat timeout of {:g} s",
-                              seconds(spec_.heartbeat_timeout)));
+                              in_seconds(spec_.heartbeat_timeout)));
 }
 
 asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
@@ -97,7 +97,7 @@ asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
       lost(fmt::format(
           "lost the connection to the rendezvous store at {} and could not reconnect within {:g} "
           "s{}: {}",
-          endpoint(), seconds(limit),
+          endpoint(), in_seconds(limit),
           server_.in_agent ? " (the heartbeat timeout; the store lived in an agent)"
                            : " (rdzv_conf reconnect_timeout)",
           last_error_));

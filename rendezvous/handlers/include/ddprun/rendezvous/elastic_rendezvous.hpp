@@ -108,7 +108,6 @@ class ElasticRendezvous final : public JobSession {
   // Why round `n` (record `rec`) must end now, or "".
   std::string reason_to_end(int n, const records::Round& rec) const;
 
-  boost::asio::io_context& io_;
   RendezvousConfig config_;
   std::string node_id_;
   std::unique_ptr<store::StoreThread> server_;  // the job store, when hosted here
