@@ -3,17 +3,20 @@ runs its training again in its own process (ddprun.inprocess.run), and the job e
 an uninterrupted one. Real ddprun, real torch DDP over gloo on the CPU, a deterministic job that
 saves an in-memory checkpoint every step (workloads/inprocess_ddp.py).
 
-    inprocess_test.py DDPRUN CASE    (CASE: one of the functions named case_*)
+    inprocess_test.py DDPRUN CASE [DDPRUND]    (CASE: one of the functions named case_*; DDPRUND
+                                                for the case of a lost node)
 """
+import glob
 import os
 import subprocess
 import sys
 import tempfile
 
-from proc_util import agents_ended, free_port, left_running
+import rank_state_test
+from proc_util import agents_ended, free_port, left_running, wait_for
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
-DDPRUN = None
+DDPRUN = DDPRUND = None
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads", "inprocess_ddp.py")
 STEPS = 12
 
@@ -147,6 +150,49 @@ def case_on_two_nodes_every_rank_but_the_killed_one_keeps_its_process():
           "(the other node's too), rank 1 replaced; final parameters bit-identical: passed")
 
 
+def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processes():
+    """2 nodes x 2 ranks, each node in a network namespace of its own (rank_state_test's cluster):
+    node rank 1 (its agent and workers) SIGKILLed once its step K is on its peer, a node started in
+    its place. Ranks 0 and 1 run their training again in their own processes; 2 and 3 start on the
+    new node from the peer's copies; the job ends bit-identical to an uninterrupted one."""
+    rank_state_test.DDPRUN, rank_state_test.DDPRUND = DDPRUN, DDPRUND
+    k, in_process = 5, ["--restart_mode=in_process"]
+    with rank_state_test.Cluster(WORKLOAD) as cluster:
+        out = tempfile.mkdtemp()
+        for i in (0, 1):
+            cluster.start("lost", i, out, "2:2", steps=STEPS, env={"LOSE_AT": str(k)},
+                          extra=in_process)
+        wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 2, f"node rank 1's ranks at step {k}",
+                 180)
+        wait_for(lambda: len(cluster.copies_of_step("lost", k)) >= 4,
+                 f"step {k} copied to each peer", 60)
+        victim = next(i for i in (0, 1) if rank_state_test.node_rank_of(out, i) == 1)
+        cluster.kill("lost", victim)
+        cluster.start("lost", 2, out, "2:2", steps=STEPS, extra=in_process)
+        cluster.finish("lost", [1 - victim, 2])
+        assert not left_running(out), f"workers left running: {left_running(out)}"
+        begun = {}
+        for rank in range(4):
+            with open(os.path.join(out, f"begun.{rank}")) as f:
+                begun[rank] = f.read().split()
+        assert all(len(b) == 2 for b in begun.values()), begun
+        kept = [r for r in range(4) if begun[r][0] == begun[r][1]]
+        assert kept == [0, 1], f"ranks kept: {kept} (expected the surviving node's 0 and 1): {begun}"
+        # The survivors' training was aborted for the lost node, not counted as raising.
+        raised = rank_state_test.events(out, 1 - victim, "worker_raised")
+        assert not raised, raised
+        restore = rank_state_test.events(out, 2, "checkpoint_restore")
+        assert restore and restore[-1]["step"] == k, restore
+        reference = tempfile.mkdtemp()
+        for i in (0, 1):
+            cluster.start("reference", i, reference, "2:2", steps=STEPS)
+        cluster.finish("reference", [0, 1])
+        assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"2 nodes x 2 ranks, node rank 1 SIGKILLed with its workers after step {k} and replaced: "
+          f"ranks 0 and 1 ran again in their processes, 2 and 3 restored step {k} from the peer's "
+          f"copies on the new node; final parameters bit-identical: passed")
+
+
 def case_an_fsdp2_job_sharded_again_in_its_processes_resumes_bit_identical():
     workload = os.path.join(os.path.dirname(WORKLOAD), "checkpoint_fsdp.py")
     outs = []
@@ -219,8 +265,9 @@ def case_bad_restart_modes_are_usage_errors():
 
 
 def main():
-    global DDPRUN
-    DDPRUN = sys.argv[1]
+    global DDPRUN, DDPRUND
+    DDPRUN = os.path.abspath(sys.argv[1])
+    DDPRUND = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
     globals()["case_" + sys.argv[2]]()
 
 

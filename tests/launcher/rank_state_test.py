@@ -67,15 +67,15 @@ class Cluster:
         remove_namespaces([self.head, *self.hosts])
         shutil.rmtree(self.shm, ignore_errors=True)
 
-    def start(self, run_id, i, out, nnodes, steps=STEPS, env=None):
-        """Host i's agent of job `run_id` (two workers)."""
+    def start(self, run_id, i, out, nnodes, steps=STEPS, env=None, extra=()):
+        """Host i's agent of job `run_id` (two workers), with the flags `extra` too."""
         shm = os.path.join(self.shm, f"host{i}")
         os.makedirs(shm, exist_ok=True)
         cmd = ["ip", "netns", "exec", self.hosts[i], DDPRUN, f"--nnodes={nnodes}",
                "--nproc_per_node=2", "--max_restarts=3", "--rdzv_backend=c10d",
                f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}-{os.getpid()}",
                "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
-               f"--event_log={out}/events.{i}.jsonl", self.workload, str(steps), out]
+               f"--event_log={out}/events.{i}.jsonl", *extra, self.workload, str(steps), out]
         self.agents[(run_id, i)] = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0",

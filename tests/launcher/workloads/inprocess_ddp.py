@@ -2,8 +2,11 @@
 optimizer are built once per process, and the training (process group, DDP, the checkpoint's load,
 the steps) runs under ddprun.inprocess.run, saving an in-memory checkpoint every step. Arguments:
 STEPS OUT_DIR. Each time the training begins, each rank writes its PID to
-OUT_DIR/pid.<restart count>.<rank> and its resident memory, threads and open descriptors to
-OUT_DIR/use.<restart count>.<rank>; rank 0 writes the final parameters to OUT_DIR/final.pt. In the
+OUT_DIR/pid.<restart count>.<rank> and adds it as a line to OUT_DIR/begun.<rank>, and writes its
+resident memory, threads and open descriptors to OUT_DIR/use.<restart count>.<rank>; rank 0 writes
+the final parameters to OUT_DIR/final.pt. With $LOSE_AT=STEP, the ranks of node rank 1 write
+OUT_DIR/held.<rank> after saving that step in the first attempt and wait there to be killed with
+their node (the others go on into the next step, whose all-reduce waits for them). In the
 first attempt, $FAULT="KIND:RANK:STEP" makes that rank, just after saving that step: kill (SIGKILL
 itself), raise (a ValueError), or hang (sleep, alive and silent; with --hang_timeout); with
 $FAULT_EVERY=N instead, rank 1 kills itself just after the first step it saves in each of the
@@ -34,8 +37,12 @@ def resources():
             len(os.listdir("/proc/self/fd")))
 
 
-def fault(rank, step, first):
+def fault(rank, step, first, out):
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if attempt == 0 and os.environ.get("GROUP_RANK") == "1" and \
+            os.environ.get("LOSE_AT") == str(step):
+        open(os.path.join(out, f"held.{rank}"), "w").close()
+        time.sleep(300)
     if rank == 1 and step == first and attempt < int(os.environ.get("FAULT_EVERY", "0")):
         os.kill(os.getpid(), signal.SIGKILL)
     kind, _, where = os.environ.get("FAULT", "").partition(":")
@@ -55,6 +62,8 @@ def train(steps, out):
     attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
     with open(os.path.join(out, f"pid.{attempt}.{rank}"), "w") as f:
         f.write(str(os.getpid()))
+    with open(os.path.join(out, f"begun.{rank}"), "a") as f:
+        f.write(f"{os.getpid()}\n")
     with open(os.path.join(out, f"use.{attempt}.{rank}"), "w") as f:
         f.write(" ".join(map(str, resources())))
     model = DDP(NET)
@@ -78,7 +87,7 @@ def train(steps, out):
             raise ValueError("rank 1 fails at its first step")
         checkpoint.save(s, {"model": NET.state_dict(), "optim": OPT.state_dict()})
         heartbeat.beat()
-        fault(rank, s, first)
+        fault(rank, s, first, out)
     if rank == 0:
         torch.save([p.detach().clone() for p in NET.parameters()], os.path.join(out, "final.pt"))
     dist.barrier()
