@@ -13,9 +13,10 @@ case $step in build | test | all) ;; *) echo "usage: $0 [build|test]" >&2; exit 
 
 if [[ $step != test ]]; then
   # Unoptimised: UBSan's checks make g++ three times slower at -O2, and -O0 hides nothing from them.
+  # A unity build, with line tables only (-g1: the reports' file and line), as scripts/test.sh's.
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_BUILD_TESTS=ON \
     -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF -DCMAKE_UNITY_BUILD=ON \
-    -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 >/dev/null
+    -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 -DCMAKE_CXX_FLAGS_DEBUG=-g1 >/dev/null
   cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
     rendezvous_exchange_test checkpoint_regions_test \
     store_session_test store_tls_test
