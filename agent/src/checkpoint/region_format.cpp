@@ -10,11 +10,9 @@ namespace {
 constexpr std::string_view kMagic = "DDPCKPT3";
 constexpr std::string_view kWordSumMagic = "DDPCKPT2";  // checked by the sum of its words
 constexpr std::string_view kFirstMagic = "DDPCKPT1";    // that, and no rank recorded
-constexpr size_t kRecords = 64;                         // slot i's record at 64 + 64 * i
-constexpr size_t kRecordSize = 64;
-constexpr size_t kRanks = 192;      // slot i's global rank at 192 + 8 * i
-constexpr size_t kRunTags = 208;    // slot i's run tag at 208 + 8 * i
-constexpr size_t kSaveTimes = 256;  // slot i's save time at 256 + 8 * i
+constexpr size_t kRanks = 192;                          // slot i's global rank at 192 + 8 * i
+constexpr size_t kRunTags = 208;                        // slot i's run tag at 208 + 8 * i
+constexpr size_t kSaveTimes = 256;                      // slot i's save time at 256 + 8 * i
 
 uint64_t u64_at(std::string_view s, size_t offset) {
   uint64_t v = 0;
@@ -36,7 +34,7 @@ std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
   RegionHeader h;
   h.slot_size = u64_at(bytes, 8);
   for (size_t i = 0; i < 2; ++i) {
-    const size_t at = kRecords + i * kRecordSize;
+    const size_t at = slot_record_at(i);
     SlotRecord& r = h.slots[i];
     r.state = u64_at(bytes, at);
     r.step = static_cast<int64_t>(u64_at(bytes, at + 8));
@@ -91,7 +89,7 @@ std::string region_header_for(const SlotRecord& r, uint64_t slot_size, uint64_t 
                              r.size,          r.checksum,
                              r.sequence,      r.structure_size,
                              r.metadata_size, r.world_size};
-  for (size_t i = 0; i < 8; ++i) put(h, kRecords + 8 * i, fields[i]);
+  for (size_t i = 0; i < 8; ++i) put(h, slot_record_at(0) + 8 * i, fields[i]);
   put(h, kRanks, static_cast<uint64_t>(r.rank));
   put(h, kRunTags, r.run_tag);
   put(h, kSaveTimes, save_micros);
