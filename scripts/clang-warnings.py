@@ -2,8 +2,8 @@
 """The project's own C++ under clang 14 with the g++ build's flags (-Wall -Wextra): the front end
 only (-fsyntax-only), every translation unit of BUILD/compile_commands.json outside third_party/
 and the sources BUILD generates, in parallel; of a unity build (CMAKE_UNITY_BUILD), its unity
-files, each including its target's sources. Prints each warning once and exits 1 on any: scripts/test.sh runs it
-so that a new warning from either compiler fails the suite.
+files, each including its target's sources. Prints each warning once and exits 1 on any:
+scripts/test.sh runs it so that a new warning from either compiler fails the suite.
 Usage: clang-warnings.py BUILD"""
 import concurrent.futures
 import json
@@ -15,12 +15,12 @@ import sys
 build = os.path.abspath(sys.argv[1])
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GCC_ONLY = {"-Wno-subobject-linkage"}  # (its unity build's: CMakeLists.txt)
+THEIRS = tuple(os.path.join(d, "third_party") + "/" for d in (root, build))
 units = []
 for entry in json.load(open(os.path.join(build, "compile_commands.json"))):
     path = os.path.abspath(os.path.join(entry["directory"], entry["file"]))
     generated = path.startswith(build + "/") and "/Unity/" not in path
-    theirs = [os.path.join(d, "third_party") + "/" for d in (root, build)]
-    if generated or path.startswith(tuple(theirs)):
+    if generated or path.startswith(THEIRS):
         continue
     argv = shlex.split(entry["command"])
     if not argv[0].endswith(("c++", "g++")):
