@@ -8,7 +8,7 @@ checkpoints (DDPRUN_SHM_DIR), saving every step.
     from memory), a third node joining a 2-node job (resharded), and two losses in a row; each case
     ends with the full parameters and Adam's state bit-identical to its reference (uninterrupted,
     or for a changed world the same job saving the step with stock dcp.save and loading it at the
-    new size with stock FileSystemReader).
+    new size with stock FileSystemReader). Their workers start warm (`--preload=auto`).
   - checkpoint.save with rank-dependent state (a tensor, the RNG's state, a data position per rank):
     after the middle or the first node's loss every rank gets its own; after a shrink, the ranks
     that remain get their own.
@@ -38,15 +38,18 @@ NET = "10.218.0"
 HOSTS = 5
 ADDRS = [f"{NET}.{11 + i}" for i in range(HOSTS)]
 STEPS, K = 10, 4
+# The FSDP2 cases' agents import torch once each (a worker's import of torch 2.14 costs ~2 CPU s,
+# and these cases start ~20 workers apiece); the plain case keeps every worker's cold start.
+WARM = ["--preload=auto"]
 
 
 class Cluster:
     """Five host namespaces on a bridge and a head one with the job's ddprund; each host's
-    checkpoints in a folder of its own."""
+    checkpoints in a folder of its own; every agent with the flags `flags`."""
 
-    def __init__(self, workload):
+    def __init__(self, workload, flags=()):
         tag = str(os.getpid())
-        self.workload = workload
+        self.workload, self.flags = workload, list(flags)
         self.head, self.hosts = f"rsh{tag}", [f"rs{tag}{i}" for i in range(HOSTS)]
         self.shm = tempfile.mkdtemp(prefix=f"rank-state-{tag}-", dir="/dev/shm")
         self.procs, self.agents = [], {}
@@ -75,7 +78,8 @@ class Cluster:
                "--nproc_per_node=2", "--max_restarts=3", "--rdzv_backend=c10d",
                f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}-{os.getpid()}",
                "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
-               f"--event_log={out}/events.{i}.jsonl", *extra, self.workload, str(steps), out]
+               f"--event_log={out}/events.{i}.jsonl", *self.flags, *extra, self.workload,
+               str(steps), out]
         self.agents[(run_id, i)] = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0",
@@ -191,7 +195,7 @@ def lost_and_replaced(cluster, whole, victim_rank):
 def case_fsdp2_nodes_lost_and_replaced():
     """The middle node lost and replaced, the first node lost and replaced, and two losses in a
     row, each against the same uninterrupted run."""
-    with Cluster(FSDP) as cluster:
+    with Cluster(FSDP, WARM) as cluster:
         whole = uninterrupted(cluster, "whole")
         moved = lost_and_replaced(cluster, whole, 1)
         print(f"FSDP2, 3 nodes x 2 ranks, the middle node lost after step {K} and replaced: its "
@@ -220,7 +224,7 @@ def reference_at(cluster, run_id, before, after):
 
 
 def case_fsdp2_node_lost_without_replacement_reshards():
-    with Cluster(FSDP) as cluster:
+    with Cluster(FSDP, WARM) as cluster:
         reference = reference_at(cluster, "ref", 3, 2)
         out = tempfile.mkdtemp()
         victim = hold_every_node_then_lose(cluster, "shrink", out, [0, 1, 2], 1, K, "2:3")
@@ -240,7 +244,7 @@ def case_fsdp2_node_lost_without_replacement_reshards():
 
 
 def case_fsdp2_third_node_joining_reshards():
-    with Cluster(FSDP) as cluster:
+    with Cluster(FSDP, WARM) as cluster:
         reference = reference_at(cluster, "ref", 2, 3)
         out = tempfile.mkdtemp()
         for i in (0, 1):
