@@ -11,11 +11,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "agent_run.hpp"
 #include "checkpoint/coordinator.hpp"
@@ -26,8 +24,8 @@
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "ddprun/store/metrics_server.hpp"
-#include "exchanges/stop_exchange.hpp"
 #include "head_control.hpp"
+#include "job_stop.hpp"
 #include "logs/agent_metrics.hpp"
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
@@ -42,10 +40,6 @@ namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 namespace {
-
-// How long a stopping agent that waits outside its workers' run gives its peers' store to take
-// the news of the stop before it leaves.
-constexpr auto kAnnounceLimit = std::chrono::seconds(1);
 
 std::string make_temp_dir(const std::string& templ) {
   std::string buf = templ;
@@ -108,7 +102,8 @@ class NodeAgent {
                 cfg.rdzv.run_id),
         metrics_(cfg.rdzv.max_restarts),
         checkpoints_(io_, cfg_, rdzv_, events_),
-        straggler_(io_, cfg_, rdzv_, events_) {
+        straggler_(io_, cfg_, rdzv_, events_),
+        stop_(io_, rdzv_, group_, events_, cfg.rdzv.node_rank) {
     add_node_environment();
     if (cfg.metrics_port) {
       events_.set_observer(
@@ -169,9 +164,9 @@ class NodeAgent {
     SignalListener signals(io_, cfg_.signals, [this](int signo) {
       spdlog::warn("received {}: forwarding it to the workers and shutting down",
                    signal_name(signo));
-      on_signal(signo);
+      stop_.signal(signo);
     });
-    HeadControl control(io_, cfg_.control_fd, [this](int signo) { on_signal(signo); });
+    HeadControl control(io_, cfg_.control_fd, [this](int signo) { stop_.signal(signo); });
     // Signals are handled from here on: the first line says so to whoever waits for it.
     spdlog::info("run {}: {}, {} workers here, logs in {}", cfg_.rdzv.run_id, rdzv_->describe(),
                  cfg_.rdzv.nproc, run_dir_.string());
@@ -182,9 +177,8 @@ class NodeAgent {
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
     const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,          run_dir_,     rdzv_,     group_, signaled_,
-                           peer_stopped_, events_,      bindings_, io_,    containment_,
-                           nvml.get(),    checkpoints_, straggler_};
+    const AgentParts parts{cfg_,      run_dir_, rdzv_,        group_,     stop_,        events_,
+                           bindings_, io_,      containment_, nvml.get(), checkpoints_, straggler_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to
@@ -196,10 +190,10 @@ class NodeAgent {
         try {
           std::rethrow_exception(e);
         } catch (const boost::system::system_error& ex) {
-          if (ex.code() == asio::error::operation_aborted && signaled_ != 0) {
+          if (ex.code() == asio::error::operation_aborted && stop_.stopping()) {
             // The stop cancelled a wait that had no way out of its own: the job was stopped.
             outcome.state = AgentOutcome::State::kSignaled;
-            outcome.signal = signaled_;
+            outcome.signal = stop_.signo();
             outcome.run_log_dir = run_dir_.string();
           } else {
             outcome = launch_error(ex.what());
@@ -219,7 +213,7 @@ class NodeAgent {
       rdzv_->abandon();
       finished = true;
     };
-    asio::co_spawn(io_, run_job(parts), asio::bind_cancellation_slot(stop_waits_.slot(), on_end));
+    asio::co_spawn(io_, run_job(parts), asio::bind_cancellation_slot(stop_.slot(), on_end));
     while (!finished) io_.run_one();
     events_.record("job_end", job_end_fields(outcome));
     metrics_server_.reset();  // its acceptor would keep the io_context busy below
@@ -266,46 +260,6 @@ class NodeAgent {
     return cgroups == nullptr || std::string_view(cgroups) != "0";
   }
 
-  // A signal to this agent, or one the head node passed on.
-  void on_signal(int signo) {
-    events_.record("signal", {{"signal", signal_name(signo)}});
-    const bool first = std::exchange(signaled_, signo) == 0;
-    if (std::exchange(peer_stopped_, false) && group_.active()) {
-      // The workers are already stopping with the job's signal, which a peer passed on first:
-      // this one is the same stop arriving here, not a second request to kill at once.
-    } else if (group_.active()) {
-      if (first) asio::co_spawn(io_, announce_stop(signo), asio::detached);
-      group_.stop(signo);
-    } else if (first) {
-      stop_waiting_after_announcing(signo);
-    } else {
-      stop_waiting();
-    }
-  }
-
-  // Waiting outside the workers' run (in the rendezvous, its exit barrier, for the master's
-  // store, on a health check): the peers are told of the stop first (at most kAnnounceLimit; node
-  // 0's store goes with its agent), then every wait ends.
-  void stop_waiting_after_announcing(int signo) {
-    auto limit = std::make_shared<asio::steady_timer>(io_, kAnnounceLimit);
-    limit->async_wait([this, limit](boost::system::error_code) { stop_waiting(); });
-    asio::co_spawn(io_, announce_stop(signo), [limit](std::exception_ptr) { limit->cancel(); });
-  }
-
-  asio::awaitable<void> announce_stop(int signo) {
-    return stop_exchange::announce(rdzv_, cfg_.rdzv.node_rank, signo);
-  }
-
-  void stop_waiting() {
-    if (std::exchange(stopped_waiting_, true)) return;
-    if (group_.active()) {  // a round's workers started meanwhile: the stop is theirs
-      group_.stop(signaled_);
-      return;
-    }
-    rdzv_->abandon();
-    stop_waits_.emit(asio::cancellation_type::terminal);
-  }
-
   AgentConfig cfg_;  // as given, with the node's environment for the workers added
   asio::io_context io_{1};
   fs::path run_dir_;
@@ -317,15 +271,12 @@ class NodeAgent {
   AgentMetrics metrics_;
   CheckpointCoordinator checkpoints_;  // the workers' regions, the copies to disk and to peers
   StragglerCheck straggler_;           // a node that holds the steps back while the job trains
+  JobStop stop_;                       // a signal's way through the job, bound to its coroutine
   std::unique_ptr<store::MetricsServer> metrics_server_;
   OwnedDir heartbeat_dir_;
   OwnedDir steps_dir_;
   OwnedDir inprocess_dir_;
   std::unique_ptr<WarmInterpreter> warm_;
-  int signaled_ = 0;
-  bool peer_stopped_ = false;
-  asio::cancellation_signal stop_waits_;  // bound to the job's coroutine
-  bool stopped_waiting_ = false;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
+#include "job_stop.hpp"
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
 #include "straggler_check.hpp"
@@ -28,8 +29,7 @@ struct AgentParts {
   std::filesystem::path run_dir;
   std::shared_ptr<rendezvous::Rendezvous> rdzv;
   WorkerGroup& group;
-  int& signaled;       // the signal that is stopping the job (0: none)
-  bool& peer_stopped;  // the group is stopping with a signal a peer announced
+  JobStop& stop;  // the signal that stops the job, and how it goes
   EventLog& events;
   const std::map<int, CpuSet>& bindings;  // --numa-binding: local rank -> its CPUs
   boost::asio::io_context& io;

@@ -31,11 +31,9 @@ std::string node_probe_path() {
   return !ec && ::access(probe.c_str(), X_OK) == 0 ? probe : std::string();
 }
 
-}  // namespace
-
-agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment env,
-                                     std::string* notice) {
-  agent::AgentConfig a;
+// The workers' command: the script under the chosen interpreter (or the program itself with
+// --no_python), torch.distributed.launch's --local-rank argument, the script's arguments.
+void set_entrypoint(const LaunchConfig& c, const agent::Environment& env, agent::AgentConfig& a) {
   if (c.no_python && !c.run_path) {
     a.entrypoint.push_back(c.training_script);
   } else {
@@ -50,6 +48,10 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.entrypoint.insert(a.entrypoint.end(), c.training_script_args.begin(),
                       c.training_script_args.end());
   a.entrypoint_name = entrypoint_name(c);
+}
+
+// The settings the agent takes as the command line gave them.
+void copy_settings(const LaunchConfig& c, agent::AgentConfig& a) {
   a.role = c.role;
   a.log_dir = c.log_dir;
   a.redirects = c.redirects;
@@ -74,6 +76,18 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   a.checkpoint_persist_every = c.checkpoint_persist_every;
   a.crash_loop_attempts = static_cast<int>(c.crash_loop_attempts);
   a.restart_mode = c.restart_mode;
+  a.health_check = c.health_check;
+  a.health_check_timeout = c.health_check_timeout;
+  a.node_check = c.node_check;
+  a.node_check_factor = c.node_check_factor;
+  a.node_check_timeout = c.node_check_timeout;
+  a.straggler = c.straggler;
+  a.rdzv = c.rdzv;
+}
+
+// The programs the checks need (gdb for native workers' stacks, the node check's probe) and
+// --preload, which only Python workers take.
+void add_helpers(const LaunchConfig& c, const agent::Environment& env, agent::AgentConfig& a) {
   if (a.hang.mode != agent::HangPolicy::Mode::kOff && !a.python_workers) {
     // Native workers' stacks on a hang: gdb, where it is on PATH.
     const std::string gdb = resolved_program("gdb", env);
@@ -81,12 +95,6 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
       a.native_debugger = gdb;
     }
   }
-  a.health_check = c.health_check;
-  a.health_check_timeout = c.health_check_timeout;
-  a.node_check = c.node_check;
-  a.node_check_factor = c.node_check_factor;
-  a.node_check_timeout = c.node_check_timeout;
-  a.straggler = c.straggler;
   // --node_check needs the probe; the straggler check uses it where there is one (a slow link).
   if (a.node_check || a.straggler.watched()) a.node_probe = node_probe_path();
   if (a.node_check && a.node_probe.empty()) {
@@ -100,9 +108,12 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   } else if (!c.preload.modules.empty()) {
     spdlog::warn("--preload is ignored with --no_python: the workers are not Python");
   }
+}
 
-  a.rdzv = c.rdzv;
-
+// The workers' environment as torchrun sets it (the signals, OMP_NUM_THREADS with its notice,
+// the file timer's path), and what torch's variables ask of the agent.
+void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent::AgentConfig& a,
+                            std::string* notice) {
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.as_given.at("signals_to_handle");
   if (!env.contains("OMP_NUM_THREADS") && c.rdzv.nproc > 1) {
     env["OMP_NUM_THREADS"] = "1";
@@ -139,6 +150,17 @@ agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment e
   }
   env.erase(kInstalledInterpreterVariable);
   a.env = std::move(env);
+}
+
+}  // namespace
+
+agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment env,
+                                     std::string* notice) {
+  agent::AgentConfig a;
+  set_entrypoint(c, env, a);
+  copy_settings(c, a);
+  add_helpers(c, env, a);
+  set_worker_environment(c, std::move(env), a, notice);
   return a;
 }
 

@@ -262,9 +262,8 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
   return static_cast<uint64_t>(n) << shift;
 }
 
-// --hang_timeout, --health_check(_timeout), --node_check(_factor, _timeout), --metrics_port,
-// --preload, --numa_binding, --checkpoint_memory_limit.
-void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
+// --hang_timeout, --health_check(_timeout), --node_check(_factor, _timeout).
+void read_check_options(const OptionTexts& o, LaunchConfig& c) {
   const std::string& hang = o["hang_timeout"];
   if (hang == "auto") {
     c.hang.mode = agent::HangPolicy::Mode::kAuto;
@@ -290,6 +289,10 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
     c.node_check_timeout =
         parse_positive_seconds(o["node_check_timeout"], "--node_check_timeout", "must be positive");
   }
+}
+
+// --straggler_threshold, --straggler_steps, --straggler_action.
+void read_straggler_options(const OptionTexts& o, LaunchConfig& c) {
   if (!o["straggler_threshold"].empty()) {
     c.straggler.threshold = parse_double(o["straggler_threshold"], "--straggler_threshold");
     if (!(c.straggler.threshold >= 0.0) || c.straggler.threshold > 100.0) {
@@ -311,16 +314,11 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   } else if (!action.empty() && action != "report") {
     throw UsageError(fmt::format("--straggler_action: '{}' is not one of report, replace", action));
   }
-  if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
-  if (!o["metrics_addr"].empty()) {
-    boost::system::error_code ec;
-    boost::asio::ip::make_address(o["metrics_addr"], ec);
-    if (ec) {
-      throw UsageError(fmt::format("--metrics_addr: '{}' is not an IP address", o["metrics_addr"]));
-    }
-    c.metrics_addr = o["metrics_addr"];
-  }
-  c.preload = parse_preload(o["preload"]);
+}
+
+// --checkpoint_memory_limit, --no_checkpoint_peer_copies, --checkpoint_dir,
+// --checkpoint_persist_every, --restart_mode, --crash_loop_attempts.
+void read_restart_options(const OptionTexts& o, LaunchConfig& c) {
   if (!o["checkpoint_memory_limit"].empty()) {
     c.checkpoint_memory_limit =
         parse_bytes(o["checkpoint_memory_limit"], "--checkpoint_memory_limit");
@@ -351,6 +349,24 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
           o["crash_loop_attempts"]));
     }
   }
+}
+
+// What watches the job and how it restarts (above), --metrics_port/--metrics_addr, --preload,
+// --numa_binding.
+void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
+  read_check_options(o, c);
+  read_straggler_options(o, c);
+  read_restart_options(o, c);
+  if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
+  if (!o["metrics_addr"].empty()) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address(o["metrics_addr"], ec);
+    if (ec) {
+      throw UsageError(fmt::format("--metrics_addr: '{}' is not an IP address", o["metrics_addr"]));
+    }
+    c.metrics_addr = o["metrics_addr"];
+  }
+  c.preload = parse_preload(o["preload"]);
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
 }
 

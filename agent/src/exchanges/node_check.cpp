@@ -68,61 +68,65 @@ std::optional<Verdict> Verdict::from_json(const std::string& text) {
   }
 }
 
-Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor) {
-  Verdict v;
-  v.nodes = nodes;
-  v.factor = factor;
-  std::map<int, const ProbeReport*> answered;
-  std::map<int, std::string> failed;
+namespace {
+
+// The round's reports, sorted out for a verdict.
+struct Measured {
+  std::map<int, const ProbeReport*> answered;  // node rank -> its report
+  std::map<int, std::string> failed;           // node rank -> why its probe failed
+  // A node's links with nodes that answered: a link with a node that gave no answer says nothing
+  // of either end (that node is out already).
+  std::map<int, std::vector<ProbeReport::Link>> links;
+  // A node's link is its fastest completed measurement: a healthy node is fast with at least one
+  // partner.
+  std::map<int, double> fastest;
+  // The round's median compute time per kernel kind (a GPU node whose GPU kernel could not run ran
+  // the CPU one: kernels of one kind are compared).
+  std::map<std::string, double> compute_median;
+};
+
+Measured measure(const std::vector<ProbeReport>& reports, int nodes, Verdict& v) {
+  Measured m;
   for (const ProbeReport& r : reports) {
     if (r.node_rank < 0 || r.node_rank >= nodes) continue;
     if (r.failed.empty()) {
-      answered.emplace(r.node_rank, &r);
+      m.answered.emplace(r.node_rank, &r);
     } else {
-      failed.emplace(r.node_rank, r.failed);
+      m.failed.emplace(r.node_rank, r.failed);
     }
   }
-  // A node's link is its fastest measurement: a healthy node is fast with at least one partner.
-  // Kernels of one kind are compared (a GPU node whose GPU kernel could not run ran the CPU one).
-  std::map<std::string, std::vector<double>> computes;
-  std::vector<double> links;
-  std::map<int, double> fastest;
-  // Links with a node that gave no answer say nothing of either end: that node is out already.
-  std::map<int, std::vector<ProbeReport::Link>> judged_links;
-  for (const auto& [rank, r] : answered) {
+  for (const auto& [rank, r] : m.answered) {
     for (const auto& l : r->links) {
-      if (answered.contains(l.partner)) judged_links[rank].push_back(l);
+      if (m.answered.contains(l.partner)) m.links[rank].push_back(l);
     }
   }
-  for (const auto& [rank, r] : answered) {
+  std::map<std::string, std::vector<double>> computes;
+  for (const auto& [rank, r] : m.answered) {
     computes[r->compute_kind].push_back(r->compute_seconds);
-    for (const auto& l : judged_links[rank]) {
+    for (const auto& l : m.links[rank]) {
       if (!l.completed) continue;
-      const auto [it, first] = fastest.emplace(rank, l.seconds);
+      const auto [it, first] = m.fastest.emplace(rank, l.seconds);
       if (!first) it->second = std::min(it->second, l.seconds);
     }
   }
-  for (const auto& [rank, seconds] : fastest) links.push_back(seconds);
-  std::map<std::string, double> compute_median;
+  std::vector<double> links;
+  for (const auto& [rank, seconds] : m.fastest) links.push_back(seconds);
   size_t most = 0;
   for (const auto& [kind, seconds] : computes) {
-    compute_median[kind] = median(seconds);
+    m.compute_median[kind] = median(seconds);
     if (seconds.size() > most) {  // the verdict shows the most common kind's
       most = seconds.size();
-      v.compute_median = compute_median[kind];
+      v.compute_median = m.compute_median[kind];
     }
   }
   v.link_median = median(links);
+  return m;
+}
 
-  std::map<int, SlowNode> slow;
-  for (int rank = 0; rank < nodes; ++rank) {
-    if (answered.contains(rank)) continue;
-    const auto f = failed.find(rank);
-    slow[rank] = SlowNode{rank, kNoAnswer, 0,
-                          f != failed.end() ? f->second : "its probe's report did not arrive"};
-  }
-  for (const auto& [rank, r] : answered) {
-    const double typical = compute_median.at(r->compute_kind);
+// Nodes whose compute took more than `factor` times their kind's median.
+void judge_computes(const Measured& m, double factor, std::map<int, SlowNode>& slow) {
+  for (const auto& [rank, r] : m.answered) {
+    const double typical = m.compute_median.at(r->compute_kind);
     if (typical <= 0) continue;
     const double ratio = r->compute_seconds / typical;
     if (ratio > factor) {
@@ -131,20 +135,24 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
                                         r->compute_kind, r->compute_seconds, typical)};
     }
   }
-  // Links: first the nodes slow with two partners or more, then those measured once, unless their
-  // one partner is such a node. A node none of whose links completed is slow in its link too
-  // (ratio 0: beyond measure).
+}
+
+// Links: first the nodes slow with two partners or more, then those measured once, unless their
+// one partner is such a node. A node none of whose links completed is slow in its link too
+// (ratio 0: beyond measure).
+void judge_links(const Measured& m, const Verdict& v, std::map<int, SlowNode>& slow) {
   std::set<int> slow_with_several;
   for (int pass = 0; pass < 2; ++pass) {
-    for (const auto& [rank, r] : answered) {
-      const std::vector<ProbeReport::Link>& links = judged_links[rank];
-      if (links.empty() || slow.contains(rank)) continue;
+    for (const auto& [rank, r] : m.answered) {
+      const auto judged = m.links.find(rank);
+      if (judged == m.links.end() || judged->second.empty() || slow.contains(rank)) continue;
+      const std::vector<ProbeReport::Link>& links = judged->second;
       const bool several = links.size() > 1;
       if (several != (pass == 0)) continue;
-      const auto best = fastest.find(rank);
-      const bool completed = best != fastest.end();
+      const auto best = m.fastest.find(rank);
+      const bool completed = best != m.fastest.end();
       const double ratio = completed && v.link_median > 0 ? best->second / v.link_median : 0;
-      if (completed && ratio <= factor) continue;
+      if (completed && ratio <= v.factor) continue;
       if (!several && slow_with_several.contains(links.front().partner)) continue;
       if (several) slow_with_several.insert(rank);
       std::vector<int> partners;
@@ -160,6 +168,24 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
                     : fmt::format("no all-reduce of {} completed in its phase's time", with)};
     }
   }
+}
+
+}  // namespace
+
+Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor) {
+  Verdict v;
+  v.nodes = nodes;
+  v.factor = factor;
+  const Measured m = measure(reports, nodes, v);
+  std::map<int, SlowNode> slow;
+  for (int rank = 0; rank < nodes; ++rank) {
+    if (m.answered.contains(rank)) continue;
+    const auto f = m.failed.find(rank);
+    slow[rank] = SlowNode{rank, kNoAnswer, 0,
+                          f != m.failed.end() ? f->second : "its probe's report did not arrive"};
+  }
+  judge_computes(m, factor, slow);
+  judge_links(m, v, slow);
   for (auto& [rank, s] : slow) v.slow.push_back(std::move(s));
   return v;
 }

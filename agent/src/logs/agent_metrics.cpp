@@ -67,7 +67,8 @@ void AgentMetrics::consume(const std::string& event, const nlohmann::json& f) {
   }
 }
 
-std::string AgentMetrics::render() const {
+// The round and the job: where this node stands, the restarts used.
+std::string AgentMetrics::render_round() const {
   std::string out;
   out += prometheus_sample("ddprun_round", "gauge", "The rendezvous round running (-1: none yet).",
                            round_);
@@ -86,6 +87,12 @@ std::string AgentMetrics::render() const {
       prometheus_sample("ddprun_max_restarts", "gauge", "Restarts the job may use.", max_restarts_);
   out += prometheus_sample("ddprun_job_ended", "gauge", "1 once this agent's job has ended.",
                            ended_ ? 1 : 0);
+  return out;
+}
+
+// This node's workers: by state, each one, their exits.
+std::string AgentMetrics::render_workers() const {
+  std::string out;
   std::map<std::string, int> by_state = {
       {"running", 0}, {"succeeded", 0}, {"failed", 0}, {"stopped", 0}};
   for (const auto& [local, w] : workers_) ++by_state[w.state];
@@ -112,6 +119,12 @@ std::string AgentMetrics::render() const {
                           it == exits_.end() ? 0 : it->second, fmt::format("state=\"{}\"", state));
     first = false;
   }
+  return out;
+}
+
+// The copies to --checkpoint_dir.
+std::string AgentMetrics::render_persisted() const {
+  std::string out;
   out += prometheus_sample("ddprun_checkpoint_persisted_total", "counter",
                            "Ranks' checkpoints written to --checkpoint_dir.", persisted_);
   out += prometheus_sample("ddprun_checkpoint_persisted_step", "gauge",
@@ -119,7 +132,7 @@ std::string AgentMetrics::render() const {
                            static_cast<double>(persisted_step_));
   out += prometheus_sample("ddprun_checkpoint_persist_seconds", "gauge",
                            "How long the last copy to --checkpoint_dir took.", persist_seconds_);
-  first = true;
+  bool first = true;
   for (const char* outcome : {"failed", "dropped"}) {
     const auto it = persist_misses_.find(outcome);
     out += prometheus_sample(
@@ -130,11 +143,17 @@ std::string AgentMetrics::render() const {
         it == persist_misses_.end() ? 0 : it->second, fmt::format("outcome=\"{}\"", outcome));
     first = false;
   }
+  return out;
+}
+
+// The node check's and the straggler check's verdicts.
+std::string AgentMetrics::render_checks() const {
+  std::string out;
   out += prometheus_sample("ddprun_node_checks_total", "counter",
                            "Node checks (--node_check) this agent took part in.", node_checks_);
   out += prometheus_sample("ddprun_node_check_seconds", "gauge",
                            "How long the last node check took on this node.", node_check_seconds_);
-  first = true;
+  bool first = true;
   for (const SlowNode& s : node_check_slow_) {
     out += prometheus_sample(
         "ddprun_node_check_kept_out", "gauge",
@@ -154,7 +173,13 @@ std::string AgentMetrics::render() const {
         "The last node named slow: how much longer it made each step (0.41: 41%).",
         straggler_held_back_, fmt::format("node=\"{}\"", straggler_node_));
   }
-  first = true;
+  return out;
+}
+
+// Each restart's phases.
+std::string AgentMetrics::render_restarts() const {
+  std::string out;
+  bool first = true;
   for (const char* phase : kRestartPhases) {
     const auto it = restart_phases_.find(phase);
     out += (it == restart_phases_.end() ? SecondsHistogram() : it->second)
@@ -167,6 +192,11 @@ std::string AgentMetrics::render() const {
     first = false;
   }
   return out;
+}
+
+std::string AgentMetrics::render() const {
+  return render_round() + render_workers() + render_persisted() + render_checks() +
+         render_restarts();
 }
 
 }  // namespace ddprun::agent

@@ -22,6 +22,12 @@ class AgentMetrics {
   std::string render() const;
 
  private:
+  std::string render_round() const;
+  std::string render_workers() const;
+  std::string render_persisted() const;
+  std::string render_checks() const;
+  std::string render_restarts() const;
+
   int max_restarts_;
   int round_ = -1;
   int restart_count_ = 0;
