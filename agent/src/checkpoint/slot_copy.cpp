@@ -77,6 +77,21 @@ void sync_and_rename(int fd, const fs::path& from, const fs::path& to) {
   fs::rename(from, to);
 }
 
+// Why slot `slot` of the region whose header is `h` (-1: no slot holds the step) is not copied to
+// --checkpoint_dir for global rank `rank`; nullopt where it is.
+std::optional<std::string> why_not_copied(const std::optional<RegionHeader>& h, int slot,
+                                          int rank) {
+  if (!h || slot < 0) return "the worker saved twice more before the copy began";
+  const SlotRecord& rec = h->slots[slot];
+  if (rec.rank >= 0 && rec.rank != rank) {  // a slot of before the ranks moved: not this rank's
+    return fmt::format("the slot holds global rank {}'s state, not rank {}'s", rec.rank, rank);
+  }
+  if (rec.sum_kind != PayloadSumKind::kCrc32) {
+    return "the slot was written by an earlier ddprun's worker library (no CRC)";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void write_dcp_metadata(int fd, const fs::path& name, const SlotRecord& rec,
@@ -113,19 +128,11 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
   const std::optional<RegionHeader> h = read_header(in.fd, region);
   const int slot = h ? h->slot_of(step) : -1;
   r.kind = PersistReport::Kind::kDropped;
-  if (slot < 0) {
-    r.detail = "the worker saved twice more before the copy began";
+  if (std::optional<std::string> why = why_not_copied(h, slot, rank)) {
+    r.detail = std::move(*why);
     return r;
   }
   const SlotRecord rec = h->slots[slot];
-  if (rec.rank >= 0 && rec.rank != rank) {  // a slot of before the ranks moved: not this rank's
-    r.detail = fmt::format("the slot holds global rank {}'s state, not rank {}'s", rec.rank, rank);
-    return r;
-  }
-  if (rec.sum_kind != PayloadSumKind::kCrc32) {
-    r.detail = "the slot was written by an earlier ddprun's worker library (no CRC)";
-    return r;
-  }
   const fs::path folder = dir / fmt::format("step_{}", step);
   const fs::path file = folder / fmt::format("rank_{}.ddpckpt", rank);
   if (fs::exists(file)) return r;  // persisted before (a failure's copy of a step already there)

@@ -329,37 +329,7 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
                            restarts_);
     co_return now;
   }
-  if (!rounds_.contains(n)) {
-    if (static_cast<int>(nodes_.size()) < config_.min_nodes) co_return Clock::time_point::max();
-    // The last call gathers the first round (round 0: the round advances only from a formed one):
-    // more nodes may come until MAX or last_call_timeout. A re-formed round (after a node left or
-    // failed) starts at once; late arrivals scale it up.
-    if (n == 0 && static_cast<int>(nodes_.size()) < config_.max_nodes) {
-      if (!last_call_ || last_call_->first != n) {
-        last_call_.emplace(n, now + config_.last_call_timeout);
-      }
-      if (now < last_call_->second) co_return last_call_->second;
-    }
-    // A node that only a store restart's grace keeps here may be cut off and still running an
-    // older round: the round waits until it is heard from, or gone (within a heartbeat timeout;
-    // either is an event). That counts the last round's participants too: an agent that rejoined
-    // after the restart (expelled while paused) no longer counts such a node as present, though
-    // the grace still holds it.
-    const auto unconfirmed = [&](const std::string& id) {
-      return store().unconfirmed(keys::key(keys::kNodes, id));
-    };
-    const bool in_grace =
-        std::any_of(nodes_.begin(), nodes_.end(),
-                    [&](const auto& node) { return unconfirmed(node.first); }) ||
-        (!rounds_.empty() && std::any_of(rounds_.rbegin()->second.participants.begin(),
-                                         rounds_.rbegin()->second.participants.end(), unconfirmed));
-    if (in_grace) co_return Clock::time_point::max();
-    const std::string key = keys::key(keys::kRounds, n);
-    const std::string proposal = propose(n);
-    const std::string decided = co_await store().compare_set(key, "", proposal);
-    rounds_[n] = parse_record(decided);
-    co_return now;  // look again: the world may have moved meanwhile
-  }
+  if (!rounds_.contains(n)) co_return co_await form_round(n, now);
   const records::Round& rec =
       rounds_.at(n);  // (map nodes stay put: no copy of an O(N) record per event)
   if (finished_ < n) {
@@ -379,7 +349,46 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     co_await end_led_round(n, why, rec.restarts);
     co_return now;
   }
-  // Every present node learns its part: participants, and spares (a full round).
+  co_await place_nodes(n, rec);
+  co_return Clock::time_point::max();
+}
+
+// Round n, not formed yet: its record proposed once enough nodes are here and none is only
+// kept by a store restart's grace (then `now`: look again), else when to look again.
+asio::awaitable<Clock::time_point> ElasticRendezvous::form_round(int n, Clock::time_point now) {
+  if (static_cast<int>(nodes_.size()) < config_.min_nodes) co_return Clock::time_point::max();
+  // The last call gathers the first round (round 0: the round advances only from a formed one):
+  // more nodes may come until MAX or last_call_timeout. A re-formed round (after a node left or
+  // failed) starts at once; late arrivals scale it up.
+  if (n == 0 && static_cast<int>(nodes_.size()) < config_.max_nodes) {
+    if (!last_call_ || last_call_->first != n) {
+      last_call_.emplace(n, now + config_.last_call_timeout);
+    }
+    if (now < last_call_->second) co_return last_call_->second;
+  }
+  // A node that only a store restart's grace keeps here may be cut off and still running an
+  // older round: the round waits until it is heard from, or gone (within a heartbeat timeout;
+  // either is an event). That counts the last round's participants too: an agent that rejoined
+  // after the restart (expelled while paused) no longer counts such a node as present, though
+  // the grace still holds it.
+  const auto unconfirmed = [&](const std::string& id) {
+    return store().unconfirmed(keys::key(keys::kNodes, id));
+  };
+  const bool in_grace =
+      std::any_of(nodes_.begin(), nodes_.end(),
+                  [&](const auto& node) { return unconfirmed(node.first); }) ||
+      (!rounds_.empty() && std::any_of(rounds_.rbegin()->second.participants.begin(),
+                                       rounds_.rbegin()->second.participants.end(), unconfirmed));
+  if (in_grace) co_return Clock::time_point::max();
+  const std::string key = keys::key(keys::kRounds, n);
+  const std::string proposal = propose(n);
+  const std::string decided = co_await store().compare_set(key, "", proposal);
+  rounds_[n] = parse_record(decided);
+  co_return now;  // look again: the world may have moved meanwhile
+}
+
+// Every present node learns its part in round n (`rec`): participants, and spares (a full round).
+asio::awaitable<void> ElasticRendezvous::place_nodes(int n, const records::Round& rec) {
   const uint64_t membership = membership_;
   std::vector<std::string> unplaced;
   for (const auto& [id, _] : nodes_) {
@@ -398,7 +407,6 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
         rec.participants.size(),
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - placing).count());
   }
-  co_return Clock::time_point::max();
 }
 
 asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {

@@ -70,21 +70,22 @@ std::optional<std::string> job_topic_node(std::string_view key, const char* topi
   return std::string(key.substr(prefix.size()));
 }
 
-}  // namespace
-
-JobStatus interpret_job_keys(Backend backend,
-                             const std::vector<std::pair<std::string, std::string>>& keys) {
-  JobStatus s;
-  s.found = !keys.empty();
+// The job's keys, sorted by what they say.
+struct JobKeys {
   std::map<std::string, std::string> present;        // id -> record
   std::map<int, std::string> rounds;                 // elastic: round -> record
   std::map<int, std::vector<std::string>> failures;  // restart count / attempt -> records
   std::map<std::string, std::string> checkpoints;    // id -> its checkpoint account
   std::map<std::string, std::string> restarts;       // id -> its last restart's phases
-  int counter = -1;
+  int counter = -1;                                  // the round (elastic) or attempt (static)
+};
+
+// Sorts `keys` into a JobKeys; what a key says of the job as a whole goes straight into `s`.
+JobKeys sort_keys(const std::vector<std::pair<std::string, std::string>>& keys, JobStatus& s) {
+  JobKeys k;
   for (const auto& [key, value] : keys) {
     if (key.starts_with(keys::kNodes)) {
-      present[std::string(keys::after(key, keys::kNodes))] = value;
+      k.present[std::string(keys::after(key, keys::kNodes))] = value;
     } else if (key == keys::kSettings) {
       if (const auto settings = records::parse_settings(value)) {
         if (auto it = settings->find("--nnodes"); it != settings->end()) s.nnodes = it->second;
@@ -93,7 +94,7 @@ JobStatus interpret_job_keys(Backend backend,
         }
       }
     } else if (key == keys::kRound || key == keys::kAttempt) {
-      counter = to_int(value, -1);
+      k.counter = to_int(value, -1);
     } else if (key == keys::kRestarts) {
       s.restarts = to_int(value, 0);
     } else if (key == keys::kLeader) {
@@ -102,13 +103,13 @@ JobStatus interpret_job_keys(Backend backend,
       s.closed = true;
       s.closed_reason = value;
     } else if (key.starts_with(keys::kRounds)) {
-      rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
+      k.rounds[to_int(std::string(keys::after(key, keys::kRounds)), -1)] = value;
     } else if (const auto restart = failure_report_restart(key)) {
-      failures[*restart].push_back(value);
+      k.failures[*restart].push_back(value);
     } else if (const auto node = job_topic_node(key, kCheckpointsTopic)) {
-      checkpoints[*node] = value;
+      k.checkpoints[*node] = value;
     } else if (const auto node = job_topic_node(key, kRestartTopic)) {
-      restarts[*node] = value;
+      k.restarts[*node] = value;
     } else if (job_topic_node(key, kNodeCheckTopic)) {
       // The verdict of the latest round checked (each judged by that round's node 0).
       if (s.node_check.empty() || round_of(value) > round_of(s.node_check)) s.node_check = value;
@@ -117,48 +118,67 @@ JobStatus interpret_job_keys(Backend backend,
       if (s.straggler.empty() || round_of(value) > round_of(s.straggler)) s.straggler = value;
     }
   }
-  if (!failures.empty()) s.last_failures = failures.rbegin()->second;
-  // The failure that found no restart left counts one past the budget: the budget is spent.
-  if (s.max_restarts) s.restarts = std::min(s.restarts, *s.max_restarts);
+  return k;
+}
 
+// The round's members in node-rank order, with their worker counts where the round records them.
+std::pair<std::vector<std::string>, std::vector<int>> round_members(Backend backend,
+                                                                    const JobKeys& k,
+                                                                    JobStatus& s) {
   std::vector<std::string> members;
   std::vector<int> nproc;
   if (backend == Backend::kStatic) {
     // Node ranks are the ids; every present node is in the round.
     std::vector<std::pair<int, std::string>> ranked;
-    for (const auto& [id, record] : present) ranked.emplace_back(to_int(id, -1), id);
+    for (const auto& [id, record] : k.present) ranked.emplace_back(to_int(id, -1), id);
     std::sort(ranked.begin(), ranked.end());
     for (const auto& [rank, id] : ranked) members.push_back(id);
-    s.round = counter;
-    s.restarts = std::max(0, counter);
+    s.round = k.counter;
+    s.restarts = std::max(0, k.counter);
     if (s.max_restarts) s.restarts = std::min(s.restarts, *s.max_restarts);
-  } else if (!rounds.empty()) {
-    s.round = rounds.rbegin()->first;
-    s.forming = counter > s.round;
-    if (auto round = records::parse_round(rounds.rbegin()->second)) {
+  } else if (!k.rounds.empty()) {
+    s.round = k.rounds.rbegin()->first;
+    s.forming = k.counter > s.round;
+    if (auto round = records::parse_round(k.rounds.rbegin()->second)) {
       members = std::move(round->participants);
       nproc = std::move(round->nproc);
     }
   }
+  return {std::move(members), std::move(nproc)};
+}
+
+}  // namespace
+
+JobStatus interpret_job_keys(Backend backend,
+                             const std::vector<std::pair<std::string, std::string>>& keys) {
+  JobStatus s;
+  s.found = !keys.empty();
+  const JobKeys k = sort_keys(keys, s);
+  if (!k.failures.empty()) s.last_failures = k.failures.rbegin()->second;
+  // The failure that found no restart left counts one past the budget: the budget is spent.
+  if (s.max_restarts) s.restarts = std::min(s.restarts, *s.max_restarts);
+  const auto [members, nproc] = round_members(backend, k, s);
   int next_rank = 0;
   for (size_t i = 0; i < members.size(); ++i) {
-    const auto it = present.find(members[i]);
-    NodeStatus n = node_of(members[i], it == present.end() ? "{}" : it->second);
-    n.present = it != present.end();
+    const auto it = k.present.find(members[i]);
+    NodeStatus n = node_of(members[i], it == k.present.end() ? "{}" : it->second);
+    n.present = it != k.present.end();
     if (i < nproc.size()) n.nproc = nproc[i];
     n.node_rank = static_cast<int>(i);
     n.first_rank = next_rank;
     n.last_rank = next_rank + n.nproc - 1;
     next_rank += n.nproc;
-    if (const auto c = checkpoints.find(n.id); c != checkpoints.end()) n.checkpoints = c->second;
-    if (const auto r = restarts.find(n.id); r != restarts.end()) n.last_restart = r->second;
+    if (const auto c = k.checkpoints.find(n.id); c != k.checkpoints.end()) {
+      n.checkpoints = c->second;
+    }
+    if (const auto r = k.restarts.find(n.id); r != k.restarts.end()) n.last_restart = r->second;
     s.nodes.push_back(std::move(n));
   }
   s.world_size = next_rank;
-  if (const auto it = present.find(s.leader); !s.leader.empty() && it != present.end()) {
+  if (const auto it = k.present.find(s.leader); !s.leader.empty() && it != k.present.end()) {
     s.leader_host = node_of(s.leader, it->second).host;
   }
-  for (const auto& [id, record] : present) {
+  for (const auto& [id, record] : k.present) {
     if (std::find(members.begin(), members.end(), id) == members.end()) {
       s.spares.push_back(node_of(id, record));
     }

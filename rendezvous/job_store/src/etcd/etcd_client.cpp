@@ -1,6 +1,7 @@
 #include "etcd_client.hpp"
 
 #include <array>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -55,6 +56,50 @@ std::string failure(const std::exception& e, bool tls, bool& hinted) {
   }
   hinted = false;
   return what;
+}
+
+// What a member's answer other than a success means for the call.
+struct Refusal {
+  enum class Kind {
+    kTransient,     // another member, or this one a moment later, may answer otherwise
+    kTokenExpired,  // log in again and make the call again
+    kAuth,          // the credentials or their rights: no member will answer otherwise
+    kFinal,         // a reply no other member would change
+  } kind;
+  std::string what;
+};
+
+// `res` (its body parsed into `j`, an object where it is JSON) to `path` from `host`; `login`: the
+// call's login, if any, whose token may be renewed (`may_relogin`).
+Refusal refusal(const http::response<http::string_body>& res, const json& j,
+                const std::string& path, const std::string& host, const Login* login,
+                bool may_relogin) {
+  const int code = j.is_object() ? static_cast<int>(j.value("code", 0)) : 0;
+  const std::string message = j.is_object() ? j.value("message", j.value("error", std::string()))
+                                            : res.body().substr(0, 200);
+  std::string what = fmt::format("{} answered {} to {}: {}", host, res.result_int(), path, message);
+  const auto says = [&](const char* s) { return message.find(s) != std::string::npos; };
+  using Kind = Refusal::Kind;
+  if (j.is_object() && transient(code)) return {Kind::kTransient, std::move(what)};
+  if (!j.is_object() && res.result_int() >= 500) return {Kind::kTransient, std::move(what)};
+  if (!j.is_object()) {
+    return {Kind::kFinal, fmt::format("{} (is it an etcd v3 endpoint?)", what)};
+  }
+  if (login && says("invalid auth token") && may_relogin) return {Kind::kTokenExpired, what};
+  if (says("permission denied")) {
+    return {
+        Kind::kAuth,
+        fmt::format("{} (user '{}' may not use these keys: grant its role readwrite on the job's "
+                    "prefix)",
+                    what, login ? login->user() : std::string("(none)"))};
+  }
+  if (says("user name is empty") || says("auth token")) {
+    return {Kind::kAuth, fmt::format("{} (the cluster has authentication on: give --rdzv_conf "
+                                     "user=NAME,password_file=PATH)",
+                                     what)};
+  }
+  if (says("authentication failed")) return {Kind::kAuth, std::move(what)};
+  return {Kind::kFinal, std::move(what)};
 }
 
 }  // namespace
@@ -168,8 +213,7 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
           fmt::format("etcd is unreachable: {}", hinted_error.empty() ? last_error : hinted_error));
     }
     const auto attempt_deadline = std::min(deadline, now + attempt_timeout_);
-    std::string refused;  // a reply no other member would change
-    std::string auth_refused;
+    std::optional<Refusal> refused;  // an answer no other member would change
     try {
       std::string token;
       if (login_) token = co_await login_->token(attempt_deadline);
@@ -182,37 +226,20 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
       const auto res = co_await connection_->read_response(attempt_deadline);
       const json j = json::parse(res.body(), nullptr, false);
       if (res.result() == http::status::ok && j.is_object()) co_return j;
-      const int code = j.is_object() ? static_cast<int>(j.value("code", 0)) : 0;
-      const std::string message = j.is_object()
-                                      ? j.value("message", j.value("error", std::string()))
-                                      : res.body().substr(0, 200);
-      const std::string what = fmt::format("{} answered {} to {}: {}", connection_->host(),
-                                           res.result_int(), path, message);
       members_down_ = false;
-      if (j.is_object() && transient(code)) {
-        last_error = what;
-      } else if (!j.is_object() && res.result_int() >= 500) {
-        last_error = what;
-      } else if (!j.is_object()) {
-        refused = fmt::format("{} (is it an etcd v3 endpoint?)", what);
-      } else if (login_ && message.find("invalid auth token") != std::string::npos &&
-                 relogins < kRelogins) {
-        login_->expired(token);  // it expired: log in again and make the call again, here
-        ++relogins;
-        continue;
-      } else if (message.find("permission denied") != std::string::npos) {
-        auth_refused = fmt::format(
-            "{} (user '{}' may not use these keys: grant its role readwrite on the job's prefix)",
-            what, login_ ? login_->user() : std::string("(none)"));
-      } else if (message.find("user name is empty") != std::string::npos ||
-                 message.find("auth token") != std::string::npos) {
-        auth_refused = fmt::format(
-            "{} (the cluster has authentication on: give --rdzv_conf user=NAME,password_file=PATH)",
-            what);
-      } else if (message.find("authentication failed") != std::string::npos) {
-        auth_refused = what;
-      } else {
-        refused = what;
+      Refusal r = refusal(res, j, path, connection_->host(), login_.get(), relogins < kRelogins);
+      switch (r.kind) {
+        case Refusal::Kind::kTransient:
+          last_error = std::move(r.what);
+          break;
+        case Refusal::Kind::kTokenExpired:
+          login_->expired(token);  // it expired: log in again and make the call again, here
+          ++relogins;
+          continue;
+        case Refusal::Kind::kAuth:
+        case Refusal::Kind::kFinal:
+          refused = std::move(r);
+          break;
       }
     } catch (const store::StoreAuthError&) {
       throw;
@@ -224,8 +251,9 @@ asio::awaitable<json> Client::call(std::string path, json body, Clock::time_poin
       const auto* system = dynamic_cast<const boost::system::system_error*>(&e);
       if (!system || !gone(system->code())) members_down_ = false;
     }
-    if (!auth_refused.empty()) throw store::StoreAuthError(auth_refused);
-    if (!refused.empty()) throw store::StoreError(refused);
+    if (refused && refused->kind == Refusal::Kind::kAuth)
+      throw store::StoreAuthError(refused->what);
+    if (refused) throw store::StoreError(refused->what);
     // Move on to the next member; after trying them all, pause before the next round of tries.
     if (connection_) connection_->close();
     connection_.reset();

@@ -3,6 +3,7 @@
 // node is cut off from), this node's lease is watched meanwhile, and on reconnection its keys and
 // watches are restored and the events missed are caught up from what the store holds now.
 #include <algorithm>
+#include <exception>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -123,6 +124,54 @@ asio::awaitable<void> TcpJobStore::reconnect(uint64_t outage) {
   }
 }
 
+// The store restarted and lost every key: the job's are put back (the first agent back does it,
+// the rest agree). Returns how many.
+asio::awaitable<size_t> TcpJobStore::put_back_keys(store::AsyncStoreClient& client) {
+  const std::map<std::string, std::string> keys = known_;
+  size_t restored = 0;
+  for (const auto& [key, value] : keys) {
+    if (is_presence_key(key) || claimable_.contains(key)) continue;
+    const std::string full_key = base_ + key;
+    std::string now = co_await client.compare_set(full_key, "", value);
+    // A counter (the round, the restarts spent) never goes back: a node cut off before the
+    // store restarted may have put back an older one first (chaos seed 120513: two rounds 1).
+    for (int tries = 0; tries < kCounterRaises && now != value && newer_count(value, now);
+         ++tries) {
+      now = co_await client.compare_set(full_key, now, value);
+    }
+    ++restored;
+  }
+  co_return restored;
+}
+
+// This node's presence made again on a new connection (options `o`), and its `claims`, which
+// went with the old presence (or the store), made again where nobody took them (those taken are
+// removed from `claims`).
+asio::awaitable<std::shared_ptr<store::AsyncStoreClient>> TcpJobStore::present_again(
+    const store::ClientOptions& o, std::map<std::string, std::string>& claims) {
+  auto presence = co_await store::AsyncStoreClient::connect(ex_, spec_.host,
+                                                            static_cast<uint16_t>(spec_.port), o);
+  std::exception_ptr failed;
+  try {
+    co_await presence->keepalive(spec_.heartbeat_timeout);
+    const std::string full_key = base_ + presence_key_;
+    co_await presence->set_owned(full_key, presence_value_);
+    for (auto it = claims.begin(); it != claims.end();) {
+      const std::string claimed_key = base_ + it->first;
+      const std::string now = co_await presence->compare_set_owned(claimed_key, "", it->second);
+      it = now == it->second ? std::next(it) : claims.erase(it);
+    }
+    co_await presence->ping(0);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {
+    presence->close();  // its keepalive would hold the old presence's lease
+    std::rethrow_exception(failed);
+  }
+  co_return presence;
+}
+
 asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_point deadline) {
   store::ClientOptions o = client_options();
   o.timeout = std::min<Ms>(kReconnectTry, std::chrono::duration_cast<Ms>(std::max(
@@ -142,35 +191,8 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
     restarted = info.instance != server_.instance;
     o.timeout = std::max<Ms>(spec_.heartbeat_timeout, Ms(1000));  // the store answers: let it work
     client = co_await store::AsyncStoreClient::connect(ex_, spec_.host, port, o);
-    if (restarted) {
-      // It lost every key: put back the job's (the first agent back does it, the rest agree).
-      const std::map<std::string, std::string> keys = known_;
-      for (const auto& [key, value] : keys) {
-        if (is_presence_key(key) || claimable_.contains(key)) continue;
-        const std::string full_key = base_ + key;
-        std::string now = co_await client->compare_set(full_key, "", value);
-        // A counter (the round, the restarts spent) never goes back: a node cut off before the
-        // store restarted may have put back an older one first (chaos seed 120513: two rounds 1).
-        for (int tries = 0; tries < kCounterRaises && now != value && newer_count(value, now);
-             ++tries) {
-          now = co_await client->compare_set(full_key, now, value);
-        }
-        ++restored;
-      }
-    }
-    if (restarted || !presence_ok_) {
-      presence = co_await store::AsyncStoreClient::connect(ex_, spec_.host, port, o);
-      co_await presence->keepalive(spec_.heartbeat_timeout);
-      const std::string full_key = base_ + presence_key_;
-      co_await presence->set_owned(full_key, presence_value_);
-      // Its claims went with the old presence (or the store): made again, if nobody took them.
-      for (auto it = claims.begin(); it != claims.end();) {
-        const std::string claimed_key = base_ + it->first;
-        const std::string now = co_await presence->compare_set_owned(claimed_key, "", it->second);
-        it = now == it->second ? std::next(it) : claims.erase(it);
-      }
-      co_await presence->ping(0);
-    }
+    if (restarted) restored = co_await put_back_keys(*client);
+    if (restarted || !presence_ok_) presence = co_await present_again(o, claims);
     watch = co_await open_watch(o, watched_.keys, watched_.prefixes, now_there);
     if (!extra_prefixes_.empty()) {
       const std::vector<std::string> no_keys;

@@ -105,6 +105,11 @@ class ElasticRendezvous final : public JobSession {
   boost::asio::awaitable<std::chrono::steady_clock::time_point> lead_step();
   // Ends round `n` as its leader: says why (once), then advances the round.
   boost::asio::awaitable<void> end_led_round(int n, std::string why, int restarts);
+  // lead_step's parts: round `n` proposed once it may form (returns as lead_step does), and every
+  // present node told its part in formed round `n` (record `rec`).
+  boost::asio::awaitable<std::chrono::steady_clock::time_point> form_round(
+      int n, std::chrono::steady_clock::time_point now);
+  boost::asio::awaitable<void> place_nodes(int n, const records::Round& rec);
   // Why round `n` (record `rec`) must end now, or "".
   std::string reason_to_end(int n, const records::Round& rec) const;
 

@@ -119,6 +119,11 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   boost::asio::awaitable<void> reconnect(uint64_t outage);
   // One try at re-establishing the session with the store; false when it did not answer.
   boost::asio::awaitable<bool> try_reconnect(uint64_t outage, Clock::time_point deadline);
+  // try_reconnect's parts: the job's keys put back in a restarted store, and this node's
+  // presence and claims made again (see the .cpp).
+  boost::asio::awaitable<size_t> put_back_keys(store::AsyncStoreClient& client);
+  boost::asio::awaitable<std::shared_ptr<store::AsyncStoreClient>> present_again(
+      const store::ClientOptions& o, std::map<std::string, std::string>& claims);
   // A try that reached the store: the new connections and what the store holds now.
   struct Reconnection {
     std::shared_ptr<store::AsyncStoreClient> client;
