@@ -19,6 +19,7 @@
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/regions.hpp"
 #include "exchanges/checkpoint_agreement.hpp"
+#include "golden_region.hpp"
 
 using namespace ddprun::agent;
 
@@ -341,4 +342,42 @@ TEST_CASE(
   CHECK_THAT(restore(token, 6), Catch::Contains("has no MAC"));
   CHECK_FALSE(fs::exists(regions / "rank0"));  // nothing was put in place
   fs::remove_all(base);
+}
+
+TEST_CASE(
+    "checkpoint regions: the golden region is read field by field and a slot file's header "
+    "is written as it lays out",
+    "[checkpoint]") {
+  const ddprun::test::GoldenRegion g = ddprun::test::read_golden_region();
+  const std::optional<RegionHeader> h = parse_region_header(g.bytes);
+  REQUIRE(h);
+  CHECK(h->slot_size == g.word("slot_size"));
+  for (int i = 0; i < 2; ++i) {
+    const std::string s = "slot" + std::to_string(i) + ".";
+    const SlotRecord& r = h->slots[i];
+    CHECK(r.state == g.word(s + "state"));
+    CHECK(r.step == g.signed_word(s + "step"));
+    CHECK(r.size == g.word(s + "size"));
+    CHECK(r.checksum == g.word(s + "checksum"));
+    CHECK(r.sequence == g.word(s + "sequence"));
+    CHECK(r.structure_size == g.word(s + "structure_size"));
+    CHECK(r.metadata_size == g.word(s + "metadata_size"));
+    CHECK(r.world_size == g.word(s + "world_size"));
+    CHECK(r.rank == g.signed_word(s + "rank"));
+    CHECK(r.run_tag == g.word(s + "run_tag"));
+    CHECK(r.sum_kind == PayloadSumKind::kCrc32);
+    CHECK(h->save_micros[i] == g.word(s + "save_micros"));
+    CHECK(payload_crc(g.text(s + "payload")) == r.checksum);
+  }
+  CHECK(run_tag_of("golden-run") == g.word("slot0.run_tag"));
+  CHECK(h->committed_steps() == std::vector<int64_t>{7, 8});
+
+  // A file holding slot 0 alone: the golden header with slot 1's words zero.
+  std::string expected = g.bytes.substr(0, kRegionHeader);
+  for (const size_t at : {size_t{200}, size_t{216}, size_t{264}}) {
+    std::memset(expected.data() + at, 0, 8);
+  }
+  std::memset(expected.data() + slot_record_at(1), 0, 64);
+  CHECK(region_header_for(h->slots[0], g.word("slot_size"), g.word("slot0.save_micros")) ==
+        expected);
 }

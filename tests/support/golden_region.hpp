@@ -1,0 +1,59 @@
+#pragma once
+// tests/data/region_v3.golden read (its format is in its first lines): the region's bytes, and
+// each word or text it names, for the tests that hold the agent's and libddp's readers and writers
+// to it. The file's path is DDPRUN_GOLDEN_REGION, a definition the build gives those tests.
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ddprun::test {
+
+struct GoldenRegion {
+  std::string bytes;
+  std::map<std::string, uint64_t> words;  // u64 and i64 lines (an i64 as its two's complement)
+  std::map<std::string, std::string> texts;
+
+  uint64_t word(const std::string& name) const { return words.at(name); }
+  int64_t signed_word(const std::string& name) const {
+    return static_cast<int64_t>(words.at(name));
+  }
+  const std::string& text(const std::string& name) const { return texts.at(name); }
+};
+
+inline GoldenRegion read_golden_region(const std::string& path = DDPRUN_GOLDEN_REGION) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  GoldenRegion g;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line.front() == '#') continue;
+    std::istringstream fields(line);
+    std::string first, kind, value, name;
+    fields >> first;
+    if (first == "size") {
+      size_t size = 0;
+      fields >> size;
+      g.bytes.assign(size, '\0');
+      continue;
+    }
+    fields >> kind >> value >> name;
+    const size_t at = std::stoull(first);
+    if (kind == "text") {
+      g.bytes.replace(at, value.size(), value);
+      g.texts[name] = value;
+      continue;
+    }
+    const uint64_t word = kind == "i64" ? static_cast<uint64_t>(std::stoll(value))
+                                        : static_cast<uint64_t>(std::stoull(value));
+    std::memcpy(g.bytes.data() + at, &word, sizeof word);
+    g.words[name] = word;
+  }
+  if (g.bytes.empty()) throw std::runtime_error(path + " has no size line");
+  return g;
+}
+
+}  // namespace ddprun::test
