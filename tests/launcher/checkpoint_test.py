@@ -19,8 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
+from job_logs import events, metrics
 from proc_util import allocated_under, free_port, left_running, script, static_job_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,13 +33,6 @@ DDPRUN = None
 def run(args, env=None, timeout=240):
     return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHON_EXEC": PY, **(env or {})})
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {name: float(value) for name, value in
-            (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
 
 
 def ddp_job(out, steps, extra=(), env=None):
@@ -88,11 +81,6 @@ def case_a_killed_worker_resumes_from_its_step_bit_identical():
           "and ended bit-identical to an uninterrupted run, cold and with --preload: passed")
 
 
-
-def events_of(path, name):
-    return [e for e in map(json.loads, open(path)) if e["event"] == name]
-
-
 def persisted_steps(folder):
     """The steps complete in a --checkpoint_dir for a job of two ranks."""
     return sorted(int(d[5:]) for d in os.listdir(folder) if d.startswith("step_") and all(
@@ -114,7 +102,7 @@ def case_a_job_started_again_from_nothing_resumes_from_checkpoint_dir():
     on_disk = persisted_steps(ckpt)
     newest = on_disk[-1] if on_disk else None
     assert newest in (5, 6), (on_disk, r.stderr)
-    persisted = events_of(ev1, "checkpoint_persisted")
+    persisted = events(ev1, "checkpoint_persisted")
     assert {(e["rank"], e["step"]) for e in persisted} >= {(0, newest), (1, newest)}, persisted
     assert all(e["bytes"] > 0 and e["seconds"] >= 0 for e in persisted), persisted
     # Bad input beside it: a step folder holding a torn file and a stray one; leftovers of a copy.
@@ -128,7 +116,7 @@ def case_a_job_started_again_from_nothing_resumes_from_checkpoint_dir():
              f"--event_log={ev2}", os.path.join(WORKLOADS, "checkpoint_ddp.py"), "12", first])
     assert r.returncode == 0, r.stderr
     assert f"the workers restore step {newest} from {ckpt}" in r.stderr, r.stderr
-    restore = events_of(ev2, "checkpoint_restore")
+    restore = events(ev2, "checkpoint_restore")
     assert [(e["step"], e["from"]) for e in restore] == [(newest, ckpt)], restore
     resumed = {open(p).read() for p in glob.glob(os.path.join(first, "resumed.0.*"))}
     assert resumed == {str(newest)}, resumed
@@ -243,16 +231,16 @@ def case_a_full_checkpoint_dir_costs_training_nothing():
     # --checkpoint_dir on a 16 KiB tmpfs, in a mount namespace of the test's own: every copy
     # fails for want of space, is logged and counted, and the job trains to its end.
     out, ckpt = tempfile.mkdtemp(), tempfile.mkdtemp()
-    events = os.path.join(out, "events.jsonl")
+    event_log = os.path.join(out, "events.jsonl")
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
            f'mount -t tmpfs -o size=16k tmpfs {ckpt} && exec "$@"', "sh", DDPRUN, "--standalone",
            "--nproc_per_node=2", f"--checkpoint_dir={ckpt}", "--checkpoint_persist_every=2",
-           f"--event_log={events}", os.path.join(WORKLOADS, "checkpoint_ddp.py"), "8", out]
+           f"--event_log={event_log}", os.path.join(WORKLOADS, "checkpoint_ddp.py"), "8", out]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
                        env={**os.environ, "PYTHON_EXEC": PY})
     assert r.returncode == 0, r.stderr
     assert "could not be copied" in r.stderr and "No space left on device" in r.stderr, r.stderr
-    failed = events_of(events, "checkpoint_persist_failed")
+    failed = events(event_log, "checkpoint_persist_failed")
     assert failed and all("No space left on device" in e["reason"] for e in failed), failed
     assert os.path.exists(os.path.join(out, "final.pt")), os.listdir(out)
     # A --checkpoint_dir that cannot be a folder is a clear error before any worker starts.
@@ -435,10 +423,10 @@ def case_copies_that_cannot_keep_up_say_so():
     # is 4 MiB, node 1's 1 KiB in a region of two 1 MiB slots: 5000K holds node 1's region and what
     # it keeps of its own, never a copy of node 0's.)
     out = tempfile.mkdtemp()
-    events = os.path.join(out, "events.jsonl")
+    event_log = os.path.join(out, "events.jsonl")
     line = ""
     with TwoNodes(out, STEADY, lambda r: ["--checkpoint_memory_limit=5000K"] if r == 1 else
-                  [f"--event_log={events}"]) as nodes:
+                  [f"--event_log={event_log}"]) as nodes:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             r = nodes.status()
@@ -457,7 +445,7 @@ def case_copies_that_cannot_keep_up_say_so():
                                           r"while the workers saved ([4-9]|\d\d+) steps",
                                           warned[0]), text[0]
     assert "no room for a copy" in text[0], text[0]  # why: the peer's budget
-    behind = events_of(events, "checkpoint_copies_behind")
+    behind = events(event_log, "checkpoint_copies_behind")
     assert len(behind) == 1 and behind[0]["steps"] >= 4 and behind[0]["safe_step"] in (None, 0), \
         behind
     assert not left_running(out)
@@ -641,13 +629,13 @@ def case_no_region_outlives_its_job():
                                  open(log.name).read()).group(1))
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                metrics = scrape(port)
-                if all(metrics.get(f'ddprun_checkpoint_step{{local_rank="{r}"}}') == 0
+                samples = metrics(port)
+                if all(samples.get(f'ddprun_checkpoint_step{{local_rank="{r}"}}') == 0
                        for r in (0, 1)):
                     break
                 time.sleep(0.05)
-            assert metrics[f'ddprun_checkpoint_step{{local_rank="1"}}'] == 0, metrics
-            assert metrics["ddprun_checkpoint_bytes"] >= 2 * (4 << 20), metrics
+            assert samples['ddprun_checkpoint_step{local_rank="1"}'] == 0, samples
+            assert samples["ddprun_checkpoint_bytes"] >= 2 * (4 << 20), samples
             p.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
         p.wait(timeout=60)
         log.close()

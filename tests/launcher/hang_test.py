@@ -5,7 +5,6 @@ a shell.
     hang_test.py DDPRUN HEARTBEAT_PROBE CASE
 """
 import glob
-import json
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import sys
 import tempfile
 import time
 from proc_util import finish, free_port
+from job_logs import events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -25,11 +25,6 @@ DDPRUN = PROBE = None
 def ddprun(*args, env=None, timeout=180):
     return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHON_EXEC": PY, **(env or {})})
-
-
-def events(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
 
 
 def ddp_rank_blocked(hang_timeout, limit_s, workload_env=None):

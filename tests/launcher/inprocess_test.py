@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 import rank_state_test
+from job_logs import node_events
 from proc_util import agents_ended, free_port, left_running, wait_for
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
@@ -179,9 +180,9 @@ def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processe
         kept = [r for r in range(4) if begun[r][0] == begun[r][1]]
         assert kept == [0, 1], f"ranks kept: {kept} (expected the surviving node's 0 and 1): {begun}"
         # The survivors' training was aborted for the lost node, not counted as raising.
-        raised = rank_state_test.events(out, 1 - victim, "worker_raised")
+        raised = node_events(out, 1 - victim, "worker_raised")
         assert not raised, raised
-        restore = rank_state_test.events(out, 2, "checkpoint_restore")
+        restore = node_events(out, 2, "checkpoint_restore")
         assert restore and restore[-1]["step"] == k, restore
         reference = tempfile.mkdtemp()
         for i in (0, 1):

@@ -7,7 +7,6 @@ on loopback.
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 import urllib.request
 from etcd_cluster import EtcdCluster, have_etcd
 from proc_util import free_port, listening_address, wait_for
+from job_logs import events, metrics
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
@@ -143,14 +143,11 @@ def case_status_of_a_live_job_on_every_backend():
 
 
 def events_of(path):
-    with open(path) as f:
-        text = f.read()
-    # A line the agent is writing right now may be read in part: only lines that ended count.
-    lines = text.split("\n")[:-1]
-    events = [json.loads(line) for line in lines]  # every ended line whole JSON
-    times = [e["time_ms"] for e in events]
+    """The log's events (job_logs.events), which are in the order of their times."""
+    every = events(path)
+    times = [e["time_ms"] for e in every]
     assert times == sorted(times), "events out of order"
-    return events
+    return every
 
 
 def case_event_log_records_a_restart_and_a_node_loss():
@@ -201,18 +198,6 @@ def case_event_log_records_a_restart_and_a_node_loss():
           "passed")
 
 
-def scrape(port, path="/metrics"):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
-        text = r.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
-
-
 def metrics_port(log):
     """The port of the metrics line in `log`, after checking that it listens on loopback only."""
     m = None
@@ -236,14 +221,14 @@ def case_metrics_are_scraped_while_a_job_runs():
     agents = [agent("c10d", ep, "mx", work, extra=["--metrics_port=0"], log=alog),
               agent("c10d", ep, "mx", work)]
     dport, aport = metrics_port(dlog), metrics_port(alog)
-    wait_for(lambda: scrape(aport).get('ddprun_workers{state="running"}') == 2, "running workers")
-    d = scrape(dport)
+    wait_for(lambda: metrics(aport).get('ddprun_workers{state="running"}') == 2, "running workers")
+    d = metrics(dport)
     # Owned: the 2 agents' presence keys and the rendezvous leader's claim.
     assert d["ddprund_connections"] >= 2 and d["ddprund_owned_keys"] == 3, d
     assert d["ddprund_keys"] >= 5 and d["ddprund_value_bytes"] > 0, d
     assert d['ddprund_requests_total{op="compare_set"}'] > 0, d
     assert d["ddprund_connections_refused_total"] == 0, d
-    a = scrape(aport)
+    a = metrics(aport)
     assert a["ddprun_world_size"] == 4 and a["ddprun_num_nodes"] == 2, a
     assert a["ddprun_round"] == 0 and a["ddprun_restarts"] == 0 and a["ddprun_max_restarts"] == 1
     assert a["ddprun_nodes_present"] == 2, a
@@ -267,13 +252,13 @@ def case_metrics_are_scraped_while_a_job_runs():
     except urllib.error.HTTPError as e:
         assert e.code == 405
     t0 = time.monotonic()
-    scrape(dport)
+    metrics(dport)
     assert time.monotonic() - t0 < 1, "a stalled scraper held the server up"
     # The agent's view follows the job: a failure and its restart.
     open(os.path.join(work, "fail.0"), "w").close()
-    wait_for(lambda: scrape(aport).get("ddprun_restarts") == 1 and
-             scrape(aport).get('ddprun_workers{state="running"}') == 2, "the restart seen", 60)
-    assert scrape(aport)['ddprun_worker_exits_total{state="failed"}'] == 1
+    wait_for(lambda: metrics(aport).get("ddprun_restarts") == 1 and
+             metrics(aport).get('ddprun_workers{state="running"}') == 2, "the restart seen", 60)
+    assert metrics(aport)['ddprun_worker_exits_total{state="failed"}'] == 1
     open(os.path.join(work, "go"), "w").close()
     for a in agents:
         assert a.wait(60) == 0

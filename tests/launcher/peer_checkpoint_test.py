@@ -12,7 +12,6 @@ Skipped (77) where namespaces cannot be made.
     peer_checkpoint_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
 """
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ import tempfile
 from checkpoint_test import bit_identical
 from netns import bridged_job_store, remove_namespaces
 from proc_util import allocated_under, left_running, wait_for
+from job_logs import node_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workloads", "checkpoint_ddp.py")
@@ -90,14 +90,6 @@ class Cluster:
                 raise AssertionError(f"node {i} did not finish: {errs[i]}")
             assert p.returncode == 0, (i, errs[i])
         return errs
-
-
-def events(out, i, name=None):
-    path = f"{out}/events.{i}.jsonl"
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [e for e in map(json.loads, f) if name is None or e["event"] == name]
 
 
 def copies_of_step(run_id, step):
@@ -172,9 +164,9 @@ def stranger_gets_nothing(cluster, out, survivors):
     """A stranger on the job's network (a host namespace of no node) and on a survivor's own
     loopback tries a survivor's checkpoint port, in a job without a token: refused, no byte of a
     checkpoint, and the port is bound to the node's announced address only."""
-    ports = {e["peer"] for i in survivors for e in events(out, i, "checkpoint_replicated")
+    ports = {e["peer"] for i in survivors for e in node_events(out, i, "checkpoint_replicated")
              if e["peer"].rsplit(":", 1)[0] in {ADDRS[j] for j in survivors}}
-    assert ports, [events(out, i, "checkpoint_replicated") for i in survivors]
+    assert ports, [node_events(out, i, "checkpoint_replicated") for i in survivors]
     host, port = next(iter(ports)).rsplit(":", 1)
     owner = cluster.hosts[ADDRS.index(host)]
     for ns, addr in ((cluster.hosts[HOSTS - 1], host), (owner, "127.0.0.1")):
@@ -248,24 +240,24 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         stranger_gets_nothing(cluster, out, survivors=[0, 2])
         cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
         errs = cluster.finish("lost", [0, 2, 3])
-        restored = events(out, 3, "checkpoint_restore")
+        restored = node_events(out, 3, "checkpoint_restore")
         assert restored and restored[-1]["step"] == K and restored[-1]["from"] == "peer", \
             (restored, errs[3])
         # The lost node's global ranks, now the replacement's (stable ranks): their own slots,
         # fetched.
-        base = events(out, 1, "round_formed")[0]["base_rank"]
+        base = node_events(out, 1, "round_formed")[0]["base_rank"]
         lost_ranks = list(range(base, base + nproc))
         assert [r["rank"] for r in restored[-1]["ranks"]] == lost_ranks, restored
-        assert events(out, 3, "round_formed")[-1]["base_rank"] == base
+        assert node_events(out, 3, "round_formed")[-1]["base_rank"] == base
         assert all(r["from"].startswith("node ") for r in restored[-1]["ranks"]), restored
-        fetched = events(out, 3, "checkpoint_fetched")
+        fetched = node_events(out, 3, "checkpoint_fetched")
         assert fetched and all(f["ok"] for f in fetched) and fetched[-1]["bytes"] > 0, fetched
         for i in (0, 2):
-            mine = events(out, i, "checkpoint_restore")
+            mine = node_events(out, i, "checkpoint_restore")
             assert mine and mine[-1]["step"] == K and mine[-1]["from"] == "memory", mine
-        read_back = [e for i in (0, 2, 3) for e in events(out, i, "checkpoint_read_back")]
-        assert not read_back and not any(e["from"] == disk for i in (0, 2, 3)
-                                         for e in events(out, i, "checkpoint_restore")), read_back
+        read_back = [e for i in (0, 2, 3) for e in node_events(out, i, "checkpoint_read_back")]
+        restores = [e for i in (0, 2, 3) for e in node_events(out, i, "checkpoint_restore")]
+        assert not read_back and not any(e["from"] == disk for e in restores), read_back
         # (A round re-formed around a lost node is not a restart: its workers' attempt is still
         # 0, and each rank's file says the step the last round resumed from.)
         resumed = sorted(open(p).read() for p in glob.glob(f"{out}/resumed.*"))
@@ -275,11 +267,11 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         assert f"got step 5 of global rank(s) {lost} from node" in errs[3], errs[3]
         # Each node's event log says where its copies went and what it held of others'.
         for i in (0, 2):
-            assert events(out, i, "checkpoint_replicated"), events(out, i)
+            assert node_events(out, i, "checkpoint_replicated"), node_events(out, i)
             # To the next node of the round, never to itself.
             assert all(not e["peer"].startswith(ADDRS[i] + ":")
-                       for e in events(out, i, "checkpoint_replicated")), events(out, i)
-            held_event = events(out, i, "checkpoints_held")
+                       for e in node_events(out, i, "checkpoint_replicated")), node_events(out, i)
+            held_event = node_events(out, i, "checkpoints_held")
             assert held_event and held_event[0]["safe_step"] is not None and \
                 held_event[0]["peer"], held_event
             assert len(held_event[0]["peer_copies"]) == 1, held_event
@@ -320,17 +312,17 @@ def case_a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_co
                  60)
         # The survivor whose copies now go to the replacement (node 3) is lost next.
         to_3 = [i for i in (0, 2) if any(e["peer"].startswith(ADDRS[3] + ":")
-                                         for e in events(out, i, "checkpoint_replicated"))]
-        assert len(to_3) == 1, [events(out, i, "checkpoint_replicated") for i in (0, 2)]
+                                         for e in node_events(out, i, "checkpoint_replicated"))]
+        assert len(to_3) == 1, [node_events(out, i, "checkpoint_replicated") for i in (0, 2)]
         victim = to_3[0]
         cluster.agents[("twice", victim)].send_signal(signal.SIGKILL)
         cluster.agents[("twice", victim)].wait()
         cluster.start("twice", 4, out, "3:3")
         errs = cluster.finish("twice", [i for i in (0, 2, 3, 4) if i != victim])
-        restored = events(out, 4, "checkpoint_restore")
+        restored = node_events(out, 4, "checkpoint_restore")
         assert restored and restored[-1]["step"] == K2 and restored[-1]["from"] == "peer", \
             (restored, errs[4])
-        fetched = events(out, 4, "checkpoint_fetched")
+        fetched = node_events(out, 4, "checkpoint_fetched")
         assert fetched and all(f["ok"] for f in fetched), fetched
         assert fetched[-1]["from"].startswith(ADDRS[3] + ":"), fetched  # the first replacement
         assert bit_identical(whole, out), "the resumed job's parameters differ"
@@ -347,7 +339,7 @@ def case_the_survivors_resume_at_a_smaller_world_size():
         lose_nodes(cluster, "shrink", out, victims=[2], survivors=[0, 1])
         errs = cluster.finish("shrink", [0, 1])
         for i in (0, 1):
-            mine = events(out, i, "checkpoint_restore")
+            mine = node_events(out, i, "checkpoint_restore")
             assert mine and mine[-1]["step"] == K, (mine, errs[i])
         resumed = [open(f"{out}/resumed.0.{r}").read() for r in (0, 1)]  # world size 2 now
         assert resumed == [str(K), str(K)], resumed
@@ -371,9 +363,9 @@ def case_two_adjacent_nodes_lost_fall_back_to_disk_naming_the_ranks():
         said = [line for e in errs.values() for line in e.splitlines()
                 if "no in-memory slot of global rank" in line]
         assert said, errs
-        lost = [e for i in (2, 3, 4) for e in events(out, i, "checkpoint_copies_lost")]
+        lost = [e for i in (2, 3, 4) for e in node_events(out, i, "checkpoint_copies_lost")]
         assert lost and len(lost[0]["ranks"]) == 1, lost
-        restored = [e for i in (2, 3, 4) for e in events(out, i, "checkpoint_restore")]
+        restored = [e for i in (2, 3, 4) for e in node_events(out, i, "checkpoint_restore")]
         assert restored and all(e["from"] == disk for e in restored), (restored, errs)
         assert all(e["step"] <= K for e in restored), restored
         assert not left_running(out)
@@ -397,8 +389,8 @@ def case_without_peer_copies_a_lost_node_restores_from_disk():
         errs = cluster.finish("nocopy", [0, 2, 3])
         assert not glob.glob(f"/dev/shm/ddprun-checkpoints-{job('nocopy')}-*/peers/*"), \
             "a node held another's copies"
-        assert not any(events(out, i, "checkpoint_replicated") for i in range(4))
-        restored = events(out, 3, "checkpoint_restore")
+        assert not any(node_events(out, i, "checkpoint_replicated") for i in range(4))
+        restored = node_events(out, 3, "checkpoint_restore")
         assert restored and restored[-1]["from"] == disk, (restored, errs[3])
         assert not left_running(out)
     print("with --no_checkpoint_peer_copies no node held another's copies, and the replacement "

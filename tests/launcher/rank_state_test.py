@@ -18,7 +18,6 @@ Skipped (77) where namespaces cannot be made.
     rank_state_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
 """
 import glob
-import json
 import os
 import shutil
 import signal
@@ -28,6 +27,7 @@ import tempfile
 
 from netns import bridged_job_store, remove_namespaces
 from proc_util import agents_ended, left_running, wait_for
+from job_logs import node_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FSDP = os.path.join(HERE, "workloads", "checkpoint_fsdp.py")
@@ -107,17 +107,9 @@ class Cluster:
                          f"*.step{step}.ddpckpt")
 
 
-def events(out, i, name):
-    path = f"{out}/events.{i}.jsonl"
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [e for e in map(json.loads, f) if e["event"] == name]
-
-
 def node_rank_of(out, i):
     """Host i's node rank in the first round it was in."""
-    return events(out, i, "round_formed")[0]["node_rank"]
+    return node_events(out, i, "round_formed")[0]["node_rank"]
 
 
 def same_state(a, b):
@@ -165,7 +157,7 @@ def restored_ranks(out, hosts, step):
     """Every host's last restore: the global ranks and where each came from."""
     got = {}
     for i in hosts:
-        restore = events(out, i, "checkpoint_restore")
+        restore = node_events(out, i, "checkpoint_restore")
         assert restore and restore[-1]["step"] == step, (i, restore)
         for r in restore[-1].get("ranks", []):
             got[r["rank"]] = r["from"]
@@ -181,10 +173,10 @@ def lost_and_replaced(cluster, whole, victim_rank):
     errs = cluster.finish(run, survivors)
     got = restored_ranks(out, survivors, K)
     # Stable ranks: the replacement took the lost node's place, and only its ranks moved.
-    assert node_rank_of(out, 3) == victim_rank, events(out, 3, "round_formed")
+    assert node_rank_of(out, 3) == victim_rank, node_events(out, 3, "round_formed")
     moved = sorted(r for r, where in got.items() if where.startswith("node "))
     assert moved == [2 * victim_rank, 2 * victim_rank + 1], (got, errs)
-    fetched = sum(f["bytes"] for i in survivors for f in events(out, i, "checkpoint_fetched"))
+    fetched = sum(f["bytes"] for i in survivors for f in node_events(out, i, "checkpoint_fetched"))
     resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
     assert resumed == {str(K)}, resumed
     assert same_state(whole, out), "the resumed job's parameters or optimizer state differ"
@@ -231,7 +223,7 @@ def case_fsdp2_node_lost_without_replacement_reshards():
         survivors = [i for i in (0, 1, 2) if i != victim]
         cluster.finish("shrink", survivors)
         for i in survivors:
-            restore = events(out, i, "checkpoint_restore")[-1]
+            restore = node_events(out, i, "checkpoint_restore")[-1]
             assert restore["step"] == K and restore["reshard"] and \
                 restore["saved_world_size"] == 6, restore
         resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@4")}
@@ -254,7 +246,7 @@ def case_fsdp2_third_node_joining_reshards():
         cluster.start("grow", 2, out, "2:3")
         cluster.finish("grow", [0, 1, 2])
         for i in (0, 1, 2):
-            restore = events(out, i, "checkpoint_restore")[-1]
+            restore = node_events(out, i, "checkpoint_restore")[-1]
             assert restore["step"] == K and restore["reshard"] and \
                 restore["saved_world_size"] == 4, restore
         resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
@@ -282,13 +274,13 @@ def two_losses_in_a_row(cluster, whole):
     assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
         "rank 2 from node " in status and "rank 3 from node " in status, status
     # The second loss: the node of rank 0, after the ring changed.
-    second = next(i for i in (0, 2, 3) if events(out, i, "round_formed")[-1]["node_rank"] == 0)
+    second = next(i for i in (0, 2, 3) if node_events(out, i, "round_formed")[-1]["node_rank"] == 0)
     cluster.kill("twice", second)
     cluster.start("twice", 4, out, "3:3")
     survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
     cluster.finish("twice", survivors)
     for i in survivors:
-        assert events(out, i, "checkpoint_restore")[-1]["step"] == K2, i
+        assert node_events(out, i, "checkpoint_restore")[-1]["step"] == K2, i
     assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
     assert not left_running(out) and not left_running(whole)
     print(f"FSDP2, two nodes lost in a row (after steps {K} and {K2}, the second after the ring "

@@ -12,10 +12,9 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 from proc_util import free_port, left_running, script, static_job_status, wait_for
+from job_logs import events, metrics_text
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
@@ -43,18 +42,6 @@ if attempt == 0:
 while not os.path.exists(os.path.join(out, "go")) and time.monotonic() < deadline:
     time.sleep(0.05)
 '''
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return r.read().decode()
-
-
-def events(path, name):
-    if not os.path.exists(path):  # (not yet)
-        return []
-    with open(path) as f:
-        return [e for e in map(json.loads, f) if e["event"] == name]
 
 
 def stamp(log, pattern):
@@ -99,8 +86,8 @@ def case_a_crash_restart_is_measured_on_every_node():
             re.match(r"last restart \((failure|interrupted), restart 1\): [0-9.]+ m?s in all; "
                      r"detected .*, workers stopped .*, round 1 formed .*, workers started .*, "
                      r"first progress [0-9.]+ m?s$", x) for x in lines), table
-        metrics = [scrape(int(re.search(r"metrics at http://[^ ]+:(\d+)/metrics",
-                                        open(log).read()).group(1))) for log in logs]
+        metrics = [metrics_text(int(re.search(r"metrics at http://[^ ]+:(\d+)/metrics",
+                                              open(log).read()).group(1))) for log in logs]
     finally:
         open(os.path.join(out, "go"), "w").close()
     for p in jobs:

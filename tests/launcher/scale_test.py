@@ -4,7 +4,6 @@ heartbeat never lapses.
 
     scale_test.py DDPRUN DDPRUND STORE_LOAD
 """
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ import sys
 import tempfile
 import time
 from proc_util import wait_for
+from job_logs import events
 
 DDPRUN = DDPRUND = LOAD = None
 PROCS = []
@@ -27,13 +27,6 @@ WORKER = ('echo "$$$$ $MASTER_PORT" > "$0/w.$RANK.$TORCHELASTIC_RESTART_COUNT.tm
 def start(args, **kw):
     PROCS.append(subprocess.Popen(args, **kw))
     return PROCS[-1]
-
-
-def events(path):
-    with open(path) as f:
-        text = f.read()
-    # A line the agent is writing right now may be read in part: only lines that ended count.
-    return [json.loads(line) for line in text.split("\n")[:-1]]
 
 
 def case_an_agent_serving_a_storm_still_supervises():

@@ -7,11 +7,11 @@ Exits 77 (skipped) where the cluster cannot be made.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from proc_util import wait_for
 from slurm_cluster import SlurmCluster, available
+from job_logs import events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
@@ -93,11 +93,6 @@ def job_id(cluster):
     return ids[0] if len(ids) == 1 else None
 
 
-def events_of(out_dir, node):
-    with open(os.path.join(out_dir, f"events.{node}")) as f:
-        return [json.loads(line) for line in f]
-
-
 def case_slurm_signals_reach_the_workers():
     with SlurmCluster(2) as cluster:
         for signal_name, scancel in (("SIGUSR1", ["scancel", "--signal=USR1"]),
@@ -126,7 +121,7 @@ def case_slurm_signals_reach_the_workers():
                     assert f.read() == signal_name, f"rank {rank} did not get {signal_name}"
             # Every agent recorded the signal: its own, or passed on by the peer it reached first
             # ("from"); at least one had it from Slurm.
-            signals = [[e for e in events_of(out_dir, node) if e["event"] == "signal"]
+            signals = [events(os.path.join(out_dir, f"events.{node}"), "signal")
                        for node in range(2)]
             assert all(s and s[0]["signal"] == signal_name for s in signals), (signals, err)
             assert any("from" not in s[0] for s in signals), (signals, err)

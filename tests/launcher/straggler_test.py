@@ -11,7 +11,6 @@ Skipped (77) where namespaces or cgroups cannot be made.
     straggler_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
 """
 import datetime
-import json
 import os
 import re
 import statistics
@@ -23,6 +22,7 @@ import time
 from checkpoint_test import bit_identical
 from netns import bridged_job_store, remove_namespaces
 from proc_util import agents_ended, left_running, wait_for
+from job_logs import node_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workloads", "straggler_ddp.py")
@@ -120,14 +120,6 @@ def durations(times):
     return [b[1] - a[1] for a, b in zip(times, times[1:]) if b[0] == a[0] + 1]
 
 
-def events(out, i, name):
-    path = os.path.join(out, f"events.{i}.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [e for e in map(json.loads, f) if e["event"] == name]
-
-
 def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
     """No --event_log, no action: node 0's log names the slow node with its figure within
     VERDICT_WITHIN steps of K; `ddprun status` says it; the job runs to its end."""
@@ -176,12 +168,13 @@ def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
                 extra=[*extra, f"--event_log={out}/events.3.jsonl"])  # the spare
         c.slow_down(out)
         errs = c.finish("swap", {0: 0, 1: 0, 2: 4, 3: 0})
-    assert not any(events(whole, i, "straggler") for i in range(3)), "a verdict in a healthy run"
-    verdicts = [e for i in range(4) for e in events(out, i, "straggler")]
+    assert not any(node_events(whole, i, "straggler") for i in range(3)), \
+        "a verdict in a healthy run"
+    verdicts = [e for i in range(4) for e in node_events(out, i, "straggler")]
     assert len(verdicts) == 1 and verdicts[0]["node_rank"] == 2, verdicts
     assert verdicts[0]["action"] == "replace", verdicts
     assert "straggler check: this node leaves the job" in errs[2], errs[2][-3000:]
-    resumed = [e for e in events(out, 3, "round_formed")]
+    resumed = [e for e in node_events(out, 3, "round_formed")]
     assert resumed and resumed[-1]["num_nodes"] == 3, resumed
     # The swap spends one restart (so attempt 1), whichever ends the round first: the flag or
     # the slow node's leaving.
@@ -258,7 +251,7 @@ def case_a_healthy_job_beside_a_cpu_heavy_process_is_never_named():
         hog.kill()
         hog.wait()
     for i in range(3):
-        assert not events(out, i, "straggler"), events(out, i, "straggler")
+        assert not node_events(out, i, "straggler"), node_events(out, i, "straggler")
         assert "straggler check: node" not in errs[i], errs[i][-2000:]
     windows = len(step_times(out, 0))
     assert windows >= 199, windows
