@@ -26,9 +26,11 @@ run() just calls train().
 
 The agent's side of the exchange is in the agent (workers/inprocess_channel.hpp); it is files:
 <DDPRUN_INPROCESS_FILE> holds {"generation": G, "state": "run"|"abort"}, with "env": {...} and
-"unset": [...] when it runs again; this worker answers with <file>.ready, <file>.raised
-("G\\n<exception>") and <file>.parked ("G").
+"unset": [...] when it runs again, and "stack": true in an abort after a hang; this worker answers
+with <file>.ready, <file>.raised ("G\\n<exception>"), <file>.stack ("G\\n<every thread's stack>",
+before it aborts, where asked) and <file>.parked ("G").
 """
+import faulthandler
 import gc
 import json
 import os
@@ -135,8 +137,20 @@ class _Channel:
                     continue
                 self.aborted.set()
                 before = self.sockets_before
+            if told.get("stack"):
+                self._write_stacks(told["generation"])
             _abort_nccl()
             _shut_down(_tcp_sockets() - before)
+
+    def _write_stacks(self, generation):
+        """Every thread's stack, faulthandler's text, to <file>.stack: after a hang, where this
+        rank waited, for the agent's report (written before the abort unwinds it)."""
+        temp = f"{self.path}.stack.tmp"
+        with open(temp, "w", encoding="utf-8") as f:
+            f.write(f"{generation}\n")
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        os.replace(temp, self.path + ".stack")
 
     def begin(self):
         """train() is about to be called (again)."""

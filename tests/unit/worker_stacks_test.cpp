@@ -34,7 +34,33 @@ Current thread's C stack trace (most recent call first):
   Binary file "python3", at _Py_DumpStack+0x4a [0x499c1d]
 )";
 
+// Recorded: faulthandler.dump_traceback(all_threads=True) called by ddprun.inprocess's thread
+// (Python 3.14): what an in-process worker writes before it aborts after a hang; no header.
+constexpr const char* kInProcess314 =
+    R"(Current thread 0x00007fc2932046c0 [ddprun-inproces] (most recent call first):
+  File "/tmp/fhd.py", line 4 in watch
+  File "/usr/lib/python3.14/threading.py", line 1024 in run
+  File "/usr/lib/python3.14/threading.py", line 1082 in _bootstrap_inner
+  File "/usr/lib/python3.14/threading.py", line 1044 in _bootstrap
+
+Thread 0x00007fc29364f200 [python3] (most recent call first):
+  File "/tmp/fhd.py", line 6 in waiting_in_all_reduce
+  File "/tmp/fhd.py", line 8 in <module>
+)";
+
 }  // namespace
+
+TEST_CASE(
+    "python stacks: an in-process worker's dump of every thread gives its main thread's "
+    "frame",
+    "[hang]") {
+  const auto s = python_threads_stack(kInProcess314);
+  REQUIRE(s);
+  CHECK(s->innermost == "fhd.py:6 in waiting_in_all_reduce");
+  CHECK(s->text == kInProcess314);
+  CHECK_FALSE(python_threads_stack(""));
+  CHECK_FALSE(python_threads_stack("nothing a dump would say\n"));
+}
 
 TEST_CASE("python stacks: the main thread's innermost frame of the last dump", "[hang]") {
   auto s = last_python_stack(kPython311);

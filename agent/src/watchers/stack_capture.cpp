@@ -166,6 +166,7 @@ boost::asio::awaitable<void> StackCapture::read_native_stacks(uint64_t attempt) 
 }
 
 std::optional<WorkerStack> StackCapture::stack_of(const RunningWorker& w) const {
+  if (python_ && w.kept) return python_threads_stack(w.parked_stack);
   if (python_) return w.err_pump ? last_python_stack(w.err_pump->tail()) : std::nullopt;
   if (w.native_dump.empty() || !w.process) return std::nullopt;
   return gdb_stack(w.native_dump, w.process->pid());

@@ -46,7 +46,10 @@ std::string fold(const std::vector<int>& ranks) {
 std::optional<WorkerStack> last_python_stack(std::string_view output) {
   const size_t start = output.rfind(kDumpStart);
   if (start == std::string_view::npos) return std::nullopt;
-  const std::string_view dump = output.substr(start);
+  return python_threads_stack(output.substr(start));
+}
+
+std::optional<WorkerStack> python_threads_stack(std::string_view dump) {
   WorkerStack stack;
   stack.text = std::string(dump);
   // The main thread's innermost frame: faulthandler lists the threads newest first, so the main

@@ -18,6 +18,9 @@ struct WorkerStack {
 // The last faulthandler dump in `output` (the end of a worker's stderr); nullopt when it holds
 // none.
 std::optional<WorkerStack> last_python_stack(std::string_view output);
+// A faulthandler dump of every thread (faulthandler.dump_traceback(all_threads=True): what an
+// in-process worker writes before it aborts its attempt after a hang); nullopt: no frame in it.
+std::optional<WorkerStack> python_threads_stack(std::string_view dump);
 
 // The main thread's innermost frame of worker `pid` in gdb's `thread apply all bt` output: the
 // innermost in the program's own code (a source file outside /usr and outside the C library's

@@ -47,6 +47,7 @@ struct RunningWorker {
   std::unique_ptr<InProcessChannel> channel;
   bool parking = false;
   bool kept = false;  // its process was kept for the next attempt (this is what remains of it)
+  std::string parked_stack;  // kept after a hang: its threads' stacks, written before it aborted
 
   bool running() const { return process && process->running(); }
 };

@@ -35,21 +35,34 @@ InProcessChannel::InProcessChannel(const std::string& dir, int local_rank)
     : path_(dir + "/inprocess." + std::to_string(local_rank)) {}
 
 void InProcessChannel::started(uint64_t generation) {
-  for (const char* suffix : {".ready", ".raised", ".parked"}) std::remove((path_ + suffix).c_str());
+  for (const char* suffix : {".ready", ".raised", ".parked", ".stack"}) {
+    std::remove((path_ + suffix).c_str());
+  }
   write(nlohmann::json{{"generation", generation}, {"state", "run"}}.dump());
 }
 
 bool InProcessChannel::ready() const { return read_file(path_ + ".ready").has_value(); }
 
 std::optional<std::string> InProcessChannel::raised(uint64_t generation) const {
-  const std::optional<std::string> text = read_file(path_ + ".raised");
+  return text_of(".raised", generation);
+}
+
+void InProcessChannel::abort(uint64_t generation, bool stack) {
+  nlohmann::json told = {{"generation", generation}, {"state", "abort"}};
+  if (stack) told["stack"] = true;
+  write(told.dump());
+}
+
+std::optional<std::string> InProcessChannel::stack(uint64_t generation) const {
+  return text_of(".stack", generation);
+}
+
+std::optional<std::string> InProcessChannel::text_of(const char* suffix,
+                                                     uint64_t generation) const {
+  const std::optional<std::string> text = read_file(path_ + suffix);
   if (!text || generation_of(*text) != generation) return std::nullopt;
   const size_t eol = text->find('\n');
   return eol == std::string::npos ? std::string() : text->substr(eol + 1);
-}
-
-void InProcessChannel::abort(uint64_t generation) {
-  write(nlohmann::json{{"generation", generation}, {"state", "abort"}}.dump());
 }
 
 bool InProcessChannel::parked(uint64_t generation) const {

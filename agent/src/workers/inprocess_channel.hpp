@@ -8,6 +8,9 @@
 //   process worker -> <file>.raised   "G\n<the exception>"                         its training
 //   raised agent  -> <file>          {"generation": G, "state": "abort"}          abort attempt G's
 //                                                                          collectives and wait
+//          (after a hang: "stack": true as well)
+//   worker -> <file>.stack    "G\n<every thread's stack, faulthandler's>"  where it waited,
+//                                                                          before the abort
 //   worker -> <file>.parked   "G"                                          aborted, waiting, its
 //                                                                          checkpoints untouched
 //   agent  -> <file>          {"generation": H, "state": "run", "env": {},  run again as attempt H
@@ -36,8 +39,11 @@ class InProcessChannel {
   bool ready() const;
   // What the worker's training raised in attempt `generation`, if it said so.
   std::optional<std::string> raised(uint64_t generation) const;
-  // Asks the worker to abort attempt `generation`.
-  void abort(uint64_t generation);
+  // Asks the worker to abort attempt `generation`; with `stack`, to write its threads' stacks
+  // first (a hang: where it waited).
+  void abort(uint64_t generation, bool stack);
+  // The stacks the worker wrote before it aborted attempt `generation`, if it did.
+  std::optional<std::string> stack(uint64_t generation) const;
   // The worker aborted attempt `generation` and waits.
   bool parked(uint64_t generation) const;
   // Tells a parked worker to run again as attempt `generation`, with `env` where it had `was`.
@@ -45,6 +51,8 @@ class InProcessChannel {
 
  private:
   void write(const std::string& json);
+  // What the worker's file <path>`suffix` says after its first line, if that is `generation`.
+  std::optional<std::string> text_of(const char* suffix, uint64_t generation) const;
 
   std::string path_;
 };

@@ -74,6 +74,8 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   Attempt& a = *attempt_;
   const auto now = std::chrono::steady_clock::now();
   const bool hang = a.hang_declared;
+  // After a hang (this node's or another's), where each rank waited goes into the hang's report.
+  const bool stacks = hang || a.stacks_wanted;
   a.begin_stop(now);
   a.stop_sent = true;
   a.aborted_in_process = true;
@@ -88,7 +90,7 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
       continue;
     }
     w.parking = true;
-    w.channel->abort(a.number);
+    w.channel->abort(a.number, stacks);
   }
   if (to_stop) {
     kill_after_shutdown_timeout();
@@ -145,6 +147,7 @@ void WorkerGroup::poll_in_process() {
       RunningWorker kept = std::move(w);
       w = RunningWorker(kept.launch);  // the slot keeps no part of it
       w.kept = true;
+      w.parked_stack = kept.channel->stack(a.number).value_or(std::string());
       kept.heartbeat.reset();  // the next attempt's has the same name
       kept_.push_back(std::move(kept));
     } else if (now >= parking_deadline_ && a.hang_declared) {

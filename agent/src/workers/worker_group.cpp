@@ -464,7 +464,12 @@ void WorkerGroup::stop_workers(uint64_t number) {
 }
 
 void WorkerGroup::interrupt_for_stacks() {
-  if (!active_ || attempt_->stopping || !stacks_.captures() || all_can_restart_in_process(true)) {
+  if (!active_ || attempt_->stopping || !stacks_.captures()) {
+    interrupt();
+    return;
+  }
+  attempt_->stacks_wanted = true;
+  if (all_can_restart_in_process(true)) {  // each rank writes its stacks, then aborts
     interrupt();
     return;
   }
