@@ -102,6 +102,7 @@ class _Channel:
         self.generation = told["generation"] if told else 0
         self.aborted = threading.Event()
         self.sockets_before = set()
+        self.failed_at = None  # where the training failed in this attempt (faulthandler's text)
         self._lock = threading.Lock()
         self._write(".ready", "")
         threading.Thread(target=self._watch, name="ddprun-inprocess", daemon=True).start()
@@ -143,20 +144,32 @@ class _Channel:
             _shut_down(_tcp_sockets() - before)
 
     def _write_stacks(self, generation):
-        """Every thread's stack, faulthandler's text, to <file>.stack: after a hang, where this
-        rank waited, for the agent's report (written before the abort unwinds it)."""
+        """After a hang, where this rank waited, for the agent's report, to <file>.stack in
+        faulthandler's text: where its training failed, if it did already (another rank's abort
+        reached its collective first), else every thread's stack now (before the abort unwinds
+        it)."""
         temp = f"{self.path}.stack.tmp"
         with open(temp, "w", encoding="utf-8") as f:
             f.write(f"{generation}\n")
-            f.flush()
-            faulthandler.dump_traceback(file=f, all_threads=True)
+            if self.failed_at is not None:
+                f.write(self.failed_at)
+            else:
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
         os.replace(temp, self.path + ".stack")
+
+    def failed(self, e):
+        """The training raised `e`: where, kept for _write_stacks (innermost frame first)."""
+        frames = traceback.extract_tb(e.__traceback__)
+        self.failed_at = "Where the training failed (most recent call first):\n" + "".join(
+            f'  File "{f.filename}", line {f.lineno} in {f.name}\n' for f in reversed(frames))
 
     def begin(self):
         """train() is about to be called (again)."""
         with self._lock:
             self.aborted.clear()
             self.sockets_before = _tcp_sockets()
+            self.failed_at = None
 
     def raised(self, text):
         self._write(".raised", f"{self.generation}\n{text}")
@@ -212,6 +225,7 @@ def run(train, *args, **kwargs):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 - every failure of the training restarts it
+            channel.failed(e)
             if isinstance(e, RuntimeError):
                 channel.aborted.wait(_PEER_FAILURE_GRACE)
             if channel.aborted.is_set():

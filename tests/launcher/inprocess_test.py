@@ -121,38 +121,72 @@ def case_a_hung_rank_is_replaced_and_the_rank_waiting_for_it_keeps_its_process()
           f"passed")
 
 
-def case_on_two_nodes_every_rank_but_the_killed_one_keeps_its_process():
+def two_nodes(out, run_id, *flags, **env):
+    """Two agents of two ranks each on this host (c10d), run to their end: their stderr."""
     port = free_port()
-    out = tempfile.mkdtemp()
     agents = {
         node: subprocess.Popen(
             [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-             f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=inprocess", "--max_restarts=3",
-             "--restart_mode=in_process", WORKLOAD, str(STEPS), out],
+             f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={run_id}", "--max_restarts=3",
+             *flags, WORKLOAD, str(STEPS), out],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env=environment(FAULT="kill:1:5"))
+            env=environment(**env))
         for node in (0, 1)
     }
-    agents_ended(agents, {0: 0, 1: 0}, timeout=240)
+    errs = agents_ended(agents, {0: 0, 1: 0}, timeout=240)
     assert not left_running(out), f"workers left running: {left_running(out)}"
+    return errs
+
+
+def case_on_two_nodes_every_rank_but_the_killed_one_keeps_its_process():
+    out = tempfile.mkdtemp()
+    two_nodes(out, "inprocess", "--restart_mode=in_process", FAULT="kill:1:5")
     p = pids(out)
     assert set(p) == {(a, r) for a in (0, 1) for r in range(4)}, p
     kept = [r for r in range(4) if p[(1, r)] == p[(0, r)]]
     assert kept == [0, 2, 3], f"ranks kept: {kept} (expected every rank but 1): {p}"
     # Four ranks sum their gradients in another order than two: compare with a 4-rank run.
-    reference, port = tempfile.mkdtemp(), free_port()
-    agents = {
-        node: subprocess.Popen(
-            [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-             f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=reference",
-             WORKLOAD, str(STEPS), reference],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=environment())
-        for node in (0, 1)
-    }
-    agents_ended(agents, {0: 0, 1: 0}, timeout=240)
+    reference = tempfile.mkdtemp()
+    two_nodes(reference, "reference")
     assert same_parameters(reference, out), "the restarted job's parameters differ"
     print("2 nodes x 2 ranks, rank 1 SIGKILLed at step 5: ranks 0, 2, 3 kept their processes "
           "(the other node's too), rank 1 replaced; final parameters bit-identical: passed")
+
+
+def frames_said(err):
+    """{rank: frame} from the agent's line "hang: every rank's innermost frame: ranks 0, 2-3: X;
+    rank 1: Y" (the last such line)."""
+    lines = re.findall(r"hang: every rank's innermost frame: (.*)", err)
+    frames = {}
+    for group in (lines[-1].split("; ") if lines else []):
+        ranks, _, frame = group.partition(": ")
+        for part in ranks.split(" ", 1)[1].split(", "):
+            first, _, last = part.partition("-")
+            for rank in range(int(first), int(last or first) + 1):
+                frames[rank] = frame
+    return frames
+
+
+def case_on_two_nodes_a_hang_reports_where_every_rank_waited():
+    """Rank 1 hangs at step 5: every other rank, on its node and on the other, aborts in process
+    after writing its stack; both nodes' reports give every rank's frame."""
+    out = tempfile.mkdtemp()
+    errs = two_nodes(out, "inprocess-hang", "--restart_mode=in_process", "--hang_timeout=3",
+                     FAULT="hang:1:5")
+    p = pids(out)
+    kept = [r for r in range(4) if p.get((1, r)) == p[(0, r)]]
+    assert kept == [0, 2, 3], f"ranks kept: {kept} (expected every rank but 1): {p}"
+    for node, err in errs.items():
+        # Every rank's frame, from both nodes: the hung one's, and where the three others waited.
+        frames = frames_said(err)
+        assert set(frames) == {0, 1, 2, 3}, (node, frames, err[-3000:])
+        assert frames[1].endswith(" in fault"), (node, frames)
+        assert not any(f.startswith("no stack") for f in frames.values()), (node, frames)
+    reference = tempfile.mkdtemp()
+    two_nodes(reference, "inprocess-hang-reference")
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"2 nodes x 2 ranks, rank 1 hung at step 5: ranks 0, 2, 3 kept their processes; both "
+          f"nodes give every rank's frame ({frames}); bit-identical: passed")
 
 
 def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processes():

@@ -74,8 +74,9 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   Attempt& a = *attempt_;
   const auto now = std::chrono::steady_clock::now();
   const bool hang = a.hang_declared;
-  // After a hang (this node's or another's), where each rank waited goes into the hang's report.
-  const bool stacks = hang || a.stacks_wanted;
+  // After a hang (this node's or another's), where each rank waited goes into the hang's report:
+  // each writes its stacks before it aborts.
+  if (hang && stacks_.captures()) a.stacks_wanted = true;
   a.begin_stop(now);
   a.stop_sent = true;
   a.aborted_in_process = true;
@@ -90,7 +91,7 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
       continue;
     }
     w.parking = true;
-    w.channel->abort(a.number, stacks);
+    w.channel->abort(a.number, a.stacks_wanted);
   }
   if (to_stop) {
     kill_after_shutdown_timeout();
