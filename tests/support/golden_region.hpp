@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <catch2/catch.hpp>
+
 namespace ddprun::test {
 
 struct GoldenRegion {
@@ -54,6 +56,21 @@ inline GoldenRegion read_golden_region(const std::string& path = DDPRUN_GOLDEN_R
   }
   if (g.bytes.empty()) throw std::runtime_error(path + " has no size line");
   return g;
+}
+
+// Checks a reader's record of slot `slot` (the agent's SlotRecord, libddp's Record: the same eight
+// fields) against the golden one.
+template <typename Record>
+void check_record(const GoldenRegion& g, int slot, const Record& r) {
+  const std::string s = "slot" + std::to_string(slot) + ".";
+  CHECK(r.state == g.word(s + "state"));
+  CHECK(r.step == g.signed_word(s + "step"));
+  CHECK(r.size == g.word(s + "size"));
+  CHECK(r.checksum == g.word(s + "checksum"));
+  CHECK(r.sequence == g.word(s + "sequence"));
+  CHECK(r.structure_size == g.word(s + "structure_size"));
+  CHECK(r.metadata_size == g.word(s + "metadata_size"));
+  CHECK(r.world_size == g.word(s + "world_size"));
 }
 
 }  // namespace ddprun::test

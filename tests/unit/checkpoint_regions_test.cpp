@@ -355,14 +355,7 @@ TEST_CASE(
   for (int i = 0; i < 2; ++i) {
     const std::string s = "slot" + std::to_string(i) + ".";
     const SlotRecord& r = h->slots[i];
-    CHECK(r.state == g.word(s + "state"));
-    CHECK(r.step == g.signed_word(s + "step"));
-    CHECK(r.size == g.word(s + "size"));
-    CHECK(r.checksum == g.word(s + "checksum"));
-    CHECK(r.sequence == g.word(s + "sequence"));
-    CHECK(r.structure_size == g.word(s + "structure_size"));
-    CHECK(r.metadata_size == g.word(s + "metadata_size"));
-    CHECK(r.world_size == g.word(s + "world_size"));
+    ddprun::test::check_record(g, i, r);
     CHECK(r.rank == g.signed_word(s + "rank"));
     CHECK(r.run_tag == g.word(s + "run_tag"));
     CHECK(r.sum_kind == PayloadSumKind::kCrc32);

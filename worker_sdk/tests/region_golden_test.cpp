@@ -39,14 +39,7 @@ TEST_CASE("sdk checkpoint: the golden region reads field by field", "[checkpoint
   for (int i = 0; i < 2; ++i) {
     const std::string s = "slot" + std::to_string(i) + ".";
     const ddp::checkpoint::Record& r = *region->record(i);
-    CHECK(r.state == g.word(s + "state"));
-    CHECK(r.step == g.signed_word(s + "step"));
-    CHECK(r.size == g.word(s + "size"));
-    CHECK(r.checksum == g.word(s + "checksum"));
-    CHECK(r.sequence == g.word(s + "sequence"));
-    CHECK(r.structure_size == g.word(s + "structure_size"));
-    CHECK(r.metadata_size == g.word(s + "metadata_size"));
-    CHECK(r.world_size == g.word(s + "world_size"));
+    ddprun::test::check_record(g, i, r);
     CHECK(region->rank(i) == g.signed_word(s + "rank"));
     CHECK(region->run(i) == g.word(s + "run_tag"));
     CHECK(region->word<uint64_t>(ddp::checkpoint::kSaveTime + 8 * i) == g.word(s + "save_micros"));
