@@ -356,7 +356,6 @@ void read_restart_options(const OptionTexts& o, LaunchConfig& c) {
 void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   read_check_options(o, c);
   read_straggler_options(o, c);
-  read_restart_options(o, c);
   if (!o["metrics_port"].empty()) c.metrics_port = parse_port(o["metrics_port"], "--metrics_port");
   if (!o["metrics_addr"].empty()) {
     boost::system::error_code ec;
@@ -367,6 +366,7 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
     c.metrics_addr = o["metrics_addr"];
   }
   c.preload = parse_preload(o["preload"]);
+  read_restart_options(o, c);
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
 }
 

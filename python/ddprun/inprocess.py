@@ -103,6 +103,8 @@ class _Channel:
         self.aborted = threading.Event()
         self.sockets_before = set()
         self.failed_at = None  # where the training failed in this attempt (faulthandler's text)
+        self.stack_asked = False  # the agent asked for this attempt's stack
+        self._stack_lock = threading.Lock()
         self._lock = threading.Lock()
         self._write(".ready", "")
         threading.Thread(target=self._watch, name="ddprun-inprocess", daemon=True).start()
@@ -136,40 +138,58 @@ class _Channel:
                 if not told or told.get("state") != "abort" or told.get("generation") != \
                         self.generation or self.aborted.is_set():
                     continue
-                self.aborted.set()
                 before = self.sockets_before
-            if told.get("stack"):
-                self._write_stacks(told["generation"])
+            if told.get("stack"):  # before anything wakes the training: it says it parked after
+                self._write_stacks()
+            self.aborted.set()
             _abort_nccl()
             _shut_down(_tcp_sockets() - before)
 
-    def _write_stacks(self, generation):
-        """After a hang, where this rank waited, for the agent's report, to <file>.stack in
-        faulthandler's text: where its training failed, if it did already (another rank's abort
-        reached its collective first), else every thread's stack now (before the abort unwinds
-        it)."""
+    def _write_stacks(self):
+        """After a hang, where this rank waited, for the agent's report: <file>.stack in
+        faulthandler's text, written before the abort unwinds it. Where the training already
+        failed (another rank's abort reached its collective first), where it failed, else every
+        thread's stack now; failed() rewrites it should the failure come meanwhile. A file that
+        cannot be written costs the report that rank's frame, not the abort."""
+        with self._stack_lock:
+            self.stack_asked = True
+            try:
+                self._stack_file(self.failed_at)
+            except Exception as e:  # noqa: BLE001 - the abort must go on whatever this does
+                print(f"ddprun.inprocess: writing this rank's stack: {e}", file=sys.stderr)
+
+    def _stack_file(self, failed_at):
         temp = f"{self.path}.stack.tmp"
-        with open(temp, "w", encoding="utf-8") as f:
-            f.write(f"{generation}\n")
-            if self.failed_at is not None:
-                f.write(self.failed_at)
+        with open(temp, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(f"{self.generation}\n")
+            if failed_at is not None:
+                f.write(failed_at)
             else:
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
         os.replace(temp, self.path + ".stack")
 
     def failed(self, e):
-        """The training raised `e`: where, kept for _write_stacks (innermost frame first)."""
-        frames = traceback.extract_tb(e.__traceback__)
-        self.failed_at = "Where the training failed (most recent call first):\n" + "".join(
+        """The training raised `e`: where, for the hang's report (innermost frame first)."""
+        frames = traceback.StackSummary.extract(traceback.walk_tb(e.__traceback__),
+                                                lookup_lines=False)
+        text = "Where the training failed (most recent call first):\n" + "".join(
             f'  File "{f.filename}", line {f.lineno} in {f.name}\n' for f in reversed(frames))
+        with self._stack_lock:
+            self.failed_at = text
+            if self.stack_asked:  # a live dump was written while the failure unwound: this instead
+                try:
+                    self._stack_file(text)
+                except Exception as err:  # noqa: BLE001 - as in _write_stacks
+                    print(f"ddprun.inprocess: writing this rank's stack: {err}", file=sys.stderr)
 
     def begin(self):
         """train() is about to be called (again)."""
         with self._lock:
             self.aborted.clear()
             self.sockets_before = _tcp_sockets()
-            self.failed_at = None
+        with self._stack_lock:
+            self.failed_at, self.stack_asked = None, False
 
     def raised(self, text):
         self._write(".raised", f"{self.generation}\n{text}")

@@ -72,10 +72,14 @@ def main():
         at, expected = fields[name]
         kind = "<q" if name in ("slot0.step", "slot0.rank") else "<Q"
         assert struct.unpack_from(kind, written, at)[0] == expected, (name, written[at:at + 8])
-    at, _ = fields["slot0.size"]
-    size = struct.unpack_from("<Q", written, at)[0]
-    at, _ = fields["slot0.checksum"]
-    assert struct.unpack_from("<Q", written, at)[0] == ckpt._crc(written, ckpt.HEADER, size)
+    def word(name):
+        return struct.unpack_from("<Q", written, fields[name][0])[0]
+    slot_size, size = word("slot_size"), word("slot0.size")
+    assert len(written) == ckpt.HEADER + 2 * slot_size and 0 < size <= slot_size, (slot_size, size)
+    assert word("slot0.checksum") == ckpt._crc(written, ckpt.HEADER, size)
+    assert word("slot0.sequence") >= 1 and 0 < word("slot0.structure_size") <= size
+    assert word("slot0.metadata_size") == 0 and word("slot0.save_micros") > 0
+    assert all(word(f"slot1.{n}") == 0 for n in ("state", "size", "sequence", "run_tag"))
     print("the golden region read field by field, its CRCs and run tag alike; a save writes each "
           "field where the golden puts it: passed")
 

@@ -62,11 +62,11 @@ def case_a_killed_worker_resumes_from_its_step_bit_identical():
         whole, killed = tempfile.mkdtemp(), tempfile.mkdtemp()
         r = ddp_job(whole, 12, preload)
         assert r.returncode == 0, r.stderr
-        events = os.path.join(killed, "events.jsonl")
-        r = ddp_job(killed, 12, [*preload, f"--event_log={events}"], env={"KILL_AT": "1:6"})
+        event_log = os.path.join(killed, "events.jsonl")
+        r = ddp_job(killed, 12, [*preload, f"--event_log={event_log}"], env={"KILL_AT": "1:6"})
         assert r.returncode == 0, r.stderr
         assert "restore the in-memory checkpoint of step" in r.stderr, r.stderr
-        log = [json.loads(line) for line in open(events)]
+        log = events(event_log)
         held = [e for e in log if e["event"] == "checkpoints_held"]
         restore = [e for e in log if e["event"] == "checkpoint_restore"]
         assert held and held[0]["round"] == 0 and held[0]["steps"][1][-1] == 6, held

@@ -42,15 +42,25 @@ inline GoldenRegion read_golden_region(const std::string& path = DDPRUN_GOLDEN_R
       g.bytes.assign(size, '\0');
       continue;
     }
-    fields >> kind >> value >> name;
+    if (!(fields >> kind >> value >> name)) throw std::runtime_error(path + ": bad line: " + line);
     const size_t at = std::stoull(first);
+    const size_t length = kind == "text" ? value.size() : 8;
+    if (kind != "text" && kind != "u64" && kind != "i64") {
+      throw std::runtime_error(path + ": unknown kind in: " + line);
+    }
+    if (at + length > g.bytes.size()) {
+      throw std::runtime_error(path + ": beyond the size line (or before it): " + line);
+    }
     if (kind == "text") {
-      g.bytes.replace(at, value.size(), value);
+      g.bytes.replace(at, length, value);
       g.texts[name] = value;
       continue;
     }
     const uint64_t word = kind == "i64" ? static_cast<uint64_t>(std::stoll(value))
                                         : static_cast<uint64_t>(std::stoull(value));
+    if (kind == "u64" && value.front() == '-') {
+      throw std::runtime_error(path + ": a negative u64 in: " + line);
+    }
     std::memcpy(g.bytes.data() + at, &word, sizeof word);
     g.words[name] = word;
   }
