@@ -39,7 +39,7 @@ std::chrono::nanoseconds HangWatch::node_cpu_wait(Attempt& a) {
 
 AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::time_point now,
                                         EventLog* log) {
-  if (a.stopping || a.hang_declared) return Finding::kNothing;
+  if (a.stopping() || a.hang_declared) return Finding::kNothing;
   const auto node_waited = node_cpu_wait(a);
   std::vector<RunningWorker*> hung;
   for (RunningWorker& w : a.workers) {

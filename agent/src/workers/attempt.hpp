@@ -64,18 +64,26 @@ struct AttemptTimes {
   std::optional<Time> ended;           // its workers were stopped and their output drained
 };
 
+// Where an attempt stands. It only moves forward, but for one step back: after an in-process abort
+// (aborted_in_process), the ranks that did not park were hung, and their stacks are taken
+// (kStopping back to kCapturing) before they are stopped.
+enum class AttemptPhase {
+  kRunning,    // the workers run
+  kCapturing,  // they are to stop, and their stacks are being taken first (a hang)
+  kStopping,   // their stop was sent: the signal (SIGKILL after the shutdown timeout), or an abort
+               // to run again in process
+};
+
 struct Attempt {
   uint64_t number = 0;                 // WorkerGroup::run()s so far, this one included
   std::vector<RunningWorker> workers;  // one per launch, in the launches' order
   size_t running = 0;                  // started (or kept) workers not yet ended or parked
-  bool stopping = false;   // the workers were told to stop (a failure, a hang, an interruption)
-  bool stop_sent = false;  // the usual stop began (SIGTERM, SIGKILL after the shutdown timeout)
-  bool sigkill_sent = false;
-  int stop_signal = 0;       // stop(): the signal forwarded
-  bool interrupted = false;  // interrupt(): another node's event
+  AttemptPhase phase = AttemptPhase::kRunning;
+  bool sigkill_sent = false;  // ddprun sent SIGKILL to workers of it
+  int stop_signal = 0;        // stop(): the signal forwarded
+  bool interrupted = false;   // interrupt(): another node's event
   bool hang_declared = false;
   bool aborted_in_process = false;  // its workers were asked to abort it and run again in process
-  bool hung_after_abort = false;    // some did not, after a hang: their stacks are being taken
   bool stacks_wanted = false;       // the workers' stacks are collected before they stop
   std::string unhealthy;            // a worker stuck in state D: which, where, how long
   std::vector<WorkerFailure> failures;
@@ -86,9 +94,14 @@ struct Attempt {
   // The workers are to stop (a failure, a hang, an interruption, a signal): the detection's time,
   // and the failure's where nothing earlier was known of it.
   void begin_stop(AttemptTimes::Time now) {
-    stopping = true;
+    if (phase == AttemptPhase::kRunning) phase = AttemptPhase::kCapturing;
     if (!times.stop_began) times.stop_began = now;
     if (!times.failed) times.failed = now;
+  }
+  bool stopping() const { return phase != AttemptPhase::kRunning; }
+  // The hung ranks' stacks are being taken after an in-process abort the others parked for.
+  bool capturing_the_hung() const {
+    return phase == AttemptPhase::kCapturing && aborted_in_process;
   }
   // A worker made progress (a heartbeat, a torch timer, a line of output).
   void progress(AttemptTimes::Time now) {

@@ -78,7 +78,7 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   // each writes its stacks before it aborts.
   if (hang && stacks_.captures()) a.stacks_wanted = true;
   a.begin_stop(now);
-  a.stop_sent = true;
+  a.phase = AttemptPhase::kStopping;
   a.aborted_in_process = true;
   bool to_stop = false;
   for (RunningWorker& w : a.workers) {
@@ -112,7 +112,7 @@ void WorkerGroup::watch_in_process() {
 void WorkerGroup::poll_in_process() {
   Attempt& a = *attempt_;
   const auto now = std::chrono::steady_clock::now();
-  if (!a.stopping) {  // a training that raised: a failure of its rank, whose process stays
+  if (!a.stopping()) {  // a training that raised: a failure of its rank, whose process stays
     for (RunningWorker& w : a.workers) {
       if (!w.running()) continue;
       std::optional<std::string> raised = w.channel->raised(a.number);
@@ -137,7 +137,7 @@ void WorkerGroup::poll_in_process() {
       a.failures.push_back(std::move(f));
     }
     if (!a.failures.empty()) end_attempt();
-    if (!a.stopping) return;
+    if (!a.stopping()) return;
   }
   bool hung = false;
   for (RunningWorker& w : a.workers) {
@@ -166,7 +166,7 @@ void WorkerGroup::poll_in_process() {
     }
   }
   if (hung) {
-    a.hung_after_abort = true;
+    a.phase = AttemptPhase::kCapturing;  // see capturing_the_hung()
     stacks_.on_hang(a);
   }
   wake();

@@ -359,19 +359,18 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
     spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank,
                  f.rank, f.pid, f.exitcode);
     a.failures.push_back(std::move(f));
-    if (!a.stopping) end_attempt();
+    if (!a.stopping()) end_attempt();
   }
   wake();
 }
 
 void WorkerGroup::end_attempt() {
   Attempt& a = *attempt_;
-  if (a.hung_after_abort) {  // the stacks of the hung ranks were taken: they stop now
-    a.hung_after_abort = false;
+  if (a.capturing_the_hung()) {  // the stacks of the hung ranks were taken: they stop now
     begin_stopping(SIGTERM);
     return;
   }
-  if (a.stopping && a.stop_sent) return;
+  if (a.phase == AttemptPhase::kStopping) return;
   if (!a.aborted_in_process && all_can_restart_in_process(false)) {
     begin_parking(shutdown_timeout_);
   } else {
@@ -381,7 +380,7 @@ void WorkerGroup::end_attempt() {
 
 void WorkerGroup::begin_stopping(int signo) {
   attempt_->begin_stop(std::chrono::steady_clock::now());
-  attempt_->stop_sent = true;
+  attempt_->phase = AttemptPhase::kStopping;
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running()) continue;
     w.stopped_by_us = true;
@@ -443,7 +442,7 @@ void WorkerGroup::poll_watchers() {
       case AttemptWatcher::Finding::kNothing:
         break;
       case AttemptWatcher::Finding::kStop:
-        if (!attempt_->stopping) begin_stopping(SIGTERM);
+        if (!attempt_->stopping()) begin_stopping(SIGTERM);
         return;
       case AttemptWatcher::Finding::kHang:
         // In process, the ranks that wait for the hung ones abort; those that do not are hung.
@@ -459,12 +458,12 @@ void WorkerGroup::poll_watchers() {
 
 void WorkerGroup::stop_workers(uint64_t number) {
   if (!active_ || attempt_->number != number) return;
-  if (attempt_->stop_sent && !attempt_->hung_after_abort) return;
+  if (attempt_->phase == AttemptPhase::kStopping) return;
   end_attempt();
 }
 
 void WorkerGroup::interrupt_for_stacks() {
-  if (!active_ || attempt_->stopping || !stacks_.captures()) {
+  if (!active_ || attempt_->stopping() || !stacks_.captures()) {
     interrupt();
     return;
   }
@@ -482,7 +481,7 @@ void WorkerGroup::interrupt() {
     interrupt_pending_ = true;
     return;
   }
-  if (attempt_->stopping) return;
+  if (attempt_->stopping()) return;
   attempt_->interrupted = true;
   end_attempt();
 }
@@ -495,7 +494,7 @@ void WorkerGroup::stop(int signo) {
     return;
   }
   a.stop_signal = signo;
-  if (!a.stopping) {
+  if (!a.stopping()) {
     begin_stopping(signo);
     return;
   }
