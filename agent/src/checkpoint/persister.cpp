@@ -14,7 +14,7 @@ namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(200);
+constexpr auto kHeaderPoll = std::chrono::milliseconds(200);
 
 int64_t span_of(int64_t step, int64_t every) {
   return step >= 0 ? step / every : -((-step + every - 1) / every);
@@ -156,7 +156,7 @@ std::vector<std::vector<int64_t>> CheckpointPersister::held() const {
 
 void CheckpointPersister::poll() {
   if (const std::optional<int64_t> step = step_to_persist(held(), last_, every_)) enqueue(*step);
-  timer_.expires_after(kPoll);
+  timer_.expires_after(kHeaderPoll);
   timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) poll();
   });

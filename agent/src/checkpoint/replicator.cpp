@@ -18,7 +18,7 @@ namespace ddprun::agent {
 namespace asio = boost::asio;
 
 namespace {
-constexpr std::chrono::milliseconds kPoll{20};
+constexpr std::chrono::milliseconds kRoomPoll{20};
 constexpr std::chrono::milliseconds kStrideFollow{500};
 constexpr std::chrono::seconds kPauseAfter{2};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
@@ -142,7 +142,7 @@ std::optional<int64_t> CheckpointReplicator::window_first(int64_t window) const 
 }
 
 void CheckpointReplicator::poll() {
-  timer_.expires_after(kPoll);
+  timer_.expires_after(kRoomPoll);
   timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
     if (ec || !*alive) return;
     poll();

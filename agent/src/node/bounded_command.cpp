@@ -18,7 +18,7 @@ namespace {
 constexpr auto kReapLimit = std::chrono::seconds(5);  // after SIGKILL
 
 // The file's last non-blank line, at most 300 bytes of it.
-std::string last_line(const std::string& path) {
+std::string last_line_of_file(const std::string& path) {
   std::ifstream in(path);
   std::string line, last;
   while (std::getline(in, line)) {
@@ -71,7 +71,7 @@ boost::asio::awaitable<std::optional<std::string>> run_bounded_command(
   containment.ended(process->pid());
   process.reset();  // reaps it (killing what is left, if the kill has not been seen yet)
   if (!timed_out && done->status->code == 0) co_return std::nullopt;
-  const std::string said = last_line(log_file);
+  const std::string said = last_line_of_file(log_file);
   std::string why;
   if (timed_out) {
     why = fmt::format("timed out after {:g} s", std::chrono::duration<double>(timeout).count());
