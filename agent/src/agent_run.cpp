@@ -136,8 +136,8 @@ struct Run : AgentParts {
     } catch (...) {
       error = std::current_exception();
     }
-    if (error &&
-        stop.stopping()) {  // the signal ended a wait (cancelled it, or left the rendezvous)
+    // The signal ended a wait (cancelled it, or left the rendezvous).
+    if (error && stop.stopping()) {
       co_await asio::this_coro::reset_cancellation_state();  // what follows is the way out
       error = nullptr;
       out = stopped_by_signal();

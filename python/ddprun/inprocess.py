@@ -153,21 +153,21 @@ class _Channel:
         cannot be written costs the report that rank's frame, not the abort."""
         with self._stack_lock:
             self.stack_asked = True
-            try:
-                self._stack_file(self.failed_at)
-            except Exception as e:  # noqa: BLE001 - the abort must go on whatever this does
-                print(f"ddprun.inprocess: writing this rank's stack: {e}", file=sys.stderr)
+            self._stack_file(self.failed_at)
 
     def _stack_file(self, failed_at):
         temp = f"{self.path}.stack.tmp"
-        with open(temp, "w", encoding="utf-8", errors="backslashreplace") as f:
-            f.write(f"{self.generation}\n")
-            if failed_at is not None:
-                f.write(failed_at)
-            else:
-                f.flush()
-                faulthandler.dump_traceback(file=f, all_threads=True)
-        os.replace(temp, self.path + ".stack")
+        try:
+            with open(temp, "w", encoding="utf-8", errors="backslashreplace") as f:
+                f.write(f"{self.generation}\n")
+                if failed_at is not None:
+                    f.write(failed_at)
+                else:
+                    f.flush()
+                    faulthandler.dump_traceback(file=f, all_threads=True)
+            os.replace(temp, self.path + ".stack")
+        except Exception as e:  # noqa: BLE001 - the abort must go on whatever this does
+            print(f"ddprun.inprocess: writing this rank's stack: {e}", file=sys.stderr)
 
     def failed(self, e):
         """The training raised `e`: where, for the hang's report (innermost frame first)."""
@@ -178,10 +178,7 @@ class _Channel:
         with self._stack_lock:
             self.failed_at = text
             if self.stack_asked:  # a live dump was written while the failure unwound: this instead
-                try:
-                    self._stack_file(text)
-                except Exception as err:  # noqa: BLE001 - as in _write_stacks
-                    print(f"ddprun.inprocess: writing this rank's stack: {err}", file=sys.stderr)
+                self._stack_file(text)
 
     def begin(self):
         """train() is about to be called (again)."""

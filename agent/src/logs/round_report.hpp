@@ -11,7 +11,6 @@
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "logs/event_log.hpp"
 #include "workers/restart_phases.hpp"
-#include "workers/worker_group.hpp"
 
 namespace ddprun::agent {
 
