@@ -99,6 +99,23 @@ TEST_CASE("straggler: a verdict needs the steps in a row, in three sets of windo
   CHECK_FALSE(judge.add(three(5, 100), 3).lagging);
 }
 
+TEST_CASE("straggler: a node just beyond the threshold must lag longer than one far beyond it",
+          "[straggler]") {
+  // Node 2 computes 84.5 ms against 60 (24.5 ms over 70: held back 35%, 15% beyond the threshold),
+  // as a neighbour's bursts of CPU time held a healthy node on a loaded machine: after 5 steps in
+  // 3 sets the verdict a node held back 57% gets (above) is not given; its lag beyond the
+  // threshold adds up to two steps' time only after 14 steps.
+  Judge judge(0.2, 5);
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    CHECK_FALSE(judge.add(three(seq, 84.5), 3).lagging);  // 12 steps: 1.8 steps' lag
+  }
+  const auto verdict = judge.add(three(5, 84.5), 3).lagging;
+  REQUIRE(verdict);
+  CHECK(verdict->node_rank == 2);
+  CHECK(verdict->held_back == Approx(0.35));
+  CHECK(verdict->steps == 15);
+}
+
 TEST_CASE("straggler: a one-off slow set of steps is no verdict", "[straggler]") {
   Judge judge(0.2, 5);
   for (uint64_t seq = 1; seq <= 40; ++seq) {

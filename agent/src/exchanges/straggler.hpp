@@ -9,8 +9,10 @@
 // A node is lagging in a set of windows when the steps would be more than `threshold` shorter
 // without its excess compute over the median of the other nodes (held_back = excess / (step -
 // excess)) and it waits less than the median of the others: the one the others wait for. It is
-// named slow once it lagged in consecutive sets covering `steps` steps, and three sets at least:
-// a one-off slow step or a pause of the data loader is not a verdict.
+// named slow once it lagged in consecutive sets covering `steps` steps, and three sets at least,
+// and its lag beyond the threshold added up to two steps' time over them (a node just beyond the
+// threshold must lag for longer): a one-off slow step, a pause of the data loader or a
+// neighbour's bursts of CPU time are not a verdict.
 //
 // A slow link lags no node: every node waits longer for the collectives. The job's pace (each
 // set's median step) is measured over its first sets; where the steps then take more than
@@ -121,6 +123,7 @@ class Judge {
   std::optional<int> suspect_;
   int64_t suspect_steps_ = 0;
   int suspect_sets_ = 0;
+  double suspect_lag_ = 0;  // its lag beyond the threshold so far, in steps
   std::vector<int> named_;
 };
 
