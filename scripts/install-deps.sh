@@ -9,7 +9,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
   libgloo-dev
   clang-14 libclang-rt-14-dev
-  python3 python3-torch python3-numpy
+  python3 python3-torch python3-numpy python3-pyflakes
   hyperfine iproute2 procps gdb
   mmdebstrap
   etcd-server etcd-client libssl-dev openssl zlib1g-dev libdeflate-dev libdeflate0

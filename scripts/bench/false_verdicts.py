@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(repo, "scripts", "bench"))
 import node_check as nc  # noqa: E402 - the node check benchmark's job
 import straggler_test as t  # noqa: E402 - the straggler test's cluster and workload
 from netns import bridge_hosts, remove_namespaces  # noqa: E402
+from job_logs import node_events  # noqa: E402
 
 t.DDPRUN, t.DDPRUND, t.PY = ddprun, ddprund, py
 HOG = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end: pass\n"
@@ -59,7 +60,7 @@ def straggler_jobs():
             for i in range(3):
                 c.start(f"fv{run}", i, out, steps, extra=[f"--event_log={out}/events.{i}.jsonl"])
             errs = c.finish(f"fv{run}", {0: 0, 1: 0, 2: 0})
-        verdicts += sum(len(t.events(out, i, "straggler")) for i in range(3))
+        verdicts += sum(len(node_events(out, i, "straggler")) for i in range(3))
         measured += errs[0].count("every node measures its links")
         timed += len(t.step_times(out, 0))
     return verdicts, measured, timed

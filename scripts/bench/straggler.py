@@ -26,6 +26,7 @@ ddprun, ddprund, py, repo, runs, steps = sys.argv[1:7]
 runs, steps = int(runs), int(steps)
 sys.path.insert(0, os.path.join(repo, "tests", "launcher"))
 import straggler_test as t  # noqa: E402 - the test's cluster, workload and readers
+from job_logs import node_events  # noqa: E402
 
 t.DDPRUN, t.DDPRUND, t.PY = ddprun, ddprund, py
 K = t.K
@@ -33,7 +34,7 @@ K = t.K
 
 def verdict_after(out, slowed):
     """Rank 0's steps between the slowdown and the verdict, and the verdict's time."""
-    verdicts = [e for i in range(4) for e in t.events(out, i, "straggler")]
+    verdicts = [e for i in range(4) for e in node_events(out, i, "straggler")]
     if not verdicts:
         return None, None
     named = verdicts[0]["time_ms"] / 1000

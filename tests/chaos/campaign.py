@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "launcher"))
 from etcd_cluster import EtcdCluster, have_etcd  # noqa: E402
 from netns import bridge_hosts, remove_namespaces  # noqa: E402
-from proc_util import alive, free_port  # noqa: E402
+from proc_util import alive  # noqa: E402
 
 WORKER = os.path.join(HERE, "chaos_worker.py")
 PY = "/usr/bin/python3"

@@ -2,7 +2,6 @@
 
     torch_gloo_all_reduce.py DDPRUND [PYTHON]   (PYTHON runs the torch processes; default this one)
 """
-import datetime
 import os
 import subprocess
 import sys

@@ -5,7 +5,6 @@ the store.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile

@@ -6,7 +6,6 @@ client and with raw bytes. Skipped (77) where network namespaces cannot be made.
     netns_worker_store_test.py DDPRUN DDPRUND
 """
 import os
-import socket
 import subprocess
 import sys
 import tempfile

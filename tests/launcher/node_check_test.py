@@ -209,7 +209,7 @@ def case_a_node_that_never_answers_is_kept_out():
         deadline = time.monotonic() + 30
         frozen = None
         while frozen is None and time.monotonic() < deadline:
-            frozen = next((pid for pid in probes() if f"--rank 1 " in cmdline(pid)
+            frozen = next((pid for pid in probes() if "--rank 1 " in cmdline(pid)
                            and "--run frozen " in cmdline(pid)), None)
         assert frozen is not None, "no probe of node 1 seen"
         os.kill(frozen, signal.SIGSTOP)

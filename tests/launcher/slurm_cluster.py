@@ -113,7 +113,7 @@ PartitionName=main Nodes=node[1-{len(self.nodes)}] Default=YES MaxTime=INFINITE 
         """`cmd` in network namespace `ns` and a mount namespace with the cluster's /etc/hosts.
         (nsenter, not `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup.)"""
         return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--", "sh", "-c",
-                f'mount --bind "$0" /etc/hosts && exec "$@"', self.hosts_file, *cmd]
+                'mount --bind "$0" /etc/hosts && exec "$@"', self.hosts_file, *cmd]
 
     def _daemons(self):
         ctl = subprocess.Popen(self._in(self.head_ns, ["slurmctld", "-D", "-i"]), env=self.env(),
