@@ -319,6 +319,68 @@ def case_a_killed_warm_interpreter_is_replaced():
           "again, the job succeeds: passed")
 
 
+COMPILER = r'''
+import importlib.util, json, os, sys, time
+out, rank, attempt = os.environ["OUT_DIR"], os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+carried = "torch._inductor.compile_fx" in sys.modules  # before this script imports anything
+comm = open("/proc/self/comm").read().strip()
+if importlib.util.find_spec("torch._inductor") is None:
+    open(os.path.join(out, "no_inductor"), "w").close()
+    sys.exit(0)
+def warm_interpreter_name():
+    """The name (/proc/PID/comm) of the warm interpreter: the agent's child run as `python -u - 3`."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+            if (int(stat.rsplit(")", 1)[1].split()[1]) == os.getppid()
+                    and argv[1:4] == ["-u", "-", "3"]):
+                return open(f"/proc/{pid}/comm").read().strip()
+        except OSError:
+            continue
+    return None
+if attempt == "0":  # both ranks wait (one that ended would have the other stopped)
+    deadline = time.monotonic() + 120
+    while warm_interpreter_name() != "ddprun-warmed" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(os.path.join(out, "warmed." + rank), "w") as f:
+        f.write(str(warm_interpreter_name()))
+from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+state = {"carried": carried, "probed": valid_vec_isa_list.cache_info().currsize == 1, "comm": comm}
+with open(os.path.join(out, f"{attempt}.{rank}"), "w") as f:
+    json.dump(state, f)
+sys.exit(1 if attempt == "0" else 0)
+'''
+
+
+def case_a_restarted_worker_finds_torch_compiles_per_process_work_done():
+    """--preload=auto: once the first workers started, the warm interpreter imports inductor,
+    hashes torch's sources and probes the CPU's vector instructions (what torch.compile does once
+    per process); a restarted worker has them, and the name a cold worker has."""
+    work = tempfile.mkdtemp()
+    script = os.path.join(work, "compiler.py")
+    with open(script, "w") as f:
+        f.write(COMPILER)
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--preload=auto", script],
+            env={"OUT_DIR": work})
+    assert r.returncode == 0, r.stderr
+    if os.path.exists(os.path.join(work, "no_inductor")):
+        print("this torch has no inductor: nothing to warm")
+        sys.exit(77)
+    assert WARM_LINE in r.stderr and COLD_LINE not in r.stderr, r.stderr
+    for rank in ("0", "1"):
+        assert open(os.path.join(work, "warmed." + rank)).read() == "ddprun-warmed", r.stderr
+    states = {name: json.load(open(os.path.join(work, name)))
+              for name in ("0.0", "0.1", "1.0", "1.1")}
+    for name in ("1.0", "1.1"):
+        assert states[name]["carried"] and states[name]["probed"], states
+    assert not states["0.0"]["carried"], states  # the first workers started before the warm-up
+    assert len({s["comm"] for s in states.values()}) == 1, states
+    assert states["1.0"]["comm"] != "ddprun-warmed", states
+    print("a restarted worker finds inductor imported and the CPU probed by the warm interpreter, "
+          f"under its cold name ({states['1.0']['comm']}): passed")
+
+
 def case_a_ddp_job_restarts_warm_with_identical_replicas():
     out = tempfile.mkdtemp()
     r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--preload=auto",
