@@ -147,7 +147,8 @@ const std::vector<OptionSpec>& option_table() {
       {.names = "--straggler-steps,--straggler_steps",
        .dest = "straggler_steps",
        .metavar = "N",
-       .help = "consecutive steps a node must hold back before it is named slow (default 5)",
+       .help = "consecutive steps a node must hold back at least before it is named slow "
+               "(default 5; one just beyond the threshold must for longer)",
        .ddprun_only = true},
       {.names = "--straggler-action,--straggler_action",
        .dest = "straggler_action",

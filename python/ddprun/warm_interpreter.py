@@ -276,17 +276,21 @@ def _become_worker(request, fds, release):
 
 
 def _warm_up_while_idle(sock, steps):
-    """Takes `steps`' next step when no request came for a moment; False while one waits."""
+    """Takes `steps`' next step when no request came for a moment; False while one waits. A
+    request that comes during a step waits for it (the longest, inductor's import: 0.9 s here)."""
     if select.select([sock], [], [], _IDLE_BEFORE_WARMING)[0]:
         return False
     step = steps.pop(0)
     try:
         step()
-        if not steps:
-            _set_own_name(_WARMED_NAME)
-    except BaseException:  # whatever torch raised: the worker does it itself
+        _let_pools_stop()
+    except Exception:  # whatever torch raised: the worker does it itself
         del steps[:]
-    _let_pools_stop()
+        return True
+    if _unsafe() is not None:
+        del steps[:]  # no further step; the next request is answered cold, with the reason
+    elif not steps:
+        _set_own_name(_WARMED_NAME)
     return True
 
 
@@ -358,7 +362,7 @@ def main():
         return
     _send(sock, "ready " + ",".join(imported))
     # Not where a GPU is: whether the warm-up leaves a CUDA device open (no fork then) is unmeasured.
-    gpu = any(os.path.exists(d) for d in ("/dev/nvidiactl", "/dev/nvidia0"))
+    gpu = any(os.path.exists(d) for d in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"))
     automatic = modules == ["auto"] and "torch._dynamo" in imported and not gpu
     _serve(sock, given_env, own_env, list(_AUTO_WARM_UP) if automatic else [])
 

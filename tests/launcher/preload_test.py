@@ -347,9 +347,15 @@ if attempt == "0":  # both ranks wait (one that ended would have the other stopp
         f.write(str(warm_interpreter_name()))
 from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 state = {"carried": carried, "probed": valid_vec_isa_list.cache_info().currsize == 1, "comm": comm}
-with open(os.path.join(out, f"{attempt}.{rank}"), "w") as f:
+with open(os.path.join(out, f"{attempt}.{rank}.tmp"), "w") as f:
     json.dump(state, f)
-sys.exit(1 if attempt == "0" else 0)
+os.rename(os.path.join(out, f"{attempt}.{rank}.tmp"), os.path.join(out, f"{attempt}.{rank}"))
+if attempt == "0":  # once both wrote theirs (the first to end has the other stopped)
+    other = os.path.join(out, f"0.{1 - int(rank)}")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(other) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sys.exit(1)
 '''
 
 

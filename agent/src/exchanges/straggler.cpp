@@ -193,14 +193,14 @@ Judgement Judge::add(const std::vector<NodeWindow>& windows, int nodes) {
   ++suspect_sets_;
   suspect_lag_ += static_cast<double>(steps) * (l->held_back - threshold_);
   if (suspect_steps_ < steps_ || suspect_sets_ < kSetsInARow) return out;
+  if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return out;
   if (suspect_lag_ < kLagInSteps) {
     spdlog::debug(
-        "straggler check: node {} lagged {} steps in a row (held back {:.0f}% now), {:.2f} "
-        "of the {} steps' lag beyond the threshold a verdict needs",
+        "straggler check: a suspect, node {}, lagged {} steps in a row (held back {:.0f}% now): "
+        "{:.2f} of the {} steps' lag beyond the threshold a verdict needs",
         l->node_rank, suspect_steps_, l->held_back * 100, suspect_lag_, kLagInSteps);
     return out;
   }
-  if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return out;
   named_.push_back(l->node_rank);
   out.lagging = *l;
   out.lagging->steps = suspect_steps_;
