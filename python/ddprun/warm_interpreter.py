@@ -8,10 +8,12 @@
 # interpreter with (JSON object), then one request per worker: JSON {"args": the worker's argv
 # after the interpreter and its options, "env": its environment, "cpus": [..],
 # "agent": pid, "cgroup": bool} with four descriptors attached (stdin, stdout, stderr, and its
-# cgroup's cgroup.procs, or a /dev/null stand-in where "cgroup" is false). Here to the agent:
-# "ready MODULES" once the imports are done (those imported, comma-separated), or "cold REASON"
-# (then this process exits); per request "pid N" (the worker, already a child of the agent: it
-# was started by a child of this process that exited at once), or "cold REASON".
+# cgroup's cgroup.procs, or a /dev/null stand-in where "cgroup" is false), each batch of them
+# after a ping, {"ping": true} with no descriptors. Here to the agent: "ready MODULES" once the
+# imports are done (those imported, comma-separated), or "cold REASON" (then this process exits);
+# per ping "pong" (at once, or once a step of the warm-up below ends); per request "pid N" (the
+# worker, already a child of the agent: it was started by a child of this process that exited at
+# once), or "cold REASON".
 # What the interpreter put in __main__ before this program ran: a worker's fresh __main__ gets the
 # same (for example __annotations__, which some Python versions add).
 _MAIN_AT_START = {name: value for name, value in globals().items() if name.startswith("__")}
@@ -22,14 +24,17 @@ import select  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
 
 _AUTO = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
          "torch.distributed.algorithms.join", "numpy"]
 _PR_SET_PDEATHSIG = 1
-# Seconds without a request before the interpreter takes the next step of its warm-up.
+# Seconds without a request before the interpreter takes the next step of its warm-up, and
+# seconds after the agent's ping (workers are about to start) before it takes one.
 _IDLE_BEFORE_WARMING = 0.3
+_QUIET_AFTER_PING = 2.0
 
 
 def _import_inductor():
@@ -275,10 +280,10 @@ def _become_worker(request, fds, release):
         _run_script(args)
 
 
-def _warm_up_while_idle(sock, steps):
-    """Takes `steps`' next step when no request came for a moment; False while one waits. A
-    request that comes during a step waits for it (the longest, inductor's import: 0.9 s here)."""
-    if select.select([sock], [], [], _IDLE_BEFORE_WARMING)[0]:
+def _warm_up_while_idle(sock, steps, idle):
+    """Takes `steps`' next step when no request came for `idle` seconds; False while one waits.
+    A request that comes during a step waits for it (the longest, inductor's import: 0.9 s here)."""
+    if select.select([sock], [], [], idle)[0]:
         return False
     step = steps.pop(0)
     try:
@@ -295,9 +300,10 @@ def _warm_up_while_idle(sock, steps):
 
 
 def _serve(sock, given_env, own_env, warm_up):
-    served = False
+    served, pinged = False, 0.0
     while True:
-        if served and warm_up and _warm_up_while_idle(sock, warm_up):
+        idle = max(_IDLE_BEFORE_WARMING, pinged + _QUIET_AFTER_PING - time.monotonic())
+        if served and warm_up and _warm_up_while_idle(sock, warm_up, idle):
             continue
         try:
             message, ancillary, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 4))
@@ -309,6 +315,10 @@ def _serve(sock, given_env, own_env, warm_up):
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(memoryview(data).cast("i"))
+        if not fds and json.loads(message).get("ping"):
+            _send(sock, "pong")  # starts follow: no warm-up step while they come
+            pinged = time.monotonic()
+            continue
         problem = _unsafe()
         if problem is not None:
             _send(sock, "cold " + problem)

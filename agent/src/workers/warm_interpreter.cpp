@@ -202,6 +202,39 @@ asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
   }
 }
 
+asio::awaitable<void> WarmInterpreter::answering(std::chrono::milliseconds limit) {
+  if (!ready_ || !control_) co_return;
+  std::optional<std::string> answer;
+  if (!send_message(control_->native_handle(), R"({"ping": true})", nullptr)) {
+    answer = std::string();
+  }
+  if (!answer) {
+    asio::steady_timer timer(io_, limit);
+    timer.async_wait([this](boost::system::error_code ec) {
+      if (!ec && control_) control_->cancel();
+    });
+    answer = receive(control_->native_handle(), true);
+    while (!answer && control_ && timer.expiry() > std::chrono::steady_clock::now()) {
+      boost::system::error_code ec;
+      co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+      if (control_) answer = receive(control_->native_handle(), true);
+    }
+    timer.cancel();
+  }
+  if (answer == "pong") co_return;
+  retire();
+  if (answer && answer->starts_with("cold ")) {
+    go_cold(answer->substr(5), true);
+  } else {
+    go_cold(answer ? "the warm interpreter ended; a new one starts with the next round"
+                   : fmt::format("the warm interpreter did not answer in {} s; a new one starts "
+                                 "with the next round",
+                                 std::chrono::duration_cast<std::chrono::seconds>(limit).count()),
+            false);
+  }
+}
+
 std::optional<pid_t> WarmInterpreter::start(const SpawnSpec& spec, const ChildFds& fds) {
   if (!ready_ && take_ready_message() == Heard::kEnded) {
     go_cold("the warm interpreter ended before it was ready", false);

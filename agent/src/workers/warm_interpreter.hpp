@@ -51,6 +51,11 @@ class WarmInterpreter : public ForkServer {
   // Returns once the interpreter is ready, has given up, or `limit` passed (then workers start
   // cold until it is ready).
   boost::asio::awaitable<void> ready(std::chrono::milliseconds limit);
+  // Returns once the ready interpreter answers (it does at once but during a step of its warm-up:
+  // python/ddprun/warm_interpreter.py), or `limit` passed (then it is retired: workers start cold,
+  // and a new one with the next round). Awaited before workers start, since start() waits for
+  // each fork without returning to the event loop.
+  boost::asio::awaitable<void> answering(std::chrono::milliseconds limit);
 
   std::optional<pid_t> start(const SpawnSpec& spec, const ChildFds& fds) override;
 

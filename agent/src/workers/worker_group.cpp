@@ -130,6 +130,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   if (warm_ != nullptr && !attempt_->workers.empty()) {
     warm_->prepare(shared_part(attempt_->workers.front().launch.spawn.env));
     co_await warm_->ready(kWarmReadyLimit);
+    co_await warm_->answering(kWarmReadyLimit);
   }
   if (std::exchange(interrupt_pending_, false)) {
     GroupResult result;
