@@ -43,7 +43,10 @@ PeerLink::PeerLink(tcp::socket socket, std::chrono::milliseconds idle_limit)
   plain_ = std::make_unique<tcp::socket>(std::move(socket));
 }
 
-PeerLink::~PeerLink() { close(); }
+PeerLink::~PeerLink() {
+  *alive_ = false;
+  close();
+}
 
 void PeerLink::close() {
   boost::system::error_code ignored;
@@ -54,8 +57,8 @@ void PeerLink::close() {
 
 void PeerLink::arm() {
   idle_.expires_after(idle_limit_);
-  idle_.async_wait([this](boost::system::error_code ec) {
-    if (ec) return;  // re-armed, or the link is gone
+  idle_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (ec || !*alive) return;  // re-armed, or the link is gone
     boost::system::error_code ignored;
     if (tls_) tls_->lowest_layer().close(ignored);
     if (plain_) plain_->close(ignored);

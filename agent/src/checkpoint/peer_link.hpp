@@ -81,6 +81,8 @@ class PeerLink {
   std::unique_ptr<boost::asio::ip::tcp::socket> plain_;
   std::unique_ptr<TlsStream> tls_;
   boost::asio::steady_timer idle_;
+  // False once this is destroyed: an idle timer that had fired before the cancel still runs.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::chrono::milliseconds idle_limit_;
   std::string peer_;
 };

@@ -128,6 +128,7 @@ CheckpointPersister::CheckpointPersister(boost::asio::io_context& io, fs::path r
 }
 
 CheckpointPersister::~CheckpointPersister() {
+  *alive_ = false;
   timer_.cancel();
   {
     const std::lock_guard lock(shared_->mutex);
@@ -157,8 +158,8 @@ std::vector<std::vector<int64_t>> CheckpointPersister::held() const {
 void CheckpointPersister::poll() {
   if (const std::optional<int64_t> step = step_to_persist(held(), last_, every_)) enqueue(*step);
   timer_.expires_after(kHeaderPoll);
-  timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) poll();
+  timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (!ec && *alive) poll();
   });
 }
 

@@ -90,6 +90,8 @@ class CheckpointPersister {
   std::filesystem::path dir_;
   int64_t every_;
   boost::asio::steady_timer timer_;
+  // False once this is destroyed: a poll whose timer had fired before the cancel still runs.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::vector<std::pair<int, int>> ranks_;
   std::optional<int64_t> last_;
   std::shared_ptr<Shared> shared_;

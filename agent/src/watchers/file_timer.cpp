@@ -91,6 +91,7 @@ FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, 
 }
 
 FileTimerServer::~FileTimerServer() {
+  *alive_ = false;
   boost::system::error_code ignored;
   reader_.close(ignored);
   tick_.cancel();
@@ -171,8 +172,8 @@ void FileTimerServer::arm() {
   if (ticking_ || timers_.empty()) return;
   ticking_ = true;
   tick_.expires_after(kTick);
-  tick_.async_wait([this](boost::system::error_code ec) {
-    if (ec == boost::asio::error::operation_aborted) return;
+  tick_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (ec == boost::asio::error::operation_aborted || !*alive) return;
     ticking_ = false;
     check();
     arm();

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -89,6 +90,8 @@ class FileTimerServer {
   boost::asio::posix::stream_descriptor reader_;
   int keep_open_ = -1;  // a writer of our own: the FIFO never reads as ended
   boost::asio::steady_timer tick_;
+  // False once this is destroyed: a tick whose timer had fired before the cancel still runs.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool ticking_ = false;
   std::string partial_;
   bool skipping_ = false;  // inside an oversized line, up to its newline
