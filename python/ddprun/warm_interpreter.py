@@ -80,6 +80,7 @@ def _set_own_name(name):
 
 
 _NAME_AT_START = _own_name()
+_renamed = False  # this interpreter took _WARMED_NAME (a worker forked since takes its own back)
 # The interpreter and its options as the kernel started it (behind any wrapper the agent ran):
 # what a cold start's sys.orig_argv begins with.
 _INTERPRETER_ARGV = sys.orig_argv[:len(sys.orig_argv) - len(sys.argv)] \
@@ -243,7 +244,7 @@ def _run_module(args):
 def _become_worker(request, fds, release):
     own = set(fds)
     os.setpgid(0, 0)
-    if _NAME_AT_START is not None and _own_name() != _NAME_AT_START:
+    if _renamed:
         _set_own_name(_NAME_AT_START)
     if request["cgroup"]:
         os.write(fds[3], b"0")
@@ -283,6 +284,7 @@ def _become_worker(request, fds, release):
 def _warm_up_while_idle(sock, steps, idle):
     """Takes `steps`' next step when no request came for `idle` seconds; False while one waits.
     A request that comes during a step waits for it (the longest, inductor's import: 0.9 s here)."""
+    global _renamed
     if select.select([sock], [], [], idle)[0]:
         return False
     step = steps.pop(0)
@@ -294,8 +296,9 @@ def _warm_up_while_idle(sock, steps, idle):
         return True
     if _unsafe() is not None:
         del steps[:]  # no further step; the next request is answered cold, with the reason
-    elif not steps:
+    elif not steps and _NAME_AT_START is not None:
         _set_own_name(_WARMED_NAME)
+        _renamed = True
     return True
 
 
@@ -315,7 +318,8 @@ def _serve(sock, given_env, own_env, warm_up):
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(memoryview(data).cast("i"))
-        if not fds and json.loads(message).get("ping"):
+        request = json.loads(message)
+        if not fds and request.get("ping"):
             _send(sock, "pong")  # starts follow: no warm-up step while they come
             pinged = time.monotonic()
             continue
@@ -323,7 +327,6 @@ def _serve(sock, given_env, own_env, warm_up):
         if problem is not None:
             _send(sock, "cold " + problem)
             return
-        request = json.loads(message)
         request["env"] = _worker_environment(request["env"], given_env, own_env)
         release_read, release_write = os.pipe()
         pid_read, pid_write = os.pipe()

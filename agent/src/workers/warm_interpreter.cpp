@@ -175,23 +175,32 @@ WarmInterpreter::Heard WarmInterpreter::take_ready_message() {
   return Heard::kEnded;
 }
 
+asio::awaitable<void> WarmInterpreter::until_heard(std::chrono::milliseconds limit,
+                                                   const std::function<bool()>& heard) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  asio::steady_timer timer(io_, deadline);
+  timer.async_wait([this](boost::system::error_code ec) {
+    if (!ec && control_) control_->cancel();
+  });
+  // Readability is a hint (worker_process.hpp, await_exit): the message itself ends the wait.
+  bool done = false;
+  while (!done && control_ && std::chrono::steady_clock::now() < deadline) {
+    boost::system::error_code ec;
+    co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+    done = heard();
+  }
+  timer.cancel();
+}
+
 asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
   if (ready_ || !control_ || !given_up_.empty()) co_return;
   Heard heard = take_ready_message();
   if (heard == Heard::kNothing) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    asio::steady_timer timer(io_, deadline);
-    timer.async_wait([this](boost::system::error_code ec) {
-      if (!ec && control_) control_->cancel();
-    });
-    // Readiness is a hint (worker_process.hpp, await_exit): the message itself ends the wait.
-    while (heard == Heard::kNothing && control_ && std::chrono::steady_clock::now() < deadline) {
-      boost::system::error_code ec;
-      co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
-                                    asio::redirect_error(asio::use_awaitable, ec));
+    co_await until_heard(limit, [&] {
       heard = take_ready_message();
-    }
-    timer.cancel();
+      return heard != Heard::kNothing;
+    });
   }
   if (heard == Heard::kNothing) {
     go_cold(fmt::format("the warm interpreter is not ready after {} s",
@@ -208,19 +217,12 @@ asio::awaitable<void> WarmInterpreter::answering(std::chrono::milliseconds limit
   if (!send_message(control_->native_handle(), R"({"ping": true})", nullptr)) {
     answer = std::string();
   }
+  if (!answer) answer = receive(control_->native_handle(), true);
   if (!answer) {
-    asio::steady_timer timer(io_, limit);
-    timer.async_wait([this](boost::system::error_code ec) {
-      if (!ec && control_) control_->cancel();
-    });
-    answer = receive(control_->native_handle(), true);
-    while (!answer && control_ && timer.expiry() > std::chrono::steady_clock::now()) {
-      boost::system::error_code ec;
-      co_await control_->async_wait(asio::posix::stream_descriptor::wait_read,
-                                    asio::redirect_error(asio::use_awaitable, ec));
+    co_await until_heard(limit, [&] {
       if (control_) answer = receive(control_->native_handle(), true);
-    }
-    timer.cancel();
+      return answer.has_value();
+    });
   }
   if (answer == "pong") co_return;
   retire();

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,10 @@ class WarmInterpreter : public ForkServer {
   // Reads the interpreter's "ready" or "cold REASON" without blocking (and says so in the log).
   enum class Heard { kNothing, kReady, kCold, kEnded };
   Heard take_ready_message();
+  // Waits on the event loop, at most `limit`, until the socket is readable and `heard()` says
+  // the message it waits for came (or the socket is gone).
+  boost::asio::awaitable<void> until_heard(std::chrono::milliseconds limit,
+                                           const std::function<bool()>& heard);
   void go_cold(const std::string& why, bool for_good);
 
   boost::asio::io_context& io_;
