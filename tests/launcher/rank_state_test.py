@@ -3,12 +3,12 @@ state differs by rank, on three nodes of two ranks each, every node in a network
 own on one bridge (the job's ddprund in a fourth) with a folder of its own for its in-memory
 checkpoints (DDPRUN_SHM_DIR), saving every step.
 
-  - FSDP2 (torch 2: fully_shard on CPU over gloo, DCP into memory): the middle node or the first
-    node lost and replaced, a node lost with no replacement (the job goes on at 2 nodes, resharded
-    from memory), a third node joining a 2-node job (resharded), and two losses in a row; each case
-    ends with the full parameters and Adam's state bit-identical to its reference (uninterrupted,
-    or for a changed world the same job saving the step with stock dcp.save and loading it at the
-    new size with stock FileSystemReader). Their workers start warm (`--preload=auto`).
+  - FSDP2 (torch 2: fully_shard on CPU over gloo, DCP into memory): the middle node lost and
+    replaced, then the node of rank 0 (after the ring changed); a node lost with no replacement
+    (the job goes on at 2 nodes, resharded from memory); a third node joining a 2-node job
+    (resharded). Each case ends with the full parameters and Adam's state bit-identical to its
+    reference (uninterrupted, or for a changed world the same job saving the step with stock
+    dcp.save and loading it at the new size with stock FileSystemReader). Their workers start warm (`--preload=auto`).
   - checkpoint.save with rank-dependent state (a tensor, the RNG's state, a data position per rank):
     after the middle or the first node's loss every rank gets its own; after a shrink, the ranks
     that remain get their own.
@@ -164,41 +164,58 @@ def restored_ranks(out, hosts, step):
     return got
 
 
-def lost_and_replaced(cluster, whole, victim_rank):
-    run = f"lost{victim_rank}"
-    out = tempfile.mkdtemp()
-    victim = hold_every_node_then_lose(cluster, run, out, [0, 1, 2], victim_rank, K, "3:3")
-    cluster.start(run, 3, out, "3:3")
-    survivors = [i for i in (0, 1, 2, 3) if i != victim]
-    errs = cluster.finish(run, survivors)
-    got = restored_ranks(out, survivors, K)
-    # Stable ranks: the replacement took the lost node's place, and only its ranks moved.
-    assert node_rank_of(out, 3) == victim_rank, node_events(out, 3, "round_formed")
+def replaced(out, hosts, victim_rank, step):
+    """After the node of rank `victim_rank` was lost and replaced and every rank of `hosts`
+    resumed from `step`: checks that only the lost node's ranks moved (the replacement took its
+    place, every other rank's shard came from its own node); returns the bytes fetched."""
+    got = restored_ranks(out, hosts, step)
+    assert node_events(out, hosts[-1], "round_formed")[-1]["node_rank"] == victim_rank, \
+        node_events(out, hosts[-1], "round_formed")
     moved = sorted(r for r, where in got.items() if where.startswith("node "))
-    assert moved == [2 * victim_rank, 2 * victim_rank + 1], (got, errs)
-    fetched = sum(f["bytes"] for i in survivors for f in node_events(out, i, "checkpoint_fetched"))
+    assert moved == [2 * victim_rank, 2 * victim_rank + 1], got
     resumed = {open(p).read() for p in glob.glob(f"{out}/resumed.*@6")}
-    assert resumed == {str(K)}, resumed
-    assert same_state(whole, out), "the resumed job's parameters or optimizer state differ"
-    assert not left_running(out) and not left_running(whole)
-    return fetched
+    assert resumed == {str(step)}, resumed
+    return sum(f["bytes"] for i in hosts for f in node_events(out, i, "checkpoint_fetched")
+               if f.get("step", step) == step)
 
 
 def case_fsdp2_nodes_lost_and_replaced():
-    """The middle node lost and replaced, the first node lost and replaced, and two losses in a
-    row, each against the same uninterrupted run."""
+    """The middle node lost and replaced, then the node of rank 0 (after the ring changed), against
+    an uninterrupted run."""
     with Cluster(FSDP, WARM) as cluster:
         whole = uninterrupted(cluster, "whole")
-        moved = lost_and_replaced(cluster, whole, 1)
+        K2 = K + 3
+        out = tempfile.mkdtemp()
+        for i in (0, 1, 2):
+            cluster.start("twice", i, out, "3:3", env={"HOLD_AT": f"{K},{K2}"})
+        wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 6, f"every rank at step {K}", 180)
+        wait_for(lambda: len(cluster.copies_of_step("twice", K)) >= 6, f"step {K} copied", 60)
+        first = next(i for i in (0, 1, 2) if node_rank_of(out, i) == 1)
+        cluster.kill("twice", first)
+        cluster.start("twice", 3, out, "3:3", env={"HOLD_AT": f"{K2}"})
+        wait_for(lambda: len(glob.glob(f"{out}/held.{K2}.*")) == 6, f"every rank at step {K2}", 180)
+        moved = replaced(out, [i for i in (0, 1, 2, 3) if i != first], 1, K)
         print(f"FSDP2, 3 nodes x 2 ranks, the middle node lost after step {K} and replaced: its "
               f"two ranks' own shards fetched ({moved} bytes moved), every other rank's from its "
-              f"own node; parameters and Adam's state bit-identical to an uninterrupted run: "
-              f"passed")
-        moved = lost_and_replaced(cluster, whole, 0)
-        print(f"FSDP2, 3 nodes x 2 ranks, the node of rank 0 lost after step {K} and replaced "
-              f"({moved} bytes moved): bit-identical to an uninterrupted run: passed")
-        two_losses_in_a_row(cluster, whole)
-        assert not left_running(whole)
+              f"own node: passed")
+        wait_for(lambda: len(cluster.copies_of_step("twice", K2)) >= 6, f"step {K2} copied", 60)
+        # `ddprun status` says where each node's ranks' state came from at the last restore.
+        status = cluster.status("twice")
+        assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
+            "rank 2 from node " in status and "rank 3 from node " in status, status
+        # The second loss: the node of rank 0, after the ring changed.
+        second = next(i for i in (0, 2, 3)
+                      if node_events(out, i, "round_formed")[-1]["node_rank"] == 0)
+        cluster.kill("twice", second)
+        cluster.start("twice", 4, out, "3:3")
+        survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
+        cluster.finish("twice", survivors)
+        moved = replaced(out, survivors, 0, K2)
+        assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
+        assert not left_running(out) and not left_running(whole)
+    print(f"FSDP2, then the node of rank 0 lost after step {K2}, after the ring changed, and "
+          f"replaced ({moved} bytes moved); parameters and Adam's state bit-identical to an "
+          f"uninterrupted run: passed")
 
 
 def reference_at(cluster, run_id, before, after):
@@ -255,36 +272,6 @@ def case_fsdp2_third_node_joining_reshards():
         assert not left_running(out)
     print(f"FSDP2, 2 nodes x 2 ranks joined by a third after step {K}: every rank resumed from "
           f"step {K}, resharded from memory to 6 ranks, bit-identical to stock DCP: passed")
-
-
-def two_losses_in_a_row(cluster, whole):
-    K2 = K + 3
-    out = tempfile.mkdtemp()
-    for i in (0, 1, 2):
-        cluster.start("twice", i, out, "3:3", env={"HOLD_AT": f"{K},{K2}"})
-    wait_for(lambda: len(glob.glob(f"{out}/held.{K}.*")) == 6, f"every rank at step {K}", 180)
-    wait_for(lambda: len(cluster.copies_of_step("twice", K)) >= 6, f"step {K} copied", 60)
-    first = next(i for i in (0, 1, 2) if node_rank_of(out, i) == 1)
-    cluster.kill("twice", first)
-    cluster.start("twice", 3, out, "3:3", env={"HOLD_AT": f"{K2}"})
-    wait_for(lambda: len(glob.glob(f"{out}/held.{K2}.*")) == 6, f"every rank at step {K2}", 180)
-    wait_for(lambda: len(cluster.copies_of_step("twice", K2)) >= 6, f"step {K2} copied", 60)
-    # `ddprun status` says where each node's ranks' state came from at the last restore.
-    status = cluster.status("twice")
-    assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
-        "rank 2 from node " in status and "rank 3 from node " in status, status
-    # The second loss: the node of rank 0, after the ring changed.
-    second = next(i for i in (0, 2, 3) if node_events(out, i, "round_formed")[-1]["node_rank"] == 0)
-    cluster.kill("twice", second)
-    cluster.start("twice", 4, out, "3:3")
-    survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
-    cluster.finish("twice", survivors)
-    for i in survivors:
-        assert node_events(out, i, "checkpoint_restore")[-1]["step"] == K2, i
-    assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
-    assert not left_running(out) and not left_running(whole)
-    print(f"FSDP2, two nodes lost in a row (after steps {K} and {K2}, the second after the ring "
-          f"changed), each replaced: bit-identical to an uninterrupted run: passed")
 
 
 def plain_checks(out, world):
