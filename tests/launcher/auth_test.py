@@ -18,11 +18,12 @@ import sys
 import tempfile
 import threading
 import time
+from agents import Processes, agent_command
 from proc_util import free_port, listening_address, wait_for
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
-PROCS = []  # killed at the end whatever happened
+PROCS = Processes()  # killed at the end whatever happened
 
 # Every worker leaves "$0/pid.$RANK.<time>" (one per start: a restart leaves more) and waits for "$0/go".
 HOLD = ('touch "$0/pid.$RANK.$(date +%s%N)"; while [ ! -e "$0/go" ]; do sleep 0.05; done')
@@ -30,13 +31,6 @@ HOLD = ('touch "$0/pid.$RANK.$(date +%s%N)"; while [ ! -e "$0/go" ]; do sleep 0.
 MAGIC = 0x3C85F7CE
 OP_SET, OP_GET, OP_PING, OP_LIST_KEYS = 1, 3, 13, 17
 OP_WATCH, OP_AUTH_BEGIN, OP_AUTH_PROVE = 200, 206, 207
-
-
-def start(args, log=None, **kw):
-    PROCS.append(subprocess.Popen(args, stdout=subprocess.PIPE,
-                                  stderr=open(log, "w") if log else subprocess.PIPE, text=True,
-                                  **kw))
-    return PROCS[-1]
 
 
 def secret_file(text=None):
@@ -53,20 +47,14 @@ def job_token(secret, run_id):
     return secret_file(r.stdout.strip())
 
 
-def ddprund(*extra):
-    log = tempfile.mktemp(suffix=".ddprund.log")
-    p = start([DDPRUND, "--host", "127.0.0.1", "--port", "0", *extra], log=log)
-    return p, int(p.stdout.readline()), log
-
-
 def agent(endpoint, run_id, work, token=None, backend="c10d", extra=(), log=None):
     conf = "last_call_timeout=1,heartbeat_timeout=2,join_timeout=20"
     if token:
         conf += f",auth_token_file={token}"
-    return start([DDPRUN, "--nnodes=2", "--nproc_per_node=2", f"--rdzv_backend={backend}",
-                  f"--rdzv_endpoint={endpoint}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}",
-                  "--max_restarts=1", *extra, "--no_python", "/bin/sh", "-c", HOLD, work],
-                 log=log)
+    return PROCS.start(agent_command(DDPRUN, nnodes=2, nproc=2, endpoint=endpoint, run_id=run_id,
+                                     backend=backend, conf=conf, extra=["--max_restarts=1", *extra],
+                                     command=["--no_python", "/bin/sh", "-c", HOLD, work]),
+                       log=log)
 
 
 def started(work):
@@ -172,7 +160,7 @@ except Exception as e:
 
 def case_strangers_cannot_touch_a_job_and_jobs_cannot_touch_each_other():
     secret = secret_file()
-    d, port, dlog = ddprund("--auth-token-file", secret)
+    d, port, dlog = PROCS.ddprund(DDPRUND, "--auth-token-file", secret)
     ep = f"127.0.0.1:{port}"
     tokens = {job: job_token(secret, job) for job in ("ja", "jb")}
     works = {job: tempfile.mkdtemp() for job in tokens}
@@ -234,7 +222,7 @@ def case_strangers_cannot_touch_a_job_and_jobs_cannot_touch_each_other():
 
 def case_an_agent_without_the_token_is_a_clear_error():
     secret = secret_file()
-    d, port, _ = ddprund("--auth-token-file", secret)
+    d, port, _ = PROCS.ddprund(DDPRUND, "--auth-token-file", secret)
     work = tempfile.mkdtemp()
     t0 = time.monotonic()
     a = agent(f"127.0.0.1:{port}", "jn", work)
@@ -245,7 +233,7 @@ def case_an_agent_without_the_token_is_a_clear_error():
     _, err = a.communicate(timeout=60)
     assert a.returncode != 0 and "refused this token" in err, err[-2000:]
     # A job with a token does not talk to a store that cannot prove it knows it.
-    _, open_port, _ = ddprund()
+    _, open_port, _ = PROCS.ddprund(DDPRUND)
     a = agent(f"127.0.0.1:{open_port}", "jn", work, token=wrong)
     _, err = a.communicate(timeout=60)
     assert a.returncode != 0 and "does not authenticate" in err, err[-2000:]
@@ -303,7 +291,7 @@ def case_static_backend_store_serves_only_the_job():
                 "    import time; time.sleep(0.05)\n"
                 "dist.destroy_process_group()\n")
     conf = f"--rdzv_conf=auth_token_file={token},join_timeout=30"
-    agents = [start([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
+    agents = [PROCS.start([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
                      "--master_addr=127.0.0.1", f"--master_port={port}", conf, "--max_restarts=0",
                      train, work], env=dict(os.environ, PYTHON_EXEC=PY)) for r in range(2)]
     wait_for(lambda: len([f for f in os.listdir(work) if f.startswith("sum.")]) == 4,
@@ -324,7 +312,7 @@ def case_operations_endpoints_are_private():
     base = tempfile.mkdtemp()
     events = os.path.join(base, "events.jsonl")
     log = tempfile.mktemp()
-    a = start([DDPRUN, "--nproc_per_node=1", f"--log_dir={base}", f"--event_log={events}",
+    a = PROCS.start([DDPRUN, "--nproc_per_node=1", f"--log_dir={base}", f"--event_log={events}",
                "--metrics_port=0", "--no_python", "/bin/sh", "-c", HOLD, base], log=log)
     wait_for(lambda: started(base) == 1, "the worker")
     text = open(log).read()
@@ -339,7 +327,7 @@ def case_operations_endpoints_are_private():
     open(os.path.join(base, "go"), "w").close()
     assert a.wait(60) == 0
     # Given an address, there: every address.
-    b = start([DDPRUN, "--nproc_per_node=1", "--metrics_addr=::", "--metrics_port=0",
+    b = PROCS.start([DDPRUN, "--nproc_per_node=1", "--metrics_addr=::", "--metrics_port=0",
                "--no_python", "/bin/sh", "-c", HOLD, base], log=log)
     wait_for(lambda: "metrics at http://::" in open(log).read(), "the metrics line")
     b.kill()
@@ -353,13 +341,8 @@ def main(cases=None):
     """Runs the case sys.argv[3] names, from `cases` (another test file's globals) or this file's."""
     global DDPRUN, DDPRUND
     DDPRUN, DDPRUND = map(os.path.abspath, sys.argv[1:3])
-    try:
+    with PROCS:
         (cases or globals())["case_" + sys.argv[3]]()
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from agents import agent_command
 from etcd_cluster import EtcdCluster, have_etcd
 from proc_util import finish, free_port, wait_for
 
@@ -68,9 +69,9 @@ def agent(endpoint, nnodes, script, *args, run_id="job", conf="last_call_timeout
     if BACKEND == "etcd":
         conf += f",heartbeat_timeout={HEARTBEAT_S}"
     return subprocess.Popen(
-        [DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1", f"--rdzv_backend={BACKEND}",
-         f"--rdzv_endpoint={endpoint}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}", *extra,
-         "--no_python", "/bin/sh", "-c", script, *args],
+        agent_command(DDPRUN, nnodes=nnodes, nproc=1, endpoint=endpoint, run_id=run_id,
+                      backend=BACKEND, conf=conf, extra=extra,
+                      command=["--no_python", "/bin/sh", "-c", script, *args]),
         stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 

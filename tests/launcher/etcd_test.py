@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from agents import agent_command
+from elastic_test import count, workload  # the elastic cases' workers
 from etcd_cluster import EtcdCluster, have_etcd, make_certificates
 from proc_util import alive, finish, free_port, wait_for
 
@@ -24,19 +26,10 @@ DDPRUN = None
 def agent(cluster, nnodes, script, *args, conf="last_call_timeout=1,heartbeat_timeout=3",
           order=None):
     return subprocess.Popen(
-        [DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=1", "--rdzv_backend=etcd",
-         f"--rdzv_endpoint={cluster.endpoints(order)}", "--rdzv_id=job", f"--rdzv_conf={conf}",
-         "--no_python", "/bin/sh", "-c", script, *args],
+        agent_command(DDPRUN, nnodes=nnodes, nproc=1, endpoint=cluster.endpoints(order),
+                      run_id="job", backend="etcd", conf=conf,
+                      command=["--no_python", "/bin/sh", "-c", script, *args]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def count(d, prefix):
-    return sum(1 for f in os.listdir(d) if f.startswith(prefix))
-
-
-def workload(hold):
-    return (f'if [ "$WORLD_SIZE" = {hold} ] && [ ! -e "$0/go" ]; then exec {PY} {PROBE} "$0/w$1"; fi; '
-            'date +%s%N > "$0/ran.$1.$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT"')
 
 
 def job_of_two_waiting_workers(cluster, d, conf, order=None):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from agents import agent_command
 from proc_util import finish, free_port, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,9 +27,9 @@ REPORT = ("import os,json,sys; json.dump({k: os.environ[k] for k in ('RANK','WOR
 
 
 def agent(port, node_rank, nproc, cmd, nnodes=2, join_timeout=20, **kw):
-    args = [DDPRUN, f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={nproc}",
-            f"--master_port={port}", f"--rdzv_conf=join_timeout={join_timeout},heartbeat_timeout=2",
-            *cmd]
+    args = agent_command(DDPRUN, nnodes=nnodes, nproc=nproc,
+                         conf=f"join_timeout={join_timeout},heartbeat_timeout=2",
+                         extra=[f"--node_rank={node_rank}", f"--master_port={port}"], command=cmd)
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHON_EXEC": PY}, **kw)
 

@@ -13,13 +13,14 @@ import sys
 import tempfile
 import time
 import urllib.request
+from agents import Processes, agent_command
 from etcd_cluster import EtcdCluster, have_etcd
 from proc_util import free_port, listening_address, wait_for
 from job_logs import events, metrics
 
 PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
-PROCS = []  # killed at the end whatever happened
+PROCS = Processes()  # killed at the end whatever happened
 
 # Every worker waits for "$0/go" (or "$0/fail.$RANK", then exits 3), so the test decides when the
 # round ends.
@@ -27,25 +28,13 @@ HOLD = ('while [ ! -e "$0/go" ]; do if [ -e "$0/fail.$RANK" ]; then rm -f "$0/fa
         'exit 3; fi; sleep 0.05; done')
 
 
-def start(args, log=None, **kw):
-    PROCS.append(subprocess.Popen(args, stdout=subprocess.PIPE,
-                                  stderr=open(log, "w") if log else subprocess.PIPE, text=True,
-                                  **kw))
-    return PROCS[-1]
-
-
-def ddprund(*extra):
-    log = tempfile.mktemp(suffix=".ddprund.log")
-    p = start([DDPRUND, "--host", "127.0.0.1", "--port", "0", *extra], log=log)
-    port = int(p.stdout.readline())
-    return p, port, log
-
-
 def agent(backend, endpoint, run_id, work, extra=(), nnodes="2", log=None):
-    return start([DDPRUN, f"--nnodes={nnodes}", "--nproc_per_node=2", f"--rdzv_backend={backend}",
-                  f"--rdzv_endpoint={endpoint}", f"--rdzv_id={run_id}",
-                  "--rdzv_conf=last_call_timeout=1,heartbeat_timeout=2", "--max_restarts=1",
-                  *extra, "--no_python", "/bin/sh", "-c", HOLD, work], log=log)
+    return PROCS.start(agent_command(DDPRUN, nnodes=nnodes, nproc=2, endpoint=endpoint,
+                                     run_id=run_id, backend=backend,
+                                     conf="last_call_timeout=1,heartbeat_timeout=2",
+                                     extra=["--max_restarts=1", *extra],
+                                     command=["--no_python", "/bin/sh", "-c", HOLD, work]),
+                       log=log)
 
 
 def status(backend, endpoint, run_id, *extra):
@@ -115,7 +104,7 @@ def check_live_status(backend, endpoint, run_id, work, agents, store_outlives_jo
 
 def case_status_of_a_live_job_on_every_backend():
     # c10d, on ddprund.
-    _, port, _ = ddprund()
+    _, port, _ = PROCS.ddprund(DDPRUND)
     work = tempfile.mkdtemp()
     ep = f"127.0.0.1:{port}"
     agents = [agent("c10d", ep, "st", work) for _ in range(2)]
@@ -123,7 +112,7 @@ def case_status_of_a_live_job_on_every_backend():
     # static: node 0's agent holds the store.
     work = tempfile.mkdtemp()
     port = free_port()
-    agents = [start([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
+    agents = [PROCS.start([DDPRUN, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
                      f"--master_port={port}", "--max_restarts=1", "--no_python", "/bin/sh", "-c",
                      HOLD, work], log=tempfile.mktemp()) for r in (0, 1)]
     check_live_status("static", f"127.0.0.1:{port}", "none", work, agents,
@@ -151,7 +140,7 @@ def events_of(path):
 
 
 def case_event_log_records_a_restart_and_a_node_loss():
-    _, port, _ = ddprund()
+    _, port, _ = PROCS.ddprund(DDPRUND)
     ep = f"127.0.0.1:{port}"
     work = tempfile.mkdtemp()
     logs = [tempfile.mktemp(suffix=".events") for _ in range(2)]
@@ -214,7 +203,7 @@ def metrics_port(log):
 
 
 def case_metrics_are_scraped_while_a_job_runs():
-    _, port, dlog = ddprund("--metrics-port", "0")
+    _, port, dlog = PROCS.ddprund(DDPRUND, "--metrics-port", "0")
     ep = f"127.0.0.1:{port}"
     work = tempfile.mkdtemp()
     alog = tempfile.mktemp()
@@ -270,13 +259,8 @@ def case_metrics_are_scraped_while_a_job_runs():
 def main():
     global DDPRUN, DDPRUND
     DDPRUN, DDPRUND = map(os.path.abspath, sys.argv[1:3])
-    try:
+    with PROCS:
         globals()["case_" + sys.argv[3]]()
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 if __name__ == "__main__":

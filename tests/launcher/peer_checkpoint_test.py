@@ -13,13 +13,12 @@ Skipped (77) where namespaces cannot be made.
 """
 import glob
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 
 from checkpoint_test import bit_identical
-from netns import bridged_job_store, remove_namespaces
+from agents import BridgedJob, rdzv_id
 from proc_util import allocated_under, left_running, wait_for
 from job_logs import node_events
 
@@ -33,74 +32,28 @@ ADDRS = [f"{NET}.{11 + i}" for i in range(HOSTS)]
 STEPS, K = 12, 5
 
 
-def job(run_id):
-    """The rendezvous id of `run_id`: this test's own, so that the checkpoint folders a variant
-    running beside it (torch 2.14's) makes in /dev/shm do not count as this test's copies."""
-    return f"{run_id}-{os.getpid()}"
-
-
 # Every agent imports torch once and starts its workers from that (a worker's cold import of torch
 # 2.14 costs ~2 CPU s; a case here starts tens of workers): 55 -> 35 CPU s for the replacement
 # case. What these cases test is the copies between nodes; cold starts are tested elsewhere.
 WARM = ["--preload=auto"]
 
 
-class Cluster:
+class Cluster(BridgedJob):
     def __init__(self):
-        tag = str(os.getpid())
-        self.head, self.hosts = f"pch{tag}", [f"pc{tag}{i}" for i in range(HOSTS)]
-        self.procs, self.agents = [], {}
+        super().__init__("pc", HOSTS, NET, DDPRUN, DDPRUND)
         self.nproc = 1
 
-    def __enter__(self):
-        store, self.port = bridged_job_store(self.head, self.hosts, NET, ADDRS, DDPRUND)
-        self.procs.append(store)
-        return self
-
-    def __exit__(self, *exc):
-        for p in self.agents.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        for p in self.procs:
-            p.kill()
-            p.wait()
-        remove_namespaces([self.head, *self.hosts])
-
     def start(self, run_id, i, out, nnodes, env=None, extra=()):
-        cmd = ["ip", "netns", "exec", self.hosts[i], DDPRUN, f"--nnodes={nnodes}",
-               f"--nproc_per_node={self.nproc}", "--max_restarts=3", "--rdzv_backend=c10d",
-               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={job(run_id)}",
-               "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
-               f"--event_log={out}/events.{i}.jsonl", *WARM, *extra, WORKLOAD, str(STEPS), out]
-        self.agents[(run_id, i)] = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0", **(env or {})})
-        return self.agents[(run_id, i)]
-
-    def status(self, run_id):
-        r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
-                            "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
-                            f"--rdzv_id={job(run_id)}"], capture_output=True, text=True, timeout=60)
-        return r.stdout + r.stderr
-
-    def finish(self, run_id, hosts):
-        errs = {}
-        for i in hosts:
-            p = self.agents[(run_id, i)]
-            try:
-                _, errs[i] = p.communicate(timeout=240)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, errs[i] = p.communicate()
-                raise AssertionError(f"node {i} did not finish: {errs[i]}")
-            assert p.returncode == 0, (i, errs[i])
-        return errs
+        return self.agent(run_id, i, nnodes=nnodes, nproc=self.nproc,
+                          extra=["--max_restarts=3", f"--event_log={out}/events.{i}.jsonl", *WARM,
+                                 *extra],
+                          command=[WORKLOAD, str(STEPS), out],
+                          env={"PYTHON_EXEC": PY, **(env or {})})
 
 
 def copies_of_step(run_id, step):
     """The peer copies of `step` held on this machine (every node's folder in /dev/shm)."""
-    return glob.glob(f"/dev/shm/ddprun-checkpoints-{job(run_id)}-*/peers/*.step{step}.ddpckpt")
+    return glob.glob(f"/dev/shm/ddprun-checkpoints-{rdzv_id(run_id)}-*/peers/*.step{step}.ddpckpt")
 
 
 def complete_on_disk(disk, ranks):
@@ -131,8 +84,7 @@ def lose_nodes(cluster, run_id, out, victims, survivors, disk=None, status=None,
         status.append(cluster.status(run_id))
     before()
     for i in victims:
-        cluster.agents[(run_id, i)].send_signal(signal.SIGKILL)
-        cluster.agents[(run_id, i)].wait()
+        cluster.kill(run_id, i)
 
 
 # A stranger's try at a checkpoint port: the greeting with a proof of zeros (what a job without a
@@ -200,7 +152,7 @@ def case_a_replacement_node_resumes_a_dcp_checkpoint_from_its_peers_copy():
 
 
 def node_folders(run_id):
-    return glob.glob(f"/dev/shm/ddprun-checkpoints-{job(run_id)}-*")
+    return glob.glob(f"/dev/shm/ddprun-checkpoints-{rdzv_id(run_id)}-*")
 
 
 def one_replica_per_node(run_id, state, shared_out):
@@ -321,8 +273,7 @@ def case_a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_co
                                          for e in node_events(out, i, "checkpoint_replicated"))]
         assert len(to_3) == 1, [node_events(out, i, "checkpoint_replicated") for i in (0, 2)]
         victim = to_3[0]
-        cluster.agents[("twice", victim)].send_signal(signal.SIGKILL)
-        cluster.agents[("twice", victim)].wait()
+        cluster.kill("twice", victim)
         cluster.start("twice", 4, out, "3:3")
         errs = cluster.finish("twice", [i for i in (0, 2, 3, 4) if i != victim])
         restored = node_events(out, 4, "checkpoint_restore")
@@ -389,11 +340,10 @@ def case_without_peer_copies_a_lost_node_restores_from_disk():
                           extra=extra)
         wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 1, "the victim at step K", 120)
         wait_for(lambda: complete_on_disk(disk, 3), "a step of every rank persisted", 60)
-        cluster.agents[("nocopy", 1)].send_signal(signal.SIGKILL)
-        cluster.agents[("nocopy", 1)].wait()
+        cluster.kill("nocopy", 1)
         cluster.start("nocopy", 3, out, "3:3", extra=extra)
         errs = cluster.finish("nocopy", [0, 2, 3])
-        assert not glob.glob(f"/dev/shm/ddprun-checkpoints-{job('nocopy')}-*/peers/*"), \
+        assert not glob.glob(f"/dev/shm/ddprun-checkpoints-{rdzv_id('nocopy')}-*/peers/*"), \
             "a node held another's copies"
         assert not any(node_events(out, i, "checkpoint_replicated") for i in range(4))
         restored = node_events(out, 3, "checkpoint_restore")

@@ -20,13 +20,12 @@ Skipped (77) where namespaces cannot be made.
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
-from netns import bridged_job_store, remove_namespaces
-from proc_util import agents_ended, left_running, wait_for
+from agents import BridgedJob, rdzv_id
+from proc_util import left_running, wait_for
 from job_logs import node_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,74 +35,38 @@ PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = DDPRUND = None
 NET = "10.218.0"
 HOSTS = 5
-ADDRS = [f"{NET}.{11 + i}" for i in range(HOSTS)]
 STEPS, K = 10, 4
 # The FSDP2 cases' agents import torch once each (a worker's import of torch 2.14 costs ~2 CPU s,
 # and these cases start ~20 workers apiece); the plain case keeps every worker's cold start.
 WARM = ["--preload=auto"]
 
 
-class Cluster:
+class Cluster(BridgedJob):
     """Five host namespaces on a bridge and a head one with the job's ddprund; each host's
     checkpoints in a folder of its own; every agent with the flags `flags`."""
 
     def __init__(self, workload, flags=()):
-        tag = str(os.getpid())
+        super().__init__("rs", HOSTS, NET, DDPRUN, DDPRUND)
         self.workload, self.flags = workload, list(flags)
-        self.head, self.hosts = f"rsh{tag}", [f"rs{tag}{i}" for i in range(HOSTS)]
-        self.shm = tempfile.mkdtemp(prefix=f"rank-state-{tag}-", dir="/dev/shm")
-        self.procs, self.agents = [], {}
-
-    def __enter__(self):
-        store, self.port = bridged_job_store(self.head, self.hosts, NET, ADDRS, DDPRUND)
-        self.procs.append(store)
-        return self
+        self.shm = tempfile.mkdtemp(prefix=f"rank-state-{os.getpid()}-", dir="/dev/shm")
 
     def __exit__(self, *exc):
-        for p in self.agents.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        for p in self.procs:
-            p.kill()
-            p.wait()
-        remove_namespaces([self.head, *self.hosts])
+        super().__exit__(*exc)
         shutil.rmtree(self.shm, ignore_errors=True)
 
     def start(self, run_id, i, out, nnodes, steps=STEPS, env=None, extra=()):
         """Host i's agent of job `run_id` (two workers), with the flags `extra` too."""
         shm = os.path.join(self.shm, f"host{i}")
         os.makedirs(shm, exist_ok=True)
-        cmd = ["ip", "netns", "exec", self.hosts[i], DDPRUN, f"--nnodes={nnodes}",
-               "--nproc_per_node=2", "--max_restarts=3", "--rdzv_backend=c10d",
-               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}-{os.getpid()}",
-               "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3",
-               f"--event_log={out}/events.{i}.jsonl", *self.flags, *extra, self.workload,
-               str(steps), out]
-        self.agents[(run_id, i)] = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0",
-                 "DDPRUN_SHM_DIR": shm, **(env or {})})
-        return self.agents[(run_id, i)]
-
-    def finish(self, run_id, hosts):
-        errs = agents_ended(self.agents, {(run_id, i): 0 for i in hosts})
-        return {i: errs[(run_id, i)] for i in hosts}
-
-    def status(self, run_id):
-        r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
-                            "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
-                            f"--rdzv_id={run_id}-{os.getpid()}"], capture_output=True, text=True,
-                           timeout=60)
-        return r.stdout + r.stderr
-
-    def kill(self, run_id, i):
-        self.agents[(run_id, i)].send_signal(signal.SIGKILL)
-        self.agents[(run_id, i)].wait()
+        return self.agent(run_id, i, nnodes=nnodes, nproc=2,
+                          extra=["--max_restarts=3", f"--event_log={out}/events.{i}.jsonl",
+                                 *self.flags, *extra],
+                          command=[self.workload, str(steps), out],
+                          env={"PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm, **(env or {})})
 
     def copies_of_step(self, run_id, step):
         """The peer copies of job `run_id`'s `step` every host holds."""
-        return glob.glob(f"{self.shm}/host*/ddprun-checkpoints-{run_id}-{os.getpid()}-*/peers/"
+        return glob.glob(f"{self.shm}/host*/ddprun-checkpoints-{rdzv_id(run_id)}-*/peers/"
                          f"*.step{step}.ddpckpt")
 
 

@@ -11,10 +11,11 @@ import sys
 import tempfile
 import time
 from proc_util import wait_for
+from agents import Processes, agent_command
 from job_logs import events
 
 DDPRUN = DDPRUND = LOAD = None
-PROCS = []
+PROCS = Processes()  # killed at the end whatever happened
 CONNECTIONS = 3000
 
 # Rank 0 writes its pid and MASTER_PORT, then every worker waits for "$0/go". ("$$$$" is the shell's
@@ -24,22 +25,16 @@ WORKER = ('echo "$$$$ $MASTER_PORT" > "$0/w.$RANK.$TORCHELASTIC_RESTART_COUNT.tm
           'while [ ! -e "$0/go" ]; do sleep 0.05; done')
 
 
-def start(args, **kw):
-    PROCS.append(subprocess.Popen(args, **kw))
-    return PROCS[-1]
-
-
 def case_an_agent_serving_a_storm_still_supervises():
-    d = start([DDPRUND, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"],
-              stdout=subprocess.PIPE, text=True)
-    endpoint = f"127.0.0.1:{int(d.stdout.readline())}"
+    _, port, _ = PROCS.ddprund(DDPRUND, "--log-level", "warn")
+    endpoint = f"127.0.0.1:{port}"
     work = tempfile.mkdtemp()
     logs = [os.path.join(work, f"events.{i}") for i in range(2)]
-    agents = [start([DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                     f"--rdzv_endpoint={endpoint}", "--rdzv_id=storm", "--max_restarts=1",
-                     "--rdzv_conf=heartbeat_timeout=3", f"--event_log={logs[i]}", "--no_python",
-                     "/bin/sh", "-c", WORKER, work],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agents = [PROCS.start(agent_command(DDPRUN, nnodes=2, nproc=1, endpoint=endpoint,
+                                        run_id="storm", conf="heartbeat_timeout=3",
+                                        extra=["--max_restarts=1", f"--event_log={logs[i]}"],
+                                        command=["--no_python", "/bin/sh", "-c", WORKER, work]),
+                          stdout=subprocess.DEVNULL)
               for i in range(2)]
     wait_for(lambda: os.path.exists(f"{work}/w.0.0") and os.path.exists(f"{work}/w.1.0"),
              "both workers", timeout=30)
@@ -52,7 +47,7 @@ def case_an_agent_serving_a_storm_still_supervises():
             for e in events(logs[i]))), None)
     wait_for(lambda: rank0_agent() is not None, "rank 0's start in an event log")
     host = rank0_agent()
-    storm = start([LOAD, "ops", "--port", str(port), "--dialect", "modern", "--connections",
+    storm = PROCS.start([LOAD, "ops", "--port", str(port), "--dialect", "modern", "--connections",
                    str(CONNECTIONS), "--seconds", "10"], stdout=subprocess.DEVNULL,
                   stderr=subprocess.DEVNULL)
     # The storm is on: the store holds every connection (it shows in /proc as sockets of the agent).
@@ -89,13 +84,8 @@ def case_an_agent_serving_a_storm_still_supervises():
 def main():
     global DDPRUN, DDPRUND, LOAD
     DDPRUN, DDPRUND, LOAD = map(os.path.abspath, sys.argv[1:4])
-    try:
+    with PROCS:
         case_an_agent_serving_a_storm_still_supervises()
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 if __name__ == "__main__":

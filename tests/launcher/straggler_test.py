@@ -20,8 +20,8 @@ import tempfile
 import time
 
 from checkpoint_test import bit_identical
-from netns import bridged_job_store, remove_namespaces
-from proc_util import agents_ended, left_running, wait_for
+from agents import BridgedJob
+from proc_util import left_running, wait_for
 from job_logs import node_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,53 +38,29 @@ LINE = re.compile(r"^\[([0-9-]+ [0-9:.]+)\] \[ddprun\] \[warning\] straggler che
                   r"\((\S+)\) holds every step back by (\d+)%", re.M)
 
 
-class Cluster:
-    """Host namespaces and a head one with the job's ddprund; agents started in them."""
+class Cluster(BridgedJob):
+    """Host namespaces and a head one with the job's ddprund; agents started in them (with
+    nsenter: they see the machine's cgroups)."""
 
     def __init__(self):
-        tag = str(os.getpid())
-        self.head, self.hosts = f"sgh{tag}", [f"sg{tag}{i}" for i in range(HOSTS)]
-        self.procs, self.agents, self.cgroup = [], {}, None
+        super().__init__("sg", HOSTS, NET, DDPRUN, DDPRUND, nsenter=True)
+        self.cgroup = None
 
     def __enter__(self):
         if not os.path.isdir(CPU_CGROUP):
             print("no cgroup v1 cpu controller here")
             sys.exit(77)
-        store, self.port = bridged_job_store(self.head, self.hosts, NET, ADDRS, DDPRUND)
-        self.procs.append(store)
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc):
-        for p in [*self.agents.values(), *self.procs]:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        remove_namespaces([self.head, *self.hosts])
+        super().__exit__(*exc)
         if self.cgroup:
             os.rmdir(self.cgroup)
 
     def start(self, run_id, i, out, steps, nnodes="3", extra=(), env=None):
-        # nsenter rather than `ip netns exec`, which mounts a /sys of its own.
-        cmd = ["nsenter", f"--net=/var/run/netns/{self.hosts[i]}", DDPRUN, f"--nnodes={nnodes}",
-               "--nproc_per_node=1", "--max_restarts=2", "--rdzv_backend=c10d",
-               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}-{os.getpid()}",
-               "--rdzv_conf=last_call_timeout=1,join_timeout=90,heartbeat_timeout=3", *extra,
-               WORKLOAD, str(steps), out]
-        self.agents[(run_id, i)] = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHON_EXEC": PY, "GLOO_SOCKET_IFNAME": "eth0", **(env or {})})
-
-    def finish(self, run_id, codes):
-        """Each agent's stderr once it ended with its code in `codes` (node -> code)."""
-        errs = agents_ended(self.agents, {(run_id, i): code for i, code in codes.items()})
-        return {i: errs[(run_id, i)] for i in codes}
-
-    def status(self, run_id):
-        r = subprocess.run(["ip", "netns", "exec", self.head, DDPRUN, "status",
-                            "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
-                            f"--rdzv_id={run_id}-{os.getpid()}"],
-                           capture_output=True, text=True, timeout=60)
-        return r.stdout + r.stderr
+        return self.agent(run_id, i, nnodes=nnodes, extra=["--max_restarts=2", *extra],
+                          command=[WORKLOAD, str(steps), out],
+                          env={"PYTHON_EXEC": PY, **(env or {})})
 
     def slow_down(self, out, rank=2, quota_percent=40):
         """Once rank `rank` (one rank per node: node `rank`'s) wrote its pid at step K, moves it

@@ -18,7 +18,7 @@ from etcd_cluster import make_certificates
 from proc_util import free_port, left_running, wait_for
 
 import auth_test as auth  # its processes, tokens and ddprund; its main() runs these cases too
-from auth_test import PY, ddprund, job_token, secret_file, start
+from auth_test import PROCS, PY, job_token, secret_file
 
 TRAIN = """import os, sys, torch, torch.distributed as dist
 dist.init_process_group('gloo')
@@ -109,7 +109,7 @@ def torch_job(nodes):
     train = os.path.join(work, "train.py")
     with open(train, "w") as f:
         f.write(TRAIN)
-    agents = [start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=2", *args,
+    agents = [PROCS.start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=2", *args,
                      f"--rdzv_conf={conf},join_timeout=60", "--max_restarts=0", train, work],
                     env=dict(os.environ, PYTHON_EXEC=PY)) for args, conf in nodes]
     for a in agents:
@@ -123,7 +123,7 @@ def case_a_job_runs_over_tls_on_ddprund_and_on_agent_hosted_stores():
     secret = secret_file()
     # ddprund, asking for client certificates; the agents reach it through a relay that keeps the
     # bytes: the job's keys never cross it in the clear.
-    _, port, _ = ddprund("--auth-token-file", secret, "--tls-cert", certs["server"][0],
+    _, port, _ = PROCS.ddprund(auth.DDPRUND, "--auth-token-file", secret, "--tls-cert", certs["server"][0],
                             "--tls-key", certs["server"][1], "--tls-client-ca", certs["ca"])
     relay = Relay(port)
     token = job_token(secret, "tlsjob")
@@ -165,7 +165,7 @@ def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
     step 5 and a replacement started: it resumes from step 5 with the copies its peer held."""
     certs = pki()
     secret = secret_file()
-    _, port, _ = ddprund("--auth-token-file", secret, "--tls-cert", certs["server"][0],
+    _, port, _ = PROCS.ddprund(auth.DDPRUND, "--auth-token-file", secret, "--tls-cert", certs["server"][0],
                          "--tls-key", certs["server"][1], "--tls-client-ca", certs["ca"])
     run_id = f"tlsckpt{os.getpid()}"
     token = job_token(secret, run_id)
@@ -176,7 +176,7 @@ def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
                             "checkpoint_ddp.py")
 
     def node(i, env=None):
-        return start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--max_restarts=3",
+        return PROCS.start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--max_restarts=3",
                       "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
                       f"--rdzv_id={run_id}", f"--rdzv_conf={conf}",
                       f"--event_log={out}/events.{i}.jsonl", workload, "12", out],
@@ -224,9 +224,9 @@ def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
 def case_tls_settings_a_node_gets_wrong_are_clear_errors():
     certs = pki()
     secret = secret_file()
-    _, port, dlog = ddprund("--auth-token-file", secret, "--tls-cert", certs["server"][0],
+    _, port, dlog = PROCS.ddprund(auth.DDPRUND, "--auth-token-file", secret, "--tls-cert", certs["server"][0],
                             "--tls-key", certs["server"][1], "--tls-client-ca", certs["ca"])
-    _, clear_port, _ = ddprund("--auth-token-file", secret)
+    _, clear_port, _ = PROCS.ddprund(auth.DDPRUND, "--auth-token-file", secret)
     token = job_token(secret, "bad")
     work = tempfile.mkdtemp()
     cases = [
@@ -238,7 +238,7 @@ def case_tls_settings_a_node_gets_wrong_are_clear_errors():
     ]
     for p, conf, expected in cases:
         t0 = time.monotonic()
-        a = start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+        a = PROCS.start([auth.DDPRUN, "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                    f"--rdzv_endpoint=127.0.0.1:{p}", "--rdzv_id=bad",
                    f"--rdzv_conf=auth_token_file={token},is_host=false,join_timeout=20,{conf}",
                    "--no_python", "/bin/sh", "-c", 'touch "$0/started"', work])
