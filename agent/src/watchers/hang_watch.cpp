@@ -13,15 +13,30 @@ namespace ddprun::agent {
 
 void HangWatch::prepare(Attempt& a) {
   cpu_wait_read_.clear();
+  workers_.clear();  // the last attempt's heartbeat files go before this one's, of the same names
   for (RunningWorker& w : a.workers) {
-    const auto learned = learned_.find(w.launch.id.local_rank);
-    w.clock.emplace(
-        policy_, std::chrono::steady_clock::now(),
-        learned == learned_.end() ? std::chrono::steady_clock::duration{} : learned->second);
-    w.heartbeat = std::make_unique<HeartbeatFile>(dir_ + "/heartbeat." +
-                                                  std::to_string(w.launch.id.local_rank));
-    w.launch.spawn.env["DDPRUN_HEARTBEAT_FILE"] = w.heartbeat->path();
+    const int local_rank = w.launch.id.local_rank;
+    const auto learned = learned_.find(local_rank);
+    Watched& watched =
+        workers_
+            .try_emplace(local_rank,
+                         Watched{ProgressClock(policy_, std::chrono::steady_clock::now(),
+                                               learned == learned_.end()
+                                                   ? std::chrono::steady_clock::duration{}
+                                                   : learned->second),
+                                 std::make_unique<HeartbeatFile>(dir_ + "/heartbeat." +
+                                                                 std::to_string(local_rank))})
+            .first->second;
+    w.launch.spawn.env["DDPRUN_HEARTBEAT_FILE"] = watched.heartbeat->path();
   }
+}
+
+void HangWatch::progress(const RunningWorker& w, WorkerProgress kind,
+                         std::chrono::steady_clock::time_point now) {
+  const auto watched = workers_.find(w.launch.id.local_rank);
+  if (watched == workers_.end()) return;
+  if (kind == WorkerProgress::kOutput && watched->second.heard_beat) return;
+  watched->second.clock.progress(now);
 }
 
 std::chrono::nanoseconds HangWatch::node_cpu_wait(Attempt& a) {
@@ -41,25 +56,27 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
                                         EventLog* log) {
   if (a.stopping() || a.hang_declared) return Finding::kNothing;
   const auto node_waited = node_cpu_wait(a);
-  std::vector<RunningWorker*> hung;
+  std::vector<std::pair<RunningWorker*, const Watched*>> hung;
   for (RunningWorker& w : a.workers) {
-    if (!w.running() || !w.clock) continue;
-    if (w.heartbeat->beat()) {
-      w.heard_beat = true;
-      w.clock->progress(now);
+    const auto found = workers_.find(w.launch.id.local_rank);
+    if (!w.running() || found == workers_.end()) continue;
+    Watched& watched = found->second;
+    if (watched.heartbeat->beat()) {
+      watched.heard_beat = true;
+      watched.clock.progress(now);
       a.progress(now);
     }
-    w.clock->cpu_wait(node_waited);
+    watched.clock.cpu_wait(node_waited);
     // Learned while nothing stopped the attempt: no interval ends in a stop's dump.
     auto& learned = learned_[w.launch.id.local_rank];
-    learned = std::max(learned, w.clock->slowest());
-    if (w.clock->hung(now)) hung.push_back(&w);
+    learned = std::max(learned, watched.clock.slowest());
+    if (watched.clock.hung(now)) hung.emplace_back(&w, &watched);
   }
   if (hung.empty()) return Finding::kNothing;
   a.hang_declared = true;
   nlohmann::json ranks = nlohmann::json::array();
-  for (RunningWorker* w : hung) {
-    const ProgressClock& clock = *w->clock;
+  for (const auto& [w, watched] : hung) {
+    const ProgressClock& clock = watched->clock;
     // The hang began when the most silent of them last made progress.
     const auto silent_since = now - clock.silent(now);
     if (!a.times.failed || silent_since < *a.times.failed) a.times.failed = silent_since;
@@ -74,7 +91,7 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
             ? fmt::format(", not counting {:.1f} s the node's workers waited for a CPU", waited)
             : "",
         policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
-        w->heard_beat ? "" : " or a line of output");
+        watched->heard_beat ? "" : " or a line of output");
     const WorkerIdentity& id = w->launch.id;
     const int pid = w->process->pid();
     spdlog::error("worker local_rank {} (rank {}, pid {}) is hung: no progress for {:.1f} s",

@@ -7,9 +7,12 @@
 // a local rank's clock learned carries over to its next attempt.
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "ddprun/agent/progress_clock.hpp"
 #include "watchers/attempt_watcher.hpp"
+#include "watchers/heartbeat_file.hpp"
 
 namespace ddprun::agent {
 
@@ -20,6 +23,9 @@ class HangWatch : public AttemptWatcher {
       : policy_(policy), dir_(std::move(heartbeat_dir)) {}
   // Each worker's clock (with what its local rank learned before) and heartbeat file.
   void prepare(Attempt& attempt) override;
+  // Output is progress until the worker sends a heartbeat; a torch timer request always is.
+  void progress(const RunningWorker& worker, WorkerProgress kind,
+                std::chrono::steady_clock::time_point now) override;
   // kHang once a running worker is hung (a `hang` event); nothing while the attempt is stopping or
   // after its hang.
   Finding poll(Attempt& attempt, std::chrono::steady_clock::time_point now, EventLog* log) override;
@@ -29,8 +35,17 @@ class HangWatch : public AttemptWatcher {
   // any of them added since the previous one.
   std::chrono::nanoseconds node_cpu_wait(Attempt& attempt);
 
+  // One worker of the attempt under way: its clock, its heartbeat file, and whether it has sent a
+  // heartbeat (then its output is no longer progress).
+  struct Watched {
+    ProgressClock clock;
+    std::unique_ptr<HeartbeatFile> heartbeat;
+    bool heard_beat = false;
+  };
+
   HangPolicy policy_;
   std::string dir_;
+  std::map<int, Watched> workers_;                              // by local rank, this attempt's
   std::map<int, std::chrono::steady_clock::duration> learned_;  // by local rank
   std::map<int, std::chrono::nanoseconds> cpu_wait_read_;       // by pid: the last reading
   std::chrono::nanoseconds node_cpu_wait_{0};

@@ -1,5 +1,7 @@
 #include "watchers/stuck_watch.hpp"
 
+#include <utility>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -10,13 +12,13 @@ namespace ddprun::agent {
 
 AttemptWatcher::Finding StuckWatch::poll(Attempt& a, std::chrono::steady_clock::time_point now,
                                          EventLog* log) {
+  if (std::exchange(attempt_, a.number) != a.number) d_since_.clear();
   for (RunningWorker& rw : a.workers) {
     if (!rw.running() || read_proc_state(rw.process->pid()) != 'D') {
-      rw.d_since.reset();
+      d_since_.erase(rw.launch.id.local_rank);
       continue;
     }
-    if (!rw.d_since) rw.d_since = now;
-    const auto stuck = now - *rw.d_since;
+    const auto stuck = now - d_since_.try_emplace(rw.launch.id.local_rank, now).first->second;
     if (stuck < timeout_) continue;
     const int pid = rw.process->pid();
     const WorkerIdentity& id = rw.launch.id;

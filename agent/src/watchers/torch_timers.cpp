@@ -28,11 +28,8 @@ RunningWorker* TorchTimers::running(int pid) {
 }
 
 void TorchTimers::progress(int pid) {
-  RunningWorker* w = running(pid);
-  if (w == nullptr) return;
-  const auto now = std::chrono::steady_clock::now();
-  group_.running_attempt()->progress(now);
-  if (w->clock) w->clock->progress(now);
+  if (const RunningWorker* w = running(pid))
+    group_.worker_progress(*w, WorkerProgress::kTorchTimer);
 }
 
 void TorchTimers::expire(const ExpiredTimer& timer) {

@@ -11,9 +11,7 @@
 #include <vector>
 
 #include "ddprun/agent/failure_summary.hpp"
-#include "ddprun/agent/progress_clock.hpp"
 #include "ddprun/agent/worker_process.hpp"
-#include "watchers/heartbeat_file.hpp"
 #include "workers/inprocess_channel.hpp"
 #include "workers/worker_launch.hpp"
 
@@ -21,20 +19,14 @@ namespace ddprun::agent {
 
 class LogPump;
 
-// One worker: what it was launched with and, once started, its process and what watches it.
+// One worker: what it was launched with and, once started, its process, its output and what the
+// group knows of its end. What a watcher keeps of it, the watcher keeps (attempt_watcher.hpp).
 struct RunningWorker {
   explicit RunningWorker(WorkerLaunch l) : launch(std::move(l)) {}
 
   WorkerLaunch launch;
   std::unique_ptr<WorkerProcess> process;  // null: not started (the machine refused a process)
-  uint64_t serial = 0;  // which process this is, among all the group started (0: none yet)
-  // --hang_timeout: its progress clock and heartbeat file, and whether it has sent a heartbeat
-  // (then its output is no longer progress).
-  std::optional<ProgressClock> clock;
-  std::unique_ptr<HeartbeatFile> heartbeat;
-  bool heard_beat = false;
-  // Since when it has been in uninterruptible sleep (state D), while it is.
-  std::optional<std::chrono::steady_clock::time_point> d_since;
+  uint64_t serial = 0;         // which process this is, among all the group started (0: none yet)
   bool stopped_by_us = false;  // ddprun signalled it to stop
   // Why ddprun ended it (an expired torch timer, a hang), which makes its exit a failure.
   std::string ended_because;
@@ -50,6 +42,12 @@ struct RunningWorker {
   std::string parked_stack;  // kept after a hang: its threads' stacks, written before it aborted
 
   bool running() const { return process && process->running(); }
+};
+
+// What the group sees of a worker that may be progress (a hang watch's heartbeat it reads itself).
+enum class WorkerProgress {
+  kOutput,      // a line of its output, through the agent
+  kTorchTimer,  // a request to torch's expiration timers
 };
 
 // When the moments of an attempt that the restart phases are measured between happened, on the
@@ -120,6 +118,8 @@ class AttemptControl {
   // Stops attempt `number`'s workers (SIGTERM, SIGKILL after the shutdown timeout) if it is still
   // under way and their stop has not begun.
   virtual void stop_workers(uint64_t number) = 0;
+  // `worker`, of the attempt under way, made progress (told to the attempt and its watchers).
+  virtual void worker_progress(const RunningWorker& worker, WorkerProgress kind) = 0;
 
  protected:
   ~AttemptControl() = default;

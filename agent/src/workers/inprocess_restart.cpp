@@ -149,7 +149,6 @@ void WorkerGroup::poll_in_process() {
       w = RunningWorker(kept.launch);  // the slot keeps no part of it
       w.kept = true;
       w.parked_stack = kept.channel->stack(a.number).value_or(std::string());
-      kept.heartbeat.reset();  // the next attempt's has the same name
       kept_.push_back(std::move(kept));
     } else if (now >= parking_deadline_ && a.hang_declared) {
       w.parking = false;  // a hung rank: its stack is taken below, then it stops

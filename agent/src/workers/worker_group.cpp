@@ -224,15 +224,12 @@ bool WorkerGroup::start_worker(size_t i) {
         std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
                                   target->raw ? std::string() : l.prefix, target->duplicate);
     pump->set_on_output([this, serial] {
-      RunningWorker* worker = worker_of(serial);
-      if (worker == nullptr) return;
-      const auto now = std::chrono::steady_clock::now();
-      attempt_->progress(now);
-      // A worker's output is progress until it sends heartbeats (then those alone are).
-      if (worker->clock && !worker->heard_beat) worker->clock->progress(now);
+      if (const RunningWorker* worker = worker_of(serial)) {
+        worker_progress(*worker, WorkerProgress::kOutput);
+      }
     });
     if (target == &l.tee_err) {  // for a hang's stacks, and the exception a worker died of
-      pump->keep_tail(stacks_.reads_stderr() && rw.clock ? kStackTail : kTracebackTail);
+      pump->keep_tail(stacks_.reads_stderr() ? kStackTail : kTracebackTail);
       rw.err_pump = pump;
     }
     ++rw.open_pumps;
@@ -455,6 +452,12 @@ void WorkerGroup::poll_watchers() {
         return;
     }
   }
+}
+
+void WorkerGroup::worker_progress(const RunningWorker& worker, WorkerProgress kind) {
+  const auto now = std::chrono::steady_clock::now();
+  attempt_->progress(now);
+  for (auto& watcher : watchers_) watcher->progress(worker, kind, now);
 }
 
 void WorkerGroup::stop_workers(uint64_t number) {

@@ -152,6 +152,7 @@ class WorkerGroup : private AttemptControl {
   GroupResult conclude();
   Attempt* running_attempt() override { return active_ ? attempt_.get() : nullptr; }
   void stop_workers(uint64_t number) override;
+  void worker_progress(const RunningWorker& worker, WorkerProgress kind) override;
 
   boost::asio::io_context& io_;
   std::chrono::milliseconds shutdown_timeout_;
