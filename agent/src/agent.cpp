@@ -12,7 +12,6 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "agent_run.hpp"
@@ -202,6 +201,7 @@ class NodeAgent {
           outcome = launch_error(ex.what());
         }
       }
+      stop_.end();  // what the job ran beside its coroutine
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
       checkpoints_.stop();          // and its ticks, polls and copies under way

@@ -10,8 +10,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include "admission.hpp"
@@ -36,7 +34,8 @@ struct Run : AgentParts {
         admission(std::make_shared<NodeAdmission>(parts.io, parts.cfg, parts.run_dir, parts.rdzv,
                                                   parts.events, parts.containment, parts.nvml)),
         outcomes(parts.cfg, parts.run_dir, parts.rdzv, parts.events),
-        report(parts.io, parts.cfg, parts.rdzv, parts.events) {}
+        report([&stop = parts.stop](asio::awaitable<void> task) { stop.spawn(std::move(task)); },
+               parts.cfg, parts.rdzv, parts.events) {}
 
   // The checks that keep this node out; shared with a measurement of the links the straggler check
   // runs (which may still be ending, cancelled, after the job's last round).
@@ -49,8 +48,9 @@ struct Run : AgentParts {
 
   // Runs one round of the local group while the rendezvous watches for a reason to end it from
   // outside (another node failed, left or joined); such a reason stops the workers. Returns the
-  // group's result and that reason, if one came first. The watcher may outlive this call: what it
-  // shares lives on the heap, and it keeps the rendezvous alive.
+  // group's result and that reason, if one came first. The watcher, bound to the job (JobStop::
+  // spawn), may outlive this call: what it shares lives on the heap, and it keeps the rendezvous
+  // alive.
   //
   // Arguments are references to the caller's named objects, never temporaries: g++ 12 destroyed a
   // temporary argument of a co_await'ed call twice (a shared_ptr released twice: use-after-free).
@@ -61,53 +61,44 @@ struct Run : AgentParts {
       std::string why;
     };
     auto watch = std::make_shared<Watch>();
-    asio::co_spawn(
-        io,
-        [watch, rdzv = rdzv, round, &group = group, &events = events,
-         &stop = stop]() mutable -> asio::awaitable<void> {
-          std::string why;
-          try {
-            why = co_await rdzv->interruption(round);
-          } catch (const std::exception& e) {
-            why = e.what();
-          }
-          if (const int s = stop_exchange::peer_signal(*rdzv); s != 0) {
-            // The job is being stopped by a signal that reached another node first: this node's
-            // workers get the same signal (unless a stop is already under way here).
-            if (!watch->group_done) stop.follow_peer(s, why);
-            co_return;
-          }
-          if (!watch->group_done && !why.empty()) {
-            spdlog::warn("stopping this node's workers: {}", why);
-            events.record("workers_interrupted", {{"reason", why}});
-            watch->why = why;
-            if (hang_exchange::peer_hang(*rdzv, round)) {
-              group.interrupt_for_stacks();
-            } else {
-              group.interrupt();
-            }
-          }
-        },
-        asio::detached);
+    stop.spawn([watch, rdzv = rdzv, round, &group = group, &events = events,
+                &stop = stop]() mutable -> asio::awaitable<void> {
+      std::string why;
+      try {
+        why = co_await rdzv->interruption(round);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (const int s = stop_exchange::peer_signal(*rdzv); s != 0) {
+        // The job is being stopped by a signal that reached another node first: this node's
+        // workers get the same signal (unless a stop is already under way here).
+        if (!watch->group_done) stop.follow_peer(s, why);
+        co_return;
+      }
+      if (!watch->group_done && !why.empty()) {
+        spdlog::warn("stopping this node's workers: {}", why);
+        events.record("workers_interrupted", {{"reason", why}});
+        watch->why = why;
+        if (hang_exchange::peer_hang(*rdzv, round)) {
+          group.interrupt_for_stacks();
+        } else {
+          group.interrupt();
+        }
+      }
+    });
     HangCoordinator hangs;
     if (round.num_nodes > 1) {
       hangs.announce = [this, round](std::function<void()> then) {
-        asio::co_spawn(
-            io,
-            [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
-              co_await hang_exchange::announce(rdzv, round);
-              then();
-            },
-            asio::detached);
+        stop.spawn([rdzv = rdzv, round, then]() -> asio::awaitable<void> {
+          co_await hang_exchange::announce(rdzv, round);
+          then();
+        });
       };
       hangs.frozen = [this, round](std::function<void()> then) {
-        asio::co_spawn(
-            io,
-            [rdzv = rdzv, round, then]() -> asio::awaitable<void> {
-              co_await hang_exchange::frozen(rdzv, round, std::chrono::seconds(3));
-              then();
-            },
-            asio::detached);
+        stop.spawn([rdzv = rdzv, round, then]() -> asio::awaitable<void> {
+          co_await hang_exchange::frozen(rdzv, round, std::chrono::seconds(3));
+          then();
+        });
       };
     }
     group.coordinate_hangs_with(hangs);

@@ -4,8 +4,6 @@
 #include <utility>
 
 #include <spdlog/spdlog.h>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "ddprun/agent/signals.hpp"
@@ -31,8 +29,7 @@ void JobStop::signal(int signo) {
     // The workers are already stopping with the job's signal, which a peer passed on first: this
     // one is the same stop arriving here, not a second request to kill at once.
   } else if (group_.active()) {
-    if (first)
-      asio::co_spawn(io_, stop_exchange::announce(rdzv_, node_rank_, signo), asio::detached);
+    if (first) spawn(stop_exchange::announce(rdzv_, node_rank_, signo));
     group_.stop(signo);
   } else if (first) {
     stop_waiting_after_announcing(signo);
@@ -59,8 +56,17 @@ void JobStop::adopt(int signo) {
 void JobStop::stop_waiting_after_announcing(int signo) {
   auto limit = std::make_shared<asio::steady_timer>(io_, kAnnounceLimit);
   limit->async_wait([this, limit](boost::system::error_code) { stop_waiting(); });
-  asio::co_spawn(io_, stop_exchange::announce(rdzv_, node_rank_, signo),
-                 [limit](std::exception_ptr) { limit->cancel(); });
+  spawn([rdzv = rdzv_, node_rank = node_rank_, signo, limit]() -> asio::awaitable<void> {
+    try {
+      co_await stop_exchange::announce(rdzv, node_rank, signo);
+    } catch (const std::exception&) {  // cancelled as the job ended
+    }
+    limit->cancel();
+  });
+}
+
+void JobStop::end() {
+  for (auto& [id, task] : tasks_) task.emit(asio::cancellation_type::terminal);
 }
 
 void JobStop::stop_waiting() {

@@ -4,12 +4,20 @@
 // this node's workers run, they get the signal (and the peers are told, so their workers get it
 // too). Outside their run (joining, the master's store, a health check, a round's barrier), the
 // peers are told first, within a second, then every wait of the job's coroutine (bound to slot())
-// is cancelled and the rendezvous abandoned.
+// is cancelled and the rendezvous abandoned. What the job runs beside its coroutine (a round's
+// watch for interruptions, a hang's announcement, a stop's) is started here, bound to the job:
+// cancelled where it still runs when the job ends.
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "logs/event_log.hpp"
@@ -41,6 +49,23 @@ class JobStop {
   // Where the job's coroutine binds its cancellation: a stop outside the workers' run emits it.
   boost::asio::cancellation_slot slot() { return waits_.slot(); }
 
+  // Runs `task` (an awaitable<void>, or a function object that returns one) on the event loop
+  // beside the job's coroutine, bound to the job: end() cancels it (terminal) if it still runs. Its
+  // exception, if it ends with one, is dropped, as a detached task's.
+  template <typename Task>
+  void spawn(Task&& task) {
+    const uint64_t id = ++spawned_;
+    boost::asio::co_spawn(
+        io_, std::forward<Task>(task),
+        boost::asio::bind_cancellation_slot(tasks_[id].slot(), [this, id](std::exception_ptr) {
+          // Its signal goes once this handler has returned, not from inside it.
+          boost::asio::post(io_, [this, id] { tasks_.erase(id); });
+        }));
+  }
+  // The job's coroutine ended: what spawn() started and still runs is cancelled, and ends as the
+  // event loop runs on.
+  void end();
+
  private:
   void stop_waiting_after_announcing(int signo);
   void stop_waiting();
@@ -54,6 +79,8 @@ class JobStop {
   bool peer_stopped_ = false;  // the workers stop with a signal a peer announced
   bool stopped_waiting_ = false;
   boost::asio::cancellation_signal waits_;
+  uint64_t spawned_ = 0;                                        // tasks spawn() started
+  std::map<uint64_t, boost::asio::cancellation_signal> tasks_;  // those still running
 };
 
 }  // namespace ddprun::agent

@@ -93,13 +93,14 @@ class BridgedJob:
             return ["nsenter", f"--net=/var/run/netns/{self.hosts[i]}"]
         return ["ip", "netns", "exec", self.hosts[i]]
 
-    def agent(self, run_id, i, *, nnodes, nproc=1, extra=(), command=(), env=None):
-        """Starts host i's agent of job `run_id` (stdout discarded, stderr piped) and returns it."""
+    def agent(self, run_id, i, *, nnodes, nproc=1, extra=(), command=(), env=None, wrap=()):
+        """Starts host i's agent of job `run_id` (stdout discarded, stderr piped), inside the
+        command line `wrap` where given, and returns it."""
         cmd = agent_command(self.ddprun, nnodes=nnodes, nproc=nproc,
                             endpoint=f"{self.net}.1:{self.port}", run_id=rdzv_id(run_id),
                             conf=self.CONF, extra=extra, command=command)
         self.agents[(run_id, i)] = subprocess.Popen(
-            [*self.in_host(i), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [*wrap, *self.in_host(i), *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0", **(env or {})})
         return self.agents[(run_id, i)]
 

@@ -6,7 +6,6 @@ Real agents, real probes, real workers. Skipped (77) where namespaces or cgroups
 
     node_check_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
 """
-import json
 import os
 import re
 import signal
@@ -16,12 +15,12 @@ import sys
 import tempfile
 import time
 
-from netns import bridged_job_store, remove_namespaces
+from agents import BridgedJob, rdzv_id
+from job_logs import events
 from proc_util import left_running
 
 DDPRUN = DDPRUND = None
 NET = "10.216.0"
-ADDRS = [f"{NET}.{11 + i}" for i in range(4)]
 CPU_CGROUP = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller (cpu.cfs_quota_us)
 
 # Each worker says on which host (ran.<host>) it ran, as which node and in which world, then waits
@@ -42,31 +41,26 @@ def quota_cgroup(quota_percent):
     return path
 
 
-class Cluster:
-    """Four host namespaces and a head one with the job's ddprund; agents started in them."""
+class Cluster(BridgedJob):
+    """Four host namespaces and a head one with the job's ddprund; agents started in them (with
+    nsenter: the probe reads its cgroups' cpu.stat in the machine's /sys). `jobs` are the agents
+    of the job started last."""
+
+    CONF = "last_call_timeout=3,join_timeout=60"
 
     def __init__(self):
-        tag = str(os.getpid())
-        self.head, self.hosts = f"nch{tag}", [f"nc{tag}{c}" for c in "abcd"]
+        super().__init__("nc", 4, NET, DDPRUN, DDPRUND, nsenter=True)
         self.out = tempfile.mkdtemp()
-        self.procs, self.agents, self.cgroup = [], [], None
-
-    def __enter__(self):
-        store, self.port = bridged_job_store(self.head, self.hosts, NET, ADDRS, DDPRUND)
-        self.procs.append(store)
-        return self
+        self.cgroup, self.run_id = None, None
 
     def __exit__(self, *exc):
         open(os.path.join(self.out, "go"), "w").close()
-        for p in self.agents:
+        for p in self.agents.values():
             try:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                p.kill()
-        for p in self.procs:
-            p.kill()
-            p.wait()
-        remove_namespaces([self.head, *self.hosts])
+                pass  # killed below
+        super().__exit__(*exc)
         if self.cgroup:
             os.rmdir(self.cgroup)
 
@@ -83,37 +77,24 @@ class Cluster:
     def start(self, run_id, cgroup_of=None, extra=(), hosts=range(4), nnodes="3:4"):
         """The agents of job `run_id` on `hosts` (agent i in cgroup `cgroup_of[i]` where given),
         added to those started before for the same job."""
-        if not self.agents or getattr(self, "run_id", None) != run_id:
-            self.agents, self.run_id = [], run_id
+        self.run_id = run_id
         for i in hosts:
-            ns = self.hosts[i]
-            # nsenter rather than `ip netns exec`, which mounts a /sys of its own: the probe reads
-            # its cgroups' cpu.stat there.
-            cmd = ["nsenter", f"--net=/var/run/netns/{ns}", DDPRUN, f"--nnodes={nnodes}",
-                   "--nproc_per_node=1",
-                   "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{self.port}",
-                   f"--rdzv_id={run_id}", "--rdzv_conf=last_call_timeout=3,join_timeout=60",
-                   "--node_check", f"--event_log={self.out}/events.{run_id}.{i}.jsonl", *extra,
-                   "--no_python", "/bin/sh", "-c", WORKER]
-            if cgroup_of and cgroup_of.get(i):
-                cmd = ["/bin/sh", "-c", f'echo $$ > {cgroup_of[i]}/tasks && exec "$@"', "sh", *cmd]
-            self.agents.append(subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                env={**os.environ, "OUT": self.out, "HOST_INDEX": str(i)}))
-        return self.agents
+            into = (cgroup_of or {}).get(i)
+            self.agent(run_id, i, nnodes=nnodes,
+                       extra=["--node_check", f"--event_log={self.out}/events.{run_id}.{i}.jsonl",
+                              *extra],
+                       command=["--no_python", "/bin/sh", "-c", WORKER],
+                       env={"OUT": self.out, "HOST_INDEX": str(i)},
+                       wrap=["/bin/sh", "-c", f'echo $$ > {into}/tasks && exec "$@"', "sh"]
+                       if into else ())
+        return self.jobs
 
-    def status(self, run_id):
-        return subprocess.run(["ip", "netns", "exec", self.hosts[0], DDPRUN, "status",
-                               "--rdzv_backend=c10d",
-                               f"--rdzv_endpoint={NET}.1:{self.port}", f"--rdzv_id={run_id}"],
-                              capture_output=True, text=True, timeout=60)
+    @property
+    def jobs(self):
+        return [p for (run_id, _), p in self.agents.items() if run_id == self.run_id]
 
     def events(self, run_id, i, name):
-        path = f"{self.out}/events.{run_id}.{i}.jsonl"
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [e for e in map(json.loads, f) if e["event"] == name]
+        return events(f"{self.out}/events.{run_id}.{i}.jsonl", name)
 
 
 def cmdline(pid):
@@ -136,12 +117,12 @@ def wait_for_workers(c, count, timeout=90, exits=0):
         ran = [f for f in os.listdir(c.out) if f.startswith("ran.")]
         if len(ran) >= count:
             return ran
-        if sum(a.poll() is not None for a in c.agents) > exits:
+        if sum(a.poll() is not None for a in c.jobs) > exits:
             break
         time.sleep(0.05)
     raise AssertionError(f"{count} workers did not start: "
                          + "\n".join(a.stderr.read()[-3000:] if a.poll() is not None else "running"
-                                     for a in c.agents))
+                                     for a in c.jobs))
 
 
 def kept_out_job(c, run_id, slow, probe, said="x slower than the round's median", measured=True):
@@ -149,9 +130,9 @@ def kept_out_job(c, run_id, slow, probe, said="x slower than the round's median"
     line says `said`) and that the job runs on the other three; returns that line and the
     verdict. `measured`: the verdict gives how many times the median it was."""
     ran = wait_for_workers(c, 3, exits=1)
-    status = c.status(run_id).stdout
+    status = c.status(run_id)
     open(os.path.join(c.out, "go"), "w").close()
-    results = [(a.wait(timeout=90), a.stderr.read()) for a in c.agents]
+    results = [(a.wait(timeout=90), a.stderr.read()) for a in c.jobs]
     codes = [r[0] for r in results]
     assert codes[slow] == 4 and codes.count(0) == 3, (codes, results[slow][1][-3000:])
     line = [x for x in results[slow][1].splitlines() if "node check: this node stays out" in x]
@@ -210,7 +191,7 @@ def case_a_node_that_never_answers_is_kept_out():
         frozen = None
         while frozen is None and time.monotonic() < deadline:
             frozen = next((pid for pid in probes() if "--rank 1 " in cmdline(pid)
-                           and "--run frozen " in cmdline(pid)), None)
+                           and f"--run {rdzv_id('frozen')} " in cmdline(pid)), None)
         assert frozen is not None, "no probe of node 1 seen"
         os.kill(frozen, signal.SIGSTOP)
         line, verdict = kept_out_job(c, "frozen", 1, "no answer",
@@ -232,7 +213,7 @@ def case_a_spare_takes_the_place_of_a_node_kept_out():
         c.start("spare", hosts=[3], nnodes="3:3")
         ran = wait_for_workers(c, 3, exits=1)
         open(os.path.join(c.out, "go"), "w").close()
-        results = [(a.wait(timeout=90), a.stderr.read()) for a in c.agents]
+        results = [(a.wait(timeout=90), a.stderr.read()) for a in c.jobs]
         assert [r[0] for r in results] == [4, 0, 0, 0], [r[1][-2000:] for r in results]
         assert sorted(f.split(".")[1] for f in ran) == ["1", "2", "3"], ran
         worlds = {open(os.path.join(c.out, f)).read().split()[1] for f in ran}
@@ -257,7 +238,7 @@ def case_healthy_nodes_are_never_kept_out():
             c.start(run_id)
             wait_for_workers(c, 4)
             open(os.path.join(c.out, "go"), "w").close()
-            results = [(a.wait(timeout=90), a.stderr.read()) for a in c.agents]
+            results = [(a.wait(timeout=90), a.stderr.read()) for a in c.jobs]
             assert [r[0] for r in results] == [0] * 4, (run, [r[1][-2000:] for r in results])
             checks = [c.events(run_id, i, "node_check") for i in range(4)]
             assert all(len(x) == 1 and x[0]["slow"] == [] for x in checks), (run, checks)

@@ -5,15 +5,29 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
 
-RoundReport::RoundReport(asio::io_context& io, const AgentConfig& cfg,
+namespace {
+
+// A restart's phases published to the job (`ddprun status` reads them); nothing where the store
+// is gone or the job ended.
+asio::awaitable<void> publish_restart(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                      std::string text) {
+  rendezvous::Scope scope = rendezvous::Scope::job();
+  std::string topic = rendezvous::kRestartTopic;
+  try {
+    co_await rdzv->publish(std::move(scope), std::move(topic), std::move(text));
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+
+RoundReport::RoundReport(Spawn spawn, const AgentConfig& cfg,
                          std::shared_ptr<rendezvous::Rendezvous> rdzv, EventLog& events)
-    : io_(io), cfg_(cfg), rdzv_(std::move(rdzv)), events_(events) {}
+    : spawn_(std::move(spawn)), cfg_(cfg), rdzv_(std::move(rdzv)), events_(events) {}
 
 void RoundReport::formed(const rendezvous::Round& round) {
   clock_.round_formed(std::chrono::steady_clock::now(), round.number, round.restart_count);
@@ -57,18 +71,8 @@ void RoundReport::attempt_progressed(const AttemptTimes& times) {
                         : std::string("and they made no progress"));
   nlohmann::json phases = p->to_json();
   events_.record("restart_phases", phases);
-  asio::co_spawn(
-      io_,
-      [rdzv = rdzv_, text = phases.dump()]() mutable -> asio::awaitable<void> {
-        rendezvous::Scope scope = rendezvous::Scope::job();
-        std::string topic = rendezvous::kRestartTopic;
-        try {
-          co_await rdzv->publish(std::move(scope), std::move(topic), std::move(text));
-        } catch (const std::exception&) {
-          // The store is gone or the job ended: nobody to show it to.
-        }
-      },
-      asio::detached);
+  std::string text = phases.dump();
+  spawn_(publish_restart(rdzv_, std::move(text)));
 }
 
 }  // namespace ddprun::agent

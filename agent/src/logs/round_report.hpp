@@ -2,10 +2,11 @@
 // What the log, the event log (and so the metrics) and `ddprun status` say of the rounds: one
 // formed (and the restart it is, if it is one), and a restart's phases from the failure to the new
 // workers' first progress.
+#include <functional>
 #include <memory>
 #include <string>
 
-#include <boost/asio/io_context.hpp>
+#include <boost/asio/awaitable.hpp>
 
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
@@ -16,9 +17,12 @@ namespace ddprun::agent {
 
 class RoundReport {
  public:
-  // All four outlive this.
-  RoundReport(boost::asio::io_context& io, const AgentConfig& cfg,
-              std::shared_ptr<rendezvous::Rendezvous> rdzv, EventLog& events);
+  // Runs a task beside the job (the publication of a restart's phases), bound to the job.
+  using Spawn = std::function<void(boost::asio::awaitable<void>)>;
+
+  // `cfg` and `events` outlive this.
+  RoundReport(Spawn spawn, const AgentConfig& cfg, std::shared_ptr<rendezvous::Rendezvous> rdzv,
+              EventLog& events);
 
   // `round` formed: said, with the restart it starts where its restart count grew.
   void formed(const rendezvous::Round& round);
@@ -30,7 +34,7 @@ class RoundReport {
   void attempt_progressed(const AttemptTimes& times);
 
  private:
-  boost::asio::io_context& io_;
+  Spawn spawn_;
   const AgentConfig& cfg_;
   std::shared_ptr<rendezvous::Rendezvous> rdzv_;
   EventLog& events_;
