@@ -201,7 +201,6 @@ class NodeAgent {
           outcome = launch_error(ex.what());
         }
       }
-      stop_.end();  // what the job ran beside its coroutine
       signals.cancel();
       group_.close_torch_timers();  // its FIFO's read would keep the io_context busy below
       checkpoints_.stop();          // and its ticks, polls and copies under way
@@ -211,6 +210,7 @@ class NodeAgent {
       control.close();
       containment_.stop_listening();
       rdzv_->abandon();
+      stop_.end();  // what the job ran beside its coroutine, the rendezvous abandoned first
       finished = true;
     };
     asio::co_spawn(io_, run_job(parts), asio::bind_cancellation_slot(stop_.slot(), on_end));

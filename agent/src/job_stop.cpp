@@ -66,7 +66,11 @@ void JobStop::stop_waiting_after_announcing(int signo) {
 }
 
 void JobStop::end() {
-  for (auto& [id, task] : tasks_) task.emit(asio::cancellation_type::terminal);
+  ended_ = true;
+  // A copy: a task's completion (erasing it) never runs inside emit(), but the map is not relied
+  // on to stay as it is meanwhile.
+  const auto running = tasks_;
+  for (const auto& [id, task] : running) task->emit(asio::cancellation_type::terminal);
 }
 
 void JobStop::stop_waiting() {

@@ -17,7 +17,6 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "logs/event_log.hpp"
@@ -50,20 +49,25 @@ class JobStop {
   boost::asio::cancellation_slot slot() { return waits_.slot(); }
 
   // Runs `task` (an awaitable<void>, or a function object that returns one) on the event loop
-  // beside the job's coroutine, bound to the job: end() cancels it (terminal) if it still runs. Its
-  // exception, if it ends with one, is dropped, as a detached task's.
+  // beside the job's coroutine, bound to the job: end() cancels it (terminal) if it still runs;
+  // after end(), nothing starts. Its exception, if it ends with one, is dropped, as a detached
+  // task's. The task's cancellation signal lives as long as the task (its completion handler
+  // holds it), should the task outlive this.
   template <typename Task>
   void spawn(Task&& task) {
+    if (ended_) return;
     const uint64_t id = ++spawned_;
+    auto cancel = std::make_shared<boost::asio::cancellation_signal>();
+    tasks_.emplace(id, cancel);
     boost::asio::co_spawn(
         io_, std::forward<Task>(task),
-        boost::asio::bind_cancellation_slot(tasks_[id].slot(), [this, id](std::exception_ptr) {
-          // Its signal goes once this handler has returned, not from inside it.
-          boost::asio::post(io_, [this, id] { tasks_.erase(id); });
+        boost::asio::bind_cancellation_slot(cancel->slot(), [this, id, cancel](std::exception_ptr) {
+          tasks_.erase(id);  // (this handler still holds its signal)
         }));
   }
   // The job's coroutine ended: what spawn() started and still runs is cancelled, and ends as the
-  // event loop runs on.
+  // event loop runs on. Call it once the rendezvous was abandoned: a store request cancelled
+  // half-way must find the connection closed, not carry on beside the next one.
   void end();
 
  private:
@@ -79,8 +83,9 @@ class JobStop {
   bool peer_stopped_ = false;  // the workers stop with a signal a peer announced
   bool stopped_waiting_ = false;
   boost::asio::cancellation_signal waits_;
-  uint64_t spawned_ = 0;                                        // tasks spawn() started
-  std::map<uint64_t, boost::asio::cancellation_signal> tasks_;  // those still running
+  bool ended_ = false;
+  uint64_t spawned_ = 0;  // tasks spawn() started
+  std::map<uint64_t, std::shared_ptr<boost::asio::cancellation_signal>> tasks_;  // still running
 };
 
 }  // namespace ddprun::agent

@@ -47,7 +47,8 @@ class Processes:
     def start(self, args, log=None, **kw):
         """Popen of `args` with stdout piped and stderr piped or written to the file `log`."""
         kw.setdefault("stdout", subprocess.PIPE)
-        kw.setdefault("stderr", open(log, "w") if log else subprocess.PIPE)
+        if "stderr" not in kw:
+            kw["stderr"] = open(log, "w") if log else subprocess.PIPE
         self.started.append(subprocess.Popen(args, text=True, **kw))
         return self.started[-1]
 

@@ -167,11 +167,12 @@ def case_fsdp2_nodes_lost_and_replaced():
         assert status.count(f"restored step {K} (") == 3 and "from its own region" in status and \
             "rank 2 from node " in status and "rank 3 from node " in status, status
         # The second loss: the node of rank 0, after the ring changed.
-        second = next(i for i in (0, 2, 3)
+        alive = [i for i in (0, 1, 2, 3) if i != first]
+        second = next(i for i in alive
                       if node_events(out, i, "round_formed")[-1]["node_rank"] == 0)
         cluster.kill("twice", second)
         cluster.start("twice", 4, out, "3:3")
-        survivors = [i for i in (0, 2, 3, 4) if i not in (first, second)]
+        survivors = [*(i for i in alive if i != second), 4]
         cluster.finish("twice", survivors)
         moved = replaced(out, survivors, 0, K2)
         assert same_state(whole, out), "the job resumed twice differs from an uninterrupted run"
