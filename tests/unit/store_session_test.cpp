@@ -1,9 +1,19 @@
-// ddprun's extensions: keys bound to a connection's lifetime, keep-alive, and watches.
+// ddprun's extensions: keys bound to a connection's lifetime, keep-alive, and watches; and the
+// turns of the requests that share one connection (AsyncMutex).
+#include <algorithm>
 #include <future>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
+#include "ddprun/store/async_mutex.hpp"
 #include "ddprun/store/errors.hpp"
 #include "ddprun/store/store_client.hpp"
 #include "ddprun/store/store_watch.hpp"
@@ -172,4 +182,43 @@ TEST_CASE("session: one watch connection carries several watches", "[session]") 
   c.set("a", "2");
   CHECK(watch.next(5s).key == "b");
   CHECK(watch.next(5s).key == "a");
+}
+
+TEST_CASE(
+    "session: a request cancelled while it waits for the connection never holds it, and "
+    "the next request still gets it",
+    "[session]") {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  AsyncMutex requests(io.get_executor());
+  std::vector<std::string> held;  // who held the connection, in order
+  int holding = 0, most_at_once = 0;
+  asio::steady_timer release(io, 1h);  // the first request holds it until cancelled
+  const auto request = [&](std::string name, asio::steady_timer* until) -> asio::awaitable<void> {
+    const AsyncMutex::Guard turn = co_await requests.lock();
+    held.push_back(name);
+    most_at_once = std::max(most_at_once, ++holding);
+    if (until != nullptr) co_await until->async_wait(asio::as_tuple(asio::use_awaitable));
+    --holding;
+  };
+  std::exception_ptr b_error;
+  bool c_done = false;
+  asio::cancellation_signal cancel_b;
+  asio::co_spawn(io, request("a", &release), asio::detached);
+  asio::co_spawn(
+      io, request("b", nullptr),
+      asio::bind_cancellation_slot(cancel_b.slot(), [&](std::exception_ptr e) { b_error = e; }));
+  asio::co_spawn(io, request("c", nullptr), [&](std::exception_ptr) { c_done = true; });
+  io.poll();
+  REQUIRE(held == std::vector<std::string>{"a"});
+  cancel_b.emit(asio::cancellation_type::terminal);
+  io.poll();
+  CHECK(held == std::vector<std::string>{"a"});  // b left the line without holding it
+  REQUIRE(b_error);
+  CHECK_THROWS_AS(std::rethrow_exception(b_error), boost::system::system_error);
+  release.cancel();
+  io.poll();
+  CHECK(held == std::vector<std::string>{"a", "c"});
+  CHECK(c_done);
+  CHECK(most_at_once == 1);
 }

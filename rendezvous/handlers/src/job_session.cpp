@@ -166,11 +166,15 @@ asio::awaitable<bool> JobSession::wait_until(std::function<bool()> pred,
                                              Clock::time_point deadline) {
   asio::steady_timer timer(ex_);
   waiters_.push_back(&timer);
+  struct Waiting {  // out of waiters_ however the wait ends (a cancellation throws)
+    std::vector<asio::steady_timer*>& waiters;
+    asio::steady_timer* timer;
+    ~Waiting() { std::erase(waiters, timer); }
+  } waiting{waiters_, &timer};
   while (!pred() && broken_.empty() && Clock::now() < deadline) {
     timer.expires_at(deadline);
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
-  std::erase(waiters_, &timer);
   if (!broken_.empty()) throw store::StoreConnectionError(broken_);
   co_return pred();
 }

@@ -1,14 +1,18 @@
 #pragma once
 // Turns for coroutines on one executor that share a connection which takes one request at a time:
-// lock() returns a guard once every earlier holder has released it, in the order they asked.
+// lock() returns a guard once every earlier holder has released it, in the order they asked. A
+// waiter whose coroutine is cancelled leaves the line (operation_aborted) without ever holding the
+// turn; the turn it would have had goes to the next.
 #include <deque>
 #include <memory>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
 
 namespace ddprun::store {
 
@@ -33,29 +37,46 @@ class AsyncMutex {
 
   boost::asio::awaitable<Guard> lock() {
     if (locked_) {
-      // Woken by unlock(), which hands the turn over without releasing it.
-      auto turn = std::make_shared<boost::asio::steady_timer>(
-          ex_, boost::asio::steady_timer::time_point::max());
+      // Woken by unlock(), which hands the turn over without releasing it (`given`); a wake
+      // without it is the coroutine's cancellation.
+      auto turn = std::make_shared<Turn>(ex_);
       waiting_.push_back(turn);
-      co_await turn->async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+      try {
+        co_await turn->wake.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+      } catch (...) {  // cancelled before it waited
+        std::erase(waiting_, turn);
+        throw;
+      }
+      if (!turn->given) {
+        std::erase(waiting_, turn);
+        throw boost::system::system_error(boost::asio::error::operation_aborted);
+      }
     }
     locked_ = true;
     co_return Guard(this);
   }
 
  private:
+  struct Turn {
+    explicit Turn(const boost::asio::any_io_executor& ex)
+        : wake(ex, boost::asio::steady_timer::time_point::max()) {}
+    boost::asio::steady_timer wake;
+    bool given = false;
+  };
+
   void unlock() {
     if (waiting_.empty()) {
       locked_ = false;
       return;
     }
-    waiting_.front()->cancel();
+    waiting_.front()->given = true;
+    waiting_.front()->wake.cancel();
     waiting_.pop_front();
   }
 
   boost::asio::any_io_executor ex_;
   bool locked_ = false;
-  std::deque<std::shared_ptr<boost::asio::steady_timer>> waiting_;
+  std::deque<std::shared_ptr<Turn>> waiting_;
 };
 
 }  // namespace ddprun::store
