@@ -599,7 +599,10 @@ import os, sys, time, torch
 from ddprun import checkpoint
 out, how = sys.argv[1], sys.argv[2]
 checkpoint.save(0, {"w": torch.ones(1 << 20)})
-open(os.path.join(out, "dir"), "w").write(os.environ["DDPRUN_CHECKPOINT_DIR"])
+# Whole or not at all: the test reads it as soon as it exists.
+with open(os.path.join(out, f"dir.{os.environ['RANK']}"), "w") as f:
+    f.write(os.environ["DDPRUN_CHECKPOINT_DIR"])
+os.replace(os.path.join(out, f"dir.{os.environ['RANK']}"), os.path.join(out, "dir"))
 if how == "fail":
     sys.exit(1)
 if how == "hold":
