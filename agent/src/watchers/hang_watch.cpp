@@ -17,16 +17,13 @@ void HangWatch::prepare(Attempt& a) {
   for (RunningWorker& w : a.workers) {
     const int local_rank = w.launch.id.local_rank;
     const auto learned = learned_.find(local_rank);
-    Watched& watched =
-        workers_
-            .try_emplace(local_rank,
-                         Watched{ProgressClock(policy_, std::chrono::steady_clock::now(),
-                                               learned == learned_.end()
-                                                   ? std::chrono::steady_clock::duration{}
-                                                   : learned->second),
-                                 std::make_unique<HeartbeatFile>(dir_ + "/heartbeat." +
-                                                                 std::to_string(local_rank))})
-            .first->second;
+    ProgressClock clock(
+        policy_, std::chrono::steady_clock::now(),
+        learned == learned_.end() ? std::chrono::steady_clock::duration{} : learned->second);
+    auto heartbeat =
+        std::make_unique<HeartbeatFile>(dir_ + "/heartbeat." + std::to_string(local_rank));
+    const Watched& watched =
+        workers_.try_emplace(local_rank, Watched{clock, std::move(heartbeat)}).first->second;
     w.launch.spawn.env["DDPRUN_HEARTBEAT_FILE"] = watched.heartbeat->path();
   }
 }
