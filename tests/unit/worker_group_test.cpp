@@ -72,6 +72,59 @@ TEST_CASE("worker group: an interruption before the workers start is kept, and n
   CHECK(std::chrono::steady_clock::now() - started >= 200ms);
 }
 
+TEST_CASE("attempt: its phase only moves forward, and the first of a stop's phases is its start",
+          "[agent]") {
+  const AttemptTimes::Time t0{std::chrono::seconds(100)};
+  Attempt a;
+  a.enter(AttemptPhase::kRunning, t0);
+  CHECK_FALSE(a.stopping());
+  CHECK_FALSE(a.times.failed);
+  a.cause(StopReason::kHang);
+  a.times.failed = t0 + 1s;  // the hang watch: when the most silent rank last made progress
+  a.enter(AttemptPhase::kCapturing, t0 + 3s);
+  a.cause(StopReason::kInterrupted);  // (a later cause is not the reason)
+  a.enter(AttemptPhase::kStopping, t0 + 4s);
+  a.enter(AttemptPhase::kCapturing, t0 + 5s);  // a late step of the capture: the stop stays
+  CHECK(a.phase == AttemptPhase::kStopping);
+  CHECK(a.reason == StopReason::kHang);
+  CHECK(a.hang_declared());
+  CHECK(a.stopping());
+  CHECK(*a.times.stop_began == t0 + 3s);
+  CHECK(*a.times.failed == t0 + 1s);
+  a.enter(AttemptPhase::kDraining, t0 + 6s);
+  a.enter(AttemptPhase::kKilling, t0 + 7s);  // a kill timer after every worker ended
+  CHECK(a.phase == AttemptPhase::kDraining);
+  // Workers that all ended on their own: draining is no stop.
+  Attempt done;
+  done.enter(AttemptPhase::kRunning, t0);
+  done.enter(AttemptPhase::kDraining, t0 + 1s);
+  CHECK_FALSE(done.stopping());
+  CHECK_FALSE(done.times.failed);
+}
+
+TEST_CASE(
+    "worker group: the user's stop after another node's interruption ends the attempt as "
+    "stopped, with the signal, and a worker that ignores SIGTERM is killed",
+    "[agent]") {
+  boost::asio::io_context io;
+  Containment containment(io, false);
+  WorkerGroup group(io, 500ms, containment);
+  std::vector<WorkerLaunch> l = sleepers(2);
+  l[1].spawn.argv = {"/bin/sh", "-c", "trap '' TERM INT; sleep 30 & wait; wait"};
+  boost::asio::steady_timer interrupt(io, 200ms), stop(io, 300ms);
+  interrupt.async_wait([&](boost::system::error_code) { group.interrupt(); });
+  stop.async_wait([&](boost::system::error_code) { group.stop(SIGINT); });
+  const auto started = std::chrono::steady_clock::now();
+  const GroupResult r = run(io, group, std::move(l));
+  CHECK(r.state == GroupResult::State::kStopped);
+  CHECK(r.stop_signal == SIGINT);
+  CHECK(r.failures.empty());  // (both were stopped by ddprun)
+  CHECK_FALSE(r.hang);
+  REQUIRE(r.times.stop_began);
+  CHECK(*r.times.stop_began - started >= 200ms);
+  CHECK(std::chrono::steady_clock::now() - started >= 700ms);  // the SIGTERM's grace, then SIGKILL
+}
+
 TEST_CASE(
     "worker process: a stop signal that comes before its exec never runs the agent's handlers",
     "[agent]") {

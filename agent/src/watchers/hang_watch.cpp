@@ -51,7 +51,7 @@ std::chrono::nanoseconds HangWatch::node_cpu_wait(Attempt& a) {
 
 AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::time_point now,
                                         EventLog* log) {
-  if (a.stopping() || a.hang_declared) return Finding::kNothing;
+  if (a.stopping() || a.reason != StopReason::kNone) return Finding::kNothing;
   const auto node_waited = node_cpu_wait(a);
   std::vector<std::pair<RunningWorker*, const Watched*>> hung;
   for (RunningWorker& w : a.workers) {
@@ -70,7 +70,7 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
     if (watched.clock.hung(now)) hung.emplace_back(&w, &watched);
   }
   if (hung.empty()) return Finding::kNothing;
-  a.hang_declared = true;
+  a.cause(StopReason::kHang);
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& [w, watched] : hung) {
     const ProgressClock& clock = watched->clock;

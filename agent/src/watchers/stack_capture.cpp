@@ -97,7 +97,7 @@ void StackCapture::freeze_then_dump(Attempt& attempt) {
     dump_then_stop(attempt);
     return;
   }
-  attempt.begin_stop(std::chrono::steady_clock::now());
+  attempt.enter(AttemptPhase::kCapturing, std::chrono::steady_clock::now());
   freeze(attempt);
   coordinator_.frozen(once_in_attempt(
       attempt.number, [this](Attempt& a) { dump_then_stop(a); }, kFreezeLimit));
@@ -108,7 +108,7 @@ void StackCapture::dump_then_stop(Attempt& attempt) {
     group_.stop_workers(attempt.number);
     return;
   }
-  attempt.begin_stop(std::chrono::steady_clock::now());
+  attempt.enter(AttemptPhase::kCapturing, std::chrono::steady_clock::now());
   if (!python_) {
     boost::asio::co_spawn(io_, read_native_stacks(attempt.number), boost::asio::detached);
     return;

@@ -29,6 +29,7 @@ AttemptWatcher::Finding StuckWatch::poll(Attempt& a, std::chrono::steady_clock::
         "({:g} s): this node takes no further part in the job",
         id.local_rank, id.rank, pid, wchan, std::chrono::duration<double>(stuck).count(),
         std::chrono::duration<double>(timeout_).count());
+    a.cause(StopReason::kUnhealthy);
     spdlog::error("{}", a.unhealthy);
     if (log != nullptr) {
       log->record("worker_uninterruptible",

@@ -62,45 +62,65 @@ struct AttemptTimes {
   std::optional<Time> ended;           // its workers were stopped and their output drained
 };
 
-// Where an attempt stands. It only moves forward, but for one step back: after an in-process abort
-// (aborted_in_process), the ranks that did not park were hung, and their stacks are taken
-// (kStopping back to kCapturing) before they are stopped.
+// Where an attempt stands. It only moves forward (a move to an earlier phase is ignored: a stop
+// already under way is not begun again, and ended workers are not stopped).
 enum class AttemptPhase {
-  kRunning,    // the workers run
-  kCapturing,  // they are to stop, and their stacks are being taken first (a hang)
-  kStopping,   // their stop was sent: the signal (SIGKILL after the shutdown timeout), or an abort
-               // to run again in process
+  kStarting,       // its workers are being started
+  kRunning,        // they run
+  kCapturing,      // they are to stop, and their stacks are taken first (a hang)
+  kParking,        // they were asked to abort the attempt and keep their processes for the next
+                   // (--restart_mode=in_process); any whose timer expired is stopped
+  kCapturingHung,  // they parked but for the hung ones, whose stacks are taken before they stop
+  kStopping,       // the stop signal was sent (by the agent, or the user's forwarded)
+  kKilling,        // SIGKILL was sent to those the shutdown timeout left
+  kDraining,       // every worker ended (or parked): their output is read to its end
+  kEnded,          // its result was made
+};
+
+// Why an attempt's workers were first told to stop (or would be: an interruption after they all
+// ended). What the attempt ends as is decided from all that happened by then (GroupResult): the
+// user's stop over a worker stuck in the kernel over a failure over another node's event.
+enum class StopReason {
+  kNone,
+  kFailure,      // a worker failed: it exited, its training raised, it could not start, or its
+                 // torch timer expired
+  kHang,         // this node declared workers hung
+  kUnhealthy,    // a worker stayed in uninterruptible sleep too long
+  kInterrupted,  // another node's event
+  kSignal,       // the agent was asked to stop (Attempt::stop_signal)
 };
 
 struct Attempt {
   uint64_t number = 0;                 // WorkerGroup::run()s so far, this one included
   std::vector<RunningWorker> workers;  // one per launch, in the launches' order
   size_t running = 0;                  // started (or kept) workers not yet ended or parked
-  AttemptPhase phase = AttemptPhase::kRunning;
-  bool sigkill_sent = false;  // ddprun sent SIGKILL to workers of it
-  int stop_signal = 0;        // stop(): the signal forwarded
-  bool interrupted = false;   // interrupt(): another node's event
-  bool hang_declared = false;
-  bool aborted_in_process = false;  // its workers were asked to abort it and run again in process
-  bool stacks_wanted = false;       // the workers' stacks are collected before they stop
-  std::string unhealthy;            // a worker stuck in state D: which, where, how long
+  AttemptPhase phase = AttemptPhase::kStarting;
+  StopReason reason = StopReason::kNone;
+  int stop_signal = 0;         // the agent was asked to stop: the signal forwarded
+  bool stacks_wanted = false;  // the workers' stacks are collected before they stop
+  std::string unhealthy;       // a worker stuck in state D: which, where, how long
   std::vector<WorkerFailure> failures;
   AttemptTimes times;
   // Called once, at the first progress of any worker of the attempt; may be empty.
   std::function<void(const AttemptTimes&)> on_first_progress;
 
-  // The workers are to stop (a failure, a hang, an interruption, a signal): the detection's time,
-  // and the failure's where nothing earlier was known of it.
-  void begin_stop(AttemptTimes::Time now) {
-    if (phase == AttemptPhase::kRunning) phase = AttemptPhase::kCapturing;
-    if (!times.stop_began) times.stop_began = now;
-    if (!times.failed) times.failed = now;
+  // Something that stops the attempt happened: kept where it is the first.
+  void cause(StopReason why) {
+    if (reason == StopReason::kNone) reason = why;
   }
-  bool stopping() const { return phase != AttemptPhase::kRunning; }
-  // The hung ranks' stacks are being taken after an in-process abort the others parked for.
-  bool capturing_the_hung() const {
-    return phase == AttemptPhase::kCapturing && aborted_in_process;
+  // Moves on to `next` where that is forward. A stop's phase (kCapturing to kKilling) records,
+  // the first time, when the stop began and, where nothing earlier was known, when the failure
+  // happened.
+  void enter(AttemptPhase next, AttemptTimes::Time now) {
+    if (next >= AttemptPhase::kCapturing && next <= AttemptPhase::kKilling) {
+      if (!times.stop_began) times.stop_began = now;
+      if (!times.failed) times.failed = now;
+    }
+    if (next > phase) phase = next;
   }
+  // The workers were told to stop (or to park).
+  bool stopping() const { return times.stop_began.has_value(); }
+  bool hang_declared() const { return reason == StopReason::kHang; }
   // A worker made progress (a heartbeat, a torch timer, a line of output).
   void progress(AttemptTimes::Time now) {
     if (times.first_progress) return;
@@ -116,7 +136,8 @@ class AttemptControl {
   // The attempt under way; null between attempts.
   virtual Attempt* running_attempt() = 0;
   // Stops attempt `number`'s workers (SIGTERM, SIGKILL after the shutdown timeout) if it is still
-  // under way and their stop has not begun.
+  // under way: where their stacks were being taken, they stop now; where they were already told to
+  // stop or park, nothing changes.
   virtual void stop_workers(uint64_t number) = 0;
   // `worker`, of the attempt under way, made progress (told to the attempt and its watchers).
   virtual void worker_progress(const RunningWorker& worker, WorkerProgress kind) = 0;

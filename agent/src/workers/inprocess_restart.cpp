@@ -73,13 +73,11 @@ bool WorkerGroup::all_can_restart_in_process(bool hung_too) {
 void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   Attempt& a = *attempt_;
   const auto now = std::chrono::steady_clock::now();
-  const bool hang = a.hang_declared;
+  const bool hang = a.hang_declared();
   // After a hang (this node's or another's), where each rank waited goes into the hang's report:
   // each writes its stacks before it aborts.
   if (hang && stacks_.captures()) a.stacks_wanted = true;
-  a.begin_stop(now);
-  a.phase = AttemptPhase::kStopping;
-  a.aborted_in_process = true;
+  a.enter(AttemptPhase::kParking, now);
   bool to_stop = false;
   for (RunningWorker& w : a.workers) {
     if (!w.running()) continue;
@@ -135,6 +133,7 @@ void WorkerGroup::poll_in_process() {
                            {{"local_rank", f.local_rank}, {"rank", f.rank}, {"pid", f.pid}});
       }
       a.failures.push_back(std::move(f));
+      a.cause(StopReason::kFailure);
     }
     if (!a.failures.empty()) end_attempt();
     if (!a.stopping()) return;
@@ -150,7 +149,7 @@ void WorkerGroup::poll_in_process() {
       w.kept = true;
       w.parked_stack = kept.channel->stack(a.number).value_or(std::string());
       kept_.push_back(std::move(kept));
-    } else if (now >= parking_deadline_ && a.hang_declared) {
+    } else if (now >= parking_deadline_ && a.hang_declared()) {
       w.parking = false;  // a hung rank: its stack is taken below, then it stops
       hung = true;
     } else if (now >= parking_deadline_) {
@@ -165,7 +164,7 @@ void WorkerGroup::poll_in_process() {
     }
   }
   if (hung) {
-    a.phase = AttemptPhase::kCapturing;  // see capturing_the_hung()
+    a.enter(AttemptPhase::kCapturingHung, now);
     stacks_.on_hang(a);
   }
   wake();

@@ -146,6 +146,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     if (w.running()) w.process->signal_group(SIGKILL);
   }
   attempt_->times.started = std::chrono::steady_clock::now();
+  attempt_->enter(AttemptPhase::kRunning, *attempt_->times.started);
   if (event_log_ != nullptr) {
     nlohmann::json started = nlohmann::json::array();
     for (const RunningWorker& w : attempt_->workers) {
@@ -160,10 +161,9 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   if (!watchers_.empty()) watch_states();
   if (!inprocess_dir_.empty()) watch_in_process();
   boost::asio::steady_timer drain(io_);
-  bool draining = false;
   while (attempt_->running > 0 || open_pumps() > 0) {
-    if (attempt_->running == 0 && !draining) {
-      draining = true;
+    if (attempt_->running == 0 && attempt_->phase != AttemptPhase::kDraining) {
+      attempt_->enter(AttemptPhase::kDraining, std::chrono::steady_clock::now());
       drain.expires_after(kPumpDrain);
       drain.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
@@ -185,6 +185,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
   attempt_->times.ended = std::chrono::steady_clock::now();
+  attempt_->enter(AttemptPhase::kEnded, *attempt_->times.ended);
 
   co_return conclude();
 }
@@ -210,6 +211,7 @@ bool WorkerGroup::start_worker(size_t i) {
     f.time = std::chrono::system_clock::now();
     f.error = ErrorRecord{e.what(), {}, {}, {}};
     a.failures.push_back(std::move(f));
+    a.cause(StopReason::kFailure);
     begin_stopping(SIGTERM);
     return false;
   }
@@ -274,7 +276,7 @@ GroupResult WorkerGroup::conclude() {
   result.failures = std::move(a.failures);
   result.stop_signal = a.stop_signal;
   result.unhealthy = a.unhealthy;
-  result.hang = a.hang_declared;
+  result.hang = a.hang_declared();
   result.times = a.times;
   for (const RunningWorker& w : a.workers) {
     if (w.process) result.pids.push_back(w.process->pid());
@@ -288,9 +290,11 @@ GroupResult WorkerGroup::conclude() {
     result.state = GroupResult::State::kStopped;
   } else if (!a.unhealthy.empty()) {
     result.state = GroupResult::State::kUnhealthy;
-  } else if (!result.failures.empty()) {
+  } else if (!result.failures.empty() || a.reason == StopReason::kFailure ||
+             a.reason == StopReason::kHang) {
+    // (a hung worker that survived SIGKILL left no failure of its own: the attempt failed still)
     result.state = GroupResult::State::kFailed;
-  } else if (a.interrupted) {
+  } else if (a.reason == StopReason::kInterrupted) {
     result.state = GroupResult::State::kInterrupted;
   }
   // The processes and pumps go now; what a late callback may look at stays until the next run().
@@ -334,8 +338,8 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
       exited["signal"] = signal_name(-status.code);
       exited["oom_killed"] = status.oom_killed;
       // A SIGKILL ddprun did not send usually comes from the kernel's OOM killer.
-      exited["oom_hint"] =
-          status.oom_killed || (-status.code == SIGKILL && !a.sigkill_sent && !ended_by_us);
+      exited["oom_hint"] = status.oom_killed || (-status.code == SIGKILL &&
+                                                 a.phase != AttemptPhase::kKilling && !ended_by_us);
     }
     event_log_->record("worker_exited", std::move(exited));
   }
@@ -346,7 +350,7 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
     f.pid = w.pid();
     f.exitcode = status.code;
     f.time = status.time;
-    f.sigkill_sent_by_ddprun = a.sigkill_sent || ended_by_us;
+    f.sigkill_sent_by_ddprun = a.phase == AttemptPhase::kKilling || ended_by_us;
     f.oom_killed = status.oom_killed;
     f.ended_because = rw.ended_because;
     if (!w.exec_error().empty()) {
@@ -357,6 +361,7 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
     spdlog::warn("worker local_rank {} (rank {}, pid {}) failed: exit code {}", f.local_rank,
                  f.rank, f.pid, f.exitcode);
     a.failures.push_back(std::move(f));
+    a.cause(StopReason::kFailure);
     if (!a.stopping()) end_attempt();
   }
   wake();
@@ -364,21 +369,30 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
 
 void WorkerGroup::end_attempt() {
   Attempt& a = *attempt_;
-  if (a.capturing_the_hung()) {  // the stacks of the hung ranks were taken: they stop now
-    begin_stopping(SIGTERM);
-    return;
-  }
-  if (a.phase == AttemptPhase::kStopping) return;
-  if (!a.aborted_in_process && all_can_restart_in_process(false)) {
-    begin_parking(shutdown_timeout_);
-  } else {
-    begin_stopping(SIGTERM);
+  switch (a.phase) {
+    case AttemptPhase::kStarting:
+    case AttemptPhase::kRunning:
+    case AttemptPhase::kCapturing:
+      if (all_can_restart_in_process(false)) {
+        begin_parking(shutdown_timeout_);
+      } else {
+        begin_stopping(SIGTERM);
+      }
+      return;
+    case AttemptPhase::kCapturingHung:  // the stacks of the hung ranks were taken: they stop now
+      begin_stopping(SIGTERM);
+      return;
+    case AttemptPhase::kParking:
+    case AttemptPhase::kStopping:
+    case AttemptPhase::kKilling:
+    case AttemptPhase::kDraining:
+    case AttemptPhase::kEnded:
+      return;  // (under way, or nothing left to stop)
   }
 }
 
 void WorkerGroup::begin_stopping(int signo) {
-  attempt_->begin_stop(std::chrono::steady_clock::now());
-  attempt_->phase = AttemptPhase::kStopping;
+  attempt_->enter(AttemptPhase::kStopping, std::chrono::steady_clock::now());
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running()) continue;
     w.stopped_by_us = true;
@@ -395,7 +409,7 @@ void WorkerGroup::kill_after_shutdown_timeout() {
 }
 
 void WorkerGroup::kill_survivors() {
-  attempt_->sigkill_sent = true;
+  attempt_->enter(AttemptPhase::kKilling, std::chrono::steady_clock::now());
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running() || w.parking) continue;
     spdlog::warn("worker pid {} did not exit within the shutdown timeout: sending SIGKILL",
@@ -429,7 +443,7 @@ void WorkerGroup::watch_states() {
   state_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || !active_) return;
     poll_watchers();
-    if (attempt_->unhealthy.empty() && !attempt_->hang_declared) watch_states();
+    if (attempt_->unhealthy.empty() && !attempt_->hang_declared()) watch_states();
   });
 }
 
@@ -462,7 +476,6 @@ void WorkerGroup::worker_progress(const RunningWorker& worker, WorkerProgress ki
 
 void WorkerGroup::stop_workers(uint64_t number) {
   if (!active_ || attempt_->number != number) return;
-  if (attempt_->phase == AttemptPhase::kStopping) return;
   end_attempt();
 }
 
@@ -476,7 +489,7 @@ void WorkerGroup::interrupt_for_stacks() {
     interrupt();
     return;
   }
-  attempt_->interrupted = true;
+  attempt_->cause(StopReason::kInterrupted);
   stacks_.on_peer_hang(*attempt_);
 }
 
@@ -486,7 +499,7 @@ void WorkerGroup::interrupt() {
     return;
   }
   if (attempt_->stopping()) return;
-  attempt_->interrupted = true;
+  attempt_->cause(StopReason::kInterrupted);
   end_attempt();
 }
 
@@ -498,6 +511,7 @@ void WorkerGroup::stop(int signo) {
     return;
   }
   a.stop_signal = signo;
+  a.cause(StopReason::kSignal);
   if (!a.stopping()) {
     begin_stopping(signo);
     return;
