@@ -43,10 +43,25 @@ import traceback
 
 _ENV = "DDPRUN_INPROCESS_FILE"
 _POLL = 0.005  # seconds between looks at the agent's file
-# How long a training that raised a RuntimeError (what a collective raises when a peer is gone)
-# waits for the agent's abort before it counts as this rank's own failure: another rank's failure
-# reaches this rank's collectives before it reaches this rank's agent.
+# How long a training whose collective failed waits for the agent's abort before the failure
+# counts as this rank's own: another rank's failure reaches this rank's collectives before it
+# reaches this rank's agent. Any other exception is this rank's own at once.
 _PEER_FAILURE_GRACE = 2.0
+# What the message of a collective's RuntimeError holds when a peer is gone, silent or aborted:
+# gloo's transport ("[../gloo/transport/tcp/pair.cc:589] Read error [..]: Connection reset by
+# peer", "Connection closed by peer", a timeout), NCCL's (torch 1.13 raises them as RuntimeError;
+# torch 2 as DistBackendError, a DistError) and the store's.
+_PEER_FAILURE_MARKS = ("gloo/transport", "Connection closed by peer", "Connection reset by peer",
+                       "Timed out", "NCCL", "TCPStore", "Socket Timeout")
+
+
+def _peer_failure(e):
+    """Whether `e` is what a collective raises when another rank failed (not this rank's own)."""
+    dist = sys.modules.get("torch.distributed")
+    dist_error = getattr(dist, "DistError", None)
+    if dist_error is not None and isinstance(e, dist_error):
+        return True
+    return isinstance(e, RuntimeError) and any(mark in str(e) for mark in _PEER_FAILURE_MARKS)
 
 
 def _tcp_sockets():
@@ -243,7 +258,7 @@ def run(train, *args, **kwargs):
             raise
         except BaseException as e:  # noqa: BLE001 - every failure of the training restarts it
             channel.failed(e)
-            if isinstance(e, RuntimeError):
+            if _peer_failure(e):
                 channel.aborted.wait(_PEER_FAILURE_GRACE)
             if channel.aborted.is_set():
                 first = traceback.format_exception_only(type(e), e)[-1].strip()

@@ -5,7 +5,7 @@ under torchrun, which has nothing else), the training run under ddprun.inprocess
 but with --restart_mode=in_process). Arguments: STEPS OUT. Each rank appends "<time> <restart>
 <step>" to OUT/steps.<rank> after each step; in the first attempt, rank 1 writes the time to
 OUT/fault and then, just after saving step $FAULT_STEP, SIGKILLs itself ($FAULT=kill) or raises
-($FAULT=raise)."""
+($FAULT=raise: a RuntimeError, as torch raises for most errors)."""
 import os
 import signal
 import sys
@@ -71,7 +71,7 @@ def train(steps, out):
                 with open(os.path.join(out, "fault"), "w") as f:
                     f.write(f"{time.time():.6f}")
                 if os.environ.get("FAULT") == "raise":
-                    raise ValueError(f"rank 1 fails after step {s}")
+                    raise RuntimeError(f"rank 1 fails after step {s}")  # (as torch raises)
                 os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
     dist.destroy_process_group()

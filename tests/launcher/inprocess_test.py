@@ -6,6 +6,7 @@ saves an in-memory checkpoint every step (workloads/inprocess_ddp.py).
     inprocess_test.py DDPRUN CASE [DDPRUND]    (CASE: one of the functions named case_*; DDPRUND
                                                 for the case of a lost node)
 """
+import datetime
 import glob
 import os
 import re
@@ -78,15 +79,25 @@ def case_a_killed_rank_is_replaced_and_the_other_keeps_its_process_bit_identical
 
 
 def case_a_rank_whose_training_raises_keeps_its_process_too():
+    """A RuntimeError of the training's own (not a collective's: no peer failed) is this rank's
+    failure at once; only a collective's error waits for the abort a peer's failure brings."""
     reference = uninterrupted()
     out, err = job("--restart_mode=in_process", FAULT="raise:1:5")
     p = pids(out)
     assert p[(1, 0)] == p[(0, 0)] and p[(1, 1)] == p[(0, 1)], f"a process was replaced: {p}"
-    assert "failed: its training raised ValueError: rank 1 fails at step 5" in err, err
+    said = re.search(r"^\[([0-9-]+ [0-9:.]+)\] .*failed: its training raised RuntimeError: rank 1 "
+                     r"fails at step 5$", err, re.M)
+    assert said, err
+    with open(os.path.join(out, "raised_at")) as f:
+        raised_at = float(f.read())
+    reported = datetime.datetime.strptime(said[1], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    # (a wait for an abort, 2 s, would come first)
+    assert reported - raised_at < 1.9, f"reported {reported - raised_at:.2f} s after the raise"
     assert "restarting the workers (restart 1 of at most 3)" in err, err
     assert same_parameters(reference, out), "the restarted job's parameters differ"
-    print(f"rank 1 raised at step 5: both ranks kept their processes ({p[(0, 0)]}, "
-          f"{p[(0, 1)]}), a restart spent, final parameters bit-identical: passed")
+    print(f"rank 1 raised a RuntimeError at step 5, reported {reported - raised_at:.2f} s later: "
+          f"both ranks kept their processes ({p[(0, 0)]}, {p[(0, 1)]}), a restart spent, final "
+          f"parameters bit-identical: passed")
 
 
 def case_a_training_that_raises_in_every_attempt_is_a_crash_loop():

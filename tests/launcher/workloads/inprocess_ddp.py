@@ -8,7 +8,7 @@ the final parameters to OUT_DIR/final.pt. With $LOSE_AT=STEP, the ranks of node 
 OUT_DIR/held.<rank> after saving that step in the first attempt and wait there to be killed with
 their node (the others go on into the next step, whose all-reduce waits for them). In the
 first attempt, $FAULT="KIND:RANK:STEP" makes that rank, just after saving that step: kill (SIGKILL
-itself), raise (a ValueError), or hang (sleep, alive and silent; with --hang_timeout); with
+itself), raise (a RuntimeError, its time in OUT_DIR/raised_at), or hang (sleep, alive and silent; with --hang_timeout); with
 $FAULT_EVERY=N instead, rank 1 kills itself just after the first step it saves in each of the
 first N attempts; with $RAISE_EVERY=1, rank 1 raises at its first step of every attempt, before
 saving it. With $NO_API=1 the training is called directly, as a script that does not use
@@ -50,8 +50,10 @@ def fault(rank, step, first, out):
         return
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    if kind == "raise":
-        raise ValueError(f"rank {rank} fails at step {step}")
+    if kind == "raise":  # what torch raises for most errors of a training (a shape, a dtype)
+        with open(os.path.join(out, "raised_at"), "w") as f:
+            f.write(repr(time.time()))
+        raise RuntimeError(f"rank {rank} fails at step {step}")
     if kind == "hang":
         time.sleep(300)
 
