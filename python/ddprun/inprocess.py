@@ -50,18 +50,26 @@ _PEER_FAILURE_GRACE = 2.0
 # What the message of a collective's RuntimeError holds when a peer is gone, silent or aborted:
 # gloo's transport ("[../gloo/transport/tcp/pair.cc:589] Read error [..]: Connection reset by
 # peer", "Connection closed by peer", a timeout), NCCL's (torch 1.13 raises them as RuntimeError;
-# torch 2 as DistBackendError, a DistError) and the store's.
+# torch 2 as DistBackendError, a DistError) and the store's (torch 1.13: a bare "Broken pipe";
+# torch 2: DistNetworkError, a DistError).
 _PEER_FAILURE_MARKS = ("gloo/transport", "Connection closed by peer", "Connection reset by peer",
-                       "Timed out", "NCCL", "TCPStore", "Socket Timeout")
+                       "Timed out", "NCCL", "TCPStore", "Socket Timeout", "Broken pipe")
 
 
 def _peer_failure(e):
-    """Whether `e` is what a collective raises when another rank failed (not this rank's own)."""
+    """Whether `e`, or an exception it was raised from or while handling, is what a collective
+    raises when another rank failed (not this rank's own)."""
     dist = sys.modules.get("torch.distributed")
     dist_error = getattr(dist, "DistError", None)
-    if dist_error is not None and isinstance(e, dist_error):
-        return True
-    return isinstance(e, RuntimeError) and any(mark in str(e) for mark in _PEER_FAILURE_MARKS)
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if dist_error is not None and isinstance(e, dist_error):
+            return True
+        if isinstance(e, RuntimeError) and any(mark in str(e) for mark in _PEER_FAILURE_MARKS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _tcp_sockets():

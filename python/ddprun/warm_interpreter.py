@@ -353,9 +353,11 @@ def _serve(sock, given_env, own_env, warm_up):
         worker = os.read(pid_read, 32)
         os.close(pid_read)
         os.waitpid(middle, 0)  # the worker is the agent's child (its subreaper) from here on
+        # Its pid goes to the agent before it runs: the agent, should it stop waiting for this
+        # answer, still reads it first, and a worker it never hears of never runs.
+        _send(sock, "pid " + worker.decode() if worker else "cold a fork failed")
         os.write(release_write, b"x")
         os.close(release_write)
-        _send(sock, "pid " + worker.decode() if worker else "cold a fork failed")
         served = True
 
 

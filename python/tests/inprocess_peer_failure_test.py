@@ -51,6 +51,13 @@ def main():
     except RuntimeError as own:
         assert not inprocess._peer_failure(own), f"{type(own).__name__}: {own}"
     assert not inprocess._peer_failure(ValueError("Connection reset by peer"))
+    try:  # a wrapper of the training's own around the collective's error
+        try:
+            raise e
+        except RuntimeError as inner:
+            raise ValueError("the step failed") from inner
+    except ValueError as wrapped:
+        assert inprocess._peer_failure(wrapped)
     print(f"a gone peer's all-reduce error waits for the abort ({type(e).__name__}: "
           f"{str(e)[:80]}...), a shape error of the training's own does not: passed")
 

@@ -7,11 +7,13 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
-from proc_util import free_port
+from proc_util import free_port, left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -317,6 +319,49 @@ def case_a_killed_warm_interpreter_is_replaced():
         assert open(os.path.join(work, name)).read() == "True", name
     print("a warm interpreter SIGKILLed during a job is replaced: the restarted workers are warm "
           "again, the job succeeds: passed")
+
+
+# A preloaded module whose fork hook never returns: the warm interpreter hangs in the fork of the
+# first worker (the warm-up itself forks only where threads run, and this module starts none).
+HUNG_FORK = r'''
+import os, time
+def _hang():
+    open(os.path.join(os.environ["OUT_DIR"], "forking"), "w").close()
+    time.sleep(120)
+os.register_at_fork(before=_hang)
+'''
+
+
+def case_a_stop_while_the_warm_interpreter_hangs_in_a_fork_ends_the_job_at_once():
+    """The agent waits for a fork's answer on its event loop (not in a blocking poll of up to
+    10 s), and the stop ends that wait: SIGTERM to ddprun while the warm interpreter hangs forking
+    a worker ends the job within 3 s; no worker starts cold after it; nothing is left running."""
+    work = tempfile.mkdtemp()
+    with open(os.path.join(work, "hung_fork.py"), "w") as f:
+        f.write(HUNG_FORK)
+    script = os.path.join(work, "never_runs.py")
+    with open(script, "w") as f:
+        f.write("open(__file__ + '.ran', 'w').close()\n")
+    p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=1", "--preload=hung_fork",
+                          script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHON_EXEC": PY, "OUT_DIR": work,
+                              "PYTHONPATH": work})
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(work, "forking")),
+                 "the warm interpreter's fork", timeout=120)
+        asked = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+        took = time.monotonic() - asked
+    finally:
+        p.kill()
+        p.wait()
+    assert took < 3, f"ddprun ended {took:.1f} s after SIGTERM\n{err}"
+    assert "the workers stopped while the warm interpreter forked one" in err, err
+    assert not os.path.exists(script + ".ran"), err  # no cold start after the stop
+    assert not left_running(work), left_running(work)  # the warm interpreter too
+    print(f"SIGTERM while the warm interpreter hung in a worker's fork: ddprun ended "
+          f"{took:.2f} s later, exit {p.returncode}, no worker started, nothing left: passed")
 
 
 COMPILER = r'''

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -66,7 +67,11 @@ Containment::~Containment() {
 void Containment::listen_sigchld() {
   sigchld_.async_wait([this](boost::system::error_code ec, int) {
     if (ec || !listening_) return;
-    reap_orphans(false);  // orphans that ended on their own leave no zombie
+    if (holds_ > 0) {
+      reap_when_held_ = true;
+    } else {
+      reap_orphans(false);  // orphans that ended on their own leave no zombie
+    }
     listen_sigchld();
   });
 }
@@ -90,6 +95,12 @@ bool Containment::remove_after_a_kill(const std::string& folder) {
 }
 
 void Containment::kill_orphans() { reap_orphans(true); }
+
+Containment::ReapingHold::~ReapingHold() {
+  if (--c_.holds_ == 0 && std::exchange(c_.reap_when_held_, false) && c_.listening_) {
+    c_.reap_orphans(false);
+  }
+}
 
 void Containment::stop_listening() {
   listening_ = false;

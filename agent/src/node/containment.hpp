@@ -38,6 +38,20 @@ class Containment {
   bool remove_after_a_kill(const std::string& folder);
   // SIGKILLs and reaps every adopted orphan (a child of this agent that is not a live worker).
   void kill_orphans();
+  // While one lives, an ended child is not reaped as an orphan: a worker another process forked
+  // (the warm interpreter) is this agent's child before the agent knows its pid, and its own watch
+  // must find it. Orphans that ended meanwhile are reaped when the last hold ends.
+  class ReapingHold {
+   public:
+    explicit ReapingHold(Containment& c) : c_(c) { ++c_.holds_; }
+    ~ReapingHold();
+    ReapingHold(const ReapingHold&) = delete;
+    ReapingHold& operator=(const ReapingHold&) = delete;
+
+   private:
+    Containment& c_;
+  };
+  ReapingHold hold_reaping() { return ReapingHold(*this); }
   // Stops reaping on SIGCHLD (so that the io_context can run out of work); the destructor still
   // kills and reaps what is left.
   void stop_listening();
@@ -51,6 +65,8 @@ class Containment {
   std::set<pid_t> workers_;
   boost::asio::signal_set sigchld_;
   bool listening_ = true;
+  int holds_ = 0;                // ReapingHolds alive
+  bool reap_when_held_ = false;  // a child ended during a hold
 };
 
 }  // namespace ddprun::agent

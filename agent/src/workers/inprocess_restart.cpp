@@ -11,6 +11,7 @@
 #include "logs/event_log.hpp"
 #include "logs/log_pump.hpp"
 #include "logs/python_traceback.hpp"
+#include "workers/warm_interpreter.hpp"
 #include "workers/worker_group.hpp"
 
 // --restart_mode=in_process: the worker group's part in an in-process restart (worker_group.hpp,
@@ -59,7 +60,8 @@ bool WorkerGroup::all_can_restart_in_process(bool hung_too) {
   if (inprocess_dir_.empty()) return false;
   for (const RunningWorker& w : attempt_->workers) {
     if (!w.running() || (!hung_too && !w.ended_because.empty()) || w.channel->ready()) continue;
-    if (!std::exchange(said_not_in_process_, true)) {
+    // (Not while the attempt starts: its workers have had no time to reach the API.)
+    if (attempt_->phase != AttemptPhase::kStarting && !std::exchange(said_not_in_process_, true)) {
       spdlog::warn(
           "--restart_mode=in_process: local rank {} does not run its training under "
           "ddprun.inprocess: the workers restart as processes",
@@ -78,6 +80,7 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   // each writes its stacks before it aborts.
   if (hang && stacks_.captures()) a.stacks_wanted = true;
   a.enter(AttemptPhase::kParking, now);
+  if (warm_ != nullptr) warm_->stop_forking();
   bool to_stop = false;
   for (RunningWorker& w : a.workers) {
     if (!w.running()) continue;

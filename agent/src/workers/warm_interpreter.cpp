@@ -1,7 +1,6 @@
 #include "workers/warm_interpreter.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,7 +26,7 @@ namespace {
 namespace asio = boost::asio;
 
 // How long one worker's fork may take before the interpreter counts as hung.
-constexpr int kForkAnswerMs = 10'000;
+constexpr std::chrono::seconds kForkAnswerLimit{10};
 
 bool send_message(int fd, const std::string& text, const std::array<int, 4>* fds) {
   iovec io{const_cast<char*>(text.data()), text.size()};
@@ -51,12 +50,12 @@ bool send_message(int fd, const std::string& text, const std::array<int, 4>* fds
   return n == static_cast<ssize_t>(text.size());
 }
 
-// One message, or "" at end of file or error; nullopt when none is waiting (`dontwait`).
-std::optional<std::string> receive(int fd, bool dontwait) {
+// One message, or "" at end of file or error; nullopt when none is waiting.
+std::optional<std::string> receive(int fd) {
   std::array<char, 4096> buf;
   ssize_t n;
   do {
-    n = ::recv(fd, buf.data(), buf.size(), dontwait ? MSG_DONTWAIT : 0);
+    n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::nullopt;
   return n <= 0 ? std::string() : std::string(buf.data(), static_cast<size_t>(n));
@@ -147,6 +146,10 @@ void WarmInterpreter::launch(const Environment& env) {
 
 void WarmInterpreter::retire() {
   control_.reset();
+  end_process();
+}
+
+void WarmInterpreter::end_process() {
   if (process_) {
     const pid_t pid = process_->pid();
     const bool running = process_->running();
@@ -158,7 +161,7 @@ void WarmInterpreter::retire() {
 
 WarmInterpreter::Heard WarmInterpreter::take_ready_message() {
   if (!control_) return Heard::kNothing;
-  const auto m = receive(control_->native_handle(), true);
+  const auto m = receive(control_->native_handle());
   if (!m) return Heard::kNothing;
   if (m->starts_with("ready ")) {
     ready_ = true;
@@ -217,10 +220,10 @@ asio::awaitable<void> WarmInterpreter::answering(std::chrono::milliseconds limit
   if (!send_message(control_->native_handle(), R"({"ping": true})", nullptr)) {
     answer = std::string();
   }
-  if (!answer) answer = receive(control_->native_handle(), true);
+  if (!answer) answer = receive(control_->native_handle());
   if (!answer) {
     co_await until_heard(limit, [&] {
-      if (control_) answer = receive(control_->native_handle(), true);
+      if (control_) answer = receive(control_->native_handle());
       return answer.has_value();
     });
   }
@@ -237,19 +240,20 @@ asio::awaitable<void> WarmInterpreter::answering(std::chrono::milliseconds limit
   }
 }
 
-std::optional<pid_t> WarmInterpreter::start(const SpawnSpec& spec, const ChildFds& fds) {
+asio::awaitable<std::optional<pid_t>> WarmInterpreter::start(const SpawnSpec& spec, ChildFds fds) {
+  stop_forking_ = false;
   if (!ready_ && take_ready_message() == Heard::kEnded) {
     go_cold("the warm interpreter ended before it was ready", false);
   }
-  if (!ready_ || !control_) return std::nullopt;
+  if (!ready_ || !control_) co_return std::nullopt;
   if (spec.argv.size() <= python_.size() ||
       !std::equal(python_.begin(), python_.end(), spec.argv.begin())) {
     go_cold("the worker's interpreter or options differ from the warm interpreter's", false);
-    return std::nullopt;
+    co_return std::nullopt;
   }
   if (shared_part(spec.env) != env_) {
     go_cold("this worker's environment differs from the warm interpreter's", false);
-    return std::nullopt;
+    co_return std::nullopt;
   }
   nlohmann::json request = {
       {"args", std::vector<std::string>(spec.argv.begin() + static_cast<long>(python_.size()),
@@ -267,27 +271,51 @@ std::optional<pid_t> WarmInterpreter::start(const SpawnSpec& spec, const ChildFd
   const bool sent = passed[3] >= 0 && send_message(sock, request.dump(), &passed);
   if (stand_in >= 0) ::close(stand_in);
   std::string answer;
+  bool given_up = false;  // no answer in time, or the workers stopped: the interpreter goes
   if (sent) {
-    pollfd p{sock, POLLIN, 0};
-    int r;
-    do {
-      r = ::poll(&p, 1, kForkAnswerMs);
-    } while (r < 0 && errno == EINTR);
-    if (r == 1) answer = receive(sock, false).value_or("");
+    std::optional<std::string> heard = receive(sock);
+    if (!heard) {
+      forking_ = true;
+      co_await until_heard(kForkAnswerLimit, [&] {
+        if (control_) heard = receive(control_->native_handle());
+        return heard.has_value() || stop_forking_;
+      });
+      forking_ = false;
+    }
+    if (!heard && control_) {
+      // It ends first: a worker it reported before it ended is read here (it reports a worker
+      // before it lets it run), and one it did not report ends without running anything.
+      end_process();
+      heard = receive(control_->native_handle());
+      given_up = true;
+    }
+    answer = heard.value_or("");
   }
+  if (given_up) retire();
   if (answer.starts_with("pid ")) {
-    last_cold_.clear();
-    return static_cast<pid_t>(std::stol(answer.substr(4)));
+    if (!given_up) last_cold_.clear();
+    co_return static_cast<pid_t>(std::stol(answer.substr(4)));
   }
   retire();
   if (answer.starts_with("cold ")) {
     go_cold(answer.substr(5), true);
+  } else if (stop_forking_) {
+    go_cold(
+        "the workers stopped while the warm interpreter forked one; a new one starts with the "
+        "next round",
+        false);
   } else {
     go_cold(sent ? "the warm interpreter did not answer; a new one starts with the next round"
                  : "cannot reach the warm interpreter; a new one starts with the next round",
             false);
   }
-  return std::nullopt;
+  co_return std::nullopt;
+}
+
+void WarmInterpreter::stop_forking() {
+  if (!forking_) return;
+  stop_forking_ = true;
+  if (control_) control_->cancel();
 }
 
 void WarmInterpreter::go_cold(const std::string& why, bool for_good) {

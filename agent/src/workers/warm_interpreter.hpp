@@ -54,15 +54,21 @@ class WarmInterpreter : public ForkServer {
   boost::asio::awaitable<void> ready(std::chrono::milliseconds limit);
   // Returns once the ready interpreter answers (it does at once but during a step of its warm-up:
   // python/ddprun/warm_interpreter.py), or `limit` passed (then it is retired: workers start cold,
-  // and a new one with the next round). Awaited before workers start, since start() waits for
-  // each fork without returning to the event loop.
+  // and a new one with the next round). Awaited before workers start, so that a step of the
+  // warm-up is not taken for a fork that does not answer.
   boost::asio::awaitable<void> answering(std::chrono::milliseconds limit);
 
-  std::optional<pid_t> start(const SpawnSpec& spec, const ChildFds& fds) override;
+  boost::asio::awaitable<std::optional<pid_t>> start(const SpawnSpec& spec, ChildFds fds) override;
+  // The attempt began to stop: a start() waiting for its fork's answer ends now, and the
+  // interpreter is retired. The interpreter reports a worker before it lets it run: one reported
+  // by the time it ended is returned (and the caller stops it), one not reported ends without
+  // running anything. Nothing where no start() waits.
+  void stop_forking();
 
  private:
   void launch(const Environment& env);
-  void retire();  // kills and forgets the interpreter
+  void retire();       // kills and forgets the interpreter
+  void end_process();  // kills and reaps the interpreter, its socket kept
   // Reads the interpreter's "ready" or "cold REASON" without blocking (and says so in the log).
   enum class Heard { kNothing, kReady, kCold, kEnded };
   Heard take_ready_message();
@@ -82,8 +88,10 @@ class WarmInterpreter : public ForkServer {
   std::unique_ptr<boost::asio::posix::stream_descriptor> control_;
   Environment env_;
   bool ready_ = false;
-  std::string given_up_;   // non-empty: workers start cold for the rest of the run, and why
-  std::string last_cold_;  // the last reason logged, so that each is logged once
+  bool forking_ = false;       // a start() waits for its fork's answer
+  bool stop_forking_ = false;  // ... and is to stop waiting
+  std::string given_up_;       // non-empty: workers start cold for the rest of the run, and why
+  std::string last_cold_;      // the last reason logged, so that each is logged once
 };
 
 }  // namespace ddprun::agent

@@ -139,11 +139,19 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   active_ = true;
 
-  for (size_t i = 0; i < attempt_->workers.size(); ++i) {
-    if (!adopt_kept(i) && !start_worker(i)) break;
+  // (A stop, or a failure of a worker started first, may come while the warm interpreter forks.)
+  for (size_t i = 0; i < attempt_->workers.size() && !attempt_->stopping(); ++i) {
+    if (!adopt_kept(i) && !co_await start_worker(i)) break;
   }
-  for (RunningWorker& w : kept_) {  // a local rank this attempt does not have
-    if (w.running()) w.process->signal_group(SIGKILL);
+  for (RunningWorker& w : kept_) {
+    const auto has = [&w](const RunningWorker& r) {
+      return r.launch.id.local_rank == w.launch.id.local_rank;
+    };
+    // A local rank this attempt does not have goes; one it did not adopt (a stop began before its
+    // turn) stays kept for the next.
+    if (w.running() && std::none_of(attempt_->workers.begin(), attempt_->workers.end(), has)) {
+      w.process->signal_group(SIGKILL);
+    }
   }
   attempt_->times.started = std::chrono::steady_clock::now();
   attempt_->enter(AttemptPhase::kRunning, *attempt_->times.started);
@@ -180,6 +188,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   drain.cancel();
   kill_timer_.cancel();
+  kill_armed_ = false;
   state_timer_.cancel();
   inprocess_timer_.cancel();
   containment_.kill_orphans();  // what the workers left behind, orphaned
@@ -190,7 +199,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   co_return conclude();
 }
 
-bool WorkerGroup::start_worker(size_t i) {
+boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
   Attempt& a = *attempt_;
   RunningWorker& rw = a.workers[i];
   WorkerLaunch& l = rw.launch;
@@ -199,8 +208,15 @@ bool WorkerGroup::start_worker(size_t i) {
     rw.channel->started(a.number);
     l.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
   }
+  const Containment::ReapingHold held = containment_.hold_reaping();  // (until it is registered)
   try {
-    rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup(), warm_);
+    // (An if, not ?:: with a co_await in a conditional expression, GCC 12's code crashed here.)
+    if (warm_ != nullptr) {
+      rw.process = co_await WorkerProcess::start(io_, l.spawn, containment_.worker_cgroup(),
+                                                 *warm_, [&a] { return !a.stopping(); });
+    } else {
+      rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup());
+    }
   } catch (const std::system_error& e) {
     // The machine refused a process: stop what started and report it like a failed worker.
     spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
@@ -212,9 +228,10 @@ bool WorkerGroup::start_worker(size_t i) {
     f.error = ErrorRecord{e.what(), {}, {}, {}};
     a.failures.push_back(std::move(f));
     a.cause(StopReason::kFailure);
-    begin_stopping(SIGTERM);
-    return false;
+    if (!a.stopping()) begin_stopping(SIGTERM);
+    co_return false;
   }
+  if (!rw.process) co_return false;  // the attempt began to stop while the warm interpreter forked
   ++a.running;
   WorkerProcess& w = *rw.process;
   containment_.started(w.pid(), w.cgroup_path());
@@ -248,7 +265,25 @@ bool WorkerGroup::start_worker(size_t i) {
     rw.pumps.push_back(std::move(pump));
   }
   w.watch_exit([this, serial](const ExitStatus& s) { on_exit(serial, s); });
-  return true;
+  if (a.stopping()) stop_late_worker(rw);
+  co_return true;
+}
+
+void WorkerGroup::stop_late_worker(RunningWorker& rw) {
+  switch (attempt_->phase) {
+    case AttemptPhase::kCapturing:
+    case AttemptPhase::kCapturingHung:
+      return;  // the stop that follows the capture reaches it with the others
+    case AttemptPhase::kKilling:
+      rw.stopped_by_us = true;
+      rw.process->signal_group(SIGKILL);
+      return;
+    default:
+      rw.stopped_by_us = true;
+      rw.process->signal_group(attempt_->stop_signal != 0 ? attempt_->stop_signal : SIGTERM);
+      if (!kill_armed_) kill_after_shutdown_timeout();
+      return;
+  }
 }
 
 RunningWorker* WorkerGroup::worker_of(uint64_t serial) {
@@ -393,6 +428,7 @@ void WorkerGroup::end_attempt() {
 
 void WorkerGroup::begin_stopping(int signo) {
   attempt_->enter(AttemptPhase::kStopping, std::chrono::steady_clock::now());
+  if (warm_ != nullptr) warm_->stop_forking();
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running()) continue;
     w.stopped_by_us = true;
@@ -402,9 +438,12 @@ void WorkerGroup::begin_stopping(int signo) {
 }
 
 void WorkerGroup::kill_after_shutdown_timeout() {
+  kill_armed_ = true;
   kill_timer_.expires_after(shutdown_timeout_);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) kill_survivors();
+    if (ec) return;
+    kill_armed_ = false;
+    kill_survivors();
   });
 }
 

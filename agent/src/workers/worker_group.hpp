@@ -119,7 +119,10 @@ class WorkerGroup : private AttemptControl {
   static constexpr std::chrono::seconds kKillGrace{5};
 
   // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
-  bool start_worker(size_t i);
+  boost::asio::awaitable<bool> start_worker(size_t i);
+  // A worker that started after its attempt began to stop (the warm interpreter answered late)
+  // gets the stop the others got.
+  void stop_late_worker(RunningWorker& rw);
   // Gives worker `i` of the attempt the kept process of the same local rank, if there is one.
   bool adopt_kept(size_t i);
   void on_exit(uint64_t serial, const ExitStatus& status);
@@ -159,6 +162,7 @@ class WorkerGroup : private AttemptControl {
   Containment& containment_;
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
+  bool kill_armed_ = false;  // kill_timer_ waits to SIGKILL the survivors of a stop
   boost::asio::steady_timer state_timer_;
   boost::asio::steady_timer inprocess_timer_;
   // The parts that watch each attempt's workers, polled in this order (set before run()).

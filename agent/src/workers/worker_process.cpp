@@ -108,75 +108,96 @@ int pidfd_or_kill(pid_t pid, WorkerCgroup* cgroup) {
 
 }  // namespace
 
-WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
-                             std::unique_ptr<WorkerCgroup> cgroup, ForkServer* server)
-    : pidfd_(io), cgroup_(std::move(cgroup)) {
-  // Everything the child touches is prepared here (child_start.hpp).
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  StreamFds out = open_target(spec.out);
-  StreamFds err = open_target(spec.err);
-  UniqueFd in_read, in_write;
-  if (spec.stdin_pipe) {
+struct WorkerProcess::Streams {
+  explicit Streams(const SpawnSpec& spec) : out(open_target(spec.out)), err(open_target(spec.err)) {
+    if (!spec.stdin_pipe) return;
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
     in_read.reset(p[0]);
     in_write.reset(p[1]);
   }
-  int report_fds[2];
-  if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
-  UniqueFd report_read(report_fds[0]), report_write(report_fds[1]);
-  ChildPlan plan;
-  plan.argv = argv.data();
-  plan.envp = envp.data();
-  plan.in_fd = in_read.get();
-  plan.out_fd = out.child.get();
-  plan.err_fd = err.child.get();
-  plan.pass_fd = spec.pass_fd;
-  plan.cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
-  plan.cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
-  plan.parent = ::getpid();
-  plan.debuggable = spec.debuggable;
-  plan.bind = !spec.cpus.empty();
-  plan.cpus = cpu_set_of(spec.cpus);
-  plan.report_fd = report_write.get();
-
-  std::optional<pid_t> served;
-  if (server != nullptr) {
-    served = server->start(
-        spec, ChildFds{plan.in_fd >= 0 ? plan.in_fd : STDIN_FILENO,
-                       plan.out_fd >= 0 ? plan.out_fd : STDOUT_FILENO,
-                       plan.err_fd >= 0 ? plan.err_fd : STDERR_FILENO, plan.cgroup_procs});
+  // What a fork server gives the child: its end of each stream, the agent's own where inherited.
+  ChildFds child(const WorkerCgroup* cgroup) const {
+    return ChildFds{in_read.get() >= 0 ? in_read.get() : STDIN_FILENO,
+                    out.child.get() >= 0 ? out.child.get() : STDOUT_FILENO,
+                    err.child.get() >= 0 ? err.child.get() : STDERR_FILENO,
+                    cgroup ? cgroup->procs_fd() : -1};
   }
-  const pid_t pid = served ? *served : start_child(plan);
-  if (pid < 0) throw_errno("fork");
-  // Also set from this side: a signal to the group may come before the child runs setpgid().
-  ::setpgid(pid, pid);
-  out.child.reset();
-  err.child.reset();
-  in_read.reset();
-  report_write.reset();
+
+  StreamFds out;
+  StreamFds err;
+  UniqueFd in_read;
+  UniqueFd in_write;
+};
+
+WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
+                             std::unique_ptr<WorkerCgroup> cgroup)
+    : WorkerProcess(io, spec, std::move(cgroup), Streams(spec), std::nullopt) {}
+
+boost::asio::awaitable<std::unique_ptr<WorkerProcess>> WorkerProcess::start(
+    boost::asio::io_context& io, const SpawnSpec& spec, std::unique_ptr<WorkerCgroup> cgroup,
+    ForkServer& server, std::function<bool()> wanted) {
+  Streams streams(spec);
+  const std::optional<pid_t> served = co_await server.start(spec, streams.child(cgroup.get()));
+  if (!served && !wanted()) co_return nullptr;
+  co_return std::unique_ptr<WorkerProcess>(
+      new WorkerProcess(io, spec, std::move(cgroup), std::move(streams), served));
+}
+
+WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
+                             std::unique_ptr<WorkerCgroup> cgroup, Streams streams,
+                             std::optional<pid_t> served)
+    : pidfd_(io), cgroup_(std::move(cgroup)) {
+  pid_t pid = served.value_or(-1);
+  UniqueFd report_read;
   if (!served) {
+    // Everything the child touches is prepared here (child_start.hpp).
+    std::vector<char*> argv;
+    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int report_fds[2];
+    if (::pipe2(report_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+    report_read.reset(report_fds[0]);
+    UniqueFd report_write(report_fds[1]);
+    ChildPlan plan;
+    plan.argv = argv.data();
+    plan.envp = envp.data();
+    plan.in_fd = streams.in_read.get();
+    plan.out_fd = streams.out.child.get();
+    plan.err_fd = streams.err.child.get();
+    plan.pass_fd = spec.pass_fd;
+    plan.cgroup_dir = cgroup_ ? cgroup_->dir_fd() : -1;
+    plan.cgroup_procs = cgroup_ ? cgroup_->procs_fd() : -1;
+    plan.parent = ::getpid();
+    plan.debuggable = spec.debuggable;
+    plan.bind = !spec.cpus.empty();
+    plan.cpus = cpu_set_of(spec.cpus);
+    plan.report_fd = report_write.get();
+    pid = start_child(plan);
+    if (pid < 0) throw_errno("fork");
     // Read when the process has exited: a forked child (where memory cannot be shared) may not
     // have reached its exec yet, and waiting for it would start the workers one after another.
     report_fd_ = report_read.release();
     program_ = spec.argv[0];
     cpus_ = spec.cpus;
   }
+  // Also set from this side: a signal to the group may come before the child runs setpgid().
+  ::setpgid(pid, pid);
+  streams.out.child.reset();
+  streams.err.child.reset();
+  streams.in_read.reset();
 
   pidfd_.assign(pidfd_or_kill(pid, cgroup_.get()));
   pid_ = pid;
   running_ = true;
-  stdout_pipe_ = out.parent_read.release();
-  stderr_pipe_ = err.parent_read.release();
-  stdin_pipe_ = in_write.release();
+  stdout_pipe_ = streams.out.parent_read.release();
+  stderr_pipe_ = streams.err.parent_read.release();
+  stdin_pipe_ = streams.in_write.release();
 }
 
 WorkerProcess::~WorkerProcess() {

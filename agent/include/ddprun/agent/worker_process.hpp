@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
@@ -53,9 +54,11 @@ struct ChildFds {
 class ForkServer {
  public:
   virtual ~ForkServer() = default;
-  // The pid of the started worker, a child of this process by the time this returns; nullopt:
-  // not started (the caller starts it itself).
-  virtual std::optional<pid_t> start(const SpawnSpec& spec, const ChildFds& fds) = 0;
+  // The pid of the started worker, a child of this process by the time this completes; nullopt:
+  // not started (the caller starts it itself). The event loop runs meanwhile; `spec` outlives the
+  // call.
+  virtual boost::asio::awaitable<std::optional<pid_t>> start(const SpawnSpec& spec,
+                                                             ChildFds fds) = 0;
 };
 
 struct ExitStatus {
@@ -71,9 +74,15 @@ class WorkerProcess {
   // checked against a race with the agent's death). Throws std::system_error when a pipe or fork
   // fails. An exec failure is not thrown: the process exits 127 and, once its exit is reported,
   // exec_error() says why.
-  // With `server`, the worker is started by it where it can (spec.pass_fd is then not used).
   WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
-                std::unique_ptr<WorkerCgroup> cgroup = nullptr, ForkServer* server = nullptr);
+                std::unique_ptr<WorkerCgroup> cgroup = nullptr);
+  // Starts the worker through `server` where it can (spec.pass_fd is then not used), else as the
+  // constructor does if `wanted()` still holds once the server answered (nullptr where not);
+  // throws as the constructor does. The event loop runs while the server answers. `spec` outlives
+  // the call.
+  static boost::asio::awaitable<std::unique_ptr<WorkerProcess>> start(
+      boost::asio::io_context& io, const SpawnSpec& spec, std::unique_ptr<WorkerCgroup> cgroup,
+      ForkServer& server, std::function<bool()> wanted);
   // Kills the process group (and the cgroup) if the process is still running, and reaps it.
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
@@ -103,6 +112,11 @@ class WorkerProcess {
   int take_stdin_pipe() { return std::exchange(stdin_pipe_, -1); }
 
  private:
+  struct Streams;  // the descriptors made for the child before it starts (worker_process.cpp)
+  // Starts the worker (forks and execs unless `served`: the pid a server started) with `streams`.
+  WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
+                std::unique_ptr<WorkerCgroup> cgroup, Streams streams, std::optional<pid_t> served);
+
   // Waits for the pidfd to turn readable, and takes that for the exit only once the kernel
   // confirms it: Asio may report readiness meant for another descriptor. A socket Asio opened and
   // closed stays in its epoll set while a child forked meanwhile holds it (until that child's
