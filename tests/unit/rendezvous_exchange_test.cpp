@@ -65,6 +65,31 @@ TEST_CASE("rendezvous: the exchange: every node reads every node's value, and a 
   CHECK(late->get() == std::vector<std::string>{"only 0"});
 }
 
+TEST_CASE("rendezvous: the exchange: two gathers of new topics begun at once both hear every value",
+          "[rendezvous][exchange]") {
+  Job job(2, 2);
+  const bool elastic = GENERATE(false, true);
+  CAPTURE(elastic);
+  auto nodes = elastic ? elastic_nodes(job) : static_nodes(job);
+  auto r0 = form(job, nodes);
+  const Scope scope = Scope::of(r0[0]);
+  // Each follows its topic anew, both while the other's watch is being made (a round's checkpoint
+  // stride and its roles do). The values come once both watches stand: a second here lets them be
+  // made (where it is too short, the test is weaker, never wrong).
+  auto first = job.start(nodes[1]->gather(scope, "first", 2, 60s));
+  auto second = job.start(nodes[1]->gather(scope, "second", 2, 60s));
+  rendezvous_test::run_until(
+      job.io(), [] { return false; }, 1s);
+  job.run(completed(nodes[1]->publish(scope, "first", "1")));
+  job.run(completed(nodes[1]->publish(scope, "second", "1")));
+  job.run(completed(nodes[0]->publish(scope, "first", "0")));
+  job.run(completed(nodes[0]->publish(scope, "second", "0")));
+  // (Within run_until's 5 s, far from the gathers' bound: each heard the other node's value.)
+  REQUIRE(job.run_until([&] { return first->done && second->done; }));
+  CHECK(first->get().size() == 2);
+  CHECK(second->get().size() == 2);
+}
+
 TEST_CASE(
     "rendezvous: the exchange: a flag interrupts the round on the other nodes and costs a restart",
     "[rendezvous][exchange]") {

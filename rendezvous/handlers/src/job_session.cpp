@@ -83,8 +83,9 @@ bool JobSession::follows_all_of(const WatchSet& watched, std::string_view prefix
 }
 
 asio::awaitable<void> JobSession::follow(std::vector<std::string> prefixes) {
-  for (const auto& p : prefixes) watched_.prefixes.push_back(p);
+  std::vector<std::string> added = prefixes;  // followed once the store follows them, not before
   for (const auto& e : co_await store_->watch_prefixes(std::move(prefixes))) apply(e);
+  for (auto& p : added) watched_.prefixes.push_back(std::move(p));
 }
 
 void JobSession::watch_membership(std::function<void(const MembershipChange&)> listener) {

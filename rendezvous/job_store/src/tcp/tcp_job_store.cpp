@@ -33,6 +33,7 @@ TcpJobStore::TcpJobStore(asio::any_io_executor ex, TcpJobStoreSpec spec)
       base_(job_key(spec_.run_id, "")),
       requests_(std::make_unique<store::AsyncMutex>(ex)),
       presence_turn_(std::make_unique<store::AsyncMutex>(ex)),
+      extra_turn_(std::make_unique<store::AsyncMutex>(ex)),
       heartbeat_timer_(ex),
       lease_timer_(ex) {}
 
@@ -193,6 +194,7 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::join(std::string presence_ke
 asio::awaitable<std::vector<KeyEvent>> TcpJobStore::watch_prefixes(
     std::vector<std::string> prefixes) {
   const auto self = shared_from_this();
+  const auto turn = co_await extra_turn_->lock();  // (what is fresh depends on the calls before)
   std::vector<std::string> fresh;
   for (auto& p : prefixes) {
     if (std::find(extra_prefixes_.begin(), extra_prefixes_.end(), p) == extra_prefixes_.end() &&

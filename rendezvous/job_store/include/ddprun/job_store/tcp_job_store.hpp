@@ -181,6 +181,9 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   std::shared_ptr<store::AsyncStoreWatch> extra_watch_;  // follows extra_prefixes_
   std::unique_ptr<store::AsyncMutex> requests_;          // client_ takes one request at a time
   std::unique_ptr<store::AsyncMutex> presence_turn_;  // and so does presence_ (heartbeats, claims)
+  // watch_prefixes() replaces extra_watch_ one call at a time: two at once each built the new
+  // prefix list before the other installed its own, and the later one dropped the earlier's.
+  std::unique_ptr<store::AsyncMutex> extra_turn_;
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer lease_timer_;             // an outage's end of lease (watch_lease)
   std::vector<boost::asio::steady_timer*> sleepers_;  // wait_for_wake()s in progress
