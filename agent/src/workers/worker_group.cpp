@@ -212,8 +212,8 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
   try {
     // (An if, not ?:: with a co_await in a conditional expression, GCC 12's code crashed here.)
     if (warm_ != nullptr) {
-      rw.process = co_await WorkerProcess::start(io_, l.spawn, containment_.worker_cgroup(),
-                                                 *warm_, [&a] { return !a.stopping(); });
+      rw.process = co_await WorkerProcess::start(io_, l.spawn, containment_.worker_cgroup(), *warm_,
+                                                 [&a] { return !a.stopping(); });
     } else {
       rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup());
     }
