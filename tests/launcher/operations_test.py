@@ -243,8 +243,9 @@ def case_metrics_are_scraped_while_a_job_runs():
     t0 = time.monotonic()
     metrics(dport)
     assert time.monotonic() - t0 < 1, "a stalled scraper held the server up"
-    # The agent's view follows the job: a failure and its restart.
-    open(os.path.join(work, "fail.0"), "w").close()
+    # The agent's view follows the job: a failure of one of its own workers (which node rank the
+    # metered agent got is the rendezvous's choice) and its restart.
+    open(os.path.join(work, f"fail.{2 * int(a['ddprun_node_rank'])}"), "w").close()
     wait_for(lambda: metrics(aport).get("ddprun_restarts") == 1 and
              metrics(aport).get('ddprun_workers{state="running"}') == 2, "the restart seen", 60)
     assert metrics(aport)['ddprun_worker_exits_total{state="failed"}'] == 1
