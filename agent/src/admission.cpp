@@ -21,7 +21,10 @@ constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 
 // The buffer each link all-reduces when the straggler check measures the links while the workers
 // train: a quarter of the node check's, so that a slow link's measurement (every link's fastest of
-// several) is over four times sooner; the job's own traffic shares the links meanwhile.
+// several) is over four times sooner; the job's own traffic shares the links meanwhile. That
+// measurement runs no compute kernel: the workers' step times already say how long each node
+// computes, and a kernel beside them (taking turns with the nodes that share a host) took most of
+// the measurement's time.
 constexpr int kLinkKibWhileTraining = 1024;
 
 }  // namespace
@@ -61,16 +64,19 @@ asio::awaitable<std::optional<AgentOutcome>> NodeAdmission::unhealthy() {
   co_return out;
 }
 
-// The node check's verdict on `round` from measurement `first_pass` on, each link all-reducing
-// `link_kib` KiB (0: the probe's own size) (nullopt: the round ended before it came), with this
+// The node check's verdict on `round` from measurement `first_pass` on, measured as `when` asks
+// (nullopt: the round ended before it came), with this
 // node's last measurement in `mine`. A verdict naming a node measured
 // slow is measured again, longer, by every node, and only what both measurements found counts;
 // the nodes it no longer names go to `unconfirmed`.
 asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::node_check_verdict(
     const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass,
-    int link_kib, ProbeReport& mine, std::vector<int>& unconfirmed) {
+    When when, ProbeReport& mine, std::vector<int>& unconfirmed) {
   NodeProbeRun how;
-  how.link_kib = link_kib;
+  if (when == When::kWhileTraining) {
+    how.link_kib = kLinkKibWhileTraining;
+    how.links_only = true;
+  }
   how.program = cfg_.node_probe;
   how.run_id = cfg_.rdzv.run_id;
   how.timeout = cfg_.node_check_timeout;
@@ -122,7 +128,7 @@ asio::awaitable<NodeAdmission::Checked> NodeAdmission::check_nodes(
   ProbeReport mine;
   std::vector<int> unconfirmed;
   const std::optional<node_check::Verdict> verdict =
-      co_await node_check_verdict(round, store, 0, 0, mine, unconfirmed);
+      co_await node_check_verdict(round, store, 0, When::kBeforeWorkers, mine, unconfirmed);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!verdict) {
@@ -178,7 +184,7 @@ asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::measure_again
     rendezvous::Round round, rendezvous::WorkerStoreAddress store, int first_pass) {
   ProbeReport mine;
   std::vector<int> unconfirmed;
-  co_return co_await node_check_verdict(round, store, first_pass, kLinkKibWhileTraining, mine,
+  co_return co_await node_check_verdict(round, store, first_pass, When::kWhileTraining, mine,
                                         unconfirmed);
 }
 

@@ -58,9 +58,12 @@ class NodeAdmission {
   boost::asio::awaitable<void> gpu_memory_released(const std::vector<int>& pids);
 
  private:
+  // When the nodes are measured: the node check's, before the workers start (compute and links),
+  // or the straggler check's while they train (the links only, with a smaller buffer).
+  enum class When { kBeforeWorkers, kWhileTraining };
   boost::asio::awaitable<std::optional<node_check::Verdict>> node_check_verdict(
       const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass,
-      int link_kib, ProbeReport& mine, std::vector<int>& unconfirmed);
+      When when, ProbeReport& mine, std::vector<int>& unconfirmed);
 
   boost::asio::io_context& io_;
   const AgentConfig& cfg_;

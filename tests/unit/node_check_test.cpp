@@ -164,8 +164,9 @@ TEST_CASE("node check: a verdict crosses the exchange as JSON unchanged", "[node
 }
 
 TEST_CASE("probe report: the probe's lines parse into one report", "[node_check]") {
-  const std::optional<ProbeReport> r = ProbeReport::parse(
-      "compute cpu 0.0058\nlink 0 1 0.0041 4194304\nlink 1 3 0.0043 4194304\n", 2);
+  const std::optional<ProbeReport> r =
+      ProbeReport::parse("compute cpu 0.0058\nlink 0 1 0.0041 4194304\nlink 1 3 0.0043 4194304\n",
+                         2, ProbeReport::Measured::kAll);
   REQUIRE(r);
   CHECK(r->node_rank == 2);
   CHECK(r->compute_kind == "cpu");
@@ -186,7 +187,7 @@ TEST_CASE("probe report: anything else is refused", "[node_check]") {
         "compute cpu 0.1\nlink 0 -1 0.1 10\n", "compute cpu 0.1\nlink 0 1 0.1\n",
         "compute cpu 0.1\nbogus\n", "compute cpu 0.1\ncompute cpu 0.2\n"}) {
     INFO(text);
-    CHECK_FALSE(ProbeReport::parse(text, 0));
+    CHECK_FALSE(ProbeReport::parse(text, 0, ProbeReport::Measured::kAll));
   }
   CHECK_FALSE(ProbeReport::from_json("{\"node_rank\": -1}"));
   CHECK_FALSE(ProbeReport::from_json("[]"));
@@ -241,12 +242,38 @@ TEST_CASE("node check: a node none of whose links completed is kept out, its par
   CHECK(v.slow[0].detail ==
         "no all-reduce of 4096 KiB with nodes 2,0 completed in its phase's time");
   const std::optional<ProbeReport> parsed =
-      ProbeReport::parse("compute cpu 0.006\nlink 0 2 failed 4194304\nlink 1 0 0.004 4194304\n", 3);
+      ProbeReport::parse("compute cpu 0.006\nlink 0 2 failed 4194304\nlink 1 0 0.004 4194304\n", 3,
+                         ProbeReport::Measured::kAll);
   REQUIRE(parsed);
   CHECK_FALSE(parsed->links[0].completed);
   CHECK(parsed->links[1].completed);
   const std::optional<ProbeReport> back = ProbeReport::from_json(parsed->to_json().dump());
   REQUIRE(back);
   CHECK_FALSE(back->links[0].completed);
-  CHECK_FALSE(ProbeReport::parse("compute cpu 0.006\nlink 0 2 failing 4194304\n", 3));
+  CHECK_FALSE(ProbeReport::parse("compute cpu 0.006\nlink 0 2 failing 4194304\n", 3,
+                                 ProbeReport::Measured::kAll));
+}
+
+TEST_CASE("probe report: a links-only measurement has no compute line and judges links alone",
+          "[node_check]") {
+  const auto links = ProbeReport::Measured::kLinks;
+  CHECK_FALSE(ProbeReport::parse("compute cpu 0.006\nlink 0 1 0.004 1048576\n", 0, links));
+  std::vector<ProbeReport> reports;
+  for (const auto& [rank, text] : std::vector<std::pair<int, std::string>>{
+           {0, "link 0 1 0.0006 1048576\nlink 1 2 0.0441 1048576\n"},
+           {1, "link 0 0 0.0006 1048576\nlink 2 2 0.0440 1048576\n"},
+           {2, "link 1 0 0.0441 1048576\nlink 2 1 0.0440 1048576\n"}}) {
+    const std::optional<ProbeReport> r = ProbeReport::parse(text, rank, links);
+    REQUIRE(r);
+    CHECK(r->compute_kind.empty());
+    const std::optional<ProbeReport> back = ProbeReport::from_json(r->to_json().dump());
+    REQUIRE(back);
+    CHECK(back->compute_kind.empty());
+    reports.push_back(*back);
+  }
+  const node_check::Verdict v = node_check::judge(reports, 3, 2.0);
+  REQUIRE(v.slow.size() == 1);
+  CHECK(v.slow[0].node_rank == 2);
+  CHECK(v.slow[0].probe == "link");
+  CHECK(v.compute_median == 0);
 }

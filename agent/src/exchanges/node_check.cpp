@@ -102,7 +102,7 @@ Measured measure(const std::vector<ProbeReport>& reports, int nodes, Verdict& v)
   }
   std::map<std::string, std::vector<double>> computes;
   for (const auto& [rank, r] : m.answered) {
-    computes[r->compute_kind].push_back(r->compute_seconds);
+    if (!r->compute_kind.empty()) computes[r->compute_kind].push_back(r->compute_seconds);
     for (const auto& l : m.links[rank]) {
       if (!l.completed) continue;
       const auto [it, first] = m.fastest.emplace(rank, l.seconds);
@@ -126,6 +126,7 @@ Measured measure(const std::vector<ProbeReport>& reports, int nodes, Verdict& v)
 // Nodes whose compute took more than `factor` times their kind's median.
 void judge_computes(const Measured& m, double factor, std::map<int, SlowNode>& slow) {
   for (const auto& [rank, r] : m.answered) {
+    if (r->compute_kind.empty()) continue;  // its links only measured
     const double typical = m.compute_median.at(r->compute_kind);
     if (typical <= 0) continue;
     const double ratio = r->compute_seconds / typical;

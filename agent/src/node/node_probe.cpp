@@ -41,12 +41,15 @@ boost::asio::awaitable<ProbeReport> run_node_probe(boost::asio::io_context& io,
   if (how.gpu) command += " --gpu 0";
   if (how.pass > 0) command += fmt::format(" --pass {}", how.pass);
   if (how.link_kib > 0) command += fmt::format(" --link-kib {}", how.link_kib);
+  if (how.links_only) command += " --measure links";
   const std::optional<std::string> failed =
       co_await run_bounded_command(io, containment, command, how.timeout, how.env, log);
   if (failed) co_return ProbeReport::failure(round.node_rank, "the probe failed: " + *failed);
   std::ifstream in(report);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::optional<ProbeReport> r = ProbeReport::parse(text, round.node_rank);
+  std::optional<ProbeReport> r = ProbeReport::parse(
+      text, round.node_rank,
+      how.links_only ? ProbeReport::Measured::kLinks : ProbeReport::Measured::kAll);
   if (!r) co_return ProbeReport::failure(round.node_rank, "the probe's report is malformed");
   co_return std::move(*r);
 }

@@ -24,6 +24,7 @@ struct NodeProbeRun {
   bool gpu = false;           // the node has GPUs: the compute kernel runs on the first visible
   int pass = 0;               // even: a measurement (0 the node check's); odd: its confirmation
   int link_kib = 0;           // the buffer each link all-reduces (0: the probe's own, 4 MiB)
+  bool links_only = false;    // no compute kernel: the report has links only
 };
 
 // The probe's measurements as node `round.node_rank` of `round`, its pairs meeting through the

@@ -10,7 +10,8 @@ bool usable(double v) { return std::isfinite(v) && v >= 0; }
 
 }  // namespace
 
-std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_rank) {
+std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_rank,
+                                              Measured what) {
   ProbeReport r;
   r.node_rank = node_rank;
   std::istringstream lines(text);
@@ -19,16 +20,16 @@ std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     std::istringstream in(line);
-    std::string what, rest;
-    in >> what;
-    if (what == "compute" && !computed) {
+    std::string kind, rest;
+    in >> kind;
+    if (kind == "compute" && what == Measured::kAll && !computed) {
       in >> r.compute_kind >> r.compute_seconds;
       if (!in || (r.compute_kind != "cpu" && r.compute_kind != "gpu") ||
           !usable(r.compute_seconds)) {
         return std::nullopt;
       }
       computed = true;
-    } else if (what == "link") {
+    } else if (kind == "link") {
       Link l;
       std::string seconds;
       in >> l.phase >> l.partner >> seconds >> l.bytes;
@@ -47,7 +48,7 @@ std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_
     }
     if (in >> rest) return std::nullopt;  // more than the line holds
   }
-  if (!computed) return std::nullopt;
+  if (what == Measured::kAll && !computed) return std::nullopt;
   return r;
 }
 
@@ -88,7 +89,10 @@ std::optional<ProbeReport> ProbeReport::from_json(const std::string& text) {
                              l.at("seconds").get<double>(), l.at("bytes").get<double>(),
                              l.at("completed").get<bool>()});
     }
-    if (r.node_rank < 0 || !usable(r.compute_seconds)) return std::nullopt;
+    if (r.node_rank < 0 || !usable(r.compute_seconds) ||
+        (r.compute_kind != "cpu" && r.compute_kind != "gpu" && !r.compute_kind.empty())) {
+      return std::nullopt;
+    }
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

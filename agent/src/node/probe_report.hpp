@@ -17,16 +17,19 @@ struct ProbeReport {
     double bytes = 0;       // reduced each time
     bool completed = true;  // false: not done within its phase's time (seconds 0)
   };
+  // What the probe was asked to measure: everything, or the links only (no compute line).
+  enum class Measured { kAll, kLinks };
   int node_rank = 0;
-  std::string compute_kind;  // "cpu" or "gpu"
+  std::string compute_kind;  // "cpu" or "gpu"; "" where the links only were measured
   double compute_seconds = 0;
   std::vector<Link> links;
   std::string failed;  // the probe did not report: why ("" when it did)
 
-  // The probe's report file: "compute KIND SECONDS" then "link PHASE PARTNER SECONDS BYTES" lines
-  // ("failed" for SECONDS: the link's all-reduces did not complete).
-  // nullopt when it is not that (a missing or malformed line, a negative or non-finite number).
-  static std::optional<ProbeReport> parse(const std::string& text, int node_rank);
+  // The probe's report file: "compute KIND SECONDS" (exactly when `what` is kAll) then "link PHASE
+  // PARTNER SECONDS BYTES" lines ("failed" for SECONDS: the link's all-reduces did not complete).
+  // nullopt when it is not that (a missing, unasked-for or malformed line, a negative or
+  // non-finite number).
+  static std::optional<ProbeReport> parse(const std::string& text, int node_rank, Measured what);
   // A node whose probe gave nothing, and why.
   static ProbeReport failure(int node_rank, std::string why);
 

@@ -10,6 +10,7 @@
 //
 //   ddprun-node-probe --rank R --nodes N --store HOST:PORT --run RUN_ID --round K
 //                     --report FILE --timeout-ms MS [--gpu DEVICE] [--pass P] [--link-kib K]
+//                     [--measure all|links]
 //
 // --pass: which measurement of the round this is: an even one measures (0 the node check's before
 // the workers start, 2, 4, ... the straggler check's while they train), an odd one confirms the
@@ -18,6 +19,9 @@
 // --link-kib: the buffer each link all-reduces, KiB (default 4096, long against a moment's load;
 // the straggler check's measurement while the workers train uses less, to be over sooner on a
 // slow link).
+// --measure links: the links only, no compute line (the straggler check's measurement while the
+// workers train: their step times say how long each node computes, and a kernel run beside them
+// would only be slowed by them and delay the links' figures).
 // --gpu: the compute kernel is a cuBLAS matrix product on that CUDA device (gpu_kernel.hpp), where
 // this build has CUDA and the machine cuBLAS; else the CPU kernel, saying why on stderr.
 //
@@ -73,6 +77,7 @@ struct Args {
   int gpu = -1;  // --gpu: the CUDA device for the compute kernel; -1 none
   int pass = 0;  // --pass
   size_t link_floats = size_t{kLinkKib} * 1024 / sizeof(float);  // --link-kib
+  bool compute = true;                                           // --measure all (links: false)
 
   int repeat() const { return pass % 2 == 0 ? 1 : kConfirmFactor; }
   // What this pass's store keys begin with.
@@ -85,7 +90,7 @@ struct Args {
   std::fprintf(stderr,
                "ddprun-node-probe: %s\nusage: ddprun-node-probe --rank R --nodes N --store "
                "HOST:PORT --run RUN_ID --round K --report FILE --timeout-ms MS [--gpu DEVICE] "
-               "[--pass P] [--link-kib K]\n",
+               "[--pass P] [--link-kib K] [--measure all|links]\n",
                why.c_str());
   std::exit(2);
 }
@@ -130,6 +135,9 @@ Args parse(int argc, char** argv) {
       const int kib = number(flag, value);
       if (kib < 1 || kib > 1024 * 1024) usage("--link-kib must be from 1 to 1048576");
       a.link_floats = static_cast<size_t>(kib) * 1024 / sizeof(float);
+    } else if (flag == "--measure") {
+      if (value != "all" && value != "links") usage("--measure must be all or links");
+      a.compute = value == "all";
     } else if (flag == "--timeout-ms") {
       a.timeout = std::chrono::milliseconds(number(flag, value));
     } else {
@@ -241,7 +249,7 @@ int main(int argc, char** argv) {
     ddprun::store::ClientOptions options;
     options.timeout = a.timeout;
     ddprun::store::StoreClient store(a.store_host, static_cast<uint16_t>(a.store_port), options);
-    std::string report = compute_line(a);
+    std::string report = a.compute ? compute_line(a) : std::string();
     for (int phase = 0; phase < kPhases; ++phase) {
       // Each phase left, and its start, may take an equal share of the time left: a node that
       // never comes costs its phase, not the others.
