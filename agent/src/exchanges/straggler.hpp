@@ -16,9 +16,9 @@
 //
 // A slow link lags no node: every node waits longer for the collectives. The job's pace (each
 // set's median step) is measured over its first sets; where the steps then take more than
-// `threshold` longer for as many steps in a row, no node lagging, and the waits grew more than the
-// compute did, the job slowed in its communication (Slowdown): the agents then measure their links
-// as the node check does, and a node whose link that measurement finds slow is named.
+// `threshold` longer for as many steps in a row, no node lagging, and the waits carry a good share
+// of the growth, the job slowed in its communication (Slowdown): the agents then measure their
+// links as the node check does, and a node whose link that measurement finds slow is named.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,7 +65,7 @@ struct Lagging {
 // The node (of `windows`, one per node) lagging most beyond `threshold`, if any.
 std::optional<Lagging> lagging(const std::vector<NodeWindow>& windows, double threshold);
 
-// The job's steps slower than its pace, the waits grown more than the compute.
+// The job's steps slower than its pace, the waits grown with them.
 struct Slowdown {
   double step_s = 0;       // the step's time now (the median node's)
   double pace_s = 0;       // the step's time in the sets that set the pace
@@ -90,7 +90,7 @@ class Pace {
  private:
   double threshold_;
   int steps_;
-  std::vector<double> steps_s_, waits_s_, computes_s_;  // the pace's sets' medians
+  std::vector<double> steps_s_, waits_s_;  // the pace's sets' medians
   int64_t slow_steps_ = 0;
   int slow_sets_ = 0;
   bool said_ = false;
