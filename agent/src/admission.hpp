@@ -46,9 +46,9 @@ class NodeAdmission {
 
   // The node check's probe run again while `round`'s workers train (the straggler check found the
   // job's steps slowed in their waits), as measurements `first_pass` and, to confirm a suspect,
-  // `first_pass` + 1 (every node of the round runs the same; each link all-reduces 1 MiB, not the
-  // check's 4): the verdict, or nullopt where the round ended before it came. The caller reads what
-  // it needs (the links: the workers' load skews the compute kernel's figures).
+  // `first_pass` + 1 (every node of the round runs the same; its links only, no compute kernel: the
+  // workers' step times say how long each node computes; each link all-reduces 1 MiB, not the
+  // check's 4): the verdict, or nullopt where the round ended before it came.
   // (Its arguments are copied: it may outlive its caller's, cancelled, when the round ends.)
   boost::asio::awaitable<std::optional<node_check::Verdict>> measure_again(
       rendezvous::Round round, rendezvous::WorkerStoreAddress store, int first_pass);

@@ -195,7 +195,7 @@ asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch
   if (cfg_.node_probe.empty()) {
     spdlog::warn(
         "straggler check: the job's steps take {:.2f}x their pace, the waits grown and no node "
-        "computing longer: a link may be slow, but this installation has no ddprun-node-probe "
+        "lagging: a link may be slow, but this installation has no ddprun-node-probe "
         "to measure the links with (the Debian package and a build from source have it)",
         slowed.step_s / slowed.pace_s);
     judge.rebase();
@@ -205,7 +205,7 @@ asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch
   w->measured = pass;
   spdlog::info(
       "straggler check: the job's steps take {:.2f}x their pace ({:.3f} s against {:.3f} s), "
-      "the waits grown ({:.3f} s against {:.3f} s) and no node computing longer: every node "
+      "the waits grown ({:.3f} s against {:.3f} s) and no node lagging: every node "
       "measures its links",
       slowed.step_s / slowed.pace_s, slowed.step_s, slowed.pace_s, slowed.wait_s,
       slowed.pace_wait_s);

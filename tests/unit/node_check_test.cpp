@@ -258,6 +258,7 @@ TEST_CASE("probe report: a links-only measurement has no compute line and judges
           "[node_check]") {
   const auto links = ProbeReport::Measured::kLinks;
   CHECK_FALSE(ProbeReport::parse("compute cpu 0.006\nlink 0 1 0.004 1048576\n", 0, links));
+  CHECK_FALSE(ProbeReport::parse("", 0, links));  // a probe that wrote no report
   std::vector<ProbeReport> reports;
   for (const auto& [rank, text] : std::vector<std::pair<int, std::string>>{
            {0, "link 0 1 0.0006 1048576\nlink 1 2 0.0441 1048576\n"},
@@ -276,4 +277,11 @@ TEST_CASE("probe report: a links-only measurement has no compute line and judges
   CHECK(v.slow[0].node_rank == 2);
   CHECK(v.slow[0].probe == "link");
   CHECK(v.compute_median == 0);
+  // Beside a report with a kernel, reports of links only are no kind of their own.
+  reports[0].compute_kind = "cpu";
+  reports[0].compute_seconds = 0.006;
+  CHECK(node_check::judge(reports, 3, 2.0).compute_median == Approx(0.006));
+  nlohmann::json tpu = reports[0].to_json();
+  tpu["compute_kind"] = "tpu";
+  CHECK_FALSE(ProbeReport::from_json(tpu.dump()));
 }

@@ -49,7 +49,8 @@ struct Verdict {
 
 // Judges `reports` (at most one per node rank below `nodes`; a missing one is a node that did not
 // answer): a node whose compute kernel took more than `factor` times the median of the nodes that
-// answered with a kernel of its kind (cpu, gpu) is slow in compute; one whose fastest link
+// answered with a kernel of its kind (cpu, gpu) is slow in compute (a report of the links only is
+// not judged on its compute); one whose fastest link
 // measurement took more than `factor` times the median of every node's fastest, or none of whose
 // link measurements completed (ratio 0), is slow in its link, except that a node measured once,
 // with a partner slow with two partners or more, is not (that partner explains it); links with a

@@ -49,6 +49,8 @@ std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_
     if (in >> rest) return std::nullopt;  // more than the line holds
   }
   if (what == Measured::kAll && !computed) return std::nullopt;
+  // (A round's node check pairs every node with a partner: a report of the links only has one.)
+  if (what == Measured::kLinks && r.links.empty()) return std::nullopt;
   return r;
 }
 

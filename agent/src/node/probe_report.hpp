@@ -26,9 +26,9 @@ struct ProbeReport {
   std::string failed;  // the probe did not report: why ("" when it did)
 
   // The probe's report file: "compute KIND SECONDS" (exactly when `what` is kAll) then "link PHASE
-  // PARTNER SECONDS BYTES" lines ("failed" for SECONDS: the link's all-reduces did not complete).
-  // nullopt when it is not that (a missing, unasked-for or malformed line, a negative or
-  // non-finite number).
+  // PARTNER SECONDS BYTES" lines ("failed" for SECONDS: the link's all-reduces did not complete),
+  // at least one where `what` is kLinks. nullopt when it is not that (a missing, unasked-for or
+  // malformed line, a negative or non-finite number).
   static std::optional<ProbeReport> parse(const std::string& text, int node_rank, Measured what);
   // A node whose probe gave nothing, and why.
   static ProbeReport failure(int node_rank, std::string why);

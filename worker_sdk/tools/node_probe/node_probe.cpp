@@ -1,5 +1,6 @@
 // ddprun-node-probe: one node's part in ddprun's --node_check, started by the agent after a round
-// formed and before its workers start. It times a fixed compute kernel (taking turns with the
+// formed and before its workers start (and, its links only, by the straggler check while they
+// train). It times a fixed compute kernel (taking turns with the
 // nodes that share its host, host_turn.hpp), then, every node starting each phase together, its
 // link with a partner node in each phase (pairing.hpp) by all-reducing a fixed buffer over Gloo
 // through the round's worker store, and writes what it measured to the report file, one line each:
