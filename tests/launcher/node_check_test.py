@@ -6,6 +6,7 @@ Real agents, real probes, real workers. Skipped (77) where namespaces or cgroups
 
     node_check_test.py DDPRUN DDPRUND CASE    (CASE: one of the functions named case_*)
 """
+import fcntl
 import os
 import re
 import signal
@@ -198,6 +199,33 @@ def case_a_node_that_never_answers_is_kept_out():
                                      "its probe gave no answer: the probe failed: timed out after 6 s",
                                      measured=False)
     print(f"4 nodes, one probe frozen, --node_check_timeout=6: '{line}': passed")
+
+
+def case_a_probe_holding_the_hosts_turn_costs_the_other_nodes_nothing():
+    # The compute probes of the nodes that share a host take turns (a lock file of the user's in
+    # /tmp). A probe stopped or hung in its turn held it for good, and every other node of the host
+    # timed out in the wait and was kept out (a node_check case froze its probe in its turn, now and
+    # then). Here the test holds the turn throughout: each probe waits half its time, measures
+    # without the turn, says so, and both nodes pass.
+    with Cluster() as c, open(f"/tmp/ddprun-node-probe.{os.getuid()}.lock", "a+") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            c.start("turn", extra=["--node_check_timeout=6"], hosts=range(2), nnodes="2")
+            ran = wait_for_workers(c, 2)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        open(os.path.join(c.out, "go"), "w").close()
+        results = [(a.wait(timeout=90), a.stderr.read()) for a in c.jobs]
+        checks = [e for i in range(2) for e in c.events("turn", i, "node_check")]
+    assert [r[0] for r in results] == [0, 0], results
+    assert len(ran) == 2 and len(checks) == 2 and not any(e["slow"] for e in checks), checks
+    for _, err in results:
+        run_dir = re.search(r"logs in (\S+)", err).group(1)
+        with open(os.path.join(run_dir, "node_check.0.log")) as f:
+            said = f.read()
+        assert "held its turn for the whole wait" in said, said
+    print("2 nodes, the host's turn held by another throughout: both measured without it and "
+          "passed: passed")
 
 
 def case_a_spare_takes_the_place_of_a_node_kept_out():

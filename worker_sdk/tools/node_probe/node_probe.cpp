@@ -197,9 +197,9 @@ double link_seconds(const Args& a, int phase, int partner,
 
 // The compute line of the report: the kernel's kind and seconds per run (on the CPU, the median of
 // kComputeBlocks blocks' means, not counting waits for CPUs other processes held: cpu_wait.hpp),
-// in the host's turn.
-std::string compute_line(const Args& a) {
-  const HostTurn turn;
+// in the host's turn (waited for until `turn_until`).
+std::string compute_line(const Args& a, std::chrono::steady_clock::time_point turn_until) {
+  const HostTurn turn(turn_until);
 #ifdef DDP_PROBE_WITH_CUDA
   if (a.gpu >= 0) {
     try {
@@ -245,12 +245,16 @@ void together(ddprun::store::StoreClient& store, const Args& a, const std::strin
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  const auto deadline = std::chrono::steady_clock::now() + a.timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + a.timeout;
   try {
     ddprun::store::ClientOptions options;
     options.timeout = a.timeout;
     ddprun::store::StoreClient store(a.store_host, static_cast<uint16_t>(a.store_port), options);
-    std::string report = a.compute ? compute_line(a) : std::string();
+    // The host's turn is waited for half the time at most: a probe stopped or hung in its turn
+    // leaves the others time to measure and answer (the nodes that share a host take their turns
+    // in well under that: 8 in about 2 s).
+    std::string report = a.compute ? compute_line(a, start + a.timeout / 2) : std::string();
     for (int phase = 0; phase < kPhases; ++phase) {
       // Each phase left, and its start, may take an equal share of the time left: a node that
       // never comes costs its phase, not the others.
