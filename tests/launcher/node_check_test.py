@@ -201,31 +201,66 @@ def case_a_node_that_never_answers_is_kept_out():
     print(f"4 nodes, one probe frozen, --node_check_timeout=6: '{line}': passed")
 
 
+TURN = f"/tmp/ddprun-node-probe.{os.getuid()}.lock"  # the host's turn (host_turn.hpp)
+# A probe stopped in its turn: it holds the lock, writes its pid as a probe does, and stops itself.
+STOPPED_HOLDER = ("import fcntl, os, signal, sys\n"
+                  "f = open(sys.argv[1], 'a+')\n"
+                  "fcntl.flock(f, fcntl.LOCK_EX)\n"
+                  "f.truncate(0)\n"
+                  "f.write(f'{os.getpid()}\\n')\n"
+                  "f.flush()\n"
+                  "os.kill(os.getpid(), signal.SIGSTOP)\n")
+
+
+def turn_held_job(c, run_id, said):
+    """Two nodes checked while the host's turn is held: both pass, each probe's log saying `said`;
+    returns the seconds from the agents' start to their workers'."""
+    started = time.monotonic()
+    c.start(run_id, extra=["--node_check_timeout=6"], hosts=range(2), nnodes="2")
+    ran = wait_for_workers(c, 2)
+    took = time.monotonic() - started
+    open(os.path.join(c.out, "go"), "w").close()
+    results = [(a.wait(timeout=90), a.stderr.read()) for a in c.jobs]
+    checks = [e for i in range(2) for e in c.events(run_id, i, "node_check")]
+    assert [r[0] for r in results] == [0, 0], results
+    assert len(ran) == 2 and len(checks) == 2 and not any(e["slow"] for e in checks), checks
+    for _, err in results:
+        m = re.search(r"logs in (\S+)", err)
+        assert m, err
+        with open(os.path.join(m.group(1), "node_check.0.log")) as f:
+            log = f.read()
+        assert said in log, log
+    return took
+
+
 def case_a_probe_holding_the_hosts_turn_costs_the_other_nodes_nothing():
     # The compute probes of the nodes that share a host take turns (a lock file of the user's in
     # /tmp). A probe stopped or hung in its turn held it for good, and every other node of the host
     # timed out in the wait and was kept out (a node_check case froze its probe in its turn, now and
-    # then). Here the test holds the turn throughout: each probe waits half its time, measures
-    # without the turn, says so, and both nodes pass.
-    with Cluster() as c, open(f"/tmp/ddprun-node-probe.{os.getuid()}.lock", "a+") as turn:
+    # then). A stopped holder is not waited for; one that is not stopped (here the test itself, as
+    # a hung probe) a fifth of the probe's time.
+    holder = subprocess.Popen([sys.executable, "-c", STOPPED_HOLDER, TURN])
+    try:
+        deadline = time.monotonic() + 30
+        while "\nState:\tT" not in open(f"/proc/{holder.pid}/status").read():
+            assert time.monotonic() < deadline and holder.poll() is None, "the holder did not stop"
+            time.sleep(0.01)
+        with Cluster() as c:
+            stopped = turn_held_job(c, "stopped", f"the probe holding this host's turn (pid "
+                                    f"{holder.pid}) is stopped")
+    finally:
+        holder.kill()
+        holder.wait()
+    with Cluster() as c, open(TURN, "a+") as turn:
         fcntl.flock(turn, fcntl.LOCK_EX)
         try:
-            c.start("turn", extra=["--node_check_timeout=6"], hosts=range(2), nnodes="2")
-            ran = wait_for_workers(c, 2)
+            hung = turn_held_job(c, "hung", "another probe of this host held its turn for the "
+                                 "whole wait")
         finally:
             fcntl.flock(turn, fcntl.LOCK_UN)
-        open(os.path.join(c.out, "go"), "w").close()
-        results = [(a.wait(timeout=90), a.stderr.read()) for a in c.jobs]
-        checks = [e for i in range(2) for e in c.events("turn", i, "node_check")]
-    assert [r[0] for r in results] == [0, 0], results
-    assert len(ran) == 2 and len(checks) == 2 and not any(e["slow"] for e in checks), checks
-    for _, err in results:
-        run_dir = re.search(r"logs in (\S+)", err).group(1)
-        with open(os.path.join(run_dir, "node_check.0.log")) as f:
-            said = f.read()
-        assert "held its turn for the whole wait" in said, said
-    print("2 nodes, the host's turn held by another throughout: both measured without it and "
-          "passed: passed")
+    print(f"2 nodes, the host's turn held: by a stopped probe, both passed (workers after "
+          f"{stopped:.1f} s); by a hung one, both measured without it after a fifth of their time "
+          f"and passed (workers after {hung:.1f} s): passed")
 
 
 def case_a_spare_takes_the_place_of_a_node_kept_out():

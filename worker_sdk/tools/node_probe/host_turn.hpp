@@ -1,7 +1,8 @@
 #pragma once
 // Nodes of a job that share a host (a per-process launch, agents in containers or namespaces of
 // one machine) share its cores: their compute probes take turns, or each would measure the others.
-// A turn is an exclusive lock on a file of the user's in /tmp, held while the object lives.
+// A turn is an exclusive lock on a file of the user's in /tmp, held while the object lives; its
+// holder writes its pid into the file, so that a waiter can tell a holder that was stopped.
 #include <chrono>
 #include <string>
 
@@ -9,9 +10,10 @@ namespace ddp::node_probe {
 
 class HostTurn {
  public:
-  // Waits for the host's turn until `until`. Where the lock cannot be had (a /tmp it cannot write),
-  // or another probe held it all that time (one stopped or hung in its turn: it must not cost
-  // every node of the host its answer), goes on without one, saying so on stderr.
+  // Waits for the host's turn. Goes on without one, saying so on stderr, where the lock cannot
+  // be had (a /tmp it cannot write), where its holder is stopped (SIGSTOP, a debugger: it is not
+  // computing, and may never give the turn back), or where the holder kept it until `until` (one
+  // hung in its turn): such a holder costs its own node its answer, not every node of the host.
   explicit HostTurn(std::chrono::steady_clock::time_point until);
   ~HostTurn();
   HostTurn(const HostTurn&) = delete;
@@ -20,5 +22,9 @@ class HostTurn {
  private:
   int fd_ = -1;
 };
+
+// Whether process `pid` is stopped (state T or t in /proc/<pid>/stat); false where it cannot be
+// read (gone, another pid namespace's).
+bool stopped(int pid);
 
 }  // namespace ddp::node_probe
