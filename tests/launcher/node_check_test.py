@@ -202,13 +202,21 @@ def case_a_node_that_never_answers_is_kept_out():
 
 
 TURN = f"/tmp/ddprun-node-probe.{os.getuid()}.lock"  # the host's turn (host_turn.hpp)
-# A probe stopped in its turn: it holds the lock, writes its pid as a probe does, and stops itself.
-STOPPED_HOLDER = ("import fcntl, os, signal, sys\n"
-                  "f = open(sys.argv[1], 'a+')\n"
-                  "fcntl.flock(f, fcntl.LOCK_EX)\n"
-                  "f.truncate(0)\n"
-                  "f.write(f'{os.getpid()}\\n')\n"
-                  "f.flush()\n"
+
+
+def hold_turn(fd, pid):
+    """Takes the host's turn on `fd` and records `pid` as its holder, as a probe does."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.pwrite(fd, f"{pid:10d}\n".encode(), 0)
+
+
+# A probe stopped in its turn: it holds the turn, recorded as its holder, and stops itself (it dies
+# with the test, whatever ends the test).
+STOPPED_HOLDER = ("import ctypes, os, signal, sys\n"
+                  "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
+                  f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+                  "from node_check_test import hold_turn\n"
+                  "hold_turn(os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600), os.getpid())\n"
                   "os.kill(os.getpid(), signal.SIGSTOP)\n")
 
 
@@ -251,13 +259,14 @@ def case_a_probe_holding_the_hosts_turn_costs_the_other_nodes_nothing():
     finally:
         holder.kill()
         holder.wait()
-    with Cluster() as c, open(TURN, "a+") as turn:
-        fcntl.flock(turn, fcntl.LOCK_EX)
-        try:
-            hung = turn_held_job(c, "hung", "another probe of this host held its turn for the "
-                                 "whole wait")
-        finally:
-            fcntl.flock(turn, fcntl.LOCK_UN)
+    turn = os.open(TURN, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with Cluster() as c:
+            hold_turn(turn, os.getpid())  # a holder alive and running: hung in its turn
+            hung = turn_held_job(c, "hung", "the host's turn did not come within the wait")
+    finally:
+        os.pwrite(turn, f"{0:10d}\n".encode(), 0)
+        os.close(turn)  # (lets go of the turn)
     print(f"2 nodes, the host's turn held: by a stopped probe, both passed (workers after "
           f"{stopped:.1f} s); by a hung one, both measured without it after a fifth of their time "
           f"and passed (workers after {hung:.1f} s): passed")

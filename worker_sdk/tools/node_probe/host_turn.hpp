@@ -2,7 +2,8 @@
 // Nodes of a job that share a host (a per-process launch, agents in containers or namespaces of
 // one machine) share its cores: their compute probes take turns, or each would measure the others.
 // A turn is an exclusive lock on a file of the user's in /tmp, held while the object lives; its
-// holder writes its pid into the file, so that a waiter can tell a holder that was stopped.
+// holder records its pid in the file (only where the file is the user's own plain file, which no
+// one else can write, with no other link), so that a waiter can tell a holder that was stopped.
 #include <chrono>
 #include <string>
 
@@ -21,10 +22,12 @@ class HostTurn {
 
  private:
   int fd_ = -1;
+  bool writable_ = false;  // the lock file is ours to record the holder in
 };
 
-// Whether process `pid` is stopped (state T or t in /proc/<pid>/stat); false where it cannot be
-// read (gone, another pid namespace's).
+// Whether process `pid` (not this one) is stopped (state T or t in /proc/<pid>/stat); false where
+// it cannot be read (gone). A pid of another pid namespace's names whatever has that number here:
+// at worst a waiter measures beside a holder.
 bool stopped(int pid);
 
 }  // namespace ddp::node_probe
