@@ -8,6 +8,8 @@ namespace {
 
 bool usable(double v) { return std::isfinite(v) && v >= 0; }
 
+bool known_kind(const std::string& kind) { return kind == "cpu" || kind == "gpu"; }
+
 }  // namespace
 
 std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_rank,
@@ -24,8 +26,7 @@ std::optional<ProbeReport> ProbeReport::parse(const std::string& text, int node_
     in >> kind;
     if (kind == "compute" && what == Measured::kAll && !computed) {
       in >> r.compute_kind >> r.compute_seconds;
-      if (!in || (r.compute_kind != "cpu" && r.compute_kind != "gpu") ||
-          !usable(r.compute_seconds)) {
+      if (!in || !known_kind(r.compute_kind) || !usable(r.compute_seconds)) {
         return std::nullopt;
       }
       computed = true;
@@ -92,7 +93,7 @@ std::optional<ProbeReport> ProbeReport::from_json(const std::string& text) {
                              l.at("completed").get<bool>()});
     }
     if (r.node_rank < 0 || !usable(r.compute_seconds) ||
-        (r.compute_kind != "cpu" && r.compute_kind != "gpu" && !r.compute_kind.empty())) {
+        (!r.compute_kind.empty() && !known_kind(r.compute_kind))) {
       return std::nullopt;
     }
     return r;

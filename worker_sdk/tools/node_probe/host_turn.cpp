@@ -47,8 +47,9 @@ void record(int fd, int pid) {
   }
 }
 
-}  // namespace
-
+// Whether process `pid` (not this one) is stopped (state T or t in /proc/<pid>/stat); false where
+// it cannot be read (gone). A pid of another pid namespace's names whatever has that number here:
+// at worst a waiter measures beside a holder.
 bool stopped(int pid) {
   if (pid <= 0 || pid == ::getpid()) return false;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -58,6 +59,8 @@ bool stopped(int pid) {
   const char state = stat[end + 2];
   return state == 'T' || state == 't';
 }
+
+}  // namespace
 
 HostTurn::HostTurn(std::chrono::steady_clock::time_point until) {
   const std::string path = "/tmp/ddprun-node-probe." + std::to_string(::getuid()) + ".lock";

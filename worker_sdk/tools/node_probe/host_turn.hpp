@@ -25,9 +25,4 @@ class HostTurn {
   bool writable_ = false;  // the lock file is ours to record the holder in
 };
 
-// Whether process `pid` (not this one) is stopped (state T or t in /proc/<pid>/stat); false where
-// it cannot be read (gone). A pid of another pid namespace's names whatever has that number here:
-// at worst a waiter measures beside a holder.
-bool stopped(int pid);
-
 }  // namespace ddp::node_probe
