@@ -139,6 +139,7 @@ class NodeAgent {
           make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-inprocess-XXXXXX"
                                                : "/tmp/ddprun-inprocess-XXXXXX");
       group_.restart_in_process(inprocess_dir_.path);
+      group_.keep_standbys(cfg.standby_workers);
     }
     checkpoints_.start();
     const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;

@@ -76,6 +76,7 @@ void copy_settings(const LaunchConfig& c, agent::AgentConfig& a) {
   a.checkpoint_persist_every = c.checkpoint_persist_every;
   a.crash_loop_attempts = static_cast<int>(c.crash_loop_attempts);
   a.restart_mode = c.restart_mode;
+  a.standby_workers = static_cast<int>(c.standby_workers);
   a.health_check = c.health_check;
   a.health_check_timeout = c.health_check_timeout;
   a.node_check = c.node_check;

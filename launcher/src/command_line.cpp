@@ -317,7 +317,7 @@ void read_straggler_options(const OptionTexts& o, LaunchConfig& c) {
 }
 
 // --checkpoint_memory_limit, --no_checkpoint_peer_copies, --checkpoint_dir,
-// --checkpoint_persist_every, --restart_mode, --crash_loop_attempts.
+// --checkpoint_persist_every, --restart_mode, --standby_workers, --crash_loop_attempts.
 void read_restart_options(const OptionTexts& o, LaunchConfig& c) {
   if (!o["checkpoint_memory_limit"].empty()) {
     c.checkpoint_memory_limit =
@@ -340,6 +340,18 @@ void read_restart_options(const OptionTexts& o, LaunchConfig& c) {
     c.restart_mode = agent::RestartMode::kInProcess;
   } else if (!mode.empty() && mode != "process") {
     throw UsageError(fmt::format("--restart_mode: '{}' is not one of process, in_process", mode));
+  }
+  if (!o["standby_workers"].empty()) {
+    c.standby_workers = parse_int(o["standby_workers"], "--standby_workers");
+    if (c.standby_workers < 0 || c.standby_workers > kMaxStandbyWorkers) {
+      throw UsageError(fmt::format("--standby_workers: '{}' is not a number from 0 to {}",
+                                   o["standby_workers"], kMaxStandbyWorkers));
+    }
+    if (c.standby_workers > 0 && c.restart_mode != agent::RestartMode::kInProcess) {
+      throw UsageError(
+          "--standby_workers: standbys take failed workers' places in an in-process "
+          "restart: add --restart_mode=in_process");
+    }
   }
   if (!o["crash_loop_attempts"].empty()) {
     c.crash_loop_attempts = parse_int(o["crash_loop_attempts"], "--crash_loop_attempts");

@@ -91,6 +91,7 @@ struct LaunchConfig {
   int64_t checkpoint_persist_every = 100;                    // --checkpoint_persist_every
   int64_t crash_loop_attempts = 3;                           // --crash_loop_attempts
   agent::RestartMode restart_mode = agent::RestartMode::kProcess;  // --restart_mode
+  int64_t standby_workers = 0;                                     // --standby_workers
   std::string health_check;                              // --health_check: a shell command; "" none
   bool node_check = false;                               // --node_check
   double node_check_factor = 2.0;                        // --node_check_factor
@@ -129,6 +130,8 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
 
 // The text `ddprun --help` prints.
 std::string cli_help();
+
+constexpr int64_t kMaxStandbyWorkers = 64;  // --standby_workers: per node
 
 // Exit statuses of `ddprun`, documented in --help and docs/cli.md.
 constexpr int kExitSuccess = 0;

@@ -104,6 +104,14 @@ const std::vector<OptionSpec>& option_table() {
                "others run their training again in their own processes (those that run it under "
                "ddprun.inprocess; workers that do not restart as processes)",
        .ddprun_only = true},
+      {.names = "--standby-workers,--standby_workers",
+       .dest = "standby_workers",
+       .metavar = "N",
+       .help = "with --restart_mode=in_process, keep N standby processes per node that run the "
+               "script without a rank up to ddprun.inprocess.run() (and its inprocess.warm_up()) "
+               "and wait: a failed worker's place is taken by a standby instead of a new process "
+               "(default 0)",
+       .ddprun_only = true},
       {.names = "--health-check,--health_check",
        .dest = "health_check",
        .metavar = "CMD",

@@ -24,6 +24,16 @@ raised keeps its process. What train() is given again is what the process kept: 
 compile it and start the data loaders outside it. Anywhere else (no ddprun, another restart mode)
 run() just calls train().
 
+With --standby_workers=N as well, each node keeps N standby processes: started like a worker but
+without a rank (no RANK, LOCAL_RANK, WORLD_SIZE, MASTER_* in os.environ), each runs the script up
+to run(), where it waits. A failed rank's process is replaced by a standby, which then calls
+train() with the rank's environment, instead of by a new process. What the replacement's first
+step would pay (torch.compile's tracing and compiling, CUDA's set-up) a standby pays before any
+rank fails where the script asks it to, with warm_up():
+
+    inprocess.warm_up(lambda: model(torch.zeros(64, 512)).sum().backward())
+    inprocess.run(train)
+
 The agent's side of the exchange is in the agent (workers/inprocess_channel.hpp); it is files:
 <DDPRUN_INPROCESS_FILE> holds {"generation": G, "state": "run"|"abort"}, with "env": {...} and
 "unset": [...] when it runs again, and "stack": true in an abort after a hang; this worker answers
@@ -42,6 +52,7 @@ import time
 import traceback
 
 _ENV = "DDPRUN_INPROCESS_FILE"
+_STANDBY_ENV = "DDPRUN_STANDBY"  # "1": this process is a standby, without a rank yet
 _POLL = 0.005  # seconds between looks at the agent's file
 # How long a training whose collective failed waits for the agent's abort before the failure
 # counts as this rank's own: another rank's failure reaches this rank's collectives before it
@@ -243,11 +254,28 @@ def _start_again(env, unset):
         os.environ.pop(name, None)
     os.environ.update(env)
     for name, reset in (("ddprun.heartbeat", "_reopen"), ("ddprun._step_times", "_reopen"),
-                        ("ddprun._replica", "_restarted"),
+                        ("ddprun.checkpoint", "_restarted"), ("ddprun._replica", "_restarted"),
                         ("ddprun._dcp_node_items", "_restarted")):
         module = sys.modules.get(name)
         if module is not None:
             getattr(module, reset)()
+
+
+def standby():
+    """Whether this process is a standby of ddprun's (--standby_workers): it has no rank until
+    run() is given one."""
+    return bool(os.environ.get(_ENV)) and os.environ.get(_STANDBY_ENV) == "1"
+
+
+def warm_up(fn, *args, **kwargs):
+    """In a standby (standby() is true), calls fn(*args, **kwargs) and returns what it returns:
+    a step's worth of work on made-up data, for instance, so that the compiling it causes is done
+    before the standby takes a failed rank's place. Anywhere else does nothing and returns None.
+    fn runs without a rank and without process groups; the state it changes (gradients, the
+    optimizer's) is the script's to reset: the standby loads the rank's checkpoint in train()."""
+    if not standby():
+        return None
+    return fn(*args, **kwargs)
 
 
 def run(train, *args, **kwargs):
@@ -258,6 +286,8 @@ def run(train, *args, **kwargs):
     if not path:
         return train(*args, **kwargs)
     channel = _Channel(path)
+    if standby():  # a rank's place first
+        _start_again(*channel.wait_for_resume())
     while True:
         channel.begin()
         try:

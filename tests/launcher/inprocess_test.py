@@ -78,6 +78,27 @@ def case_a_killed_rank_is_replaced_and_the_other_keeps_its_process_bit_identical
           f"({p[(0, 1)]} -> {p[(1, 1)]}), final parameters bit-identical: passed")
 
 
+def case_a_killed_rank_is_taken_over_by_a_standby_warmed_before_it():
+    """--standby_workers=1: the standby runs the script without a rank up to inprocess.run(),
+    warming up there; the killed rank's place goes to it, not to a new process."""
+    reference = uninterrupted()
+    out, err = job("--restart_mode=in_process", "--standby_workers=1", FAULT="kill:1:5",
+                   WAIT_STANDBY="1")
+    p = pids(out)
+    warmed = {int(name.split(".")[1]): open(os.path.join(out, name)).read()
+              for name in os.listdir(out) if name.startswith("warmed.")}
+    assert set(p) == {(0, 0), (0, 1), (1, 0), (1, 1)}, p
+    assert p[(1, 0)] == p[(0, 0)], f"rank 0 was not kept: {p}"
+    assert p[(1, 1)] in warmed, f"rank 1 was not taken over by a standby: {p}, standbys {warmed}"
+    assert warmed[p[(1, 1)]] == "", f"the standby had rank variables: {warmed[p[(1, 1)]]}"
+    assert p[(0, 0)] not in warmed and p[(0, 1)] not in warmed, "a worker ran the warm-up"
+    assert f"local rank 1 (rank 1) runs in standby process {p[(1, 1)]}" in err, err
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"rank 1 SIGKILLed at step 5 with a standby warmed (pid {p[(1, 1)]}, no rank variables "
+          f"while it waited): rank 1 ran on in it, rank 0 kept pid {p[(0, 0)]}, standbys started "
+          f"{len(warmed)}, none left, bit-identical: passed")
+
+
 def case_a_rank_whose_training_raises_keeps_its_process_too():
     """A RuntimeError of the training's own (not a collective's: no peer failed) is this rank's
     failure at once; only a collective's error waits for the abort a peer's failure brings."""
@@ -318,7 +339,15 @@ def case_bad_restart_modes_are_usage_errors():
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 2, (mode, r.returncode, r.stderr)
         assert f"--restart_mode: '{mode}' is not one of process, in_process" in r.stderr, r.stderr
-    print("--restart_mode=inprocess / PROCESS: usage errors naming the choices: passed")
+    for flags, said in ((["--standby_workers=1"], "add --restart_mode=in_process"),
+                        (["--restart_mode=in_process", "--standby_workers=-1"],
+                         "'-1' is not a number from 0 to 64")):
+        r = subprocess.run([DDPRUN, *flags, "--nproc_per_node=1", "x.py"], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 2 and f"--standby_workers: " in r.stderr and said in r.stderr, \
+            (flags, r.returncode, r.stderr)
+    print("--restart_mode=inprocess / PROCESS, --standby_workers without in_process or below 0: "
+          "usage errors naming the choices: passed")
 
 
 def main():

@@ -20,6 +20,7 @@ LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& fi
                  int console_fd, std::string prefix, std::shared_ptr<FilteredLog> duplicate)
     : pipe_(io, pipe_fd),
       console_fd_(console_fd),
+      prefixed_(!prefix.empty()),
       lines_(prefix, kMaxConsoleLine),
       duplicate_(std::move(duplicate)),
       duplicate_lines_(prefix, kMaxConsoleLine,
@@ -33,6 +34,12 @@ LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& fi
       throw std::system_error(errno, std::generic_category(), "open " + file_path);
     }
   }
+}
+
+void LogPump::relabel(const std::string& prefix) {
+  if (!prefixed_) return;
+  lines_.set_prefix(prefix);
+  duplicate_lines_.set_prefix(prefix);
 }
 
 LogPump::~LogPump() {

@@ -34,11 +34,26 @@ std::optional<uint64_t> generation_of(const std::string& text) {
 InProcessChannel::InProcessChannel(const std::string& dir, int local_rank)
     : path_(dir + "/inprocess." + std::to_string(local_rank)) {}
 
-void InProcessChannel::started(uint64_t generation) {
+std::unique_ptr<InProcessChannel> InProcessChannel::for_standby(const std::string& dir,
+                                                                uint64_t number) {
+  return std::unique_ptr<InProcessChannel>(
+      new InProcessChannel(dir + "/standby." + std::to_string(number)));
+}
+
+void InProcessChannel::clear() {
   for (const char* suffix : {".ready", ".raised", ".parked", ".stack"}) {
     std::remove((path_ + suffix).c_str());
   }
+}
+
+void InProcessChannel::started(uint64_t generation) {
+  clear();
   write(nlohmann::json{{"generation", generation}, {"state", "run"}}.dump());
+}
+
+void InProcessChannel::standing_by() {
+  clear();
+  write(nlohmann::json{{"generation", 0}, {"state", "standby"}}.dump());
 }
 
 bool InProcessChannel::ready() const { return read_file(path_ + ".ready").has_value(); }

@@ -17,10 +17,15 @@
 //                              "unset": []}                                with this environment,
 //                                                                          without those variables
 //
+// A standby (--standby_workers) starts with {"generation": 0, "state": "standby"}, says .ready once
+// it waits in ddprun.inprocess.run(), and takes a worker's place with the "run" above.
+//
 // The agent writes <file> whole (a rename); the worker polls it. Private to the agent.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "ddprun/agent/environment.hpp"
 
@@ -30,11 +35,15 @@ class InProcessChannel {
  public:
   // The channel of local rank `local_rank` in `dir` (which exists); nothing is written yet.
   InProcessChannel(const std::string& dir, int local_rank);
+  // The channel of standby number `number` in `dir`.
+  static std::unique_ptr<InProcessChannel> for_standby(const std::string& dir, uint64_t number);
 
   const std::string& path() const { return path_; }
   // A new worker process is about to start for attempt `generation`: the worker's files of an
   // earlier process are removed and <file> says "run".
   void started(uint64_t generation);
+  // A standby is about to start: as started(), but <file> says "standby".
+  void standing_by();
   // The worker said it can restart in process.
   bool ready() const;
   // What the worker's training raised in attempt `generation`, if it said so.
@@ -50,6 +59,9 @@ class InProcessChannel {
   void resume(uint64_t generation, const Environment& env, const Environment& was);
 
  private:
+  explicit InProcessChannel(std::string path) : path_(std::move(path)) {}
+  // Removes what a worker of an earlier process wrote.
+  void clear();
   void write(const std::string& json);
   // What the worker's file <path>`suffix` says after its first line, if that is `generation`.
   std::optional<std::string> text_of(const char* suffix, uint64_t generation) const;

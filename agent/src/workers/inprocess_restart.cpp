@@ -106,6 +106,7 @@ void WorkerGroup::watch_in_process() {
   inprocess_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || !active_) return;
     poll_in_process();
+    top_up_standbys();
     if (attempt_->running > 0) watch_in_process();
   });
 }
@@ -174,6 +175,9 @@ void WorkerGroup::poll_in_process() {
 }
 
 boost::asio::awaitable<void> WorkerGroup::end_kept(int signo) {
+  if (no_standbys_.empty()) no_standbys_ = "the job ends";  // (their ends are no surprise)
+  for (RunningWorker& s : standbys_) kept_.push_back(std::move(s));
+  standbys_.clear();
   if (kept_.empty()) co_return;
   for (RunningWorker& w : kept_) {
     if (w.running()) w.process->signal_group(signo);

@@ -67,7 +67,7 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
 }
 
 bool is_per_worker_variable(std::string_view name) {
-  static constexpr std::array<std::string_view, 23> kNames{
+  static constexpr std::array<std::string_view, 24> kNames{
       "RANK",
       "GROUP_RANK",
       "ROLE_RANK",
@@ -88,6 +88,7 @@ bool is_per_worker_variable(std::string_view name) {
       "DDPRUN_HEARTBEAT_FILE",
       "DDPRUN_STEP_TIMES_FILE",
       "DDPRUN_INPROCESS_FILE",
+      "DDPRUN_STANDBY",
       "DDPRUN_CHECKPOINT_STEP",
       "DDPRUN_CHECKPOINT_WORLD",
       "DDPRUN_CHECKPOINT_RESHARD",

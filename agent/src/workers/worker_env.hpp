@@ -53,7 +53,8 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
 
 // The variables whose values differ between the workers of a node or between rounds: those
 // worker_environment sets from the identity and the attempt, the error file, and the heartbeat
-// file (DDPRUN_HEARTBEAT_FILE, set by the worker group). The rest of a worker's environment is the
+// file (DDPRUN_HEARTBEAT_FILE, set by the worker group), and a standby's mark
+// (DDPRUN_STANDBY). The rest of a worker's environment is the
 // node's, the same for every worker of every round while the agent runs.
 bool is_per_worker_variable(std::string_view name);
 // `env` without the per-worker variables.

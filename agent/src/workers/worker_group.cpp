@@ -82,9 +82,11 @@ WorkerGroup::~WorkerGroup() {
       for (auto& p : w.pumps) p->finish();
     }
   }
-  for (RunningWorker& w : kept_) {
-    if (w.running()) w.process->signal_group(SIGKILL);
-    for (auto& p : w.pumps) p->finish();
+  for (std::vector<RunningWorker>* kept : {&kept_, &standbys_}) {
+    for (RunningWorker& w : *kept) {
+      if (w.running()) w.process->signal_group(SIGKILL);
+      for (auto& p : w.pumps) p->finish();
+    }
   }
 }
 
@@ -139,9 +141,15 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   active_ = true;
 
+  // One start at a time through the warm interpreter: a standby's may be under way (bounded by the
+  // interpreter's own limit on an answer).
+  for (boost::asio::steady_timer poll(io_); standby_starting_;) {
+    poll.expires_after(kStandbyPoll);
+    co_await poll.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+  }
   // (A stop, or a failure of a worker started first, may come while the warm interpreter forks.)
   for (size_t i = 0; i < attempt_->workers.size() && !attempt_->stopping(); ++i) {
-    if (!adopt_kept(i) && !co_await start_worker(i)) break;
+    if (!adopt_kept(i) && !adopt_standby(i) && !co_await start_worker(i)) break;
   }
   for (RunningWorker& w : kept_) {
     const auto has = [&w](const RunningWorker& r) {
@@ -208,15 +216,8 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
     rw.channel->started(a.number);
     l.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
   }
-  const Containment::ReapingHold held = containment_.hold_reaping();  // (until it is registered)
   try {
-    // (An if, not ?:: with a co_await in a conditional expression, GCC 12's code crashed here.)
-    if (warm_ != nullptr) {
-      rw.process = co_await WorkerProcess::start(io_, l.spawn, containment_.worker_cgroup(), *warm_,
-                                                 [&a] { return !a.stopping(); });
-    } else {
-      rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup());
-    }
+    co_await spawn(rw, [&a] { return !a.stopping(); });
   } catch (const std::system_error& e) {
     // The machine refused a process: stop what started and report it like a failed worker.
     spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
@@ -233,6 +234,21 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
   }
   if (!rw.process) co_return false;  // the attempt began to stop while the warm interpreter forked
   ++a.running;
+  if (a.stopping()) stop_late_worker(rw);
+  co_return true;
+}
+
+boost::asio::awaitable<void> WorkerGroup::spawn(RunningWorker& rw, std::function<bool()> wanted) {
+  const WorkerLaunch& l = rw.launch;
+  const Containment::ReapingHold held = containment_.hold_reaping();  // (until it is registered)
+  // (An if, not ?:: with a co_await in a conditional expression, GCC 12's code crashed here.)
+  if (warm_ != nullptr) {
+    rw.process = co_await WorkerProcess::start(io_, l.spawn, containment_.worker_cgroup(), *warm_,
+                                               std::move(wanted));
+  } else {
+    rw.process = std::make_unique<WorkerProcess>(io_, l.spawn, containment_.worker_cgroup());
+  }
+  if (!rw.process) co_return;
   WorkerProcess& w = *rw.process;
   containment_.started(w.pid(), w.cgroup_path());
   const uint64_t serial = rw.serial = ++serials_;
@@ -260,13 +276,12 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
       };
       if (attempt_) ended(attempt_->workers);
       ended(kept_);
+      ended(standbys_);
       wake();
     });
     rw.pumps.push_back(std::move(pump));
   }
   w.watch_exit([this, serial](const ExitStatus& s) { on_exit(serial, s); });
-  if (a.stopping()) stop_late_worker(rw);
-  co_return true;
 }
 
 void WorkerGroup::stop_late_worker(RunningWorker& rw) {
@@ -343,10 +358,12 @@ GroupResult WorkerGroup::conclude() {
 
 void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
   RunningWorker* in_attempt = worker_of(serial);
+  if (in_attempt == nullptr && standby_ended(serial, status)) return;
   if (in_attempt == nullptr) {  // a kept worker ended between attempts: the next one starts anew
     for (const RunningWorker& w : kept_) {
       if (w.serial != serial) continue;
       containment_.ended(w.process->pid());
+      if (w.launch.id.local_rank < 0) continue;  // a standby, ended with the job
       spdlog::warn("local rank {} (pid {}) ended while kept for the next attempt ({} {})",
                    w.launch.id.local_rank, w.process->pid(),
                    status.code >= 0 ? "exit code" : "signal",

@@ -105,8 +105,18 @@ class WorkerGroup : private AttemptControl {
   // gives each kept worker its new environment instead of starting a process, and starts the
   // rest. A worker that has not aborted within the shutdown timeout is stopped.
   void restart_in_process(std::string dir) { inprocess_dir_ = std::move(dir); }
-  // Ends the workers kept for a next attempt that will not come (the job ends here): `signo`, then
-  // SIGKILL after the shutdown timeout; completes once they exited (bounded).
+  // --standby_workers (with restart_in_process): `count` standby processes beside the workers
+  // (standby_launch.hpp), started from the running attempt's first worker's launch once every
+  // worker runs its training under ddprun.inprocess and the attempt has made progress for
+  // kStandbyDelay (a standby's start does not compete with the workers' own). A later attempt gives
+  // a worker whose process is gone a ready standby's process, with the worker's environment through
+  // the channel, instead of starting one. Not where the workers' command lines differ (a
+  // ${local_rank} argument a standby could not change). A standby that ends on its own is not
+  // replaced: workers start as new processes from then on, and the log says why.
+  void keep_standbys(int count) { standby_count_ = count; }
+  // Ends the workers kept for a next attempt that will not come (the job ends here), and the
+  // standbys: `signo`, then SIGKILL after the shutdown timeout; completes once they exited
+  // (bounded).
   boost::asio::awaitable<void> end_kept(int signo);
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
@@ -117,6 +127,10 @@ class WorkerGroup : private AttemptControl {
   // After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process
   // in uninterruptible sleep dies only when the kernel lets it).
   static constexpr std::chrono::seconds kKillGrace{5};
+  // How long an attempt makes progress before a standby starts beside it.
+  static constexpr std::chrono::seconds kStandbyDelay{2};
+  // How often an attempt about to start looks whether a standby's start has ended.
+  static constexpr std::chrono::milliseconds kStandbyPoll{10};
 
   // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
   boost::asio::awaitable<bool> start_worker(size_t i);
@@ -125,6 +139,17 @@ class WorkerGroup : private AttemptControl {
   void stop_late_worker(RunningWorker& rw);
   // Gives worker `i` of the attempt the kept process of the same local rank, if there is one.
   bool adopt_kept(size_t i);
+  // Starts `rw`'s process (through the warm interpreter where there is one, given up where
+  // `wanted` no longer holds when it answers: rw.process stays null), its pumps and its exit's
+  // watch. Throws std::system_error where the machine refuses a process.
+  boost::asio::awaitable<void> spawn(RunningWorker& rw, std::function<bool()> wanted);
+  // Gives worker `i` of the attempt a ready standby's process, if there is one.
+  bool adopt_standby(size_t i);
+  // Starts a standby where one is wanted now (keep_standbys).
+  void top_up_standbys();
+  boost::asio::awaitable<void> start_standby(WorkerLaunch launch);
+  // Whether process `serial` was a standby (its end is then dealt with).
+  bool standby_ended(uint64_t serial, const ExitStatus& status);
   void on_exit(uint64_t serial, const ExitStatus& status);
   // What a failure, a hang or an interruption does: the workers stop, or (in process, where they
   // all can) the failed ones stop and the others abort their attempt.
@@ -183,6 +208,13 @@ class WorkerGroup : private AttemptControl {
   std::vector<RunningWorker> kept_;
   std::chrono::steady_clock::time_point parking_deadline_;
   bool said_not_in_process_ = false;
+  // --standby_workers: how many, those started (running or not), whether one is starting, and
+  // why no more start ("" they do).
+  int standby_count_ = 0;
+  std::vector<RunningWorker> standbys_;
+  uint64_t standbys_started_ = 0;
+  bool standby_starting_ = false;
+  std::string no_standbys_;
   bool woken_ = false;
   bool active_ = false;
   bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()

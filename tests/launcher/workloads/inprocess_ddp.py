@@ -12,7 +12,10 @@ itself), raise (a RuntimeError, its time in OUT_DIR/raised_at), or hang (sleep, 
 $FAULT_EVERY=N instead, rank 1 kills itself just after the first step it saves in each of the
 first N attempts; with $RAISE_EVERY=1, rank 1 raises at its first step of every attempt, before
 saving it. With $NO_API=1 the training is called directly, as a script that does not use
-ddprun.inprocess."""
+ddprun.inprocess. A standby (--standby_workers) warms up with a forward and backward pass that
+changes nothing and writes OUT_DIR/warmed.<its pid> (the names of the rank variables it had); with
+$WAIT_STANDBY=1, the faulty rank waits (up to 60 s) for a standby to be ready before its fault."""
+import glob
 import os
 import signal
 import sys
@@ -48,6 +51,12 @@ def fault(rank, step, first, out):
     kind, _, where = os.environ.get("FAULT", "").partition(":")
     if os.environ["TORCHELASTIC_RESTART_COUNT"] != "0" or where != f"{rank}:{step}":
         return
+    if os.environ.get("WAIT_STANDBY") == "1":  # (its .ready: ddprun.inprocess waits in run())
+        channels = os.path.dirname(os.environ["DDPRUN_INPROCESS_FILE"])
+        deadline = time.monotonic() + 60
+        while not glob.glob(os.path.join(channels, "standby.*.ready")):
+            assert time.monotonic() < deadline, "no standby was ready within 60 s"
+            time.sleep(0.05)
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "raise":  # what torch raises for most errors of a training (a shape, a dtype)
@@ -96,7 +105,16 @@ def train(steps, out):
     dist.destroy_process_group()
 
 
+def warm():
+    NET(torch.zeros(1, 32)).sum().mul(0).backward()
+    OPT.zero_grad()
+    with open(os.path.join(sys.argv[2], f"warmed.{os.getpid()}"), "w") as f:
+        f.write(" ".join(name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
+                         if name in os.environ))
+
+
 if __name__ == "__main__":
+    inprocess.warm_up(warm)
     arguments = (int(sys.argv[1]), sys.argv[2])
     if os.environ.get("NO_API") == "1":
         train(*arguments)

@@ -105,6 +105,9 @@ struct AgentConfig {
   int crash_loop_attempts = 3;
   // --restart_mode: how workers restart after a failure (worker_group.hpp, restart_in_process).
   RestartMode restart_mode = RestartMode::kProcess;
+  // --standby_workers: with kInProcess, standby processes per node that take failed workers'
+  // places (worker_group.hpp, keep_standbys).
+  int standby_workers = 0;
 };
 
 // How a run ended, mapped by the launcher to its exit status.
