@@ -6,6 +6,9 @@ the step after the saved one), with:
   in_process    ddprun --restart_mode=in_process --preload=auto (rank 0 keeps its process, its
                 imports and its compiled model; a killed rank 1 is replaced from the warm
                 interpreter and compiles again)
+  standby       as in_process, with --standby_workers=1: a standby that ran the script up to
+                inprocess.run() and warmed up (a compiled step on zeros) takes rank 1's place;
+                rank 1 waits for it to be ready before it fails (not counted)
   process       ddprun --preload=auto (both ranks start again from the warm interpreter, compile
                 again, load the checkpoint from memory)
   torchrun      torch 2.14's torchrun (both ranks start cold, compile again, torch.load from
@@ -30,14 +33,15 @@ JOB_LIMIT = 180  # seconds a job may take; one that takes longer did not come ba
 def job(mode, fault, ddprun, python, checkout):
     out = tempfile.mkdtemp(dir="/dev/shm")
     worker = os.path.join(checkout, "scripts", "bench", "inprocess_worker.py")
-    env = {**os.environ, "FAULT": fault, "FAULT_STEP": str(FAULT_STEP), "PYTHON_EXEC": python,
+    env = {**os.environ, "WAIT_STANDBY": "1" if mode == "standby" else "0", "FAULT": fault, "FAULT_STEP": str(FAULT_STEP), "PYTHON_EXEC": python,
            "PYTHONPATH": os.path.join(checkout, "python")}
     if mode == "torchrun":
         cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "--max_restarts=3", worker, str(STEPS), out]
     else:
         cmd = [ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=3", "--preload=auto",
-               *(["--restart_mode=in_process"] if mode == "in_process" else []),
+               *(["--restart_mode=in_process"] if mode in ("in_process", "standby") else []),
+               *(["--standby_workers=1"] if mode == "standby" else []),
                worker, str(STEPS), out]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_LIMIT, env=env)
@@ -69,7 +73,8 @@ def main():
     results = {}
     for run in range(runs):
         for fault in ("kill", "raise"):
-            for mode in ("in_process", "process", "torchrun")[:3 if fault == "kill" else 2]:
+            for mode in (("standby", "in_process", "process", "torchrun") if fault == "kill" else
+                         ("in_process", "process")):
                 back, _ = job(mode, fault, ddprun, python, checkout)
                 results.setdefault((fault, mode), []).append(back)
                 print(f"run {run + 1}: rank 1 {'SIGKILLed' if fault == 'kill' else 'raised'}, "
@@ -78,11 +83,13 @@ def main():
     for fault in ("kill", "raise"):
         print(f"median over {runs} runs, rank 1 {'SIGKILLed' if fault == 'kill' else 'raised'}: "
               + ", ".join(f"{m} {median[(fault, m)]:.3f} s"
-                          for m in ("in_process", "process", "torchrun") if (fault, m) in median))
+                          for m in ("standby", "in_process", "process", "torchrun")
+                          if (fault, m) in median))
     k, r = (lambda m: median[("kill", m)]), (lambda m: median[("raise", m)])
-    print(f"ratio: in process, a killed rank back in {k('in_process'):.2f} s (target 1 s): "
-          f"{k('process') / k('in_process'):.2f}x sooner than ddprun's process restart "
-          f"(target 5x), {k('torchrun') / k('in_process'):.2f}x sooner than torchrun 2.14; a "
+    print(f"ratio: in process with a standby, a killed rank back in {k('standby'):.2f} s "
+          f"(target 1 s): {k('process') / k('standby'):.2f}x sooner than ddprun's process restart "
+          f"(target 5x), {k('torchrun') / k('standby'):.2f}x sooner than torchrun 2.14; without "
+          f"a standby {k('in_process'):.2f} s, {k('process') / k('in_process'):.2f}x; a "
           f"raising rank back in {r('in_process'):.2f} s, {r('process') / r('in_process'):.2f}x "
           f"sooner than ddprun's process restart")
 

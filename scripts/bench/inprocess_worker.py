@@ -5,7 +5,10 @@ under torchrun, which has nothing else), the training run under ddprun.inprocess
 but with --restart_mode=in_process). Arguments: STEPS OUT. Each rank appends "<time> <restart>
 <step>" to OUT/steps.<rank> after each step; in the first attempt, rank 1 writes the time to
 OUT/fault and then, just after saving step $FAULT_STEP, SIGKILLs itself ($FAULT=kill) or raises
-($FAULT=raise: a RuntimeError, as torch raises for most errors)."""
+($FAULT=raise: a RuntimeError, as torch raises for most errors). A standby of ddprun's
+(--standby_workers) warms up with a compiled step on zeros; with $WAIT_STANDBY=1 rank 1 waits for a
+standby to be ready (up to 120 s) before it fails, and before it writes the time."""
+import glob
 import os
 import signal
 import sys
@@ -47,6 +50,22 @@ def save(out, step, state):
     os.replace(path + ".tmp", path)
 
 
+def wait_for_standby():
+    if os.environ.get("WAIT_STANDBY") != "1":
+        return
+    channels = os.path.dirname(os.environ["DDPRUN_INPROCESS_FILE"])
+    deadline = time.monotonic() + 120
+    while not glob.glob(os.path.join(channels, "standby.*.ready")):
+        assert time.monotonic() < deadline, "no standby was ready within 120 s"
+        time.sleep(0.05)
+
+
+def warm():
+    """What a standby does before it waits: the compiling a replacement's first step would do."""
+    COMPILED(torch.zeros(64, WIDTH)).pow(2).mean().backward()
+    OPT.zero_grad()
+
+
 def train(steps, out):
     dist.init_process_group("gloo")
     rank, attempt = dist.get_rank(), os.environ["TORCHELASTIC_RESTART_COUNT"]
@@ -68,6 +87,7 @@ def train(steps, out):
             log.write(f"{time.time():.6f} {attempt} {s}\n")
             log.flush()
             if attempt == "0" and rank == 1 and s == fault_step:
+                wait_for_standby()
                 with open(os.path.join(out, "fault"), "w") as f:
                     f.write(f"{time.time():.6f}")
                 if os.environ.get("FAULT") == "raise":
@@ -78,4 +98,5 @@ def train(steps, out):
 
 
 if __name__ == "__main__":
+    inprocess.warm_up(warm)
     inprocess.run(train, int(sys.argv[1]), sys.argv[2])

@@ -344,7 +344,7 @@ def case_bad_restart_modes_are_usage_errors():
                          "'-1' is not a number from 0 to 64")):
         r = subprocess.run([DDPRUN, *flags, "--nproc_per_node=1", "x.py"], capture_output=True,
                            text=True, timeout=30)
-        assert r.returncode == 2 and f"--standby_workers: " in r.stderr and said in r.stderr, \
+        assert r.returncode == 2 and "--standby_workers: " in r.stderr and said in r.stderr, \
             (flags, r.returncode, r.stderr)
     print("--restart_mode=inprocess / PROCESS, --standby_workers without in_process or below 0: "
           "usage errors naming the choices: passed")
