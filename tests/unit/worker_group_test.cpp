@@ -1,4 +1,5 @@
-// One attempt of the worker group with real processes: what interrupt() does before and during it.
+// One attempt of the worker group with real processes: what interrupt() does before and during it;
+// what a standby starts with.
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -22,6 +23,7 @@
 #include <catch2/catch.hpp>
 
 #include "node/containment.hpp"
+#include "workers/standby_launch.hpp"
 #include "workers/worker_group.hpp"
 
 using namespace ddprun::agent;
@@ -272,4 +274,49 @@ TEST_CASE("worker process: workers start where a seccomp profile refuses clone3"
   REQUIRE(::waitpid(tester, &status, 0) == tester);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 7);
+}
+
+TEST_CASE("standby launch: a worker's command line and shared environment, without its rank",
+          "[agent]") {
+  const std::filesystem::path attempt =
+      std::filesystem::temp_directory_path() / ("standby_launch_test." + std::to_string(getpid()));
+  WorkerLaunch worker;
+  worker.id.local_rank = worker.id.rank = 3;
+  worker.spawn.argv = {"python3", "-u", "train.py", "--lr=0.1"};
+  worker.spawn.env = {{"PATH", "/usr/bin"},
+                      {"RANK", "3"},
+                      {"LOCAL_RANK", "3"},
+                      {"WORLD_SIZE", "8"},
+                      {"MASTER_ADDR", "10.0.0.1"},
+                      {"MASTER_PORT", "29500"},
+                      {"TORCHELASTIC_ERROR_FILE", (attempt / "3" / "error.json").string()},
+                      {"DDPRUN_HEARTBEAT_FILE", "/dev/shm/hb/3"},
+                      {"DDPRUN_INPROCESS_FILE", "/dev/shm/ip/inprocess.3"},
+                      {"DDPRUN_CHECKPOINT_DIR", "/dev/shm/regions"}};
+  worker.spawn.cpus = {6, 7};
+  worker.spawn.err = {StreamTarget::Kind::kFile, (attempt / "3" / "stderr.log").string()};
+  worker.tee_out.file = (attempt / "3" / "stdout.log").string();
+  worker.tee_out.console_fd = 1;
+  worker.prefix = "[default3]:";
+  worker.error_file = (attempt / "3" / "error.json").string();
+
+  const WorkerLaunch s = standby_launch(worker, 2, "/dev/shm/ip/standby.2");
+
+  CHECK(s.id.local_rank == -1);
+  CHECK(s.id.rank == -1);
+  CHECK(s.spawn.argv == worker.spawn.argv);
+  const Environment want = {{"PATH", "/usr/bin"},
+                            {"DDPRUN_CHECKPOINT_DIR", "/dev/shm/regions"},
+                            {"DDPRUN_INPROCESS_FILE", "/dev/shm/ip/standby.2"},
+                            {"DDPRUN_STANDBY", "1"}};
+  CHECK(s.spawn.env == want);
+  CHECK(s.spawn.cpus.empty());
+  CHECK(s.spawn.err.path == (attempt / "standby2" / "stderr.log").string());
+  CHECK(s.tee_out.file == (attempt / "standby2" / "stdout.log").string());
+  CHECK(s.tee_out.console_fd == 1);
+  CHECK(s.tee_err.file.empty());
+  CHECK(std::filesystem::is_directory(attempt / "standby2"));
+  CHECK(s.prefix == "[standby2]:");
+  CHECK(s.error_file.empty());
+  std::filesystem::remove_all(attempt);
 }

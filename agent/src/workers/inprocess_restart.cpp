@@ -80,7 +80,8 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   // each writes its stacks before it aborts.
   if (hang && stacks_.captures()) a.stacks_wanted = true;
   a.enter(AttemptPhase::kParking, now);
-  if (warm_ != nullptr) warm_->stop_forking();
+  // (A standby's start goes on: no worker's is under way beside it.)
+  if (warm_ != nullptr && !standby_starting_) warm_->stop_forking();
   bool to_stop = false;
   for (RunningWorker& w : a.workers) {
     if (!w.running()) continue;

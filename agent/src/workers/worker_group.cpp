@@ -445,7 +445,8 @@ void WorkerGroup::end_attempt() {
 
 void WorkerGroup::begin_stopping(int signo) {
   attempt_->enter(AttemptPhase::kStopping, std::chrono::steady_clock::now());
-  if (warm_ != nullptr) warm_->stop_forking();
+  // (A standby's start goes on: no worker's is under way beside it.)
+  if (warm_ != nullptr && !standby_starting_) warm_->stop_forking();
   for (RunningWorker& w : attempt_->workers) {
     if (!w.running()) continue;
     w.stopped_by_us = true;
