@@ -50,42 +50,58 @@ struct Cublas {
 
 }  // namespace
 
-double gpu_gemm_seconds(int device) {
-  const Cublas cublas;
-  check(cudaSetDevice(device), "cudaSetDevice");
-  const size_t bytes = sizeof(float) * kSize * kSize;
-  float *a = nullptr, *b = nullptr, *c = nullptr;
-  check(cudaMalloc(&a, bytes), "cudaMalloc");
-  check(cudaMalloc(&b, bytes), "cudaMalloc");
-  check(cudaMalloc(&c, bytes), "cudaMalloc");
-  check(cudaMemset(a, 0, bytes), "cudaMemset");
-  check(cudaMemset(b, 0, bytes), "cudaMemset");
+struct GpuGemm::State {
+  Cublas cublas;
+  float* a = nullptr;
+  float* b = nullptr;
+  float* c = nullptr;
   cublasHandle_t handle = nullptr;
-  if (cublas.create(&handle) != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("cublasCreate failed");
-  const float one = 1.0f, zero = 0.0f;
-  auto gemm = [&] {
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+
+  ~State() {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    if (handle != nullptr) cublas.destroy(handle);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+  }
+
+  void gemm() {
+    const float one = 1.0f, zero = 0.0f;
     if (cublas.sgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kSize, kSize, kSize, &one, a, kSize, b,
                      kSize, &zero, c, kSize) != CUBLAS_STATUS_SUCCESS) {
       throw std::runtime_error("cublasSgemm failed");
     }
-  };
-  for (int i = 0; i < kWarmups; ++i) gemm();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  check(cudaEventRecord(start), "cudaEventRecord");
-  for (int i = 0; i < kRuns; ++i) gemm();
-  check(cudaEventRecord(stop), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  }
+};
+
+GpuGemm::GpuGemm(int device) : s_(std::make_unique<State>()) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  const size_t bytes = sizeof(float) * kSize * kSize;
+  for (float** m : {&s_->a, &s_->b, &s_->c}) {
+    check(cudaMalloc(m, bytes), "cudaMalloc");
+    check(cudaMemset(*m, 0, bytes), "cudaMemset");
+  }
+  if (s_->cublas.create(&s_->handle) != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error("cublasCreate failed");
+  }
+  check(cudaEventCreate(&s_->start), "cudaEventCreate");
+  check(cudaEventCreate(&s_->stop), "cudaEventCreate");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+GpuGemm::~GpuGemm() = default;
+
+double GpuGemm::seconds() {
+  for (int i = 0; i < kWarmups; ++i) s_->gemm();
+  check(cudaEventRecord(s_->start), "cudaEventRecord");
+  for (int i = 0; i < kRuns; ++i) s_->gemm();
+  check(cudaEventRecord(s_->stop), "cudaEventRecord");
+  check(cudaEventSynchronize(s_->stop), "cudaEventSynchronize");
   float ms = 0;
-  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cublas.destroy(handle);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
+  check(cudaEventElapsedTime(&ms, s_->start, s_->stop), "cudaEventElapsedTime");
   return ms / 1000.0 / kRuns;
 }
 

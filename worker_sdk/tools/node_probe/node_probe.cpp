@@ -197,13 +197,14 @@ double link_seconds(const Args& a, int phase, int partner,
 
 // The compute line of the report: the kernel's kind and seconds per run (on the CPU, the median of
 // kComputeBlocks blocks' means, not counting waits for CPUs other processes held: cpu_wait.hpp),
-// in the host's turn (waited for until `turn_until`).
+// timed in the host's turn (waited for until `turn_until`; a GPU's set-up before it).
 std::string compute_line(const Args& a, std::chrono::steady_clock::time_point turn_until) {
-  const HostTurn turn(turn_until);
 #ifdef DDP_PROBE_WITH_CUDA
   if (a.gpu >= 0) {
     try {
-      return "compute gpu " + decimal(gpu_gemm_seconds(a.gpu)) + "\n";
+      GpuGemm gemm(a.gpu);  // CUDA's and cuBLAS's set-up: outside the host's turn
+      const HostTurn turn(turn_until);
+      return "compute gpu " + decimal(gemm.seconds()) + "\n";
     } catch (const std::exception& e) {
       std::fprintf(stderr, "ddprun-node-probe: node %d: GPU %d: %s; the CPU kernel instead\n",
                    a.rank, a.gpu, e.what());
@@ -214,6 +215,7 @@ std::string compute_line(const Args& a, std::chrono::steady_clock::time_point tu
     std::fprintf(stderr, "ddprun-node-probe: built without CUDA; the CPU kernel instead\n");
   }
 #endif
+  const HostTurn turn(turn_until);
   std::vector<double> blocks;
   for (int b = 0; b < kComputeBlocks * a.repeat(); ++b) {
     // Its time, less any wait for a CPU that other processes held (a quota's is kept).
