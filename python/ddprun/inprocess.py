@@ -29,7 +29,8 @@ without a rank (no RANK, LOCAL_RANK, WORLD_SIZE, MASTER_* in os.environ), each r
 to run(), where it waits. A failed rank's process is replaced by a standby, which then calls
 train() with the rank's environment, instead of by a new process. What the replacement's first
 step would pay (torch.compile's tracing and compiling, CUDA's set-up) a standby pays before any
-rank fails where the script asks it to, with warm_up():
+rank fails where the script asks it to, with warm_up(). Whatever depends on the rank (a sampler's
+shard, a per-rank seed) belongs in train(), as it does for any in-process restart:
 
     inprocess.warm_up(lambda: model(torch.zeros(64, 512)).sum().backward())
     inprocess.run(train)
