@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddprun/agent/failure_summary.hpp"
@@ -42,6 +43,16 @@ struct RunningWorker {
   std::string parked_stack;  // kept after a hang: its threads' stacks, written before it aborted
 
   bool running() const { return process && process->running(); }
+  // Takes `other`'s process and what goes with it (its serial, pumps and channel): a kept worker
+  // or a standby given this worker's place.
+  void take_process_of(RunningWorker& other) {
+    process = std::move(other.process);
+    serial = other.serial;
+    pumps = std::move(other.pumps);
+    open_pumps = other.open_pumps;
+    err_pump = std::move(other.err_pump);
+    channel = std::move(other.channel);
+  }
 };
 
 // What the group sees of a worker that may be progress (a hang watch's heartbeat it reads itself).

@@ -42,12 +42,7 @@ bool WorkerGroup::adopt_kept(size_t i) {
   RunningWorker old = std::move(*kept);
   kept_.erase(kept);
   if (!old.running()) return false;  // it ended while kept
-  rw.process = std::move(old.process);
-  rw.serial = old.serial;
-  rw.pumps = std::move(old.pumps);
-  rw.open_pumps = old.open_pumps;
-  rw.err_pump = std::move(old.err_pump);
-  rw.channel = std::move(old.channel);
+  rw.take_process_of(old);
   rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
   rw.channel->resume(a.number, rw.launch.spawn.env, old.launch.spawn.env);
   ++a.running;

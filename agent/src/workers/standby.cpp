@@ -48,12 +48,7 @@ bool WorkerGroup::adopt_standby(size_t i) {
   if (ready == standbys_.end()) return false;
   RunningWorker standby = std::move(*ready);
   standbys_.erase(ready);
-  rw.process = std::move(standby.process);
-  rw.serial = standby.serial;
-  rw.pumps = std::move(standby.pumps);
-  rw.open_pumps = standby.open_pumps;
-  rw.err_pump = std::move(standby.err_pump);
-  rw.channel = std::move(standby.channel);
+  rw.take_process_of(standby);
   for (auto& pump : rw.pumps) pump->relabel(rw.launch.prefix);
   if (!rw.launch.spawn.cpus.empty()) bind_threads(rw.process->pid(), rw.launch.spawn.cpus);
   rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
