@@ -207,7 +207,9 @@ class NodeAgent {
       checkpoints_.stop();          // and its ticks, polls and copies under way
       straggler_.stop();            // and the round's windows
       group_.start_workers_from(nullptr, {});
-      warm_.reset();  // so would its interpreter's exit watch
+      // (A standby's start still waiting for the warm interpreter's answer, where a stop cut the
+      // job's end short, keeps it until it has one: below.)
+      if (!group_.standby_starting()) warm_.reset();  // so would its interpreter's exit watch
       control.close();
       containment_.stop_listening();
       rdzv_->abandon();
@@ -216,6 +218,11 @@ class NodeAgent {
     };
     asio::co_spawn(io_, run_job(parts), asio::bind_cancellation_slot(stop_.slot(), on_end));
     while (!finished) io_.run_one();
+    for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+         group_.standby_starting() && std::chrono::steady_clock::now() < until;) {
+      io_.run_one_for(std::chrono::milliseconds(100));
+    }
+    warm_.reset();
     events_.record("job_end", job_end_fields(outcome));
     metrics_server_.reset();  // its acceptor would keep the io_context busy below
     // Let what is still in flight (coordinator connections closing, the store's last

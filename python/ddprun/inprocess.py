@@ -32,7 +32,11 @@ step would pay (torch.compile's tracing and compiling, CUDA's set-up) a standby 
 rank fails where the script asks it to, with warm_up(). Whatever depends on the rank (a sampler's
 shard, a per-rank seed) belongs in train(), as it does for any in-process restart:
 
-    inprocess.warm_up(lambda: model(torch.zeros(64, 512)).sum().backward())
+    def warm():
+        model(torch.zeros(64, 512)).sum().backward()
+        optimizer.zero_grad(set_to_none=True)  # (what it changed stays: BatchNorm's statistics)
+
+    inprocess.warm_up(warm)
     inprocess.run(train)
 
 The agent's side of the exchange is in the agent (workers/inprocess_channel.hpp); it is files:
@@ -286,12 +290,14 @@ def run(train, *args, **kwargs):
     path = os.environ.get(_ENV)
     if not path:
         return train(*args, **kwargs)
+    # What the process made before its training and still holds (the model, the compiled code,
+    # torch's modules) lives as long as the process: the collections between attempts look only at
+    # what came since. (Cycles among those objects that it drops later are never collected.)
+    gc.collect()
+    gc.freeze()
     channel = _Channel(path)
     if standby():  # a rank's place first
         _start_again(*channel.wait_for_resume())
-    # What the process made before its training (the model, the compiled code, torch's modules)
-    # lives as long as the process: the collection between attempts looks only at what came since.
-    gc.freeze()
     while True:
         channel.begin()
         try:

@@ -276,7 +276,7 @@ TEST_CASE("worker process: workers start where a seccomp profile refuses clone3"
   CHECK(WEXITSTATUS(status) == 7);
 }
 
-TEST_CASE("standby launch: a worker's command line and shared environment, without its rank",
+TEST_CASE("standby launch: a worker's command line and the node's environment, without its rank",
           "[agent]") {
   const std::filesystem::path attempt =
       std::filesystem::temp_directory_path() / ("standby_launch_test." + std::to_string(getpid()));
@@ -287,6 +287,8 @@ TEST_CASE("standby launch: a worker's command line and shared environment, witho
                       {"RANK", "3"},
                       {"LOCAL_RANK", "3"},
                       {"WORLD_SIZE", "8"},
+                      {"LOCAL_WORLD_SIZE", "4"},
+                      {"CUDA_VISIBLE_DEVICES", "4,5,6,7"},
                       {"MASTER_ADDR", "10.0.0.1"},
                       {"MASTER_PORT", "29500"},
                       {"TORCHELASTIC_ERROR_FILE", (attempt / "3" / "error.json").string()},
@@ -294,9 +296,10 @@ TEST_CASE("standby launch: a worker's command line and shared environment, witho
                       {"DDPRUN_INPROCESS_FILE", "/dev/shm/ip/inprocess.3"},
                       {"DDPRUN_CHECKPOINT_DIR", "/dev/shm/regions"}};
   worker.spawn.cpus = {6, 7};
-  worker.spawn.err = {StreamTarget::Kind::kFile, (attempt / "3" / "stderr.log").string()};
+  worker.spawn.out = {StreamTarget::Kind::kPipe, {}};
   worker.tee_out.file = (attempt / "3" / "stdout.log").string();
   worker.tee_out.console_fd = 1;
+  worker.spawn.err = {StreamTarget::Kind::kFile, (attempt / "3" / "stderr.log").string()};
   worker.prefix = "[default3]:";
   worker.error_file = (attempt / "3" / "error.json").string();
 
@@ -306,17 +309,38 @@ TEST_CASE("standby launch: a worker's command line and shared environment, witho
   CHECK(s.id.rank == -1);
   CHECK(s.spawn.argv == worker.spawn.argv);
   const Environment want = {{"PATH", "/usr/bin"},
+                            {"LOCAL_WORLD_SIZE", "4"},
+                            {"CUDA_VISIBLE_DEVICES", "4,5,6,7"},
                             {"DDPRUN_CHECKPOINT_DIR", "/dev/shm/regions"},
                             {"DDPRUN_INPROCESS_FILE", "/dev/shm/ip/standby.2"},
                             {"DDPRUN_STANDBY", "1"}};
   CHECK(s.spawn.env == want);
   CHECK(s.spawn.cpus.empty());
-  CHECK(s.spawn.err.path == (attempt / "standby2" / "stderr.log").string());
+  // Both streams through the agent, to files where the worker's go to files.
+  CHECK(s.spawn.out.kind == StreamTarget::Kind::kPipe);
+  CHECK(s.spawn.err.kind == StreamTarget::Kind::kPipe);
   CHECK(s.tee_out.file == (attempt / "standby2" / "stdout.log").string());
-  CHECK(s.tee_out.console_fd == 1);
-  CHECK(s.tee_err.file.empty());
+  CHECK(s.tee_err.file == (attempt / "standby2" / "stderr.log").string());
   CHECK(std::filesystem::is_directory(attempt / "standby2"));
-  CHECK(s.prefix == "[standby2]:");
+  CHECK(console_route(s, false) == ConsoleRoute{1, "[standby2]:", nullptr});
+  CHECK(console_route(s, true) == ConsoleRoute{});
   CHECK(s.error_file.empty());
   std::filesystem::remove_all(attempt);
+}
+
+TEST_CASE("standby launch: a worker's console routing is what its place gives a standby",
+          "[agent]") {
+  WorkerLaunch worker;
+  worker.prefix = "[default1]:";
+  worker.spawn.out = {StreamTarget::Kind::kPipe, {}};
+  worker.tee_out.console_fd = 1;
+  worker.tee_out.raw = true;  // (watched for hangs, printed as written)
+  worker.spawn.err = {};      // a terminal: the agent's own stderr
+  CHECK(console_route(worker, false) == ConsoleRoute{1, "", nullptr});
+  CHECK(console_route(worker, true) == ConsoleRoute{2, "", nullptr});
+  worker.tee_out.raw = false;
+  worker.tee_out.console_fd = -1;  // filtered out (--local_ranks_filter)
+  worker.spawn.err = {StreamTarget::Kind::kDevNull, {}};
+  CHECK(console_route(worker, false) == ConsoleRoute{});
+  CHECK(console_route(worker, true) == ConsoleRoute{});
 }

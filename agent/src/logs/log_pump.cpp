@@ -14,19 +14,22 @@ namespace {
 // Longer console lines are shown in pieces of this size (the log files keep them whole).
 constexpr size_t kMaxConsoleLine = 64 * 1024;
 
+// The console lines of those that `duplicate` (null: none) keeps.
+ConsoleLines filtered_lines(const std::string& prefix, const FilteredLog* duplicate) {
+  return ConsoleLines(prefix, kMaxConsoleLine, [duplicate](std::string_view line) {
+    return duplicate != nullptr && duplicate->matches(line);
+  });
+}
+
 }  // namespace
 
 LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path,
                  int console_fd, std::string prefix, std::shared_ptr<FilteredLog> duplicate)
     : pipe_(io, pipe_fd),
       console_fd_(console_fd),
-      prefixed_(!prefix.empty()),
       lines_(prefix, kMaxConsoleLine),
       duplicate_(std::move(duplicate)),
-      duplicate_lines_(prefix, kMaxConsoleLine,
-                       [d = duplicate_.get()](std::string_view line) {
-                         return d != nullptr && d->matches(line);
-                       }),
+      duplicate_lines_(filtered_lines(prefix, duplicate_.get())),
       buf_(64 * 1024) {
   if (!file_path.empty()) {
     file_ = std::fopen(file_path.c_str(), "w");
@@ -36,10 +39,12 @@ LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& fi
   }
 }
 
-void LogPump::relabel(const std::string& prefix) {
-  if (!prefixed_) return;
+void LogPump::redirect_console(int console_fd, const std::string& prefix,
+                               std::shared_ptr<FilteredLog> duplicate) {
+  console_fd_ = console_fd;
   lines_.set_prefix(prefix);
-  duplicate_lines_.set_prefix(prefix);
+  duplicate_ = std::move(duplicate);
+  duplicate_lines_ = filtered_lines(prefix, duplicate_.get());
 }
 
 LogPump::~LogPump() {

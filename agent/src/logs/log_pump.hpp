@@ -34,9 +34,10 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   // Keeps the last `bytes` of the stream for tail() (a hung Python worker's stack dump).
   void keep_tail(size_t bytes) { tail_limit_ = bytes; }
   const std::string& tail() const { return tail_; }
-  // Console lines from now on get `prefix` instead, unless they had none (a standby that takes a
-  // worker's place).
-  void relabel(const std::string& prefix);
+  // From now on, console lines go to `console_fd` (< 0: none) with `prefix` ("" as written), and
+  // those matching go to `duplicate`'s file (null: none): a standby that takes a worker's place.
+  void redirect_console(int console_fd, const std::string& prefix,
+                        std::shared_ptr<FilteredLog> duplicate);
   // Pumps until EOF, then calls `on_eof` (on the io_context).
   void start(std::function<void()> on_eof);
   // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives
@@ -51,7 +52,6 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   boost::asio::posix::stream_descriptor pipe_;
   std::FILE* file_ = nullptr;
   int console_fd_;
-  bool prefixed_;
   ConsoleLines lines_;
   std::shared_ptr<FilteredLog> duplicate_;
   ConsoleLines duplicate_lines_;

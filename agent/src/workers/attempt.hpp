@@ -112,6 +112,9 @@ struct Attempt {
   std::string unhealthy;       // a worker stuck in state D: which, where, how long
   std::vector<WorkerFailure> failures;
   AttemptTimes times;
+  // --standby_workers: when every worker was first seen running its training under
+  // ddprun.inprocess.
+  std::optional<std::chrono::steady_clock::time_point> workers_ready;
   // Called once, at the first progress of any worker of the attempt; may be empty.
   std::function<void(const AttemptTimes&)> on_first_progress;
 

@@ -172,6 +172,7 @@ void WorkerGroup::poll_in_process() {
 
 boost::asio::awaitable<void> WorkerGroup::end_kept(int signo) {
   if (no_standbys_.empty()) no_standbys_ = "the job ends";  // (their ends are no surprise)
+  co_await standby_start_ended();  // a standby that starts now is ended with its start
   for (RunningWorker& s : standbys_) kept_.push_back(std::move(s));
   standbys_.clear();
   if (kept_.empty()) co_return;

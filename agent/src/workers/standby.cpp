@@ -1,13 +1,17 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
@@ -18,6 +22,10 @@
 // --standby_workers: the worker group's standby processes (worker_group.hpp, keep_standbys).
 namespace ddprun::agent {
 namespace {
+
+// How long a standby's start may take to end (the warm interpreter's own limit on an answer is
+// shorter) before an attempt's start or the job's end goes on without waiting for it.
+constexpr std::chrono::seconds kStandbyStartLimit{20};
 
 // Binds every thread of process `pid` to `cpus` (a standby takes a worker's place, and its CPUs);
 // a thread that cannot be bound is said in the log.
@@ -36,6 +44,13 @@ void bind_threads(pid_t pid, const std::vector<int>& cpus) {
   }
 }
 
+// Where a standby's output is kept, for the log.
+std::string output_of(const WorkerLaunch& standby) {
+  const std::string& file = standby.tee_err.file;
+  return file.empty() ? std::string("on the console only")
+                      : "in " + std::filesystem::path(file).parent_path().string();
+}
+
 }  // namespace
 
 bool WorkerGroup::adopt_standby(size_t i) {
@@ -49,16 +64,17 @@ bool WorkerGroup::adopt_standby(size_t i) {
   RunningWorker standby = std::move(*ready);
   standbys_.erase(ready);
   rw.take_process_of(standby);
-  for (auto& pump : rw.pumps) pump->relabel(rw.launch.prefix);
+  for (auto& pump : rw.pumps) {  // its console lines as the worker's would be
+    const ConsoleRoute route = console_route(rw.launch, pump == rw.err_pump);
+    pump->redirect_console(route.fd, route.prefix, route.duplicate);
+  }
   if (!rw.launch.spawn.cpus.empty()) bind_threads(rw.process->pid(), rw.launch.spawn.cpus);
   rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
   rw.channel->resume(a.number, rw.launch.spawn.env, standby.launch.spawn.env);
   ++a.running;
-  spdlog::info("local rank {} (rank {}) runs in standby process {} (its output stays in {})",
+  spdlog::info("local rank {} (rank {}) runs in standby process {} (its output stays {})",
                rw.launch.id.local_rank, rw.launch.id.rank, rw.process->pid(),
-               standby.launch.tee_out.file.empty()
-                   ? std::string("the standby's streams")
-                   : std::filesystem::path(standby.launch.tee_out.file).parent_path().string());
+               output_of(standby.launch));
   if (event_log_ != nullptr) {
     event_log_->record("standby_adopted", {{"local_rank", rw.launch.id.local_rank},
                                            {"rank", rw.launch.id.rank},
@@ -67,28 +83,54 @@ bool WorkerGroup::adopt_standby(size_t i) {
   return true;
 }
 
-void WorkerGroup::top_up_standbys() {
-  if (standby_count_ == 0 || standby_starting_ || !no_standbys_.empty() || !active_) return;
+// Whether a standby may start beside the attempt now; where it never may, no_standbys_ says why.
+bool WorkerGroup::standby_wanted() {
+  if (standby_count_ == 0 || standby_starting_ || !no_standbys_.empty() || !active_) return false;
   Attempt& a = *attempt_;
-  if (a.phase != AttemptPhase::kRunning || !a.times.first_progress ||
-      std::chrono::steady_clock::now() < *a.times.first_progress + kStandbyDelay) {
-    return;
-  }
   const auto running = std::count_if(standbys_.begin(), standbys_.end(),
                                      [](const RunningWorker& s) { return s.running(); });
-  if (running >= standby_count_ || a.workers.empty()) return;
+  if (a.phase != AttemptPhase::kRunning || a.workers.empty() || running >= standby_count_) {
+    return false;
+  }
+  const WorkerLaunch& first = a.workers.front().launch;
+  const auto devices = [](const WorkerLaunch& l) {
+    const auto it = l.spawn.env.find("CUDA_VISIBLE_DEVICES");
+    return it == l.spawn.env.end() ? std::optional<std::string>() : it->second;
+  };
   for (const RunningWorker& w : a.workers) {
-    if (!w.running() || !w.channel || !w.channel->ready()) return;  // (not yet, or not at all)
-    if (w.launch.spawn.argv != a.workers.front().launch.spawn.argv) {
+    if (!w.running() || !w.channel || !w.channel->ready()) return false;  // (not yet, or not all)
+    if (w.launch.spawn.argv != first.spawn.argv) {
       no_standbys_ = "the workers' command lines differ (a ${local_rank} argument)";
+    } else if (devices(w.launch) != devices(first)) {
+      no_standbys_ =
+          "each worker sees its own CUDA_VISIBLE_DEVICES (--virtual-local-rank), which a "
+          "standby could not know before its CUDA set-up";
+    }
+    if (!no_standbys_.empty()) {
       spdlog::warn("--standby_workers: no standby starts: {}", no_standbys_);
-      return;
+      return false;
     }
   }
+  // Every worker runs its training: a while later, so that the standby's start does not compete
+  // with theirs.
+  const auto now = std::chrono::steady_clock::now();
+  if (!a.workers_ready) a.workers_ready = now;
+  return now >= *a.workers_ready + kStandbyDelay;
+}
+
+void WorkerGroup::top_up_standbys() {
+  if (!standby_wanted()) return;
   const uint64_t number = standbys_started_++;
   std::unique_ptr<InProcessChannel> channel = InProcessChannel::for_standby(inprocess_dir_, number);
-  channel->standing_by();
-  WorkerLaunch launch = standby_launch(a.workers.front().launch, number, channel->path());
+  WorkerLaunch launch;
+  try {
+    channel->standing_by();
+    launch = standby_launch(attempt_->workers.front().launch, number, channel->path());
+  } catch (const std::exception& e) {
+    no_standbys_ = e.what();
+    spdlog::warn("--standby_workers: cannot start a standby: {}", e.what());
+    return;
+  }
   standby_starting_ = true;
   boost::asio::co_spawn(
       io_,
@@ -96,18 +138,35 @@ void WorkerGroup::top_up_standbys() {
        channel = std::move(channel)]() mutable -> boost::asio::awaitable<void> {
         RunningWorker standby(std::move(launch));
         standby.channel = std::move(channel);
+        bool whole = false;  // its process, pumps and exit's watch all set up
         try {
           co_await spawn(standby, [this] { return no_standbys_.empty(); });
-        } catch (const std::system_error& e) {
-          no_standbys_ = e.what();
+          whole = true;
+        } catch (const std::exception& e) {
+          if (no_standbys_.empty()) no_standbys_ = e.what();
           spdlog::warn("--standby_workers: cannot start a standby: {}", e.what());
         }
         standby_starting_ = false;
         if (!standby.process) co_return;
-        spdlog::info("standby {} started (pid {})", standby.launch.prefix, standby.process->pid());
+        if (!whole || !no_standbys_.empty()) {  // half started, or the job ended meanwhile
+          containment_.ended(standby.process->pid());
+          for (auto& pump : standby.pumps) pump->finish();
+          co_return;  // (its process is killed and reaped with it)
+        }
+        spdlog::info("standby process {} started (console prefix {}); its output is {}",
+                     standby.process->pid(), standby.launch.prefix, output_of(standby.launch));
         standbys_.push_back(std::move(standby));
       },
       boost::asio::detached);
+}
+
+boost::asio::awaitable<void> WorkerGroup::standby_start_ended() {
+  const auto give_up_at = std::chrono::steady_clock::now() + kStandbyStartLimit;
+  for (boost::asio::steady_timer poll(io_);
+       standby_starting_ && std::chrono::steady_clock::now() < give_up_at;) {
+    poll.expires_after(kStandbyPoll);
+    co_await poll.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+  }
 }
 
 bool WorkerGroup::standby_ended(uint64_t serial, const ExitStatus& status) {
@@ -117,11 +176,10 @@ bool WorkerGroup::standby_ended(uint64_t serial, const ExitStatus& status) {
   containment_.ended(it->process->pid());
   if (no_standbys_.empty()) {
     no_standbys_ =
-        fmt::format("standby pid {} ended before it was needed ({} {}); its output is in {}",
+        fmt::format("standby pid {} ended before it was needed ({} {}); its output is {}",
                     it->process->pid(), status.code >= 0 ? "exit code" : "signal",
                     status.code >= 0 ? std::to_string(status.code) : signal_name(-status.code),
-                    it->launch.tee_err.file.empty() ? std::string("the agent's stderr")
-                                                    : it->launch.tee_err.file);
+                    output_of(it->launch));
     spdlog::warn("--standby_workers: {}: failed workers start as new processes from now on",
                  no_standbys_);
   }

@@ -123,6 +123,8 @@ void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) 
 }
 
 boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
+  // One use at a time of the warm interpreter: a standby's start may be under way.
+  co_await standby_start_ended();
   attempt_ = std::make_unique<Attempt>();
   attempt_->number = ++attempts_;
   attempt_->on_first_progress = on_first_progress_;
@@ -141,12 +143,6 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   }
   active_ = true;
 
-  // One start at a time through the warm interpreter: a standby's may be under way (bounded by the
-  // interpreter's own limit on an answer).
-  for (boost::asio::steady_timer poll(io_); standby_starting_;) {
-    poll.expires_after(kStandbyPoll);
-    co_await poll.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
-  }
   // (A stop, or a failure of a worker started first, may come while the warm interpreter forks.)
   for (size_t i = 0; i < attempt_->workers.size() && !attempt_->stopping(); ++i) {
     if (!adopt_kept(i) && !adopt_standby(i) && !co_await start_worker(i)) break;
@@ -199,7 +195,8 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   kill_armed_ = false;
   state_timer_.cancel();
   inprocess_timer_.cancel();
-  containment_.kill_orphans();  // what the workers left behind, orphaned
+  co_await standby_start_ended();  // (a standby reported but not yet registered is no orphan)
+  containment_.kill_orphans();     // what the workers left behind, orphaned
   active_ = false;
   attempt_->times.ended = std::chrono::steady_clock::now();
   attempt_->enter(AttemptPhase::kEnded, *attempt_->times.ended);

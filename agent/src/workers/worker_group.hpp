@@ -106,14 +106,17 @@ class WorkerGroup : private AttemptControl {
   // rest. A worker that has not aborted within the shutdown timeout is stopped.
   void restart_in_process(std::string dir) { inprocess_dir_ = std::move(dir); }
   // --standby_workers (with restart_in_process): `count` standby processes beside the workers
-  // (standby_launch.hpp), started from the running attempt's first worker's launch once every
-  // worker runs its training under ddprun.inprocess and the attempt has made progress for
-  // kStandbyDelay (a standby's start does not compete with the workers' own). A later attempt gives
-  // a worker whose process is gone a ready standby's process, with the worker's environment through
-  // the channel, instead of starting one. Not where the workers' command lines differ (a
-  // ${local_rank} argument a standby could not change). A standby that ends on its own is not
-  // replaced: workers start as new processes from then on, and the log says why.
+  // (standby_launch.hpp), started from the running attempt's first worker's launch kStandbyDelay
+  // after every worker was seen running its training under ddprun.inprocess (a standby's start
+  // does not compete with the workers' own). A later attempt gives a worker whose process is gone
+  // a ready standby's process, with the worker's environment through the channel and its console
+  // routing, instead of starting one. Not where the workers' command lines differ (a
+  // ${local_rank} argument a standby could not change) or their CUDA_VISIBLE_DEVICES do. A standby
+  // that ends on its own is not replaced: workers start as new processes from then on, and the log
+  // says why.
   void keep_standbys(int count) { standby_count_ = count; }
+  // Whether a standby's start is under way (it may be using the warm interpreter).
+  bool standby_starting() const { return standby_starting_; }
   // Ends the workers kept for a next attempt that will not come (the job ends here), and the
   // standbys: `signo`, then SIGKILL after the shutdown timeout; completes once they exited
   // (bounded).
@@ -127,9 +130,9 @@ class WorkerGroup : private AttemptControl {
   // After SIGKILL, how long a worker may take to die before ddprun stops waiting for it (a process
   // in uninterruptible sleep dies only when the kernel lets it).
   static constexpr std::chrono::seconds kKillGrace{5};
-  // How long an attempt makes progress before a standby starts beside it.
+  // How long after every worker of an attempt runs its training a standby starts beside them.
   static constexpr std::chrono::seconds kStandbyDelay{2};
-  // How often an attempt about to start looks whether a standby's start has ended.
+  // How often a wait for a standby's start to end looks.
   static constexpr std::chrono::milliseconds kStandbyPoll{10};
 
   // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
@@ -145,9 +148,12 @@ class WorkerGroup : private AttemptControl {
   boost::asio::awaitable<void> spawn(RunningWorker& rw, std::function<bool()> wanted);
   // Gives worker `i` of the attempt a ready standby's process, if there is one.
   bool adopt_standby(size_t i);
-  // Starts a standby where one is wanted now (keep_standbys).
+  // Whether a standby may start now (keep_standbys); where none ever may, no_standbys_ says why.
+  bool standby_wanted();
+  // Starts a standby where one is wanted now.
   void top_up_standbys();
-  boost::asio::awaitable<void> start_standby(WorkerLaunch launch);
+  // Completes once no standby's start is under way (bounded).
+  boost::asio::awaitable<void> standby_start_ended();
   // Whether process `serial` was a standby (its end is then dealt with).
   bool standby_ended(uint64_t serial, const ExitStatus& status);
   void on_exit(uint64_t serial, const ExitStatus& status);
