@@ -292,8 +292,12 @@ def run(train, *args, **kwargs):
         return train(*args, **kwargs)
     # What the process made before its training and still holds (the model, the compiled code,
     # torch's modules) lives as long as the process: the collections between attempts look only at
-    # what came since. (Cycles among those objects that it drops later are never collected.)
-    gc.collect()
+    # what came since. A standby, whose warm-up leaves garbage and which has time, collects first;
+    # a worker does not (a replacement's full collection, 0.2 to 0.4 s, would delay the restart):
+    # cycles it made garbage before run(), and those among the frozen objects that it drops later,
+    # are never collected.
+    if standby():
+        gc.collect()
     gc.freeze()
     channel = _Channel(path)
     if standby():  # a rank's place first
