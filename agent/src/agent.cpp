@@ -218,7 +218,7 @@ class NodeAgent {
     };
     asio::co_spawn(io_, run_job(parts), asio::bind_cancellation_slot(stop_.slot(), on_end));
     while (!finished) io_.run_one();
-    for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (const auto until = std::chrono::steady_clock::now() + WorkerGroup::kStandbyStartLimit;
          group_.standby_starting() && std::chrono::steady_clock::now() < until;) {
       io_.run_one_for(std::chrono::milliseconds(100));
     }

@@ -303,7 +303,8 @@ TEST_CASE("standby launch: a worker's command line and the node's environment, w
   worker.prefix = "[default3]:";
   worker.error_file = (attempt / "3" / "error.json").string();
 
-  const WorkerLaunch s = standby_launch(worker, 2, "/dev/shm/ip/standby.2");
+  const WorkerLaunch s = standby_launch(worker, 2, "/dev/shm/ip/standby.2", StandbyStream::kSame,
+                                        StandbyStream::kSame);
 
   CHECK(s.id.local_rank == -1);
   CHECK(s.id.rank == -1);
@@ -316,16 +317,48 @@ TEST_CASE("standby launch: a worker's command line and the node's environment, w
                             {"DDPRUN_STANDBY", "1"}};
   CHECK(s.spawn.env == want);
   CHECK(s.spawn.cpus.empty());
-  // Both streams through the agent, to files where the worker's go to files.
+  // Its streams go as the worker's, to files of its own where the worker's go to files.
   CHECK(s.spawn.out.kind == StreamTarget::Kind::kPipe);
-  CHECK(s.spawn.err.kind == StreamTarget::Kind::kPipe);
   CHECK(s.tee_out.file == (attempt / "standby2" / "stdout.log").string());
-  CHECK(s.tee_err.file == (attempt / "standby2" / "stderr.log").string());
+  CHECK(s.spawn.err.kind == StreamTarget::Kind::kFile);
+  CHECK(s.spawn.err.path == (attempt / "standby2" / "stderr.log").string());
   CHECK(std::filesystem::is_directory(attempt / "standby2"));
   CHECK(console_route(s, false) == ConsoleRoute{1, "[standby2]:", nullptr});
   CHECK(console_route(s, true) == ConsoleRoute{});
   CHECK(s.error_file.empty());
   std::filesystem::remove_all(attempt);
+}
+
+TEST_CASE("standby launch: a standby's stream follows the workers' the way they all allow",
+          "[agent]") {
+  WorkerLaunch a, b;
+  a.prefix = "[default0]:";
+  b.prefix = "[default1]:";
+  for (WorkerLaunch* w : {&a, &b}) {
+    w->spawn.out = {StreamTarget::Kind::kPipe, {}};
+    w->tee_out.console_fd = 1;
+    w->spawn.err = {};  // a terminal
+  }
+  // The same but for the prefix, a terminal kept: as they go.
+  CHECK(standby_stream({&a, &b}, false) == StandbyStream::kSame);
+  CHECK(standby_stream({&a, &b}, true) == StandbyStream::kSame);
+  const WorkerLaunch same =
+      standby_launch(a, 0, "/dev/shm/ip/standby.0", StandbyStream::kSame, StandbyStream::kSame);
+  CHECK(same.spawn.err.kind == StreamTarget::Kind::kInherit);
+  CHECK(console_route(same, false) == ConsoleRoute{1, "[standby0]:", nullptr});
+  // --local_ranks_filter=0: rank 1 shows nowhere; no files: through the agent, to follow.
+  b.tee_out.console_fd = -1;
+  b.spawn.err = {StreamTarget::Kind::kDevNull, {}};
+  CHECK(standby_stream({&a, &b}, false) == StandbyStream::kThrough);
+  CHECK(standby_stream({&a, &b}, true) == StandbyStream::kThrough);
+  const WorkerLaunch through = standby_launch(a, 0, "/dev/shm/ip/standby.0",
+                                              StandbyStream::kThrough, StandbyStream::kThrough);
+  CHECK(through.spawn.err.kind == StreamTarget::Kind::kPipe);
+  CHECK(console_route(through, true) == ConsoleRoute{2, "", nullptr});
+  CHECK(through.tee_err.file.empty());
+  // A file for one and not the other (a per-rank --tee): none can follow.
+  b.tee_out.file = "/tmp/attempt_0/1/stdout.log";
+  CHECK(standby_stream({&a, &b}, false) == StandbyStream::kNone);
 }
 
 TEST_CASE("standby launch: a worker's console routing is what its place gives a standby",

@@ -41,8 +41,11 @@ LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& fi
 
 void LogPump::redirect_console(int console_fd, const std::string& prefix,
                                std::shared_ptr<FilteredLog> duplicate) {
+  // An unterminated line so far ends where it began.
+  if (console_fd_ >= 0) Console::of(console_fd_).write(lines_.finish());
+  if (duplicate_) duplicate_->write(duplicate_lines_.finish());
   console_fd_ = console_fd;
-  lines_.set_prefix(prefix);
+  lines_ = ConsoleLines(prefix, kMaxConsoleLine);
   duplicate_ = std::move(duplicate);
   duplicate_lines_ = filtered_lines(prefix, duplicate_.get());
 }

@@ -36,6 +36,7 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   const std::string& tail() const { return tail_; }
   // From now on, console lines go to `console_fd` (< 0: none) with `prefix` ("" as written), and
   // those matching go to `duplicate`'s file (null: none): a standby that takes a worker's place.
+  // An unterminated line so far is ended first, where it was going.
   void redirect_console(int console_fd, const std::string& prefix,
                         std::shared_ptr<FilteredLog> duplicate);
   // Pumps until EOF, then calls `on_eof` (on the io_context).

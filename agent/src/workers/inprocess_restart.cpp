@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "ddprun/agent/signals.hpp"
@@ -171,6 +172,8 @@ void WorkerGroup::poll_in_process() {
 }
 
 boost::asio::awaitable<void> WorkerGroup::end_kept(int signo) {
+  // The way out: a stop that comes meanwhile does not cut it short (they get the stop's signal).
+  co_await boost::asio::this_coro::throw_if_cancelled(false);
   if (no_standbys_.empty()) no_standbys_ = "the job ends";  // (their ends are no surprise)
   co_await standby_start_ended();  // a standby that starts now is ended with its start
   for (RunningWorker& s : standbys_) kept_.push_back(std::move(s));

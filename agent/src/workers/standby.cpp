@@ -23,10 +23,6 @@
 namespace ddprun::agent {
 namespace {
 
-// How long a standby's start may take to end (the warm interpreter's own limit on an answer is
-// shorter) before an attempt's start or the job's end goes on without waiting for it.
-constexpr std::chrono::seconds kStandbyStartLimit{20};
-
 // Binds every thread of process `pid` to `cpus` (a standby takes a worker's place, and its CPUs);
 // a thread that cannot be bound is said in the log.
 void bind_threads(pid_t pid, const std::vector<int>& cpus) {
@@ -44,11 +40,30 @@ void bind_threads(pid_t pid, const std::vector<int>& cpus) {
   }
 }
 
-// Where a standby's output is kept, for the log.
+// Where a standby's output goes, for the log.
 std::string output_of(const WorkerLaunch& standby) {
-  const std::string& file = standby.tee_err.file;
-  return file.empty() ? std::string("on the console only")
-                      : "in " + std::filesystem::path(file).parent_path().string();
+  for (const StreamTarget* t : {&standby.spawn.out, &standby.spawn.err}) {
+    if (t->kind == StreamTarget::Kind::kFile) {
+      return "in " + std::filesystem::path(t->path).parent_path().string();
+    }
+  }
+  for (const TeeTarget* t : {&standby.tee_out, &standby.tee_err}) {
+    if (!t->file.empty()) return "in " + std::filesystem::path(t->file).parent_path().string();
+  }
+  return console_route(standby, false).fd >= 0 || console_route(standby, true).fd >= 0
+             ? "on the console only"
+             : "nowhere (the workers' output is filtered out here)";
+}
+
+// The last line that is not empty of a standby's stderr, as the agent kept it ("" none).
+std::string last_words(const RunningWorker& standby) {
+  if (!standby.err_pump) return {};
+  const std::string& tail = standby.err_pump->tail();
+  const size_t end = tail.find_last_not_of("\r\n");
+  if (end == std::string::npos) return {};
+  const size_t begin = tail.find_last_of('\n', end);
+  return tail.substr(begin == std::string::npos ? 0 : begin + 1,
+                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
 }  // namespace
@@ -97,8 +112,10 @@ bool WorkerGroup::standby_wanted() {
     const auto it = l.spawn.env.find("CUDA_VISIBLE_DEVICES");
     return it == l.spawn.env.end() ? std::optional<std::string>() : it->second;
   };
+  std::vector<const WorkerLaunch*> launches;
   for (const RunningWorker& w : a.workers) {
     if (!w.running() || !w.channel || !w.channel->ready()) return false;  // (not yet, or not all)
+    launches.push_back(&w.launch);
     if (w.launch.spawn.argv != first.spawn.argv) {
       no_standbys_ = "the workers' command lines differ (a ${local_rank} argument)";
     } else if (devices(w.launch) != devices(first)) {
@@ -106,10 +123,17 @@ bool WorkerGroup::standby_wanted() {
           "each worker sees its own CUDA_VISIBLE_DEVICES (--virtual-local-rank), which a "
           "standby could not know before its CUDA set-up";
     }
-    if (!no_standbys_.empty()) {
-      spdlog::warn("--standby_workers: no standby starts: {}", no_standbys_);
-      return false;
-    }
+    if (!no_standbys_.empty()) break;
+  }
+  if (no_standbys_.empty() && (standby_stream(launches, false) == StandbyStream::kNone ||
+                               standby_stream(launches, true) == StandbyStream::kNone)) {
+    no_standbys_ =
+        "some workers' output goes to files and some workers' does not (per-rank --tee or "
+        "--redirects), which a standby could not follow";
+  }
+  if (!no_standbys_.empty()) {
+    spdlog::warn("--standby_workers: no standby starts: {}", no_standbys_);
+    return false;
   }
   // Every worker runs its training: a while later, so that the standby's start does not compete
   // with theirs.
@@ -125,7 +149,10 @@ void WorkerGroup::top_up_standbys() {
   WorkerLaunch launch;
   try {
     channel->standing_by();
-    launch = standby_launch(attempt_->workers.front().launch, number, channel->path());
+    std::vector<const WorkerLaunch*> launches;
+    for (const RunningWorker& w : attempt_->workers) launches.push_back(&w.launch);
+    launch = standby_launch(*launches.front(), number, channel->path(),
+                            standby_stream(launches, false), standby_stream(launches, true));
   } catch (const std::exception& e) {
     no_standbys_ = e.what();
     spdlog::warn("--standby_workers: cannot start a standby: {}", e.what());
@@ -153,8 +180,8 @@ void WorkerGroup::top_up_standbys() {
           for (auto& pump : standby.pumps) pump->finish();
           co_return;  // (its process is killed and reaped with it)
         }
-        spdlog::info("standby process {} started (console prefix {}); its output is {}",
-                     standby.process->pid(), standby.launch.prefix, output_of(standby.launch));
+        spdlog::info("standby process {} started; its output is {}", standby.process->pid(),
+                     output_of(standby.launch));
         standbys_.push_back(std::move(standby));
       },
       boost::asio::detached);
@@ -175,11 +202,12 @@ bool WorkerGroup::standby_ended(uint64_t serial, const ExitStatus& status) {
   if (it == standbys_.end()) return false;
   containment_.ended(it->process->pid());
   if (no_standbys_.empty()) {
-    no_standbys_ =
-        fmt::format("standby pid {} ended before it was needed ({} {}); its output is {}",
-                    it->process->pid(), status.code >= 0 ? "exit code" : "signal",
-                    status.code >= 0 ? std::to_string(status.code) : signal_name(-status.code),
-                    output_of(it->launch));
+    const std::string said = last_words(*it);
+    no_standbys_ = fmt::format(
+        "standby pid {} ended before it was needed ({} {}{}); its output is {}", it->process->pid(),
+        status.code >= 0 ? "exit code" : "signal",
+        status.code >= 0 ? std::to_string(status.code) : signal_name(-status.code),
+        said.empty() ? std::string() : ", its last words: " + said, output_of(it->launch));
     spdlog::warn("--standby_workers: {}: failed workers start as new processes from now on",
                  no_standbys_);
   }

@@ -190,13 +190,13 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     }
     woken_ = false;
   }
+  co_await standby_start_ended();  // (a standby reported but not yet registered is no orphan)
   drain.cancel();
   kill_timer_.cancel();
   kill_armed_ = false;
   state_timer_.cancel();
   inprocess_timer_.cancel();
-  co_await standby_start_ended();  // (a standby reported but not yet registered is no orphan)
-  containment_.kill_orphans();     // what the workers left behind, orphaned
+  containment_.kill_orphans();  // what the workers left behind, orphaned
   active_ = false;
   attempt_->times.ended = std::chrono::steady_clock::now();
   attempt_->enter(AttemptPhase::kEnded, *attempt_->times.ended);

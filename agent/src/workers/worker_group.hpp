@@ -47,6 +47,10 @@ struct GroupResult {
 
 class WorkerGroup : private AttemptControl {
  public:
+  // How long a standby's start may take to end before an attempt's start or the job's end goes on
+  // without waiting for it: longer than the warm interpreter's limit on an answer to a fork.
+  static constexpr std::chrono::seconds kStandbyStartLimit{20};
+
   // `containment`: where workers' cgroups come from and who hears of their starts and ends; it
   // outlives the group.
   WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds shutdown_timeout,

@@ -8,7 +8,6 @@
 #include <functional>
 #include <string>
 #include <string_view>
-#include <utility>
 
 namespace ddprun::agent {
 
@@ -21,8 +20,6 @@ class ConsoleLines {
   std::string feed(std::string_view data);
   // What is left of an unterminated last line, prefixed and ended with '\n'; "" when nothing is.
   std::string finish();
-  // Lines from now on get `prefix` (what is left of an unterminated line too).
-  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
  private:
   void emit(std::string& out, std::string_view text, char end);
