@@ -40,19 +40,25 @@ void bind_threads(pid_t pid, const std::vector<int>& cpus) {
   }
 }
 
-// Where a standby's output goes, for the log.
-std::string output_of(const WorkerLaunch& standby) {
+// The folder of a standby's log files ("" none).
+std::string files_of(const WorkerLaunch& standby) {
   for (const StreamTarget* t : {&standby.spawn.out, &standby.spawn.err}) {
     if (t->kind == StreamTarget::Kind::kFile) {
-      return "in " + std::filesystem::path(t->path).parent_path().string();
+      return std::filesystem::path(t->path).parent_path().string();
     }
   }
   for (const TeeTarget* t : {&standby.tee_out, &standby.tee_err}) {
-    if (!t->file.empty()) return "in " + std::filesystem::path(t->file).parent_path().string();
+    if (!t->file.empty()) return std::filesystem::path(t->file).parent_path().string();
   }
+  return {};
+}
+
+// Where a standby's output goes, for the log.
+std::string output_of(const WorkerLaunch& standby) {
+  if (const std::string dir = files_of(standby); !dir.empty()) return "in " + dir;
   return console_route(standby, false).fd >= 0 || console_route(standby, true).fd >= 0
              ? "on the console only"
-             : "nowhere (the workers' output is filtered out here)";
+             : "not shown (local rank 0's is filtered out)";
 }
 
 // The last line that is not empty of a standby's stderr, as the agent kept it ("" none).
@@ -87,9 +93,10 @@ bool WorkerGroup::adopt_standby(size_t i) {
   rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
   rw.channel->resume(a.number, rw.launch.spawn.env, standby.launch.spawn.env);
   ++a.running;
-  spdlog::info("local rank {} (rank {}) runs in standby process {} (its output stays {})",
-               rw.launch.id.local_rank, rw.launch.id.rank, rw.process->pid(),
-               output_of(standby.launch));
+  const std::string files = files_of(standby.launch);
+  spdlog::info("local rank {} (rank {}) runs in standby process {}{}", rw.launch.id.local_rank,
+               rw.launch.id.rank, rw.process->pid(),
+               files.empty() ? std::string() : " (its output files stay in " + files + ")");
   if (event_log_ != nullptr) {
     event_log_->record("standby_adopted", {{"local_rank", rw.launch.id.local_rank},
                                            {"rank", rw.launch.id.rank},
