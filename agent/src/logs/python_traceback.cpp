@@ -29,4 +29,12 @@ std::optional<PythonTraceback> last_python_traceback(std::string_view output) {
   return std::nullopt;  // cut off before the exception's line
 }
 
+std::string last_line(std::string_view output) {
+  const size_t end = output.find_last_not_of("\r\n");
+  if (end == std::string_view::npos) return {};
+  const size_t begin = output.find_last_of('\n', end);
+  const size_t from = begin == std::string_view::npos ? 0 : begin + 1;
+  return std::string(output.substr(from, end - from + 1));
+}
+
 }  // namespace ddprun::agent

@@ -17,4 +17,8 @@ struct PythonTraceback {
 // exception). nullopt when `output` holds none (or one cut off before its exception).
 std::optional<PythonTraceback> last_python_traceback(std::string_view output);
 
+// The last line of `output` that is not empty, without its line end ("" none): what a process
+// said last (a traceback's exception).
+std::string last_line(std::string_view output);
+
 }  // namespace ddprun::agent

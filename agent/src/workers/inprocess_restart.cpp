@@ -22,15 +22,6 @@ namespace {
 // How often the workers' channels are looked at (a raised training, an aborted attempt).
 constexpr auto kInProcessPoll = std::chrono::milliseconds(10);
 
-// The last line of `text` that is not empty (a Python traceback's exception).
-std::string last_line(const std::string& text) {
-  const size_t end = text.find_last_not_of('\n');
-  if (end == std::string::npos) return {};
-  const size_t begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1,
-                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
-
 }  // namespace
 
 bool WorkerGroup::adopt_kept(size_t i) {

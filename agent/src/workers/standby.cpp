@@ -16,6 +16,7 @@
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
 #include "logs/log_pump.hpp"
+#include "logs/python_traceback.hpp"
 #include "workers/standby_launch.hpp"
 #include "workers/worker_group.hpp"
 
@@ -59,17 +60,6 @@ std::string output_of(const WorkerLaunch& standby) {
   return console_route(standby, false).fd >= 0 || console_route(standby, true).fd >= 0
              ? "on the console only"
              : "not shown (local rank 0's is filtered out)";
-}
-
-// The last line that is not empty of a standby's stderr, as the agent kept it ("" none).
-std::string last_words(const RunningWorker& standby) {
-  if (!standby.err_pump) return {};
-  const std::string& tail = standby.err_pump->tail();
-  const size_t end = tail.find_last_not_of("\r\n");
-  if (end == std::string::npos) return {};
-  const size_t begin = tail.find_last_of('\n', end);
-  return tail.substr(begin == std::string::npos ? 0 : begin + 1,
-                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
 }  // namespace
@@ -209,7 +199,8 @@ bool WorkerGroup::standby_ended(uint64_t serial, const ExitStatus& status) {
   if (it == standbys_.end()) return false;
   containment_.ended(it->process->pid());
   if (no_standbys_.empty()) {
-    const std::string said = last_words(*it);
+    // (what it said last on stderr, where the agent reads it)
+    const std::string said = it->err_pump ? last_line(it->err_pump->tail()) : std::string();
     no_standbys_ = fmt::format(
         "standby pid {} ended before it was needed ({} {}{}); its output is {}", it->process->pid(),
         status.code >= 0 ? "exit code" : "signal",
