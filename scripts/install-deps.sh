@@ -12,7 +12,7 @@ packages=(
   python3 python3-torch python3-numpy python3-pyflakes
   hyperfine iproute2 procps gdb
   mmdebstrap
-  etcd-server etcd-client libssl-dev openssl zlib1g-dev libdeflate-dev libdeflate0
+  etcd-server etcd-client libssl-dev openssl zlib1g-dev libdeflate-dev libdeflate0 libxxhash-dev
   openssh-server openssh-client slurmctld slurmd slurm-client munge util-linux
   openmpi-bin man-db
   python3-build python3-setuptools python3-wheel python3-venv python3-pip

@@ -251,7 +251,7 @@ def _held_elsewhere(folder, own):
     (and a grown one's): the other local ranks' regions, the copies the agent keeps for its peers
     and holds for them, a restore's and a copy's staging: everything the node's checkpoint budget
     counts (the agent's memory_use.hpp), not the modules' folder."""
-    total = 0
+    total, seen = 0, set()
     for root, dirs, files in os.walk(folder):
         if root == folder and "python" in dirs:
             dirs.remove("python")
@@ -263,8 +263,13 @@ def _held_elsewhere(folder, own):
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_blocks * 512
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_nlink > 1:  # a copy held for a peer linked to a kept one: counted once
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
     return total
 
 

@@ -115,14 +115,19 @@ def static_job_status(ddprun, port, *extra):
 
 def allocated_under(folder):
     """Bytes allocated (what df counts) in a node's checkpoint folder: its regions and the copies it
-    keeps for and holds for peers, less the modules the agent writes there (python/)."""
-    total = 0
+    keeps for and holds for peers, less the modules the agent writes there (python/); a file of
+    several names (a copy held for a peer linked to a kept one) once."""
+    total, seen = 0, set()
     for root, dirs, files in os.walk(folder):
         if root == folder and "python" in dirs:
             dirs.remove("python")
         for name in files:
             try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                st = os.lstat(os.path.join(root, name))
             except FileNotFoundError:
-                pass
+                continue
+            if st.st_nlink > 1 and (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
     return total

@@ -2,6 +2,8 @@
 // with its thread, real region files; what a peer keeps, what it gives back, and what a stranger,
 // a broken copy, a transfer cut short and the memory limit leave behind.
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -228,6 +231,110 @@ TEST_CASE(
   CHECK_THAT(liar.detail, Catch::Contains("not a checkpoint of the rank it names"));
 }
 
+namespace {
+
+struct stat stat_of(const fs::path& file) {
+  struct stat st {};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "peer copies: a put of the bytes the peer keeps of its own step sends no payload, and a get "
+    "gives them back as the sender's rank",
+    "[peer_copies]") {
+  Folder a, b, c;
+  auto holder = service(auth_with("0123456789abcdef-job"), b.path);
+  auto sender = service(auth_with("0123456789abcdef-job"), a.path);
+  // DDP's state: the same bytes on every node, each node's holder a rank of its own.
+  const std::string same = make_region(a.path, 0, 2, 7, 3 << 20, 1);
+  REQUIRE(make_region(b.path, 0, 0, 7, 3 << 20, 1) == same);
+  // A rank whose state is its own (a referrer's slot, an FSDP shard).
+  const std::string own = make_region(a.path, 1, 3, 7, 1 << 20, 2);
+  make_region(b.path, 1, 1, 7, 1 << 20, 9);
+  const PeerAddress to{"127.0.0.1", holder->port()};
+  // The holder stages its own step as the sender's put arrives (every node stages the same steps,
+  // a moment apart): the put waits for it rather than send what it will hold.
+  asio::io_context io;
+  auto holder_stage = asio::co_spawn(
+      io, holder->stage(b.path, {{0, 0}, {1, 1}}, 7, b.path / "kept"), asio::use_future);
+  std::thread stager([&] { io.run_for(std::chrono::seconds(60)); });
+  TransferReport sent = put(*sender, to, "node-a", a.path, {{0, 2}, {1, 3}}, 7);
+  stager.join();
+  REQUIRE(holder_stage.get().ok);
+  INFO(sent.detail);
+  REQUIRE(sent.ok);
+  CHECK(sent.held == (3u << 20));
+  CHECK(sent.bytes == (1u << 20));  // only the rank whose bytes differ crossed
+  CHECK(holder->copies().steps() == Steps{{"node-a", {{7}, {7}}}});
+  // The copy held is the holder's own kept file under another name: its memory counted once.
+  std::vector<PeerCopies::Copy> held = holder->copies().all();
+  REQUIRE(held.size() == 2);
+  const auto linked = std::find_if(held.begin(), held.end(), [](auto& h) { return h.rank == 2; });
+  REQUIRE(linked != held.end());
+  const fs::path kept_file = b.path / "kept" / "step_7" / "rank_0.ddpckpt";
+  CHECK(stat_of(linked->file).st_ino == stat_of(kept_file).st_ino);
+  CheckpointMemory node = checkpoint_memory(b.path);
+  CHECK(node.peers == allocated_for(kRegionHeader + (1 << 20)));  // the other rank's copy alone
+  // A node taking node-a's place gets global rank 2's state, recorded as rank 2's.
+  auto newcomer = service(auth_with("0123456789abcdef-job"), c.path);
+  TransferReport got = wait(newcomer->get(to, {{2, 4}, {3, 4}}, 7, c.path / "restore"));
+  INFO(got.detail);
+  REQUIRE(got.ok);
+  CHECK(payload_of_file(fetched(c.path / "restore", 2, 7)) == same);
+  CHECK(payload_of_file(fetched(c.path / "restore", 3, 7)) == own);
+  std::ifstream in(fetched(c.path / "restore", 2, 7), std::ios::binary);
+  std::string header(kRegionHeader, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header.size()));
+  const std::optional<RegionHeader> h = parse_region_header(header);
+  REQUIRE(h);
+  CHECK(h->slots[0].rank == 2);
+  // The holder drops its own step: the copy it holds for node-a stays, its memory its own now.
+  drop_kept(b.path / "kept", 0, {});
+  REQUIRE_FALSE(fs::exists(kept_file));
+  node = checkpoint_memory(b.path);
+  CHECK(node.peers ==
+        allocated_for(kRegionHeader + (3 << 20)) + allocated_for(kRegionHeader + (1 << 20)));
+  TransferReport again = wait(newcomer->get(to, {{2, 4}}, 7, c.path / "again"));
+  REQUIRE(again.ok);
+  CHECK(payload_of_file(fetched(c.path / "again", 2, 7)) == same);
+}
+
+TEST_CASE(
+    "peer copies: a put to a peer that holds no step of its own, or other bytes at that step, "
+    "sends the payload at once",
+    "[peer_copies]") {
+  Folder a, b;
+  auto holder = service(auth_with(nullptr), b.path);
+  auto sender = service(auth_with(nullptr), a.path);
+  holder->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  sender->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  make_region(a.path, 0, 2, 7, 1 << 20, 1);
+  const PeerAddress to{"127.0.0.1", holder->port()};
+  // No regions at all (a node whose workers never saved): nothing to wait for.
+  auto began = std::chrono::steady_clock::now();
+  TransferReport sent = put(*sender, to, "node-a", a.path, {{0, 2}}, 7);
+  REQUIRE(sent.ok);
+  CHECK(sent.bytes == (1u << 20));
+  CHECK(sent.held == 0);
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(2));
+  // Its own step kept, one byte different.
+  std::string other = make_region(b.path, 0, 0, 8, 1 << 20, 1);
+  REQUIRE(wait(holder->stage(b.path, {{0, 0}}, 8, b.path / "kept")).ok);
+  make_region(a.path, 0, 2, 8, 1 << 20, 2);
+  began = std::chrono::steady_clock::now();
+  sent = put(*sender, to, "node-a", a.path, {{0, 2}}, 8);
+  REQUIRE(sent.ok);
+  CHECK(sent.bytes == (1u << 20));
+  CHECK(sent.held == 0);
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(2));
+  for (const PeerCopies::Copy& held : holder->copies().all()) {
+    CHECK(stat_of(held.file).st_nlink == 1);
+  }
+}
+
 TEST_CASE("peer copies: a stranger without the job's token gets nothing and changes nothing",
           "[peer_copies]") {
   Folder a, b, c;
@@ -357,8 +464,10 @@ TEST_CASE(
   const std::string payload = payload_of(1 << 20, 3);
   const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
   asio::write(s, asio::buffer(words, sizeof words));
-  asio::write(s, asio::buffer(std::string("n") +
-                              region_header_for(record_of(payload, 7), payload.size(), 0)));
+  const std::string header = region_header_for(record_of(payload, 7), payload.size(), 0);
+  SlotMac header_mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+  header_mac.add(header);
+  asio::write(s, asio::buffer("n" + header + header_mac.finish()));
   char status[16];
   asio::read(s, asio::buffer(status));
   asio::write(s, asio::buffer(payload.data(), payload.size() / 2));
@@ -479,32 +588,42 @@ TEST_CASE(
   altered[12345] ^= 1;
   // What an attacker on the way can do: change bytes and give the header the new bytes' CRC.
   const std::string header = region_header_for(record_of(altered, 7), altered.size(), 0);
-  const auto put_by_hand = [&](const std::string& payload, const std::string& mac) {
-    asio::io_context io;
-    asio::ip::tcp::socket s = member_socket(io, holder->port());
-    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
-    asio::write(s, asio::buffer(words, sizeof words));
-    asio::write(s, asio::buffer("n" + header));
-    REQUIRE(read_status(s).empty());
-    asio::write(s, asio::buffer(payload));
-    asio::write(s, asio::buffer(mac));
-    return read_status(s);
-  };
   const auto mac_of = [&](const std::string& payload) {
     SlotMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
     mac.add(header);
     mac.add(payload);
     return mac.finish();
   };
+  // (The header's own MAC goes first: a member's, for the header as it came.)
+  const auto put_by_hand = [&](const std::string& payload, const std::string& mac,
+                               const std::string& header_mac) {
+    asio::io_context io;
+    asio::ip::tcp::socket s = member_socket(io, holder->port());
+    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
+    asio::write(s, asio::buffer(words, sizeof words));
+    asio::write(s, asio::buffer("n" + header));
+    asio::write(s, asio::buffer(header_mac));
+    if (const std::string why = read_status(s); !why.empty()) return why;
+    asio::write(s, asio::buffer(payload));
+    asio::write(s, asio::buffer(mac));
+    return read_status(s);
+  };
+  const auto put_by_member = [&](const std::string& payload, const std::string& mac) {
+    return put_by_hand(payload, mac, mac_of(""));
+  };
+  // A header whose MAC is not a member's is refused before any payload.
+  CHECK_THAT(put_by_hand(altered, mac_of(altered), std::string(SlotMac::kBytes, '\0')),
+             Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
   // The sender's MAC was of the bytes it sent: the altered ones are refused, nothing kept.
-  CHECK_THAT(put_by_hand(altered, mac_of(sent)), Catch::Contains("fails its MAC"));
+  CHECK_THAT(put_by_member(altered, mac_of(sent)), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // A MAC of zeros (what anyone without the token could send) likewise.
-  CHECK_THAT(put_by_hand(altered, std::string(SlotMac::kBytes, '\0')),
+  CHECK_THAT(put_by_member(altered, std::string(SlotMac::kBytes, '\0')),
              Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // The same bytes with their own MAC, which only a member can make, are kept.
-  CHECK(put_by_hand(altered, mac_of(altered)).empty());
+  CHECK(put_by_member(altered, mac_of(altered)).empty());
   CHECK(holder->copies().steps() == Steps{{"n", {{7}}}});
 }
 

@@ -151,8 +151,9 @@ void CheckpointCoordinator::stop() {
 
 // The event log's account of the in-memory checkpoints once a round's workers ended: per local
 // rank the steps its region holds, and the bytes of the node's regions; in a job of several nodes
-// also the safe step (every local rank's copy on the peer), the peer, and the copies this node
-// holds for others (per origin node, per local rank).
+// also the safe step (every local rank's copy on the peer), the peer, the copies this node holds
+// for others (per origin node, per local rank), and the payload bytes its copies sent and those
+// the peer held already, so far.
 void CheckpointCoordinator::record_held(const rendezvous::Round& round) {
   std::vector<std::vector<int64_t>> held;
   for (const auto& [local, global] : round_ranks(cfg_, round)) {
@@ -169,6 +170,8 @@ void CheckpointCoordinator::record_held(const rendezvous::Round& round) {
     fields["peer"] = replicator_->peer();
     fields["stride"] = replicator_->stride();
     fields["peer_copies"] = peer_service_->copies().steps();
+    fields["copy_bytes_sent"] = copy_bytes_sent_;
+    fields["copy_bytes_held"] = copy_bytes_held_;
   }
   events_.record("checkpoints_held", std::move(fields));
 }
@@ -259,12 +262,18 @@ void CheckpointCoordinator::report_behind(bool behind, int64_t steps) {
 // go to the log and the event log; every one to the status and the metrics.
 void CheckpointCoordinator::report_replication(const TransferReport& r, const std::string& peer) {
   if (r.ok) {
+    copy_bytes_sent_ += r.bytes;
+    copy_bytes_held_ += r.held;
     if (std::exchange(replicating_to_, peer) == peer) return;
-    spdlog::info("checkpoint: step {} copied to the peer node at {} ({} bytes in {:.3f} s)", r.step,
-                 peer, r.bytes, r.took.count());
-    events_.record(
-        "checkpoint_replicated",
-        {{"step", r.step}, {"peer", peer}, {"bytes", r.bytes}, {"seconds", r.took.count()}});
+    spdlog::info(
+        "checkpoint: step {} copied to the peer node at {} ({} bytes sent, {} bytes the peer "
+        "held already, in {:.3f} s)",
+        r.step, peer, r.bytes, r.held, r.took.count());
+    events_.record("checkpoint_replicated", {{"step", r.step},
+                                             {"peer", peer},
+                                             {"bytes", r.bytes},
+                                             {"held", r.held},
+                                             {"seconds", r.took.count()}});
     replication_failure_.clear();
     return;
   }
@@ -314,7 +323,16 @@ std::string CheckpointCoordinator::replication_metrics() const {
              replicator_->behind() ? 1.0 : 0.0) +
          store::prometheus_sample("ddprun_checkpoint_peer_copies_bytes", "gauge",
                                   "Bytes of other nodes' checkpoint copies this node holds.",
-                                  static_cast<double>(peer_service_->copies().bytes()));
+                                  static_cast<double>(peer_service_->copies().bytes())) +
+         store::prometheus_sample(
+             "ddprun_checkpoint_copy_bytes_sent_total", "counter",
+             "Payload bytes of this node's checkpoint copies sent to the peer node.",
+             static_cast<double>(copy_bytes_sent_)) +
+         store::prometheus_sample(
+             "ddprun_checkpoint_copy_bytes_held_total", "counter",
+             "Payload bytes of this node's checkpoint copies not sent: the peer node held the same "
+             "bytes of its own.",
+             static_cast<double>(copy_bytes_held_));
 }
 
 // A copy to or from --checkpoint_dir ended: the log and the event log say how.

@@ -94,7 +94,9 @@ class CheckpointCoordinator {
   SlotSources local_sources_;
   std::unique_ptr<CheckpointReplicator> replicator_;
   std::string peer_host_;
-  std::string replicating_to_;       // the peer the last copy reached ("" none, or it failed)
+  std::string replicating_to_;    // the peer the last copy reached ("" none, or it failed)
+  uint64_t copy_bytes_sent_ = 0;  // payload bytes of copies sent to peers, and those they held
+  uint64_t copy_bytes_held_ = 0;
   std::string replication_failure_;  // the last copy's failure, said once
 };
 

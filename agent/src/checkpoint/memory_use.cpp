@@ -8,8 +8,10 @@
 
 #include <cerrno>
 
+#include <set>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "ddprun/store/metrics_server.hpp"
 
@@ -18,17 +20,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t allocated(const fs::path& file) {
+// Files with more than one name (a copy held for a peer linked to a kept one, peer_copies.hpp)
+// seen so far in one measurement: counted once.
+using Seen = std::set<std::pair<dev_t, ino_t>>;
+
+uint64_t allocated(const fs::path& file, Seen& seen) {
   struct stat st {};
   if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  if (st.st_nlink > 1 && !seen.emplace(st.st_dev, st.st_ino).second) return 0;
   return static_cast<uint64_t>(st.st_blocks) * 512;
 }
 
-uint64_t allocated_under(const fs::path& folder) {
+uint64_t allocated_under(const fs::path& folder, Seen& seen) {
   uint64_t total = 0;
   std::error_code ec;
   for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    total += allocated(it->path());
+    total += allocated(it->path(), seen);
   }
   return total;
 }
@@ -53,21 +60,22 @@ nlohmann::json CheckpointMemory::to_json() const {
 
 CheckpointMemory checkpoint_memory(const fs::path& root) {
   CheckpointMemory m;
+  Seen seen;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (name == "kept") {
-      m.kept += allocated_under(e.path());
-    } else if (name == "peers") {
-      m.peers += allocated_under(e.path());
+      m.kept += allocated_under(e.path(), seen);
     } else if (name == "restore") {
-      m.restore += allocated_under(e.path());
+      m.restore += allocated_under(e.path(), seen);
     } else if (name.starts_with(".persist.")) {
-      m.staging += allocated(e.path());
-    } else {  // rank<L>, a grown one's rank<L>.new, the folder's .owner (not python/)
-      m.regions += allocated(e.path());
+      m.staging += allocated(e.path(), seen);
+    } else if (name != "peers") {  // rank<L>, a grown one's rank<L>.new, the folder's .owner
+      m.regions += allocated(e.path(), seen);
     }
   }
+  // Last: a copy held as a link to a kept one costs nothing more while that is kept.
+  m.peers = allocated_under(root / "peers", seen);
   return m;
 }
 

@@ -1,5 +1,9 @@
 #include "checkpoint/peer_copies.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <system_error>
@@ -38,11 +42,27 @@ fs::path PeerCopies::file_for(const std::string& origin, int local_rank, int64_t
   return dir_ / fmt::format("{}.rank{}.step{}.ddpckpt", hex(origin), local_rank, step);
 }
 
-void PeerCopies::drop(std::vector<Copy>& copies, size_t i) {
+uint64_t PeerCopies::drop(std::vector<Copy>& copies, size_t i) {
+  struct stat st {};
+  const bool last_name = ::stat(copies[i].file.c_str(), &st) == 0 && st.st_nlink == 1;
   std::error_code ignored;
   fs::remove(copies[i].file, ignored);
   bytes_ -= copies[i].bytes;
   copies.erase(copies.begin() + static_cast<std::ptrdiff_t>(i));
+  return last_name ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
+void PeerCopies::add_copy(std::vector<Copy>& copies, Copy copy) {
+  std::erase_if(copies, [&](const Copy& c) {  // the same step again: its file was replaced
+    if (c.step != copy.step) return false;
+    bytes_ -= c.bytes;
+    return true;
+  });
+  bytes_ += copy.bytes;
+  copies.push_back(std::move(copy));
+  std::sort(copies.begin(), copies.end(),
+            [](const Copy& a, const Copy& b) { return a.step < b.step; });
+  while (copies.size() > 2) drop(copies, 0);
 }
 
 std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int local_rank,
@@ -93,17 +113,44 @@ void PeerCopies::committed(const std::string& origin, int local_rank, int rank, 
   std::lock_guard lock(mutex_);
   const Key key{origin, local_rank};
   reserved_.erase(key);
-  std::vector<Copy>& copies = held_[key];
-  std::erase_if(copies, [&](const Copy& c) {  // the same step again: its file was replaced
-    if (c.step != step) return false;
-    bytes_ -= c.bytes;
-    return true;
-  });
-  copies.push_back(Copy{step, rank, world, file_bytes, file_for(origin, local_rank, step)});
-  bytes_ += file_bytes;
-  std::sort(copies.begin(), copies.end(),
-            [](const Copy& a, const Copy& b) { return a.step < b.step; });
-  while (copies.size() > 2) drop(copies, 0);
+  add_copy(held_[key],
+           Copy{step, rank, world, file_bytes, file_for(origin, local_rank, step), std::nullopt});
+}
+
+bool PeerCopies::linked(const std::string& origin, int local_rank, const SlotRecord& record,
+                        const PayloadDigest& digest, const fs::path& same) {
+  std::lock_guard lock(mutex_);
+  const Key key{origin, local_rank};
+  if (reserved_.contains(key)) return false;
+  const fs::path file = file_for(origin, local_rank, record.step);
+  const fs::path tmp = dir_ / ("." + file.filename().string() + ".link");
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_hard_link(same, tmp, ec);
+  if (ec) return false;  // dropped meanwhile
+  // What the link holds now, not what `same` held when it was found.
+  std::string header(kDigestFieldEnd, '\0');
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool read = fd >= 0 && ::pread(fd, header.data(), header.size(), 0) ==
+                                   static_cast<ssize_t>(header.size());
+  if (fd >= 0) ::close(fd);
+  const std::optional<RegionHeader> h = read ? parse_region_header(header) : std::nullopt;
+  const bool same_bytes = h && h->slots[0].state == SlotRecord::kCommitted &&
+                          h->slots[0].size == record.size &&
+                          h->slots[0].checksum == record.checksum && digest_in(header) == digest;
+  if (!same_bytes) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  add_copy(held_[key],
+           Copy{record.step, static_cast<int>(record.rank), static_cast<int>(record.world_size),
+                kRegionHeader + record.size, file, record});
+  return true;
 }
 
 void PeerCopies::abandoned(const std::string& origin, int local_rank) {
@@ -131,8 +178,7 @@ uint64_t PeerCopies::drop_oldest(uint64_t bytes) {
       }
     }
     if (!oldest) break;
-    freed += allocated_for(oldest->front().bytes);
-    drop(*oldest, 0);
+    freed += drop(*oldest, 0);
   }
   std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
   return freed;

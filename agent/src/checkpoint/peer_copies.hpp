@@ -3,7 +3,9 @@
 // them): per origin node and local rank, the newest two complete steps, each a file of the
 // persisted layout (region_format.hpp: the slot as slot 0) in a folder of the node's checkpoint
 // folder, bounded by --checkpoint_memory_limit together with everything else that folder holds
-// (memory_use.hpp). Thread-safe: written on the peer service's thread, read by the agent's.
+// (memory_use.hpp). A copy whose bytes this node keeps already (a step of its own, byte for byte
+// the same: DDP's state on every node) is a hard link to that kept file, sharing its memory, with
+// a record of its own. Thread-safe: written on the peer service's thread, read by the agent's.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -13,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/payload_digest.hpp"
+#include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_file.hpp"
 
 namespace ddprun::agent {
@@ -25,6 +29,8 @@ class PeerCopies {
     int world = 0;  // the world size it was saved at
     uint64_t bytes = 0;
     std::filesystem::path file;
+    // A linked copy's own record (the file's header is the kept copy's); nullopt: the file's.
+    std::optional<SlotRecord> record;
   };
 
   // Makes `dir` (a folder of the node's checkpoint folder, its parent); removes it, with every
@@ -45,6 +51,13 @@ class PeerCopies {
   // newest two dropped.
   void committed(const std::string& origin, int local_rank, int rank, int world, int64_t step,
                  uint64_t file_bytes);
+  // Records as `origin`'s copy of local rank `local_rank` the slot `record` names (its step, rank
+  // and world size) by a hard link to `same`, a file of the persisted layout this node keeps whose
+  // payload is that slot's: the same size, CRC and `digest`, checked again once linked. The older
+  // copies beyond the newest two dropped, as committed(). False (nothing recorded) where `same` is
+  // gone or no longer that, or a copy of that rank is being received.
+  bool linked(const std::string& origin, int local_rank, const SlotRecord& record,
+              const PayloadDigest& digest, const std::filesystem::path& same);
   // The writer `begin` gave was not committed (the transfer failed): its room is given back.
   void abandoned(const std::string& origin, int local_rank);
   // Drops the copies of every origin not in `origins` (nodes that left the job, whose copies the
@@ -55,7 +68,7 @@ class PeerCopies {
   void drop_after(std::optional<int64_t> step);
   // Drops copies, the oldest step first (of any origin and rank), until `bytes` are freed or
   // none is left: room a worker's own save needs (the node's budget serves the node's regions
-  // before any copy). Returns the bytes freed.
+  // before any copy). Returns the bytes freed (none for a linked copy whose kept file remains).
   uint64_t drop_oldest(uint64_t bytes);
   // Every copy held.
   std::vector<Copy> all() const;
@@ -68,7 +81,10 @@ class PeerCopies {
  private:
   using Key = std::pair<std::string, int>;
   std::filesystem::path file_for(const std::string& origin, int local_rank, int64_t step) const;
-  void drop(std::vector<Copy>& copies, size_t i);
+  // Drops copies[i]; returns the bytes of memory that freed.
+  uint64_t drop(std::vector<Copy>& copies, size_t i);
+  // Adds `copy`, replacing one of the same step; drops that rank's copies beyond the newest two.
+  void add_copy(std::vector<Copy>& copies, Copy copy);
 
   std::filesystem::path dir_;
   std::optional<uint64_t> limit_;

@@ -14,6 +14,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "checkpoint/memory_use.hpp"
@@ -41,6 +42,13 @@ constexpr size_t kMaxConnections = 64;
 constexpr size_t kMaxPerAddress = 8;
 // A connection quiet for this long is closed: a stalled peer, or a stranger that says nothing.
 constexpr std::chrono::seconds kIdleLimit{10};
+// How long a put whose bytes this node may hold already waits for this node's own copy of the
+// step (every node stages the same steps, a moment apart), and how often it looks.
+constexpr std::chrono::seconds kSameWait{2};
+constexpr std::chrono::milliseconds kSameLook{10};
+
+// An answer's status word.
+enum Status : uint64_t { kOk = 0, kRefused = 1, kHeld = 2 };
 
 struct Request {
   uint64_t op = 0;
@@ -90,21 +98,69 @@ asio::awaitable<std::optional<Request>> read_request(PeerLink& link) {
   co_return r;
 }
 
-asio::awaitable<void> send_status(PeerLink& link, const std::string& error) {
-  std::string out = words({error.empty() ? 0u : 1u, error.size()});
+asio::awaitable<void> send_status(PeerLink& link, const std::string& error,
+                                  Status ok = Status::kOk) {
+  std::string out = words({error.empty() ? ok : Status::kRefused, error.size()});
   out += error;
   co_await link.write(out.data(), out.size());
 }
 
-// The peer's status: empty when ok, else its message.
-asio::awaitable<std::string> read_status(PeerLink& link) {
+struct Answer {
+  bool held = false;  // a put's: the peer holds these bytes already, nothing to send
+  std::string error;  // empty: ok (or held)
+};
+
+asio::awaitable<Answer> read_answer(PeerLink& link) {
   char w[16];
   co_await link.read(w, sizeof w);
   const uint64_t status = word_at(w, 0), length = std::min<uint64_t>(word_at(w, 1), 4096);
   std::string message(length, '\0');
   if (length > 0) co_await link.read(message.data(), length);
-  if (status == 0) co_return std::string();
-  co_return message.empty() ? std::string("refused") : message;
+  if (status == Status::kOk || status == Status::kHeld) co_return Answer{status == kHeld, ""};
+  co_return Answer{false, message.empty() ? std::string("refused") : message};
+}
+
+// Whether this node's workers, whose regions are in `regions`, will give it a copy of its own of
+// `step` to keep: a region holds it committed, or none has saved it yet (they save every step the
+// same; their newest is before it). None where it has no regions.
+bool step_coming(const fs::path& regions, int64_t step) {
+  bool any = false, all_before = true;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(regions, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank", 0) != 0 || name.find('.') != std::string::npos) continue;
+    const std::optional<RegionHeader> h = read_region_header(e.path());
+    if (!h) continue;
+    any = true;
+    if (h->slot_of(step) >= 0) return true;
+    const std::vector<int64_t> steps = h->committed_steps();
+    if (!steps.empty() && steps.back() >= step) all_before = false;
+  }
+  return any && all_before;
+}
+
+// A copy of its own this node keeps in `kept_step` whose payload is the slot `rec` names (the same
+// size, CRC and digest), or nullopt; `any` says whether that folder holds any copy.
+std::optional<fs::path> kept_same(const fs::path& kept_step, const SlotRecord& rec,
+                                  const PayloadDigest& digest, uint64_t run_tag, bool* any) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(kept_step, ec)) {
+    if (e.path().extension() != ".ddpckpt") continue;
+    *any = true;
+    try {
+      const Fd in(open_or_fail(e.path(), O_RDONLY));
+      std::string header(kDigestFieldEnd, '\0');
+      read_all(in.fd, header.data(), header.size(), 0, e.path());
+      const std::optional<RegionHeader> h = parse_region_header(header);
+      if (h && h->slots[0].state == SlotRecord::kCommitted && h->slots[0].step == rec.step &&
+          h->slots[0].size == rec.size && h->slots[0].checksum == rec.checksum &&
+          h->slots[0].run_tag == run_tag && digest_in(header) == digest) {
+        return e.path();
+      }
+    } catch (const std::exception&) {  // dropped meanwhile
+    }
+  }
+  return std::nullopt;
 }
 
 // The header of a file of the persisted layout holding `step`: its slot record, or why not.
@@ -188,6 +244,7 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
                         kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
                         reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
                         fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
+    kept.record_digest();  // a peer holding the same bytes is not sent them
     budget.reset();
     std::string buffer(std::min<uint64_t>(rec.size, kSendChunk), '\0');
     for (uint64_t done = 0; done < rec.size;) {
@@ -246,6 +303,8 @@ PeerService::PeerService(PeerAuth auth, const std::string& bind_host, fs::path c
       limit_(limit),
       copies_(std::make_unique<PeerCopies>(std::move(copies_dir), limit)),
       sources_(std::make_unique<SlotSources>(regions, regions / "kept", copies_.get(), run_tag)),
+      regions_(regions),
+      kept_(regions / "kept"),
       acceptor_(io_, tcp::endpoint(asio::ip::make_address(bind_host), 0)) {
   port_ = acceptor_.local_endpoint().port();
   asio::co_spawn(io_, serve(), asio::detached);
@@ -350,8 +409,22 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_await send_status(*link, "not a checkpoint of the step it names");
     co_return;
   }
+  if (std::optional<SlotMac> mac = copy_mac()) {
+    char theirs[SlotMac::kBytes];
+    co_await link->read(theirs, sizeof theirs);
+    mac->add(header);
+    if (!mac->matches(std::string_view(theirs, sizeof theirs))) {
+      co_await send_status(*link, std::string(kAlteredCopy));
+      co_return;
+    }
+  }
   if (rec->rank != r->rank || rec->run_tag != run_tag_) {
     co_await send_status(*link, "not a checkpoint of the rank it names, or of this job");
+    co_return;
+  }
+  if (const std::optional<PayloadDigest> digest = digest_in(header);
+      digest && co_await hold_same(r->origin, r->local_rank, *rec, *digest)) {
+    co_await send_status(*link, "", Status::kHeld);
     co_return;
   }
   std::unique_ptr<SlotFileWriter> out;
@@ -390,9 +463,28 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
   co_await send_status(*link, "");
 }
 
+asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int local_rank,
+                                             const SlotRecord& rec, const PayloadDigest& digest) {
+  const fs::path kept_step = kept_ / fmt::format("step_{}", rec.step);
+  asio::steady_timer timer(io_);
+  for (const auto until = std::chrono::steady_clock::now() + kSameWait;;) {
+    bool any = false;
+    if (const std::optional<fs::path> same = kept_same(kept_step, rec, digest, run_tag_, &any)) {
+      co_return copies_->linked(origin, local_rank, rec, digest, *same);
+    }
+    // (Its own copies of the step complete, and none the same: the bytes must come.)
+    const bool coming = staging_ == rec.step || (!any && step_coming(regions_, rec.step));
+    if (!coming || std::chrono::steady_clock::now() >= until) co_return false;
+    timer.expires_after(kSameLook);
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+}
+
 asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector<RankSlot> ranks,
                                                    int64_t step, fs::path keep) {
-  auto run = [regions, ranks, step, keep, limit = limit_]() -> asio::awaitable<TransferReport> {
+  auto run = [this, regions, ranks, step, keep,
+              limit = limit_]() -> asio::awaitable<TransferReport> {
+    staging_ = step;
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
@@ -424,6 +516,7 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
       fs::remove_all(kept_step, ec);
     }
     report.took = std::chrono::steady_clock::now() - started;
+    staging_ = kNotStaging;
     co_return report;
   };
   co_return co_await asio::co_spawn(stage_io_, run(), asio::use_awaitable);
@@ -454,13 +547,23 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
         Request request{kPut, slot.local_rank, slot.rank, step, kRegionHeader + rec.size, origin};
         co_await send_request(*link, request);
         co_await link->write(header.data(), header.size());
-        if (std::string why = co_await read_status(*link); !why.empty()) {
+        if (std::optional<SlotMac> mac = copy_mac()) {  // the header's own: it may be all it needs
+          mac->add(header);
+          const std::string sum = mac->finish();
+          co_await link->write(sum.data(), sum.size());
+        }
+        const Answer answer = co_await read_answer(*link);
+        if (!answer.error.empty()) {
           report.detail = fmt::format("{} refused local rank {}'s copy: {}", link->peer(),
-                                      slot.local_rank, why);
+                                      slot.local_rank, answer.error);
           break;
         }
+        if (answer.held) {
+          report.held += rec.size;
+          continue;
+        }
         co_await send_payload(*link, header, in.fd, kRegionHeader, rec.size, copy_mac());
-        if (std::string why = co_await read_status(*link); !why.empty()) {
+        if (std::string why = (co_await read_answer(*link)).error; !why.empty()) {
           report.detail = fmt::format("{} did not keep local rank {}'s copy: {}", link->peer(),
                                       slot.local_rank, why);
           break;
@@ -492,7 +595,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
             co_await PeerLink::connect(io_.get_executor(), from.host, from.port, auth_, kIdleLimit);
         Request request{kGet, 0, rank, step, static_cast<uint64_t>(world), "-"};
         co_await send_request(*link, request);
-        if (std::string why = co_await read_status(*link); !why.empty()) {
+        if (std::string why = (co_await read_answer(*link)).error; !why.empty()) {
           report.detail = fmt::format("{}: {}", link->peer(), why);
           co_return report;
         }

@@ -13,11 +13,20 @@
 // size, the origin id's length, then the id (a get's is unused). The answer: a status word (0 ok),
 // a message's length and the message; a get's answer then carries the file's length and the file.
 // Where the job has a token, a file's payload is followed by its MAC (slot_mac.hpp: under the
-// token, of the header and payload as sent): a copy altered on its way is refused, as is a put
-// whose slot names another global rank, or another run.
+// token, of the header and payload as sent), and a put's header by the header's own: a copy
+// altered on its way is refused, as is a put whose slot names another global rank, or another run.
+//
+// A put whose header carries its payload's digest (payload_digest.hpp: a kept copy's) may be
+// answered "held" (status 2) instead: this node keeps a copy of its own of the same step whose
+// payload is the same (size, CRC and digest; DDP's state is byte for byte the same on every node),
+// and holds the peer's copy as a link to it (PeerCopies::linked), so that no payload crosses. It
+// waits a moment (kSameWait) for its own copy of the step where it has none yet but its workers
+// saved that step, or have not saved it yet.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +38,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "checkpoint/payload_digest.hpp"
 #include "checkpoint/peer_copies.hpp"
 #include "checkpoint/peer_link.hpp"
 #include "checkpoint/slot_mac.hpp"
@@ -52,6 +62,9 @@ struct TransferReport {
   bool ok = false;
   int64_t step = 0;
   uint64_t bytes = 0;  // payload bytes moved
+  // A put's payload bytes the peer held already (the same bytes of its own, PeerCopies::linked):
+  // not sent.
+  uint64_t held = 0;
   std::chrono::duration<double> took{0};
   std::string detail;  // why not, when not ok
   // A stage: the worker's saves reused a slot before its copy was complete (the copies need a
@@ -115,6 +128,11 @@ class PeerService {
 
  private:
   boost::asio::awaitable<void> serve();
+  // Whether `origin`'s local rank `local_rank`'s slot `rec`, with `digest`, is now held as a link
+  // to a kept copy of this node's own with the same payload (waiting up to kSameWait for this
+  // node's own copies of the step, where it has none yet or is staging them).
+  boost::asio::awaitable<bool> hold_same(const std::string& origin, int local_rank,
+                                         const SlotRecord& rec, const PayloadDigest& digest);
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
   // The MAC of a copy crossing between this job's agents, where the job has a token (on io_);
   // none without one.
@@ -126,7 +144,11 @@ class PeerService {
   // Before io_: a connection's coroutine, destroyed with io_, may still refer to them.
   std::unique_ptr<PeerCopies> copies_;
   std::unique_ptr<SlotSources> sources_;
-  boost::asio::io_context io_;  // the network's, on thread_
+  std::filesystem::path regions_;  // this node's workers' regions
+  std::filesystem::path kept_;     // this node's copies of its own steps (stage()'s `keep`)
+  static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
+  std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
+  boost::asio::io_context io_;                 // the network's, on thread_
   // stage()'s copies at memory speed, on stage_thread_: never queued behind a transfer.
   boost::asio::io_context stage_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> stage_work_{

@@ -52,10 +52,13 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
   write_all(fd_.fd, header.data(), header.size(), 0, tmp);
 }
 
+void SlotFileWriter::record_digest() { digest_ = std::make_unique<DigestSum>(); }
+
 void SlotFileWriter::append(const char* p, size_t n) {
   write_all(fd_.fd, p, n, kRegionHeader + written_, partial_.path);
   crc_.add(p, n);
   if (arriving_) arriving_->add(p, n);
+  if (digest_) digest_->add(p, n);
   written_ += n;
 }
 
@@ -65,6 +68,10 @@ bool SlotFileWriter::commit(uint64_t checksum) {
     const uint64_t crc = crc_.value();
     write_all(fd_.fd, reinterpret_cast<const char*>(&crc), sizeof crc, kSlot0ChecksumAt,
               partial_.path);
+  }
+  if (digest_) {
+    const std::string field = digest_field(digest_->value());
+    write_all(fd_.fd, field.data(), field.size(), kSlot0DigestAt, partial_.path);
   }
   fs::rename(partial_.path, path_);
   partial_.kept = true;

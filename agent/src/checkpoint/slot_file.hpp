@@ -5,10 +5,12 @@
 // the agent.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "checkpoint/file_io.hpp"
+#include "checkpoint/payload_digest.hpp"
 #include "checkpoint/region_format.hpp"
 
 namespace ddprun::agent {
@@ -55,6 +57,9 @@ class SlotFileWriter {
   SlotFileWriter(const SlotFileWriter&) = delete;
   SlotFileWriter& operator=(const SlotFileWriter&) = delete;
 
+  // From now on, the payload's digest (payload_digest.hpp) is summed as it comes too, and
+  // written into the file's header at commit. Before the first append.
+  void record_digest();
   // The next `n` payload bytes (whole 8-byte words, except at the end).
   void append(const char* p, size_t n);
   uint64_t written() const { return written_; }
@@ -69,6 +74,7 @@ class SlotFileWriter {
   uint64_t written_ = 0;
   PayloadSum crc_;
   std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
+  std::unique_ptr<DigestSum> digest_;   // record_digest()
 };
 
 }  // namespace ddprun::agent

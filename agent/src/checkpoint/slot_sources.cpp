@@ -54,7 +54,18 @@ void each_source(const fs::path& regions, const fs::path& kept, const PeerCopies
     }
   }
   if (copies != nullptr) {
-    for (const PeerCopies::Copy& c : copies->all()) file(c.file);
+    for (const PeerCopies::Copy& c : copies->all()) {
+      if (!c.record) {
+        file(c.file);
+        continue;
+      }
+      // A linked copy: the kept file's payload under the copy's own record.
+      const std::optional<RegionHeader> h = read_region_header(c.file);
+      if (h && usable(*c.record, run_tag) && h->slots[0].size == c.record->size &&
+          h->slots[0].checksum == c.record->checksum) {
+        visit(SlotSources::Found{c.file, kRegionHeader, *c.record, h->save_micros[0]});
+      }
+    }
   }
 }
 

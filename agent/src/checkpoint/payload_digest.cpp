@@ -1,0 +1,48 @@
+#include "checkpoint/payload_digest.hpp"
+
+#include <cstring>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace ddprun::agent {
+namespace {
+
+constexpr char kMarker[8] = {'D', 'D', 'P', 'X', 'X', 'H', '3', '\0'};
+
+}  // namespace
+
+struct DigestSum::State {
+  XXH3_state_t xxh;
+};
+
+std::string digest_field(const PayloadDigest& digest) {
+  std::string out(kMarker, sizeof kMarker);
+  out.append(reinterpret_cast<const char*>(&digest.low), sizeof digest.low);
+  out.append(reinterpret_cast<const char*>(&digest.high), sizeof digest.high);
+  return out;
+}
+
+std::optional<PayloadDigest> digest_in(std::string_view header) {
+  if (header.size() < kDigestFieldEnd ||
+      header.substr(kSlot0DigestAt, sizeof kMarker) != std::string_view(kMarker, sizeof kMarker)) {
+    return std::nullopt;
+  }
+  PayloadDigest d;
+  std::memcpy(&d.low, header.data() + kSlot0DigestAt + 8, sizeof d.low);
+  std::memcpy(&d.high, header.data() + kSlot0DigestAt + 16, sizeof d.high);
+  return d;
+}
+
+DigestSum::DigestSum() : state_(std::make_unique<State>()) { XXH3_128bits_reset(&state_->xxh); }
+
+DigestSum::~DigestSum() = default;
+
+void DigestSum::add(const char* p, size_t n) { XXH3_128bits_update(&state_->xxh, p, n); }
+
+PayloadDigest DigestSum::value() const {
+  const XXH128_hash_t h = XXH3_128bits_digest(&state_->xxh);
+  return {h.low64, h.high64};
+}
+
+}  // namespace ddprun::agent
