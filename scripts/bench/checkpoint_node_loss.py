@@ -235,6 +235,10 @@ def main():
             if mode == "copy":
                 held = events(out, 0, "checkpoints_held")
                 stride = held[-1].get("stride") if held else None
+                # What the copies sent, and what the peer held already (the same bytes).
+                ends = [events(out, i, "checkpoints_held")[-1:] for i in (0, 1)]
+                copied = [sum(e[0].get(k, 0) for e in ends if e)
+                          for k in ("copy_bytes_sent", "copy_bytes_held")]
     finally:
         for i in range(3):
             kill_node(i)
@@ -270,7 +274,9 @@ def main():
           f"(a node of 2 ranks, replicated=True: one replica per step; its regions hold 2 steps)")
     print(f"step time without checkpoints {speed['none']:.3f} s, with a save every step "
           f"{speed['save']:.3f} s, with a save every step and the copies to the peer "
-          f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s))")
+          f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s); of the "
+          f"copies' {(copied[0] + copied[1]) / (1 << 20):.0f} MiB, {copied[0] / (1 << 20):.0f} "
+          f"MiB sent and {copied[1] / (1 << 20):.0f} MiB held by the peer already)")
     d, t = rows["ddprun"], rows["torchrun"]
     versus = ("torchrun never got back" if t is None else
               f"torchrun's {t[0]}, back at the failed step {t[1] / d[1]:.1f}x sooner (target 10x)")

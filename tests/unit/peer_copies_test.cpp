@@ -303,6 +303,46 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "peer copies: a kept copy dropped lends its memory to the next stage, never one a peer's copy "
+    "is linked to",
+    "[peer_copies]") {
+  Folder a, b;
+  auto holder = service(auth_with(nullptr), b.path);
+  auto sender = service(auth_with(nullptr), a.path);
+  holder->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  sender->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  const fs::path kept = a.path / "kept";
+  make_region(a.path, 0, 0, 1, 2 << 20, 1);
+  REQUIRE(wait(sender->stage(a.path, {{0, 0}}, 1, kept)).ok);
+  const ino_t first = stat_of(kept / "step_1" / "rank_0.ddpckpt").st_ino;
+  drop_kept(kept, 0, {}, DropKept::kRecycle);
+  CHECK_FALSE(fs::exists(kept / "step_1"));
+  CHECK(stat_of(kept / ".spare.rank_0").st_ino == first);
+  // The next step, a little smaller, is written over it: the same file, every byte its own.
+  const std::string next = make_region(a.path, 0, 0, 2, 1 << 20, 2);
+  REQUIRE(wait(sender->stage(a.path, {{0, 0}}, 2, kept)).ok);
+  CHECK_FALSE(fs::exists(kept / ".spare.rank_0"));
+  CHECK(stat_of(kept / "step_2" / "rank_0.ddpckpt").st_ino == first);
+  CHECK(payload_of_file(kept / "step_2" / "rank_0.ddpckpt") == next);
+  CHECK(static_cast<uint64_t>(stat_of(kept / "step_2" / "rank_0.ddpckpt").st_size) ==
+        kRegionHeader + (1 << 20));
+  // A copy the peer holds as a link to this one: dropped here, it is the peer's alone, not a spare.
+  make_region(b.path, 0, 1, 2, 1 << 20, 2);
+  REQUIRE(wait(holder->stage(b.path, {{0, 1}}, 2, b.path / "kept")).ok);
+  REQUIRE(wait(sender->put({"127.0.0.1", holder->port()}, "a", {{0, 0}}, 2, kept)).held ==
+          (1u << 20));
+  const fs::path linked_to = b.path / "kept" / "step_2" / "rank_0.ddpckpt";
+  REQUIRE(stat_of(linked_to).st_nlink == 2);
+  drop_kept(b.path / "kept", 0, {}, DropKept::kRecycle);
+  CHECK_FALSE(fs::exists(b.path / "kept" / ".spare.rank_0"));
+  // Dropped without recycling (room for a worker's save), the spare goes too.
+  drop_kept(kept, 0, {}, DropKept::kRecycle);
+  REQUIRE(fs::exists(kept / ".spare.rank_0"));
+  drop_kept(kept, 0, {});
+  CHECK_FALSE(fs::exists(kept / ".spare.rank_0"));
+}
+
+TEST_CASE(
     "peer copies: a put to a peer that holds no step of its own, or other bytes at that step, "
     "sends the payload at once",
     "[peer_copies]") {

@@ -1,6 +1,7 @@
 #include "checkpoint/peer_service.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -208,6 +209,17 @@ asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, in
 constexpr std::string_view kAlteredCopy =
     "the copy fails its MAC (altered on its way, or not sent by a member of this job)";
 
+// Local rank `local_rank`'s spare in `keep` (drop_kept).
+fs::path spare_of(const fs::path& keep, int local_rank) {
+  return keep / fmt::format(".spare.rank_{}", local_rank);
+}
+
+// What `file` takes of memory (0: none, or gone).
+uint64_t allocated_of(const fs::path& file) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
 struct RankStage {
   uint64_t bytes = 0;
   bool overtaken = false;  // the worker reused the slot before the copy was complete
@@ -228,10 +240,14 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
       return out;
     }
     const SlotRecord& rec = reader->record();
+    const fs::path tmp = kept_step / fmt::format(".rank_{}.tmp", slot.local_rank);
+    std::error_code ec;
+    fs::rename(spare_of(kept_step.parent_path(), slot.local_rank), tmp, ec);  // none: new pages
     std::optional<BudgetLock> budget;  // until the copy's room is reserved
     if (limit) budget.emplace(regions);
+    const uint64_t wanted = allocated_for(kRegionHeader + rec.size);
     if (const CheckpointMemory node = checkpoint_memory(regions);
-        limit && node.total() + allocated_for(kRegionHeader + rec.size) > *limit) {
+        limit && node.total() + wanted - std::min(wanted, allocated_of(tmp)) > *limit) {
       out.error = fmt::format(
           "no room for local rank {}'s copy of step {} ({} bytes): the node's checkpoints take {} "
           "bytes (regions {}, kept {}, copies held for peers {}) and its budget is {} bytes "
@@ -240,8 +256,7 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
           node.peers, *limit);
       return out;
     }
-    SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
-                        kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
+    SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank), tmp,
                         reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
                         fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
     kept.record_digest();  // a peer holding the same bytes is not sent them
@@ -283,15 +298,25 @@ std::vector<int64_t> kept_steps(const fs::path& keep, int local_rank) {
   return out;
 }
 
-void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except) {
+void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except,
+               DropKept how) {
+  const fs::path spare = spare_of(keep, local_rank);
   std::error_code ec;
+  if (how == DropKept::kRemove) fs::remove(spare, ec);
+  bool recycled = false;
   for (const auto& e : fs::directory_iterator(keep, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step_", 0) != 0) continue;
     const bool wanted = std::any_of(except.begin(), except.end(),
                                     [&](int64_t s) { return name == fmt::format("step_{}", s); });
     if (wanted) continue;
-    fs::remove(e.path() / fmt::format("rank_{}.ddpckpt", local_rank), ec);
+    const fs::path file = e.path() / fmt::format("rank_{}.ddpckpt", local_rank);
+    struct stat st {};
+    if (how == DropKept::kRecycle && !recycled && ::stat(file.c_str(), &st) == 0 &&
+        st.st_nlink == 1) {
+      recycled = !fs::exists(spare, ec) && (fs::rename(file, spare, ec), !ec);
+    }
+    fs::remove(file, ec);
     if (fs::is_empty(e.path(), ec)) fs::remove(e.path(), ec);
   }
 }

@@ -74,10 +74,14 @@ struct TransferReport {
 
 // The steps of local rank `local_rank` kept in `keep` (PeerService::stage).
 std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);
+// How drop_kept leaves a copy it drops: removed, or (kRecycle) one of them kept aside as the rank's
+// spare in `keep`, whose memory pages the rank's next stage() writes over instead of taking and
+// zeroing new ones (a copy a peer's holds as a link, PeerCopies::linked, is never a spare).
+enum class DropKept { kRemove, kRecycle };
 // Removes local rank `local_rank`'s kept copies in `keep` but those of the steps `except` (and
-// step folders left empty).
+// step folders left empty); with kRemove its spare too.
 void drop_kept(const std::filesystem::path& keep, int local_rank,
-               const std::vector<int64_t>& except);
+               const std::vector<int64_t>& except, DropKept how = DropKept::kRemove);
 
 class PeerService {
  public:

@@ -277,7 +277,7 @@ void CheckpointReplicator::drop_old_kept() {
                                  return std::find(keep.begin(), keep.end(), s) == keep.end();
                                }),
                 staged_.end());
-  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep);
+  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep, DropKept::kRecycle);
 }
 
 asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,
