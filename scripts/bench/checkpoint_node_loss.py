@@ -239,6 +239,7 @@ def main():
                 ends = [events(out, i, "checkpoints_held")[-1:] for i in (0, 1)]
                 copied = [sum(e[0].get(k, 0) for e in ends if e)
                           for k in ("copy_bytes_sent", "copy_bytes_held")]
+                staged = [e[0].get("last_stage_seconds") for e in ends if e]
     finally:
         for i in range(3):
             kill_node(i)
@@ -276,7 +277,9 @@ def main():
           f"{speed['save']:.3f} s, with a save every step and the copies to the peer "
           f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s); of the "
           f"copies' {(copied[0] + copied[1]) / (1 << 20):.0f} MiB, {copied[0] / (1 << 20):.0f} "
-          f"MiB sent and {copied[1] / (1 << 20):.0f} MiB held by the peer already)")
+          f"MiB sent and {copied[1] / (1 << 20):.0f} MiB held by the peer already; each node's "
+          f"last copy of its own step at memory speed took "
+          f"{' and '.join(f'{t:.3f}' if t is not None else '?' for t in staged)} s)")
     d, t = rows["ddprun"], rows["torchrun"]
     versus = ("torchrun never got back" if t is None else
               f"torchrun's {t[0]}, back at the failed step {t[1] / d[1]:.1f}x sooner (target 10x)")

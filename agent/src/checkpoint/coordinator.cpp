@@ -152,8 +152,8 @@ void CheckpointCoordinator::stop() {
 // The event log's account of the in-memory checkpoints once a round's workers ended: per local
 // rank the steps its region holds, and the bytes of the node's regions; in a job of several nodes
 // also the safe step (every local rank's copy on the peer), the peer, the copies this node holds
-// for others (per origin node, per local rank), and the payload bytes its copies sent and those
-// the peer held already, so far.
+// for others (per origin node, per local rank), the payload bytes its copies sent and those the
+// peer held already, so far, and how long the last stage and the last put took.
 void CheckpointCoordinator::record_held(const rendezvous::Round& round) {
   std::vector<std::vector<int64_t>> held;
   for (const auto& [local, global] : round_ranks(cfg_, round)) {
@@ -172,6 +172,11 @@ void CheckpointCoordinator::record_held(const rendezvous::Round& round) {
     fields["peer_copies"] = peer_service_->copies().steps();
     fields["copy_bytes_sent"] = copy_bytes_sent_;
     fields["copy_bytes_held"] = copy_bytes_held_;
+    const auto seconds = [](std::optional<double> s) {
+      return s ? nlohmann::json(*s) : nlohmann::json(nullptr);
+    };
+    fields["last_stage_seconds"] = seconds(replicator_->last_stage_seconds());
+    fields["last_put_seconds"] = seconds(replicator_->last_put_seconds());
   }
   events_.record("checkpoints_held", std::move(fields));
 }

@@ -219,6 +219,7 @@ void CheckpointReplicator::stage(int64_t step) {
                      report_(r, peer());
                      return;
                    }
+                   last_stage_ = r.took.count();
                    staged_.push_back(r.step);
                    std::sort(staged_.begin(), staged_.end());
                    drop_old_kept();
@@ -240,6 +241,7 @@ void CheckpointReplicator::send_newest() {
         sending_.reset();
         if (e) return;
         if (r.ok) {
+          last_put_ = r.took.count();
           safe_ = std::max(safe_.value_or(r.step), r.step);
           since_ = newest_;  // the safe step advanced: steps are counted from here
           failed_since_ = false;

@@ -96,6 +96,10 @@ class CheckpointReplicator {
   std::optional<int64_t> newest_local() const { return newest_; }
   // The job's stride now, and the one this node's copies need.
   int64_t stride() const { return stride_; }
+  // The last stage's time (a copy of every local rank's slot at memory speed), and the last put's
+  // (to the peer: sent, or held by it already); none yet.
+  std::optional<double> last_stage_seconds() const { return last_stage_; }
+  std::optional<double> last_put_seconds() const { return last_put_; }
   int64_t wish() const { return wish_; }
   // Where copies go: "host:port", or "" with no peer.
   std::string peer() const;
@@ -149,6 +153,7 @@ class CheckpointReplicator {
   std::optional<int64_t> sending_;
   bool staging_ = false;
   int64_t stride_ = 1, wish_ = 1;
+  std::optional<double> last_stage_, last_put_;
   uint64_t generation_ = 0;  // each watch(): what an earlier round's work reports is ignored
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
