@@ -143,10 +143,9 @@ bool PeerCopies::linked(const std::string& origin, int local_rank, const SlotRec
     return false;
   }
   fs::rename(tmp, file, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return false;
-  }
+  const bool renamed = !ec;
+  fs::remove(tmp, ec);  // (left where `file` was a link to the same file already)
+  if (!renamed) return false;
   add_copy(held_[key],
            Copy{record.step, static_cast<int>(record.rank), static_cast<int>(record.world_size),
                 kRegionHeader + record.size, file, record});

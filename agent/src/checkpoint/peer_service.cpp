@@ -243,6 +243,10 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
     const fs::path tmp = kept_step / fmt::format(".rank_{}.tmp", slot.local_rank);
     std::error_code ec;
     fs::rename(spare_of(kept_step.parent_path(), slot.local_rank), tmp, ec);  // none: new pages
+    // (A spare a peer's copy was linked to as it was set aside is the peer's: never written over.)
+    if (struct stat st{}; !ec && ::stat(tmp.c_str(), &st) == 0 && st.st_nlink != 1) {
+      fs::remove(tmp, ec);
+    }
     std::optional<BudgetLock> budget;  // until the copy's room is reserved
     if (limit) budget.emplace(regions);
     const uint64_t wanted = allocated_for(kRegionHeader + rec.size);
