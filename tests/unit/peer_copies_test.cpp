@@ -303,43 +303,29 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "peer copies: a kept copy dropped lends its memory to the next stage, never one a peer's copy "
-    "is linked to",
+    "peer copies: room for a worker's save keeps a copy linked to a kept step until that step goes",
     "[peer_copies]") {
   Folder a, b;
   auto holder = service(auth_with(nullptr), b.path);
   auto sender = service(auth_with(nullptr), a.path);
   holder->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
   sender->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
-  const fs::path kept = a.path / "kept";
-  make_region(a.path, 0, 0, 1, 2 << 20, 1);
-  REQUIRE(wait(sender->stage(a.path, {{0, 0}}, 1, kept)).ok);
-  const ino_t first = stat_of(kept / "step_1" / "rank_0.ddpckpt").st_ino;
-  drop_kept(kept, 0, {}, DropKept::kRecycle);
-  CHECK_FALSE(fs::exists(kept / "step_1"));
-  CHECK(stat_of(kept / ".spare.rank_0").st_ino == first);
-  // The next step, a little smaller, is written over it: the same file, every byte its own.
-  const std::string next = make_region(a.path, 0, 0, 2, 1 << 20, 2);
-  REQUIRE(wait(sender->stage(a.path, {{0, 0}}, 2, kept)).ok);
-  CHECK_FALSE(fs::exists(kept / ".spare.rank_0"));
-  CHECK(stat_of(kept / "step_2" / "rank_0.ddpckpt").st_ino == first);
-  CHECK(payload_of_file(kept / "step_2" / "rank_0.ddpckpt") == next);
-  CHECK(static_cast<uint64_t>(stat_of(kept / "step_2" / "rank_0.ddpckpt").st_size) ==
-        kRegionHeader + (1 << 20));
-  // A copy the peer holds as a link to this one: dropped here, it is the peer's alone, not a spare.
-  make_region(b.path, 0, 1, 2, 1 << 20, 2);
-  REQUIRE(wait(holder->stage(b.path, {{0, 1}}, 2, b.path / "kept")).ok);
-  REQUIRE(wait(sender->put({"127.0.0.1", holder->port()}, "a", {{0, 0}}, 2, kept)).held ==
-          (1u << 20));
-  const fs::path linked_to = b.path / "kept" / "step_2" / "rank_0.ddpckpt";
-  REQUIRE(stat_of(linked_to).st_nlink == 2);
-  drop_kept(b.path / "kept", 0, {}, DropKept::kRecycle);
-  CHECK_FALSE(fs::exists(b.path / "kept" / ".spare.rank_0"));
-  // Dropped without recycling (room for a worker's save), the spare goes too.
-  drop_kept(kept, 0, {}, DropKept::kRecycle);
-  REQUIRE(fs::exists(kept / ".spare.rank_0"));
-  drop_kept(kept, 0, {});
-  CHECK_FALSE(fs::exists(kept / ".spare.rank_0"));
+  make_region(a.path, 0, 2, 3, 2 << 20, 1);
+  make_region(a.path, 1, 3, 3, 1 << 20, 2);
+  make_region(b.path, 0, 0, 3, 2 << 20, 1);
+  REQUIRE(wait(holder->stage(b.path, {{0, 0}}, 3, b.path / "kept")).ok);
+  TransferReport sent =
+      put(*sender, {"127.0.0.1", holder->port()}, "a", a.path, {{0, 2}, {1, 3}}, 3);
+  REQUIRE(sent.ok);
+  REQUIRE(sent.held == (2u << 20));
+  // Dropping the linked copy would free nothing: only the copy of its own memory goes.
+  CHECK(holder->drop_oldest_copies(uint64_t{1} << 40) == allocated_for(kRegionHeader + (1 << 20)));
+  CHECK(holder->copies().steps() == Steps{{"a", {{3}}}});
+  // Once the kept step it links to is gone, its memory is its own, and it goes too.
+  drop_kept(b.path / "kept", 0, {});
+  CHECK(holder->drop_oldest_copies(uint64_t{1} << 40) == allocated_for(kRegionHeader + (2 << 20)));
+  CHECK(holder->copies().steps().empty());
+  CHECK(checkpoint_memory(b.path).peers == 0);
 }
 
 TEST_CASE(
@@ -373,6 +359,18 @@ TEST_CASE(
   for (const PeerCopies::Copy& held : holder->copies().all()) {
     CHECK(stat_of(held.file).st_nlink == 1);
   }
+  // Its workers saved the step but it keeps no copy of it (it skipped that window): the put waits
+  // for one once (2 s), not again for the step's other ranks.
+  make_region(b.path, 0, 0, 9, 1 << 20, 3);
+  make_region(a.path, 0, 2, 9, 1 << 20, 3);
+  make_region(a.path, 1, 3, 9, 1 << 20, 4);
+  began = std::chrono::steady_clock::now();
+  sent = put(*sender, to, "node-a", a.path, {{0, 2}, {1, 3}}, 9);
+  const auto took = std::chrono::steady_clock::now() - began;
+  REQUIRE(sent.ok);
+  CHECK(sent.bytes == (2u << 20));
+  CHECK(took >= std::chrono::seconds(2));
+  CHECK(took < std::chrono::milliseconds(3900));
 }
 
 TEST_CASE("peer copies: a stranger without the job's token gets nothing and changes nothing",

@@ -170,14 +170,21 @@ uint64_t PeerCopies::drop_oldest(uint64_t bytes) {
   std::lock_guard lock(mutex_);
   uint64_t freed = 0;
   while (freed < bytes) {
+    // The oldest copy whose memory is its own (a link to a kept copy frees nothing).
     std::vector<Copy>* oldest = nullptr;
+    size_t at = 0;
     for (auto& [key, copies] : held_) {
-      if (!copies.empty() && (!oldest || copies.front().step < oldest->front().step)) {
-        oldest = &copies;
+      for (size_t i = 0; i < copies.size(); ++i) {
+        struct stat st {};
+        const bool own = ::stat(copies[i].file.c_str(), &st) != 0 || st.st_nlink == 1;
+        if (own && (!oldest || copies[i].step < (*oldest)[at].step)) {
+          oldest = &copies;
+          at = i;
+        }
       }
     }
     if (!oldest) break;
-    freed += drop(*oldest, 0);
+    freed += drop(*oldest, at);
   }
   std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
   return freed;

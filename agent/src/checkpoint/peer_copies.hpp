@@ -68,7 +68,8 @@ class PeerCopies {
   void drop_after(std::optional<int64_t> step);
   // Drops copies, the oldest step first (of any origin and rank), until `bytes` are freed or
   // none is left: room a worker's own save needs (the node's budget serves the node's regions
-  // before any copy). Returns the bytes freed (none for a linked copy whose kept file remains).
+  // before any copy). A linked copy whose kept file remains frees nothing and stays. Returns the
+  // bytes freed.
   uint64_t drop_oldest(uint64_t bytes);
   // Every copy held.
   std::vector<Copy> all() const;

@@ -1,7 +1,6 @@
 #include "checkpoint/peer_service.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -209,17 +208,6 @@ asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, in
 constexpr std::string_view kAlteredCopy =
     "the copy fails its MAC (altered on its way, or not sent by a member of this job)";
 
-// Local rank `local_rank`'s spare in `keep` (drop_kept).
-fs::path spare_of(const fs::path& keep, int local_rank) {
-  return keep / fmt::format(".spare.rank_{}", local_rank);
-}
-
-// What `file` takes of memory (0: none, or gone).
-uint64_t allocated_of(const fs::path& file) {
-  struct stat st {};
-  return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-}
-
 struct RankStage {
   uint64_t bytes = 0;
   bool overtaken = false;  // the worker reused the slot before the copy was complete
@@ -240,18 +228,10 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
       return out;
     }
     const SlotRecord& rec = reader->record();
-    const fs::path tmp = kept_step / fmt::format(".rank_{}.tmp", slot.local_rank);
-    std::error_code ec;
-    fs::rename(spare_of(kept_step.parent_path(), slot.local_rank), tmp, ec);  // none: new pages
-    // (A spare a peer's copy was linked to as it was set aside is the peer's: never written over.)
-    if (struct stat st{}; !ec && ::stat(tmp.c_str(), &st) == 0 && st.st_nlink != 1) {
-      fs::remove(tmp, ec);
-    }
     std::optional<BudgetLock> budget;  // until the copy's room is reserved
     if (limit) budget.emplace(regions);
-    const uint64_t wanted = allocated_for(kRegionHeader + rec.size);
     if (const CheckpointMemory node = checkpoint_memory(regions);
-        limit && node.total() + wanted - std::min(wanted, allocated_of(tmp)) > *limit) {
+        limit && node.total() + allocated_for(kRegionHeader + rec.size) > *limit) {
       out.error = fmt::format(
           "no room for local rank {}'s copy of step {} ({} bytes): the node's checkpoints take {} "
           "bytes (regions {}, kept {}, copies held for peers {}) and its budget is {} bytes "
@@ -260,7 +240,8 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
           node.peers, *limit);
       return out;
     }
-    SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank), tmp,
+    SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
+                        kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
                         reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
                         fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
     kept.record_digest();  // a peer holding the same bytes is not sent them
@@ -302,25 +283,15 @@ std::vector<int64_t> kept_steps(const fs::path& keep, int local_rank) {
   return out;
 }
 
-void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except,
-               DropKept how) {
-  const fs::path spare = spare_of(keep, local_rank);
+void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except) {
   std::error_code ec;
-  if (how == DropKept::kRemove) fs::remove(spare, ec);
-  bool recycled = false;
   for (const auto& e : fs::directory_iterator(keep, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step_", 0) != 0) continue;
     const bool wanted = std::any_of(except.begin(), except.end(),
                                     [&](int64_t s) { return name == fmt::format("step_{}", s); });
     if (wanted) continue;
-    const fs::path file = e.path() / fmt::format("rank_{}.ddpckpt", local_rank);
-    struct stat st {};
-    if (how == DropKept::kRecycle && !recycled && ::stat(file.c_str(), &st) == 0 &&
-        st.st_nlink == 1) {
-      recycled = !fs::exists(spare, ec) && (fs::rename(file, spare, ec), !ec);
-    }
-    fs::remove(file, ec);
+    fs::remove(e.path() / fmt::format("rank_{}.ddpckpt", local_rank), ec);
     if (fs::is_empty(e.path(), ec)) fs::remove(e.path(), ec);
   }
 }
@@ -495,6 +466,9 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
 asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int local_rank,
                                              const SlotRecord& rec, const PayloadDigest& digest) {
   const fs::path kept_step = kept_ / fmt::format("step_{}", rec.step);
+  // (A wait for this step of this origin that came to nothing is not waited again for its other
+  // ranks.)
+  const bool waited = waited_in_vain_ == std::make_pair(origin, rec.step);
   asio::steady_timer timer(io_);
   for (const auto until = std::chrono::steady_clock::now() + kSameWait;;) {
     bool any = false;
@@ -503,7 +477,11 @@ asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int loca
     }
     // (Its own copies of the step complete, and none the same: the bytes must come.)
     const bool coming = staging_ == rec.step || (!any && step_coming(regions_, rec.step));
-    if (!coming || std::chrono::steady_clock::now() >= until) co_return false;
+    if (!coming || waited) co_return false;
+    if (std::chrono::steady_clock::now() >= until) {
+      waited_in_vain_ = std::make_pair(origin, rec.step);
+      co_return false;
+    }
     timer.expires_after(kSameLook);
     co_await timer.async_wait(asio::use_awaitable);
   }

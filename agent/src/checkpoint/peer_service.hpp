@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -74,14 +75,10 @@ struct TransferReport {
 
 // The steps of local rank `local_rank` kept in `keep` (PeerService::stage).
 std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);
-// How drop_kept leaves a copy it drops: removed, or (kRecycle) one of them kept aside as the rank's
-// spare in `keep`, whose memory pages the rank's next stage() writes over instead of taking and
-// zeroing new ones (a copy a peer's holds as a link, PeerCopies::linked, is never a spare).
-enum class DropKept { kRemove, kRecycle };
 // Removes local rank `local_rank`'s kept copies in `keep` but those of the steps `except` (and
-// step folders left empty); with kRemove its spare too.
+// step folders left empty).
 void drop_kept(const std::filesystem::path& keep, int local_rank,
-               const std::vector<int64_t>& except, DropKept how = DropKept::kRemove);
+               const std::vector<int64_t>& except);
 
 class PeerService {
  public:
@@ -134,7 +131,8 @@ class PeerService {
   boost::asio::awaitable<void> serve();
   // Whether `origin`'s local rank `local_rank`'s slot `rec`, with `digest`, is now held as a link
   // to a kept copy of this node's own with the same payload (waiting up to kSameWait for this
-  // node's own copies of the step, where it has none yet or is staging them).
+  // node's own copies of the step, where it has none yet or is staging them; once for a step of
+  // an origin, not again for its other ranks).
   boost::asio::awaitable<bool> hold_same(const std::string& origin, int local_rank,
                                          const SlotRecord& rec, const PayloadDigest& digest);
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
@@ -152,7 +150,9 @@ class PeerService {
   std::filesystem::path kept_;     // this node's copies of its own steps (stage()'s `keep`)
   static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
-  boost::asio::io_context io_;                 // the network's, on thread_
+  // The origin and step whose wait for this node's own copy last came to nothing (on io_).
+  std::optional<std::pair<std::string, int64_t>> waited_in_vain_;
+  boost::asio::io_context io_;  // the network's, on thread_
   // stage()'s copies at memory speed, on stage_thread_: never queued behind a transfer.
   boost::asio::io_context stage_io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> stage_work_{

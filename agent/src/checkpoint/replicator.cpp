@@ -181,18 +181,24 @@ void CheckpointReplicator::poll() {
 void CheckpointReplicator::make_room() {
   const std::optional<uint64_t> wanted = room_wanted(regions_);
   if (!wanted) return;
-  uint64_t freed = service_.drop_oldest_copies(*wanted);
-  for (;;) {
+  const uint64_t before = checkpoint_memory(regions_).total();
+  const auto freed = [&] {
+    const uint64_t now = checkpoint_memory(regions_).total();
+    return before > now ? before - now : 0;
+  };
+  service_.drop_oldest_copies(*wanted);
+  while (freed() < *wanted) {
     const auto oldest =
         std::find_if(staged_.begin(), staged_.end(), [&](int64_t s) { return s != sending_; });
-    if (freed >= *wanted || oldest == staged_.end()) break;
-    const uint64_t before = checkpoint_memory(regions_).kept;
+    if (oldest == staged_.end()) break;
     staged_.erase(oldest);
     for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, staged_);
-    freed += before - std::min(before, checkpoint_memory(regions_).kept);
+    // A copy held for a peer as a link to the step dropped is the only name of its memory now.
+    const uint64_t now = freed();
+    if (now < *wanted) service_.drop_oldest_copies(*wanted - now);
   }
   room_answered(regions_);
-  if (room_report_) room_report_(*wanted, freed);
+  if (room_report_) room_report_(*wanted, freed());
 }
 
 void CheckpointReplicator::note_progress() {
@@ -279,7 +285,7 @@ void CheckpointReplicator::drop_old_kept() {
                                  return std::find(keep.begin(), keep.end(), s) == keep.end();
                                }),
                 staged_.end());
-  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep, DropKept::kRecycle);
+  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep);
 }
 
 asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,

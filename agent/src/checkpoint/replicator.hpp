@@ -33,7 +33,8 @@
 //
 // A worker's save comes before any copy: where one asks for room in the node's budget
 // (room_request.hpp), the copies held for peers go first, the oldest first, then the steps kept
-// for the peer (never the one being sent); on_room() hears what was freed.
+// for the peer (never the one being sent), each with the copies held for peers as links to it;
+// on_room() hears what was freed.
 // Private to the agent.
 #include <chrono>
 #include <cstdint>

@@ -1,7 +1,6 @@
 #include "checkpoint/slot_file.hpp"
 
 #include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 
@@ -41,12 +40,8 @@ bool SlotReader::unchanged() const {
 
 SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& header,
                                uint64_t reserve, const std::string& what, PayloadSumKind arriving)
-    : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT)) {
+    : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
-  // (A file already at `tmp` lends its pages: every byte up to `reserve` is written anew.)
-  if (::ftruncate(fd_.fd, static_cast<off_t>(reserve)) != 0) {
-    fail_io(fmt::format("cannot size {} in {}", what, tmp.parent_path().string()));
-  }
   if (const int e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve)); e != 0) {
     errno = e;
     fail_io(

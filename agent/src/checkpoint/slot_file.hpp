@@ -43,9 +43,8 @@ class SlotReader {
   uint64_t save_micros_ = 0;
 };
 
-// A file of the region layout written as its bytes arrive: made under `tmp` (or, where a file is
-// there already, written over it, its memory pages reused) with `reserve` bytes reserved first (so
-// that a full /dev/shm fails here, never as a SIGBUS later), the kRegionHeader
+// A file of the region layout written as its bytes arrive: made under `tmp` with `reserve` bytes
+// reserved first (so that a full /dev/shm fails here, never as a SIGBUS later), the kRegionHeader
 // bytes of `header` at its start and the payload after them, summed as it comes (by `arriving`,
 // the kind of checksum its source has, and by its CRC); renamed to `path` only once complete and
 // matching the checksum, with its CRC as the file's checksum. Removed unless committed.
