@@ -233,6 +233,13 @@ TEST_CASE(
 
 namespace {
 
+// A service of a job without a token, proving the job's secret.
+std::unique_ptr<PeerService> service_of_a_job_without_a_token(const fs::path& dir) {
+  auto s = service(auth_with(nullptr), dir);
+  s->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  return s;
+}
+
 struct stat stat_of(const fs::path& file) {
   struct stat st {};
   REQUIRE(::stat(file.c_str(), &st) == 0);
@@ -306,10 +313,8 @@ TEST_CASE(
     "peer copies: room for a worker's save keeps a copy linked to a kept step until that step goes",
     "[peer_copies]") {
   Folder a, b;
-  auto holder = service(auth_with(nullptr), b.path);
-  auto sender = service(auth_with(nullptr), a.path);
-  holder->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
-  sender->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  auto holder = service_of_a_job_without_a_token(b.path);
+  auto sender = service_of_a_job_without_a_token(a.path);
   make_region(a.path, 0, 2, 3, 2 << 20, 1);
   make_region(a.path, 1, 3, 3, 1 << 20, 2);
   make_region(b.path, 0, 0, 3, 2 << 20, 1);
@@ -333,10 +338,8 @@ TEST_CASE(
     "sends the payload at once",
     "[peer_copies]") {
   Folder a, b;
-  auto holder = service(auth_with(nullptr), b.path);
-  auto sender = service(auth_with(nullptr), a.path);
-  holder->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
-  sender->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
+  auto holder = service_of_a_job_without_a_token(b.path);
+  auto sender = service_of_a_job_without_a_token(a.path);
   make_region(a.path, 0, 2, 7, 1 << 20, 1);
   const PeerAddress to{"127.0.0.1", holder->port()};
   // No regions at all (a node whose workers never saved): nothing to wait for.

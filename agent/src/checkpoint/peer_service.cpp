@@ -124,19 +124,14 @@ asio::awaitable<Answer> read_answer(PeerLink& link) {
 // `step` to keep: a region holds it committed, or none has saved it yet (they save every step the
 // same; their newest is before it). None where it has no regions.
 bool step_coming(const fs::path& regions, int64_t step) {
-  bool any = false, all_before = true;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(regions, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("rank", 0) != 0 || name.find('.') != std::string::npos) continue;
-    const std::optional<RegionHeader> h = read_region_header(e.path());
-    if (!h) continue;
+  bool any = false, holds = false, all_before = true;
+  for_each_region(regions, [&](const fs::path&, const RegionHeader& h) {
     any = true;
-    if (h->slot_of(step) >= 0) return true;
-    const std::vector<int64_t> steps = h->committed_steps();
+    holds = holds || h.slot_of(step) >= 0;
+    const std::vector<int64_t> steps = h.committed_steps();
     if (!steps.empty() && steps.back() >= step) all_before = false;
-  }
-  return any && all_before;
+  });
+  return holds || (any && all_before);
 }
 
 // A copy of its own this node keeps in `kept_step` whose payload is the slot `rec` names (the same

@@ -117,6 +117,16 @@ std::optional<RegionHeader> read_region_header(const fs::path& file) {
   return parse_region_header(bytes);
 }
 
+void for_each_region(const fs::path& regions,
+                     const std::function<void(const fs::path&, const RegionHeader&)>& visit) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(regions, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank", 0) != 0 || name.find('.') != std::string::npos) continue;
+    if (const std::optional<RegionHeader> h = read_region_header(e.path())) visit(e.path(), *h);
+  }
+}
+
 PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step,
                            const fs::path& dir, int rank, const std::atomic<bool>& stop,
                            const std::optional<store::Token>& token,

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -40,6 +41,12 @@ void write_dcp_metadata(int fd, const std::filesystem::path& name, const SlotRec
 
 // The header of a region or persisted file; nullopt where there is none or it is not one.
 std::optional<RegionHeader> read_region_header(const std::filesystem::path& file);
+
+// Each worker's region in the node's checkpoint folder `regions` (rank<L>; not a grown one's
+// rank<L>.new) with its header, in no order; a file that is not a region is skipped.
+void for_each_region(
+    const std::filesystem::path& regions,
+    const std::function<void(const std::filesystem::path&, const RegionHeader&)>& visit);
 
 // Copies step `step` of local rank `local_rank`'s region in `regions` to
 // `dir`/step_<step>/rank_<rank>.ddpckpt (and, for a torch.distributed.checkpoint save's

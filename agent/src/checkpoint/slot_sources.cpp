@@ -30,18 +30,14 @@ bool usable(const SlotRecord& r, uint64_t run_tag) {
 template <class Visit>
 void each_source(const fs::path& regions, const fs::path& kept, const PeerCopies* copies,
                  uint64_t run_tag, Visit visit) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(regions, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("rank", 0) != 0 || name.find('.') != std::string::npos) continue;
-    const std::optional<RegionHeader> h = read_region_header(e.path());
-    if (!h) continue;
+  for_each_region(regions, [&](const fs::path& region, const RegionHeader& h) {
     for (int i = 0; i < 2; ++i) {
-      if (!usable(h->slots[i], run_tag) || h->slots[i].size > h->slot_size) continue;
-      visit(SlotSources::Found{e.path(), kRegionHeader + static_cast<uint64_t>(i) * h->slot_size,
-                               h->slots[i], h->save_micros[i]});
+      if (!usable(h.slots[i], run_tag) || h.slots[i].size > h.slot_size) continue;
+      visit(SlotSources::Found{region, kRegionHeader + static_cast<uint64_t>(i) * h.slot_size,
+                               h.slots[i], h.save_micros[i]});
     }
-  }
+  });
+  std::error_code ec;
   const auto file = [&](const fs::path& path) {
     const std::optional<RegionHeader> h = read_region_header(path);
     if (h && usable(h->slots[0], run_tag)) {
@@ -134,21 +130,17 @@ bool SlotSources::copy_to(int rank, int world, int64_t step, const fs::path& fol
 
 void SlotSources::drop_after(std::optional<int64_t> step) const {
   const auto after = [&](int64_t s) { return !step || s > *step; };
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(regions_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("rank", 0) != 0 || name.find('.') != std::string::npos) continue;
-    const std::optional<RegionHeader> h = read_region_header(e.path());
-    if (!h) continue;
-    const int fd = ::open(e.path().c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) continue;
+  for_each_region(regions_, [&](const fs::path& region, const RegionHeader& h) {
+    const int fd = ::open(region.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
     for (int i = 0; i < 2; ++i) {
-      if (h->slots[i].state != SlotRecord::kCommitted || !after(h->slots[i].step)) continue;
+      if (h.slots[i].state != SlotRecord::kCommitted || !after(h.slots[i].step)) continue;
       const uint64_t empty = SlotRecord::kEmpty;
       if (::pwrite(fd, &empty, sizeof empty, slot_record_at(i)) != sizeof empty) break;
     }
     ::close(fd);
-  }
+  });
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(kept_, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step_", 0) != 0) continue;
