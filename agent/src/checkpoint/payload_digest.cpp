@@ -1,5 +1,8 @@
 #include "checkpoint/payload_digest.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #define XXH_INLINE_ALL
@@ -32,6 +35,20 @@ std::optional<PayloadDigest> digest_in(std::string_view header) {
   std::memcpy(&d.low, header.data() + kSlot0DigestAt + 8, sizeof d.low);
   std::memcpy(&d.high, header.data() + kSlot0DigestAt + 16, sizeof d.high);
   return d;
+}
+
+bool holds_payload(const std::filesystem::path& file, const SlotRecord& rec,
+                   const PayloadDigest& digest) {
+  std::string header(kDigestFieldEnd, '\0');
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool read =
+      ::pread(fd, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size());
+  ::close(fd);
+  const std::optional<RegionHeader> h = read ? parse_region_header(header) : std::nullopt;
+  return h && h->slots[0].state == SlotRecord::kCommitted && h->slots[0].step == rec.step &&
+         h->slots[0].size == rec.size && h->slots[0].checksum == rec.checksum &&
+         h->slots[0].run_tag == rec.run_tag && digest_in(header) == digest;
 }
 
 DigestSum::DigestSum() : state_(std::make_unique<State>()) { XXH3_128bits_reset(&state_->xxh); }

@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "checkpoint/region_format.hpp"
+
 namespace ddprun::agent {
 
 struct PayloadDigest {
@@ -31,6 +33,11 @@ inline constexpr size_t kDigestFieldEnd = kSlot0DigestAt + 24;
 std::string digest_field(const PayloadDigest& digest);
 // The digest in `header` (a file's header, at least kDigestFieldEnd bytes); nullopt: none.
 std::optional<PayloadDigest> digest_in(std::string_view header);
+
+// Whether `file`, of the persisted layout, holds the payload `rec` names as its committed slot 0:
+// the same step, size, CRC and run, and `digest` in its header. False where it cannot be read.
+bool holds_payload(const std::filesystem::path& file, const SlotRecord& rec,
+                   const PayloadDigest& digest);
 
 // A payload's digest, summed from its bytes in order, in pieces of any size.
 class DigestSum {

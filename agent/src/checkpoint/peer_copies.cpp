@@ -1,8 +1,6 @@
 #include "checkpoint/peer_copies.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -129,15 +127,7 @@ bool PeerCopies::linked(const std::string& origin, int local_rank, const SlotRec
   fs::create_hard_link(same, tmp, ec);
   if (ec) return false;  // dropped meanwhile
   // What the link holds now, not what `same` held when it was found.
-  std::string header(kDigestFieldEnd, '\0');
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  const bool read = fd >= 0 && ::pread(fd, header.data(), header.size(), 0) ==
-                                   static_cast<ssize_t>(header.size());
-  if (fd >= 0) ::close(fd);
-  const std::optional<RegionHeader> h = read ? parse_region_header(header) : std::nullopt;
-  const bool same_bytes = h && h->slots[0].state == SlotRecord::kCommitted &&
-                          h->slots[0].size == record.size &&
-                          h->slots[0].checksum == record.checksum && digest_in(header) == digest;
+  const bool same_bytes = holds_payload(tmp, record, digest);
   if (!same_bytes) {
     fs::remove(tmp, ec);
     return false;

@@ -137,23 +137,12 @@ bool step_coming(const fs::path& regions, int64_t step) {
 // A copy of its own this node keeps in `kept_step` whose payload is the slot `rec` names (the same
 // size, CRC and digest), or nullopt; `any` says whether that folder holds any copy.
 std::optional<fs::path> kept_same(const fs::path& kept_step, const SlotRecord& rec,
-                                  const PayloadDigest& digest, uint64_t run_tag, bool* any) {
+                                  const PayloadDigest& digest, bool* any) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(kept_step, ec)) {
     if (e.path().extension() != ".ddpckpt") continue;
     *any = true;
-    try {
-      const Fd in(open_or_fail(e.path(), O_RDONLY));
-      std::string header(kDigestFieldEnd, '\0');
-      read_all(in.fd, header.data(), header.size(), 0, e.path());
-      const std::optional<RegionHeader> h = parse_region_header(header);
-      if (h && h->slots[0].state == SlotRecord::kCommitted && h->slots[0].step == rec.step &&
-          h->slots[0].size == rec.size && h->slots[0].checksum == rec.checksum &&
-          h->slots[0].run_tag == run_tag && digest_in(header) == digest) {
-        return e.path();
-      }
-    } catch (const std::exception&) {  // dropped meanwhile
-    }
+    if (holds_payload(e.path(), rec, digest)) return e.path();
   }
   return std::nullopt;
 }
@@ -467,7 +456,7 @@ asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int loca
   asio::steady_timer timer(io_);
   for (const auto until = std::chrono::steady_clock::now() + kSameWait;;) {
     bool any = false;
-    if (const std::optional<fs::path> same = kept_same(kept_step, rec, digest, run_tag_, &any)) {
+    if (const std::optional<fs::path> same = kept_same(kept_step, rec, digest, &any)) {
       co_return copies_->linked(origin, local_rank, rec, digest, *same);
     }
     // (Its own copies of the step complete, and none the same: the bytes must come.)
