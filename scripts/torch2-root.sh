@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds, once, the Debian forky root filesystem whose python3-torch (2.14, on Python 3.14) the tests
 # and benchmarks run beside bookworm's own torch 1.13 (installing forky packages into the bookworm
-# system would break it). About a minute and 1.4 GB, from this machine's Debian mirror; an existing
+# system would break it). About a minute and 1.8 GB, from this machine's Debian mirror; an existing
 # complete root is kept, a half-built one is started again. Prints the root's path. It also holds
-# auditwheel, which scripts/build-wheel.sh uses to check the wheel's platform tag, and libdeflate,
-# whose CRC-32 ddprun.checkpoint uses where it is installed.
+# auditwheel, which scripts/build-wheel.sh uses to check the wheel's platform tag, libdeflate,
+# whose CRC-32 ddprun.checkpoint uses where it is installed, and g++ with Python's headers, which
+# torch.compile's CPU backend (inductor) builds its kernels with.
 #
 #   DDPRUN_TORCH2_ROOT   where the root lives (default /var/cache/ddprun/torch2-forky)
 #
@@ -12,8 +13,10 @@
 set -euo pipefail
 root=${DDPRUN_TORCH2_ROOT:-/var/cache/ddprun/torch2-forky}
 marker=.ddprun-torch2-root
-# (A root built before libdeflate was in it is built again: the workers' CRC-32 uses it.)
-if [[ -f $root/$marker && -e $root/usr/lib/x86_64-linux-gnu/libdeflate.so.0 ]]; then
+# (A root built before libdeflate or g++ was in it is built again: the workers' CRC-32 uses the
+# one, torch.compile the other; forky's python3-torch stopped bringing g++ along.)
+if [[ -f $root/$marker && -e $root/usr/lib/x86_64-linux-gnu/libdeflate.so.0 &&
+  -x $root/usr/bin/g++ ]] && compgen -G "$root/usr/include/python3*/Python.h" >/dev/null; then
   echo "$root"
   exit 0
 fi
@@ -36,7 +39,7 @@ rm -rf "$root.partial"
 mkdir -p "$(dirname "$root")"
 # A mirror's forky Release may be past its Valid-Until (a testing suite's is short); the archive's
 # own keyring still checks its signature.
-mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel,libdeflate0 \
+mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel,libdeflate0,g++,python3-dev \
   --aptopt='Acquire::Check-Valid-Until "false"' forky "$root.partial" \
   "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror forky main" >&2
 touch "$root.partial/$marker"
