@@ -4,8 +4,8 @@
 # system would break it). About a minute and 1.8 GB, from this machine's Debian mirror; an existing
 # complete root is kept, a half-built one is started again. Prints the root's path. It also holds
 # auditwheel, which scripts/build-wheel.sh uses to check the wheel's platform tag, libdeflate,
-# whose CRC-32 ddprun.checkpoint uses where it is installed, and g++ with Python's headers, which
-# torch.compile's CPU backend (inductor) builds its kernels with.
+# whose CRC-32 ddprun.checkpoint uses where it is installed, and g++ with Python's and torch's
+# headers, which torch.compile's CPU backend (inductor) builds its kernels with.
 #
 #   DDPRUN_TORCH2_ROOT   where the root lives (default /var/cache/ddprun/torch2-forky)
 #
@@ -14,9 +14,9 @@ set -euo pipefail
 root=${DDPRUN_TORCH2_ROOT:-/var/cache/ddprun/torch2-forky}
 marker=.ddprun-torch2-root
 # (A root built before libdeflate or g++ was in it is built again: the workers' CRC-32 uses the
-# one, torch.compile the other; forky's python3-torch stopped bringing g++ along.)
+# one, torch.compile the others; forky's python3-torch stopped bringing g++ along.)
 if [[ -f $root/$marker && -e $root/usr/lib/x86_64-linux-gnu/libdeflate.so.0 &&
-  -x $root/usr/bin/g++ ]] && compgen -G "$root/usr/include/python3*/Python.h" >/dev/null; then
+  -x $root/usr/bin/g++ && -e $root/usr/include/torch/csrc/inductor/cpp_prefix.h ]] && compgen -G "$root/usr/include/python3*/Python.h" >/dev/null; then
   echo "$root"
   exit 0
 fi
@@ -39,7 +39,7 @@ rm -rf "$root.partial"
 mkdir -p "$(dirname "$root")"
 # A mirror's forky Release may be past its Valid-Until (a testing suite's is short); the archive's
 # own keyring still checks its signature.
-mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel,libdeflate0,g++,python3-dev \
+mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel,libdeflate0,g++,python3-dev,libtorch-dev \
   --aptopt='Acquire::Check-Valid-Until "false"' forky "$root.partial" \
   "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror forky main" >&2
 touch "$root.partial/$marker"
