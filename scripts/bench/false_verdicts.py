@@ -79,6 +79,6 @@ finally:
     for h in hogs:
         h.kill()
         h.wait()
-print(f"ratio: false keep-outs {kept_out}/{checks * 4} nodes checked "
-      f"({100 * kept_out / (checks * 4):.1f}%), false straggler verdicts {verdicts}/{timed} steps, "
-      f"links measured again {measured} time(s) in {jobs} healthy jobs (target: no false verdict)")
+share = f" ({100 * kept_out / (checks * 4):.1f}%)" if checks else ""
+print(f"ratio: false keep-outs {kept_out}/{checks * 4} nodes checked{share}, false straggler "
+      f"verdicts {verdicts}/{timed} steps, links measured again {measured} time(s) in {jobs} healthy jobs (target: no false verdict)")
