@@ -81,4 +81,5 @@ finally:
         h.wait()
 share = f" ({100 * kept_out / (checks * 4):.1f}%)" if checks else ""
 print(f"ratio: false keep-outs {kept_out}/{checks * 4} nodes checked{share}, false straggler "
-      f"verdicts {verdicts}/{timed} steps, links measured again {measured} time(s) in {jobs} healthy jobs (target: no false verdict)")
+      f"verdicts {verdicts}/{timed} steps, links measured again {measured} time(s) in {jobs} "
+      f"healthy jobs (target: no false verdict)")
