@@ -153,6 +153,24 @@ def case_a_hung_rank_is_replaced_and_the_rank_waiting_for_it_keeps_its_process()
           f"passed")
 
 
+def case_a_hung_rank_is_taken_over_by_a_standby_and_the_rank_waiting_keeps_its_process():
+    """A hang with --standby_workers=1: the hung rank's place goes to the warmed standby, not to a
+    new process; the rank that only waited runs again in its own."""
+    reference = uninterrupted("--hang_timeout=3")
+    out, err = job("--restart_mode=in_process", "--hang_timeout=3", "--standby_workers=1",
+                   FAULT="hang:1:5", WAIT_STANDBY="1")
+    p = pids(out)
+    warmed = {int(name.split(".")[1]) for name in os.listdir(out) if name.startswith("warmed.")}
+    assert set(p) == {(0, 0), (0, 1), (1, 0), (1, 1)}, p
+    assert p[(1, 0)] == p[(0, 0)], f"rank 0, which only waited, was not kept: {p}"
+    assert p[(1, 1)] in warmed, f"the hung rank 1 was not taken over by a standby: {p}, {warmed}"
+    assert "is hung" in err and f"local rank 1 (rank 1) runs in standby process {p[(1, 1)]}" in err, \
+        err
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"rank 1 hung at step 5 with a standby warmed: declared hung, rank 1 ran on in the standby "
+          f"(pid {p[(1, 1)]}), rank 0 kept pid {p[(0, 0)]}; final parameters bit-identical: passed")
+
+
 def two_nodes(out, run_id, *flags, **env):
     """Two agents of two ranks each on this host (c10d), run to their end: their stderr."""
     port = free_port()
