@@ -95,7 +95,9 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
   const std::shared_ptr<StepSamples> samples = samples_;
   straggler::Judge judge(cfg_.straggler.threshold, cfg_.straggler.steps);
   std::map<int, StepTotals> before;
-  uint64_t attempt = 0;
+  // Until this round's workers start, the samples are the last round's (its attempt's totals).
+  const uint64_t last_rounds = samples->attempt;
+  uint64_t attempt = last_rounds;
   uint64_t seq = 0;
   auto attempt_began = std::chrono::steady_clock::now();
   bool timed = false;  // a rank of the attempt timed a step
@@ -104,15 +106,15 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
     w->timer.expires_after(period_for(r.num_nodes));
     co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (w->ended) co_return;
-    if (samples->attempt != attempt) {  // the round's workers (re)started: totals from zero
+    if (samples->attempt == last_rounds) continue;
+    if (samples->attempt != attempt) {  // the round's workers started: totals from zero
       attempt = samples->attempt;
       before.clear();
       attempt_began = std::chrono::steady_clock::now();
       timed = false;
     }
     for (const auto& [rank, totals] : samples->ranks) timed = timed || totals.steps > 0;
-    if (!timed && !said && attempt != 0 &&
-        std::chrono::steady_clock::now() - attempt_began > kUnmeasuredAfter) {
+    if (!timed && !said && std::chrono::steady_clock::now() - attempt_began > kUnmeasuredAfter) {
       said = true;
       spdlog::warn(
           "straggler check: this node's workers timed no step in {} s: theirs are not measured "
@@ -260,6 +262,9 @@ asio::awaitable<void> StragglerCheck::act(const rendezvous::Round& r, int node_r
     } else if (r.num_nodes <= cfg_.rdzv.min_nodes && spares <= 0) {
       why = fmt::format("no spare waits and the round is at --nnodes' minimum ({})",
                         cfg_.rdzv.min_nodes);
+    } else if (r.restart_count >= cfg_.rdzv.max_restarts) {  // the round it ends would end the job
+      why = fmt::format("a replacement spends a restart, and none is left (--max_restarts {})",
+                        cfg_.rdzv.max_restarts);
     } else {
       action = "replace";
     }

@@ -33,6 +33,18 @@ std::vector<NodeWindow> three(uint64_t seq, double slow_ms, int64_t steps = 3) {
           node(2, seq, step, step - slow_ms, steps)};
 }
 
+// As three(), every time ten times as long: steps of about a second, a large job's. A verdict
+// also needs half a second of lag beyond the threshold, which steps of 0.1 s take long to add up.
+std::vector<NodeWindow> long_steps(uint64_t seq, double slow_ms, int64_t steps = 3) {
+  std::vector<NodeWindow> windows = three(seq, slow_ms, steps);
+  for (NodeWindow& w : windows) {
+    w.step_s *= 10;
+    w.compute_s *= 10;
+    w.wait_s *= 10;
+  }
+  return windows;
+}
+
 std::string temp_path() {
   char name[] = "/tmp/straggler-test-XXXXXX";
   const int fd = ::mkstemp(name);
@@ -88,28 +100,28 @@ TEST_CASE("straggler: a node that computes longer but waits as long as the other
 TEST_CASE("straggler: a verdict needs the steps in a row, in three sets of windows in a row",
           "[straggler]") {
   Judge judge(0.2, 5);
-  CHECK_FALSE(judge.add(three(1, 100, 6), 3).lagging);  // 6 steps, but one set: not yet
-  CHECK_FALSE(judge.add(three(2, 100, 2), 3).lagging);  // two sets: not yet
-  const auto verdict = judge.add(three(3, 100, 1), 3).lagging;
+  CHECK_FALSE(judge.add(long_steps(1, 100, 6), 3).lagging);  // 6 steps, but one set: not yet
+  CHECK_FALSE(judge.add(long_steps(2, 100, 2), 3).lagging);  // two sets: not yet
+  const auto verdict = judge.add(long_steps(3, 100, 1), 3).lagging;
   REQUIRE(verdict);
   CHECK(verdict->node_rank == 2);
   CHECK(verdict->steps == 9);
   // Once per node.
-  CHECK_FALSE(judge.add(three(4, 100), 3).lagging);
-  CHECK_FALSE(judge.add(three(5, 100), 3).lagging);
+  CHECK_FALSE(judge.add(long_steps(4, 100), 3).lagging);
+  CHECK_FALSE(judge.add(long_steps(5, 100), 3).lagging);
 }
 
 TEST_CASE("straggler: a node just beyond the threshold must lag longer than one far beyond it",
           "[straggler]") {
-  // Node 2 computes 84.5 ms against 60 (24.5 ms over 70: held back 35%, 15% beyond the threshold),
+  // Node 2 computes 845 ms against 600 (245 ms over 700: held back 35%, 15% beyond the threshold),
   // as a neighbour's bursts of CPU time held a healthy node on a loaded machine: after 5 steps in
   // 3 sets the verdict a node held back 57% gets (above) is not given; its lag beyond the
   // threshold adds up to two steps' time only after 14 steps.
   Judge judge(0.2, 5);
   for (uint64_t seq = 1; seq <= 4; ++seq) {
-    CHECK_FALSE(judge.add(three(seq, 84.5), 3).lagging);  // 12 steps: 1.8 steps' lag
+    CHECK_FALSE(judge.add(long_steps(seq, 84.5), 3).lagging);  // 12 steps: 1.8 steps' lag
   }
-  const auto verdict = judge.add(three(5, 84.5), 3).lagging;
+  const auto verdict = judge.add(long_steps(5, 84.5), 3).lagging;
   REQUIRE(verdict);
   CHECK(verdict->node_rank == 2);
   CHECK(verdict->held_back == Approx(0.35));
@@ -121,20 +133,44 @@ TEST_CASE("straggler: a one-off slow set of steps is no verdict", "[straggler]")
   for (uint64_t seq = 1; seq <= 40; ++seq) {
     // Every third set one node is slow (a data-loader pause, a collection, a neighbour's burst),
     // twice in a row now and then, never three times.
-    CHECK_FALSE(judge.add(three(seq, seq % 3 != 0 ? 150 : 60, 4), 3).lagging);
+    CHECK_FALSE(judge.add(long_steps(seq, seq % 3 != 0 ? 150 : 60, 4), 3).lagging);
   }
+}
+
+TEST_CASE("straggler: where steps are short, a burst of seconds is no verdict, a throttled node is",
+          "[straggler]") {
+  // Steps of 40 ms, 8 to a set of windows: node 2 held back 35% by a neighbour's burst for 32
+  // steps (1.3 s) adds up to 4.8 steps' lag beyond the threshold, but 0.2 s of it: no verdict.
+  const auto fast = [](uint64_t seq, double slow_ms) {
+    const double step = std::max(20.0, slow_ms) + 10;
+    return std::vector<NodeWindow>{node(0, seq, step, step - 20, 8),
+                                   node(1, seq, step, step - 20, 8),
+                                   node(2, seq, step, step - slow_ms, 8)};
+  };
+  Judge judge(0.2, 5);
+  for (uint64_t seq = 1; seq <= 4; ++seq) CHECK_FALSE(judge.add(fast(seq, 30.5), 3).lagging);
+  CHECK_FALSE(judge.add(fast(5, 20), 3).lagging);  // the burst ends
+  // Held back 150% (a CPU throttled to 40%): 0.78 s beyond the threshold in a set, named after
+  // three sets.
+  CHECK_FALSE(judge.add(fast(6, 65), 3).lagging);
+  CHECK_FALSE(judge.add(fast(7, 65), 3).lagging);
+  const auto verdict = judge.add(fast(8, 65), 3).lagging;
+  REQUIRE(verdict);
+  CHECK(verdict->node_rank == 2);
+  CHECK(verdict->held_back == Approx(1.5));
+  CHECK(verdict->steps == 24);
 }
 
 TEST_CASE("straggler: a set is judged only once every node has a newer window", "[straggler]") {
   Judge judge(0.2, 4);
-  std::vector<NodeWindow> first = three(1, 100);
+  std::vector<NodeWindow> first = long_steps(1, 100);
   CHECK_FALSE(judge.add(first, 3).lagging);
   // Nodes 0 and 2 published again, node 1 did not: nothing is judged.
-  std::vector<NodeWindow> partial = three(2, 100);
+  std::vector<NodeWindow> partial = long_steps(2, 100);
   partial[1].seq = 1;
   CHECK_FALSE(judge.add(partial, 3).lagging);
-  CHECK_FALSE(judge.add(three(2, 100), 3).lagging);
-  CHECK(judge.add(three(3, 100), 3).lagging);
+  CHECK_FALSE(judge.add(long_steps(2, 100), 3).lagging);
+  CHECK(judge.add(long_steps(3, 100), 3).lagging);
 }
 
 // Three nodes' windows `seq`, each computing 60 ms and then waiting `wait_ms` for the others.

@@ -22,6 +22,11 @@ constexpr int kSetsInARow = 3;
 // hold a node back a little (35% against a threshold of 20%, for 5 steps of 0.30 s, seen in a
 // full run of the suite on 2 cores); a throttled node far more (63-150%).
 constexpr double kLagInSteps = 2.0;
+// And to this many seconds: such bursts last seconds, whatever the step's time, and where steps
+// are short two steps' time is not much of it (a job of 30 ms steps would name a node held back
+// 35% by a neighbour for 0.75 s). A node held back 35% is named after 3.3 s; one held back 63%
+// by a throttled CPU after 1.2 s, and 150% after 0.4 s (the steps' rule then decides).
+constexpr double kLagSeconds = 0.5;
 // A job-wide slowdown is its communication's when the waits grew by at least this share of the
 // step's growth. Not "more than the compute grew": where the collectives overlap the backward
 // pass (DDP), a slow link stretches what a rank counts as its compute as well. Nodes 0 and 1 of a
@@ -188,17 +193,20 @@ Judgement Judge::add(const std::vector<NodeWindow>& windows, int nodes) {
     suspect_steps_ = 0;
     suspect_sets_ = 0;
     suspect_lag_ = 0;
+    suspect_lag_s_ = 0;
   }
   suspect_steps_ += steps;
   ++suspect_sets_;
   suspect_lag_ += static_cast<double>(steps) * (l->held_back - threshold_);
+  suspect_lag_s_ += static_cast<double>(steps) * l->step_s * (l->held_back - threshold_);
   if (suspect_steps_ < steps_ || suspect_sets_ < kSetsInARow) return out;
   if (std::find(named_.begin(), named_.end(), l->node_rank) != named_.end()) return out;
-  if (suspect_lag_ < kLagInSteps) {
+  if (suspect_lag_ < kLagInSteps || suspect_lag_s_ < kLagSeconds) {
     spdlog::debug(
         "straggler check: a suspect, node {}, lagged {} steps in a row (held back {:.0f}% now): "
-        "{:.2f} of the {} steps' lag beyond the threshold a verdict needs",
-        l->node_rank, suspect_steps_, l->held_back * 100, suspect_lag_, kLagInSteps);
+        "{:.2f} of the {} steps' and {:.2f} of the {} s' lag beyond the threshold a verdict needs",
+        l->node_rank, suspect_steps_, l->held_back * 100, suspect_lag_, kLagInSteps, suspect_lag_s_,
+        kLagSeconds);
     return out;
   }
   named_.push_back(l->node_rank);

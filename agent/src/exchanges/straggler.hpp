@@ -123,7 +123,8 @@ class Judge {
   std::optional<int> suspect_;
   int64_t suspect_steps_ = 0;
   int suspect_sets_ = 0;
-  double suspect_lag_ = 0;  // its lag beyond the threshold so far, in steps
+  double suspect_lag_ = 0;    // its lag beyond the threshold so far, in steps
+  double suspect_lag_s_ = 0;  // and in seconds
   std::vector<int> named_;
 };
 

@@ -3,7 +3,9 @@ straggler check: it saves an in-memory checkpoint every step through ddprun.chec
 from the one load() returns. Arguments: STEPS OUT_DIR. Rank 0 writes the final parameters to
 OUT_DIR/final.pt and, per attempt, each step's end (wall clock) to OUT_DIR/steps.<attempt>; with
 $MARK_AT=STEP, each rank writes its pid to OUT_DIR/at.<rank> once it reaches that step in the first
-attempt (for the test to slow its node from then on)."""
+attempt (for the test to slow its node from then on); with $UNTIL_FILE=PATH, the job ends at the
+first step after which rank 0 finds that file (the ranks agree through an all-reduce of a flag each
+step), or at STEPS."""
 import os
 import sys
 import time
@@ -35,6 +37,7 @@ def main():
     model(torch.zeros(1, 256)).sum().mul(0).backward()
     opt.zero_grad()
     mark = os.environ.get("MARK_AT", "")
+    until = os.environ.get("UNTIL_FILE")
     times = open(os.path.join(out, f"steps.{attempt}"), "a") if rank == 0 else None
     for s in range(0 if step is None else step + 1, steps):
         if attempt == "0" and mark == str(s):
@@ -51,6 +54,11 @@ def main():
         if times:
             times.write(f"{s} {time.time():.6f}\n")
             times.flush()
+        if until:
+            found = torch.tensor([1.0 if rank == 0 and os.path.exists(until) else 0.0])
+            dist.all_reduce(found)
+            if found.item() > 0:
+                break
     if rank == 0:
         torch.save([p.detach().clone() for p in model.parameters()], os.path.join(out, "final.pt"))
     dist.barrier()
