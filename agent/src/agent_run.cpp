@@ -14,6 +14,7 @@
 
 #include "admission.hpp"
 #include "exchanges/crash_loop.hpp"
+#include "exchanges/failure_reports.hpp"
 #include "exchanges/hang_exchange.hpp"
 #include "exchanges/role_ranks.hpp"
 #include "exchanges/stop_exchange.hpp"
@@ -102,6 +103,12 @@ struct Run : AgentParts {
       };
     }
     group.coordinate_hangs_with(hangs);
+    group.on_failure_in_process([this, round] {
+      if (round.num_nodes == 1) return;
+      stop.spawn([rdzv = rdzv, round]() -> asio::awaitable<void> {
+        co_await failure_reports::announce(rdzv, round);
+      });
+    });
     GroupResult r = co_await group.run(std::move(launches));
     watch->group_done = true;
     rdzv->stop_waiting();
@@ -188,6 +195,10 @@ struct Run : AgentParts {
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
       const std::optional<CheckpointRestore> restore = co_await checkpoints.restore_for(*round);
+      if (!restore) {  // (in process: the kept workers' state is not a new process's)
+        const std::vector<int> ended = co_await group.start_afresh();
+        if (!ended.empty()) co_await admission->gpu_memory_released(ended);
+      }
       GroupResult r = co_await run_round(*round, *master, attempt_dir, restore, interrupted_by);
       if (std::optional<AgentOutcome> ended =
               co_await after_round(*round, r, attempt_dir, restore, own_failure)) {
@@ -257,7 +268,10 @@ struct Run : AgentParts {
     if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
       own_failure = r.failures.front().exitcode;
     }
-    if (std::optional<AgentOutcome> slow = straggler.replaced_here(round)) {
+    // (Not where this node's workers had finished: a job done is not undone by a late verdict.)
+    if (std::optional<AgentOutcome> slow = r.state == GroupResult::State::kSucceeded
+                                               ? std::nullopt
+                                               : straggler.replaced_here(round)) {
       slow->run_log_dir = run_dir.string();
       co_return slow;
     }

@@ -789,6 +789,20 @@ class _Committed:
         self.data_start = self.base + _up(meta_size, _ALIGN)
 
 
+def _nothing_to_restore(why):
+    """(None, None): start afresh, in a process that holds nothing but what a new one starts from.
+    One that ran an earlier attempt in process, or warmed up as a standby (ddprun.inprocess), would
+    train on from that state while the ranks started anew train from their first: refused."""
+    inprocess = sys.modules.get("ddprun.inprocess")
+    carried = getattr(inprocess, "_carried", "")
+    if carried:
+        raise CheckpointError(
+            f"checkpoint: nothing to restore ({why}), and this process holds {carried} "
+            f"(ddprun.inprocess): a rank that starts afresh must start from what a new process "
+            f"holds, as every other rank does")
+    return None, None
+
+
 def load(into=None, new_rank="raise"):
     """(step, state) of the newest step every rank of the job holds, as this very global rank saved
     it, or (None, None). With `into`, a state of the same structure (the model's and optimizer's
@@ -802,18 +816,21 @@ def load(into=None, new_rank="raise"):
     saved_world_size()), each rank the saved world had still gets what that rank saved (a
     warning says so once), and a rank it did not have gets, by `new_rank`: "raise" (the default)
     a CheckpointError naming both sizes; "fresh", (None, None), to start afresh. Never another
-    rank's state. Save through torch.distributed.checkpoint (MemoryStorageWriter) for state that is
+    rank's state. Nothing to restore in a process that ran an earlier attempt in process or warmed
+    up as a standby (ddprun.inprocess; where no step is agreed the agent starts every rank in a new
+    process) is a CheckpointError: that process's state is not what a new one starts from. Save through torch.distributed.checkpoint (MemoryStorageWriter) for state that is
     resharded."""
     if new_rank not in ("raise", "fresh"):
         raise ValueError(f"new_rank: 'raise' or 'fresh', not {new_rank!r}")
     step = agreed_step()
     if step is None:
-        return None, None
+        return _nothing_to_restore("no step is agreed")
     saved, rank = saved_world_size(), _my_rank()
     if saved != _my_world():
         if rank >= saved:
             if new_rank == "fresh":
-                return None, None
+                return _nothing_to_restore(f"rank {rank} has no counterpart in the {saved} ranks "
+                                           f"that saved step {step}")
             raise CheckpointError(
                 f"checkpoint: step {step} was saved by a job of {saved} ranks and this one has "
                 f"{_my_world()}: rank {rank} has no counterpart in it, and checkpoint.save's state "

@@ -63,6 +63,10 @@ _POLL = 0.005  # seconds between looks at the agent's file
 # counts as this rank's own: another rank's failure reaches this rank's collectives before it
 # reaches this rank's agent. Any other exception is this rank's own at once.
 _PEER_FAILURE_GRACE = 2.0
+# What this process's state holds besides what a new process starts from: "" (nothing), else what
+# (an earlier attempt's training, a standby's warm-up). ddprun.checkpoint.load refuses to give such
+# a process nothing to restore: it would train on from that state, unlike the ranks started anew.
+_carried = ""
 # What the message of a collective's RuntimeError holds when a peer is gone, silent or aborted:
 # gloo's transport ("[../gloo/transport/tcp/pair.cc:589] Read error [..]: Connection reset by
 # peer", "Connection closed by peer", a timeout), NCCL's (torch 1.13 raises them as RuntimeError;
@@ -139,7 +143,8 @@ class _Channel:
         self.path = path
         told = self._read()
         self.generation = told["generation"] if told else 0
-        self.aborted = threading.Event()
+        self.asked = threading.Event()    # the agent asked this attempt to abort
+        self.aborted = threading.Event()  # and the abort's work is done: nothing of it runs on
         self.sockets_before = set()
         self.failed_at = None  # where the training failed in this attempt (faulthandler's text)
         self.stack_asked = False  # the agent asked for this attempt's stack
@@ -162,7 +167,7 @@ class _Channel:
         os.replace(temp, self.path + suffix)
 
     def _watch(self):
-        seen = None
+        seen = handled = None
         while True:
             time.sleep(_POLL)
             try:
@@ -174,15 +179,24 @@ class _Channel:
             seen = (st.st_ino, st.st_mtime_ns, st.st_size)
             told = self._read()
             with self._lock:
-                if not told or told.get("state") != "abort" or told.get("generation") != \
-                        self.generation or self.aborted.is_set():
+                generation = self.generation
+                if not told or told.get("state") != "abort" or \
+                        told.get("generation") != generation or handled == generation:
                     continue
                 before = self.sockets_before
+            handled = generation
             if told.get("stack"):  # before anything wakes the training: it says it parked after
                 self._write_stacks()
-            self.aborted.set()
-            _abort_nccl()
-            _shut_down(_tcp_sockets() - before)
+            # Under the lock, wait_for_resume() cannot begin the next attempt meanwhile, and the
+            # training waits for `aborted` before it destroys its process groups and parks: neither
+            # races the abort's work (NCCL's may take seconds), which ends only this attempt's.
+            with self._lock:
+                if self.generation != generation:  # the worker parked in it already
+                    continue
+                self.asked.set()
+                _abort_nccl()
+                _shut_down(_tcp_sockets() - before)
+                self.aborted.set()
 
     def _write_stacks(self):
         """After a hang, where this rank waited, for the agent's report: <file>.stack in
@@ -222,7 +236,6 @@ class _Channel:
     def begin(self):
         """train() is about to be called (again)."""
         with self._lock:
-            self.aborted.clear()
             self.sockets_before = _tcp_sockets()
         with self._stack_lock:
             self.failed_at, self.stack_asked = None, False
@@ -234,12 +247,20 @@ class _Channel:
         self._write(".parked", str(self.generation))
 
     def wait_for_resume(self):
-        """The environment of the attempt the agent runs this worker in next (blocks)."""
+        """The environment of the attempt the agent runs this worker in next (blocks). An abort of
+        a newer attempt than this worker's (one that ended before this worker read that it runs
+        in it) is answered at once: parked, since it never began."""
         while True:
             told = self._read()
-            if told and told.get("state") == "run" and told.get("generation", 0) > self.generation:
-                self.generation = told["generation"]
-                return told.get("env", {}), told.get("unset", [])
+            generation = told.get("generation", 0) if told else 0
+            if told and generation > self.generation and told.get("state") in ("run", "abort"):
+                with self._lock:  # one step for the watcher: this attempt, its abort not asked
+                    self.generation = generation
+                    self.asked.clear()
+                    self.aborted.clear()
+                if told["state"] == "run":
+                    return told.get("env", {}), told.get("unset", [])
+                self.parked()
             time.sleep(_POLL)
 
 
@@ -280,6 +301,8 @@ def warm_up(fn, *args, **kwargs):
     optimizer's) is the script's to reset: the standby loads the rank's checkpoint in train()."""
     if not standby():
         return None
+    global _carried
+    _carried = "what its warm-up as a standby changed"
     return fn(*args, **kwargs)
 
 
@@ -287,6 +310,7 @@ def run(train, *args, **kwargs):
     """Calls train(*args, **kwargs) and returns what it returns; under ddprun with
     --restart_mode=in_process, calls it again in this process after every in-process restart of
     the job (see the module's text)."""
+    global _carried
     path = os.environ.get(_ENV)
     if not path:
         return train(*args, **kwargs)
@@ -311,8 +335,8 @@ def run(train, *args, **kwargs):
         except BaseException as e:  # noqa: BLE001 - every failure of the training restarts it
             channel.failed(e)
             if _peer_failure(e):
-                channel.aborted.wait(_PEER_FAILURE_GRACE)
-            if channel.aborted.is_set():
+                channel.asked.wait(_PEER_FAILURE_GRACE)
+            if channel.asked.is_set():
                 first = traceback.format_exception_only(type(e), e)[-1].strip()
                 print(f"ddprun.inprocess: attempt {channel.generation} aborted ({first})",
                       file=sys.stderr, flush=True)
@@ -320,9 +344,10 @@ def run(train, *args, **kwargs):
                 text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
                 print(text, end="", file=sys.stderr, flush=True)
                 channel.raised(text)
-                channel.aborted.wait()
+                channel.asked.wait()
             traceback.clear_frames(e.__traceback__)
             del e
+        channel.aborted.wait()
         _destroy_process_groups()
         checkpoints = sys.modules.get("ddprun.checkpoint")
         if checkpoints is not None:  # its saves under way end before this rank says it parked
@@ -334,3 +359,5 @@ def run(train, *args, **kwargs):
         # the training frozen, a few milliseconds).
         gc.collect()
         _start_again(*channel.wait_for_resume())
+        _carried = "an earlier attempt's training"
+

@@ -1,8 +1,8 @@
 """ddprun.checkpoint without a job: a region saved by one global rank, read as another (what a
 restore that put the wrong slot in place would do), is refused before any byte reaches the caller;
 so is one of another world size than the agents agreed; a rank that the saved world did not have
-gets an error naming both sizes, or (None, None) where it asks. With torch 2 the same through
-MemoryStorageReader.
+gets an error naming both sizes, or (None, None) where it asks, unless its process kept an earlier
+in-process attempt's state. With torch 2 the same through MemoryStorageReader.
 
     checkpoint_identity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
@@ -39,6 +39,15 @@ def main():
     ckpt = fresh(package)
     expect_error(ckpt.load, "rank 3 has no counterpart")
     assert ckpt.load(new_rank="fresh") == (None, None)
+    # Not in a process that kept an earlier attempt's state (an in-process restart): it would
+    # train on from there while the other ranks started anew. Nor where no step is agreed.
+    import importlib
+    importlib.import_module("ddprun.inprocess")._carried = "an earlier attempt's training"
+    expect_error(lambda: ckpt.load(new_rank="fresh"), "this process holds an earlier attempt's")
+    del os.environ["DDPRUN_CHECKPOINT_STEP"]
+    expect_error(ckpt.load, "nothing to restore (no step is agreed)")
+    os.environ["DDPRUN_CHECKPOINT_STEP"] = "3"
+    ckpt = fresh(package)
     os.environ["RANK"] = "0"
     ckpt = fresh(package)
     step, state = ckpt.load()

@@ -130,11 +130,28 @@ def case_a_training_that_raises_in_every_attempt_is_a_crash_loop():
     p = pids(out)
     assert len({p[(a, 1)] for a in range(3)}) == 1, f"rank 1 was not kept: {p}"
     line = [l for l in r.stderr.splitlines() if "[error] crash loop:" in l]
-    assert len(line) == 1 and "ValueError: rank 1 fails at its first step" in line[0], r.stderr
-    assert "Root Cause" in r.stderr and "ValueError: rank 1 fails at its first step" in r.stderr
-    print(f"rank 1's training raised at its first step in every attempt, in its one process: a "
-          f"crash loop after 3 attempts, exit 5 ('{line[0].split('[error] ', 1)[1][:120]}...'): "
-          f"passed")
+    assert len(line) == 1 and "ValueError: rank 1 fails at step 1" in line[0], r.stderr
+    assert "Root Cause" in r.stderr and "ValueError: rank 1 fails at step 1" in r.stderr
+    print(f"rank 1's training raised at step 1 in every attempt (each resuming step 0), in its one "
+          f"process: a crash loop after 3 attempts, exit 5 "
+          f"('{line[0].split('[error] ', 1)[1][:120]}...'): passed")
+
+
+def case_a_failure_before_any_step_was_saved_starts_every_rank_in_a_new_process():
+    """Rank 1 raises at step 0, after the optimizer's step and before saving it: no step is
+    held by every rank, so nothing is restored, and a process kept would train on from its aborted
+    attempt's weights and optimizer state. Every rank starts in a new process instead, with a line
+    saying why, and the job ends bit-identical to an uninterrupted one."""
+    reference = uninterrupted()
+    out, err = job("--restart_mode=in_process", FAULT="unsaved:1:0")
+    p = pids(out)
+    assert set(p) == {(0, 0), (0, 1), (1, 0), (1, 1)}, p
+    assert p[(1, 0)] != p[(0, 0)] and p[(1, 1)] != p[(0, 1)], f"a process was kept: {p}"
+    assert "no checkpoint step to restore, so every rank starts in a new process" in err, err
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"rank 1 raised at step 0 before any step was saved: both ranks started in new processes "
+          f"({p[(0, 0)]} -> {p[(1, 0)]}, {p[(0, 1)]} -> {p[(1, 1)]}), final parameters "
+          f"bit-identical: passed")
 
 
 def case_a_hung_rank_is_replaced_and_the_rank_waiting_for_it_keeps_its_process():

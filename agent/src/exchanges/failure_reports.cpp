@@ -2,7 +2,26 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
 namespace ddprun::agent::failure_reports {
+namespace {
+constexpr const char* kFailedFlag = "worker_failed";
+}  // namespace
+
+boost::asio::awaitable<void> announce(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                      rendezvous::Round r) {
+  const auto node = static_cast<std::size_t>(r.node_rank);
+  std::string reason =
+      fmt::format("a worker of node {} failed",
+                  node < r.members.size() ? r.members[node] : std::to_string(r.node_rank));
+  // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string topic = kFailedFlag;
+  std::string none;
+  co_await rdzv->raise(std::move(scope), std::move(topic), std::move(reason), std::move(none));
+}
+
 boost::asio::awaitable<void> report(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r, std::string failures) {
   // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)

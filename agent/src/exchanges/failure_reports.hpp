@@ -18,6 +18,13 @@ namespace ddprun::agent::failure_reports {
 // StoreError when the store is lost.
 boost::asio::awaitable<void> report(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r, std::string failures);
+// Tells every node at once that a worker of this node failed in `r`: a flag of the round's, which
+// interrupts it on every node. For an in-process restart, where this node's other workers park
+// before `r` ends here, while the other nodes' ranks, whose collectives failed with this node's
+// worker, wait for their agents' abort only briefly before they count the failure as their own.
+// Never throws.
+boost::asio::awaitable<void> announce(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                      rendezvous::Round r);
 // Every node's failures (as reported) in the round that failed with restart count `restart_count`
 // (with `max_restarts`: the round that spent the last restart). Never throws: what cannot be read
 // is left out.

@@ -1,8 +1,11 @@
 #include <algorithm>
 #include <csignal>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -34,13 +37,29 @@ bool WorkerGroup::adopt_kept(size_t i) {
   RunningWorker old = std::move(*kept);
   kept_.erase(kept);
   if (!old.running()) return false;  // it ended while kept
+  if (!told_to_resume(old, rw.launch.spawn.env)) return false;
   rw.take_process_of(old);
-  rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
-  rw.channel->resume(a.number, rw.launch.spawn.env, old.launch.spawn.env);
   ++a.running;
   spdlog::info("local rank {} (rank {}, pid {}) runs again in its own process",
                rw.launch.id.local_rank, rw.launch.id.rank, rw.process->pid());
   return true;
+}
+
+bool WorkerGroup::told_to_resume(RunningWorker& w, Environment& env) {
+  env["DDPRUN_INPROCESS_FILE"] = w.channel->path();
+  try {
+    w.channel->resume(attempt_->number, env, w.launch.spawn.env);
+    return true;
+  } catch (const std::exception& e) {  // a value that is not UTF-8, /dev/shm full
+    spdlog::warn(
+        "pid {} cannot be told the next attempt's environment ({}): a new process takes "
+        "its place",
+        w.process->pid(), e.what());
+    w.process->signal_group(SIGKILL);
+    containment_.ended(w.process->pid());
+    for (auto& p : w.pumps) p->finish();
+    return false;  // (its process reaped as it goes)
+  }
 }
 
 bool WorkerGroup::all_can_restart_in_process(bool hung_too) {
@@ -169,6 +188,35 @@ boost::asio::awaitable<void> WorkerGroup::end_kept(int signo) {
   co_await standby_start_ended();  // a standby that starts now is ended with its start
   for (RunningWorker& s : standbys_) kept_.push_back(std::move(s));
   standbys_.clear();
+  co_await end_kept_workers(signo);
+}
+
+boost::asio::awaitable<std::vector<int>> WorkerGroup::start_afresh() {
+  afresh_ = true;
+  std::vector<int> pids;
+  std::string ranks;
+  for (const RunningWorker& w : kept_) {
+    if (!w.running()) continue;
+    pids.push_back(w.process->pid());
+    ranks += fmt::format("{}local rank {} (pid {})", ranks.empty() ? "" : ", ",
+                         w.launch.id.local_rank, w.process->pid());
+  }
+  if (!pids.empty()) {
+    spdlog::warn(
+        "--restart_mode=in_process: no checkpoint step to restore, so every rank starts in a new "
+        "process: those kept from the last attempt ({}) hold its training state, not what a new "
+        "process starts from",
+        ranks);
+    if (event_log_ != nullptr) {
+      event_log_->record("kept_workers_ended",
+                         {{"pids", pids}, {"reason", "no checkpoint step to restore"}});
+    }
+  }
+  co_await end_kept_workers(SIGTERM);
+  co_return pids;
+}
+
+boost::asio::awaitable<void> WorkerGroup::end_kept_workers(int signo) {
   if (kept_.empty()) co_return;
   for (RunningWorker& w : kept_) {
     if (w.running()) w.process->signal_group(signo);

@@ -74,14 +74,13 @@ bool WorkerGroup::adopt_standby(size_t i) {
   if (ready == standbys_.end()) return false;
   RunningWorker standby = std::move(*ready);
   standbys_.erase(ready);
+  if (!told_to_resume(standby, rw.launch.spawn.env)) return false;
   rw.take_process_of(standby);
   for (auto& pump : rw.pumps) {  // its console lines as the worker's would be
     const ConsoleRoute route = console_route(rw.launch, pump == rw.err_pump);
     pump->redirect_console(route.fd, route.prefix, route.duplicate);
   }
   if (!rw.launch.spawn.cpus.empty()) bind_threads(rw.process->pid(), rw.launch.spawn.cpus);
-  rw.launch.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
-  rw.channel->resume(a.number, rw.launch.spawn.env, standby.launch.spawn.env);
   ++a.running;
   const std::string files = files_of(standby.launch);
   spdlog::info("local rank {} (rank {}) runs in standby process {}{}", rw.launch.id.local_rank,

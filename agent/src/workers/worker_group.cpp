@@ -144,8 +144,9 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   active_ = true;
 
   // (A stop, or a failure of a worker started first, may come while the warm interpreter forks.)
+  const bool afresh = std::exchange(afresh_, false);
   for (size_t i = 0; i < attempt_->workers.size() && !attempt_->stopping(); ++i) {
-    if (!adopt_kept(i) && !adopt_standby(i) && !co_await start_worker(i)) break;
+    if (!adopt_kept(i) && (afresh || !adopt_standby(i)) && !co_await start_worker(i)) break;
   }
   for (RunningWorker& w : kept_) {
     const auto has = [&w](const RunningWorker& r) {
@@ -424,6 +425,7 @@ void WorkerGroup::end_attempt() {
     case AttemptPhase::kCapturing:
       if (all_can_restart_in_process(false)) {
         begin_parking(shutdown_timeout_);
+        if (a.reason == StopReason::kFailure && on_failure_in_process_) on_failure_in_process_();
       } else {
         begin_stopping(SIGTERM);
       }

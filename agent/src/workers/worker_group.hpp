@@ -119,12 +119,23 @@ class WorkerGroup : private AttemptControl {
   // that ends on its own is not replaced: workers start as new processes from then on, and the log
   // says why.
   void keep_standbys(int count) { standby_count_ = count; }
+  // In process, called once a worker of this node failed and the others began to park: for the
+  // other nodes to hear of it now rather than once they have (failure_reports::announce). Set for
+  // each run().
+  void on_failure_in_process(std::function<void()> f) { on_failure_in_process_ = std::move(f); }
   // Whether a standby's start is under way (it may be using the warm interpreter).
   bool standby_starting() const { return standby_starting_; }
   // Ends the workers kept for a next attempt that will not come (the job ends here), and the
   // standbys: `signo`, then SIGKILL after the shutdown timeout; completes once they exited
   // (bounded).
   boost::asio::awaitable<void> end_kept(int signo);
+  // The next run() restores no agreed checkpoint step (none was saved by every rank, or the job
+  // saves none through ddprun.checkpoint): each of its ranks must start from what a new process
+  // holds. The workers kept from the last attempt (holding that attempt's training state) end
+  // first, as a process restart's would (SIGTERM, SIGKILL after the shutdown timeout; bounded),
+  // and no standby (holding what its warm-up changed) takes a place in that run(). Returns the
+  // pids of the kept workers it ended.
+  boost::asio::awaitable<std::vector<int>> start_afresh();
   // Whether an attempt is under way (run() has not returned).
   bool active() const { return active_; }
   // Where workers started and exited are recorded (--event_log); it outlives the group.
@@ -146,6 +157,10 @@ class WorkerGroup : private AttemptControl {
   void stop_late_worker(RunningWorker& rw);
   // Gives worker `i` of the attempt the kept process of the same local rank, if there is one.
   bool adopt_kept(size_t i);
+  // Tells `w` (a kept worker or a ready standby) to run the attempt under way with `env` (given
+  // its channel's path); false where its channel cannot carry that (a value that is not UTF-8,
+  // /dev/shm full): its process is then killed, for a new one to take the place.
+  bool told_to_resume(RunningWorker& w, Environment& env);
   // Starts `rw`'s process (through the warm interpreter where there is one, given up where
   // `wanted` no longer holds when it answers: rw.process stays null), its pumps and its exit's
   // watch. Throws std::system_error where the machine refuses a process.
@@ -158,6 +173,9 @@ class WorkerGroup : private AttemptControl {
   void top_up_standbys();
   // Completes once no standby's start is under way (bounded).
   boost::asio::awaitable<void> standby_start_ended();
+  // kept_'s workers: `signo`, then SIGKILL after the shutdown timeout; completes once they exited
+  // (bounded), kept_ empty.
+  boost::asio::awaitable<void> end_kept_workers(int signo);
   // Whether process `serial` was a standby (its end is then dealt with).
   bool standby_ended(uint64_t serial, const ExitStatus& status);
   void on_exit(uint64_t serial, const ExitStatus& status);
@@ -218,6 +236,8 @@ class WorkerGroup : private AttemptControl {
   std::vector<RunningWorker> kept_;
   std::chrono::steady_clock::time_point parking_deadline_;
   bool said_not_in_process_ = false;
+  bool afresh_ = false;  // start_afresh(): the next run() adopts no standby
+  std::function<void()> on_failure_in_process_;
   // --standby_workers: how many, those started (running or not), whether one is starting, and
   // why no more start ("" they do).
   int standby_count_ = 0;

@@ -10,8 +10,9 @@ their node (the others go on into the next step, whose all-reduce waits for them
 first attempt, $FAULT="KIND:RANK:STEP" makes that rank, just after saving that step: kill (SIGKILL
 itself), raise (a RuntimeError, its time in OUT_DIR/raised_at), or hang (sleep, alive and silent; with --hang_timeout); with
 $FAULT_EVERY=N instead, rank 1 kills itself just after the first step it saves in each of the
-first N attempts; with $RAISE_EVERY=1, rank 1 raises at its first step of every attempt, before
-saving it. With $NO_API=1 the training is called directly, as a script that does not use
+first N attempts; with $RAISE_EVERY=1, rank 1 raises at step 1 in every attempt, before saving it
+(every attempt after the first resumes step 0); with $FAULT="unsaved:RANK:STEP", that rank raises
+at that step of the first attempt after the optimizer's step, before saving it. With $NO_API=1 the training is called directly, as a script that does not use
 ddprun.inprocess. A standby (--standby_workers) warms up with a forward and backward pass that
 changes nothing and writes OUT_DIR/warmed.<its pid> (the names of the rank variables it had); with
 $WAIT_STANDBY=1, the faulty rank waits (up to 60 s) for a standby to be ready before its fault."""
@@ -94,8 +95,10 @@ def train(steps, out):
         OPT.zero_grad()
         loss.backward()
         OPT.step()
-        if rank == 1 and s == first and os.environ.get("RAISE_EVERY") == "1":
-            raise ValueError("rank 1 fails at its first step")
+        if rank == 1 and s == 1 and os.environ.get("RAISE_EVERY") == "1":
+            raise ValueError("rank 1 fails at step 1")
+        if attempt == "0" and os.environ.get("FAULT") == f"unsaved:{rank}:{s}":
+            raise RuntimeError(f"rank {rank} fails at step {s}, before saving it")
         checkpoint.save(s, {"model": NET.state_dict(), "optim": OPT.state_dict()})
         heartbeat.beat()
         fault(rank, s, first, out)
