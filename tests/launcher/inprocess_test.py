@@ -180,7 +180,8 @@ def case_a_hung_rank_is_taken_over_by_a_standby_and_the_rank_waiting_keeps_its_p
     warmed = {int(name.split(".")[1]) for name in os.listdir(out) if name.startswith("warmed.")}
     assert set(p) == {(0, 0), (0, 1), (1, 0), (1, 1)}, p
     assert p[(1, 0)] == p[(0, 0)], f"rank 0, which only waited, was not kept: {p}"
-    assert p[(1, 1)] in warmed, f"the hung rank 1 was not taken over by a standby: {p}, {warmed}"
+    assert p[(1, 1)] in warmed, \
+        f"the hung rank 1 was not taken over by a standby: {p}, {warmed}: {err[-5000:]}"
     assert "is hung" in err and f"local rank 1 (rank 1) runs in standby process {p[(1, 1)]}" in err, \
         err
     assert same_parameters(reference, out), "the restarted job's parameters differ"

@@ -15,7 +15,7 @@ first N attempts; with $RAISE_EVERY=1, rank 1 raises at step 1 in every attempt,
 at that step of the first attempt after the optimizer's step, before saving it. With $NO_API=1 the training is called directly, as a script that does not use
 ddprun.inprocess. A standby (--standby_workers) warms up with a forward and backward pass that
 changes nothing and writes OUT_DIR/warmed.<its pid> (the names of the rank variables it had); with
-$WAIT_STANDBY=1, the faulty rank waits (up to 60 s) for a standby to be ready before its fault."""
+$WAIT_STANDBY=1, every rank waits (up to 60 s) at the fault's step for a standby to be ready."""
 import glob
 import os
 import signal
@@ -50,14 +50,19 @@ def fault(rank, step, first, out):
     if rank == 1 and step == first and attempt < int(os.environ.get("FAULT_EVERY", "0")):
         os.kill(os.getpid(), signal.SIGKILL)
     kind, _, where = os.environ.get("FAULT", "").partition(":")
-    if os.environ["TORCHELASTIC_RESTART_COUNT"] != "0" or where != f"{rank}:{step}":
+    if os.environ["TORCHELASTIC_RESTART_COUNT"] != "0" or where.partition(":")[2] != str(step):
         return
-    if os.environ.get("WAIT_STANDBY") == "1":  # (its .ready: ddprun.inprocess waits in run())
+    # Every rank waits for the standby (its .ready: ddprun.inprocess waits in run()), beating: none
+    # waits in a collective meanwhile, none looks hung under --hang_timeout.
+    if os.environ.get("WAIT_STANDBY") == "1":
         channels = os.path.dirname(os.environ["DDPRUN_INPROCESS_FILE"])
         deadline = time.monotonic() + 60
         while not glob.glob(os.path.join(channels, "standby.*.ready")):
             assert time.monotonic() < deadline, "no standby was ready within 60 s"
+            heartbeat.beat()
             time.sleep(0.05)
+    if where != f"{rank}:{step}":
+        return
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "raise":  # what torch raises for most errors of a training (a shape, a dtype)
