@@ -129,6 +129,29 @@ def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
           f"({percent}% held back): passed")
 
 
+def case_with_replace_and_no_restart_left_the_slow_node_is_reported_and_the_job_ends_well():
+    """--straggler_action=replace where the round could re-form without the slow node (3 nodes of
+    --nnodes=2:3) but --max_restarts=0 (torchrun's default): a replacement would spend a restart
+    and end the job, so the verdict is reported, saying why, and the job runs to its end."""
+    out = tempfile.mkdtemp()
+    with Cluster() as c:
+        for i in range(3):
+            c.start("norestart", i, out, 60, nnodes="2:3", env={"MARK_AT": str(K)},
+                    extra=["--straggler_action=replace", "--max_restarts=0",
+                           f"--event_log={out}/events.{i}.jsonl"])
+        c.slow_down(out)
+        errs = c.finish("norestart", {0: 0, 1: 0, 2: 0})
+    verdicts = [e for i in range(3) for e in node_events(out, i, "straggler")]
+    assert len(verdicts) == 1 and verdicts[0]["node_rank"] == 2, verdicts
+    assert verdicts[0]["action"] == "report", verdicts
+    assert "--max_restarts 0" in verdicts[0]["not_replaced"], verdicts
+    assert "not replaced: a replacement spends a restart" in errs[0], errs[0][-3000:]
+    assert "this node leaves the job" not in errs[2], errs[2][-3000:]
+    assert not left_running(out), left_running(out)
+    print(f"replace with --max_restarts=0: node 2 named and reported "
+          f"('{verdicts[0]['not_replaced']}'), the job ran to its end: passed")
+
+
 def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
     """3:3 nodes and a spare, --straggler_action=replace: the slow node leaves (its own line says
     why), the spare joins, the round resumes from memory, its steps run at the healthy speed, and
