@@ -208,11 +208,16 @@ def two_nodes(out, run_id, *flags, **env):
 
 def case_on_two_nodes_every_rank_but_the_killed_one_keeps_its_process():
     out = tempfile.mkdtemp()
-    two_nodes(out, "inprocess", "--restart_mode=in_process", FAULT="kill:1:5")
+    errs = two_nodes(out, "inprocess", "--restart_mode=in_process", FAULT="kill:1:5")
     p = pids(out)
     assert set(p) == {(a, r) for a in (0, 1) for r in range(4)}, p
     kept = [r for r in range(4) if p[(1, r)] == p[(0, r)]]
     assert kept == [0, 2, 3], f"ranks kept: {kept} (expected every rank but 1): {p}"
+    # The other node heard of the failure from the failed rank's node at once, not once that
+    # node's round ended: its ranks, whose collectives failed with rank 1, did not count it as
+    # their own.
+    told = [e for e in errs.values() if "stopping this node's workers: a worker of node" in e]
+    assert len(told) == 1 and "its training raised" not in told[0], errs
     # Four ranks sum their gradients in another order than two: compare with a 4-rank run.
     reference = tempfile.mkdtemp()
     two_nodes(reference, "reference")
