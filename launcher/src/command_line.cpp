@@ -1,3 +1,5 @@
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -81,8 +83,17 @@ int visible_gpus(const agent::Environment& env, bool use_slurm) {
   return visible_gpu_count(it->second, nodes, gpu_uuids());
 }
 
+// The CPUs this process may run on (its affinity mask: taskset, a cpuset, a Slurm step), as
+// torchrun counts them for --nproc_per_node=cpu (os.sched_getaffinity).
+int cpus_allowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int resolve_nproc(const std::string& text, const agent::Environment& env, bool use_slurm) {
-  const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cpus = cpus_allowed();
   if (text == "cpu") return cpus;
   if (text == "gpu") {
     const int gpus = visible_gpus(env, use_slurm);
@@ -215,7 +226,7 @@ void read_log_options(const OptionTexts& o, int nproc, LaunchConfig& c) {
     c.tee = agent::parse_std_spec(o["tee"], nproc);
     c.console_ranks = agent::parse_rank_filter(o["local_ranks_filter"]);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw RefusedValue(e.what());  // (torchrun's config_from_args raises: exit 1)
   }
   c.log_dir = o["log_dir"];
   c.log_line_prefix_template = o["log_line_prefix_template"];
@@ -382,6 +393,19 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
   if (!o["numa_binding"].empty()) c.numa_binding = agent::parse_numa_mode(o["numa_binding"]);
 }
 
+// --virtual_local_rank gives local rank L the L-th device of CUDA_VISIBLE_DEVICES: torchrun refuses
+// more workers than it lists (two would share one GPU).
+void check_virtual_devices(const agent::Environment& env, int nproc) {
+  const auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  if (visible == env.end() || visible->second.empty()) return;
+  const size_t devices = agent::split(visible->second).size();
+  if (static_cast<size_t>(nproc) > devices) {
+    throw RefusedValue(fmt::format(
+        "--virtual_local_rank: local rank {} exceeds the devices of CUDA_VISIBLE_DEVICES={}",
+        devices, visible->second));
+  }
+}
+
 // How workers are started and stopped: the script, --module/--no_python/--run_path, torch.
 // distributed.launch's local-rank argument, signals and the shutdown timeout.
 void read_worker_options(const OptionTexts& o, const agent::Environment& env, Dialect dialect,
@@ -494,6 +518,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   read_log_options(o, r.nproc, c);
   read_watch_options(o, c);
   read_worker_options(o, env, dialect, c);
+  if (c.virtual_local_rank) check_virtual_devices(env, r.nproc);
   parse_head_node(o, c);
   apply_single_node_default(o, c, r.max_nodes);
   if (!c.hosts.empty()) r.min_nodes = r.max_nodes = static_cast<int>(c.hosts.size());

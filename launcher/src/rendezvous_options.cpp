@@ -21,6 +21,7 @@ using std::chrono::milliseconds;
 // reconnect_timeout) are taken; others are refused so that typos do not pass silently.
 struct RdzvConf {
   std::optional<milliseconds> join_timeout, last_call_timeout, heartbeat_timeout, reconnect_timeout;
+  std::optional<milliseconds> timeout;  // the static and etcd backends' wait for the nodes
   std::optional<bool> is_host;
   std::optional<std::string> etcd_prefix;
   std::optional<std::string> protocol;
@@ -59,6 +60,9 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
     {"ssl_cert_key", ConfKind::kTlsFile},
 };
 
+// What torchrun's launcher gives the static and etcd backends as their `timeout` by default.
+constexpr milliseconds kStaticEtcdTimeout{900'000};
+
 // torchrun's older pair for the heartbeat: keep_alive_interval (5 s) x keep_alive_max_attempt (3).
 constexpr milliseconds kKeepAliveInterval{5'000};
 constexpr long kKeepAliveAttempts = 3;
@@ -67,16 +71,18 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
   std::optional<milliseconds> keep_alive_interval;
   std::optional<long> keep_alive_attempts;
-  if (text.empty()) return conf;
-  for (const std::string_view item : agent::split(text)) {
+  // Keys and values trimmed, as torchrun's parse_rendezvous_config does.
+  if (agent::trimmed(text).empty()) return conf;
+  for (const std::string_view item : agent::split(agent::trimmed(text))) {
     const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw UsageError(fmt::format("argument --rdzv_conf: '{}' is not key=value", item));
+    if (eq == std::string::npos || agent::trimmed(item.substr(0, eq)).empty()) {
+      throw RefusedValue(fmt::format("argument --rdzv_conf: '{}' is not key=value", item));
     }
-    const std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
+    const std::string key(agent::trimmed(item.substr(0, eq)));
+    const std::string value(agent::trimmed(item.substr(eq + 1)));
     const auto kind = kRdzvConfKeys.find(key);
     if (kind == kRdzvConfKeys.end()) {
-      throw UsageError(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
+      throw RefusedValue(fmt::format("argument --rdzv_conf: unknown key '{}'", key));
     }
     const std::string what = "--rdzv_conf " + key;
     switch (kind->second) {
@@ -89,6 +95,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
         if (key == "last_call_timeout") conf.last_call_timeout = s;
         if (key == "heartbeat_timeout") conf.heartbeat_timeout = s;
         if (key == "reconnect_timeout") conf.reconnect_timeout = s;
+        if (key == "timeout") conf.timeout = s;
         break;
       }
       case ConfKind::kSeconds: {
@@ -313,6 +320,11 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   r.max_restarts = o.max_restarts;
   r.host = store::host_name();
   r.join_timeout = conf.join_timeout.value_or(r.join_timeout);
+  if (r.backend != rendezvous::Backend::kC10d && !conf.join_timeout) {
+    // torchrun's static and etcd rendezvous wait `timeout` for the nodes, 900 s unless given
+    // (LaunchConfig's default); its c10d one join_timeout, 600 s.
+    r.join_timeout = conf.timeout.value_or(kStaticEtcdTimeout);
+  }
   r.heartbeat_timeout = conf.heartbeat_timeout.value_or(r.heartbeat_timeout);
   if (r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty()) {
     std::tie(r.endpoint_host, r.endpoint_port) = parse_endpoint(o.endpoint, r.endpoint_port);

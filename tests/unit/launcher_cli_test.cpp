@@ -1,5 +1,8 @@
+#include <sched.h>
+
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <catch2/catch.hpp>
 
@@ -250,6 +253,73 @@ TEST_CASE("cli: a static multi-node job needs a node rank in range and a findabl
                     Catch::Contains("join_timeout: invalid seconds value '-1'"));
   CHECK_THROWS_WITH(parse({"--rdzv_conf=join_timeout=0", "t.py"}),
                     Catch::Contains("positive seconds"));
+}
+
+TEST_CASE("cli: static and etcd jobs wait torchrun's rendezvous timeout, 900 s unless given",
+          "[cli]") {
+  const auto wait = [](std::vector<std::string> args) {
+    return make_agent_config(parse(std::move(args)), {}, nullptr).rdzv.join_timeout;
+  };
+  using std::chrono::seconds;
+  CHECK(wait({"--nnodes=2", "--node_rank=0", "t.py"}) == seconds(900));
+  CHECK(wait({"--nnodes=2", "--node_rank=0", "--rdzv_conf=timeout=3600", "t.py"}) == seconds(3600));
+  CHECK(wait({"--nnodes=2", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=h:2379", "t.py"}) ==
+        seconds(900));
+  // c10d's is join_timeout (600 s), whatever `timeout` says, as in torchrun's dynamic rendezvous.
+  CHECK(wait({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "--rdzv_conf=timeout=5",
+              "t.py"}) == seconds(600));
+}
+
+TEST_CASE("cli: blanks around rdzv_conf keys and values and list pieces are torchrun's strip()",
+          "[cli]") {
+  const auto c = parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+                        "--rdzv_conf= join_timeout = 7 , is_host=0 ", "--nproc_per_node=4",
+                        "--local_ranks_filter=0, 2", "--redirects= 0:1, 3 :2", "t.py"});
+  const auto a = make_agent_config(c, {}, nullptr);
+  CHECK(a.rdzv.join_timeout == std::chrono::seconds(7));
+  CHECK(a.rdzv.host_store == ddprun::rendezvous::RendezvousConfig::HostStore::kNo);
+  CHECK(c.console_ranks == std::set<int>{0, 2});
+  CHECK(a.redirects[0] == ddprun::agent::Std::kOut);
+  CHECK(a.redirects[3] == ddprun::agent::Std::kErr);
+  CHECK_THROWS_WITH(parse({"--rdzv_conf= =7", "t.py"}), Catch::Contains("is not key=value"));
+}
+
+TEST_CASE("cli: a stream map's rank this node does not have is ignored, as torchrun's to_map does",
+          "[cli]") {
+  const auto a =
+      make_agent_config(parse({"--nproc_per_node=4", "-t", "0:3,5:3", "t.py"}), {}, nullptr);
+  REQUIRE(a.tee.size() == 4);
+  CHECK(a.tee[0] == ddprun::agent::Std::kAll);
+  CHECK(a.tee[3] == ddprun::agent::Std::kNone);
+}
+
+TEST_CASE("cli: --nproc_per_node=cpu counts the CPUs this process may run on", "[cli]") {
+  cpu_set_t all;
+  REQUIRE(::sched_getaffinity(0, sizeof all, &all) == 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);  // as under taskset -c N
+  const int under_one = parse({"--nproc_per_node=cpu", "t.py"}).rdzv.nproc;
+  REQUIRE(::sched_setaffinity(0, sizeof all, &all) == 0);
+  CHECK(under_one == 1);
+  CHECK(parse({"--nproc_per_node=cpu", "t.py"}).rdzv.nproc == CPU_COUNT(&all));
+}
+
+TEST_CASE("cli: --virtual_local_rank refuses more workers than CUDA_VISIBLE_DEVICES lists",
+          "[cli]") {
+  CHECK_THROWS_WITH(
+      parse({"--nproc_per_node=4", "--virtual_local_rank", "t.py"},
+            {{"CUDA_VISIBLE_DEVICES", "0,1"}}),
+      Catch::Contains("local rank 2 exceeds the devices of CUDA_VISIBLE_DEVICES=0,1"));
+  CHECK(parse({"--nproc_per_node=2", "--virtual_local_rank", "t.py"},
+              {{"CUDA_VISIBLE_DEVICES", "0,1"}})
+            .virtual_local_rank);
 }
 
 TEST_CASE("cli: per-rank stream maps take ranks of any width", "[cli]") {

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/agent/split.hpp"
+
 namespace ddprun::agent {
 namespace {
 
@@ -27,7 +29,7 @@ Std to_std(std::string_view s, const std::string& whole) {
 
 std::vector<Std> parse_std_spec(const std::string& text, int nproc) {
   if (text.find(':') == std::string::npos) {
-    return std::vector<Std>(nproc, to_std(text, "--redirects/--tee " + text));
+    return std::vector<Std>(nproc, to_std(trimmed(text), "--redirects/--tee " + text));
   }
   std::vector<Std> out(nproc, Std::kNone);
   std::string_view rest(text);
@@ -38,12 +40,9 @@ std::vector<Std> parse_std_spec(const std::string& text, int nproc) {
     if (colon == std::string_view::npos) {
       throw std::invalid_argument(fmt::format("--redirects/--tee '{}': expected rank:value", text));
     }
-    const int rank = parse_int(item.substr(0, colon), text);
-    if (rank >= nproc) {
-      throw std::invalid_argument(fmt::format(
-          "--redirects/--tee '{}': local rank {} but only {} workers", text, rank, nproc));
-    }
-    out[rank] = to_std(item.substr(colon + 1), text);
+    const int rank = parse_int(trimmed(item.substr(0, colon)), text);
+    const Std value = to_std(trimmed(item.substr(colon + 1)), text);
+    if (rank < nproc) out[rank] = value;  // (a rank this node has not: nothing, as torchrun's)
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     if (comma != std::string_view::npos && rest.empty()) {
       throw std::invalid_argument(fmt::format("--redirects/--tee '{}': trailing comma", text));
@@ -58,7 +57,7 @@ std::optional<std::set<int>> parse_rank_filter(const std::string& text) {
   std::string_view rest(text);
   while (true) {
     const auto comma = rest.find(',');
-    out.insert(parse_int(rest.substr(0, comma), "--local_ranks_filter " + text));
+    out.insert(parse_int(trimmed(rest.substr(0, comma)), "--local_ranks_filter " + text));
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }

@@ -55,8 +55,9 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
     env["LOCAL_RANK"] = "0";
     auto visible = agent_env.find("CUDA_VISIBLE_DEVICES");
     if (visible != agent_env.end() && !visible->second.empty()) {
+      // (As many as the workers: the command line checked.)
       const auto devices = split(visible->second);
-      env["CUDA_VISIBLE_DEVICES"] = std::string(devices[id.local_rank % devices.size()]);
+      env["CUDA_VISIBLE_DEVICES"] = std::string(trimmed(devices.at(id.local_rank)));
     } else {
       env["CUDA_VISIBLE_DEVICES"] = std::to_string(id.local_rank);
     }

@@ -17,4 +17,13 @@ inline std::vector<std::string_view> split(std::string_view text, char separator
   }
 }
 
+// `text` without the blanks (spaces, tabs) at either end: what Python's str.strip() and int() make
+// of a value torchrun reads (" is_host=1", "0, 1").
+inline std::string_view trimmed(std::string_view text) {
+  constexpr std::string_view kBlanks = " \t";
+  const size_t first = text.find_first_not_of(kBlanks);
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(kBlanks) - first + 1);
+}
+
 }  // namespace ddprun::agent
