@@ -689,10 +689,46 @@ void hold_copy(PeerCopies& copies, const std::string& origin, int local, int64_t
       copies.begin(origin, local, step, header, kRegionHeader + bytes);
   w->append(payload.data(), payload.size());
   REQUIRE(w->commit(rec.checksum));
-  copies.committed(origin, local, local, 4, step, kRegionHeader + bytes);
+  REQUIRE(
+      copies.committed(origin, local, local, 4, step, kRegionHeader + bytes, copies.timeline()));
 }
 
 }  // namespace
+
+TEST_CASE("peer copies: a copy whose transfer began before a restore is not kept after it",
+          "[peer]") {
+  Folder f;
+  PeerCopies copies(f.path / "peers", std::nullopt);
+  hold_copy(copies, "a", 0, 99, 1 << 20);
+  // Step 100's transfer arrives; meanwhile the round restores step 99 (a rank failed before
+  // saving 100): the copy, complete after the drop, is of the abandoned timeline.
+  const uint64_t since = copies.timeline();
+  const std::string payload = payload_of(1 << 20, 'x');
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = 100;
+  rec.size = payload.size();
+  rec.checksum = payload_crc(payload);
+  rec.sequence = 2;
+  rec.world_size = 4;
+  rec.rank = 0;
+  rec.run_tag = kRunTag;
+  std::unique_ptr<SlotFileWriter> w =
+      copies.begin("a", 0, 100, region_header_for(rec, 1 << 20, 1), kRegionHeader + payload.size());
+  w->append(payload.data(), payload.size());
+  REQUIRE(w->commit(rec.checksum));
+  copies.drop_after(99);
+  CHECK_FALSE(copies.committed("a", 0, 0, 4, 100, kRegionHeader + payload.size(), since));
+  CHECK_FALSE(copies.find("a", 0, 100));
+  CHECK(copies.find("a", 0, 99));
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(f.path / "peers")) files += e.is_regular_file();
+  CHECK(files == 1);  // step 99's: the late copy's file went too
+  CHECK(copies.bytes() == kRegionHeader + (1 << 20));
+  // A copy of the new timeline is kept.
+  hold_copy(copies, "a", 0, 100, 1 << 20);
+  CHECK(copies.find("a", 0, 100));
+}
 
 TEST_CASE("peer copies: room for a worker's save drops the copies held, the oldest step first",
           "[peer]") {

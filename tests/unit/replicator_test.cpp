@@ -177,6 +177,29 @@ TEST_CASE(
   CHECK(b.kept() == std::vector<int64_t>{4, 8, 13});
   for (const auto& r : a.reports) CHECK(r.ok);
   for (const auto& r : b.reports) CHECK(r.ok);
+
+  // The next round restores step 12 (as where a rank failed before step 13 was everywhere): every
+  // step after it is dropped on both nodes, and a's safe step 13 no longer counts. a's step 13 of
+  // the new timeline goes to b again, though b is the same peer.
+  ra.stop();
+  rb.stop();
+  a.service.sources().drop_after(12);
+  b.service.sources().drop_after(12);
+  ra.restored(12);
+  rb.restored(12);
+  CHECK_FALSE(ra.safe_step());
+  CHECK(b.held_of("a") == std::vector<int64_t>{12});
+  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  rb.watch("b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
+  a.worker.save(13);
+  b.worker.save(13);
+  const auto again = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (b.held_of("a") != std::vector<int64_t>{12, 13} &&
+         std::chrono::steady_clock::now() < again) {
+    settle();
+  }
+  CHECK(b.held_of("a") == std::vector<int64_t>{12, 13});
+  CHECK(ra.safe_step() == 13);
 }
 
 TEST_CASE(

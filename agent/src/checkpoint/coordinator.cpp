@@ -104,6 +104,9 @@ asio::awaitable<std::optional<CheckpointRestore>> CheckpointCoordinator::restore
   status_.restored(restored.account);
   // With the restore done (its transfers had the links and the memory to themselves), this
   // node's copies go to its peer of the round.
+  if (replicator_) {
+    replicator_->restored(restored.restore ? std::optional(restored.restore->step) : std::nullopt);
+  }
   if (!restored.nodes.empty()) copy_to_peer(round, restored.nodes);
   co_return restored.restore;
 }

@@ -106,20 +106,31 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
   }
 }
 
-void PeerCopies::committed(const std::string& origin, int local_rank, int rank, int world,
-                           int64_t step, uint64_t file_bytes) {
+uint64_t PeerCopies::timeline() const {
+  std::lock_guard lock(mutex_);
+  return timeline_;
+}
+
+bool PeerCopies::committed(const std::string& origin, int local_rank, int rank, int world,
+                           int64_t step, uint64_t file_bytes, uint64_t since) {
   std::lock_guard lock(mutex_);
   const Key key{origin, local_rank};
   reserved_.erase(key);
-  add_copy(held_[key],
-           Copy{step, rank, world, file_bytes, file_for(origin, local_rank, step), std::nullopt});
+  const fs::path file = file_for(origin, local_rank, step);
+  if (timeline_ != since) {
+    std::error_code ignored;
+    fs::remove(file, ignored);
+    return false;
+  }
+  add_copy(held_[key], Copy{step, rank, world, file_bytes, file, std::nullopt});
+  return true;
 }
 
 bool PeerCopies::linked(const std::string& origin, int local_rank, const SlotRecord& record,
-                        const PayloadDigest& digest, const fs::path& same) {
+                        const PayloadDigest& digest, const fs::path& same, uint64_t since) {
   std::lock_guard lock(mutex_);
   const Key key{origin, local_rank};
-  if (reserved_.contains(key)) return false;
+  if (reserved_.contains(key) || timeline_ != since) return false;
   const fs::path file = file_for(origin, local_rank, record.step);
   const fs::path tmp = dir_ / ("." + file.filename().string() + ".link");
   std::error_code ec;
@@ -182,6 +193,7 @@ uint64_t PeerCopies::drop_oldest(uint64_t bytes) {
 
 void PeerCopies::drop_after(std::optional<int64_t> step) {
   std::lock_guard lock(mutex_);
+  ++timeline_;
   for (auto& [key, copies] : held_) {
     for (size_t i = copies.size(); i-- > 0;) {
       if (!step || copies[i].step > *step) drop(copies, i);

@@ -384,7 +384,9 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_await send_payload(*link, header, in->fd, found->payload_at, found->record.size, copy_mac());
     co_return;
   }
-  // A put: the file's header, then (once there is room) its payload.
+  // A put: the file's header, then (once there is room) its payload. Of the timeline this node
+  // is in as it arrives: one a restore abandons meanwhile is not kept.
+  const uint64_t since = copies_->timeline();
   std::string header(kRegionHeader, '\0');
   co_await link->read(header.data(), header.size());
   uint64_t slot_size = 0;
@@ -407,7 +409,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_return;
   }
   if (const std::optional<PayloadDigest> digest = digest_in(header);
-      digest && co_await hold_same(r->origin, r->local_rank, *rec, *digest)) {
+      digest && co_await hold_same(r->origin, r->local_rank, *rec, *digest, since)) {
     co_await send_status(*link, "", Status::kHeld);
     co_return;
   }
@@ -441,14 +443,20 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
                          "the copy)");
     co_return;
   }
-  copies_->committed(r->origin, r->local_rank, r->rank, static_cast<int>(rec->world_size), r->step,
-                     r->bytes);
-  reservation.kept = true;
+  reservation.kept = true;  // (committed() gives its room back either way)
+  if (!copies_->committed(r->origin, r->local_rank, r->rank, static_cast<int>(rec->world_size),
+                          r->step, r->bytes, since)) {
+    co_await send_status(*link,
+                         "a restore began another timeline during the copy: not kept (its step "
+                         "may be of the abandoned one)");
+    co_return;
+  }
   co_await send_status(*link, "");
 }
 
 asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int local_rank,
-                                             const SlotRecord& rec, const PayloadDigest& digest) {
+                                             const SlotRecord& rec, const PayloadDigest& digest,
+                                             uint64_t since) {
   const fs::path kept_step = kept_ / fmt::format("step_{}", rec.step);
   // (A wait for this step of this origin that came to nothing is not waited again for its other
   // ranks.)
@@ -457,7 +465,7 @@ asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int loca
   for (const auto until = std::chrono::steady_clock::now() + kSameWait;;) {
     bool any = false;
     if (const std::optional<fs::path> same = kept_same(kept_step, rec, digest, &any)) {
-      co_return copies_->linked(origin, local_rank, rec, digest, *same);
+      co_return copies_->linked(origin, local_rank, rec, digest, *same, since);
     }
     // (Its own copies of the step complete, and none the same: the bytes must come.)
     const bool coming = staging_ == rec.step || (!any && step_coming(regions_, rec.step));
@@ -520,8 +528,13 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
+    const uint64_t epoch = puts_epoch_;
     try {
       for (const RankSlot& slot : ranks) {
+        if (puts_epoch_ != epoch) {
+          report.detail = "the round ended during the copy";
+          break;
+        }
         const fs::path file =
             keep / fmt::format("step_{}", step) / fmt::format("rank_{}.ddpckpt", slot.local_rank);
         const Fd in(open_or_fail(file, O_RDONLY));

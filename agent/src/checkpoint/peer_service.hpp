@@ -120,6 +120,10 @@ class PeerService {
   boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
                                              std::vector<RankSlot> ranks, int64_t step,
                                              std::filesystem::path keep);
+  // The puts under way send no further rank (the round ended: what they carry may be of a
+  // timeline the next round abandons); a rank's transfer already begun ends, and the peer keeps
+  // it only where no restore came meanwhile (PeerCopies::timeline). Any thread.
+  void abandon_puts() { ++puts_epoch_; }
   // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
   // sources holds it, into `folder`/step_<step>/rank_<rank>.ddpckpt (the persisted layout; a DCP
   // coordinator's slot also gives the folder its .metadata), checked against its checksum.
@@ -132,9 +136,11 @@ class PeerService {
   // Whether `origin`'s local rank `local_rank`'s slot `rec`, with `digest`, is now held as a link
   // to a kept copy of this node's own with the same payload (waiting up to kSameWait for this
   // node's own copies of the step, where it has none yet or is staging them; once for a step of
-  // an origin, not again for its other ranks).
+  // an origin, not again for its other ranks), unless a restore began another timeline since
+  // `since` (PeerCopies::timeline).
   boost::asio::awaitable<bool> hold_same(const std::string& origin, int local_rank,
-                                         const SlotRecord& rec, const PayloadDigest& digest);
+                                         const SlotRecord& rec, const PayloadDigest& digest,
+                                         uint64_t since);
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
   // The MAC of a copy crossing between this job's agents, where the job has a token (on io_);
   // none without one.
@@ -150,6 +156,7 @@ class PeerService {
   std::filesystem::path kept_;     // this node's copies of its own steps (stage()'s `keep`)
   static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
+  std::atomic<uint64_t> puts_epoch_{0};        // abandon_puts()
   // The origin and step whose wait for this node's own copy last came to nothing (on io_).
   std::optional<std::pair<std::string, int64_t>> waited_in_vain_;
   boost::asio::io_context io_;  // the network's, on thread_

@@ -91,8 +91,15 @@ void CheckpointReplicator::watch(std::string origin, std::vector<RankSlot> ranks
   if (board_) asio::co_spawn(io_, follow_stride(generation_, alive_), asio::detached);
 }
 
+void CheckpointReplicator::restored(std::optional<int64_t> step) {
+  const auto beyond = [&](const std::optional<int64_t>& s) { return s && (!step || *s > *step); };
+  if (beyond(sent_)) sent_.reset();
+  if (beyond(safe_)) safe_.reset();
+}
+
 void CheckpointReplicator::stop() {
   ++generation_;
+  service_.abandon_puts();
   staging_ = false;
   sending_.reset();
   timer_.cancel();

@@ -88,6 +88,11 @@ class CheckpointReplicator {
   // newest staged step at once, whatever the last one got.
   void watch(std::string origin, std::vector<RankSlot> ranks, std::optional<PeerAddress> peer,
              std::shared_ptr<StrideBoard> board);
+  // The round restored `step` (none: nothing) and dropped every step after it, here and at the
+  // peer: a step sent or safe beyond it is of an abandoned timeline, no longer at the peer, and
+  // counts as neither (a same peer would otherwise not be sent a step up to it again). Before
+  // watch().
+  void restored(std::optional<int64_t> step);
   // Stops staging, sending and dropping until the next watch() (a round ended: the next one's
   // restore reads the kept steps). A transfer under way finishes unheeded.
   void stop();
