@@ -194,7 +194,18 @@ struct Run : AgentParts {
       }
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
-      const std::optional<CheckpointRestore> restore = co_await checkpoints.restore_for(*round);
+      std::optional<CheckpointRestore> restore;
+      bool disagreed = false;  // (no co_await in a handler)
+      try {
+        restore = co_await checkpoints.restore_for(*round);
+      } catch (const RestoreDisagreed& e) {
+        disagreed = true;
+        interrupted_by = e.what();
+      }
+      if (disagreed) {  // no worker starts: the round ends on every node, spending a restart
+        co_await rdzv->end_round(*round, true);
+        continue;
+      }
       if (!restore) {  // (in process: the kept workers' state is not a new process's)
         const std::vector<int> ended = co_await group.start_afresh();
         if (!ended.empty()) co_await admission->gpu_memory_released(ended);

@@ -3,6 +3,8 @@
 // waits, what a flag does to the round on the other nodes.
 #include "rendezvous_job.hpp"
 
+#include "exchanges/checkpoint_sources.hpp"
+
 using namespace rendezvous_test;
 
 namespace {
@@ -143,4 +145,44 @@ TEST_CASE(
   CHECK(r1[0].num_nodes == 2);
   CHECK(r1[0].restart_count == 1);
   CHECK(r1[1].restart_count == 1);
+}
+
+TEST_CASE(
+    "rendezvous: the exchange: nodes that decided different checkpoint steps, or did not say, "
+    "start no worker, and the round's flag says so",
+    "[rendezvous][exchange]") {
+  using ddprun::agent::checkpoint_sources::same_outcome;
+  const auto both = [](Job& job, const std::vector<std::shared_ptr<Rendezvous>>& nodes,
+                       const std::vector<Round>& r, std::optional<int64_t> a,
+                       std::optional<int64_t> b) {
+    auto first = job.start(same_outcome(nodes[0], r[0], a, 5s));
+    auto second = job.start(same_outcome(nodes[1], r[1], b, 5s));
+    REQUIRE(job.run_until([&] { return first->done && second->done; }));
+    return std::make_pair(first->get(), second->get());
+  };
+  {
+    Job job(2, 2);
+    auto nodes = elastic_nodes(job);
+    auto r = form(job, nodes);
+    CHECK(both(job, nodes, r, 12, 12) == std::make_pair(true, true));
+    CHECK_FALSE(nodes[0]->raised(Scope::of(r[0]), "checkpoint_outcome").has_value());
+  }
+  {
+    Job job(2, 2);
+    auto nodes = elastic_nodes(job);
+    auto r = form(job, nodes);
+    // Node 0 restores step 12, node 1 nothing (its gather came back short): neither starts.
+    CHECK(both(job, nodes, r, 12, std::nullopt) == std::make_pair(false, false));
+    const auto flag = nodes[1]->raised(Scope::of(r[1]), "checkpoint_outcome");
+    REQUIRE(flag.has_value());
+    CHECK_THAT(flag->reason, Catch::Contains("did not decide on the same checkpoint step"));
+  }
+  {
+    Job job(2, 2);
+    auto nodes = elastic_nodes(job);
+    auto r = form(job, nodes);
+    // Node 1 never says: node 0's wait ends at its bound, and it starts nothing.
+    CHECK_FALSE(job.run(same_outcome(nodes[0], r[0], 12, 200ms)));
+    CHECK(nodes[0]->raised(Scope::of(r[0]), "checkpoint_outcome").has_value());
+  }
 }

@@ -101,6 +101,9 @@ asio::awaitable<std::optional<CheckpointRestore>> CheckpointCoordinator::restore
       persister_.get(),
       me < round.members.size() ? round.members[me] : std::to_string(round.node_rank)};
   const RoundRestore restored = co_await restore_round(parts, round);
+  if (restored.disagreed) {
+    throw RestoreDisagreed("the nodes did not decide on the same checkpoint step to restore");
+  }
   status_.restored(restored.account);
   // With the restore done (its transfers had the links and the memory to themselves), this
   // node's copies go to its peer of the round.

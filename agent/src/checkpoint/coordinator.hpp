@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,12 @@
 #include "workers/round_plan.hpp"
 
 namespace ddprun::agent {
+
+// The nodes of a round decided on different checkpoint steps to restore (restore_for).
+class RestoreDisagreed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class CheckpointCoordinator {
  public:
@@ -56,7 +63,9 @@ class CheckpointCoordinator {
   // The node joined the job: without a token, the peer copies prove the job's secret.
   boost::asio::awaitable<void> joined();
   // The checkpoint `round`'s workers restore, agreed with its other nodes and put in place; then
-  // this node's copies go to its peer of the round.
+  // this node's copies go to its peer of the round. Throws RestoreDisagreed where the round's
+  // nodes did not decide the same (no worker may start in it; the round's flag ends it on every
+  // node).
   boost::asio::awaitable<std::optional<CheckpointRestore>> restore_for(
       const rendezvous::Round& round);
   // `round`'s workers start.

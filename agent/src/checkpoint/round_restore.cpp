@@ -268,7 +268,15 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
   if (!out.restore && p.persister != nullptr) {
     out.restore = co_await from_disk(p, round, out.account);
   }
-  p.sources.drop_after(out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt);
+  const std::optional<int64_t> step =
+      out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt;
+  if (round.num_nodes > 1 &&
+      !co_await checkpoint_sources::same_outcome(p.rdzv, round, step, p.cfg.rdzv.join_timeout)) {
+    out.restore.reset();
+    out.disagreed = true;
+    co_return out;
+  }
+  p.sources.drop_after(step);
   co_return out;
 }
 

@@ -49,10 +49,14 @@ struct RoundRestore {
   std::vector<checkpoint_sources::NodeCheckpoints> nodes;
   // What the checkpoint_restore event said (null: nothing restored), for `ddprun status`.
   nlohmann::json account;
+  // The round's nodes did not decide the same (checkpoint_sources::same_outcome): no worker may
+  // start in the round, and nothing was dropped (the next round decides again from all held).
+  bool disagreed = false;
 };
 
-// Agrees with the round's other nodes on what its workers restore and puts it in place. Never
-// throws but for a cancellation (the agent stops).
+// Agrees with the round's other nodes on what its workers restore and puts it in place; the slots
+// of steps after it are dropped once every node decided the same. Never throws but for a
+// cancellation (the agent stops).
 boost::asio::awaitable<RoundRestore> restore_round(const RestoreParts& parts,
                                                    const rendezvous::Round& round);
 

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -172,6 +174,36 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
   }
   a.plan = plan_restore(a.nodes, r.world_size);
   co_return a;
+}
+
+boost::asio::awaitable<bool> same_outcome(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                          rendezvous::Round r, std::optional<int64_t> step,
+                                          std::chrono::milliseconds wait) {
+  rendezvous::Scope scope = rendezvous::Scope::of(r);
+  std::string topic = "checkpoint_outcome";
+  const std::string mine = step ? std::to_string(*step) : "none";
+  std::string text = mine;
+  std::vector<std::string> said;
+  try {
+    co_await rdzv->publish(scope, topic, std::move(text));
+    said = co_await rdzv->gather(scope, topic, r.num_nodes, wait);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes which checkpoint step this node restores: {}",
+                 e.what());
+  }
+  if (static_cast<int>(said.size()) == r.num_nodes &&
+      std::all_of(said.begin(), said.end(), [&](const std::string& s) { return s == mine; })) {
+    co_return true;
+  }
+  std::string reason = fmt::format(
+      "the nodes did not decide on the same checkpoint step to restore (this node: {}; of {} "
+      "nodes, {} said: {})",
+      mine, r.num_nodes, said.size(), fmt::join(said, ", "));
+  spdlog::error("round {}: {}: no worker starts in it, the next round decides again", r.number,
+                reason);
+  std::string none;
+  co_await rdzv->raise(std::move(scope), std::move(topic), std::move(reason), std::move(none));
+  co_return false;
 }
 
 boost::asio::awaitable<bool> all_did(std::shared_ptr<rendezvous::Rendezvous> rdzv,
