@@ -209,6 +209,48 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "checkpoint persister: after a restore, later steps on disk are set aside for this node's "
+    "ranks, and a step of another timeline on disk is replaced, not kept",
+    "[checkpoint]") {
+  const fs::path base =
+      fs::temp_directory_path() / ("persister-abandon-" + std::to_string(::getpid()));
+  const fs::path regions = base / "regions", dir = base / "dir";
+  fs::remove_all(base);
+  fs::create_directories(regions);
+  const std::string old_bytes(8192, 'o'), new_bytes(8192, 'n');
+  boost::asio::io_context io;
+  std::vector<PersistReport> reports;
+  {
+    CheckpointPersister persister(io, regions, dir, 1, std::nullopt, std::nullopt,
+                                  [&reports](const PersistReport& r) { reports.push_back(r); });
+    persister.watch({{0, 3}});
+    for (int64_t step : {5, 6}) {  // the old timeline's steps 5 and 6 on disk
+      write_region(regions / "rank0", step, old_bytes);
+      reports.clear();
+      persister.persist_newest();
+      REQUIRE(run_until(io, [&] { return !reports.empty(); }));
+      REQUIRE(reports[0].kind == PersistReport::Kind::kPersisted);
+    }
+    fs::create_directories(dir / "step_6");
+    std::ofstream(dir / "step_6" / "rank_1.ddpckpt") << "another node's rank";
+    // The round restores step 5: step 6 of global rank 3 goes aside, another rank's stays.
+    CHECK(persister.abandon_after(5, {3}) == std::vector<int64_t>{6});
+    CHECK(persister.steps_on_disk(3, 4) == std::vector<int64_t>{5});
+    CHECK(fs::exists(dir / "step_6" / ".rank_3.ddpckpt.abandoned"));
+    CHECK(fs::exists(dir / "step_6" / "rank_1.ddpckpt"));
+    CHECK(persister.abandon_after(5, {3}).empty());
+    // The new timeline's step 5 (other bytes) replaces the old one's.
+    write_region(regions / "rank0", 5, new_bytes);
+    reports.clear();
+    persister.persist_newest();
+    REQUIRE(run_until(io, [&] { return !reports.empty(); }));
+    CHECK(reports[0].kind == PersistReport::Kind::kPersisted);
+    CHECK(bytes_of(dir / "step_5" / "rank_3.ddpckpt").substr(kRegionHeader) == new_bytes);
+  }
+  fs::remove_all(base);
+}
+
+TEST_CASE(
     "checkpoint persister: two swapped words fail a slot's CRC, and a file of the layout before "
     "is checked by its word sum and comes back with its CRC",
     "[checkpoint]") {

@@ -196,6 +196,34 @@ std::vector<int64_t> CheckpointPersister::steps_on_disk(int rank, uint64_t world
   return steps;
 }
 
+std::vector<int64_t> CheckpointPersister::abandon_after(std::optional<int64_t> step,
+                                                        const std::vector<int>& ranks) {
+  std::vector<int64_t> abandoned;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("step_")) continue;
+    int64_t n = 0;
+    try {
+      n = std::stoll(name.substr(5));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (step && n <= *step) continue;
+    bool any = false;
+    for (const int rank : ranks) {
+      const fs::path file = e.path() / fmt::format("rank_{}.ddpckpt", rank);
+      std::error_code renamed;
+      if (!fs::exists(file, renamed)) continue;
+      fs::rename(file, e.path() / fmt::format(".rank_{}.ddpckpt.abandoned", rank), renamed);
+      any = any || !renamed;
+    }
+    if (any) abandoned.push_back(n);
+  }
+  std::sort(abandoned.begin(), abandoned.end());
+  return abandoned;
+}
+
 boost::asio::awaitable<bool> CheckpointPersister::run_and_wait(std::vector<Job> jobs,
                                                                std::chrono::milliseconds limit) {
   struct Pending {

@@ -145,7 +145,13 @@ PersistReport copy_to_disk(const fs::path& regions, int local_rank, int64_t step
   const SlotRecord rec = h->slots[slot];
   const fs::path folder = dir / fmt::format("step_{}", step);
   const fs::path file = folder / fmt::format("rank_{}.ddpckpt", rank);
-  if (fs::exists(file)) return r;  // persisted before (a failure's copy of a step already there)
+  // Persisted before (a failure's copy of a step already there): the same bytes. Another
+  // timeline's file of that step is replaced.
+  if (const std::optional<RegionHeader> there = read_region_header(file);
+      there && there->slots[0].state == SlotRecord::kCommitted && there->slots[0].rank == rank &&
+      there->slots[0].size == rec.size && there->slots[0].checksum == rec.checksum) {
+    return r;
+  }
   fs::create_directories(folder);
   const fs::path tmp = folder / fmt::format(".rank_{}.ddpckpt.tmp", rank);
   const struct FolderIfEmpty {  // a step folder that ends up empty goes (after the partial file)
