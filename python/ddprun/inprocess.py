@@ -176,10 +176,14 @@ class _Channel:
                 continue
             if (st.st_ino, st.st_mtime_ns, st.st_size) == seen:
                 continue
-            seen = (st.st_ino, st.st_mtime_ns, st.st_size)
             told = self._read()
             with self._lock:
                 generation = self.generation
+                # (An abort of an attempt this worker has not taken up yet is read again once it
+                # has: the file is not marked seen.)
+                if told and told.get("generation", 0) > generation:
+                    continue
+                seen = (st.st_ino, st.st_mtime_ns, st.st_size)
                 if not told or told.get("state") != "abort" or \
                         told.get("generation") != generation or handled == generation:
                     continue
@@ -194,9 +198,11 @@ class _Channel:
                 if self.generation != generation:  # the worker parked in it already
                     continue
                 self.asked.set()
-                _abort_nccl()
-                _shut_down(_tcp_sockets() - before)
-                self.aborted.set()
+                try:
+                    _abort_nccl()
+                    _shut_down(_tcp_sockets() - before)
+                finally:  # (the training waits for it, whatever the abort met)
+                    self.aborted.set()
 
     def _write_stacks(self):
         """After a hang, where this rank waited, for the agent's report: <file>.stack in
@@ -258,6 +264,7 @@ class _Channel:
                     self.generation = generation
                     self.asked.clear()
                     self.aborted.clear()
+                    self.sockets_before = _tcp_sockets()  # (an abort before begin() has them)
                 if told["state"] == "run":
                     return told.get("env", {}), told.get("unset", [])
                 self.parked()

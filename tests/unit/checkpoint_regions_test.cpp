@@ -233,12 +233,20 @@ TEST_CASE(
     }
     fs::create_directories(dir / "step_6");
     std::ofstream(dir / "step_6" / "rank_1.ddpckpt") << "another node's rank";
-    // The round restores step 5: step 6 of global rank 3 goes aside, another rank's stays.
-    CHECK(persister.abandon_after(5, {3}) == std::vector<int64_t>{6});
+    // The round restores step 5 at world size 4: step 6 of global rank 3 goes aside, another
+    // rank's stays; one of another world size (a relaunch at another size) is left alone.
+    persister.abandon_after(5, 8, {3});
+    write_region(regions / "rank0", 7, old_bytes);  // a copy queued behind it: once reported,
+    reports.clear();                                // the abandonment before it has run
+    persister.persist_newest();
+    REQUIRE(run_until(io, [&] { return !reports.empty(); }));
+    CHECK(persister.steps_on_disk(3, 4) == std::vector<int64_t>{5, 6, 7});
+    persister.abandon_after(5, 4, {3});
+    CHECK(run_until(io, [&] { return persister.steps_on_disk(3, 4).size() == 1; }));
     CHECK(persister.steps_on_disk(3, 4) == std::vector<int64_t>{5});
     CHECK(fs::exists(dir / "step_6" / ".rank_3.ddpckpt.abandoned"));
+    CHECK(fs::exists(dir / "step_7" / ".rank_3.ddpckpt.abandoned"));
     CHECK(fs::exists(dir / "step_6" / "rank_1.ddpckpt"));
-    CHECK(persister.abandon_after(5, {3}).empty());
     // The new timeline's step 5 (other bytes) replaces the old one's.
     write_region(regions / "rank0", 5, new_bytes);
     reports.clear();

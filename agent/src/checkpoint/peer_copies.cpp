@@ -118,8 +118,13 @@ bool PeerCopies::committed(const std::string& origin, int local_rank, int rank, 
   reserved_.erase(key);
   const fs::path file = file_for(origin, local_rank, step);
   if (timeline_ != since) {
+    // (Not where a copy held is that file: the restore kept that step.)
+    const auto it = held_.find(key);
+    const bool listed =
+        it != held_.end() && std::any_of(it->second.begin(), it->second.end(),
+                                         [&](const Copy& c) { return c.file == file; });
     std::error_code ignored;
-    fs::remove(file, ignored);
+    if (!listed) fs::remove(file, ignored);
     return false;
   }
   add_copy(held_[key], Copy{step, rank, world, file_bytes, file, std::nullopt});

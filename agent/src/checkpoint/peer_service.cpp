@@ -437,6 +437,10 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_await send_status(*link, std::string(kAlteredCopy));
     co_return;
   }
+  if (copies_->timeline() != since) {  // (before the file takes the place of a copy held)
+    co_await send_status(*link, "a restore began another timeline during the copy: not kept");
+    co_return;
+  }
   if (!out->commit(rec->checksum)) {
     co_await send_status(*link,
                          "the copy fails its checksum (the worker reused the slot during "
@@ -524,11 +528,12 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
 asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
                                                  std::vector<RankSlot> ranks, int64_t step,
                                                  fs::path keep) {
-  auto run = [this, to, origin, ranks, step, keep]() -> asio::awaitable<TransferReport> {
+  // (The epoch when the put was asked for, not when its coroutine begins on io_.)
+  auto run = [this, to, origin, ranks, step, keep,
+              epoch = puts_epoch_.load()]() -> asio::awaitable<TransferReport> {
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;
-    const uint64_t epoch = puts_epoch_;
     try {
       for (const RankSlot& slot : ranks) {
         if (puts_epoch_ != epoch) {

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -32,6 +34,30 @@ std::set<int64_t> common_steps(const std::vector<std::vector<int64_t>>& held) {
     common = std::move(keep);
   }
   return common;
+}
+
+// Global rank `rank`'s files of the steps after `step` saved at `world_size`, set aside
+// (CheckpointPersister::abandon_after); one warning names the steps.
+void abandon_rank_after(const fs::path& dir, int rank, int64_t step, uint64_t world_size) {
+  std::vector<int64_t> abandoned;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("step_")) continue;
+    const fs::path file = e.path() / fmt::format("rank_{}.ddpckpt", rank);
+    const std::optional<RegionHeader> h = read_region_header(file);
+    if (!h || h->slots[0].step <= step || h->slots[0].world_size != world_size) continue;
+    std::error_code renamed;
+    fs::rename(file, e.path() / fmt::format(".rank_{}.ddpckpt.abandoned", rank), renamed);
+    if (!renamed) abandoned.push_back(h->slots[0].step);
+  }
+  if (abandoned.empty()) return;
+  std::sort(abandoned.begin(), abandoned.end());
+  spdlog::warn(
+      "checkpoint: global rank {}'s files of step{} {} in {} are of a timeline the job left (it "
+      "restored step {}): renamed .rank_{}.ddpckpt.abandoned, never read again nor mixed with the "
+      "steps saved from now on",
+      rank, abandoned.size() > 1 ? "s" : "", fmt::join(abandoned, ", "), dir.string(), step, rank);
 }
 
 }  // namespace
@@ -89,6 +115,10 @@ void CheckpointPersister::Shared::run() {
           break;
         case Job::Kind::kMarker:
           r.kind = PersistReport::Kind::kDropped;  // nothing to report: only its `done`
+          break;
+        case Job::Kind::kAbandon:
+          abandon_rank_after(dir, job.rank, job.step, job.world_size);
+          r.kind = PersistReport::Kind::kDropped;  // said in its own warning
           break;
       }
     } catch (const std::exception& e) {
@@ -196,32 +226,17 @@ std::vector<int64_t> CheckpointPersister::steps_on_disk(int rank, uint64_t world
   return steps;
 }
 
-std::vector<int64_t> CheckpointPersister::abandon_after(std::optional<int64_t> step,
-                                                        const std::vector<int>& ranks) {
-  std::vector<int64_t> abandoned;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.starts_with("step_")) continue;
-    int64_t n = 0;
-    try {
-      n = std::stoll(name.substr(5));
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (step && n <= *step) continue;
-    bool any = false;
+void CheckpointPersister::abandon_after(int64_t step, uint64_t world_size,
+                                        const std::vector<int>& ranks) {
+  {
+    const std::lock_guard lock(shared_->mutex);
     for (const int rank : ranks) {
-      const fs::path file = e.path() / fmt::format("rank_{}.ddpckpt", rank);
-      std::error_code renamed;
-      if (!fs::exists(file, renamed)) continue;
-      fs::rename(file, e.path() / fmt::format(".rank_{}.ddpckpt.abandoned", rank), renamed);
-      any = any || !renamed;
+      Job job{Job::Kind::kAbandon, -1, rank, step, {}};
+      job.world_size = world_size;
+      shared_->jobs.push_back(std::move(job));
     }
-    if (any) abandoned.push_back(n);
   }
-  std::sort(abandoned.begin(), abandoned.end());
-  return abandoned;
+  shared_->wake.notify_one();
 }
 
 boost::asio::awaitable<bool> CheckpointPersister::run_and_wait(std::vector<Job> jobs,

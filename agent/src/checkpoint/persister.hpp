@@ -64,12 +64,13 @@ class CheckpointPersister {
   boost::asio::awaitable<void> drain(std::chrono::milliseconds limit);
   // The steps whose file for global rank `rank` of a job of `world_size` ranks is complete.
   std::vector<int64_t> steps_on_disk(int rank, uint64_t world_size) const;
-  // The round's nodes agreed to restore `step` (none: nothing): the files of these global ranks
-  // for every later step (every step) are of a timeline the job left, and would be mixed with
-  // the new one's (a later save of the same step by only some ranks, then a restore from disk):
-  // each is renamed .rank_<R>.ddpckpt.abandoned in its folder (kept, no longer read). Returns the
-  // steps that had such a file.
-  std::vector<int64_t> abandon_after(std::optional<int64_t> step, const std::vector<int>& ranks);
+  // The round's nodes agreed to restore `step` at world size `world_size`: the files of these
+  // global ranks for every later step saved at that world size are of a timeline the job left, and
+  // would be mixed with the new one's (a later save of the same step by only some ranks, then a
+  // restore from disk): each is renamed .rank_<R>.ddpckpt.abandoned in its folder (kept, no longer
+  // read), and one warning lists the steps. Queued behind the copies asked for before (one of the
+  // last round's newest step may be of them), never waited for.
+  void abandon_after(int64_t step, uint64_t world_size, const std::vector<int>& ranks);
   // Copies step `step`'s files back into the regions of `local_and_global` ranks, off the agent's
   // thread; false (and a kFailed report) if one could not be.
   boost::asio::awaitable<bool> restore(int64_t step,
@@ -77,12 +78,13 @@ class CheckpointPersister {
 
  private:
   struct Job {
-    enum class Kind { kPersist, kRestore, kMarker };
+    enum class Kind { kPersist, kRestore, kMarker, kAbandon };
     Kind kind = Kind::kPersist;
     int local_rank = 0;
     int rank = 0;
     int64_t step = 0;
     std::function<void(const PersistReport&)> done;  // after it, on the io thread; or empty
+    uint64_t world_size = 0;                         // kAbandon's
   };
   struct Shared;
   void poll();

@@ -277,20 +277,10 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
     co_return out;
   }
   p.sources.drop_after(step);
-  if (p.persister != nullptr) {
-    // (A copy of the last round's newest step under way first: it may be of the abandoned steps.)
-    co_await p.persister->drain(p.cfg.shutdown_timeout);
+  if (p.persister != nullptr && step) {
     std::vector<int> ranks;
     for (const auto& [local, global] : round_ranks(p.cfg, round)) ranks.push_back(global);
-    if (const std::vector<int64_t> left = p.persister->abandon_after(step, ranks); !left.empty()) {
-      spdlog::warn(
-          "round {}: step{} {} in {} of this node's ranks {} of a timeline the job left ({}): "
-          "renamed .rank_<R>.ddpckpt.abandoned, never read again nor mixed with the steps saved "
-          "from now on",
-          round.number, left.size() > 1 ? "s" : "", fmt::join(left, ", "), p.cfg.checkpoint_dir,
-          left.size() > 1 ? "are" : "is",
-          step ? fmt::format("it restored step {}", *step) : std::string("it restored none"));
-    }
+    p.persister->abandon_after(*step, static_cast<uint64_t>(out.restore->saved_world), ranks);
   }
   co_return out;
 }

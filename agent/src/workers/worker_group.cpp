@@ -125,6 +125,7 @@ void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) 
 boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
   // One use at a time of the warm interpreter: a standby's start may be under way.
   co_await standby_start_ended();
+  const bool afresh = std::exchange(afresh_, false);  // (this run()'s, even one ended at once)
   attempt_ = std::make_unique<Attempt>();
   attempt_->number = ++attempts_;
   attempt_->on_first_progress = on_first_progress_;
@@ -144,7 +145,6 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   active_ = true;
 
   // (A stop, or a failure of a worker started first, may come while the warm interpreter forks.)
-  const bool afresh = std::exchange(afresh_, false);
   for (size_t i = 0; i < attempt_->workers.size() && !attempt_->stopping(); ++i) {
     if (!adopt_kept(i) && (afresh || !adopt_standby(i)) && !co_await start_worker(i)) break;
   }
