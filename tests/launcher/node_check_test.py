@@ -276,7 +276,9 @@ def case_a_spare_takes_the_place_of_a_node_kept_out():
     # --nnodes=3:3 and a fourth node waiting as a spare: the throttled member is kept out, the
     # spare joins the next round, is checked in turn, and the job runs on it.
     with Cluster() as c:
-        cgroup = c.throttle(30)
+        # 15%, not 30%: early in a full suite a 30% node measured 2.24x slow once, then under 2x
+        # when measured again to confirm, and stayed in.
+        cgroup = c.throttle(15)
         c.start("spare", cgroup_of={0: cgroup}, hosts=[0, 1, 2], nnodes="3:3")
         deadline = time.monotonic() + 60
         while not all(c.events("spare", i, "round_formed") for i in range(3)):
@@ -295,7 +297,7 @@ def case_a_spare_takes_the_place_of_a_node_kept_out():
         assert len(spare_checks) == 1 and spare_checks[0]["slow"] == [], spare_checks
         assert c.events("spare", 3, "workers_started"), "the spare ran no worker"
         assert not left_running(c.out), left_running(c.out)
-    print("3:3 nodes and a spare, a member under a 30% CPU quota: kept out, the spare checked and "
+    print("3:3 nodes and a spare, a member under a 15% CPU quota: kept out, the spare checked and "
           "in its place: passed")
 
 
