@@ -21,12 +21,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-// Node `node_rank` of `r` by its id where the round names its members, else by its rank.
-std::string member_id(const rendezvous::Round& r, int node_rank) {
-  const auto node = static_cast<size_t>(node_rank);
-  return node < r.members.size() ? r.members[node] : std::to_string(node_rank);
-}
-
 // How often a node reads its ranks' totals and shares a window: four times a second, less often
 // in a job so large that the store would take more than a few thousand windows a second.
 std::chrono::milliseconds period_for(int nodes) {
@@ -149,7 +143,7 @@ asio::awaitable<void> StragglerCheck::watch(std::shared_ptr<RoundWatch> w) {
     }
     const std::optional<straggler::Lagging>& slow = judged.lagging;
     if (!slow || w->link_named) continue;
-    const std::string id = member_id(r, slow->node_rank);
+    const std::string id = r.member(slow->node_rank);
     const nlohmann::json verdict = {{"round", r.number},
                                     {"node_rank", slow->node_rank},
                                     {"node", id},
@@ -233,7 +227,7 @@ asio::awaitable<void> StragglerCheck::look_into_links(std::shared_ptr<RoundWatch
     judge.rebase();
     co_return;
   }
-  const std::string id = member_id(r, slowest->node_rank);
+  const std::string id = r.member(slowest->node_rank);
   const nlohmann::json fields = {{"round", r.number},
                                  {"node_rank", slowest->node_rank},
                                  {"node", id},

@@ -89,17 +89,15 @@ asio::awaitable<void> CheckpointCoordinator::joined() {
 asio::awaitable<std::optional<CheckpointRestore>> CheckpointCoordinator::restore_for(
     const rendezvous::Round& round) {
   if (replicator_) replicator_->stop();  // the kept steps stay as they are meanwhile
-  const auto me = static_cast<size_t>(round.node_rank);
-  const RestoreParts parts{
-      cfg_,
-      rdzv_,
-      events_,
-      regions_,
-      peer_service_ ? peer_service_->sources() : local_sources_,
-      peer_service_.get(),
-      peer_host_,
-      persister_.get(),
-      me < round.members.size() ? round.members[me] : std::to_string(round.node_rank)};
+  const RestoreParts parts{cfg_,
+                           rdzv_,
+                           events_,
+                           regions_,
+                           peer_service_ ? peer_service_->sources() : local_sources_,
+                           peer_service_.get(),
+                           peer_host_,
+                           persister_.get(),
+                           round.member(round.node_rank)};
   const RoundRestore restored = co_await restore_round(parts, round);
   if (restored.disagreed) {
     throw RestoreDisagreed("the nodes did not decide on the same checkpoint step to restore");

@@ -32,10 +32,7 @@ boost::asio::awaitable<std::vector<std::string>> share(std::shared_ptr<rendezvou
 
 boost::asio::awaitable<void> announce(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                       rendezvous::Round r) {
-  const auto node = static_cast<std::size_t>(r.node_rank);
-  std::string reason =
-      fmt::format("a rank of node {} is hung",
-                  node < r.members.size() ? r.members[node] : std::to_string(r.node_rank));
+  std::string reason = fmt::format("a rank of node {} is hung", r.member(r.node_rank));
   // (Named arguments for the co_await'ed calls: g++ 12 destroyed a temporary one twice.)
   rendezvous::Scope scope = rendezvous::Scope::of(r);
   std::string topic = kFlag;

@@ -37,6 +37,12 @@ struct Round {
   // The nodes' ids, in node rank order: always where the backend fixes them (static, a single
   // node), on an elastic job where the agent asked for them (Rendezvous::want_members()).
   std::vector<std::string> members;
+
+  // Node `rank` of the round by its id where the round names its members, else by its node rank.
+  std::string member(int rank) const {
+    const auto i = static_cast<size_t>(rank);
+    return rank >= 0 && i < members.size() ? members[i] : std::to_string(rank);
+  }
 };
 
 // A node joining or leaving the job, as this node sees it (its own joining included).
