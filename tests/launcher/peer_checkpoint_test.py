@@ -101,11 +101,11 @@ for rank in range(world):
         sys.exit(0)
     s.settimeout(10)
     try:
-        s.sendall(b"DDPPEER2" + os.urandom(32))
+        s.sendall(b"DDPPEER3" + os.urandom(32))
         greeting = s.recv(40)
         s.sendall(bytes(32))
         answers.append(s.recv(33)[:1].hex())
-        s.sendall(struct.pack("<6Q", 2, 0, rank, step, world, 1) + b"-")
+        s.sendall(struct.pack("<7Q", 2, 0, rank, step, world, 0, 1) + b"-")
         while True:
             chunk = s.recv(65536)
             if not chunk:

@@ -116,10 +116,11 @@ TransferReport wait(Awaitable a) {
 // Stages step `step` of `ranks` into `regions`/kept, then puts it to `to`: what the replicator
 // does. The stage's report where it failed.
 TransferReport put(PeerService& from, const PeerAddress& to, const std::string& origin,
-                   const fs::path& regions, const std::vector<RankSlot>& ranks, int64_t step) {
+                   const fs::path& regions, const std::vector<RankSlot>& ranks, int64_t step,
+                   int round = 0) {
   TransferReport staged = wait(from.stage(regions, ranks, step, regions / "kept"));
   if (!staged.ok) return staged;
-  return wait(from.put(to, origin, ranks, step, regions / "kept"));
+  return wait(from.put(to, origin, ranks, step, regions / "kept", round));
 }
 
 using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
@@ -129,7 +130,7 @@ using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
 asio::ip::tcp::socket member_socket(asio::io_context& io, int port) {
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)});
-  asio::write(s, asio::buffer("DDPPEER2" + std::string(32, '\0')));
+  asio::write(s, asio::buffer("DDPPEER3" + std::string(32, '\0')));
   char greeting[40];
   asio::read(s, asio::buffer(greeting));
   const std::string proof = ddprun::store::auth::proof(
@@ -397,7 +398,7 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   {  // A proof of zeros (what a job without a token once accepted): refused, nothing read.
     asio::ip::tcp::socket s(io);
     s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
-    asio::write(s, asio::buffer("DDPPEER2" + std::string(32, '\0')));
+    asio::write(s, asio::buffer("DDPPEER3" + std::string(32, '\0')));
     char greeting[40];
     asio::read(s, asio::buffer(greeting));
     asio::write(s, asio::buffer(std::string(32, '\0')));
@@ -503,7 +504,7 @@ TEST_CASE(
   asio::io_context io;
   asio::ip::tcp::socket s = member_socket(io, holder.port());
   const std::string payload = payload_of(1 << 20, 3);
-  const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
+  const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 0, 1};
   asio::write(s, asio::buffer(words, sizeof words));
   const std::string header = region_header_for(record_of(payload, 7), payload.size(), 0);
   SlotMac header_mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
@@ -640,7 +641,7 @@ TEST_CASE(
                                const std::string& header_mac) {
     asio::io_context io;
     asio::ip::tcp::socket s = member_socket(io, holder->port());
-    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 1};
+    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 0, 1};
     asio::write(s, asio::buffer(words, sizeof words));
     asio::write(s, asio::buffer("n" + header));
     asio::write(s, asio::buffer(header_mac));
@@ -671,9 +672,9 @@ TEST_CASE(
 namespace {
 
 // Holds a copy of `origin`'s local rank `local`'s step `step` (`bytes` of payload) in `copies`,
-// as a transfer that arrived leaves it.
-void hold_copy(PeerCopies& copies, const std::string& origin, int local, int64_t step,
-               size_t bytes) {
+// as a transfer sent in round `round` that arrived leaves it.
+void hold_copy(PeerCopies& copies, const std::string& origin, int local, int64_t step, size_t bytes,
+               int round = 0) {
   const std::string payload = payload_of(bytes, static_cast<char>(step));
   SlotRecord rec;
   rec.state = SlotRecord::kCommitted;
@@ -689,20 +690,17 @@ void hold_copy(PeerCopies& copies, const std::string& origin, int local, int64_t
       copies.begin(origin, local, step, header, kRegionHeader + bytes);
   w->append(payload.data(), payload.size());
   REQUIRE(w->commit(rec.checksum));
-  REQUIRE(
-      copies.committed(origin, local, local, 4, step, kRegionHeader + bytes, copies.timeline()));
+  REQUIRE(copies.committed(origin, local, local, 4, step, kRegionHeader + bytes, round));
 }
 
 }  // namespace
 
-TEST_CASE("peer copies: a copy whose transfer began before a restore is not kept after it",
-          "[peer]") {
+TEST_CASE("peer copies: a copy sent before a restore's round is not kept after it", "[peer]") {
   Folder f;
   PeerCopies copies(f.path / "peers", std::nullopt);
-  hold_copy(copies, "a", 0, 99, 1 << 20);
-  // Step 100's transfer arrives; meanwhile the round restores step 99 (a rank failed before
-  // saving 100): the copy, complete after the drop, is of the abandoned timeline.
-  const uint64_t since = copies.timeline();
+  hold_copy(copies, "a", 0, 99, 1 << 20, 3);
+  // Round 3's step 100 arrives; meanwhile round 4 restores step 99 (a rank failed before saving
+  // 100): the copy, complete after the drop, is of the abandoned timeline.
   const std::string payload = payload_of(1 << 20, 'x');
   SlotRecord rec;
   rec.state = SlotRecord::kCommitted;
@@ -717,17 +715,43 @@ TEST_CASE("peer copies: a copy whose transfer began before a restore is not kept
       copies.begin("a", 0, 100, region_header_for(rec, 1 << 20, 1), kRegionHeader + payload.size());
   w->append(payload.data(), payload.size());
   REQUIRE(w->commit(rec.checksum));
-  copies.drop_after(99);
-  CHECK_FALSE(copies.committed("a", 0, 0, 4, 100, kRegionHeader + payload.size(), since));
+  copies.drop_after(99, 4);
+  CHECK_FALSE(copies.current(3));
+  CHECK_FALSE(copies.committed("a", 0, 0, 4, 100, kRegionHeader + payload.size(), 3));
   CHECK_FALSE(copies.find("a", 0, 100));
   CHECK(copies.find("a", 0, 99));
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(f.path / "peers")) files += e.is_regular_file();
   CHECK(files == 1);  // step 99's: the late copy's file went too
   CHECK(copies.bytes() == kRegionHeader + (1 << 20));
-  // A copy of the new timeline is kept.
-  hold_copy(copies, "a", 0, 100, 1 << 20);
+  // A copy of the new timeline (round 4's, or a later round's) is kept.
+  CHECK(copies.current(4));
+  hold_copy(copies, "a", 0, 100, 1 << 20, 4);
   CHECK(copies.find("a", 0, 100));
+}
+
+TEST_CASE(
+    "peer copies: a put whose request reaches the peer only after a later round's restore there "
+    "is refused and not kept",
+    "[peer]") {
+  Folder a, b;
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto sender_ = service(auth_with("0123456789abcdef-job"), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  make_region(a.path, 0, 0, 5, 1 << 20, 1);
+  REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, 5, 2).ok);
+  // Round 3 restores step 5 at the holder; the sender's round-2 put of step 6 (of the timeline
+  // round 3 abandoned) comes only now: refused, whatever its step.
+  holder.sources().drop_after(5, 3);
+  make_region(a.path, 0, 0, 6, 1 << 20, 2);
+  const TransferReport late = put(sender, to, "n", a.path, {{0, 0}}, 6, 2);
+  CHECK_FALSE(late.ok);
+  CHECK_THAT(late.detail, Catch::Contains("earlier round"));
+  CHECK(holder.copies().steps() == Steps{{"n", {{5}}}});
+  // Round 3's own step 6 is kept.
+  REQUIRE(put(sender, to, "n", a.path, {{0, 0}}, 6, 3).ok);
+  CHECK(holder.copies().steps() == Steps{{"n", {{5, 6}}}});
 }
 
 TEST_CASE("peer copies: room for a worker's save drops the copies held, the oldest step first",

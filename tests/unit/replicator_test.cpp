@@ -130,8 +130,8 @@ TEST_CASE(
   CheckpointReplicator rb(
       io, b.service, b.dir.path,
       [&](const TransferReport& r, const std::string&) { b.reports.push_back(r); });
-  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
-  rb.watch("b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
   settle();
   CHECK(ra.stride() == 4);
@@ -183,14 +183,14 @@ TEST_CASE(
   // the new timeline goes to b again, though b is the same peer.
   ra.stop();
   rb.stop();
-  a.service.sources().drop_after(12);
-  b.service.sources().drop_after(12);
+  a.service.sources().drop_after(12, 1);
+  b.service.sources().drop_after(12, 1);
   ra.restored(12);
   rb.restored(12);
   CHECK_FALSE(ra.safe_step());
   CHECK(b.held_of("a") == std::vector<int64_t>{12});
-  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
-  rb.watch("b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
+  ra.watch(1, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  rb.watch(1, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   a.worker.save(13);
   b.worker.save(13);
   const auto again = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -219,7 +219,7 @@ TEST_CASE(
     asio::ip::tcp::acceptor gone(io, {asio::ip::make_address("127.0.0.1"), 0});
     unreachable = gone.local_endpoint().port();
   }
-  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", unreachable}, board);
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", unreachable}, board);
   const auto settle = [&] { io.run_for(std::chrono::milliseconds(100)); };
   settle();
   for (int64_t step = 1; step <= 4; ++step) {
@@ -237,7 +237,7 @@ TEST_CASE(
   CHECK_FALSE(ra.safe_step());
   CHECK_FALSE(a.reports.empty());
   // The next round's peer answers: once a copy is there, the copies have caught up.
-  ra.watch("a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (int64_t step = 9; !ra.safe_step() && std::chrono::steady_clock::now() < deadline; ++step) {
     a.worker.save(step);

@@ -124,7 +124,7 @@ void CheckpointCoordinator::copy_to_peer(
     const auto& next = nodes[(static_cast<size_t>(round.node_rank) + 1) % nodes.size()];
     if (next.port != 0) peer = PeerAddress{next.host, next.port};
   }
-  replicator_->watch(nodes[static_cast<size_t>(round.node_rank)].id, std::move(ranks),
+  replicator_->watch(round.number, nodes[static_cast<size_t>(round.node_rank)].id, std::move(ranks),
                      std::move(peer), checkpoint_stride::board(rdzv_, round));
 }
 

@@ -106,18 +106,18 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
   }
 }
 
-uint64_t PeerCopies::timeline() const {
+bool PeerCopies::current(int round) const {
   std::lock_guard lock(mutex_);
-  return timeline_;
+  return round >= timeline_;
 }
 
 bool PeerCopies::committed(const std::string& origin, int local_rank, int rank, int world,
-                           int64_t step, uint64_t file_bytes, uint64_t since) {
+                           int64_t step, uint64_t file_bytes, int round) {
   std::lock_guard lock(mutex_);
   const Key key{origin, local_rank};
   reserved_.erase(key);
   const fs::path file = file_for(origin, local_rank, step);
-  if (timeline_ != since) {
+  if (round < timeline_) {
     // (Not where a copy held is that file: the restore kept that step.)
     const auto it = held_.find(key);
     const bool listed =
@@ -132,10 +132,10 @@ bool PeerCopies::committed(const std::string& origin, int local_rank, int rank, 
 }
 
 bool PeerCopies::linked(const std::string& origin, int local_rank, const SlotRecord& record,
-                        const PayloadDigest& digest, const fs::path& same, uint64_t since) {
+                        const PayloadDigest& digest, const fs::path& same, int round) {
   std::lock_guard lock(mutex_);
   const Key key{origin, local_rank};
-  if (reserved_.contains(key) || timeline_ != since) return false;
+  if (reserved_.contains(key) || round < timeline_) return false;
   const fs::path file = file_for(origin, local_rank, record.step);
   const fs::path tmp = dir_ / ("." + file.filename().string() + ".link");
   std::error_code ec;
@@ -196,9 +196,9 @@ uint64_t PeerCopies::drop_oldest(uint64_t bytes) {
   return freed;
 }
 
-void PeerCopies::drop_after(std::optional<int64_t> step) {
+void PeerCopies::drop_after(std::optional<int64_t> step, int round) {
   std::lock_guard lock(mutex_);
-  ++timeline_;
+  timeline_ = std::max(timeline_, round);
   for (auto& [key, copies] : held_) {
     for (size_t i = copies.size(); i-- > 0;) {
       if (!step || copies[i].step > *step) drop(copies, i);

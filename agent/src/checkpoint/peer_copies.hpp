@@ -47,32 +47,34 @@ class PeerCopies {
   // besides), std::system_error where /dev/shm has none.
   std::unique_ptr<SlotFileWriter> begin(const std::string& origin, int local_rank, int64_t step,
                                         const std::string& header, uint64_t file_bytes);
-  // Which timeline the copies are of: each drop_after() (a round's restore) begins another. A
-  // copy whose transfer began in an earlier one (timeline() read then, `since`) is of a timeline
-  // the job abandoned, whatever its step: a put still under way when the round restored an
-  // earlier step, committed after this node dropped the steps beyond it.
-  uint64_t timeline() const;
-  // The writer `begin` gave committed its file: recorded, and that rank's copies beyond the
-  // newest two dropped. False (the file removed, nothing recorded) where the timeline moved since
-  // `since`.
+  // Which timeline a copy is of: the round whose agents sent it (every node of a round has the
+  // same number). Each drop_after() (a round's restore) begins the timeline of its round: a copy
+  // sent in an earlier round is of a timeline the job abandoned, whatever its step, whenever its
+  // bytes arrive (a put under way as the round restored an earlier step, or whose request reached
+  // this node only after its restore). Whether copies sent in `round` are still kept.
+  bool current(int round) const;
+  // The writer `begin` gave committed its file, sent in round `round`: recorded, and that rank's
+  // copies beyond the newest two dropped. False (the file removed, nothing recorded) where that
+  // round's copies are no longer current().
   bool committed(const std::string& origin, int local_rank, int rank, int world, int64_t step,
-                 uint64_t file_bytes, uint64_t since);
+                 uint64_t file_bytes, int round);
   // Records as `origin`'s copy of local rank `local_rank` the slot `record` names (its step, rank
   // and world size) by a hard link to `same`, a file of the persisted layout this node keeps whose
   // payload is that slot's: the same size, CRC and `digest`, checked again once linked. The older
   // copies beyond the newest two dropped, as committed(). False (nothing recorded) where `same` is
-  // gone or no longer that, a copy of that rank is being received, or the timeline moved since
-  // `since`.
+  // gone or no longer that, a copy of that rank is being received, or copies sent in `round` are
+  // no longer current().
   bool linked(const std::string& origin, int local_rank, const SlotRecord& record,
-              const PayloadDigest& digest, const std::filesystem::path& same, uint64_t since);
+              const PayloadDigest& digest, const std::filesystem::path& same, int round);
   // The writer `begin` gave was not committed (the transfer failed): its room is given back.
   void abandoned(const std::string& origin, int local_rank);
   // Drops the copies of every origin not in `origins` (nodes that left the job, whose copies the
   // round no longer needs).
   void keep_only(const std::vector<std::string>& origins);
-  // Drops every copy of a step after `step` (none: every copy): what a round that restores `step`
-  // leaves behind is of a timeline the job abandoned. A new timeline begins.
-  void drop_after(std::optional<int64_t> step);
+  // Drops every copy of a step after `step` (none: every copy): what round `round`, restoring
+  // `step`, leaves behind is of a timeline the job abandoned. Copies sent before `round` are no
+  // longer current().
+  void drop_after(std::optional<int64_t> step, int round);
   // Drops copies, the oldest step first (of any origin and rank), until `bytes` are freed or
   // none is left: room a worker's own save needs (the node's budget serves the node's regions
   // before any copy). A linked copy whose kept file remains frees nothing and stays. Returns the
@@ -100,7 +102,7 @@ class PeerCopies {
   std::map<Key, std::vector<Copy>> held_;  // oldest first
   std::map<Key, uint64_t> reserved_;       // copies being received
   uint64_t bytes_ = 0;
-  uint64_t timeline_ = 0;
+  int timeline_ = 0;  // the round whose copies are current (and later rounds')
 };
 
 }  // namespace ddprun::agent

@@ -22,7 +22,7 @@ using asio::ip::tcp;
 
 namespace {
 
-constexpr std::string_view kPeerMagic = "DDPPEER2";
+constexpr std::string_view kPeerMagic = "DDPPEER3";
 constexpr size_t kProof = 32;
 constexpr uint64_t kFileChunk = 8 << 20;  // what one sendfile(2) or TLS write carries at most
 constexpr uint64_t kMacChunk = 1 << 20;   // what is read at once for the MAC, from the cache

@@ -9,7 +9,7 @@
 // longer than its limit is closed (a peer that stalls mid-transfer ends its transfer, not the
 // service).
 //
-// The greeting: the client sends "DDPPEER2" and its nonce, the server the same with its own; the
+// The greeting: the client sends "DDPPEER3" and its nonce, the server the same with its own; the
 // client sends its proof; the server answers one byte (1: accepted, 0: refused) and its own proof
 // (zeros when refused). Private to the agent.
 #include <chrono>

@@ -29,7 +29,7 @@ using asio::ip::tcp;
 namespace {
 
 enum Op : uint64_t { kPut = 1, kGet = 2 };
-constexpr size_t kWords = 6;  // op, local rank, rank, step, bytes, origin length
+constexpr size_t kWords = 7;  // op, local rank, rank, step, bytes, round, origin length
 constexpr size_t kMaxOrigin = 256;
 constexpr int kMaxLocalRanks = 4096;
 // What is copied at once: a multiple of 8 (the payload is summed in whole words), and small enough
@@ -56,6 +56,7 @@ struct Request {
   int rank = 0;
   int64_t step = 0;
   uint64_t bytes = 0;
+  int round = 0;  // a put's: the round whose agents sent it (PeerCopies::current)
   std::string origin;
 };
 
@@ -73,7 +74,8 @@ uint64_t word_at(const char* p, size_t i) {
 
 asio::awaitable<void> send_request(PeerLink& link, const Request& r) {
   std::string out = words({r.op, static_cast<uint64_t>(r.local_rank), static_cast<uint64_t>(r.rank),
-                           static_cast<uint64_t>(r.step), r.bytes, r.origin.size()});
+                           static_cast<uint64_t>(r.step), r.bytes, static_cast<uint64_t>(r.round),
+                           r.origin.size()});
   out += r.origin;
   co_await link.write(out.data(), out.size());
 }
@@ -84,15 +86,17 @@ asio::awaitable<std::optional<Request>> read_request(PeerLink& link) {
   co_await link.read(w, sizeof w);
   Request r;
   r.op = word_at(w, 0);
-  const uint64_t local_rank = word_at(w, 1), rank = word_at(w, 2), length = word_at(w, 5);
+  const uint64_t local_rank = word_at(w, 1), rank = word_at(w, 2), round = word_at(w, 5),
+                 length = word_at(w, 6);
   if ((r.op != kPut && r.op != kGet) || local_rank >= kMaxLocalRanks || rank >= (1u << 30) ||
-      length == 0 || length > kMaxOrigin) {
+      round >= (1u << 30) || length == 0 || length > kMaxOrigin) {
     co_return std::nullopt;
   }
   r.local_rank = static_cast<int>(local_rank);
   r.rank = static_cast<int>(rank);
   r.step = static_cast<int64_t>(word_at(w, 3));
   r.bytes = word_at(w, 4);
+  r.round = static_cast<int>(round);
   r.origin.resize(length);
   co_await link.read(r.origin.data(), length);
   co_return r;
@@ -188,6 +192,10 @@ asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, in
   const std::string sum = mac->finish();
   co_await link.write(sum.data(), sum.size());
 }
+
+constexpr std::string_view kEarlierRound =
+    "a restore here began a later round's timeline: a copy sent in an earlier round is not kept "
+    "(its step may be of the timeline the job abandoned)";
 
 constexpr std::string_view kAlteredCopy =
     "the copy fails its MAC (altered on its way, or not sent by a member of this job)";
@@ -384,9 +392,8 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_await send_payload(*link, header, in->fd, found->payload_at, found->record.size, copy_mac());
     co_return;
   }
-  // A put: the file's header, then (once there is room) its payload. Of the timeline this node
-  // is in as it arrives: one a restore abandons meanwhile is not kept.
-  const uint64_t since = copies_->timeline();
+  // A put: the file's header, then (once there is room) its payload. Of the timeline of the round
+  // that sent it: one a restore here abandoned, before it came or while it comes, is not kept.
   std::string header(kRegionHeader, '\0');
   co_await link->read(header.data(), header.size());
   uint64_t slot_size = 0;
@@ -404,12 +411,16 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
       co_return;
     }
   }
+  if (!copies_->current(r->round)) {
+    co_await send_status(*link, std::string(kEarlierRound));
+    co_return;
+  }
   if (rec->rank != r->rank || rec->run_tag != run_tag_) {
     co_await send_status(*link, "not a checkpoint of the rank it names, or of this job");
     co_return;
   }
   if (const std::optional<PayloadDigest> digest = digest_in(header);
-      digest && co_await hold_same(r->origin, r->local_rank, *rec, *digest, since)) {
+      digest && co_await hold_same(r->origin, r->local_rank, *rec, *digest, r->round)) {
     co_await send_status(*link, "", Status::kHeld);
     co_return;
   }
@@ -437,8 +448,8 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_await send_status(*link, std::string(kAlteredCopy));
     co_return;
   }
-  if (copies_->timeline() != since) {  // (before the file takes the place of a copy held)
-    co_await send_status(*link, "a restore began another timeline during the copy: not kept");
+  if (!copies_->current(r->round)) {  // (before the file takes the place of a copy held)
+    co_await send_status(*link, std::string(kEarlierRound));
     co_return;
   }
   if (!out->commit(rec->checksum)) {
@@ -449,10 +460,8 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
   }
   reservation.kept = true;  // (committed() gives its room back either way)
   if (!copies_->committed(r->origin, r->local_rank, r->rank, static_cast<int>(rec->world_size),
-                          r->step, r->bytes, since)) {
-    co_await send_status(*link,
-                         "a restore began another timeline during the copy: not kept (its step "
-                         "may be of the abandoned one)");
+                          r->step, r->bytes, r->round)) {
+    co_await send_status(*link, std::string(kEarlierRound));
     co_return;
   }
   co_await send_status(*link, "");
@@ -460,7 +469,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
 
 asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int local_rank,
                                              const SlotRecord& rec, const PayloadDigest& digest,
-                                             uint64_t since) {
+                                             int round) {
   const fs::path kept_step = kept_ / fmt::format("step_{}", rec.step);
   // (A wait for this step of this origin that came to nothing is not waited again for its other
   // ranks.)
@@ -469,7 +478,7 @@ asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int loca
   for (const auto until = std::chrono::steady_clock::now() + kSameWait;;) {
     bool any = false;
     if (const std::optional<fs::path> same = kept_same(kept_step, rec, digest, &any)) {
-      co_return copies_->linked(origin, local_rank, rec, digest, *same, since);
+      co_return copies_->linked(origin, local_rank, rec, digest, *same, round);
     }
     // (Its own copies of the step complete, and none the same: the bytes must come.)
     const bool coming = staging_ == rec.step || (!any && step_coming(regions_, rec.step));
@@ -527,9 +536,9 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
 
 asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
                                                  std::vector<RankSlot> ranks, int64_t step,
-                                                 fs::path keep) {
+                                                 fs::path keep, int round) {
   // (The epoch when the put was asked for, not when its coroutine begins on io_.)
-  auto run = [this, to, origin, ranks, step, keep,
+  auto run = [this, to, origin, ranks, step, keep, round,
               epoch = puts_epoch_.load()]() -> asio::awaitable<TransferReport> {
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
@@ -553,7 +562,8 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
         const SlotRecord& rec = h->slots[0];
         std::unique_ptr<PeerLink> link =
             co_await PeerLink::connect(io_.get_executor(), to.host, to.port, auth_, kIdleLimit);
-        Request request{kPut, slot.local_rank, slot.rank, step, kRegionHeader + rec.size, origin};
+        Request request{kPut,  slot.local_rank, slot.rank, step, kRegionHeader + rec.size,
+                        round, origin};
         co_await send_request(*link, request);
         co_await link->write(header.data(), header.size());
         if (std::optional<SlotMac> mac = copy_mac()) {  // the header's own: it may be all it needs
@@ -602,7 +612,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
       for (const auto& [rank, world] : wanted) {
         std::unique_ptr<PeerLink> link =
             co_await PeerLink::connect(io_.get_executor(), from.host, from.port, auth_, kIdleLimit);
-        Request request{kGet, 0, rank, step, static_cast<uint64_t>(world), "-"};
+        Request request{kGet, 0, rank, step, static_cast<uint64_t>(world), 0, "-"};
         co_await send_request(*link, request);
         if (std::string why = (co_await read_answer(*link)).error; !why.empty()) {
           report.detail = fmt::format("{}: {}", link->peer(), why);

@@ -10,11 +10,13 @@
 // One request per connection (peer_link.hpp greets it first), numbers as 8-byte little-endian
 // words: op (1 put, 2 get), the origin's local rank, the global rank, the step, for a put the
 // bytes that follow (a file of the persisted layout, header and payload) and for a get the world
-// size, the origin id's length, then the id (a get's is unused). The answer: a status word (0 ok),
-// a message's length and the message; a get's answer then carries the file's length and the file.
-// Where the job has a token, a file's payload is followed by its MAC (slot_mac.hpp: under the
-// token, of the header and payload as sent), and a put's header by the header's own: a copy
-// altered on its way is refused, as is a put whose slot names another global rank, or another run.
+// size, for a put the round whose agents sent it (a get's 0; a put of a round before the last
+// restore here is refused), the origin id's length, then the id (a get's is unused). The answer: a
+// status word (0 ok), a message's length and the message; a get's answer then carries the file's
+// length and the file. Where the job has a token, a file's payload is followed by its MAC
+// (slot_mac.hpp: under the token, of the header and payload as sent), and a put's header by the
+// header's own: a copy altered on its way is refused, as is a put whose slot names another global
+// rank, or another run.
 //
 // A put whose header carries its payload's digest (payload_digest.hpp: a kept copy's) may be
 // answered "held" (status 2) instead: this node keeps a copy of its own of the same step whose
@@ -116,13 +118,14 @@ class PeerService {
                                                std::vector<RankSlot> ranks, int64_t step,
                                                std::filesystem::path keep);
   // Puts the copies of step `step` kept in `keep` (stage()) for each of `ranks` to `to`, as node
-  // `origin`'s copies. ok once the peer holds every rank's.
+  // `origin`'s copies sent in round `round` (the peer keeps none once a restore of a later round
+  // began there: PeerCopies::current). ok once the peer holds every rank's.
   boost::asio::awaitable<TransferReport> put(PeerAddress to, std::string origin,
                                              std::vector<RankSlot> ranks, int64_t step,
-                                             std::filesystem::path keep);
+                                             std::filesystem::path keep, int round);
   // The puts under way send no further rank (the round ended: what they carry may be of a
   // timeline the next round abandons); a rank's transfer already begun ends, and the peer keeps
-  // it only where no restore came meanwhile (PeerCopies::timeline). Any thread.
+  // it only where no restore of a later round came there (PeerCopies::current). Any thread.
   void abandon_puts() { ++puts_epoch_; }
   // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
   // sources holds it, into `folder`/step_<step>/rank_<rank>.ddpckpt (the persisted layout; a DCP
@@ -136,11 +139,11 @@ class PeerService {
   // Whether `origin`'s local rank `local_rank`'s slot `rec`, with `digest`, is now held as a link
   // to a kept copy of this node's own with the same payload (waiting up to kSameWait for this
   // node's own copies of the step, where it has none yet or is staging them; once for a step of
-  // an origin, not again for its other ranks), unless a restore began another timeline since
-  // `since` (PeerCopies::timeline).
+  // an origin, not again for its other ranks), unless copies sent in round `round` are no longer
+  // current (PeerCopies::current).
   boost::asio::awaitable<bool> hold_same(const std::string& origin, int local_rank,
                                          const SlotRecord& rec, const PayloadDigest& digest,
-                                         uint64_t since);
+                                         int round);
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
   // The MAC of a copy crossing between this job's agents, where the job has a token (on io_);
   // none without one.

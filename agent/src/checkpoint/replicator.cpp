@@ -52,10 +52,11 @@ std::string CheckpointReplicator::peer() const {
   return peer_ ? fmt::format("{}:{}", peer_->host, peer_->port) : std::string();
 }
 
-void CheckpointReplicator::watch(std::string origin, std::vector<RankSlot> ranks,
+void CheckpointReplicator::watch(int round, std::string origin, std::vector<RankSlot> ranks,
                                  std::optional<PeerAddress> peer,
                                  std::shared_ptr<StrideBoard> board) {
   const bool same_peer = peer && peer_ && peer->host == peer_->host && peer->port == peer_->port;
+  round_ = round;
   origin_ = std::move(origin);
   ranks_ = std::move(ranks);
   peer_ = std::move(peer);
@@ -248,7 +249,7 @@ void CheckpointReplicator::send_newest() {
   sent_ = step;  // (a step that fails is not tried again: the next staged one is)
   const uint64_t generation = generation_;
   asio::co_spawn(
-      io_, service_.put(*peer_, origin_, ranks_, step, kept()),
+      io_, service_.put(*peer_, origin_, ranks_, step, kept(), round_),
       [this, alive = alive_, generation, peer = peer()](std::exception_ptr e, TransferReport r) {
         if (!*alive || generation != generation_) return;
         sending_.reset();

@@ -83,11 +83,11 @@ class CheckpointReplicator {
   CheckpointReplicator(const CheckpointReplicator&) = delete;
   CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
 
-  // The round now running: this node is `origin`, with `ranks`; its peer is `peer` (none: the
-  // round has one node), and the round agrees on the stride on `board`. A new peer gets the
-  // newest staged step at once, whatever the last one got.
-  void watch(std::string origin, std::vector<RankSlot> ranks, std::optional<PeerAddress> peer,
-             std::shared_ptr<StrideBoard> board);
+  // The round now running, number `round`: this node is `origin`, with `ranks`; its peer is
+  // `peer` (none: the round has one node), and the round agrees on the stride on `board`. A new
+  // peer gets the newest staged step at once, whatever the last one got.
+  void watch(int round, std::string origin, std::vector<RankSlot> ranks,
+             std::optional<PeerAddress> peer, std::shared_ptr<StrideBoard> board);
   // The round restored `step` (none: nothing) and dropped every step after it, here and at the
   // peer: a step sent or safe beyond it is of an abandoned timeline, no longer at the peer, and
   // counts as neither (a same peer would otherwise not be sent a step up to it again). Before
@@ -161,6 +161,7 @@ class CheckpointReplicator {
   int64_t stride_ = 1, wish_ = 1;
   std::optional<double> last_stage_, last_put_;
   uint64_t generation_ = 0;  // each watch(): what an earlier round's work reports is ignored
+  int round_ = 0;            // the round watch() was told of: its copies are sent as of it
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -276,7 +276,7 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
     out.disagreed = true;
     co_return out;
   }
-  p.sources.drop_after(step);
+  p.sources.drop_after(step, round.number);
   if (p.persister != nullptr && step) {
     std::vector<int> ranks;
     for (const auto& [local, global] : round_ranks(p.cfg, round)) ranks.push_back(global);

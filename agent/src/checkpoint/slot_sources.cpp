@@ -128,7 +128,7 @@ bool SlotSources::copy_to(int rank, int world, int64_t step, const fs::path& fol
   return true;
 }
 
-void SlotSources::drop_after(std::optional<int64_t> step) const {
+void SlotSources::drop_after(std::optional<int64_t> step, int round) const {
   const auto after = [&](int64_t s) { return !step || s > *step; };
   for_each_region(regions_, [&](const fs::path& region, const RegionHeader& h) {
     const int fd = ::open(region.c_str(), O_WRONLY | O_CLOEXEC);
@@ -149,7 +149,7 @@ void SlotSources::drop_after(std::optional<int64_t> step) const {
     } catch (const std::exception&) {
     }
   }
-  if (copies_ != nullptr) copies_->drop_after(step);
+  if (copies_ != nullptr) copies_->drop_after(step, round);
 }
 
 }  // namespace ddprun::agent

@@ -55,9 +55,10 @@ class SlotSources {
   bool copy_to(int rank, int world, int64_t step, const std::filesystem::path& folder) const;
 
   // Forgets every slot of a step after `step` (none: every slot): region slots are marked empty,
-  // kept and held copies removed. A round restores `step`: what is newer belongs to a timeline
-  // the job abandoned, and the workers will save those step numbers again.
-  void drop_after(std::optional<int64_t> step) const;
+  // kept and held copies removed. Round `round` restores `step`: what is newer belongs to a
+  // timeline the job abandoned, and the workers will save those step numbers again; copies sent in
+  // earlier rounds are not held from now on (PeerCopies::current).
+  void drop_after(std::optional<int64_t> step, int round) const;
 
  private:
   std::filesystem::path regions_, kept_;
