@@ -115,7 +115,7 @@ void add_helpers(const LaunchConfig& c, const agent::Environment& env, agent::Ag
 // the file timer's path), and what torch's variables ask of the agent.
 void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent::AgentConfig& a,
                             std::string* notice) {
-  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.as_given.at("signals_to_handle");
+  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.signals_to_handle;
   if (!env.contains("OMP_NUM_THREADS") && c.rdzv.nproc > 1) {
     env["OMP_NUM_THREADS"] = "1";
     if (notice != nullptr) {

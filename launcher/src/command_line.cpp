@@ -155,6 +155,16 @@ const std::map<std::string, std::string> kDefaultTexts = {
     {"signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
 };
 
+// The options `dialect` reads, in --help's order.
+std::vector<const OptionSpec*> specs_of(Dialect dialect) {
+  std::vector<const OptionSpec*> specs;
+  for (const OptionSpec& spec : option_table()) specs.push_back(&spec);
+  if (dialect == Dialect::kDistributedLaunch) {
+    for (const OptionSpec& spec : launch_option_table()) specs.push_back(&spec);
+  }
+  return specs;
+}
+
 // The options as given: the command line (read as torchrun's argparse reads it), then
 // PET_<DEST> for what it did not give, each value checked against the option's choices. `script`
 // gets the training script and its arguments.
@@ -162,11 +172,7 @@ OptionTexts read_options(const std::vector<std::string>& args, const agent::Envi
                          Dialect dialect, ArgparseResult& script) {
   OptionTexts o;
   o.text = kDefaultTexts;
-  std::vector<const OptionSpec*> specs;
-  for (const OptionSpec& spec : option_table()) specs.push_back(&spec);
-  if (dialect == Dialect::kDistributedLaunch) {
-    for (const OptionSpec& spec : launch_option_table()) specs.push_back(&spec);
-  }
+  const std::vector<const OptionSpec*> specs = specs_of(dialect);
   script = parse_like_argparse(args, specs);
   for (const GivenOption& given : script.options) {
     const OptionSpec& spec = *given.spec;
@@ -530,9 +536,17 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   if (!o["master_port"].empty()) r.master_port = parse_port(o["master_port"], "--master_port");
   r.local_addr = o["local_addr"];
   c.rdzv = rendezvous_config(r);
-  for (const char* dest :
-       {"redirects", "tee", "local_ranks_filter", "signals_to_handle", "rdzv_conf"}) {
-    if (!o[dest].empty()) c.as_given[dest] = o[dest];
+  c.signals_to_handle = o["signals_to_handle"];
+  c.dialect = dialect;
+  for (const OptionSpec* spec : specs_of(dialect)) {
+    if (!o.given.contains(spec->dest)) continue;
+    if (!spec->metavar) {
+      if (o.flag(spec->dest)) c.as_given.push_back({spec->dest, "", true});
+    } else if (spec->repeated) {
+      for (const std::string& v : o.lists[spec->dest]) c.as_given.push_back({spec->dest, v});
+    } else {
+      c.as_given.push_back({spec->dest, o[spec->dest]});
+    }
   }
   return c;
 }

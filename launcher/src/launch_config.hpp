@@ -115,11 +115,20 @@ struct LaunchConfig {
   std::string scheduler_notice;               // one line saying what was taken from where
 
   std::set<std::string> given;  // dests given on the command line or by PET_*
-  // Texts passed on as they were given, by dest (--redirects, --tee, --local_ranks_filter,
-  // --signals_to_handle, --rdzv_conf): a head-node launch gives them to every host's agent, which
-  // parses them for its own workers, and workers see --signals_to_handle's as
-  // TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun sets it.
-  std::map<std::string, std::string> as_given;
+  // Every option given (on the command line or by PET_*), in the option table's order, as it was
+  // given: a head-node launch passes them on to every host's agent (remote_command.hpp), which
+  // parses them for its own workers. A flag's text is empty; a repeated option has one entry per
+  // value.
+  struct GivenText {
+    std::string dest;
+    std::string text;
+    bool flag = false;
+  };
+  std::vector<GivenText> as_given;
+  Dialect dialect = Dialect::kTorchrun;  // `ddprun launch`'s: its hosts' agents speak it too
+  // --signals_to_handle's text: workers see it as TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun
+  // sets it.
+  std::string signals_to_handle;
 };
 
 // Parses argv[1..] with `env` as the environment (PET_* fallbacks, TORCH_ELASTIC_SHUTDOWN_TIMEOUT,

@@ -1,5 +1,6 @@
 #include "remote_command.hpp"
 
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -91,46 +92,34 @@ std::string host_nproc(const LaunchConfig& c, size_t index) {
 }
 
 std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index) {
-  const std::string nproc = host_nproc(c, index);
-  std::vector<std::string> args = {
-      "--head_control",
-      "--no_slurm",
-      "--rdzv_backend=static",
-      fmt::format("--nnodes={}", c.hosts.size()),
-      fmt::format("--node_rank={}", index),
-      fmt::format("--master_addr={}", c.rdzv.endpoint_host),
-      fmt::format("--master_port={}", c.rdzv.store_port),
-      fmt::format("--rdzv_id={}", c.rdzv.run_id),
-      fmt::format("--nproc_per_node={}", nproc),
-      fmt::format("--max_restarts={}", c.rdzv.max_restarts),
-      fmt::format("--role={}", c.role),
-      fmt::format("--shutdown_timeout={}", c.shutdown_timeout.count()),
-  };
-  // Parsed by each host for its own workers (its --nproc_per_node may differ from this one's).
-  for (const auto& [dest, text] : c.as_given) args.push_back(fmt::format("--{}={}", dest, text));
-  if (!c.log_dir.empty()) args.push_back(fmt::format("--log_dir={}", c.log_dir));
-  if (!c.event_log.empty()) args.push_back(fmt::format("--event_log={}", c.event_log));
-  if (c.metrics_port) args.push_back(fmt::format("--metrics_port={}", *c.metrics_port));
-  if (c.metrics_addr != store::kDefaultMetricsAddress) {
-    args.push_back(fmt::format("--metrics_addr={}", c.metrics_addr));
+  // What the head decides for every host (set below), and what only the head reads.
+  static const std::set<std::string> kHeads = {
+      "head_control", "no_slurm",         "rdzv_backend", "nnodes",         "node_rank",
+      "master_addr",  "master_port",      "rdzv_id",      "nproc_per_node", "max_restarts",
+      "role",         "shutdown_timeout", "hosts",        "hostfile",       "include",
+      "exclude",      "ssh_port",         "ssh_identity", "ssh_option",     "env"};
+  std::vector<std::string> args;
+  if (c.dialect == Dialect::kDistributedLaunch) args.emplace_back("launch");
+  args.insert(args.end(), {
+                              "--head_control",
+                              "--no_slurm",
+                              "--rdzv_backend=static",
+                              fmt::format("--nnodes={}", c.hosts.size()),
+                              fmt::format("--node_rank={}", index),
+                              fmt::format("--master_addr={}", c.rdzv.endpoint_host),
+                              fmt::format("--master_port={}", c.rdzv.store_port),
+                              fmt::format("--rdzv_id={}", c.rdzv.run_id),
+                              fmt::format("--nproc_per_node={}", host_nproc(c, index)),
+                              fmt::format("--max_restarts={}", c.rdzv.max_restarts),
+                              fmt::format("--role={}", c.role),
+                              fmt::format("--shutdown_timeout={}", c.shutdown_timeout.count()),
+                          });
+  // Every other option as it was given (PET_* ones too: the hosts need not have them), parsed by
+  // each host for its own workers (its --nproc_per_node may differ from this one's).
+  for (const LaunchConfig::GivenText& g : c.as_given) {
+    if (kHeads.contains(g.dest)) continue;
+    args.push_back(g.flag ? "--" + g.dest : fmt::format("--{}={}", g.dest, g.text));
   }
-  if (c.hang.mode == agent::HangPolicy::Mode::kAuto) args.push_back("--hang_timeout=auto");
-  if (c.hang.mode == agent::HangPolicy::Mode::kFixed) {
-    args.push_back(
-        fmt::format("--hang_timeout={}", std::chrono::duration<double>(c.hang.timeout).count()));
-  }
-  if (!c.health_check.empty()) {
-    args.push_back(fmt::format("--health_check={}", c.health_check));
-    args.push_back(fmt::format("--health_check_timeout={}",
-                               std::chrono::duration<double>(c.health_check_timeout).count()));
-  }
-  if (!c.preload.modules.empty()) {
-    args.push_back(fmt::format("--preload={}", fmt::join(c.preload.modules, ",")));
-  }
-  if (c.virtual_local_rank) args.push_back("--virtual_local_rank");
-  if (c.module) args.push_back("--module");
-  if (c.no_python) args.push_back("--no_python");
-  if (c.run_path) args.push_back("--run_path");
   args.push_back(c.training_script);
   args.insert(args.end(), c.training_script_args.begin(), c.training_script_args.end());
   return args;

@@ -31,8 +31,10 @@ EnvList forwarded_environment(const LaunchConfig& c, const agent::Environment& e
 // hosts[index]'s --nproc_per_node: the head's when given, else the host's slots, else 1.
 std::string host_nproc(const LaunchConfig& c, size_t index);
 
-// The ddprun command line the agent of hosts[index] runs: a static rendezvous on the first host,
-// node rank `index`, the head's run options, --head_control, then the script and its arguments.
+// The ddprun command line the agent of hosts[index] runs (`launch` first where the head ran
+// `ddprun launch`): a static rendezvous on the first host, node rank `index`, --head_control, every
+// other option the head was given (on its command line or by PET_*) but those only a head reads,
+// then the script and its arguments.
 std::vector<std::string> agent_arguments(const LaunchConfig& c, size_t index);
 
 // `cd -- CWD && exec env -- K=V ... DDPRUN ARGS...`, every word quoted.

@@ -333,6 +333,76 @@ TEST_CASE("head: each host's agent gets a static job, its rank and the head's op
   CHECK(Strings(words.begin() + 2, words.end()) == args);
 }
 
+TEST_CASE("head: every option the head was given reaches each host's agent, PET_ ones too",
+          "[head]") {
+  const Strings given = {"-H",
+                         "a,b",
+                         "--restart_mode=in_process",
+                         "--standby_workers=1",
+                         "--crash_loop_attempts=0",
+                         "--checkpoint_dir=/ck",
+                         "--checkpoint_persist_every=7",
+                         "--checkpoint_memory_limit=1G",
+                         "--no_checkpoint_peer_copies",
+                         "--node_check",
+                         "--node_check_factor=3",
+                         "--straggler_threshold=0.3",
+                         "--straggler_action=replace",
+                         "--numa_binding=node",
+                         "--log_line_prefix_template=X${rank}",
+                         "--duplicate_stdout_filters=loss",
+                         "--event_log_handler=console",
+                         "t.py"};
+  const LaunchConfig c = parse(given, {{"PET_STRAGGLER_STEPS", "9"}});
+  const Strings args = agent_arguments(c, 1);
+  const LaunchConfig host = parse(args);
+  CHECK(host.restart_mode == c.restart_mode);
+  CHECK(host.standby_workers == 1);
+  CHECK(host.crash_loop_attempts == 0);
+  CHECK(host.checkpoint_dir == "/ck");
+  CHECK(host.checkpoint_persist_every == 7);
+  CHECK(host.checkpoint_memory_limit == c.checkpoint_memory_limit);
+  CHECK_FALSE(host.checkpoint_peer_copies);
+  CHECK(host.node_check);
+  CHECK(host.node_check_factor == 3.0);
+  CHECK(host.straggler.threshold == 0.3);
+  CHECK(host.straggler.steps == 9);  // from the head's PET_STRAGGLER_STEPS
+  CHECK(host.straggler.action == c.straggler.action);
+  CHECK(host.numa_binding == c.numa_binding);
+  CHECK(host.log_line_prefix_template == "X${rank}");
+  CHECK(host.duplicate_stdout_filters == Strings{"loss"});
+  CHECK(host.event_log_handler == EventLogHandler::kConsole);
+  // Not one option of the head's is left out but those a head alone reads (its hosts, ssh's).
+  const std::set<std::string> head_only = {"hosts",    "hostfile",     "include",    "exclude",
+                                           "ssh_port", "ssh_identity", "ssh_option", "env"};
+  for (const std::string& dest : c.given) {
+    if (head_only.contains(dest)) continue;
+    CAPTURE(dest);
+    CHECK(std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+      return a == "--" + dest || a.rfind("--" + dest + "=", 0) == 0;
+    }));
+  }
+}
+
+TEST_CASE("head: under ddprun launch each host's agent speaks torch.distributed.launch too",
+          "[head]") {
+  const LaunchConfig c = parse_command_line({"-H", "a,b", "--legacy_local_rank", "t.py", "--x"}, {},
+                                            Dialect::kDistributedLaunch);
+  const Strings args = agent_arguments(c, 0);
+  REQUIRE(args.front() == "launch");
+  const LaunchConfig host =
+      parse_command_line(Strings(args.begin() + 1, args.end()), {}, Dialect::kDistributedLaunch);
+  CHECK(host.local_rank_argument == "--local_rank");
+  CHECK(host.training_script_args == Strings{"--x"});
+  // Without --use-env the script is given its local rank; with it, not.
+  const LaunchConfig env =
+      parse_command_line({"-H", "a", "--use_env", "t.py"}, {}, Dialect::kDistributedLaunch);
+  const Strings env_args = agent_arguments(env, 0);
+  CHECK(parse_command_line(Strings(env_args.begin() + 1, env_args.end()), {},
+                           Dialect::kDistributedLaunch)
+            .local_rank_argument.empty());
+}
+
 TEST_CASE("head: ssh never prompts and the user's ssh options come first", "[head]") {
   const LaunchConfig c = parse(
       {"-H", "a", "--ssh_port=2222", "--ssh_identity=/k", "--ssh_option=ConnectTimeout=3", "t.py"});
