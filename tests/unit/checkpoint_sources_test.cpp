@@ -30,6 +30,7 @@ TEST_CASE("checkpoint sources: what a node publishes reads back, and anything el
           "[checkpoint_sources]") {
   NodeCheckpoints n = node(2, 4, 2, {{4, 6, 5}, {5, 6, 5}});
   n.held[0].dcp_metadata = true;
+  n.timeline = 7;
   const std::optional<NodeCheckpoints> back = from_text(to_text(n));
   REQUIRE(back);
   CHECK(back->id == "node2");
@@ -38,11 +39,14 @@ TEST_CASE("checkpoint sources: what a node publishes reads back, and anything el
   CHECK(back->nproc == 2);
   CHECK(back->held == n.held);
   CHECK(back->port == 4000);
+  CHECK(back->timeline == 7);
   for (const char* bad :
        {"", "[]", "{\"id\":1}",
         "{\"id\":\"a\",\"node_rank\":0,\"base_rank\":0,\"nproc\":1,\"held\":[[1]],"
-        "\"host\":\"h\",\"port\":1}",
+        "\"host\":\"h\",\"port\":1,\"timeline\":0}",
         "{\"id\":\"a\",\"node_rank\":-1,\"base_rank\":0,\"nproc\":1,\"held\":[],"
+        "\"host\":\"h\",\"port\":1,\"timeline\":0}",
+        "{\"id\":\"a\",\"node_rank\":0,\"base_rank\":0,\"nproc\":1,\"held\":[],"
         "\"host\":\"h\",\"port\":1}"}) {
     CHECK_FALSE(from_text(bad));
   }
@@ -152,4 +156,32 @@ TEST_CASE("checkpoint sources: a step at the round's own world size is preferred
   REQUIRE(p.step == 6);
   CHECK(p.saved_world == 2);
   CHECK_FALSE(p.reshard);
+}
+
+TEST_CASE(
+    "checkpoint sources: a node back from outside the job during a restore gives nothing of what "
+    "it holds, and its ranks are fetched from the others",
+    "[checkpoint_sources]") {
+  // Round 3 restored step 10 on nodes 0 and 1 while node 2 was cut off; node 2 still holds its
+  // ranks' steps 11 and 12 of the abandoned timeline and node 1's copies of them, and the job saved
+  // 11 and 12 again since. Node 2 now takes a lost node's place.
+  NodeCheckpoints a = node(0, 0, 1, {{0, 3, 10}, {0, 3, 11}, {0, 3, 12}, {1, 3, 11}, {2, 3, 11}});
+  NodeCheckpoints b = node(1, 1, 1, {{1, 3, 10}, {1, 3, 11}, {1, 3, 12}, {0, 3, 11}});
+  NodeCheckpoints back = node(2, 2, 1, {{2, 3, 11}, {2, 3, 12}, {1, 3, 12}, {0, 3, 12}});
+  a.timeline = b.timeline = 3;
+  back.timeline = 1;
+  const RestorePlan p = plan_restore({a, b, back}, 3);
+  CHECK(p.behind == std::vector<size_t>{2});
+  // Step 12 is everywhere, but rank 2's is only on the node behind: step 11, rank 2's from node 0.
+  REQUIRE(p.step == 11);
+  CHECK(p.fetches[2] == std::vector<Fetch>{{0, 2, 3}});
+  // The same nodes all of one timeline: step 12, rank 2's own.
+  back.timeline = 3;
+  const RestorePlan same = plan_restore({a, b, back}, 3);
+  CHECK(same.behind.empty());
+  CHECK(same.step == 12);
+  // A spare that never restored and holds nothing is behind too, harmlessly.
+  const RestorePlan spare = plan_restore({a, b, node(2, 2, 1, {})}, 3);
+  CHECK(spare.behind == std::vector<size_t>{2});
+  CHECK(spare.step == 11);
 }

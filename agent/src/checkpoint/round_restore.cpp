@@ -245,6 +245,7 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
   mine.base_rank = round.base_rank;
   mine.nproc = p.cfg.rdzv.nproc;
   mine.held = p.sources.held();
+  mine.timeline = p.sources.timeline();
   if (p.peers != nullptr) {
     mine.host = p.peer_host;
     mine.port = p.peers->port();
@@ -253,6 +254,21 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
       co_await checkpoint_sources::agree(p.rdzv, round, mine, p.cfg.rdzv.join_timeout);
   if (agreed) {
     out.nodes = agreed->nodes;
+    const auto& behind = agreed->plan.behind;
+    if (std::find(behind.begin(), behind.end(), static_cast<size_t>(round.node_rank)) !=
+        behind.end()) {
+      if (!mine.held.empty()) {
+        spdlog::warn(
+            "round {}: another node restored a checkpoint in a round after {} while this node was "
+            "out of the job: the {} slot(s) this node holds may be of the timeline that restore "
+            "abandoned, and are dropped",
+            round.number, mine.timeline, mine.held.size());
+        p.events.record(
+            "checkpoint_slots_behind",
+            {{"round", round.number}, {"timeline", mine.timeline}, {"slots", mine.held.size()}});
+      }
+      p.sources.drop_after(std::nullopt, round.number);
+    }
     out.restore = co_await from_memory(p, round, *agreed, out.account);
     const auto& lost = agreed->plan.ranks_without_copy;
     if (!out.restore && !lost.empty() && static_cast<int>(lost.size()) < round.world_size) {

@@ -150,6 +150,7 @@ void SlotSources::drop_after(std::optional<int64_t> step, int round) const {
     }
   }
   if (copies_ != nullptr) copies_->drop_after(step, round);
+  timeline_ = std::max(timeline_.load(), round);
 }
 
 }  // namespace ddprun::agent

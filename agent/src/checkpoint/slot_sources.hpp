@@ -6,6 +6,7 @@
 // nodes (PeerCopies). A slot of another run, or of the first layout (no rank recorded), is none of
 // them. Read while no worker runs on any node of the job (a round's restore), so that what it
 // lists stays where it is until the restore is done. Private to the agent.
+#include <atomic>
 #include <compare>
 #include <cstdint>
 #include <filesystem>
@@ -59,11 +60,16 @@ class SlotSources {
   // timeline the job abandoned, and the workers will save those step numbers again; copies sent in
   // earlier rounds are not held from now on (PeerCopies::current).
   void drop_after(std::optional<int64_t> step, int round) const;
+  // The round of the last drop_after() here: this node's slots are of the timeline that round's
+  // restore began (-1: none yet). A node that missed a later round's restore (it was out of the
+  // job then) holds slots of a timeline the job abandoned.
+  int timeline() const { return timeline_; }
 
  private:
   std::filesystem::path regions_, kept_;
   PeerCopies* copies_;
   uint64_t run_tag_;
+  mutable std::atomic<int> timeline_{-1};
 };
 
 // The header of a file of the persisted layout holding `found`'s slot as slot 0.

@@ -59,7 +59,7 @@ std::string to_text(const NodeCheckpoints& n) {
   }
   return nlohmann::json{{"id", n.id},       {"node_rank", n.node_rank}, {"base_rank", n.base_rank},
                         {"nproc", n.nproc}, {"held", std::move(held)},  {"host", n.host},
-                        {"port", n.port}}
+                        {"port", n.port},   {"timeline", n.timeline}}
       .dump();
 }
 
@@ -79,7 +79,8 @@ std::optional<NodeCheckpoints> from_text(const std::string& text) {
     }
     n.host = j.at("host").get<std::string>();
     n.port = j.at("port").get<int>();
-    if (n.node_rank < 0 || n.base_rank < 0 || n.nproc < 0) return std::nullopt;
+    n.timeline = j.at("timeline").get<int>();
+    if (n.timeline < -1 || n.node_rank < 0 || n.base_rank < 0 || n.nproc < 0) return std::nullopt;
     return n;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
@@ -92,7 +93,13 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
   std::set<int64_t, std::greater<>> steps;
   std::map<int64_t, std::set<int>> worlds;      // per step, the world sizes it was saved at
   std::set<std::pair<int64_t, int>> resharded;  // (step, world) with a DCP coordinator's slot
+  int newest = -1;
+  for (const NodeCheckpoints& n : nodes) newest = std::max(newest, n.timeline);
   for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].timeline < newest) {
+      plan.behind.push_back(n);
+      continue;
+    }
     for (const HeldSlot& h : nodes[n].held) {
       if (h.rank < 0 || h.world <= 0 || h.rank >= h.world) continue;
       auto& who = holders[{h.rank, h.world, h.step}];

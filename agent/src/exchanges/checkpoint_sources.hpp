@@ -4,8 +4,11 @@
 // round's workers start, every node publishes (topic "checkpoint_sources", the round's scope) its
 // place in the round (node rank, first global rank, workers), every slot it holds by whose state
 // it is (checkpoint/slot_sources.hpp: rank, world size, step; from its regions, its kept copies
-// and the copies it holds for others) and where its peer service listens. Every node computes the
-// same plan from what all published, the newest step first:
+// and the copies it holds for others), where its peer service listens, and the round whose restore
+// its slots follow. Slots carry no timeline: a node that was out of the job during a restore (cut
+// off, then back as a spare) may hold steps that restore abandoned, under the same numbers the job
+// saves again. So only the nodes of the newest timeline count; one behind drops what it holds.
+// Every node computes the same plan from what all published, the newest step first:
 //   - the round's world size unchanged since the step was saved, and every rank's slot of it held
 //     somewhere: each node gets its ranks' own slots, from itself where it holds them, else from
 //     the first node (in node rank order) that does and that serves them; a rank that moved to
@@ -43,6 +46,10 @@ struct NodeCheckpoints {
   std::vector<HeldSlot> held;
   std::string host;  // its peer service (port 0: none)
   int port = 0;
+  // The round whose restore its slots follow (SlotSources::timeline; -1: none). A node behind
+  // another missed a restore that abandoned steps it may still hold (it was out of the job then,
+  // and came back): what it holds is not used, and it drops all of it.
+  int timeline = -1;
 };
 
 std::string to_text(const NodeCheckpoints& n);
@@ -65,9 +72,13 @@ struct RestorePlan {
   std::vector<std::vector<Fetch>> fetches;  // per node of the round
   // With no step: the global ranks of the round that no node holds any step of, in order.
   std::vector<int> ranks_without_copy;
+  // The nodes (indices) whose slots are of a timeline a later restore abandoned: behind the
+  // newest NodeCheckpoints::timeline of the round. Nothing they hold is in the plan.
+  std::vector<size_t> behind;
 };
 
-// The plan for a round of `world_size` ranks whose nodes, in node rank order, published `nodes`.
+// The plan for a round of `world_size` ranks whose nodes, in node rank order, published `nodes`;
+// what a node behind the others holds is not used.
 RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size);
 
 // Publishes `mine` and returns the round's plan and every node's account (in node rank order), or
