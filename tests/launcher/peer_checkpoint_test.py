@@ -360,6 +360,49 @@ def case_without_peer_copies_a_lost_node_restores_from_disk():
           f"of a lost node restored step {restored[-1]['step']} from --checkpoint_dir: passed")
 
 
+def case_a_node_back_after_another_rounds_restore_gives_none_of_its_old_steps():
+    """Node 1 is paused past the heartbeat timeout while both nodes hold after step K; the round
+    re-forms with a spare (node 2), which has no copy of rank 1 (no peer copies): that round starts
+    afresh and saves steps 0 to K again, a new timeline. Node 1, woken, waits as a spare with its
+    old timeline's steps K-1 and K still in its region; once node 2 is lost it is placed again. The
+    numbers match node 0's new steps, but node 1 missed the restore that abandoned its own: it
+    gives none of them (one warning, event checkpoint_slots_behind), and the round starts afresh
+    rather than restore step K from two timelines."""
+    import signal
+    with Cluster() as cluster:
+        out = tempfile.mkdtemp()
+        extra = ["--no_checkpoint_peer_copies"]
+        for i in (0, 1):  # both hold after step K, once
+            cluster.start("back", i, out, "2:2", env={"HOLD_AT": f"{K}~first"}, extra=extra)
+        wait_for(lambda: len(glob.glob(f"{out}/held~first.*")) == 2, "both nodes at step K", 120)
+        paused = cluster.agents[("back", 1)]
+        paused.send_signal(signal.SIGSTOP)
+        try:
+            # The spare holds after its step K of the new timeline (node 0's rank then waits for it
+            # in step K + 1, its step K saved).
+            cluster.start("back", 2, out, "2:2", env={"HOLD_AT": f"{K}~spare"}, extra=extra)
+            wait_for(lambda: os.path.exists(f"{out}/held~spare.1"), "the new timeline at step K",
+                     120)
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        wait_for(lambda: "spare" in cluster.status("back"), "node 1 waiting as a spare", 60)
+        cluster.kill("back", 2)
+        errs = cluster.finish("back", [0, 1])
+        behind = node_events(out, 1, "checkpoint_slots_behind")
+        assert behind and behind[-1]["slots"] >= 1, (behind, errs[1])
+        assert "may be of the timeline that restore abandoned" in errs[1], errs[1]
+        last = max(e["round"] for e in node_events(out, 0, "round_formed"))
+        restored = [e for i in (0, 1) for e in node_events(out, i, "checkpoint_restore")
+                    if e["round"] == last]
+        assert not restored, restored  # afresh: no step of two timelines
+        assert os.path.exists(os.path.join(out, "final.pt"))
+        assert not left_running(out)
+    print(f"a node paused past the heartbeat timeout while holding steps up to {K}, back as a spare "
+          f"after the job restarted afresh and saved steps up to {K} again, then placed again: it "
+          f"gave none of its {behind[-1]['slots']} old slot(s), said so, and the round started "
+          "afresh rather than restore one step of two timelines: passed")
+
+
 def main():
     global DDPRUN, DDPRUND
     DDPRUN, DDPRUND = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])

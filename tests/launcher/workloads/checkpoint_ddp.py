@@ -5,7 +5,8 @@ Rank 0 writes the final parameters to OUT_DIR/final.pt, with $SAVE_PARAMS each s
 OUT_DIR/params.<step>.pt, and each rank the step it resumed from to OUT_DIR/resumed.<attempt>.<rank>;
 with $HOLD_AT=STEP, each rank writes OUT_DIR/held.<rank> after saving that step in the first attempt
 and waits there (for the test to kill its node); STEP@W holds only at world size W and writes
-OUT_DIR/held@W.<rank>, and several are comma-separated. $WIDTH sets the hidden layer's width (64);
+OUT_DIR/held@W.<rank>; STEP~TAG holds in any attempt, but only where OUT_DIR/held~TAG.<rank> is not
+there yet, and writes it; several are comma-separated. $WIDTH sets the hidden layer's width (64);
 with $CKPT_REPLICATED=1 the saves say that the state is the same on every rank (replicated=True):
 the node holds it once.
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
@@ -23,12 +24,18 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ddprun import checkpoint
 
 
-def held_at(step, world_size):
+def held_at(step, world_size, attempt, out, rank):
     """The file's prefix where $HOLD_AT says to hold after saving `step`, else None: "held." for
-    STEP, "held@W." for STEP@W (only at world size W); several, comma-separated."""
+    STEP and "held@W." for STEP@W (in the first attempt; only at world size W), "held~TAG." for
+    STEP~TAG (once per rank and tag); several, comma-separated."""
     for spec in filter(None, os.environ.get("HOLD_AT", "").split(",")):
+        at, tilde, tag = spec.partition("~")
+        if tilde:
+            if at == str(step) and not os.path.exists(os.path.join(out, f"held~{tag}.{rank}")):
+                return f"held~{tag}."
+            continue
         at, _, world = spec.partition("@")
-        if at == str(step) and (not world or world == str(world_size)):
+        if attempt == "0" and at == str(step) and (not world or world == str(world_size)):
             return f"held@{world}." if world else "held."
     return None
 
@@ -95,8 +102,8 @@ def main():
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
-        hold = held_at(s, dist.get_world_size())
-        if attempt == "0" and hold:
+        hold = held_at(s, dist.get_world_size(), attempt, out, rank)
+        if hold:
             # This node is about to be lost: it says so and waits (bounded) for the test to kill it.
             open(os.path.join(out, hold + str(rank)), "w").close()
             import time
