@@ -171,9 +171,9 @@ store::TlsFiles tls_files(const RdzvConf& conf) {
 void check_tls(const rendezvous::RendezvousConfig& r) {
   if (!r.tls.enabled) return;
   const bool may_host =
-      r.max_nodes > 1 && (r.backend == rendezvous::Backend::kStatic
-                              ? r.node_rank == 0
-                              : r.host_store != rendezvous::RendezvousConfig::HostStore::kNo);
+      !r.alone && (r.backend == rendezvous::Backend::kStatic
+                       ? r.node_rank == 0
+                       : r.host_store != rendezvous::RendezvousConfig::HostStore::kNo);
   if (r.backend != rendezvous::Backend::kEtcdV3 && !r.auth_token) {
     // Encrypted but open to anyone who connects: not what https promises.
     throw UsageError(
@@ -329,6 +329,12 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   if (r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty()) {
     std::tie(r.endpoint_host, r.endpoint_port) = parse_endpoint(o.endpoint, r.endpoint_port);
   }
+  // torchrun's single node meets on the store its command line names, as several would: etcd's,
+  // or a c10d endpoint's (hosted by this agent where it names this host and the port is free).
+  // Only --standalone and a static job, whose store no other node can name, run alone.
+  r.alone =
+      o.max_nodes == 1 && r.backend != rendezvous::Backend::kEtcdV3 &&
+      !(r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty() && r.endpoint_port != 0);
   r.tls = tls_files(conf);
   if (r.backend == rendezvous::Backend::kEtcdV3) {
     etcd_endpoints(o, r);
@@ -356,7 +362,7 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
     r.endpoint_host = r.master_addr;
     r.node_rank = o.node_rank;
     check_static(o, r);
-  } else if (o.max_nodes > 1) {
+  } else if (!r.alone) {
     if (r.backend == rendezvous::Backend::kC10d && o.endpoint.empty()) {
       throw UsageError(fmt::format(
           "--nnodes={}: a multi-node c10d job needs --rdzv_endpoint=HOST[:PORT] (every node the "

@@ -415,6 +415,33 @@ def case_a_paused_node_of_a_fixed_size_job_rejoins_it():
           "finishes with both: passed")
 
 
+def case_a_single_node_meets_on_the_store_its_command_line_names():
+    """--nnodes=1 with --rdzv_endpoint: the node joins the job's store there (the standalone
+    ddprund, or etcd), as torchrun's single node does, rather than host one of its own on that
+    port: `ddprun status` at the endpoint sees it."""
+    with Store() as s:
+        d = tempfile.mkdtemp()
+        # Waits (bounded) for "go", then says where it ran.
+        script = ('i=0; while [ ! -e "$0/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); '
+                  'done; echo "$RANK/$WORLD_SIZE" > "$0/ran"')
+        p = agent(s.endpoint, "1", script, d, run_id="alone")
+        try:
+            def seen():
+                r = subprocess.run([DDPRUN, "status", f"--rdzv_backend={BACKEND}",
+                                    f"--rdzv_endpoint={s.endpoint}", "--rdzv_id=alone"],
+                                   capture_output=True, text=True, timeout=60)
+                return "world size 1" in r.stdout and "--nnodes=1:1" in r.stdout
+            wait_for(seen, "the single node in ddprun status at the endpoint", 60)
+        finally:
+            open(f"{d}/go", "w").close()
+        status, _, err = finish([p])[0]
+        assert status == 0, err
+        assert open(f"{d}/ran").read().strip() == "0/1"
+        assert "Address already in use" not in err, err
+    print(f"{BACKEND}: a single node (--nnodes=1) with --rdzv_endpoint met on the store there and "
+          "ran its worker; ddprun status at the endpoint saw it: passed")
+
+
 def case_an_agent_hosts_the_store_when_none_runs():
     assert BACKEND == "c10d", "c10d only: etcd is never hosted by an agent"
     endpoint = f"127.0.0.1:{free_port()}"
