@@ -213,7 +213,8 @@ OptionTexts read_options(const std::vector<std::string>& args, const agent::Envi
 // A TCP port, or 0 where the OS picks one.
 int parse_port(const std::string& text, const char* what) {
   const int p = parse_int(text, what);
-  if (p < 0 || p > 65535) throw UsageError(fmt::format("argument {}: not a TCP port", what));
+  // (An integer argparse takes; torchrun refuses it only when it binds or connects: exit 1.)
+  if (p < 0 || p > 65535) throw RefusedValue(fmt::format("argument {}: not a TCP port", what));
   return p;
 }
 
@@ -442,7 +443,7 @@ void read_worker_options(const OptionTexts& o, const agent::Environment& env, Di
   try {
     c.signals = agent::parse_signal_list(o["signals_to_handle"]);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw RefusedValue(e.what());  // (any text to argparse; torchrun refuses it later)
   }
   std::string shutdown_timeout = o["shutdown_timeout"];
   if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");

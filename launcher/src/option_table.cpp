@@ -280,6 +280,7 @@ const std::vector<OptionSpec>& option_table() {
        .metavar = nullptr,
        .help =
            "internal: started by a head node; stdin carries its signals, and its end stops the job",
+       .pet = false,
        .ddprun_only = true},
       {"--print-completion,--print_completion",
        "print_completion",

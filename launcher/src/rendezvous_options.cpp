@@ -40,7 +40,7 @@ const std::map<std::string, ConfKind> kRdzvConfKeys = {
     {"reconnect_timeout", ConfKind::kPositiveSeconds},
     {"close_timeout", ConfKind::kSeconds},
     {"read_timeout", ConfKind::kSeconds},
-    {"keep_alive_interval", ConfKind::kSeconds},
+    {"keep_alive_interval", ConfKind::kPositiveSeconds},
     {"keep_alive_max_attempt", ConfKind::kCount},
     {"is_host", ConfKind::kBool},
     {"store_type", ConfKind::kText},
@@ -96,13 +96,12 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
         if (key == "heartbeat_timeout") conf.heartbeat_timeout = s;
         if (key == "reconnect_timeout") conf.reconnect_timeout = s;
         if (key == "timeout") conf.timeout = s;
-        break;
-      }
-      case ConfKind::kSeconds: {
-        const milliseconds s = parse_seconds(value, what);
         if (key == "keep_alive_interval") keep_alive_interval = s;
         break;
       }
+      case ConfKind::kSeconds:
+        parse_seconds(value, what);  // checked; torchrun's store timeouts ddprun does not take
+        break;
       case ConfKind::kCount:
         keep_alive_attempts = parse_integer(value, what);
         if (*keep_alive_attempts < 1) {
@@ -118,6 +117,12 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
         if (key == "auth_token_file") conf.auth_token_file = value;
         if (key == "user") conf.user = value;
         if (key == "password_file") conf.password_file = value;
+        if (key == "store_type" && value != "tcp") {
+          throw RefusedValue(fmt::format(
+              "argument --rdzv_conf: store_type={}: the job's store is a TCP store here (tcp); "
+              "torch's FileStore rendezvous (file) is not supported",
+              value));
+        }
         break;
       case ConfKind::kTlsFile:
         conf.tls_files[key] = value;
@@ -309,7 +314,9 @@ void check_static(const RendezvousOptions& o, const rendezvous::RendezvousConfig
 
 }  // namespace
 
-rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
+namespace {
+
+rendezvous::RendezvousConfig config_from(const RendezvousOptions& o) {
   const RdzvConf conf = parse_rdzv_conf(o.conf);
   rendezvous::RendezvousConfig r;
   r.backend = parse_backend(o.backend);
@@ -394,6 +401,20 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   if (conf.user || conf.password_file) r.etcd_login = etcd_login(conf, r);
   check_tls(r);
   return r;
+}
+
+}  // namespace
+
+rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
+  try {
+    return config_from(o);
+  } catch (const RefusedValue&) {
+    throw;
+  } catch (const UsageError& e) {
+    // Every value here is text to torchrun's argparse, refused only once torchrun builds the
+    // rendezvous from it: exit status 1, as torchrun's.
+    throw RefusedValue(e.what());
+  }
 }
 
 }  // namespace ddprun::launcher

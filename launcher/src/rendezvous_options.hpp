@@ -29,9 +29,10 @@ struct RendezvousOptions {
   bool client_only = false;
 };
 
-// The configuration, complete (this machine's name included). Throws UsageError for an unknown
-// backend or --rdzv_conf key, a malformed endpoint or value, TLS files that cannot be loaded, and
-// node counts or ranks the backend cannot meet with.
+// The configuration, complete (this machine's name included). Throws RefusedValue (text argparse
+// takes, torchrun refuses later: exit 1) for an unknown backend or --rdzv_conf key, a malformed
+// endpoint or value, TLS files that cannot be loaded, and node counts or ranks the backend cannot
+// meet with.
 rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& options);
 
 }  // namespace ddprun::launcher

@@ -147,6 +147,38 @@ TEST_CASE("argparse: values torchrun refuses after parsing are RefusedValue (exi
   CHECK_THROWS_AS(parse({"--nnodes=1:2:3", "t.py"}), RefusedValue);
   CHECK_THROWS_AS(parse({"--rdzv_endpoint=localhost", "t.py"}), RefusedValue);
   CHECK_THROWS_AS(parse({"--no_python", "-m", "t.py"}), RefusedValue);
+  // Text (or an integer) to argparse, refused once torchrun builds the launch from it.
+  CHECK_THROWS_AS(parse({"--rdzv_backend=foo", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=h:x", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--rdzv_conf=join_timeout=x", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--rdzv_conf=is_host=maybe", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--master_port=70000", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--signals_to_handle=SIGFOO", "t.py"}), RefusedValue);
+  // argparse's own: no integer at all.
+  CHECK_THROWS_AS(parse({"--master_port=x", "t.py"}), UsageError);
+  try {
+    parse({"--master_port=x", "t.py"});
+  } catch (const RefusedValue&) {
+    FAIL("--master_port=x is argparse's error (exit 2)");
+  } catch (const UsageError&) {
+  }
+}
+
+TEST_CASE("argparse: rdzv_conf values torch refuses are refused, not ignored", "[cli][argparse]") {
+  // A heartbeat of zero would declare every node lost at once.
+  CHECK_THROWS_AS(parse({"--rdzv_conf=keep_alive_interval=0", "t.py"}), RefusedValue);
+  CHECK(parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+               "--rdzv_conf=keep_alive_interval=2,keep_alive_max_attempt=2", "t.py"})
+            .rdzv.heartbeat_timeout == std::chrono::seconds(4));
+  // torch's FileStore rendezvous is not one ddprun has; tcp is what it does.
+  CHECK_THROWS_AS(parse({"--rdzv_conf=store_type=file", "t.py"}), RefusedValue);
+  CHECK_THROWS_AS(parse({"--rdzv_conf=store_type=bogus", "t.py"}), RefusedValue);
+  CHECK_NOTHROW(parse({"--rdzv_conf=store_type=tcp", "t.py"}));
+}
+
+TEST_CASE("argparse: the internal --head_control has no PET_ fallback", "[cli][argparse]") {
+  CHECK_FALSE(parse({"t.py"}, {{"PET_HEAD_CONTROL", "1"}}).head_control);
+  CHECK(parse({"--head_control", "t.py"}).head_control);
 }
 
 TEST_CASE("argparse: the static backend takes its master from --rdzv_endpoint when given",
