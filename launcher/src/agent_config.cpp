@@ -155,8 +155,31 @@ void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent
 
 }  // namespace
 
+std::vector<std::string> idle_options(const LaunchConfig& c) {
+  std::vector<std::string> out;
+  const auto given = [&](const char* dest) { return c.given.contains(dest); };
+  const auto without = [&](const char* dest, bool missing, const char* needs) {
+    if (given(dest) && missing)
+      out.push_back(fmt::format("--{} has no effect without {}", dest, needs));
+  };
+  without("health_check_timeout", c.health_check.empty(), "--health_check");
+  without("node_check_factor", !c.node_check, "--node_check");
+  without("node_check_timeout", !c.node_check, "--node_check");
+  without("checkpoint_persist_every", c.checkpoint_dir.empty(), "--checkpoint_dir");
+  without("metrics_addr", !c.metrics_port, "--metrics_port");
+  for (const char* dest : {"straggler_steps", "straggler_action"}) {
+    without(dest, !c.straggler.watched(), "a --straggler_threshold above 0");
+    if (given(dest) && c.straggler.watched() && c.rdzv.max_nodes == 1 && c.hosts.empty()) {
+      out.push_back(fmt::format(
+          "--{} has no effect in a job of one node: the straggler check compares nodes", dest));
+    }
+  }
+  return out;
+}
+
 agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment env,
                                      std::string* notice) {
+  for (const std::string& line : idle_options(c)) spdlog::warn("{}", line);
   agent::AgentConfig a;
   set_entrypoint(c, env, a);
   copy_settings(c, a);

@@ -10,4 +10,8 @@ namespace ddprun::launcher {
 agent::AgentConfig make_agent_config(const LaunchConfig& c, agent::Environment env,
                                      std::string* notice);
 
+// One line for each option given (on the command line or by PET_*) that does nothing without
+// another, or in this job: the agent warns of each as it starts, rather than ignore it silently.
+std::vector<std::string> idle_options(const LaunchConfig& c);
+
 }  // namespace ddprun::launcher

@@ -516,9 +516,11 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   c.nproc_per_node = o["nproc_per_node"];
   RendezvousOptions r;
   std::tie(r.min_nodes, r.max_nodes) = parse_nnodes(o["nnodes"]);
-  r.nproc = head_launch && !all_digits(c.nproc_per_node)
-                ? 1
-                : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
+  // (A head checks the text only: each host counts its own CPUs and GPUs.)
+  const bool counted_by_hosts =
+      head_launch &&
+      (c.nproc_per_node == "auto" || c.nproc_per_node == "cpu" || c.nproc_per_node == "gpu");
+  r.nproc = counted_by_hosts ? 1 : resolve_nproc(c.nproc_per_node, env, !c.no_slurm);
   r.max_restarts = parse_int(o["max_restarts"], "--max_restarts");
   if (r.max_restarts < 0) throw UsageError("argument --max_restarts: must not be negative");
   r.node_rank = parse_int(o["node_rank"], "--node_rank");

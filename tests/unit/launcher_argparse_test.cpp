@@ -194,3 +194,31 @@ TEST_CASE("argparse: the static backend takes its master from --rdzv_endpoint wh
   CHECK(two.rdzv.endpoint_host == "head");
   CHECK(two.rdzv.store_port == 29411);
 }
+
+TEST_CASE("argparse: an option that does nothing without another is named, not ignored silently",
+          "[cli][argparse]") {
+  CHECK(idle_options(parse({"t.py"})).empty());
+  CHECK(idle_options(parse({"--health_check_timeout=5", "--node_check_factor=3",
+                            "--checkpoint_persist_every=4", "--metrics_addr=::1",
+                            "--straggler_threshold=0", "--straggler_steps=3", "t.py"})) ==
+        std::vector<std::string>{
+            "--health_check_timeout has no effect without --health_check",
+            "--node_check_factor has no effect without --node_check",
+            "--checkpoint_persist_every has no effect without --checkpoint_dir",
+            "--metrics_addr has no effect without --metrics_port",
+            "--straggler_steps has no effect without a --straggler_threshold above 0"});
+  CHECK(idle_options(parse({"--straggler_action=replace", "t.py"})) ==
+        std::vector<std::string>{"--straggler_action has no effect in a job of one node: the "
+                                 "straggler check compares nodes"});
+  CHECK(idle_options(parse({"--health_check=true", "--health_check_timeout=5",
+                            "--checkpoint_dir=/ck", "--checkpoint_persist_every=4", "--nnodes=2",
+                            "--master_addr=a", "--straggler_action=replace", "t.py"}))
+            .empty());
+}
+
+TEST_CASE("argparse: a head-node launch refuses an --nproc_per_node no host could count",
+          "[cli][argparse]") {
+  CHECK_THROWS_AS(parse({"-H", "a,b", "--nproc_per_node=x", "t.py"}), RefusedValue);
+  CHECK_NOTHROW(parse({"-H", "a,b", "--nproc_per_node=gpu", "t.py"}));
+  CHECK(parse({"-H", "a,b", "--nproc_per_node=3", "t.py"}).rdzv.nproc == 3);
+}
