@@ -259,6 +259,40 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "checkpoint persister: after a restore the new timeline's next step is persisted, though the "
+    "old one had persisted later steps",
+    "[checkpoint]") {
+  const fs::path base =
+      fs::temp_directory_path() / ("persister-timeline-" + std::to_string(::getpid()));
+  const fs::path regions = base / "regions", dir = base / "dir";
+  fs::remove_all(base);
+  fs::create_directories(regions);
+  const std::string old_bytes(8192, 'o'), new_bytes(8192, 'n');
+  boost::asio::io_context io;
+  std::vector<PersistReport> reports;
+  {
+    CheckpointPersister persister(io, regions, dir, 1, std::nullopt, std::nullopt,
+                                  [&reports](const PersistReport& r) { reports.push_back(r); });
+    persister.watch({{0, 3}});
+    for (int64_t step : {5, 6, 7}) {  // the old timeline persisted up to step 7
+      write_region(regions / "rank0", step, old_bytes);
+      REQUIRE(run_until(io, [&] {
+        return persister.steps_on_disk(3, 4).size() == static_cast<size_t>(step - 4);
+      }));
+    }
+    // The round restores step 5: the new timeline saves step 6 again, and it reaches the disk.
+    persister.abandon_after(5, 4, {3});
+    write_region(regions / "rank0", 6, new_bytes);
+    REQUIRE(run_until(io, [&] {
+      return persister.steps_on_disk(3, 4) == std::vector<int64_t>{5, 6} &&
+             bytes_of(dir / "step_6" / "rank_3.ddpckpt").substr(kRegionHeader) == new_bytes;
+    }));
+    CHECK(fs::exists(dir / "step_7" / ".rank_3.ddpckpt.abandoned"));
+  }
+  fs::remove_all(base);
+}
+
+TEST_CASE(
     "checkpoint persister: two swapped words fail a slot's CRC, and a file of the layout before "
     "is checked by its word sum and comes back with its CRC",
     "[checkpoint]") {

@@ -89,6 +89,7 @@ struct CheckpointPersister::Shared : std::enable_shared_from_this<Shared> {
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<Job> jobs;
+  std::optional<Job> running;  // the job under way (its `done` moved out)
   std::atomic<bool> stop{false};
 
   void run();
@@ -103,6 +104,7 @@ void CheckpointPersister::Shared::run() {
       if (stop) return;
       job = std::move(jobs.front());
       jobs.pop_front();
+      running = Job{job.kind, job.local_rank, job.rank, job.step, {}, job.world_size};
     }
     PersistReport r;
     try {
@@ -131,6 +133,7 @@ void CheckpointPersister::Shared::run() {
     // Under the lock: once the persister has set `stop`, the io_context may be gone, and a copy
     // that outlived it (a write stuck in the kernel) must not touch it.
     const std::lock_guard lock(mutex);
+    running.reset();
     if (stop) return;
     boost::asio::post(io,
                       [self = shared_from_this(), r = std::move(r), done = std::move(job.done)] {
@@ -228,9 +231,19 @@ std::vector<int64_t> CheckpointPersister::steps_on_disk(int rank, uint64_t world
 
 void CheckpointPersister::abandon_after(int64_t step, uint64_t world_size,
                                         const std::vector<int>& ranks) {
+  // From the restored step on, as if nothing were persisted: the new timeline's steps are, and the
+  // restored one again where the disk's differs (copy_to_disk leaves a file with its bytes as is).
+  last_.reset();
   {
     const std::lock_guard lock(shared_->mutex);
-    for (const int rank : ranks) {
+    std::set<int> all(ranks.begin(), ranks.end());
+    // A copy of a later step still queued is of the abandoned timeline: not written. One under
+    // way may be of a rank this node no longer has (its ranks moved): that rank's later files go
+    // too, or that copy would outlive the new owner's setting aside.
+    const auto later = [&](const Job& j) { return j.kind == Job::Kind::kPersist && j.step > step; };
+    std::erase_if(shared_->jobs, later);
+    if (shared_->running && later(*shared_->running)) all.insert(shared_->running->rank);
+    for (const int rank : all) {
       Job job{Job::Kind::kAbandon, -1, rank, step, {}};
       job.world_size = world_size;
       shared_->jobs.push_back(std::move(job));

@@ -68,8 +68,9 @@ class CheckpointPersister {
   // global ranks for every later step saved at that world size are of a timeline the job left, and
   // would be mixed with the new one's (a later save of the same step by only some ranks, then a
   // restore from disk): each is renamed .rank_<R>.ddpckpt.abandoned in its folder (kept, no longer
-  // read), and one warning lists the steps. Queued behind the copies asked for before (one of the
-  // last round's newest step may be of them), never waited for.
+  // read), and one warning lists the steps. Copies of later steps still queued are not made; one
+  // under way (of the last round's newest step, perhaps of a rank this node no longer has) ends
+  // first, and its rank's later files are set aside too. Never waited for.
   void abandon_after(int64_t step, uint64_t world_size, const std::vector<int>& ranks);
   // Copies step `step`'s files back into the regions of `local_and_global` ranks, off the agent's
   // thread; false (and a kFailed report) if one could not be.
