@@ -288,6 +288,11 @@ TEST_CASE(
              bytes_of(dir / "step_6" / "rank_3.ddpckpt").substr(kRegionHeader) == new_bytes;
     }));
     CHECK(fs::exists(dir / "step_7" / ".rank_3.ddpckpt.abandoned"));
+    // A round that restores nothing (afresh): every step of this rank goes aside, so that the new
+    // timeline never completes a step beside the old one's files.
+    persister.abandon_after(-1, 4, {3});
+    CHECK(run_until(io, [&] { return persister.steps_on_disk(3, 4).empty(); }));
+    CHECK(fs::exists(dir / "step_5" / ".rank_3.ddpckpt.abandoned"));
   }
   fs::remove_all(base);
 }

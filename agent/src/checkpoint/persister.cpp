@@ -54,10 +54,11 @@ void abandon_rank_after(const fs::path& dir, int rank, int64_t step, uint64_t wo
   if (abandoned.empty()) return;
   std::sort(abandoned.begin(), abandoned.end());
   spdlog::warn(
-      "checkpoint: global rank {}'s files of step{} {} in {} are of a timeline the job left (it "
-      "restored step {}): renamed .rank_{}.ddpckpt.abandoned, never read again nor mixed with the "
-      "steps saved from now on",
-      rank, abandoned.size() > 1 ? "s" : "", fmt::join(abandoned, ", "), dir.string(), step, rank);
+      "checkpoint: global rank {}'s files of step{} {} in {} are of a timeline the job left ({}): "
+      "renamed .rank_{}.ddpckpt.abandoned, never read again nor mixed with the steps saved from "
+      "now on",
+      rank, abandoned.size() > 1 ? "s" : "", fmt::join(abandoned, ", "), dir.string(),
+      step < 0 ? std::string("it started afresh") : fmt::format("it restored step {}", step), rank);
 }
 
 }  // namespace

@@ -64,8 +64,9 @@ class CheckpointPersister {
   boost::asio::awaitable<void> drain(std::chrono::milliseconds limit);
   // The steps whose file for global rank `rank` of a job of `world_size` ranks is complete.
   std::vector<int64_t> steps_on_disk(int rank, uint64_t world_size) const;
-  // The round's nodes agreed to restore `step` at world size `world_size`: the files of these
-  // global ranks for every later step saved at that world size are of a timeline the job left, and
+  // The round's nodes agreed to restore `step` at world size `world_size` (-1: nothing, at the
+  // round's world size): the files of these global ranks for every later step saved at that world
+  // size are of a timeline the job left, and
   // would be mixed with the new one's (a later save of the same step by only some ranks, then a
   // restore from disk): each is renamed .rank_<R>.ddpckpt.abandoned in its folder (kept, no longer
   // read), and one warning lists the steps. Copies of later steps still queued are not made; one

@@ -293,10 +293,14 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
     co_return out;
   }
   p.sources.drop_after(step, round.number);
-  if (p.persister != nullptr && step) {
+  if (p.persister != nullptr) {
+    // What the disk holds beyond the step restored (or at all, where none was: an incomplete step
+    // the new timeline would complete with its own files) is of a timeline the job left.
     std::vector<int> ranks;
     for (const auto& [local, global] : round_ranks(p.cfg, round)) ranks.push_back(global);
-    p.persister->abandon_after(*step, static_cast<uint64_t>(out.restore->saved_world), ranks);
+    p.persister->abandon_after(
+        step.value_or(-1),
+        static_cast<uint64_t>(step ? out.restore->saved_world : round.world_size), ranks);
   }
   co_return out;
 }
