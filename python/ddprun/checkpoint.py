@@ -530,18 +530,28 @@ _saving = threading.Lock()
 _in_flight = weakref.WeakSet()
 
 
+# How long an in-process restart waits for this rank's saves under way to end (seconds).
+_SAVES_END_WITHIN = 30.0
+
+
 def _restarted():
     """An in-process restart (ddprun.inprocess): the saves under way end first (a dcp.async_save
-    writing in the background; bounded), then this rank's region is mapped afresh at its next use
-    (the agents may have put another one there for the rank it is now)."""
+    writing in the background; at most 30 s, else CheckpointError: the process is replaced), then
+    this rank's region is mapped afresh at its next use (the agents may have put another one there
+    for the rank it is now)."""
     global _region
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + _SAVES_END_WITHIN
     while _in_flight and time.monotonic() < deadline:
         gc.collect()  # (a save that failed with its attempt is let go)
         time.sleep(0.01)
     if _in_flight:
-        print("checkpoint: a save of this rank was still being written 30 s after its attempt "
-              "ended", file=sys.stderr)
+        # It would commit a step of the aborted attempt into the region after the agents decided
+        # what to restore: this process cannot be kept, and is replaced instead.
+        raise CheckpointError(
+            f"checkpoint: a save of this rank was still being written {_SAVES_END_WITHIN:g} s "
+            "after its attempt ended: "
+            "this process cannot take part in the next attempt (its save could land a step of the "
+            "aborted one beside the restored one)")
     _region = None
 
 

@@ -2,7 +2,8 @@
 pieces on threads, combined), checked before a byte reaches the caller: two 8-byte words swapped in
 a saved slot (which a sum of the words, the check before, let through) are refused at load, the
 caller's tensors untouched; put back, the same slot loads into them exactly. With torch 2 the same
-through MemoryStorageReader.
+through MemoryStorageReader. A save still under way when an in-process restart's wait for it ends
+makes the restart refuse to go on in that process.
 
     checkpoint_integrity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
@@ -108,6 +109,22 @@ def check_crc_in_pieces(ckpt):
         ckpt._crc32_at = native
 
 
+def check_a_save_under_way_is_never_carried_into_the_next_attempt(ckpt):
+    """An in-process restart whose save of the aborted attempt is still being written when the
+    wait ends refuses to go on in this process (it would commit an abandoned step later)."""
+    class Saver:  # a save that never ends (held here: the set holds weak references)
+        step = 7
+
+    ckpt._SAVES_END_WITHIN = 0.05
+    saver = Saver()
+    ckpt._in_flight.add(saver)
+    try:
+        expect_error(ckpt._restarted, "cannot take part in the next attempt")
+    finally:
+        ckpt._in_flight.clear()
+    ckpt._restarted()  # nothing under way: goes on
+
+
 def main():
     package = sys.argv[1]
     folder = tempfile.mkdtemp(dir="/dev/shm")
@@ -115,6 +132,7 @@ def main():
                        "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "job"})
     import torch
     check_crc_in_pieces(fresh(package))
+    check_a_save_under_way_is_never_carried_into_the_next_attempt(fresh(package))
     check_plain(package, folder, torch)
     dcp = int(torch.__version__.split(".")[0]) >= 2  # MemoryStorageReader needs torch 2
     if dcp:
