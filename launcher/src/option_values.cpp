@@ -46,9 +46,14 @@ double parse_double(std::string_view text, std::string_view what) {
   invalid(what, "float", text);
 }
 
-bool parse_bool(std::string_view text, std::string_view what) {
+std::string lowered(std::string_view text) {
   std::string v(text);
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return v;
+}
+
+bool parse_bool(std::string_view text, std::string_view what) {
+  const std::string v = lowered(text);
   if (v == "true" || v == "t" || v == "yes" || v == "y") return true;
   if (v == "false" || v == "f" || v == "no" || v == "n") return false;
   long n = 0;

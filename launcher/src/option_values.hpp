@@ -2,6 +2,7 @@
 // Reading option text as values, one way for each kind, wherever the text comes from: the command
 // line, a PET_* variable or a --rdzv_conf entry. Each throws UsageError naming `what` and the text.
 #include <chrono>
+#include <string>
 #include <string_view>
 
 #include "ddprun/agent/preload_spec.hpp"
@@ -11,6 +12,8 @@ namespace ddprun::launcher {
 // torchrun's spellings (RendezvousParameters.get_as_bool): 1/true/t/yes/y and 0/false/f/no/n in
 // any case, and any integer (non-zero is true: argparse_util reads PET_ flags as int()).
 bool parse_bool(std::string_view text, std::string_view what);
+// `text` in lower case (ASCII), as Python's str.lower() makes a value torchrun compares.
+std::string lowered(std::string_view text);
 
 // Whether `text` is one or more decimal digits and nothing else (no sign, no space).
 bool all_digits(std::string_view text);

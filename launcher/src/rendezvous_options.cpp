@@ -117,7 +117,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
         if (key == "auth_token_file") conf.auth_token_file = value;
         if (key == "user") conf.user = value;
         if (key == "password_file") conf.password_file = value;
-        if (key == "store_type" && value != "tcp") {
+        if (key == "store_type" && lowered(value) != "tcp") {  // (torch lowers it too)
           throw RefusedValue(fmt::format(
               "argument --rdzv_conf: store_type={}: the job's store is a TCP store here (tcp); "
               "torch's FileStore rendezvous (file) is not supported",
@@ -135,6 +135,18 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
                              keep_alive_attempts.value_or(kKeepAliveAttempts);
   }
   return conf;
+}
+
+// parse_rdzv_conf, its every refusal torchrun's after argparse (a ValueError as it reads the
+// value): exit status 1.
+RdzvConf rdzv_conf_of(const std::string& text) {
+  try {
+    return parse_rdzv_conf(text);
+  } catch (const RefusedValue&) {
+    throw;
+  } catch (const UsageError& e) {
+    throw RefusedValue(e.what());
+  }
 }
 
 // TLS to the job's store: protocol=https, and each file under etcd's name or torchrun's etcd-v2
@@ -176,9 +188,9 @@ store::TlsFiles tls_files(const RdzvConf& conf) {
 void check_tls(const rendezvous::RendezvousConfig& r) {
   if (!r.tls.enabled) return;
   const bool may_host =
-      !r.alone && (r.backend == rendezvous::Backend::kStatic
-                       ? r.node_rank == 0
-                       : r.host_store != rendezvous::RendezvousConfig::HostStore::kNo);
+      !r.alone() && (r.backend == rendezvous::Backend::kStatic
+                         ? r.node_rank == 0
+                         : r.host_store != rendezvous::RendezvousConfig::HostStore::kNo);
   if (r.backend != rendezvous::Backend::kEtcdV3 && !r.auth_token) {
     // Encrypted but open to anyone who connects: not what https promises.
     throw UsageError(
@@ -242,16 +254,16 @@ rendezvous::Backend parse_backend(const std::string& name) {
   if (name == "static") return rendezvous::Backend::kStatic;
   if (name == "c10d") return rendezvous::Backend::kC10d;
   if (name == "etcd-v3" || name == "etcd" || name == "etcd-v2") return rendezvous::Backend::kEtcdV3;
-  throw UsageError(fmt::format(
+  throw RefusedValue(fmt::format(
       "--rdzv_backend: unknown backend '{}' (static, c10d, or etcd-v3 = etcd = etcd-v2)", name));
 }
 
 // host[:port], the host possibly an [IPv6] literal (or a bare one, which then has no port).
 std::pair<std::string, int> parse_endpoint(const std::string& e, int default_port) {
-  if (e.empty()) throw UsageError("--rdzv_endpoint: an empty endpoint");
+  if (e.empty()) throw RefusedValue("--rdzv_endpoint: an empty endpoint");
   const size_t close = e.starts_with("[") ? e.find(']') : std::string::npos;
   if (e.starts_with("[") && close == std::string::npos) {
-    throw UsageError(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
+    throw RefusedValue(fmt::format("--rdzv_endpoint '{}': unterminated [IPv6] address", e));
   }
   const size_t colon = e.find(':', close == std::string::npos ? 0 : close);
   const bool bare_ipv6 = close == std::string::npos && e.find(':', colon + 1) != std::string::npos;
@@ -259,7 +271,7 @@ std::pair<std::string, int> parse_endpoint(const std::string& e, int default_por
                            : bare_ipv6                ? e
                                                       : e.substr(0, colon);
   if (colon == std::string::npos || bare_ipv6) return {host, default_port};
-  if (colon == 0) throw UsageError(fmt::format("--rdzv_endpoint '{}': no host", e));
+  if (colon == 0) throw RefusedValue(fmt::format("--rdzv_endpoint '{}': no host", e));
   const std::string port = e.substr(colon + 1);
   int p = -1;
   try {
@@ -268,7 +280,7 @@ std::pair<std::string, int> parse_endpoint(const std::string& e, int default_por
     if (used != port.size()) p = -1;
   } catch (const std::exception&) {
   }
-  if (p < 0 || p > 65535) throw UsageError(fmt::format("--rdzv_endpoint '{}': bad port", e));
+  if (p < 0 || p > 65535) throw RefusedValue(fmt::format("--rdzv_endpoint '{}': bad port", e));
   return {host, p};
 }
 
@@ -314,10 +326,8 @@ void check_static(const RendezvousOptions& o, const rendezvous::RendezvousConfig
 
 }  // namespace
 
-namespace {
-
-rendezvous::RendezvousConfig config_from(const RendezvousOptions& o) {
-  const RdzvConf conf = parse_rdzv_conf(o.conf);
+rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
+  const RdzvConf conf = rdzv_conf_of(o.conf);
   rendezvous::RendezvousConfig r;
   r.backend = parse_backend(o.backend);
   r.run_id = o.run_id;
@@ -339,9 +349,9 @@ rendezvous::RendezvousConfig config_from(const RendezvousOptions& o) {
   // torchrun's single node meets on the store its command line names, as several would: etcd's,
   // or a c10d endpoint's (hosted by this agent where it names this host and the port is free).
   // Only --standalone and a static job, whose store no other node can name, run alone.
-  r.alone =
-      o.max_nodes == 1 && r.backend != rendezvous::Backend::kEtcdV3 &&
-      !(r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty() && r.endpoint_port != 0);
+  r.joins_store =
+      r.backend == rendezvous::Backend::kEtcdV3 ||
+      (r.backend == rendezvous::Backend::kC10d && !o.endpoint.empty() && r.endpoint_port != 0);
   r.tls = tls_files(conf);
   if (r.backend == rendezvous::Backend::kEtcdV3) {
     etcd_endpoints(o, r);
@@ -369,7 +379,7 @@ rendezvous::RendezvousConfig config_from(const RendezvousOptions& o) {
     r.endpoint_host = r.master_addr;
     r.node_rank = o.node_rank;
     check_static(o, r);
-  } else if (!r.alone) {
+  } else if (!r.alone()) {
     if (r.backend == rendezvous::Backend::kC10d && o.endpoint.empty()) {
       throw UsageError(fmt::format(
           "--nnodes={}: a multi-node c10d job needs --rdzv_endpoint=HOST[:PORT] (every node the "
@@ -403,18 +413,5 @@ rendezvous::RendezvousConfig config_from(const RendezvousOptions& o) {
   return r;
 }
 
-}  // namespace
-
-rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
-  try {
-    return config_from(o);
-  } catch (const RefusedValue&) {
-    throw;
-  } catch (const UsageError& e) {
-    // Every value here is text to torchrun's argparse, refused only once torchrun builds the
-    // rendezvous from it: exit status 1, as torchrun's.
-    throw RefusedValue(e.what());
-  }
-}
 
 }  // namespace ddprun::launcher

@@ -30,9 +30,9 @@ struct RendezvousOptions {
 };
 
 // The configuration, complete (this machine's name included). Throws RefusedValue (text argparse
-// takes, torchrun refuses later: exit 1) for an unknown backend or --rdzv_conf key, a malformed
-// endpoint or value, TLS files that cannot be loaded, and node counts or ranks the backend cannot
-// meet with.
+// takes, torchrun refuses later: exit 1) for an unknown backend, a malformed endpoint and any
+// --rdzv_conf key or value torchrun refuses; UsageError (ddprun's own refusals, exit 2) for TLS
+// files that cannot be loaded and node counts or ranks the backend cannot meet with.
 rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& options);
 
 }  // namespace ddprun::launcher

@@ -174,6 +174,7 @@ TEST_CASE("argparse: rdzv_conf values torch refuses are refused, not ignored", "
   CHECK_THROWS_AS(parse({"--rdzv_conf=store_type=file", "t.py"}), RefusedValue);
   CHECK_THROWS_AS(parse({"--rdzv_conf=store_type=bogus", "t.py"}), RefusedValue);
   CHECK_NOTHROW(parse({"--rdzv_conf=store_type=tcp", "t.py"}));
+  CHECK_NOTHROW(parse({"--rdzv_conf=store_type= TCP", "t.py"}));  // as torch strips and lowers it
 }
 
 TEST_CASE("argparse: the internal --head_control has no PET_ fallback", "[cli][argparse]") {
@@ -221,4 +222,18 @@ TEST_CASE("argparse: a head-node launch refuses an --nproc_per_node no host coul
   CHECK_THROWS_AS(parse({"-H", "a,b", "--nproc_per_node=x", "t.py"}), RefusedValue);
   CHECK_NOTHROW(parse({"-H", "a,b", "--nproc_per_node=gpu", "t.py"}));
   CHECK(parse({"-H", "a,b", "--nproc_per_node=3", "t.py"}).rdzv.nproc == 3);
+}
+
+TEST_CASE("argparse: one node runs alone unless its command line names a store to meet on",
+          "[cli][argparse]") {
+  CHECK(parse({"t.py"}).rdzv.alone());
+  CHECK(parse({"--standalone", "t.py"}).rdzv.alone());
+  CHECK(parse({"--master_port=29511", "t.py"}).rdzv.alone());  // static, one node
+  CHECK(parse({"--rdzv_backend=c10d", "t.py"}).rdzv.alone());
+  CHECK(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=h:0", "t.py"}).rdzv.alone());
+  CHECK_FALSE(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "t.py"}).rdzv.alone());
+  CHECK_FALSE(parse({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=h:2379", "t.py"}).rdzv.alone());
+  CHECK_FALSE(parse({"--nnodes=2", "--master_addr=a", "t.py"}).rdzv.alone());
+  CHECK_FALSE(
+      parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "t.py"}).rdzv.alone());
 }

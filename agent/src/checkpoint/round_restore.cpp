@@ -267,7 +267,11 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
             "checkpoint_slots_behind",
             {{"round", round.number}, {"timeline", mine.timeline}, {"slots", mine.held.size()}});
       }
-      p.sources.drop_after(std::nullopt, round.number);
+      // It joins the newest timeline, not this round's: this round's restore may yet fail
+      // everywhere, and the others' slots must not look behind this node's in the next.
+      int newest = mine.timeline;
+      for (const NodeCheckpoints& n : agreed->nodes) newest = std::max(newest, n.timeline);
+      p.sources.drop_after(std::nullopt, newest);
     }
     out.restore = co_await from_memory(p, round, *agreed, out.account);
     const auto& lost = agreed->plan.ranks_without_copy;

@@ -46,7 +46,7 @@ std::shared_ptr<JobStore> make_job_store(boost::asio::io_context& io, const Rend
 
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
                                             const RendezvousConfig& c) {
-  if (c.alone) return std::make_shared<LocalRendezvous>(io, c);
+  if (c.alone()) return std::make_shared<LocalRendezvous>(io, c);
   std::unique_ptr<store::StoreThread> server;
   if (c.backend == Backend::kStatic) {
     if (c.node_rank == 0) {

@@ -29,10 +29,11 @@ struct RendezvousConfig {
   std::string run_id = "none";
   int min_nodes = 1;
   int max_nodes = 1;
-  // One node running alone around a store of its own, which no other agent can reach: a single
-  // node's job unless it names a store to meet on (an etcd cluster, a c10d endpoint with a port),
-  // where it joins as any node would, as torchrun does.
-  bool alone = true;
+  // A single node's job that names a store to meet on (an etcd cluster, a c10d endpoint whose
+  // port is not 0): it joins it as any node would, as torchrun does.
+  bool joins_store = false;
+  // One node running alone around a store of its own, which no other agent can reach.
+  bool alone() const { return max_nodes == 1 && !joins_store; }
   int node_rank = 0;  // static backend
   int nproc = 1;      // this node's workers
   int max_restarts = 0;
@@ -68,8 +69,8 @@ struct RendezvousConfig {
   store::TlsFiles tls{};
 };
 
-// The handler for `config`: one node alone (`alone`) runs around its own store; the static backend
-// with several nodes (static_rendezvous.hpp); c10d and etcd with several
+// The handler for `config`: one node alone (`alone()`) runs around its own store; the static
+// backend with several nodes (static_rendezvous.hpp); c10d and etcd with several
 // (elastic_rendezvous.hpp, over a TcpJobStore or an EtcdJobStore). Binds the stores this node hosts
 // before returning: throws StoreError when a port is taken.
 std::shared_ptr<Rendezvous> make_rendezvous(boost::asio::io_context& io,
