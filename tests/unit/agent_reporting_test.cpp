@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddprun/agent/error_file.hpp"
+#include "ddprun/agent/failure_json.hpp"
 #include "ddprun/agent/failure_summary.hpp"
 #include "workers/worker_env.hpp"
 
@@ -156,4 +157,22 @@ TEST_CASE("worker env: what differs between workers or rounds is per worker, the
   CHECK_FALSE(shared_part(first).contains("RANK"));
   CHECK(is_per_worker_variable("DDPRUN_HEARTBEAT_FILE"));
   CHECK_FALSE(is_per_worker_variable("PYTHONPATH"));
+}
+
+TEST_CASE(
+    "failure reports: a worker's text that is not UTF-8 crosses to the other nodes, its bad "
+    "bytes replaced",
+    "[report]") {
+  ddprun::agent::WorkerFailure f;
+  f.rank = 3;
+  f.exitcode = 1;
+  f.error =
+      ddprun::agent::ErrorRecord{"ValueError: caf\xe9 au lait", "Traceback\n\xff\xfe", {}, {}};
+  std::string text;
+  REQUIRE_NOTHROW(text = ddprun::agent::failures_to_json({f}));
+  const auto back = ddprun::agent::failures_from_json(text);
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].rank == 3);
+  REQUIRE(back[0].error);
+  CHECK(back[0].error->message == "ValueError: caf\xef\xbf\xbd au lait");
 }

@@ -44,7 +44,9 @@ WorkerFailure from_json(const nlohmann::json& j) {
 std::string failures_to_json(const std::vector<WorkerFailure>& failures) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& f : failures) list.push_back(to_json(f));
-  return list.dump();
+  // A worker's text need not be UTF-8 (a Latin-1 locale, a native library's bytes): what is not
+  // becomes U+FFFD rather than fail the report, and with it the job's restart.
+  return list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::vector<WorkerFailure> failures_from_json(const std::string& text) {

@@ -12,6 +12,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "node/reap_killed.hpp"
+
 namespace ddprun::agent {
 namespace {
 
@@ -119,8 +121,7 @@ void Containment::reap_orphans(bool kill) {
                    pid);
       ::kill(pid, SIGKILL);
     }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
+    reap_killed(pid);
   }
 }
 

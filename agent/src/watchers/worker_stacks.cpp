@@ -179,7 +179,9 @@ std::optional<GdbFrame> parse_gdb_frame(std::string_view line) {
   if (line.size() < 2 || line[0] != '#' || !std::isdigit(static_cast<unsigned char>(line[1]))) {
     return std::nullopt;
   }
-  auto rest = line.substr(line.find_first_of(' '));
+  const size_t space = line.find_first_of(' ');
+  if (space == std::string_view::npos) return std::nullopt;  // "#3" alone: gdb cut off mid-line
+  auto rest = line.substr(space);
   rest.remove_prefix(std::min(rest.find_first_not_of(' '), rest.size()));
   if (rest.starts_with("0x")) {
     const auto in = rest.find(" in ");

@@ -98,8 +98,16 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
       to_stop = true;
       continue;
     }
-    w.parking = true;
-    w.channel->abort(a.number, a.stacks_wanted);
+    try {
+      w.channel->abort(a.number, a.stacks_wanted);
+      w.parking = true;
+    } catch (const std::exception& e) {  // /dev/shm full: its process goes instead
+      spdlog::warn("local rank {} (pid {}) cannot be asked to abort in process ({}): it is stopped",
+                   w.launch.id.local_rank, w.process->pid(), e.what());
+      w.stopped_by_us = true;
+      w.process->signal_group(SIGTERM);
+      to_stop = true;
+    }
   }
   if (to_stop) {
     kill_after_shutdown_timeout();

@@ -143,6 +143,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
     co_return result;
   }
   active_ = true;
+  if (const int signo = std::exchange(stop_pending_, 0); signo != 0) stop(signo);
 
   // (A stop, or a failure of a worker started first, may come while the warm interpreter forks.)
   for (size_t i = 0; i < attempt_->workers.size() && !attempt_->stopping(); ++i) {
@@ -560,7 +561,10 @@ void WorkerGroup::interrupt() {
 }
 
 void WorkerGroup::stop(int signo) {
-  if (!active_) return;
+  if (!active_) {
+    stop_pending_ = signo;
+    return;
+  }
   Attempt& a = *attempt_;
   if (a.stop_signal != 0) {
     kill_survivors();  // asked twice: do not wait for the grace period
@@ -573,11 +577,15 @@ void WorkerGroup::stop(int signo) {
     return;
   }
   // Already stopping after a failure: pass the user's signal on as well (and stop those that were
-  // aborting their attempt to run again).
+  // aborting their attempt to run again), within the shutdown timeout like any stop (those parking
+  // had no kill armed).
   for (RunningWorker& w : a.workers) {
     w.parking = false;
-    if (w.process) w.process->signal_group(signo);
+    if (!w.running()) continue;
+    w.stopped_by_us = true;
+    w.process->signal_group(signo);
   }
+  if (!kill_armed_) kill_after_shutdown_timeout();
 }
 
 }  // namespace ddprun::agent

@@ -60,7 +60,9 @@ class WorkerGroup : private AttemptControl {
   // Runs one attempt to its end. Workers whose exec fails count as failures with exit code 127.
   boost::asio::awaitable<GroupResult> run(std::vector<WorkerLaunch> launches);
   // Forwards `signo` to every running worker's process group; run() then ends with kStopped once
-  // they exit (SIGKILL after the shutdown timeout). A second call kills them at once.
+  // they exit (SIGKILL after the shutdown timeout). A second call kills them at once. Before run()
+  // has started its workers (a peer's stop that came while it waited for the warm interpreter),
+  // that run() starts none and ends stopped.
   void stop(int signo);
   // Stops the workers (SIGTERM, then SIGKILL after the shutdown timeout) so that the job can
   // restart; run() ends with kInterrupted unless a worker had failed on its own. Called before the
@@ -248,6 +250,7 @@ class WorkerGroup : private AttemptControl {
   bool woken_ = false;
   bool active_ = false;
   bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()
+  int stop_pending_ = 0;  // stop() came before run() made the group active: for that run()
 };
 
 }  // namespace ddprun::agent

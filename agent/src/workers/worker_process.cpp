@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "node/reap_killed.hpp"
 #include "workers/child_start.hpp"
 
 namespace ddprun::agent {
@@ -101,8 +102,7 @@ int pidfd_or_kill(pid_t pid, WorkerCgroup* cgroup) {
   const int e = errno;
   ::kill(-pid, SIGKILL);
   if (cgroup != nullptr) cgroup->kill_all();
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  reap_killed(pid);
   throw std::system_error(e, std::generic_category(), "pidfd_open");
 }
 
@@ -204,8 +204,7 @@ WorkerProcess::~WorkerProcess() {
   if (running_) {
     ::kill(-pid_, SIGKILL);
     if (cgroup_) cgroup_->kill_all();
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    reap_killed(pid_);
   }
   close_fd(stdout_pipe_);
   close_fd(stderr_pipe_);
