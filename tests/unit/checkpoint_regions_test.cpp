@@ -122,6 +122,24 @@ std::string bytes_of(const fs::path& file) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// A folder of a test's own for the regions and the persisted files, removed when it ends.
+struct Scratch {
+  explicit Scratch(const std::string& name)
+      : base(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))),
+        regions(base / "regions"),
+        dir(base / "dir") {
+    fs::remove_all(base);
+    fs::create_directories(regions);
+  }
+  ~Scratch() {
+    std::error_code ignored;
+    fs::remove_all(base, ignored);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  const fs::path base, regions, dir;
+};
+
 // Runs `io` until `done` holds (at most 20 s).
 template <typename Done>
 bool run_until(boost::asio::io_context& io, Done done) {
@@ -139,11 +157,8 @@ TEST_CASE(
     "checkpoint persister: a committed slot goes to disk verbatim and comes back into a "
     "region, and a copy that does not match its checksum is dropped",
     "[checkpoint]") {
-  const fs::path base =
-      fs::temp_directory_path() / ("persister-test-" + std::to_string(::getpid()));
-  const fs::path regions = base / "regions", dir = base / "dir";
-  fs::remove_all(base);
-  fs::create_directories(regions);
+  const Scratch scratch("persister-test");
+  const fs::path &regions = scratch.regions, &dir = scratch.dir;
   std::string payload(10000, '\0');
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 + 3);
   write_region(regions / "rank0", 5, payload);
@@ -205,18 +220,14 @@ TEST_CASE(
     CHECK_FALSE(restored);
     CHECK(reports.back().kind == PersistReport::Kind::kFailed);
   }
-  fs::remove_all(base);
 }
 
 TEST_CASE(
     "checkpoint persister: after a restore, later steps on disk are set aside for this node's "
     "ranks, and a step of another timeline on disk is replaced, not kept",
     "[checkpoint]") {
-  const fs::path base =
-      fs::temp_directory_path() / ("persister-abandon-" + std::to_string(::getpid()));
-  const fs::path regions = base / "regions", dir = base / "dir";
-  fs::remove_all(base);
-  fs::create_directories(regions);
+  const Scratch scratch("persister-abandon");
+  const fs::path &regions = scratch.regions, &dir = scratch.dir;
   const std::string old_bytes(8192, 'o'), new_bytes(8192, 'n');
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
@@ -255,18 +266,14 @@ TEST_CASE(
     CHECK(reports[0].kind == PersistReport::Kind::kPersisted);
     CHECK(bytes_of(dir / "step_5" / "rank_3.ddpckpt").substr(kRegionHeader) == new_bytes);
   }
-  fs::remove_all(base);
 }
 
 TEST_CASE(
     "checkpoint persister: after a restore the new timeline's next step is persisted, though the "
     "old one had persisted later steps",
     "[checkpoint]") {
-  const fs::path base =
-      fs::temp_directory_path() / ("persister-timeline-" + std::to_string(::getpid()));
-  const fs::path regions = base / "regions", dir = base / "dir";
-  fs::remove_all(base);
-  fs::create_directories(regions);
+  const Scratch scratch("persister-timeline");
+  const fs::path &regions = scratch.regions, &dir = scratch.dir;
   const std::string old_bytes(8192, 'o'), new_bytes(8192, 'n');
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
@@ -295,7 +302,6 @@ TEST_CASE(
     CHECK(run_until(io, [&] { return fs::exists(dir / "step_5" / ".rank_3.ddpckpt.abandoned"); }));
     CHECK_FALSE(fs::exists(dir / "step_5" / "rank_3.ddpckpt"));
   }
-  fs::remove_all(base);
 }
 
 TEST_CASE(
@@ -318,10 +324,8 @@ TEST_CASE(
   pieces.add(payload.data() + 5, payload.size() - 5);
   CHECK(pieces.value() == payload_crc(payload));
 
-  const fs::path base = fs::temp_directory_path() / ("crc-test-" + std::to_string(::getpid()));
-  const fs::path regions = base / "regions", dir = base / "dir";
-  fs::remove_all(base);
-  fs::create_directories(regions);
+  const Scratch scratch("crc-test");
+  const fs::path &regions = scratch.regions, &dir = scratch.dir;
   fs::create_directories(dir / "step_8");
   fs::create_directories(dir / "step_9");
   SlotRecord rec;
@@ -370,17 +374,14 @@ TEST_CASE(
     CHECK(back->slots[0].checksum == payload_crc(payload));
     CHECK(region.substr(kRegionHeader, payload.size()) == payload);
   }
-  fs::remove_all(base);
 }
 
 TEST_CASE(
     "checkpoint persister: with the job's token a file carries its MAC, and one without it, "
     "altered with its CRC made to match, or of another token is not read back",
     "[checkpoint]") {
-  const fs::path base = fs::temp_directory_path() / ("mac-test-" + std::to_string(::getpid()));
-  const fs::path regions = base / "regions", dir = base / "dir";
-  fs::remove_all(base);
-  fs::create_directories(regions);
+  const Scratch scratch("mac-test");
+  const fs::path &regions = scratch.regions, &dir = scratch.dir;
   std::string payload(20000, '\0');
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 5 + 2);
   const ddprun::store::Token token("0123456789abcdef-job"), other("0123456789abcdef-other");
@@ -431,7 +432,6 @@ TEST_CASE(
   CHECK(bytes_of(file_of(6)).substr(kSlot0MacAt, 32) == std::string(32, '\0'));
   CHECK_THAT(restore(token, 6), Catch::Contains("has no MAC"));
   CHECK_FALSE(fs::exists(regions / "rank0"));  // nothing was put in place
-  fs::remove_all(base);
 }
 
 TEST_CASE(
