@@ -13,19 +13,27 @@
 #include "node/reap_killed.hpp"
 
 using ddprun::agent::reap_killed;
+using ddprun::agent::reaped_in_background;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 namespace {
 
-// A child that exits after `ms` milliseconds (one that SIGKILL cannot end at once stands for one
-// in uninterruptible sleep).
-pid_t child_exiting_after(int ms) {
+// A child that exits once `release` (the write end of its pipe) is closed: it stands for one that
+// SIGKILL cannot end yet (uninterruptible sleep), for as long as the test holds it.
+pid_t held_child(int& release) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ::usleep(static_cast<useconds_t>(ms) * 1000);
+    ::close(fds[1]);
+    char c;
+    while (::read(fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
     ::_exit(0);
   }
+  ::close(fds[0]);
+  release = fds[1];
   return pid;
 }
 
@@ -36,26 +44,34 @@ bool reaped(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
 TEST_CASE("reap killed: a child that dies at SIGKILL is reaped before the call returns",
           "[containment]") {
-  const pid_t pid = child_exiting_after(60'000);
+  int release = -1;
+  const pid_t pid = held_child(release);
   REQUIRE(pid > 0);
   ::kill(pid, SIGKILL);
   reap_killed(pid);
   CHECK(reaped(pid));
+  CHECK_FALSE(reaped_in_background(pid));
+  ::close(release);
 }
 
 TEST_CASE(
     "reap killed: a child still alive when the wait ends does not hold the caller, and is reaped "
     "once it exits",
     "[containment]") {
-  const pid_t pid = child_exiting_after(700);
+  int release = -1;
+  const pid_t pid = held_child(release);
   REQUIRE(pid > 0);
   const auto start = steady_clock::now();
-  reap_killed(pid, milliseconds(100));  // (not killed: it stands for one SIGKILL cannot end yet)
-  CHECK(steady_clock::now() - start < milliseconds(600));
+  reap_killed(pid, steady_clock::now() + milliseconds(100));
+  CHECK(steady_clock::now() - start < std::chrono::seconds(5));  // not until the child exits
   CHECK_FALSE(reaped(pid));
+  CHECK(reaped_in_background(pid));
+  reap_killed(pid);  // handed off already: returns at once, no second thread
+  ::close(release);  // the child exits now
   const auto until = steady_clock::now() + std::chrono::seconds(10);
-  while (!reaped(pid) && steady_clock::now() < until) {
+  while ((!reaped(pid) || reaped_in_background(pid)) && steady_clock::now() < until) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   CHECK(reaped(pid));  // not left a zombie
+  CHECK_FALSE(reaped_in_background(pid));
 }

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -112,17 +114,22 @@ void Containment::stop_listening() {
 
 void Containment::reap_orphans(bool kill) {
   const pid_t guardian = guardian_ ? guardian_->pid() : -1;
+  std::vector<pid_t> reap;
   for (const auto& [pid, zombie] : children()) {
-    // Workers are reaped by their own watch; the guardian by its destructor.
-    if (workers_.contains(pid) || pid == guardian) continue;
+    // Workers are reaped by their own watch; the guardian by its destructor; one that SIGKILL has
+    // not ended yet by a thread of its own.
+    if (workers_.contains(pid) || pid == guardian || reaped_in_background(pid)) continue;
     if (!zombie && !kill) continue;
     if (!zombie) {
       spdlog::info("killing process {}, left behind by a worker (orphaned, adopted by ddprun)",
                    pid);
       ::kill(pid, SIGKILL);
     }
-    reap_killed(pid);
+    reap.push_back(pid);
   }
+  // All killed first, then one wait for them all: the agent's thread is held kReapWait at most.
+  const auto until = std::chrono::steady_clock::now() + kReapWait;
+  for (const pid_t pid : reap) reap_killed(pid, until);
 }
 
 }  // namespace ddprun::agent

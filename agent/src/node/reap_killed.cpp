@@ -3,14 +3,34 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 namespace ddprun::agent {
+namespace {
 
-void reap_killed(pid_t pid, std::chrono::milliseconds wait) {
-  const auto until = std::chrono::steady_clock::now() + wait;
+std::mutex& handed_off_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<pid_t>& handed_off() {  // under handed_off_mutex()
+  static std::set<pid_t> pids;
+  return pids;
+}
+
+}  // namespace
+
+bool reaped_in_background(pid_t pid) {
+  const std::lock_guard lock(handed_off_mutex());
+  return handed_off().contains(pid);
+}
+
+void reap_killed(pid_t pid, std::chrono::steady_clock::time_point until) {
+  if (reaped_in_background(pid)) return;
+  const auto started = std::chrono::steady_clock::now();
   for (;;) {
     int status = 0;
     const pid_t got = ::waitpid(pid, &status, WNOHANG);
@@ -21,12 +41,21 @@ void reap_killed(pid_t pid, std::chrono::milliseconds wait) {
   spdlog::warn(
       "process {} did not exit within {} ms of SIGKILL (uninterruptible sleep: a driver or a "
       "file system holds it): it is reaped in the background whenever the kernel lets it go",
-      pid, wait.count());
+      pid,
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                            started)
+          .count());
+  {
+    const std::lock_guard lock(handed_off_mutex());
+    handed_off().insert(pid);
+  }
   try {
     std::thread([pid] {
       int status = 0;
       while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
+      const std::lock_guard lock(handed_off_mutex());
+      handed_off().erase(pid);
     }).detach();
   } catch (const std::system_error&) {
     // No thread to be had: it stays a zombie once it exits, reaped by init after the agent.

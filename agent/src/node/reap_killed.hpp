@@ -9,9 +9,17 @@
 
 namespace ddprun::agent {
 
-// Reaps `pid` (a child of this process, already sent SIGKILL) if it exits within `wait`; else says
-// so in one warning and leaves it to a thread of its own, which reaps it whenever it exits (until
-// then its pid is not reused). Never throws.
-void reap_killed(pid_t pid, std::chrono::milliseconds wait = std::chrono::milliseconds(200));
+// How long a killed child is waited for before it is left to a thread of its own.
+constexpr std::chrono::milliseconds kReapWait{200};
+
+// Reaps `pid` (a child of this process, already sent SIGKILL) if it exits by `until`; else says so
+// in one warning and leaves it to a thread of its own, which reaps it whenever it exits (until then
+// its pid is not reused). Never throws.
+void reap_killed(pid_t pid, std::chrono::steady_clock::time_point until);
+inline void reap_killed(pid_t pid) {
+  reap_killed(pid, std::chrono::steady_clock::now() + kReapWait);
+}
+// Whether `pid` was left to such a thread and has not exited yet: it needs no further kill.
+bool reaped_in_background(pid_t pid);
 
 }  // namespace ddprun::agent

@@ -585,7 +585,8 @@ void WorkerGroup::stop(int signo) {
     w.stopped_by_us = true;
     w.process->signal_group(signo);
   }
-  if (!kill_armed_) kill_after_shutdown_timeout();
+  // (Not where SIGKILL was sent already: its grace before the survivors are given up runs on.)
+  if (!kill_armed_ && a.phase < AttemptPhase::kKilling) kill_after_shutdown_timeout();
 }
 
 }  // namespace ddprun::agent
