@@ -413,5 +413,4 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
   return r;
 }
 
-
 }  // namespace ddprun::launcher
