@@ -313,6 +313,10 @@ def _open_region(folder, payload):
     # A node's own checkpoints come before copies for its peers: the agent drops them for this.
     asked = _ask_for_room(folder, use.over)
     with _budget_lock(folder):
+        try:  # the room the agent freed, held for this region (the agent's room_request.hpp)
+            os.unlink(os.path.join(folder, ".room.granted"))
+        except FileNotFoundError:
+            pass
         return _make_region(folder, path, _NodeUse(folder, path, payload), asked)
 
 
@@ -337,7 +341,8 @@ class _NodeUse:
 
 def _ask_for_room(folder, nbytes):
     """Asks the agent for `nbytes` of the budget (its copies for peers dropped: the agent's
-    room_request.hpp) and waits, at most 2 s, for its answer; whether it answered."""
+    room_request.hpp) and waits, at most 2 s, for its answer; whether it answered. The room freed
+    is held for this rank (`.room.granted`) until it takes the budget's lock again."""
     request = os.path.join(folder, ".room")
     with open(request + ".tmp", "w") as f:
         f.write(f"{nbytes}\n")

@@ -5,14 +5,19 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/memory_use.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/replicator.hpp"
@@ -101,9 +106,11 @@ PeerAuth job_auth() {
 }
 
 struct Node {
-  explicit Node(int rank) : worker(dir.path / "rank0", rank) {}
+  explicit Node(int rank, std::optional<uint64_t> limit = {})
+      : service(job_auth(), "127.0.0.1", dir.path / "peers", limit, dir.path, run_tag_of("job")),
+        worker(dir.path / "rank0", rank) {}
   Folder dir;
-  PeerService service{job_auth(), "127.0.0.1", dir.path / "peers", {}, dir.path, run_tag_of("job")};
+  PeerService service;
   Worker worker;
   std::vector<TransferReport> reports;
   std::vector<int64_t> kept() const { return sorted(kept_steps(dir.path / "kept", 0)); }
@@ -115,7 +122,72 @@ struct Node {
   }
 };
 
+// `from`'s step `step` of its one rank staged and put to `to`, as its replicator does.
+TransferReport put_step(Node& from, const Node& to, int64_t step) {
+  const auto run = [](auto awaitable) {
+    asio::io_context io;
+    auto done = asio::co_spawn(io, std::move(awaitable), asio::use_future);
+    io.run_for(std::chrono::seconds(30));
+    REQUIRE(done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+    return done.get();
+  };
+  const TransferReport staged =
+      run(from.service.stage(from.dir.path, {{0, 0}}, step, from.dir.path / "kept"));
+  if (!staged.ok) return staged;
+  return run(from.service.put(PeerAddress{"127.0.0.1", to.service.port()}, "a", {{0, 0}}, step,
+                              from.dir.path / "kept", 0));
+}
+
 }  // namespace
+
+TEST_CASE(
+    "replicator: the room dropped for a worker's region is held for it, not taken back by a copy "
+    "arriving before the worker measures",
+    "[replicator]") {
+  Node a(0);
+  uint64_t copy = 0;  // what one copy of a's slot takes of a peer's memory
+  {
+    Node probe(1);
+    a.worker.save(1);
+    REQUIRE(put_step(a, probe, 1).ok);
+    copy = checkpoint_memory(probe.dir.path).peers;
+    REQUIRE(copy > 0);
+  }
+  Node b(1, 2 * copy + 4096);  // room for two copies, and nothing of its own yet
+  a.worker.save(2);
+  REQUIRE(put_step(a, b, 1).ok);
+  REQUIRE(put_step(a, b, 2).ok);
+  asio::io_context io;
+  CheckpointReplicator rb(io, b.service, b.dir.path,
+                          [](const TransferReport&, const std::string&) {});
+  std::vector<std::pair<uint64_t, uint64_t>> made;
+  rb.on_room([&](uint64_t wanted, uint64_t freed) { made.emplace_back(wanted, freed); });
+  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()},
+           std::make_shared<Board>(1));
+  // b's worker asks for one copy's room, as ddprun.checkpoint does.
+  {
+    std::ofstream(b.dir.path / ".room.tmp") << copy << "\n";
+    fs::rename(b.dir.path / ".room.tmp", b.dir.path / ".room");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fs::exists(b.dir.path / ".room") && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE_FALSE(fs::exists(b.dir.path / ".room"));
+  CHECK(made == std::vector<std::pair<uint64_t, uint64_t>>{{copy, copy}});
+  CHECK(b.held_of("a") == std::vector<int64_t>{2});
+  // Answered, the room is held: a's next copy, which would fit in the room freed, is refused
+  // until the worker takes its room (removes the grant, making its region under the same lock).
+  a.worker.save(3);
+  const TransferReport early = put_step(a, b, 3);
+  CHECK_FALSE(early.ok);
+  CHECK_THAT(early.detail, Catch::Contains("its budget is"));
+  REQUIRE(fs::exists(b.dir.path / ".room.granted"));
+  CHECK(checkpoint_memory(b.dir.path).regions >= copy);
+  fs::remove(b.dir.path / ".room.granted");
+  CHECK(put_step(a, b, 3).ok);
+  CHECK(b.held_of("a") == std::vector<int64_t>{2, 3});
+}
 
 TEST_CASE(
     "replicator: nodes copy the same steps, the first saved in each window of the stride, and "

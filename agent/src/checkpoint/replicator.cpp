@@ -21,6 +21,9 @@ namespace {
 constexpr std::chrono::milliseconds kRoomPoll{20};
 constexpr std::chrono::milliseconds kStrideFollow{500};
 constexpr std::chrono::seconds kPauseAfter{2};
+// How long room freed for a worker's region is held for it (room_request.hpp): the worker waits
+// at most 2 s for the answer, then measures at once.
+constexpr std::chrono::seconds kGrantHeld{10};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
 constexpr size_t kStagedKept = 2;
 constexpr size_t kSequencesRemembered = 16;
@@ -187,8 +190,15 @@ void CheckpointReplicator::poll() {
 }
 
 void CheckpointReplicator::make_room() {
+  const auto asked_at = std::chrono::steady_clock::now();
+  if (granted_at_ && asked_at - *granted_at_ > kGrantHeld) {
+    room_grant_released(regions_);
+    granted_at_.reset();
+  }
   const std::optional<uint64_t> wanted = room_wanted(regions_);
   if (!wanted) return;
+  // Under the budget's lock from the first drop to the answer: no copy takes the room meanwhile.
+  const BudgetLock budget(regions_);
   const uint64_t before = checkpoint_memory(regions_).total();
   const auto freed = [&] {
     const uint64_t now = checkpoint_memory(regions_).total();
@@ -205,8 +215,10 @@ void CheckpointReplicator::make_room() {
     const uint64_t now = freed();
     if (now < *wanted) service_.drop_oldest_copies(*wanted - now);
   }
-  room_answered(regions_);
-  if (room_report_) room_report_(*wanted, freed());
+  const uint64_t got = freed();
+  room_answered(regions_, std::min(got, *wanted));
+  granted_at_ = asked_at;
+  if (room_report_) room_report_(*wanted, got);
 }
 
 void CheckpointReplicator::note_progress() {

@@ -117,7 +117,8 @@ class CheckpointReplicator {
  private:
   void poll();
   // A worker's request for room answered: the copies held for peers dropped, the oldest first,
-  // then the steps kept for the peer (never the one being sent), until it has the room.
+  // then the steps kept for the peer (never the one being sent), until it has the room; the room
+  // held for the worker until it takes it (kGrantHeld at most).
   void make_room();
   // Whether the safe step kept up with the steps saved since it last advanced.
   void note_progress();
@@ -142,6 +143,7 @@ class CheckpointReplicator {
   Report report_;
   Behind behind_report_;
   Room room_report_;
+  std::optional<std::chrono::steady_clock::time_point> granted_at_;  // room held for a worker
   boost::asio::steady_timer timer_, stride_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;

@@ -1,5 +1,8 @@
 #include "checkpoint/room_request.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <fstream>
 #include <string>
@@ -8,7 +11,25 @@
 namespace ddprun::agent {
 namespace {
 constexpr const char* kRequest = ".room";
+constexpr const char* kGrant = ".room.granted";
+
+void remove_request(const std::filesystem::path& folder) {
+  std::error_code ignored;
+  std::filesystem::remove(folder / kRequest, ignored);
 }
+
+// A file `file` of `bytes` bytes, its memory reserved; none where the file system refuses it.
+void hold(const std::filesystem::path& file, uint64_t bytes) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const bool held = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
+  ::close(fd);
+  if (!held) {
+    std::error_code ignored;
+    std::filesystem::remove(file, ignored);
+  }
+}
+}  // namespace
 
 std::optional<uint64_t> room_wanted(const std::filesystem::path& folder) {
   std::ifstream in(folder / kRequest);
@@ -17,15 +38,20 @@ std::optional<uint64_t> room_wanted(const std::filesystem::path& folder) {
   uint64_t bytes = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
   if (ec != std::errc() || end == text.data()) {  // not a request: answered (removed) as one
-    room_answered(folder);
+    remove_request(folder);
     return std::nullopt;
   }
   return bytes;
 }
 
-void room_answered(const std::filesystem::path& folder) {
+void room_answered(const std::filesystem::path& folder, uint64_t granted) {
+  if (granted > 0) hold(folder / kGrant, granted);
+  remove_request(folder);
+}
+
+void room_grant_released(const std::filesystem::path& folder) {
   std::error_code ignored;
-  std::filesystem::remove(folder / kRequest, ignored);
+  std::filesystem::remove(folder / kGrant, ignored);
 }
 
 }  // namespace ddprun::agent
