@@ -142,7 +142,7 @@ TransferReport put_step(Node& from, const Node& to, int64_t step) {
 
 TEST_CASE(
     "replicator: the room dropped for a worker's region is held for it, not taken back by a copy "
-    "arriving before the worker measures",
+    "arriving before the worker measures, on a node alone in its round too",
     "[replicator]") {
   Node a(0);
   uint64_t copy = 0;  // what one copy of a's slot takes of a peer's memory
@@ -162,8 +162,9 @@ TEST_CASE(
                           [](const TransferReport&, const std::string&) {});
   std::vector<std::pair<uint64_t, uint64_t>> made;
   rb.on_room([&](uint64_t wanted, uint64_t freed) { made.emplace_back(wanted, freed); });
-  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()},
-           std::make_shared<Board>(1));
+  // b is alone in its round (the job shrank to it): no peer, the copies it holds for a's earlier
+  // rounds still there, and its worker's requests for room still answered.
+  rb.watch(0, "b", {{0, 1}}, std::nullopt, std::make_shared<Board>(1));
   // b's worker asks for one copy's room, as ddprun.checkpoint does.
   {
     std::ofstream(b.dir.path / ".room.tmp") << copy << "\n";

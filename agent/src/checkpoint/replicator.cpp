@@ -90,9 +90,9 @@ void CheckpointReplicator::watch(int round, std::string origin, std::vector<Rank
   }
   timer_.cancel();
   stride_timer_.cancel();
-  if (!peer_ || ranks_.empty()) return;
-  poll();
-  if (board_) asio::co_spawn(io_, follow_stride(generation_, alive_), asio::detached);
+  if (ranks_.empty()) return;
+  poll();  // (with no peer, for the workers' requests for room alone)
+  if (peer_ && board_) asio::co_spawn(io_, follow_stride(generation_, alive_), asio::detached);
 }
 
 void CheckpointReplicator::restored(std::optional<int64_t> step) {
@@ -159,6 +159,7 @@ void CheckpointReplicator::poll() {
     poll();
   });
   make_room();
+  if (!peer_) return;  // copies held for others' earlier rounds may still take room
   const std::optional<int64_t> before = newest_;
   if (!read_regions()) return;
   const auto now = std::chrono::steady_clock::now();

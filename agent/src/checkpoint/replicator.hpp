@@ -84,8 +84,10 @@ class CheckpointReplicator {
   CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
 
   // The round now running, number `round`: this node is `origin`, with `ranks`; its peer is
-  // `peer` (none: the round has one node), and the round agrees on the stride on `board`. A new
-  // peer gets the newest staged step at once, whatever the last one got.
+  // `peer` (none: the round has one node; nothing is copied then, but the workers' requests for
+  // room are still answered: copies held for an earlier round's peers may take it), and the round
+  // agrees on the stride on `board`. A new peer gets the newest staged step at once, whatever the
+  // last one got.
   void watch(int round, std::string origin, std::vector<RankSlot> ranks,
              std::optional<PeerAddress> peer, std::shared_ptr<StrideBoard> board);
   // The round restored `step` (none: nothing) and dropped every step after it, here and at the
