@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
@@ -199,7 +200,13 @@ void CheckpointReplicator::make_room() {
   const std::optional<uint64_t> wanted = room_wanted(regions_);
   if (!wanted) return;
   // Under the budget's lock from the first drop to the answer: no copy takes the room meanwhile.
-  const BudgetLock budget(regions_);
+  // (Where the lock file cannot be made, the folder is going away: the request is answered all
+  // the same, on this timer's thread, which must not throw.)
+  std::optional<BudgetLock> budget;
+  try {
+    budget.emplace(regions_);
+  } catch (const std::system_error&) {
+  }
   const uint64_t before = checkpoint_memory(regions_).total();
   const auto freed = [&] {
     const uint64_t now = checkpoint_memory(regions_).total();
