@@ -314,7 +314,7 @@ def _open_region(folder, payload):
     asked = _ask_for_room(folder, use.over)
     with _budget_lock(folder):
         try:  # the room the agent freed, held for this region (the agent's room_request.hpp)
-            os.unlink(os.path.join(folder, ".room.granted"))
+            os.unlink(_room_file(folder) + ".granted")
         except FileNotFoundError:
             pass
         return _make_region(folder, path, _NodeUse(folder, path, payload), asked)
@@ -339,21 +339,26 @@ class _NodeUse:
             self.over = self.others + self.old + self.size - int(self.limit)
 
 
+def _room_file(folder):
+    return os.path.join(folder, ".room-%s" % os.environ.get("LOCAL_RANK", "0"))
+
+
 def _ask_for_room(folder, nbytes):
     """Asks the agent for `nbytes` of the budget (its copies for peers dropped: the agent's
     room_request.hpp) and waits, at most 2 s, for its answer; whether it answered. The room freed
-    is held for this rank (`.room.granted`) until it takes the budget's lock again."""
-    request = os.path.join(folder, ".room")
+    is held for this rank (`.room-<local rank>.granted`) until it takes the budget's lock again."""
+    request = _room_file(folder)
     with open(request + ".tmp", "w") as f:
         f.write(f"{nbytes}\n")
     os.replace(request + ".tmp", request)
     deadline = time.monotonic() + 2.0
     while os.path.exists(request):
         if time.monotonic() > deadline:
-            try:
-                os.unlink(request)
-            except FileNotFoundError:
-                return True
+            with _budget_lock(folder):  # the agent answers under it: never half answered
+                try:
+                    os.unlink(request)
+                except FileNotFoundError:
+                    return True
             return False
         time.sleep(0.005)
     return True

@@ -42,13 +42,22 @@ uint64_t allocated_under(const fs::path& folder, Seen& seen) {
 
 }  // namespace
 
-BudgetLock::BudgetLock(const fs::path& root)
-    : fd_(::open((root / ".budget").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
-  if (fd_ < 0) {
-    throw std::system_error(errno, std::generic_category(), (root / ".budget").string());
-  }
+namespace {
+int open_budget(const fs::path& root) {
+  const int fd = ::open((root / ".budget").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), (root / ".budget").string());
+  return fd;
+}
+}  // namespace
+
+BudgetLock::BudgetLock(const fs::path& root) : fd_(open_budget(root)) {
   while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
   }
+  owns_ = true;
+}
+
+BudgetLock::BudgetLock(const fs::path& root, std::try_to_lock_t) : fd_(open_budget(root)) {
+  owns_ = ::flock(fd_, LOCK_EX | LOCK_NB) == 0;
 }
 
 BudgetLock::~BudgetLock() { ::close(fd_); }

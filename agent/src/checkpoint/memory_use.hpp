@@ -8,6 +8,7 @@
 // same (ddprun/checkpoint.py) before making or growing a region. Private to the agent.
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -34,12 +35,19 @@ class BudgetLock {
  public:
   // Waits for the lock. Throws std::system_error where the lock file cannot be made.
   explicit BudgetLock(const std::filesystem::path& root);
+  // Takes the lock only where it is free now (owns() says whether it did): for the agent's event
+  // loop, which must never wait on a worker (one stopped for a stack dump may hold it). Throws as
+  // above.
+  BudgetLock(const std::filesystem::path& root, std::try_to_lock_t);
   ~BudgetLock();
   BudgetLock(const BudgetLock&) = delete;
   BudgetLock& operator=(const BudgetLock&) = delete;
 
+  bool owns() const { return owns_; }
+
  private:
   int fd_ = -1;
+  bool owns_ = false;
 };
 
 // What a file of `bytes` bytes reserved whole takes of a memory file system (whole pages).

@@ -22,9 +22,10 @@ namespace {
 constexpr std::chrono::milliseconds kRoomPoll{20};
 constexpr std::chrono::milliseconds kStrideFollow{500};
 constexpr std::chrono::seconds kPauseAfter{2};
-// How long room freed for a worker's region is held for it (room_request.hpp): the worker waits
-// at most 2 s for the answer, then measures at once.
-constexpr std::chrono::seconds kGrantHeld{10};
+// How long room freed for a worker's region is held for it at least (room_request.hpp): the
+// worker takes it as soon as it has the budget's lock, which other ranks making their regions
+// (seconds each, for a large one) may hold before it.
+constexpr std::chrono::seconds kGrantHeld{60};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
 constexpr size_t kStagedKept = 2;
 constexpr size_t kSequencesRemembered = 16;
@@ -103,6 +104,7 @@ void CheckpointReplicator::restored(std::optional<int64_t> step) {
 }
 
 void CheckpointReplicator::stop() {
+  release_grants();  // the round's workers are gone, or going
   ++generation_;
   service_.abandon_puts();
   staging_ = false;
@@ -192,21 +194,31 @@ void CheckpointReplicator::poll() {
 }
 
 void CheckpointReplicator::make_room() {
-  const auto asked_at = std::chrono::steady_clock::now();
-  if (granted_at_ && asked_at - *granted_at_ > kGrantHeld) {
-    room_grant_released(regions_);
-    granted_at_.reset();
-  }
-  const std::optional<uint64_t> wanted = room_wanted(regions_);
-  if (!wanted) return;
-  // Under the budget's lock from the first drop to the answer: no copy takes the room meanwhile.
-  // (Where the lock file cannot be made, the folder is going away: the request is answered all
-  // the same, on this timer's thread, which must not throw.)
+  for (const RankSlot& r : ranks_) answer_room(r.local_rank);
+}
+
+void CheckpointReplicator::answer_room(int local_rank) {
+  const auto granted = granted_at_.find(local_rank);
+  const bool stale = granted != granted_at_.end() &&
+                     std::chrono::steady_clock::now() - granted->second > kGrantHeld;
+  if (!stale && !room_wanted(regions_, local_rank)) return;
+  // Under the budget's lock from the first drop to the answer, so that no copy takes the room
+  // meanwhile; taken only where it is free (this is the event loop: a worker holding it may be
+  // stopped for a stack dump), else at a later poll. Where the lock file cannot be made the
+  // request is answered with nothing held: room held outside the lock could overshoot the budget.
   std::optional<BudgetLock> budget;
   try {
-    budget.emplace(regions_);
+    budget.emplace(regions_, std::try_to_lock);
   } catch (const std::system_error&) {
   }
+  if (budget && !budget->owns()) return;
+  if (stale) {
+    room_grant_released(regions_, local_rank);
+    granted_at_.erase(local_rank);
+  }
+  // Asked again, under the lock: a worker that stopped waiting removed its request under it.
+  const std::optional<uint64_t> wanted = room_wanted(regions_, local_rank);
+  if (!wanted) return;
   const uint64_t before = checkpoint_memory(regions_).total();
   const auto freed = [&] {
     const uint64_t now = checkpoint_memory(regions_).total();
@@ -224,9 +236,15 @@ void CheckpointReplicator::make_room() {
     if (now < *wanted) service_.drop_oldest_copies(*wanted - now);
   }
   const uint64_t got = freed();
-  room_answered(regions_, std::min(got, *wanted));
-  granted_at_ = asked_at;
+  room_answered(regions_, local_rank, budget ? std::min(got, *wanted) : 0);
+  granted_at_[local_rank] = std::chrono::steady_clock::now();
+  budget.reset();
   if (room_report_) room_report_(*wanted, got);
+}
+
+void CheckpointReplicator::release_grants() {
+  for (const auto& [local_rank, at] : granted_at_) room_grant_released(regions_, local_rank);
+  granted_at_.clear();
 }
 
 void CheckpointReplicator::note_progress() {

@@ -119,9 +119,14 @@ class CheckpointReplicator {
  private:
   void poll();
   // A worker's request for room answered: the copies held for peers dropped, the oldest first,
-  // then the steps kept for the peer (never the one being sent), until it has the room; the room
-  // held for the worker until it takes it (kGrantHeld at most).
+  // Every local rank's request for room answered (answer_room).
   void make_room();
+  // Local rank `local_rank`'s request answered: the copies held for peers dropped, the oldest
+  // first, then the steps kept for the peer (never the one being sent), until it has the room; the
+  // room held for the worker until it takes it, or for kGrantHeld at least.
+  void answer_room(int local_rank);
+  // Room held for the workers of a round that ended: released.
+  void release_grants();
   // Whether the safe step kept up with the steps saved since it last advanced.
   void note_progress();
   // Reads every local rank's region header; false where a rank has no checkpoint.
@@ -145,7 +150,7 @@ class CheckpointReplicator {
   Report report_;
   Behind behind_report_;
   Room room_report_;
-  std::optional<std::chrono::steady_clock::time_point> granted_at_;  // room held for a worker
+  std::map<int, std::chrono::steady_clock::time_point> granted_at_;  // room held, by local rank
   boost::asio::steady_timer timer_, stride_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;

@@ -10,12 +10,17 @@
 
 namespace ddprun::agent {
 namespace {
-constexpr const char* kRequest = ".room";
-constexpr const char* kGrant = ".room.granted";
+std::filesystem::path request_of(const std::filesystem::path& folder, int local_rank) {
+  return folder / (".room-" + std::to_string(local_rank));
+}
 
-void remove_request(const std::filesystem::path& folder) {
+std::filesystem::path grant_of(const std::filesystem::path& folder, int local_rank) {
+  return folder / (".room-" + std::to_string(local_rank) + ".granted");
+}
+
+void remove_file(const std::filesystem::path& file) {
   std::error_code ignored;
-  std::filesystem::remove(folder / kRequest, ignored);
+  std::filesystem::remove(file, ignored);
 }
 
 // A file `file` of `bytes` bytes, its memory reserved; none where the file system refuses it.
@@ -24,34 +29,30 @@ void hold(const std::filesystem::path& file, uint64_t bytes) {
   if (fd < 0) return;
   const bool held = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
   ::close(fd);
-  if (!held) {
-    std::error_code ignored;
-    std::filesystem::remove(file, ignored);
-  }
+  if (!held) remove_file(file);
 }
 }  // namespace
 
-std::optional<uint64_t> room_wanted(const std::filesystem::path& folder) {
-  std::ifstream in(folder / kRequest);
+std::optional<uint64_t> room_wanted(const std::filesystem::path& folder, int local_rank) {
+  std::ifstream in(request_of(folder, local_rank));
   std::string text;
   if (!in || !std::getline(in, text)) return std::nullopt;
   uint64_t bytes = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
   if (ec != std::errc() || end == text.data()) {  // not a request: answered (removed) as one
-    remove_request(folder);
+    remove_file(request_of(folder, local_rank));
     return std::nullopt;
   }
   return bytes;
 }
 
-void room_answered(const std::filesystem::path& folder, uint64_t granted) {
-  if (granted > 0) hold(folder / kGrant, granted);
-  remove_request(folder);
+void room_answered(const std::filesystem::path& folder, int local_rank, uint64_t granted) {
+  if (granted > 0) hold(grant_of(folder, local_rank), granted);
+  remove_file(request_of(folder, local_rank));
 }
 
-void room_grant_released(const std::filesystem::path& folder) {
-  std::error_code ignored;
-  std::filesystem::remove(folder / kGrant, ignored);
+void room_grant_released(const std::filesystem::path& folder, int local_rank) {
+  remove_file(grant_of(folder, local_rank));
 }
 
 }  // namespace ddprun::agent
