@@ -66,7 +66,8 @@ void CheckpointStatus::tick() {
   const bool holds = persisted_ || a.contains("replica") ||
                      std::any_of(a["ranks"].begin(), a["ranks"].end(),
                                  [](const auto& r) { return !r["step"].is_null(); });
-  std::string text = a.dump();
+  // (A peer's origin or a --checkpoint_dir path need not be UTF-8: replaced, never thrown.)
+  std::string text = a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (holds && text != published_) {
     published_ = text;
     boost::asio::co_spawn(

@@ -1,6 +1,7 @@
 #include "watchers/stack_capture.hpp"
 
 #include <csignal>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -148,7 +150,11 @@ boost::asio::awaitable<void> StackCapture::read_native_stacks(uint64_t attempt) 
         io_,
         [this, i, file, command, pending, env = w.launch.spawn.env,
          attempt]() -> asio::awaitable<void> {
-          co_await run_bounded_command(io_, containment_, command, kNativeStackLimit, env, file);
+          try {
+            co_await run_bounded_command(io_, containment_, command, kNativeStackLimit, env, file);
+          } catch (const std::exception& e) {  // (no fork, no dump folder: no stack, still a stop)
+            spdlog::warn("hang: local rank {}'s native stack could not be taken: {}", i, e.what());
+          }
           if (Attempt* now = attempt_numbered(attempt); now != nullptr && i < now->workers.size()) {
             std::ifstream in(file);
             now->workers[i].native_dump.assign(std::istreambuf_iterator<char>(in), {});

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
 
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
@@ -210,15 +211,18 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
   Attempt& a = *attempt_;
   RunningWorker& rw = a.workers[i];
   WorkerLaunch& l = rw.launch;
-  if (!inprocess_dir_.empty()) {
-    rw.channel = std::make_unique<InProcessChannel>(inprocess_dir_, l.id.local_rank);
-    rw.channel->started(a.number);
-    l.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
-  }
   try {
+    if (!inprocess_dir_.empty()) {
+      rw.channel = std::make_unique<InProcessChannel>(inprocess_dir_, l.id.local_rank);
+      rw.channel->started(a.number);  // (a full /dev/shm throws)
+      l.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
+    }
     co_await spawn(rw, [&a] { return !a.stopping(); });
-  } catch (const std::system_error& e) {
-    // The machine refused a process: stop what started and report it like a failed worker.
+  } catch (const boost::system::system_error&) {
+    throw;  // a wait the stop cancelled: the job's end, not a worker's
+  } catch (const std::exception& e) {
+    // The machine refused a process (or its in-process file, or the warm interpreter its
+    // request): stop what started and report it like a failed worker.
     spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
