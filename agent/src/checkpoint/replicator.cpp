@@ -206,9 +206,9 @@ void CheckpointReplicator::answer_room(int local_rank) {
   // meanwhile; taken only where it is free (this is the event loop: a worker holding it may be
   // stopped for a stack dump), else at a later poll. Where the lock file cannot be made the
   // request is answered with nothing held: room held outside the lock could overshoot the budget.
-  std::optional<BudgetLock> budget;
+  std::unique_ptr<BudgetLock> budget;
   try {
-    budget.emplace(regions_, std::try_to_lock);
+    budget = std::make_unique<BudgetLock>(regions_, std::try_to_lock);
   } catch (const std::system_error&) {
   }
   if (budget && !budget->owns()) return;
