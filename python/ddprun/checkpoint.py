@@ -339,19 +339,25 @@ class _NodeUse:
             self.over = self.others + self.old + self.size - int(self.limit)
 
 
+# How long a save waits for the agent to answer a request for room (seconds). The agent answers
+# only when no rank holds the budget's lock: other ranks making large regions (seconds each) may
+# hold it first.
+_ROOM_ANSWER_WITHIN = 10.0
+
+
 def _room_file(folder):
     return os.path.join(folder, ".room-%s" % os.environ.get("LOCAL_RANK", "0"))
 
 
 def _ask_for_room(folder, nbytes):
     """Asks the agent for `nbytes` of the budget (its copies for peers dropped: the agent's
-    room_request.hpp) and waits, at most 2 s, for its answer; whether it answered. The room freed
+    room_request.hpp) and waits, at most _ROOM_ANSWER_WITHIN, for its answer; whether it answered. The room freed
     is held for this rank (`.room-<local rank>.granted`) until it takes the budget's lock again."""
     request = _room_file(folder)
     with open(request + ".tmp", "w") as f:
         f.write(f"{nbytes}\n")
     os.replace(request + ".tmp", request)
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + _ROOM_ANSWER_WITHIN
     while os.path.exists(request):
         if time.monotonic() > deadline:
             with _budget_lock(folder):  # the agent answers under it: never half answered
@@ -373,7 +379,7 @@ def _make_region(folder, path, use, asked=None):
         keeping = f" and its current region's {old} until it is complete" if old else ""
         dropped = {None: "", True: " (after the agent dropped copies kept for and held for peers "
                    "for it)", False: " (the agent did not answer a request to drop its copies for "
-                   "peers within 2 s)"}[asked]
+                   f"peers within {_ROOM_ANSWER_WITHIN:.0f} s)"}[asked]
         raise CheckpointError(
             f"checkpoint: this rank's state needs {size} bytes (two slots of {slot_size}){keeping};"
             f" with the {others} bytes the node's other checkpoints hold (other ranks' regions, "

@@ -4,7 +4,7 @@
 // drop them, the oldest first, since a node's own checkpoints come before anyone's copies.
 //
 // Local rank L (ddprun.checkpoint) writes the bytes it lacks, in decimal, to `.room-L` in the
-// node's checkpoint folder (by a rename: never half written) and waits, at most 2 s, for the file
+// node's checkpoint folder (by a rename: never half written) and waits, at most 10 s, for the file
 // to go; giving up, it removes the request itself, under the budget's lock. The agent's replicator
 // reads it at its next poll, and, under the budget's lock (taken only where it is free: a worker
 // holding it is never waited for on the agent's event loop), drops what it can and answers. The
