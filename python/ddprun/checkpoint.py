@@ -307,16 +307,14 @@ def _open_region(folder, payload):
     if _region is not None and _region.slot_size >= payload:
         return _region
     with _budget_lock(folder):
+        _take_grant(folder)  # room held for an earlier request of this rank is its own
         use = _NodeUse(folder, path, payload)
         if use.over <= 0 or use.optional < use.over:  # fits, or dropping every copy would not
             return _make_region(folder, path, use)    # make it fit
     # A node's own checkpoints come before copies for its peers: the agent drops them for this.
     asked = _ask_for_room(folder, use.over)
     with _budget_lock(folder):
-        try:  # the room the agent freed, held for this region (the agent's room_request.hpp)
-            os.unlink(_room_file(folder) + ".granted")
-        except FileNotFoundError:
-            pass
+        _take_grant(folder)  # the room the agent freed, held for this region
         return _make_region(folder, path, _NodeUse(folder, path, payload), asked)
 
 
@@ -347,6 +345,15 @@ _ROOM_ANSWER_WITHIN = 10.0
 
 def _room_file(folder):
     return os.path.join(folder, ".room-%s" % os.environ.get("LOCAL_RANK", "0"))
+
+
+def _take_grant(folder):
+    """Under the budget's lock: the room the agent holds for this rank (the agent's
+    room_request.hpp), given back so that this rank's measure counts it free."""
+    try:
+        os.unlink(_room_file(folder) + ".granted")
+    except FileNotFoundError:
+        pass
 
 
 def _ask_for_room(folder, nbytes):

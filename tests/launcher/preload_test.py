@@ -447,6 +447,29 @@ def case_a_ddp_job_restarts_warm_with_identical_replicas():
           "after the failure, replicas bit-identical: passed")
 
 
+def case_an_environment_that_is_not_utf8_starts_the_workers_cold_with_its_bytes():
+    # A variable's value is bytes to the kernel (and to torchrun, which runs such a job); the warm
+    # interpreter is given its environment as JSON text: the workers start cold, said once.
+    work = tempfile.mkdtemp()
+    with open(os.path.join(work, "env_bytes.py"), "w") as f:
+        f.write("import os\nopen(os.path.join(os.environ['OUT'], os.environ['RANK']), 'wb')"
+                ".write(os.environb[b'NOT_UTF8'])\n")
+    env = {**os.environb, b"PYTHON_EXEC": PY.encode(), b"OUT": work.encode(),
+           b"NOT_UTF8": b"caf\xe9 \xff"}
+    r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=2", "--preload=auto",
+                        os.path.join(work, "env_bytes.py")], capture_output=True, timeout=180,
+                       env=env)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0, err
+    assert err.count(COLD_LINE) == 1 and '"NOT_UTF8" is not UTF-8 text' in err, err
+    for rank in ("0", "1"):
+        with open(os.path.join(work, rank), "rb") as f:
+            assert f.read() == b"caf\xe9 \xff"
+    assert not left_running(work)
+    print("a variable that is not UTF-8 under --preload: the workers start cold (one warning "
+          "naming it) and get its bytes: passed")
+
+
 def case_no_python_ignores_preload_and_bad_names_are_usage_errors():
     r = run(["--standalone", "--nproc_per_node=1", "--preload=auto", "--no_python", "/bin/true"])
     assert r.returncode == 0, r.stderr

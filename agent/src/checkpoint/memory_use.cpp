@@ -40,9 +40,6 @@ uint64_t allocated_under(const fs::path& folder, Seen& seen) {
   return total;
 }
 
-}  // namespace
-
-namespace {
 int open_budget(const fs::path& root) {
   const int fd = ::open((root / ".budget").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), (root / ".budget").string());
@@ -79,7 +76,9 @@ CheckpointMemory checkpoint_memory(const fs::path& root) {
       m.restore += allocated_under(e.path(), seen);
     } else if (name.starts_with(".persist.")) {
       m.staging += allocated(e.path(), seen);
-    } else if (name != "peers") {  // rank<L>, a grown one's rank<L>.new, the folder's .owner
+    } else if (name != "peers") {
+      // rank<L>, a grown one's rank<L>.new, the folder's .owner, and the room held for a worker's
+      // region (.room-L.granted)
       m.regions += allocated(e.path(), seen);
     }
   }

@@ -157,8 +157,9 @@ std::optional<int64_t> CheckpointReplicator::window_first(int64_t window) const 
 
 void CheckpointReplicator::poll() {
   timer_.expires_after(kRoomPoll);
-  timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
-    if (ec || !*alive) return;
+  // (A completion queued before a stop() cancelled the timer must not poll on: the generation.)
+  timer_.async_wait([this, alive = alive_, generation = generation_](boost::system::error_code ec) {
+    if (ec || !*alive || generation != generation_) return;
     poll();
   });
   make_room();
@@ -170,7 +171,7 @@ void CheckpointReplicator::poll() {
     if (before) save_gap_ = now - newest_since_;
     newest_since_ = now;
   }
-  if (peer_) note_progress();
+  note_progress();
   // (Nor while a copy is on its way: a window's step staged then would be the stride's sign of
   // being too narrow, which the copy's end widens, not a step the link can carry.)
   if (staging_ || sending_) return;
@@ -245,6 +246,9 @@ void CheckpointReplicator::answer_room(int local_rank) {
 void CheckpointReplicator::release_grants() {
   for (const auto& [local_rank, at] : granted_at_) room_grant_released(regions_, local_rank);
   granted_at_.clear();
+  // A request left unanswered is of a worker gone or going: answered at the next round's first
+  // poll, it would drop copies for nobody.
+  for (const RankSlot& r : ranks_) room_withdrawn(regions_, r.local_rank);
 }
 
 void CheckpointReplicator::note_progress() {

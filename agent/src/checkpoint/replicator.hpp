@@ -96,7 +96,8 @@ class CheckpointReplicator {
   // watch().
   void restored(std::optional<int64_t> step);
   // Stops staging, sending and dropping until the next watch() (a round ended: the next one's
-  // restore reads the kept steps). A transfer under way finishes unheeded.
+  // restore reads the kept steps); the room held for the round's workers is released and their
+  // requests for room withdrawn. A transfer under way finishes unheeded.
   void stop();
   // The step every local rank's copy is on the peer of (none yet this round).
   std::optional<int64_t> safe_step() const { return safe_; }
@@ -118,14 +119,13 @@ class CheckpointReplicator {
 
  private:
   void poll();
-  // A worker's request for room answered: the copies held for peers dropped, the oldest first,
   // Every local rank's request for room answered (answer_room).
   void make_room();
   // Local rank `local_rank`'s request answered: the copies held for peers dropped, the oldest
   // first, then the steps kept for the peer (never the one being sent), until it has the room; the
-  // room held for the worker until it takes it, or for kGrantHeld at least.
+  // room held for the worker until it takes it, kGrantHeld passes, or the round ends.
   void answer_room(int local_rank);
-  // Room held for the workers of a round that ended: released.
+  // Room held for the workers of a round that ended released, their requests withdrawn.
   void release_grants();
   // Whether the safe step kept up with the steps saved since it last advanced.
   void note_progress();

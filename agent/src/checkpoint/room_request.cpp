@@ -55,4 +55,8 @@ void room_grant_released(const std::filesystem::path& folder, int local_rank) {
   remove_file(grant_of(folder, local_rank));
 }
 
+void room_withdrawn(const std::filesystem::path& folder, int local_rank) {
+  remove_file(request_of(folder, local_rank));
+}
+
 }  // namespace ddprun::agent

@@ -28,5 +28,7 @@ std::optional<uint64_t> room_wanted(const std::filesystem::path& folder, int loc
 void room_answered(const std::filesystem::path& folder, int local_rank, uint64_t granted);
 // Room held for a worker that never took it (it died, or its round ended): released.
 void room_grant_released(const std::filesystem::path& folder, int local_rank);
+// A request of a worker gone or going (its round ended): removed unanswered.
+void room_withdrawn(const std::filesystem::path& folder, int local_rank);
 
 }  // namespace ddprun::agent

@@ -22,6 +22,19 @@
 
 namespace ddprun::agent {
 namespace {
+// The name (made printable) of the first variable of `env` whose name or value is not UTF-8;
+// nullopt where every one is.
+std::optional<std::string> not_utf8(const Environment& env) {
+  for (const auto& [name, value] : env) {
+    try {
+      (void)nlohmann::json(name).dump();
+      (void)nlohmann::json(value).dump();
+    } catch (const nlohmann::json::type_error&) {
+      return nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+  }
+  return std::nullopt;
+}
 
 namespace asio = boost::asio;
 
@@ -94,6 +107,15 @@ void WarmInterpreter::prepare(const Environment& shared_env) {
 }
 
 void WarmInterpreter::launch(const Environment& env) {
+  // The interpreter is given the environment as JSON, which holds only UTF-8 text; a worker's
+  // environment is bytes, as torchrun passes them: such a job starts its workers cold.
+  if (const std::optional<std::string> name = not_utf8(env)) {
+    go_cold(fmt::format("the environment variable {} is not UTF-8 text, which the warm interpreter "
+                        "cannot be given",
+                        *name),
+            true);
+    return;
+  }
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     go_cold(fmt::format("socketpair: {}", std::strerror(errno)), false);
@@ -255,6 +277,10 @@ asio::awaitable<std::optional<pid_t>> WarmInterpreter::start(const SpawnSpec& sp
     go_cold("this worker's environment differs from the warm interpreter's", false);
     co_return std::nullopt;
   }
+  if (const std::optional<std::string> name = not_utf8(spec.env)) {
+    go_cold(fmt::format("this worker's environment variable {} is not UTF-8 text", *name), false);
+    co_return std::nullopt;
+  }
   nlohmann::json request = {
       {"args", std::vector<std::string>(spec.argv.begin() + static_cast<long>(python_.size()),
                                         spec.argv.end())},
@@ -263,12 +289,19 @@ asio::awaitable<std::optional<pid_t>> WarmInterpreter::start(const SpawnSpec& sp
       {"agent", ::getpid()},
       {"cgroup", fds.cgroup_procs >= 0},
   };
+  std::string text;
+  try {
+    text = request.dump();
+  } catch (const nlohmann::json::exception&) {  // an argument that is not UTF-8 text
+    go_cold("this worker's command line is not UTF-8 text", false);
+    co_return std::nullopt;
+  }
   int stand_in = -1;
   if (fds.cgroup_procs < 0) stand_in = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   const std::array<int, 4> passed{fds.in, fds.out, fds.err,
                                   fds.cgroup_procs >= 0 ? fds.cgroup_procs : stand_in};
   const int sock = control_->native_handle();
-  const bool sent = passed[3] >= 0 && send_message(sock, request.dump(), &passed);
+  const bool sent = passed[3] >= 0 && send_message(sock, text, &passed);
   if (stand_in >= 0) ::close(stand_in);
   std::string answer;
   bool given_up = false;  // no answer in time, or the workers stopped: the interpreter goes

@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/system/system_error.hpp>
 
 #include "ddprun/agent/signals.hpp"
 #include "logs/event_log.hpp"
@@ -218,11 +217,9 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
       l.spawn.env["DDPRUN_INPROCESS_FILE"] = rw.channel->path();
     }
     co_await spawn(rw, [&a] { return !a.stopping(); });
-  } catch (const boost::system::system_error&) {
-    throw;  // a wait the stop cancelled: the job's end, not a worker's
-  } catch (const std::exception& e) {
-    // The machine refused a process (or its in-process file, or the warm interpreter its
-    // request): stop what started and report it like a failed worker.
+  } catch (const std::system_error& e) {
+    // The machine refused a process (or its in-process file: /dev/shm full): stop what started
+    // and report it like a failed worker.
     spdlog::error("cannot start local rank {}: {}", l.id.local_rank, e.what());
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
