@@ -277,10 +277,6 @@ asio::awaitable<std::optional<pid_t>> WarmInterpreter::start(const SpawnSpec& sp
     go_cold("this worker's environment differs from the warm interpreter's", false);
     co_return std::nullopt;
   }
-  if (const std::optional<std::string> name = not_utf8(spec.env)) {
-    go_cold(fmt::format("this worker's environment variable {} is not UTF-8 text", *name), false);
-    co_return std::nullopt;
-  }
   nlohmann::json request = {
       {"args", std::vector<std::string>(spec.argv.begin() + static_cast<long>(python_.size()),
                                         spec.argv.end())},
@@ -292,8 +288,8 @@ asio::awaitable<std::optional<pid_t>> WarmInterpreter::start(const SpawnSpec& sp
   std::string text;
   try {
     text = request.dump();
-  } catch (const nlohmann::json::exception&) {  // an argument that is not UTF-8 text
-    go_cold("this worker's command line is not UTF-8 text", false);
+  } catch (const nlohmann::json::exception&) {  // (the shared environment was checked at launch)
+    go_cold("this worker's command line or own variables are not UTF-8 text", false);
     co_return std::nullopt;
   }
   int stand_in = -1;
