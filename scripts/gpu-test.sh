@@ -4,9 +4,10 @@
 #   scripts/gpu-test.sh            build here (CUDA on) and run the GPU checks on this machine
 #   scripts/gpu-test.sh bundle     build here and gather the programs and the shared libraries they
 #                                  need beyond glibc into .gpu-bundle/, for a bare, offline GPU machine
-#   scripts/gpu-test.sh run        on the GPU machine: run the GPU checks from .gpu-bundle/
-#   scripts/gpu-test.sh run CHECK  only that one (a function below taking the programs' folder, such
-#                                  as node_check_on_gpu), to rerun it within a short GPU lease
+#   scripts/gpu-test.sh run        on the GPU machine: run the GPU checks from .gpu-bundle/, each one
+#                                  whatever became of the others, and a line per check at the end
+#   scripts/gpu-test.sh run CHECK… only those (names from all_checks below, such as
+#                                  node_check_on_gpu), to rerun them within a short GPU lease
 #
 # The checks, under ddprun with one worker per GPU: the SDK's collectives and GradientSync checks
 # (the ones CI runs on Gloo) on NCCL and device buffers written late on the default stream, and
@@ -139,43 +140,77 @@ node_check_on_gpu() {  # $1: folder holding ddprun
     { cat "$out"/node.*.log; echo "gpu-test: --node_check did not pass on the GPU"; exit 1; }
 }
 
-checks() {  # $1: folder holding the programs
-  local bin=$1 gpus out status run
+# The SDK on NCCL under ddprun, one worker per GPU, then one worker too many.
+sdk_collectives() {  # $1: folder holding the programs
+  local gpus out status run
   gpus=$(nvidia-smi -L | wc -l)
-  echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-  run=("$bin/ddprun" --standalone --nproc_per_node="$gpus" --no_python)
+  run=("$1/ddprun" --standalone --nproc_per_node="$gpus" --no_python)
   echo "== NCCL backend: every collective, dtype and reduction at 0, 1, odd and 64 MiB"
-  timeout 300 "${run[@]}" "$bin/nccl_collectives_check" --with-64mib
+  timeout 300 "${run[@]}" "$1/nccl_collectives_check" --with-64mib
   echo "== NCCL backend: GradientSync"
-  timeout 120 "${run[@]}" "$bin/nccl_gradient_sync_check"
+  timeout 120 "${run[@]}" "$1/nccl_gradient_sync_check"
   echo "== train_cuda"
-  timeout 120 "${run[@]}" "$bin/train_cuda" 200
+  timeout 120 "${run[@]}" "$1/train_cuda" 200
   echo "== $((gpus + 1)) workers on $gpus GPU(s): a clear error, in bounded time"
-  set +e
-  out=$(timeout 120 "$bin/ddprun" --standalone --nproc_per_node=$((gpus + 1)) --no_python \
-    "$bin/nccl_collectives_check" 2>&1)
-  status=$?
-  set -e
+  status=0
+  out=$(timeout 120 "$1/ddprun" --standalone --nproc_per_node=$((gpus + 1)) --no_python \
+    "$1/nccl_collectives_check" 2>&1) || status=$?
   echo "$out" | grep -E 'traceback' | head -2
   [[ $status == 1 ]] || { echo "gpu-test: exit status $status, expected 1"; exit 1; }
   grep -q 'traceback : ddp::CommError: NCCL communicator creation failed: .*Duplicate GPU' <<<"$out" ||
     { echo "gpu-test: the summary does not give NCCL's reason"; echo "$out"; exit 1; }
-  gpu_count_matches_torch "$bin"
-  numa_binding_matches_torch "$bin"
+}
+
+nvml_health() {  # $1: folder holding the programs
   echo "== the built-in health check: NVML reads every GPU, and finds them healthy"
-  "$bin/gpu_health_test"
+  "$1/gpu_health_test"
+}
+
+torch_ddp_over_nccl() {  # $1: folder holding ddprun
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') DDP over NCCL under ddprun (--nproc_per_node=gpu)"
-  timeout 180 "$bin/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
-  preload_forks_cuda_workers "$bin" "$gpus"
-  checkpoint_holds_cuda_tensors "$bin"
-  node_check_on_gpu "$bin"
+  timeout 180 "$1/ddprun" --standalone --nproc_per_node=gpu examples/ddp_train.py --backend nccl
+}
+
+step_times_over_nccl() {  # $1: folder holding ddprun (unused: the package comes from python/)
   echo "== the straggler check's step times: DDP over NCCL, timed against not"
-  timeout 600 python3 tests/gpu/step_times_nccl.py "$PWD/python"
+  timeout 300 python3 tests/gpu/step_times_nccl.py "$PWD/python"
+}
+
+inprocess_restart_over_nccl() {  # $1: folder holding ddprun
   echo "== in-process restart over NCCL: the process group aborted and made again, CUDA kept"
-  timeout 900 python3 tests/gpu/inprocess_nccl.py "$bin/ddprun"
+  timeout 400 python3 tests/gpu/inprocess_nccl.py "$1/ddprun"
+}
+
+torch_store_interop() {  # $1: folder holding ddprund
   echo "== torch $(python3 -c 'import torch; print(torch.__version__)') TCPStore client against ddprund"
-  python3 tests/interop/torch_store_ops.py "$bin/ddprund"
-  python3 tests/interop/torch_gloo_all_reduce.py "$bin/ddprund"
+  timeout 120 python3 tests/interop/torch_store_ops.py "$1/ddprund"
+  timeout 120 python3 tests/interop/torch_gloo_all_reduce.py "$1/ddprund"
+}
+
+# Every check, in this order (the newest and quickest first, so that a short lease sees them).
+all_checks=(sdk_collectives nvml_health preload_forks_cuda_workers checkpoint_holds_cuda_tensors
+  node_check_on_gpu inprocess_restart_over_nccl step_times_over_nccl torch_ddp_over_nccl
+  numa_binding_matches_torch torch_store_interop gpu_count_matches_torch)
+
+# Runs the checks named (all of them by default), each in a subshell of its own under set -e, each
+# whatever became of the others, and ends with one line per check: its result and its seconds.
+checks() {  # $1: folder holding the programs, then the checks' names
+  local bin=$1 check began status failed=0 summary=()
+  shift
+  (($#)) || set -- "${all_checks[@]}"
+  echo "== $(nvidia-smi -L | wc -l) GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  for check in "$@"; do
+    began=$SECONDS
+    status=0
+    set +e
+    (set -e; "$check" "$bin")
+    status=$?
+    set -e
+    [[ $status == 0 ]] || failed=1
+    summary+=("$(printf '%-32s %s %4d s' "$check" "$([[ $status == 0 ]] && echo passed || echo "FAILED ($status)")" $((SECONDS - began)))")
+  done
+  printf 'gpu-test: %s\n' "${summary[@]}"
+  [[ $failed == 0 ]] || { echo "gpu-test: failed"; exit 1; }
   echo "gpu-test: passed"
 }
 
@@ -184,7 +219,7 @@ case $mode in
     build
     mkdir -p "$bundle/bin"
     cp "${programs[@]}" "$bundle/bin/"
-    checks "$bundle/bin"
+    checks "$bundle/bin" "${@:2}"
     ;;
   bundle)
     build
@@ -207,7 +242,7 @@ case $mode in
     [[ -f $nccl/libnccl.so.2 ]] || { echo "gpu-test: no libnccl.so.2 in python3's packages" >&2; exit 1; }
     cublas=$(dirname "$(xargs -I{} find {} -name 'libcublas.so.1*' <<<"$packages" 2>/dev/null | head -1)")
     export LD_LIBRARY_PATH=$PWD/$bundle/lib:$nccl:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    "${2:-checks}" "$bundle/bin"
+    checks "$bundle/bin" "${@:2}"
     ;;
   *)
     echo "usage: scripts/gpu-test.sh [bundle|run]" >&2
