@@ -244,6 +244,7 @@ class NodeAgent {
       spdlog::warn("{} would be left behind if this agent were SIGKILLed", checkpoints_.path());
     }
     checkpoints_.add_worker_environment(cfg_.env);
+    if (const auto& marker = containment_.worker_marker()) cfg_.env[marker->first] = marker->second;
     if (!cfg_.python_workers) return;
     // Beside the regions (not in the log folder, whose layout is torchrun's), gone with them.
     const std::string modules =

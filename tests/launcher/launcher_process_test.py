@@ -39,6 +39,9 @@ DUMP_ENV = ("import os,json,sys; "
 DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
                  "DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_MEMORY_LIMIT",
                  "DDPRUN_STEP_TIMES_FILE"}
+# The agent's own mark, a name unique to it (DDPRUN_CONTAINED_<hex>=<its pid>), by which its guardian
+# finds what the workers left behind.
+DDPRUN_MARK = "DDPRUN_CONTAINED_"
 TORCH1_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
 # Set by the bash wrappers that start a reference torchrun (scripts/torch2/python), not by torchrun.
 SHELL_ARTIFACTS = {"PWD", "OLDPWD", "SHLVL", "_"}
@@ -83,7 +86,7 @@ def compare_envs(ref, ours, differs, torch1, what):
         for key in set(t) | set(d):
             if key in differs or key in SHELL_ARTIFACTS or key == "MASTER_PORT":
                 continue
-            if (key in DDPRUN_EXTRAS and key not in t) or (
+            if ((key in DDPRUN_EXTRAS or key.startswith(DDPRUN_MARK)) and key not in t) or (
                     torch1 and key in TORCH1_ONLY and key not in d):
                 continue
             if key == "PYTHONPATH":

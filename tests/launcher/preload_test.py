@@ -102,6 +102,10 @@ def dump_states(work, preload, module):
             states[rank] = json.load(f)
         for name in PER_RUN:
             states[rank]["env"].pop(name, None)
+        # The agent's mark (its name differs from run to run), in a warm worker's too.
+        marks = [k for k in states[rank]["env"] if k.startswith("DDPRUN_CONTAINED_")]
+        assert len(marks) == 1, marks
+        states[rank]["env"].pop(marks[0])
         # The folder of ddprun's own modules is in the run's checkpoint folder: one per run.
         states[rank]["path"] = ["<ddprun modules>" if "/ddprun-checkpoints-" in p and
                                 p.endswith("/python") else p for p in states[rank]["path"]]

@@ -18,4 +18,5 @@ dist.destroy_process_group()
 with open(os.path.join(os.environ["REPORT_DIR"], os.environ["RANK"] + ".json"), "w") as f:
     json.dump({"executable": sys.executable, "prefix": sys.prefix, "torch": torch.__version__,
                "private": sorted(k for k in os.environ
-                                 if k.startswith("DDPRUN_") and k not in WORKER_VARIABLES)}, f)
+                                 if k.startswith("DDPRUN_") and k not in WORKER_VARIABLES and
+                                 not k.startswith("DDPRUN_CONTAINED_"))}, f)

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <fstream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "node/reap_killed.hpp"
@@ -58,6 +60,13 @@ Containment::Containment(boost::asio::io_context& io, bool use_cgroups) : sigchl
     spdlog::debug("workers run in process groups only (no cgroups: {})", why);
   }
   guardian_ = Guardian::start(tree_ ? tree_->path() : std::string());
+  if (guardian_) {
+    std::random_device random;
+    const uint64_t tag = (static_cast<uint64_t>(random()) << 32) | random();
+    std::pair<std::string, std::string> marker{fmt::format("DDPRUN_CONTAINED_{:016x}", tag),
+                                               std::to_string(::getpid())};
+    if (guardian_->mark(marker.first + "=" + marker.second)) marker_ = std::move(marker);
+  }
   listen_sigchld();
 }
 

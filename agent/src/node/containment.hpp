@@ -6,12 +6,15 @@
 //  - the agent is a child subreaper, so descendants orphaned by their parent's exit become its
 //    children; those still alive when a worker group ends are killed.
 // A SIGKILLed agent cannot do any of that; its guardian (guardian.hpp) kills every listed worker's
-// process group and cgroup when it sees the agent gone.
+// process group and cgroup when it sees the agent gone, and every process that began with this
+// agent's marker in its environment (worker_marker(): what left both, not yet orphaned).
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -28,6 +31,11 @@ class Containment {
   Containment(boost::asio::io_context& io, bool use_cgroups = true);
   ~Containment();
 
+  // The variable (name, value) every worker's environment carries, unique to this agent, by which
+  // its guardian finds the workers' descendants; nullopt where there is no guardian.
+  const std::optional<std::pair<std::string, std::string>>& worker_marker() const {
+    return marker_;
+  }
   // A cgroup for the next worker, or nullptr where cgroups are not used.
   std::unique_ptr<WorkerCgroup> worker_cgroup();
   // A worker (its process group, and its cgroup's path or empty) started / was stopped and reaped.
@@ -62,6 +70,7 @@ class Containment {
 
   std::unique_ptr<CgroupTree> tree_;
   std::unique_ptr<Guardian> guardian_;
+  std::optional<std::pair<std::string, std::string>> marker_;
   std::set<pid_t> workers_;
   boost::asio::signal_set sigchld_;
   bool listening_ = true;

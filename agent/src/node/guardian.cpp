@@ -19,7 +19,9 @@ namespace {
 
 // One message, written whole (smaller than PIPE_BUF, so writes never interleave).
 struct Record {
-  char op;  // '+' a worker started, '-' it is gone, 'T' the cgroup tree, 'F' a folder to remove
+  // '+' a worker started, '-' it is gone, 'T' the cgroup tree, 'F' a folder to remove, 'E' the
+  // entry of the workers' environment that marks their descendants
+  char op;
   pid_t pgid;
   char cgroup[240];
 };
@@ -33,6 +35,9 @@ struct Entry {
 Entry g_entries[kMaxWorkers];
 char g_tree[sizeof(Record::cgroup)];
 char g_folder[sizeof(Record::cgroup)];
+char g_marker[sizeof(Record::cgroup)];
+// A process's environment, read a piece at a time, with the tail of the piece before.
+char g_environ[1 << 16];
 
 void copy_path(char* dst, const char* src) {
   size_t i = 0;
@@ -71,6 +76,75 @@ void kill_cgroup(const char* cgroup) {
   if (fd < 0) return;
   [[maybe_unused]] auto n = ::write(fd, "1", 1);
   ::close(fd);
+}
+
+// Whether the process whose /proc entry is `pid` began with g_marker in its environment: the
+// entry, between the NULs that separate entries (the file's start counting as one).
+bool marked(const char* pid) {
+  char dir[32];
+  char path[64];
+  if (!join(dir, sizeof dir, "/proc", pid) || !join(path, sizeof path, dir, "environ")) {
+    return false;
+  }
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const size_t m = std::strlen(g_marker);
+  size_t kept = 1;  // the NUL before the first entry
+  g_environ[0] = '\0';
+  bool found = false;
+  for (;;) {
+    const ssize_t n = ::read(fd, g_environ + kept, sizeof g_environ - kept);
+    if (n <= 0) break;
+    const size_t end = kept + static_cast<size_t>(n);
+    for (size_t i = 0; !found && i + m + 1 < end; ++i) {
+      found = g_environ[i] == '\0' && g_environ[i + m + 1] == '\0' &&
+              std::memcmp(g_environ + i + 1, g_marker, m) == 0;
+    }
+    if (found) break;
+    kept = end < m + 1 ? end : m + 1;  // a match may begin in this piece and end in the next
+    std::memmove(g_environ, g_environ + end - kept, kept);
+  }
+  ::close(fd);
+  return found;
+}
+
+// SIGKILLs every process that began with g_marker in its environment: what the workers started
+// and left their process group and cgroup (setsid, double forks) and were not yet orphaned; passes
+// until one finds none (a process may fork while it is killed), 20 at most.
+void kill_marked() {
+  if (g_marker[0] == '\0') return;
+  const pid_t self = ::getpid();
+  for (int pass = 0; pass < 20; ++pass) {
+    const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return;
+    int found = 0;
+    alignas(8) char buffer[4096];
+    for (;;) {
+      const long n = ::syscall(SYS_getdents64, dir, buffer, sizeof buffer);
+      if (n <= 0) break;
+      for (long at = 0; at < n;) {
+        struct Entry64 {
+          uint64_t ino;
+          int64_t off;
+          unsigned short reclen;
+          unsigned char type;
+          char name[1];
+        };
+        const auto* e = reinterpret_cast<const Entry64*>(buffer + at);
+        at += e->reclen;
+        pid_t pid = 0;
+        const char* c = e->name;
+        for (; *c >= '0' && *c <= '9' && pid < 100'000'000; ++c) pid = pid * 10 + (*c - '0');
+        if (*c != '\0' || pid <= 0 || pid == self || !marked(e->name)) continue;
+        ::kill(pid, SIGKILL);
+        ++found;
+      }
+    }
+    ::close(dir);
+    if (found == 0) return;
+    const timespec ms5{0, 5'000'000};  // for those killed to exit (a zombie's environment is empty)
+    ::nanosleep(&ms5, nullptr);
+  }
 }
 
 // Removes what the folder open as `dir` holds, subfolders `depth` levels down, and closes it.
@@ -128,6 +202,8 @@ void remove_folder(const char* folder) {
       copy_path(g_tree, r.cgroup);
     } else if (r.op == 'F') {
       copy_path(g_folder, r.cgroup);
+    } else if (r.op == 'E') {
+      copy_path(g_marker, r.cgroup);
     } else if (r.op == '+' && count < kMaxWorkers) {
       g_entries[count].pgid = r.pgid;
       copy_path(g_entries[count].cgroup, r.cgroup);
@@ -144,6 +220,7 @@ void remove_folder(const char* folder) {
     ::kill(-g_entries[i].pgid, SIGKILL);
     if (g_entries[i].cgroup[0] != '\0') kill_cgroup(g_entries[i].cgroup);
   }
+  kill_marked();
   // Cgroups can be removed once the kernel has emptied them: bounded, 2 s at most.
   for (int i = 0; i < count; ++i) {
     if (g_entries[i].cgroup[0] == '\0') continue;
@@ -218,6 +295,14 @@ bool Guardian::remove_at_end(const std::string& folder) {
   Record r{};
   r.op = 'F';
   copy_path(r.cgroup, folder.c_str());
+  return ::write(fd_, &r, sizeof r) == static_cast<ssize_t>(sizeof r);
+}
+
+bool Guardian::mark(const std::string& entry) {
+  if (entry.size() >= sizeof(Record::cgroup)) return false;
+  Record r{};
+  r.op = 'E';
+  copy_path(r.cgroup, entry.c_str());
   return ::write(fd_, &r, sizeof r) == static_cast<ssize_t>(sizeof r);
 }
 

@@ -3,7 +3,8 @@
 // at start, in a process group of its own, holding the read end of a pipe from the agent. The
 // agent lists each worker's process group and cgroup as it starts and unlists it once stopped and
 // reaped. When the pipe closes (the agent is gone, however it died), the guardian SIGKILLs every
-// process group and cgroup still listed, removes those cgroups, and exits. After fork() it runs
+// process group and cgroup still listed, then every process whose environment began with the
+// workers' marker (mark()), removes those cgroups, and exits. After fork() it runs
 // only async-signal-safe code over fixed tables.
 #include <sys/types.h>
 
@@ -28,6 +29,11 @@ class Guardian {
   // `folder` (and what it holds, up to 3 levels of subfolders) is removed too when the agent is
   // gone; false where it cannot be listed (a path longer than a record holds).
   bool remove_at_end(const std::string& folder);
+  // `entry` ("NAME=value"), in every worker's environment, marks the processes to kill when the
+  // agent is gone, wherever they went: /proc/<pid>/environ is what a process began with, which a
+  // fork inherits and an exec passes on (unless the program drops it). False where it cannot be
+  // listed.
+  bool mark(const std::string& entry);
 
  private:
   Guardian(int fd, pid_t pid) : fd_(fd), pid_(pid) {}
