@@ -1,5 +1,6 @@
 #include "logs/log_pump.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -89,13 +90,17 @@ void LogPump::emit(const char* data, size_t n) {
 
 void LogPump::finish() {
   if (done_) return;
-  // Whatever is already in the pipe still belongs to the log.
-  for (;;) {
+  // Whatever is already in the pipe still belongs to the log: as much as the pipe holds, no more
+  // (a writer that outlives its worker and never stops must not keep the agent reading).
+  const int capacity = ::fcntl(pipe_.native_handle(), F_GETPIPE_SZ);
+  const size_t most = capacity > 0 ? static_cast<size_t>(capacity) : size_t{1} << 20;
+  for (size_t drained = 0; drained < most;) {
     boost::system::error_code ec;
     pipe_.non_blocking(true, ec);
     const size_t n = pipe_.read_some(boost::asio::buffer(buf_), ec);
     if (n > 0) emit(buf_.data(), n);
     if (ec || n == 0) break;
+    drained += n;
   }
   complete();
 }

@@ -41,8 +41,8 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
                         std::shared_ptr<FilteredLog> duplicate);
   // Pumps until EOF, then calls `on_eof` (on the io_context).
   void start(std::function<void()> on_eof);
-  // Writes out what has arrived so far, stops reading and closes the pipe (a writer that outlives
-  // its worker must not hold the agent up).
+  // Writes out what has arrived so far (what the pipe holds now, at most its capacity), stops
+  // reading and closes the pipe (a writer that outlives its worker must not hold the agent up).
   void finish();
 
  private:
