@@ -49,10 +49,19 @@ TEST_CASE("log pump: finish writes out what the pipe holds, a last line without 
   REQUIRE(::pipe(fds) == 0);
   const std::string written = "first line\nsecond, unterminated";
   REQUIRE(::write(fds[1], written.data(), written.size()) == static_cast<ssize_t>(written.size()));
-  auto pump = std::make_shared<LogPump>(io, fds[0], (folder.path / "log").string(), -1, "");
+  auto pump = std::make_shared<LogPump>(
+      io, fds[0], ddprun::agent::open_log_file((folder.path / "log").string()), -1, "");
   pump->finish();
   ::close(fds[1]);
   CHECK(contents(folder.path / "log") == written);
+}
+
+TEST_CASE("log pump: a log file that cannot be opened is an error naming it, before any worker",
+          "[logs]") {
+  Folder folder;
+  const std::string path = (folder.path / "missing" / "stdout.log").string();
+  CHECK_THROWS_WITH(ddprun::agent::open_log_file(path), Catch::Matchers::Contains("open " + path));
+  CHECK(ddprun::agent::open_log_file("") == nullptr);
 }
 
 TEST_CASE(
@@ -64,7 +73,8 @@ TEST_CASE(
   // /dev/zero stands for a pipe whose writer is always ahead of the pump: it never runs dry.
   const int endless = ::open("/dev/zero", O_RDONLY | O_CLOEXEC);
   REQUIRE(endless >= 0);
-  auto pump = std::make_shared<LogPump>(io, endless, (folder.path / "log").string(), -1, "");
+  auto pump = std::make_shared<LogPump>(
+      io, endless, ddprun::agent::open_log_file((folder.path / "log").string()), -1, "");
   const auto began = std::chrono::steady_clock::now();
   pump->finish();
   CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(5));

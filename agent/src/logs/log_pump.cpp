@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <system_error>
+#include <utility>
 
 #include "ddprun/agent/console.hpp"
 #include "logs/filtered_log.hpp"
@@ -24,21 +25,22 @@ ConsoleLines filtered_lines(const std::string& prefix, const FilteredLog* duplic
 
 }  // namespace
 
-LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path,
-                 int console_fd, std::string prefix, std::shared_ptr<FilteredLog> duplicate)
+LogFile open_log_file(const std::string& path) {
+  if (path.empty()) return nullptr;
+  LogFile file(std::fopen(path.c_str(), "w"));
+  if (file == nullptr) throw std::system_error(errno, std::generic_category(), "open " + path);
+  return file;
+}
+
+LogPump::LogPump(boost::asio::io_context& io, int pipe_fd, LogFile file, int console_fd,
+                 std::string prefix, std::shared_ptr<FilteredLog> duplicate)
     : pipe_(io, pipe_fd),
+      file_(std::move(file)),
       console_fd_(console_fd),
       lines_(prefix, kMaxConsoleLine),
       duplicate_(std::move(duplicate)),
       duplicate_lines_(filtered_lines(prefix, duplicate_.get())),
-      buf_(64 * 1024) {
-  if (!file_path.empty()) {
-    file_ = std::fopen(file_path.c_str(), "w");
-    if (file_ == nullptr) {
-      throw std::system_error(errno, std::generic_category(), "open " + file_path);
-    }
-  }
-}
+      buf_(64 * 1024) {}
 
 void LogPump::redirect_console(int console_fd, const std::string& prefix,
                                std::shared_ptr<FilteredLog> duplicate) {
@@ -49,10 +51,6 @@ void LogPump::redirect_console(int console_fd, const std::string& prefix,
   lines_ = ConsoleLines(prefix, kMaxConsoleLine);
   duplicate_ = std::move(duplicate);
   duplicate_lines_ = filtered_lines(prefix, duplicate_.get());
-}
-
-LogPump::~LogPump() {
-  if (file_ != nullptr) std::fclose(file_);
 }
 
 void LogPump::start(std::function<void()> on_eof) {
@@ -80,8 +78,8 @@ void LogPump::emit(const char* data, size_t n) {
     if (tail_.size() > tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
   }
   if (file_ != nullptr) {
-    std::fwrite(data, 1, n, file_);
-    std::fflush(file_);
+    std::fwrite(data, 1, n, file_.get());
+    std::fflush(file_.get());
   }
   if (console_fd_ < 0) return;
   Console::of(console_fd_).write(lines_.feed(std::string_view(data, n)));

@@ -19,13 +19,21 @@ namespace ddprun::agent {
 
 class FilteredLog;
 
+struct CloseFile {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+// A worker's log file, open before the worker starts: a worker whose output could not be kept is
+// not started (an open that fails after the fork would leave a worker nobody watches).
+using LogFile = std::unique_ptr<std::FILE, CloseFile>;
+// `path` made empty and open for writing; null where `path` is empty. Throws std::system_error.
+LogFile open_log_file(const std::string& path);
+
 class LogPump : public std::enable_shared_from_this<LogPump> {
  public:
   // Takes ownership of `pipe_fd`. Create with std::make_shared: pending reads hold the pump alive.
-  // `file_path` empty: no file; `console_fd` < 0: no console; `duplicate` null: no filtered copy.
-  LogPump(boost::asio::io_context& io, int pipe_fd, const std::string& file_path, int console_fd,
+  // `file` null: no file; `console_fd` < 0: no console; `duplicate` null: no filtered copy.
+  LogPump(boost::asio::io_context& io, int pipe_fd, LogFile file, int console_fd,
           std::string prefix, std::shared_ptr<FilteredLog> duplicate = nullptr);
-  ~LogPump();
   LogPump(const LogPump&) = delete;
   LogPump& operator=(const LogPump&) = delete;
 
@@ -51,7 +59,7 @@ class LogPump : public std::enable_shared_from_this<LogPump> {
   void complete();
 
   boost::asio::posix::stream_descriptor pipe_;
-  std::FILE* file_ = nullptr;
+  LogFile file_;
   int console_fd_;
   ConsoleLines lines_;
   std::shared_ptr<FilteredLog> duplicate_;

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <fstream>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -240,6 +241,12 @@ boost::asio::awaitable<bool> WorkerGroup::start_worker(size_t i) {
 
 boost::asio::awaitable<void> WorkerGroup::spawn(RunningWorker& rw, std::function<bool()> wanted) {
   const WorkerLaunch& l = rw.launch;
+  // Its log files before it starts (an open that fails is a worker that could not start).
+  const auto log_file = [](const StreamTarget& stream, const TeeTarget& tee) {
+    return open_log_file(stream.kind == StreamTarget::Kind::kPipe ? tee.file : std::string());
+  };
+  LogFile out_file = log_file(l.spawn.out, l.tee_out);
+  LogFile err_file = log_file(l.spawn.err, l.tee_err);
   const Containment::ReapingHold held = containment_.hold_reaping();  // (until it is registered)
   // (An if, not ?:: with a co_await in a conditional expression, GCC 12's code crashed here.)
   if (warm_ != nullptr) {
@@ -252,11 +259,11 @@ boost::asio::awaitable<void> WorkerGroup::spawn(RunningWorker& rw, std::function
   WorkerProcess& w = *rw.process;
   containment_.started(w.pid(), w.cgroup_path());
   const uint64_t serial = rw.serial = ++serials_;
-  for (auto [fd, target] :
-       {std::pair{w.take_stdout_pipe(), &l.tee_out}, std::pair{w.take_stderr_pipe(), &l.tee_err}}) {
+  for (auto [fd, target, file] : {std::tuple{w.take_stdout_pipe(), &l.tee_out, &out_file},
+                                  std::tuple{w.take_stderr_pipe(), &l.tee_err, &err_file}}) {
     if (fd < 0) continue;
     auto pump =
-        std::make_shared<LogPump>(io_, fd, target->file, target->console_fd,
+        std::make_shared<LogPump>(io_, fd, std::move(*file), target->console_fd,
                                   target->raw ? std::string() : l.prefix, target->duplicate);
     pump->set_on_output([this, serial] {
       if (const RunningWorker* worker = worker_of(serial)) {
