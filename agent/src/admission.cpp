@@ -19,6 +19,10 @@ namespace {
 // How long a restart waits for the GPU memory of the workers that ended to be released.
 constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 
+// How long NVML has to answer a read of every GPU (it takes milliseconds; a wedged device can
+// hold it for minutes).
+constexpr auto kNvmlAnswerWithin = std::chrono::seconds(30);
+
 // The buffer each link all-reduces when the straggler check measures the links while the workers
 // train: a quarter of the node check's, so that a slow link's measurement (every link's fastest of
 // several) is over four times sooner; the job's own traffic shares the links meanwhile. That
@@ -27,24 +31,37 @@ constexpr auto kGpuMemoryWait = std::chrono::seconds(10);
 // the measurement's time.
 constexpr int kLinkKibWhileTraining = 1024;
 
+// Why a read of the GPUs came back empty-handed.
+std::string nvml_silent(const GpuReader& gpus) {
+  return fmt::format("NVML did not answer within {} s (a GPU or its driver wedged)",
+                     std::chrono::duration_cast<std::chrono::seconds>(gpus.limit()).count());
+}
+
 }  // namespace
 
 NodeAdmission::NodeAdmission(asio::io_context& io, const AgentConfig& cfg,
                              std::filesystem::path run_dir,
                              std::shared_ptr<rendezvous::Rendezvous> rdzv, EventLog& events,
-                             Containment& containment, const Nvml* nvml)
+                             Containment& containment, std::shared_ptr<const Nvml> nvml)
     : io_(io),
       cfg_(cfg),
       run_dir_(std::move(run_dir)),
       rdzv_(std::move(rdzv)),
       events_(events),
-      containment_(containment),
-      nvml_(nvml) {}
+      containment_(containment) {
+  if (nvml != nullptr) {
+    gpus_.emplace(
+        io, [nvml] { return nvml->read(); },
+        std::chrono::duration_cast<std::chrono::milliseconds>(kNvmlAnswerWithin));
+  }
+}
 
 asio::awaitable<std::optional<AgentOutcome>> NodeAdmission::unhealthy() {
   std::optional<std::string> why;
-  if (nvml_ != nullptr) {
-    const std::string problem = gpu_health_problem(nvml_->read(), gpu_device_nodes());
+  if (gpus_) {
+    const std::optional<std::vector<GpuState>> now = co_await gpus_->read();
+    const std::string problem =
+        now ? gpu_health_problem(*now, gpu_device_nodes()) : nvml_silent(*gpus_);
     if (!problem.empty()) why = "GPUs: " + problem;
   }
   if (!why && !cfg_.health_check.empty()) {
@@ -82,7 +99,7 @@ asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::node_check_ve
   how.timeout = cfg_.node_check_timeout;
   how.env = cfg_.env;
   how.dir = run_dir_;
-  how.gpu = nvml_ != nullptr;
+  how.gpu = gpus_.has_value();
   const auto wait = cfg_.node_check_timeout + std::chrono::seconds(5);
   std::optional<node_check::Verdict> first;  // pass 0's, once it needs confirming
   for (int pass = first_pass; pass < first_pass + 2; ++pass) {
@@ -189,11 +206,17 @@ asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::measure_again
 }
 
 asio::awaitable<void> NodeAdmission::gpu_memory_released(const std::vector<int>& pids) {
-  if (nvml_ == nullptr || pids.empty()) co_return;
+  if (!gpus_ || pids.empty()) co_return;
   const auto deadline = std::chrono::steady_clock::now() + kGpuMemoryWait;
   asio::steady_timer tick(io_);
   for (;;) {
-    const std::vector<int> held = still_on_gpus(nvml_->read(), pids);
+    const std::optional<std::vector<GpuState>> now = co_await gpus_->read();
+    if (!now) {
+      spdlog::warn("not waiting for the GPU memory of ended worker(s) {}: {}",
+                   fmt::join(pids, ", "), nvml_silent(*gpus_));
+      co_return;
+    }
+    const std::vector<int> held = still_on_gpus(*now, pids);
     if (held.empty()) co_return;
     if (std::chrono::steady_clock::now() >= deadline) {
       spdlog::warn("GPU memory of ended worker(s) {} not released after {} s; going on",

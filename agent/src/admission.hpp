@@ -18,16 +18,18 @@
 #include "exchanges/node_check.hpp"
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
+#include "node/gpu_reader.hpp"
 #include "node/node_probe.hpp"
 
 namespace ddprun::agent {
 
 class NodeAdmission {
  public:
-  // Everything given outlives this; `nvml` null: no GPU to check.
+  // Everything given outlives this; `nvml` null: no GPU to check (read off the event loop,
+  // gpu_reader.hpp).
   NodeAdmission(boost::asio::io_context& io, const AgentConfig& cfg, std::filesystem::path run_dir,
                 std::shared_ptr<rendezvous::Rendezvous> rdzv, EventLog& events,
-                Containment& containment, const Nvml* nvml);
+                Containment& containment, std::shared_ptr<const Nvml> nvml);
 
   // --health_check (and the GPUs' health), before this node takes part in a round: nullopt when
   // it passes (or there is none), else the outcome of a node that stays out.
@@ -71,7 +73,7 @@ class NodeAdmission {
   std::shared_ptr<rendezvous::Rendezvous> rdzv_;
   EventLog& events_;
   Containment& containment_;
-  const Nvml* nvml_;
+  std::optional<GpuReader> gpus_;  // nullopt: no GPU to check
 };
 
 }  // namespace ddprun::agent

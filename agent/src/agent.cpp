@@ -176,9 +176,10 @@ class NodeAgent {
                                      {"rendezvous", rdzv_->describe()},
                                      {"log_dir", run_dir_.string()}});
     // Where GPUs exist, NVML checks them before each round (no GPU, or no driver: nothing to do).
-    const std::unique_ptr<Nvml> nvml = Nvml::open();
-    const AgentParts parts{cfg_,      run_dir_, rdzv_,        group_,     stop_,        events_,
-                           bindings_, io_,      containment_, nvml.get(), checkpoints_, straggler_};
+    // (Shared with the thread that reads it: one a wedged GPU holds may outlive this agent.)
+    const std::shared_ptr<const Nvml> nvml = Nvml::open();
+    const AgentParts parts{cfg_,      run_dir_, rdzv_,        group_, stop_,        events_,
+                           bindings_, io_,      containment_, nvml,   checkpoints_, straggler_};
     AgentOutcome outcome;
     bool finished = false;
     // A stop cancels whatever the job waits on outside its workers' run (joining, a connect to

@@ -34,7 +34,7 @@ struct AgentParts {
   const std::map<int, CpuSet>& bindings;  // --numa-binding: local rank -> its CPUs
   boost::asio::io_context& io;
   Containment& containment;
-  const Nvml* nvml;  // null: no GPU to check
+  std::shared_ptr<const Nvml> nvml;  // null: no GPU to check
   CheckpointCoordinator& checkpoints;
   StragglerCheck& straggler;
 };
