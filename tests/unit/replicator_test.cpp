@@ -201,6 +201,57 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "replicator: two local ranks asking for room at once each get their own, held apart, and "
+    "neither is given the other's",
+    "[replicator]") {
+  Node a(0);
+  uint64_t copy = 0;  // what one copy of a's slot takes of a peer's memory
+  {
+    Node probe(1);
+    a.worker.save(1);
+    REQUIRE(put_step(a, probe, 1).ok);
+    copy = checkpoint_memory(probe.dir.path).peers;
+    REQUIRE(copy > 0);
+  }
+  Node b(1, 2 * copy + 4096);  // room for two copies, and nothing of its own yet
+  a.worker.save(2);
+  REQUIRE(put_step(a, b, 1).ok);
+  REQUIRE(put_step(a, b, 2).ok);
+  asio::io_context io;
+  CheckpointReplicator rb(io, b.service, b.dir.path,
+                          [](const TransferReport&, const std::string&) {});
+  std::vector<std::pair<uint64_t, uint64_t>> made;
+  rb.on_room([&](uint64_t wanted, uint64_t freed) { made.emplace_back(wanted, freed); });
+  rb.watch(0, "b", {{0, 2}, {1, 3}}, std::nullopt, std::make_shared<Board>(1));
+  // Both workers ask for one copy's room before the agent's next poll.
+  for (int local_rank : {0, 1}) {
+    const fs::path request = b.dir.path / (".room-" + std::to_string(local_rank));
+    std::ofstream(request.string() + ".tmp") << copy << "\n";
+    fs::rename(request.string() + ".tmp", request);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((fs::exists(b.dir.path / ".room-0") || fs::exists(b.dir.path / ".room-1")) &&
+         std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE_FALSE(fs::exists(b.dir.path / ".room-0"));
+  REQUIRE_FALSE(fs::exists(b.dir.path / ".room-1"));
+  // Each dropped one copy and holds what it freed for its own worker.
+  CHECK(made == std::vector<std::pair<uint64_t, uint64_t>>{{copy, copy}, {copy, copy}});
+  CHECK(b.held_of("a").empty());
+  for (int local_rank : {0, 1}) {
+    INFO("local rank " << local_rank);
+    const fs::path grant = b.dir.path / (".room-" + std::to_string(local_rank) + ".granted");
+    REQUIRE(fs::exists(grant));
+    CHECK(fs::file_size(grant) == copy);
+  }
+  CHECK(checkpoint_memory(b.dir.path).regions >= 2 * copy);
+  rb.stop();
+  CHECK_FALSE(fs::exists(b.dir.path / ".room-0.granted"));
+  CHECK_FALSE(fs::exists(b.dir.path / ".room-1.granted"));
+}
+
+TEST_CASE(
     "replicator: nodes copy the same steps, the first saved in each window of the stride, and "
     "the step the workers stopped at",
     "[replicator]") {
