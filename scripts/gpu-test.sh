@@ -86,15 +86,16 @@ for d in range(torch.cuda.device_count()):
 
 # --preload=auto: workers forked from the warm interpreter initialise CUDA and all-reduce over NCCL,
 # and after a worker that used CUDA failed, the restarted ones are still forked warm.
-preload_forks_cuda_workers() {  # $1: folder holding ddprun, $2: the GPU count
-  local out status=0
+preload_forks_cuda_workers() {  # $1: folder holding ddprun
+  local out status=0 gpus
+  gpus=$(nvidia-smi -L | wc -l)
   echo "== --preload=auto: warm workers on CUDA over NCCL, before and after a restart"
   out=$(timeout 180 "$1/ddprun" --standalone --nproc_per_node=gpu --max_restarts=1 --preload=auto \
     tests/gpu/preload_cuda_worker.py 2>&1) || status=$?
   grep -E 'attempt [0-9]|--preload' <<<"$out" || true
   if [[ $status != 0 ]] || ! grep -q -- '--preload: workers start from a warm interpreter' <<<"$out" ||
     grep -q -- '--preload: workers start cold' <<<"$out" ||
-    [[ $(grep -c 'attempt 1 rank .* warm=True .*all_reduce_ok=True' <<<"$out") != "$2" ]]; then
+    [[ $(grep -c 'attempt 1 rank .* warm=True .*all_reduce_ok=True' <<<"$out") != "$gpus" ]]; then
     echo "$out"
     echo "gpu-test: --preload did not fork CUDA workers warm (exit status $status)"
     exit 1
@@ -120,6 +121,7 @@ node_check_on_gpu() {  # $1: folder holding ddprun
   echo "== --node_check: the compute probe with cuBLAS on GPU 0, and a 2-node job's check"
   "$1/ddprund" --host 127.0.0.1 --port 0 --log-level warn >"$out/port" &
   local store=$!
+  trap 'kill "$store" 2>/dev/null || true' EXIT  # (the check's subshell may end early)
   for _ in $(seq 100); do [[ -s $out/port ]] && break; sleep 0.05; done
   port=$(head -1 "$out/port")
   timeout 60 "$1/ddprun-node-probe" --rank 0 --nodes 1 --store "127.0.0.1:$port" --run gpu \
@@ -198,6 +200,10 @@ checks() {  # $1: folder holding the programs, then the checks' names
   local bin=$1 check began status failed=0 summary=()
   shift
   (($#)) || set -- "${all_checks[@]}"
+  for check in "$@"; do
+    [[ " ${all_checks[*]} " == *" $check "* ]] ||
+      { echo "gpu-test: no check '$check' (one of: ${all_checks[*]})" >&2; exit 2; }
+  done
   echo "== $(nvidia-smi -L | wc -l) GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
   for check in "$@"; do
     began=$SECONDS

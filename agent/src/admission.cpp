@@ -33,7 +33,7 @@ constexpr int kLinkKibWhileTraining = 1024;
 
 // Why a read of the GPUs came back empty-handed.
 std::string nvml_silent(const GpuReader& gpus) {
-  return fmt::format("NVML did not answer within {} s (a GPU or its driver wedged)",
+  return fmt::format("NVML gave no answer within {} s (a GPU or its driver wedged, or NVML failed)",
                      std::chrono::duration_cast<std::chrono::seconds>(gpus.limit()).count());
 }
 
@@ -210,7 +210,10 @@ asio::awaitable<void> NodeAdmission::gpu_memory_released(const std::vector<int>&
   const auto deadline = std::chrono::steady_clock::now() + kGpuMemoryWait;
   asio::steady_timer tick(io_);
   for (;;) {
-    const std::optional<std::vector<GpuState>> now = co_await gpus_->read();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const std::optional<std::vector<GpuState>> now =
+        co_await gpus_->read(std::max(left, std::chrono::milliseconds(0)));
     if (!now) {
       spdlog::warn("not waiting for the GPU memory of ended worker(s) {}: {}",
                    fmt::join(pids, ", "), nvml_silent(*gpus_));

@@ -46,6 +46,8 @@ DIFFERENCES = {
 # ddprun's own variables for every worker (docs/cli.md), which torchrun's do not have.
 OWN = {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_MEMORY_LIMIT",
        "DDPRUN_STEP_TIMES_FILE"}
+# ddprun's mark, a name unique to each agent (DDPRUN_CONTAINED_<hex>), for its guardian.
+OWN_PREFIX = "DDPRUN_CONTAINED_"
 # Set by the wrapper that runs torch 2.14 from its root (scripts/torch2/python) or by the shell.
 WRAPPER = {"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "USE_LIBUV"}
 # Each run's own folders: the run folder's random suffix, the test's temporary folder.
@@ -179,7 +181,8 @@ def compare(case, ref, ours):
         assert relative(theirs["cwd"], ref_work) == relative(mine["cwd"], our_work)
         t_env, m_env = theirs["env"], mine["env"]
         for key in sorted(set(t_env) | set(m_env)):
-            if key in WRAPPER or key == "CORPUS_OUT" or (key in OWN and key not in t_env):
+            if key in WRAPPER or key == "CORPUS_OUT" or (
+                    (key in OWN or key.startswith(OWN_PREFIX)) and key not in t_env):
                 continue
             if key in differs:
                 assert key in t_env and key in m_env, (what, rank, key)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -70,11 +71,12 @@ TEST_CASE(
   boost::asio::io_context io;
   std::promise<void> wedge;
   std::shared_future<void> released = wedge.get_future().share();
-  std::atomic<int> reads{0};
+  // (Shared: were the test to end early, the hung thread would outlive its stack.)
+  auto reads = std::make_shared<std::atomic<int>>(0);
   GpuReader reader(
       io,
-      [released, &reads] {
-        if (++reads == 1) released.wait();  // the first read hangs until the test releases it
+      [released, reads] {
+        if (++*reads == 1) released.wait();  // the first read hangs until the test releases it
         return two_gpus();
       },
       milliseconds(200));
@@ -85,7 +87,7 @@ TEST_CASE(
   // Still hung: given up at once, and no second read of the device began.
   CHECK_FALSE(read_once(reader, io, &took).has_value());
   CHECK(took < milliseconds(100));
-  CHECK(reads == 1);
+  CHECK(*reads == 1);
   wedge.set_value();
   std::optional<std::vector<GpuState>> again;
   for (int i = 0; i < 500 && !again; ++i) {  // (the hung thread ends a moment after its release)
@@ -94,7 +96,35 @@ TEST_CASE(
   }
   REQUIRE(again.has_value());
   CHECK(again->size() == 2);
-  CHECK(reads >= 2);
+  CHECK(*reads >= 2);
+}
+
+TEST_CASE("gpu reader: a read given a sooner deadline than the limit is given up at it", "[gpu]") {
+  boost::asio::io_context io;
+  std::promise<void> wedge;
+  std::shared_future<void> released = wedge.get_future().share();
+  GpuReader reader(
+      io,
+      [released] {
+        released.wait();
+        return two_gpus();
+      },
+      milliseconds(30000));
+  steady_clock::duration took{};
+  std::optional<std::vector<GpuState>> got;
+  bool done = false;
+  const auto began = steady_clock::now();
+  boost::asio::co_spawn(io, reader.read(milliseconds(100)),
+                        [&](std::exception_ptr, std::optional<std::vector<GpuState>> r) {
+                          got = std::move(r);
+                          done = true;
+                        });
+  io.run();
+  took = steady_clock::now() - began;
+  wedge.set_value();
+  REQUIRE(done);
+  CHECK_FALSE(got.has_value());
+  CHECK(took < milliseconds(3000));
 }
 
 TEST_CASE("gpu reader: a read that throws is no answer, and the next one is made", "[gpu]") {

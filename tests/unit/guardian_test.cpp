@@ -2,6 +2,7 @@
 // workers' mark in its environment is SIGKILLed, wherever the entry lies in that environment, and
 // a process whose environment merely resembles it is not.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,13 +50,48 @@ pid_t sleeper(const std::vector<std::string>& env) {
   }
 }
 
-// Whether `pid`, a child of this test, was ended by SIGKILL; one still running is ended here.
-bool killed(pid_t pid) {
+// Whether `pid`, a child of this test, was ended by SIGKILL within `wait` (polled: the guardian
+// moves on once the process's memory is gone, before the process is a zombie); one still running
+// is ended here.
+bool killed(pid_t pid, std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+  const auto until = std::chrono::steady_clock::now() + wait;
   int status = 0;
-  if (::waitpid(pid, &status, WNOHANG) == pid) return WIFSIGNALED(status);
+  for (;;) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFSIGNALED(status);
+    if (std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   return false;
+}
+
+// An agent that starts its guardian, gives it `mark` and dies as a SIGKILL leaves it (no
+// destructor, so no word that it ended as it should); returns once its guardian has exited too
+// (this test is a child subreaper: the orphaned guardian is its child).
+void agent_killed_with(const std::string& mark) {
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t agent = ::fork();
+  if (agent == 0) {
+    std::unique_ptr<Guardian> guardian = Guardian::start("");
+    if (guardian == nullptr || !guardian->mark(mark)) ::_exit(1);
+    const pid_t pid = guardian->pid();
+    if (::write(fds[1], &pid, sizeof pid) != sizeof pid) ::_exit(1);
+    ::_exit(0);
+  }
+  REQUIRE(agent > 0);
+  ::close(fds[1]);
+  pid_t guardian = 0;
+  REQUIRE(::read(fds[0], &guardian, sizeof guardian) == sizeof guardian);
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(agent, &status, 0) == agent);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(::waitpid(guardian, &status, 0) == guardian);  // (bounded: its own alarm ends it)
+  CHECK(WIFEXITED(status));
 }
 
 }  // namespace
@@ -85,20 +121,29 @@ TEST_CASE(
       sleeper({"A=" + mark}),  // in another entry's value
       sleeper({}),
   };
-  {
-    std::unique_ptr<Guardian> guardian = Guardian::start("");
-    REQUIRE(guardian != nullptr);
-    REQUIRE(guardian->mark(mark));
-    // (Its destructor is the agent gone: the pipe closes, and it waits for the guardian to exit.)
-  }
+  agent_killed_with(mark);
   for (size_t i = 0; i < marked.size(); ++i) {
     INFO("marked process " << i);
-    CHECK(killed(marked[i]));
+    CHECK(killed(marked[i], std::chrono::milliseconds(5000)));
   }
   for (size_t i = 0; i < unmarked.size(); ++i) {
     INFO("unmarked process " << i);
     CHECK_FALSE(killed(unmarked[i]));
   }
+}
+
+TEST_CASE(
+    "guardian: an agent that ends as it should cleaned up itself: its guardian searches for no "
+    "mark",
+    "[containment]") {
+  const std::string mark = "DDPRUN_CONTAINED_TEST_" + std::to_string(std::random_device()()) + "=1";
+  const pid_t marked = sleeper({mark});
+  {
+    std::unique_ptr<Guardian> guardian = Guardian::start("");
+    REQUIRE(guardian != nullptr);
+    REQUIRE(guardian->mark(mark));
+  }  // (its destructor says so, and waits for the guardian to exit)
+  CHECK_FALSE(killed(marked));
 }
 
 TEST_CASE("guardian: a mark too long for its record is refused, not cut short", "[containment]") {

@@ -7,7 +7,7 @@
 //    children; those still alive when a worker group ends are killed.
 // A SIGKILLed agent cannot do any of that; its guardian (guardian.hpp) kills every listed worker's
 // process group and cgroup when it sees the agent gone, and every process that began with this
-// agent's marker in its environment (worker_marker(): what left both, not yet orphaned).
+// agent's mark in its environment (worker_marker(): what left both, orphaned or not).
 #include <sys/types.h>
 
 #include <memory>

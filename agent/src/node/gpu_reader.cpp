@@ -1,7 +1,7 @@
 #include "node/gpu_reader.hpp"
 
+#include <algorithm>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -30,7 +30,8 @@ struct GpuReader::Shared {
 GpuReader::GpuReader(asio::io_context& io, Read read, std::chrono::milliseconds limit)
     : io_(io), read_(std::move(read)), limit_(limit), shared_(std::make_shared<Shared>()) {}
 
-asio::awaitable<std::optional<std::vector<GpuState>>> GpuReader::read() {
+asio::awaitable<std::optional<std::vector<GpuState>>> GpuReader::read(
+    std::optional<std::chrono::milliseconds> within) {
   {
     const std::lock_guard lock(shared_->mutex);
     if (shared_->reading) co_return std::nullopt;  // an earlier read still hangs
@@ -48,14 +49,12 @@ asio::awaitable<std::optional<std::vector<GpuState>>> GpuReader::read() {
       shared->answered = std::move(gpus);
       shared->reading = false;
     }).detach();
-  } catch (const std::system_error&) {  // no thread to be had: read here, as before
-    {
-      const std::lock_guard lock(shared_->mutex);
-      shared_->reading = false;
-    }
-    co_return read_();
+  } catch (...) {  // no thread to be had: no answer (reading here could hold the agent)
+    const std::lock_guard lock(shared_->mutex);
+    shared_->reading = false;
+    co_return std::nullopt;
   }
-  const auto until = std::chrono::steady_clock::now() + limit_;
+  const auto until = std::chrono::steady_clock::now() + std::min(limit_, within.value_or(limit_));
   asio::steady_timer tick(io_);
   for (;;) {
     {

@@ -22,9 +22,11 @@ class GpuReader {
   // a time; a read not done within `limit` is given up (its thread left to finish, or not).
   GpuReader(boost::asio::io_context& io, Read read, std::chrono::milliseconds limit);
 
-  // The GPUs as NVML sees them now; nullopt where the read did not end within the limit, or an
-  // earlier read given up has still not ended (no second thread waits on a wedged device).
-  boost::asio::awaitable<std::optional<std::vector<GpuState>>> read();
+  // The GPUs as NVML sees them now; nullopt where the read did not end within the limit (or
+  // `within`, where that is sooner), failed, or an earlier read given up has still not ended (no
+  // second thread waits on a wedged device).
+  boost::asio::awaitable<std::optional<std::vector<GpuState>>> read(
+      std::optional<std::chrono::milliseconds> within = std::nullopt);
 
   std::chrono::milliseconds limit() const { return limit_; }
 

@@ -20,7 +20,8 @@ namespace {
 // One message, written whole (smaller than PIPE_BUF, so writes never interleave).
 struct Record {
   // '+' a worker started, '-' it is gone, 'T' the cgroup tree, 'F' a folder to remove, 'E' the
-  // entry of the workers' environment that marks their descendants
+  // entry of the workers' environment that marks their descendants, 'Q' the agent ends as it
+  // should (it cleaned up itself: no search for the mark)
   char op;
   pid_t pgid;
   char cgroup[240];
@@ -186,7 +187,19 @@ void remove_folder(const char* folder) {
   ::rmdir(folder);
 }
 
+// Makes every DDPRUN_CONTAINED_ entry of this process's own environment (the bytes
+// /proc/self/environ shows) unlike any mark: a guardian of a ddprun run as a worker of another is
+// not killed by that one's guardian before it has cleaned up after its own agent.
+void unmark_self() {
+  constexpr char kPrefix[] = "DDPRUN_CONTAINED_";
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, kPrefix, sizeof kPrefix - 1) == 0) (*e)[0] = '_';
+  }
+}
+
 [[noreturn]] void guard(int fd) {
+  unmark_self();
+  bool quit = false;  // the agent said it ends as it should
   int count = 0;
   for (;;) {
     Record r;
@@ -198,7 +211,9 @@ void remove_folder(const char* folder) {
       got += static_cast<size_t>(n);
     }
     if (got < sizeof r) break;  // the agent is gone
-    if (r.op == 'T') {
+    if (r.op == 'Q') {
+      quit = true;
+    } else if (r.op == 'T') {
       copy_path(g_tree, r.cgroup);
     } else if (r.op == 'F') {
       copy_path(g_folder, r.cgroup);
@@ -216,11 +231,15 @@ void remove_folder(const char* folder) {
       }
     }
   }
+  // Bounded, whatever it meets (a read of a process's environment waits on that process's
+  // memory, which a process stuck in the kernel can hold): the default SIGALRM ends the guardian.
+  ::signal(SIGALRM, SIG_DFL);
+  ::alarm(30);
   for (int i = 0; i < count; ++i) {
     ::kill(-g_entries[i].pgid, SIGKILL);
     if (g_entries[i].cgroup[0] != '\0') kill_cgroup(g_entries[i].cgroup);
   }
-  kill_marked();
+  if (!quit) kill_marked();
   // Cgroups can be removed once the kernel has emptied them: bounded, 2 s at most.
   for (int i = 0; i < count; ++i) {
     if (g_entries[i].cgroup[0] == '\0') continue;
@@ -277,9 +296,19 @@ std::unique_ptr<Guardian> Guardian::start(const std::string& cgroup_tree) {
 }
 
 Guardian::~Guardian() {
+  Record r{};
+  r.op = 'Q';  // this agent cleaned up itself
+  [[maybe_unused]] auto n = ::write(fd_, &r, sizeof r);
   ::close(fd_);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);  // it exits at once: nothing is listed by now
+  // It exits at once (nothing is listed by now); bounded all the same: one that does not is left
+  // to exit on its own (its own alarm ends it), and to whoever adopts it.
+  for (int tries = 0; tries < 500; ++tries) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != 0) return;
+    const timespec ms10{0, 10'000'000};
+    ::nanosleep(&ms10, nullptr);
+  }
+  spdlog::warn("ddprun's guardian (pid {}) did not exit within 5 s; left to end on its own", pid_);
 }
 
 void Guardian::track(pid_t pgid, const std::string& cgroup) {

@@ -3,8 +3,9 @@
 // at start, in a process group of its own, holding the read end of a pipe from the agent. The
 // agent lists each worker's process group and cgroup as it starts and unlists it once stopped and
 // reaped. When the pipe closes (the agent is gone, however it died), the guardian SIGKILLs every
-// process group and cgroup still listed, then every process whose environment began with the
-// workers' marker (mark()), removes those cgroups, and exits. After fork() it runs
+// process group and cgroup still listed and, unless the agent said it ended as it should (the
+// destructor), every process whose environment began with the workers' mark (mark()); removes
+// those cgroups, and exits, within 30 s whatever it meets. After fork() it runs
 // only async-signal-safe code over fixed tables.
 #include <sys/types.h>
 
@@ -18,7 +19,8 @@ class Guardian {
   // Forks the guardian; nullptr (with a warning) when it cannot. `cgroup_tree`: removed too at the
   // end (empty: none).
   static std::unique_ptr<Guardian> start(const std::string& cgroup_tree);
-  // Closes the pipe: with nothing listed, the guardian just exits.
+  // Tells the guardian this agent ended as it should and closes the pipe: with nothing listed, the
+  // guardian just exits (waited for 5 s at most).
   ~Guardian();
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
