@@ -137,6 +137,23 @@ TransferReport put_step(Node& from, const Node& to, int64_t step) {
                               from.dir.path / "kept", 0));
 }
 
+// What one copy of `a`'s slot takes of a peer's memory (its step 1, put to a node of its own).
+uint64_t copy_size(Node& a) {
+  Node probe(1);
+  a.worker.save(1);
+  REQUIRE(put_step(a, probe, 1).ok);
+  const uint64_t copy = checkpoint_memory(probe.dir.path).peers;
+  REQUIRE(copy > 0);
+  return copy;
+}
+
+// `b` holds `a`'s steps 1 and 2.
+void holds_two_copies(Node& a, const Node& b) {
+  a.worker.save(2);
+  REQUIRE(put_step(a, b, 1).ok);
+  REQUIRE(put_step(a, b, 2).ok);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -145,18 +162,9 @@ TEST_CASE(
     "budget's lock, on a node alone in its round too",
     "[replicator]") {
   Node a(0);
-  uint64_t copy = 0;  // what one copy of a's slot takes of a peer's memory
-  {
-    Node probe(1);
-    a.worker.save(1);
-    REQUIRE(put_step(a, probe, 1).ok);
-    copy = checkpoint_memory(probe.dir.path).peers;
-    REQUIRE(copy > 0);
-  }
+  const uint64_t copy = copy_size(a);
   Node b(1, 2 * copy + 4096);  // room for two copies, and nothing of its own yet
-  a.worker.save(2);
-  REQUIRE(put_step(a, b, 1).ok);
-  REQUIRE(put_step(a, b, 2).ok);
+  holds_two_copies(a, b);
   asio::io_context io;
   CheckpointReplicator rb(io, b.service, b.dir.path,
                           [](const TransferReport&, const std::string&) {});
@@ -205,18 +213,9 @@ TEST_CASE(
     "neither is given the other's",
     "[replicator]") {
   Node a(0);
-  uint64_t copy = 0;  // what one copy of a's slot takes of a peer's memory
-  {
-    Node probe(1);
-    a.worker.save(1);
-    REQUIRE(put_step(a, probe, 1).ok);
-    copy = checkpoint_memory(probe.dir.path).peers;
-    REQUIRE(copy > 0);
-  }
+  const uint64_t copy = copy_size(a);
   Node b(1, 2 * copy + 4096);  // room for two copies, and nothing of its own yet
-  a.worker.save(2);
-  REQUIRE(put_step(a, b, 1).ok);
-  REQUIRE(put_step(a, b, 2).ok);
+  holds_two_copies(a, b);
   asio::io_context io;
   CheckpointReplicator rb(io, b.service, b.dir.path,
                           [](const TransferReport&, const std::string&) {});

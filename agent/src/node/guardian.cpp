@@ -109,51 +109,14 @@ bool marked(const char* pid) {
   return found;
 }
 
-// SIGKILLs every process that began with g_marker in its environment: what the workers started
-// and left their process group and cgroup (setsid, double forks) and were not yet orphaned; passes
-// until one finds none (a process may fork while it is killed), 20 at most.
-void kill_marked() {
-  if (g_marker[0] == '\0') return;
-  const pid_t self = ::getpid();
-  for (int pass = 0; pass < 20; ++pass) {
-    const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) return;
-    int found = 0;
-    alignas(8) char buffer[4096];
-    for (;;) {
-      const long n = ::syscall(SYS_getdents64, dir, buffer, sizeof buffer);
-      if (n <= 0) break;
-      for (long at = 0; at < n;) {
-        struct Entry64 {
-          uint64_t ino;
-          int64_t off;
-          unsigned short reclen;
-          unsigned char type;
-          char name[1];
-        };
-        const auto* e = reinterpret_cast<const Entry64*>(buffer + at);
-        at += e->reclen;
-        pid_t pid = 0;
-        const char* c = e->name;
-        for (; *c >= '0' && *c <= '9' && pid < 100'000'000; ++c) pid = pid * 10 + (*c - '0');
-        if (*c != '\0' || pid <= 0 || pid == self || !marked(e->name)) continue;
-        ::kill(pid, SIGKILL);
-        ++found;
-      }
-    }
-    ::close(dir);
-    if (found == 0) return;
-    const timespec ms5{0, 5'000'000};  // for those killed to exit (a zombie's environment is empty)
-    ::nanosleep(&ms5, nullptr);
-  }
-}
-
-// Removes what the folder open as `dir` holds, subfolders `depth` levels down, and closes it.
-void empty_folder(int dir, int depth) {
+// Calls visit(name, type) for each entry of the folder open as `dir`, "." and ".." too (getdents64
+// into a buffer on the stack: nothing allocated).
+template <typename Visit>
+void for_each_entry(int dir, Visit visit) {
   alignas(8) char buffer[4096];
   for (;;) {
     const long n = ::syscall(SYS_getdents64, dir, buffer, sizeof buffer);
-    if (n <= 0) break;
+    if (n <= 0) return;
     for (long at = 0; at < n;) {
       struct Entry64 {
         uint64_t ino;
@@ -164,18 +127,48 @@ void empty_folder(int dir, int depth) {
       };
       const auto* e = reinterpret_cast<const Entry64*>(buffer + at);
       at += e->reclen;
-      if (e->name[0] == '.' && (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0'))) {
-        continue;
-      }
-      if (e->type == DT_DIR) {
-        const int sub = depth > 0 ? ::openat(dir, e->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (sub >= 0) empty_folder(sub, depth - 1);
-        ::unlinkat(dir, e->name, AT_REMOVEDIR);
-      } else {
-        ::unlinkat(dir, e->name, 0);
-      }
+      visit(e->name, e->type);
     }
   }
+}
+
+// SIGKILLs every process that began with g_marker in its environment: what the workers started
+// and left their process group and cgroup (setsid, double forks), orphaned or not; passes until
+// one finds none (a process may fork while it is killed), 20 at most.
+void kill_marked() {
+  if (g_marker[0] == '\0') return;
+  const pid_t self = ::getpid();
+  for (int pass = 0; pass < 20; ++pass) {
+    const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return;
+    int found = 0;
+    for_each_entry(dir, [&](const char* name, unsigned char) {
+      pid_t pid = 0;
+      const char* c = name;
+      for (; *c >= '0' && *c <= '9' && pid < 100'000'000; ++c) pid = pid * 10 + (*c - '0');
+      if (*c != '\0' || pid <= 0 || pid == self || !marked(name)) return;
+      ::kill(pid, SIGKILL);
+      ++found;
+    });
+    ::close(dir);
+    if (found == 0) return;
+    const timespec ms5{0, 5'000'000};  // for those killed to exit (a zombie's environment is empty)
+    ::nanosleep(&ms5, nullptr);
+  }
+}
+
+// Removes what the folder open as `dir` holds, subfolders `depth` levels down, and closes it.
+void empty_folder(int dir, int depth) {
+  for_each_entry(dir, [&](const char* name, unsigned char type) {
+    if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) return;
+    if (type == DT_DIR) {
+      const int sub = depth > 0 ? ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+      if (sub >= 0) empty_folder(sub, depth - 1);
+      ::unlinkat(dir, name, AT_REMOVEDIR);
+    } else {
+      ::unlinkat(dir, name, 0);
+    }
+  });
   ::close(dir);
 }
 
