@@ -337,10 +337,13 @@ class _NodeUse:
             self.over = self.others + self.old + self.size - int(self.limit)
 
 
-# How long a save waits for the agent to answer a request for room (seconds). The agent answers
-# only when no rank holds the budget's lock: other ranks making large regions (seconds each) may
-# hold it first.
+# How long a save waits for the agent to answer a request for room (seconds), counting only the
+# time the budget's lock was free: the agent answers only when no rank holds it, and other ranks
+# making large regions (seconds each; on a node of 8, more than 10 s together) may hold it first.
+# At most _ROOM_WAIT_AT_MOST in all. The lock is looked at every _ROOM_LOOK_EVERY.
 _ROOM_ANSWER_WITHIN = 10.0
+_ROOM_WAIT_AT_MOST = 300.0
+_ROOM_LOOK_EVERY = 0.05
 
 
 def _room_file(folder):
@@ -356,17 +359,36 @@ def _take_grant(folder):
         pass
 
 
+def _lock_held(folder):
+    """Whether another process holds the budget's lock now (taken and let go at once where not)."""
+    fd = os.open(os.path.join(folder, ".budget"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def _ask_for_room(folder, nbytes):
     """Asks the agent for `nbytes` of the budget (its copies for peers dropped: the agent's
-    room_request.hpp) and waits, at most _ROOM_ANSWER_WITHIN, for its answer; whether it answered. The room freed
-    is held for this rank (`.room-<local rank>.granted`) until it takes the budget's lock again."""
+    room_request.hpp) and waits for its answer: _ROOM_ANSWER_WITHIN of the time the budget's lock
+    was free, _ROOM_WAIT_AT_MOST in all; whether it answered. The room freed is held for this rank
+    (`.room-<local rank>.granted`) until it takes the budget's lock again."""
     request = _room_file(folder)
     with open(request + ".tmp", "w") as f:
         f.write(f"{nbytes}\n")
     os.replace(request + ".tmp", request)
-    deadline = time.monotonic() + _ROOM_ANSWER_WITHIN
+    began = looked = time.monotonic()
+    free = 0.0  # of the time waited, that while the lock was free (as seen at each look's end)
     while os.path.exists(request):
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now - looked >= _ROOM_LOOK_EVERY:
+            if not _lock_held(folder):
+                free += now - looked
+            looked = now
+        if free > _ROOM_ANSWER_WITHIN or now - began > _ROOM_WAIT_AT_MOST:
             with _budget_lock(folder):  # the agent answers under it: never half answered
                 try:
                     os.unlink(request)
@@ -386,7 +408,8 @@ def _make_region(folder, path, use, asked=None):
         keeping = f" and its current region's {old} until it is complete" if old else ""
         dropped = {None: "", True: " (after the agent dropped copies kept for and held for peers "
                    "for it)", False: " (the agent did not answer a request to drop its copies for "
-                   f"peers within {_ROOM_ANSWER_WITHIN:.0f} s)"}[asked]
+                   f"peers within {_ROOM_ANSWER_WITHIN:.0f} s of the budget's lock being free, "
+                   f"{_ROOM_WAIT_AT_MOST:.0f} s at most)"}[asked]
         raise CheckpointError(
             f"checkpoint: this rank's state needs {size} bytes (two slots of {slot_size}){keeping};"
             f" with the {others} bytes the node's other checkpoints hold (other ranks' regions, "

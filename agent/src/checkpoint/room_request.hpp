@@ -4,8 +4,9 @@
 // drop them, the oldest first, since a node's own checkpoints come before anyone's copies.
 //
 // Local rank L (ddprun.checkpoint) writes the bytes it lacks, in decimal, to `.room-L` in the
-// node's checkpoint folder (by a rename: never half written) and waits, at most 10 s, for the file
-// to go; giving up, it removes the request itself, under the budget's lock. The agent's replicator
+// node's checkpoint folder (by a rename: never half written) and waits for the file to go (10 s of
+// the time the budget's lock is free, 300 s at most); giving up, it removes the request itself,
+// under the budget's lock. The agent's replicator
 // reads it at its next poll, and, under the budget's lock (taken only where it is free: a worker
 // holding it is never waited for on the agent's event loop), drops what it can and answers. The
 // room freed is held for the worker until it makes its region: a file of that size,
