@@ -250,6 +250,39 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(b.dir.path / ".room-1.granted"));
 }
 
+TEST_CASE("replicator: room held for a worker that never takes it is released after the hold",
+          "[replicator]") {
+  Node a(0);
+  const uint64_t copy = copy_size(a);
+  Node b(1, 2 * copy + 4096);  // room for two copies, and nothing of its own yet
+  holds_two_copies(a, b);
+  asio::io_context io;
+  const auto hold = std::chrono::milliseconds(300);  // (kGrantHeld in a job)
+  CheckpointReplicator rb(
+      io, b.service, b.dir.path, [](const TransferReport&, const std::string&) {}, hold);
+  rb.watch(0, "b", {{0, 1}}, std::nullopt, std::make_shared<Board>(1));
+  std::ofstream(b.dir.path / ".room-0.tmp") << copy << "\n";
+  fs::rename(b.dir.path / ".room-0.tmp", b.dir.path / ".room-0");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fs::exists(b.dir.path / ".room-0") && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(fs::exists(b.dir.path / ".room-0.granted"));
+  const auto granted = std::chrono::steady_clock::now();
+  io.run_for(hold / 2);
+  CHECK(fs::exists(b.dir.path / ".room-0.granted"));  // held while the worker may still come
+  while (fs::exists(b.dir.path / ".room-0.granted") &&
+         std::chrono::steady_clock::now() < granted + std::chrono::seconds(10)) {
+    io.run_for(std::chrono::milliseconds(20));
+  }
+  CHECK_FALSE(fs::exists(b.dir.path / ".room-0.granted"));
+  CHECK(std::chrono::steady_clock::now() - granted >= hold);
+  // The room is the copies' again.
+  a.worker.save(3);
+  CHECK(put_step(a, b, 3).ok);
+  rb.stop();
+}
+
 TEST_CASE(
     "replicator: nodes copy the same steps, the first saved in each window of the stride, and "
     "the step the workers stopped at",

@@ -22,10 +22,6 @@ namespace {
 constexpr std::chrono::milliseconds kRoomPoll{20};
 constexpr std::chrono::milliseconds kStrideFollow{500};
 constexpr std::chrono::seconds kPauseAfter{2};
-// How long room freed for a worker's region is held for it at least (room_request.hpp): the
-// worker takes it as soon as it has the budget's lock, which other ranks making their regions
-// (seconds each, for a large one) may hold before it.
-constexpr std::chrono::seconds kGrantHeld{60};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
 constexpr size_t kStagedKept = 2;
 constexpr size_t kSequencesRemembered = 16;
@@ -39,11 +35,13 @@ int64_t window_of(int64_t step, int64_t stride) {
 }  // namespace
 
 CheckpointReplicator::CheckpointReplicator(asio::io_context& io, PeerService& service,
-                                           std::filesystem::path regions, Report report)
+                                           std::filesystem::path regions, Report report,
+                                           std::chrono::milliseconds grant_held)
     : io_(io),
       service_(service),
       regions_(std::move(regions)),
       report_(std::move(report)),
+      grant_held_(grant_held),
       timer_(io),
       stride_timer_(io) {}
 
@@ -201,7 +199,7 @@ void CheckpointReplicator::make_room() {
 void CheckpointReplicator::answer_room(int local_rank) {
   const auto granted = granted_at_.find(local_rank);
   const bool stale = granted != granted_at_.end() &&
-                     std::chrono::steady_clock::now() - granted->second > kGrantHeld;
+                     std::chrono::steady_clock::now() - granted->second > grant_held_;
   if (!stale && !room_wanted(regions_, local_rank)) return;
   // Under the budget's lock from the first drop to the answer, so that no copy takes the room
   // meanwhile; taken only where it is free (this is the event loop: a worker holding it may be

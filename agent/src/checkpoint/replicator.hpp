@@ -76,9 +76,16 @@ class CheckpointReplicator {
   // it freed `freed`; on `io`'s thread.
   using Room = std::function<void(uint64_t wanted, uint64_t freed)>;
 
-  // `service` outlives the replicator.
+  // How long room freed for a worker's region is held for it at least (room_request.hpp): as long
+  // as a worker waits for its answer at most (ddprun.checkpoint's _ROOM_WAIT_AT_MOST), since it
+  // takes the room as soon as it has the budget's lock, which other ranks making their regions
+  // (seconds each, for a large one) may hold before it.
+  static constexpr std::chrono::milliseconds kGrantHeld{300'000};
+
+  // `service` outlives the replicator. `grant_held`: kGrantHeld (shorter in tests).
   CheckpointReplicator(boost::asio::io_context& io, PeerService& service,
-                       std::filesystem::path regions, Report report);
+                       std::filesystem::path regions, Report report,
+                       std::chrono::milliseconds grant_held = kGrantHeld);
   ~CheckpointReplicator();
   CheckpointReplicator(const CheckpointReplicator&) = delete;
   CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
@@ -123,7 +130,7 @@ class CheckpointReplicator {
   void make_room();
   // Local rank `local_rank`'s request answered: the copies held for peers dropped, the oldest
   // first, then the steps kept for the peer (never the one being sent), until it has the room; the
-  // room held for the worker until it takes it, kGrantHeld passes, or the round ends.
+  // room held for the worker until it takes it, grant_held passes, or the round ends.
   void answer_room(int local_rank);
   // Room held for the workers of a round that ended released, their requests withdrawn.
   void release_grants();
@@ -151,6 +158,7 @@ class CheckpointReplicator {
   Behind behind_report_;
   Room room_report_;
   std::map<int, std::chrono::steady_clock::time_point> granted_at_;  // room held, by local rank
+  std::chrono::milliseconds grant_held_;
   boost::asio::steady_timer timer_, stride_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;
