@@ -195,15 +195,16 @@ struct Run : AgentParts {
       const fs::path attempt_dir = run_dir / fmt::format("attempt_{}", round->restart_count);
       fs::remove_all(attempt_dir);
       std::optional<CheckpointRestore> restore;
-      bool disagreed = false;  // (no co_await in a handler)
+      bool disagreed = false, round_ended = false;  // (no co_await in a handler)
       try {
         restore = co_await checkpoints.restore_for(*round);
       } catch (const RestoreDisagreed& e) {
         disagreed = true;
+        round_ended = e.round_ended();
         interrupted_by = e.what();
       }
       if (disagreed) {  // no worker starts: the round ends on every node, spending a restart
-        co_await rdzv->end_round(*round, true);
+        co_await rdzv->end_round(*round, !round_ended);  // (unless a node left: a new membership)
         continue;
       }
       if (!restore) {  // (in process: the kept workers' state is not a new process's)

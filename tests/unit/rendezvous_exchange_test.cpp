@@ -151,6 +151,7 @@ TEST_CASE(
     "rendezvous: the exchange: nodes that decided different checkpoint steps, or did not say, "
     "start no worker, and the round's flag says so",
     "[rendezvous][exchange]") {
+  using ddprun::agent::checkpoint_sources::Outcome;
   using ddprun::agent::checkpoint_sources::same_outcome;
   const auto both = [](Job& job, const std::vector<std::shared_ptr<Rendezvous>>& nodes,
                        const std::vector<Round>& r, std::optional<int64_t> a,
@@ -164,7 +165,7 @@ TEST_CASE(
     Job job(2, 2);
     auto nodes = elastic_nodes(job);
     auto r = form(job, nodes);
-    CHECK(both(job, nodes, r, 12, 12) == std::make_pair(true, true));
+    CHECK(both(job, nodes, r, 12, 12) == std::make_pair(Outcome::kSame, Outcome::kSame));
     CHECK_FALSE(nodes[0]->raised(Scope::of(r[0]), "checkpoint_outcome").has_value());
   }
   {
@@ -172,7 +173,8 @@ TEST_CASE(
     auto nodes = elastic_nodes(job);
     auto r = form(job, nodes);
     // Node 0 restores step 12, node 1 nothing (its gather came back short): neither starts.
-    CHECK(both(job, nodes, r, 12, std::nullopt) == std::make_pair(false, false));
+    CHECK(both(job, nodes, r, 12, std::nullopt) ==
+          std::make_pair(Outcome::kNotSame, Outcome::kNotSame));
     const auto flag = nodes[1]->raised(Scope::of(r[1]), "checkpoint_outcome");
     REQUIRE(flag.has_value());
     CHECK_THAT(flag->reason, Catch::Contains("did not decide on the same checkpoint step"));
@@ -182,7 +184,32 @@ TEST_CASE(
     auto nodes = elastic_nodes(job);
     auto r = form(job, nodes);
     // Node 1 never says: node 0's wait ends at its bound, and it starts nothing.
-    CHECK_FALSE(job.run(same_outcome(nodes[0], r[0], 12, 200ms)));
+    CHECK(job.run(same_outcome(nodes[0], r[0], 12, 200ms)) == Outcome::kNotSame);
     CHECK(nodes[0]->raised(Scope::of(r[0]), "checkpoint_outcome").has_value());
   }
+}
+
+TEST_CASE(
+    "rendezvous: the exchange: a round that ends before every node said which checkpoint step it "
+    "restores (a node left) starts no worker, raises nothing and spends no restart",
+    "[rendezvous][exchange]") {
+  using ddprun::agent::checkpoint_sources::Outcome;
+  using ddprun::agent::checkpoint_sources::same_outcome;
+  Job job(2, 3);
+  job.config().max_restarts = 3;
+  std::vector<std::shared_ptr<Rendezvous>> nodes = {job.add(), job.add(), job.add()};
+  auto r0 = form(job, nodes);
+  auto first = job.start(same_outcome(nodes[0], r0[0], 12, 30s));
+  auto second = job.start(same_outcome(nodes[1], r0[1], 12, 30s));
+  job.run(completed(nodes[2]->leave(false)));  // node 2 is gone before it said
+  REQUIRE(job.run_until([&] { return first->done && second->done; }));
+  CHECK(first->get() == Outcome::kRoundEnded);
+  CHECK(second->get() == Outcome::kRoundEnded);
+  CHECK_FALSE(nodes[0]->raised(Scope::of(r0[0]), "checkpoint_outcome").has_value());
+  job.run(completed(nodes[0]->end_round(r0[0], false)));
+  job.run(completed(nodes[1]->end_round(r0[1], false)));
+  auto r1 = form(job, {nodes[0], nodes[1]});
+  CHECK(r1[0].num_nodes == 2);
+  CHECK(r1[0].restart_count == 0);
+  CHECK(r1[1].restart_count == 0);
 }

@@ -100,7 +100,10 @@ asio::awaitable<std::optional<CheckpointRestore>> CheckpointCoordinator::restore
                            round.member(round.node_rank)};
   const RoundRestore restored = co_await restore_round(parts, round);
   if (restored.disagreed) {
-    throw RestoreDisagreed("the nodes did not decide on the same checkpoint step to restore");
+    throw RestoreDisagreed(restored.round_ended
+                               ? "the round ended before its nodes agreed on a checkpoint step"
+                               : "the nodes did not decide on the same checkpoint step to restore",
+                           restored.round_ended);
   }
   status_.restored(restored.account);
   // With the restore done (its transfers had the links and the memory to themselves), this

@@ -31,10 +31,17 @@
 
 namespace ddprun::agent {
 
-// The nodes of a round decided on different checkpoint steps to restore (restore_for).
+// The nodes of a round decided on different checkpoint steps to restore (restore_for), or did not
+// all say: `round_ended` where the round ended before they did (a node left it).
 class RestoreDisagreed : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  RestoreDisagreed(const std::string& what, bool round_ended)
+      : std::runtime_error(what), round_ended_(round_ended) {}
+  // Whether the round's end, not a disagreement, stopped it: it spends no restart.
+  bool round_ended() const { return round_ended_; }
+
+ private:
+  bool round_ended_;
 };
 
 class CheckpointCoordinator {

@@ -290,10 +290,14 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
   }
   const std::optional<int64_t> step =
       out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt;
-  if (round.num_nodes > 1 &&
-      !co_await checkpoint_sources::same_outcome(p.rdzv, round, step, p.cfg.rdzv.join_timeout)) {
+  const checkpoint_sources::Outcome outcome =
+      round.num_nodes > 1
+          ? co_await checkpoint_sources::same_outcome(p.rdzv, round, step, p.cfg.rdzv.join_timeout)
+          : checkpoint_sources::Outcome::kSame;
+  if (outcome != checkpoint_sources::Outcome::kSame) {
     out.restore.reset();
     out.disagreed = true;
+    out.round_ended = outcome == checkpoint_sources::Outcome::kRoundEnded;
     co_return out;
   }
   p.sources.drop_after(step, round.number);

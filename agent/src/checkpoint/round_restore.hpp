@@ -52,6 +52,8 @@ struct RoundRestore {
   // The round's nodes did not decide the same (checkpoint_sources::same_outcome): no worker may
   // start in the round, and nothing was dropped (the next round decides again from all held).
   bool disagreed = false;
+  // Of those: the round ended before every node said (a node left it), which spends no restart.
+  bool round_ended = false;
 };
 
 // Agrees with the round's other nodes on what its workers restore and puts it in place; the slots

@@ -183,9 +183,9 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
   co_return a;
 }
 
-boost::asio::awaitable<bool> same_outcome(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                          rendezvous::Round r, std::optional<int64_t> step,
-                                          std::chrono::milliseconds wait) {
+boost::asio::awaitable<Outcome> same_outcome(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                             rendezvous::Round r, std::optional<int64_t> step,
+                                             std::chrono::milliseconds wait) {
   rendezvous::Scope scope = rendezvous::Scope::of(r);
   std::string topic = "checkpoint_outcome";
   const std::string mine = step ? std::to_string(*step) : "none";
@@ -198,9 +198,17 @@ boost::asio::awaitable<bool> same_outcome(std::shared_ptr<rendezvous::Rendezvous
     spdlog::warn("could not tell the other nodes which checkpoint step this node restores: {}",
                  e.what());
   }
-  if (static_cast<int>(said.size()) == r.num_nodes &&
+  const bool all_said = static_cast<int>(said.size()) == r.num_nodes;
+  if (all_said &&
       std::all_of(said.begin(), said.end(), [&](const std::string& s) { return s == mine; })) {
-    co_return true;
+    co_return Outcome::kSame;
+  }
+  if (!all_said && rdzv->round_ended(r)) {  // a node left it: no flag, no restart spent
+    spdlog::warn(
+        "round {}: it ended before every node said which checkpoint step it restores (of {} "
+        "nodes, {} said): no worker starts in it",
+        r.number, r.num_nodes, said.size());
+    co_return Outcome::kRoundEnded;
   }
   std::string reason = fmt::format(
       "the nodes did not decide on the same checkpoint step to restore (this node: {}; of {} "
@@ -210,7 +218,7 @@ boost::asio::awaitable<bool> same_outcome(std::shared_ptr<rendezvous::Rendezvous
                 reason);
   std::string none;
   co_await rdzv->raise(std::move(scope), std::move(topic), std::move(reason), std::move(none));
-  co_return false;
+  co_return Outcome::kNotSame;
 }
 
 boost::asio::awaitable<bool> all_did(std::shared_ptr<rendezvous::Rendezvous> rdzv,

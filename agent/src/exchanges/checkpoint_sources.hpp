@@ -92,20 +92,27 @@ boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvou
                                                        rendezvous::Round r, NodeCheckpoints mine,
                                                        std::chrono::milliseconds wait);
 
-// Once this node's part of a phase of the restore ended, well or not: every node says which (topic
-// `topic`: "checkpoint_restored" once the fetches arrived, "checkpoint_installed" once they are in
-// the regions) and learns whether all did. Never throws; false where a node did not answer in
-// time.
+// What the round's nodes decided to restore (same_outcome).
+enum class Outcome {
+  kSame,        // every node the same: the workers may start
+  kNotSame,     // they differ, or a node did not answer within the wait: a restart is spent
+  kRoundEnded,  // the round ended before every node said (a node left it): as any interruption
+};
 // Once this node decided what its workers restore (`step`; none: nothing), every node says which
 // (topic "checkpoint_outcome") and learns whether all decided the same: each node decides on its
 // own from what its gathers returned, and one of them can come back short on one node only (a
 // read error, a wait that ran out there). Where they differ or a node did not answer within
 // `wait`, the round's flag "checkpoint_outcome" is raised (its workers must not start: the round
-// ends everywhere) and false comes back. Never throws.
-boost::asio::awaitable<bool> same_outcome(std::shared_ptr<rendezvous::Rendezvous> rdzv,
-                                          rendezvous::Round r, std::optional<int64_t> step,
-                                          std::chrono::milliseconds wait);
+// ends everywhere, spending a restart). Where the round ended before every node answered (a node
+// left it), nothing is raised: its end is a change of membership. Never throws.
+boost::asio::awaitable<Outcome> same_outcome(std::shared_ptr<rendezvous::Rendezvous> rdzv,
+                                             rendezvous::Round r, std::optional<int64_t> step,
+                                             std::chrono::milliseconds wait);
 
+// Once this node's part of a phase of the restore ended, well or not: every node says which (topic
+// `topic`: "checkpoint_restored" once the fetches arrived, "checkpoint_installed" once they are in
+// the regions) and learns whether all did. Never throws; false where a node did not answer in
+// time.
 boost::asio::awaitable<bool> all_did(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                      rendezvous::Round r, std::string topic, bool ok,
                                      std::chrono::milliseconds wait);

@@ -46,6 +46,7 @@ class JobSession : public Rendezvous, public std::enable_shared_from_this<JobSes
   boost::asio::awaitable<void> raise(Scope scope, std::string topic, std::string reason,
                                      std::string detail) override;
   std::optional<Flag> raised(Scope scope, std::string topic) const override;
+  bool round_ended(const Round& r) const override { return round_over(r.number); }
   boost::asio::awaitable<std::string> job_secret() override;
 
  protected:

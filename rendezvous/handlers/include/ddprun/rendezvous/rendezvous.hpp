@@ -178,6 +178,12 @@ class Rendezvous {
                                              std::string detail) = 0;
   // The flag `topic` in `scope` once any node has raised it (this one included).
   virtual std::optional<Flag> raised(Scope scope, std::string topic) const = 0;
+  // Whether round `r` has ended as this node sees it (a newer round is forming, or the job
+  // ended): what ends a gather in its scope before its wait. The default: never.
+  virtual bool round_ended(const Round& r) const {
+    (void)r;
+    return false;
+  }
   // A secret every node of the job shares, as hard to get as joining the job: 64 hex digits of
   // randomness that the first node to ask writes into the job's store (first writer wins), and
   // every later one reads. For what the job's nodes serve each other where the job has no token
