@@ -121,7 +121,7 @@ node_check_on_gpu() {  # $1: folder holding ddprun
   echo "== --node_check: the compute probe with cuBLAS on GPU 0, and a 2-node job's check"
   "$1/ddprund" --host 127.0.0.1 --port 0 --log-level warn >"$out/port" &
   local store=$!
-  trap 'kill "$store" 2>/dev/null || true' EXIT  # (the check's subshell may end early)
+  trap "kill $store 2>/dev/null || true" EXIT  # (expanded now: the check's subshell may end early)
   for _ in $(seq 100); do [[ -s $out/port ]] && break; sleep 0.05; done
   port=$(head -1 "$out/port")
   timeout 60 "$1/ddprun-node-probe" --rank 0 --nodes 1 --store "127.0.0.1:$port" --run gpu \
