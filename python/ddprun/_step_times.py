@@ -4,12 +4,12 @@ sitecustomize calls install() in every Python worker of a job the check watches.
 
 A step ends at each optimizer step (torch's global optimizer hook, torch 2.0 and later). Within a
 step, the wait is measured at the collectives:
-- DDP's gradient all-reduce, through a communication hook (DDP's default all-reduce, registered
-  when the model is made, or the hook the script registers, in its place; timed): from the moment
-  this rank's last bucket was ready (its own backward pass done) to the completion of the last
-  all-reduce. The rank the others wait for barely waits. On a GPU both moments are CUDA events (the
-  host learns of an NCCL all-reduce before it ran), read once they have happened, a step or more
-  later.
+- DDP's gradient all-reduces, from the moment this rank's backward pass computed its last
+  gradient to the moment DDP's wait for its all-reduces ended: two callbacks of the backward pass,
+  queued by a hook on the model's output (DDP's own all-reduce and the script's communication hook
+  run untouched). The rank the others wait for barely waits. On a GPU both moments are CUDA events
+  on the stream the pass ends on (the host learns of an NCCL all-reduce before it ran), read once
+  they have happened, a step or more later.
 - a collective called through torch.distributed with async_op=False: its whole time (FSDP2's
   reduce-scatter, for one);
 - the wait() of a collective's Work (async_op=True, as FSDP2's all-gathers on the CPU): the time
@@ -42,11 +42,8 @@ class _Steps:
         self.opened = False
         self.seq = self.steps = self.step_ns = self.wait_ns = 0
         self.step_began = None  # when the step under way began (the last one's end)
-        self.waited = 0  # waits of the step under way, outside DDP's buckets
-        self.last_ready = None  # DDP: when this rank's last bucket of the step was ready
-        self.last_done = None  # DDP: when the step's last all-reduce completed
-        self.gpu_ready = self.gpu_done = None  # the same as CUDA events, for buckets on a GPU
-        self.gpu_pending = []  # (ready, done) events of steps not yet read
+        self.waited = 0  # waits of the step under way measured on the host (ns)
+        self.gpu_pending = []  # (gradients computed, all-reduced) events not yet read
 
     def _open(self):
         self.opened = True
@@ -62,27 +59,19 @@ class _Steps:
         except (OSError, ValueError):
             self.map = None
 
-    def bucket_ready(self, event=None):
+    def gradients_reduced(self, ready, ready_event, done_event):
+        """A DDP backward pass: its gradients computed at `ready` (host ns) and all-reduced now;
+        on a GPU, where the host runs ahead, the same two moments as CUDA events."""
         now = _now()
         with self.lock:
-            self.last_ready = now
-            if event is not None:
-                self.gpu_ready = event
-
-    def bucket_done(self, event=None):
-        now = _now()
-        with self.lock:
-            if self.last_done is None or now > self.last_done:
-                self.last_done = now
-            if event is not None:
-                self.gpu_done = event
+            if ready_event is not None and done_event is not None:
+                self.gpu_pending.append((ready_event, done_event))
+                del self.gpu_pending[:-_GPU_PENDING]
+            else:
+                self.waited += max(0, now - ready)
 
     def _gpu_waits(self):
-        """The waits of the steps whose events have happened by now (ns); the lock is held."""
-        if self.gpu_ready is not None and self.gpu_done is not None:
-            self.gpu_pending.append((self.gpu_ready, self.gpu_done))
-            del self.gpu_pending[:-_GPU_PENDING]
-        self.gpu_ready = self.gpu_done = None
+        """The waits of the passes whose events have happened by now (ns); the lock is held."""
         waited = 0
         while self.gpu_pending and all(e.query() for e in self.gpu_pending[0]):
             ready, done = self.gpu_pending.pop(0)
@@ -97,15 +86,13 @@ class _Steps:
         now = _now()
         with self.lock:
             wait = self.waited
-            if self.gpu_ready is not None or self.gpu_pending:
+            if self.gpu_pending:
                 try:
                     wait += self._gpu_waits()
                 except Exception:  # noqa: BLE001 - a CUDA error is the script's to see
                     self.gpu_pending = []
-            elif self.last_ready is not None and self.last_done is not None:
-                wait += max(0, self.last_done - self.last_ready)
             began, self.step_began = self.step_began, now
-            self.waited, self.last_ready, self.last_done = 0, None, None
+            self.waited = 0
             if began is None:
                 return  # the first step's start is unknown
             if not self.opened:
@@ -129,9 +116,9 @@ def _optimizer_stepped(*_):
     _steps.step_ended()
 
 
-def _event(tensor):
-    """A CUDA event recorded now on the current stream where `tensor` is on a GPU, else None."""
-    if not tensor.is_cuda:
+def _event_now(cuda):
+    """A CUDA event recorded now on the current stream where `cuda`, else None."""
+    if not cuda:
         return None
     try:
         import torch
@@ -143,99 +130,83 @@ def _event(tensor):
         return None
 
 
-def _timed_comm_hook(hook):
-    """`hook`, with its bucket's readiness and its all-reduce's completion recorded."""
+def _queue_callback(callback):
+    """`callback` run once the backward pass under way has run every callback queued before it;
+    what it raises stays here (a pass unmeasured)."""
+    from torch.autograd import Variable
 
-    def timed(state, bucket):
-        buffer = bucket.buffer()
-        _steps.bucket_ready(_event(buffer))
-        future = hook(state, bucket)
+    def run():
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - nothing raises into the training
+            pass
 
-        def done(f):
-            # On a GPU this runs on a stream that waits for the all-reduce: the event marks its end.
-            _steps.bucket_done(_event(buffer))
-            return f.value()
-
-        return future.then(done)
-
-    timed.__name__ = getattr(hook, "__name__", "comm_hook")
-    timed.__qualname__ = getattr(hook, "__qualname__", timed.__name__)
-    return timed
+    Variable._execution_engine.queue_callback(run)
 
 
-class _HookBox:
-    """The communication hook of a DDP model whose reducer was given ddprun's timed one: DDP takes
-    one hook per model, so a hook the script registers later goes in here."""
-
-    def __init__(self, state, hook, default):
-        self.state, self.hook, self.default = state, hook, default
+def _gradients_computed(cuda):
+    ready, ready_event = _now(), _event_now(cuda)
+    _queue_callback(lambda: _steps.gradients_reduced(ready, ready_event, _event_now(cuda)))
 
 
-def _boxed(box, bucket):
-    return box.hook(box.state, bucket)
+def _watch_backward(output):
+    """Marks the backward pass through `output`, a DDP model's output: a hook on its first tensors
+    that need a gradient (one is enough; more cover a loss that uses only some) queues, once, a
+    callback that runs when the pass has computed every gradient, before DDP's own callback that
+    waits for the all-reduces (queued later, once the last bucket is ready). It queues the mark of
+    the end of that wait."""
+    import torch
 
+    if isinstance(output, torch.Tensor):
+        tensors = [output]
+    else:
+        from torch.utils._pytree import tree_leaves
 
-_timed_box = _timed_comm_hook(_boxed)
+        tensors = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor)][:8]
+    tensors = [t for t in tensors if t.requires_grad]
+    if not tensors:
+        return
+    cuda, marked = tensors[0].is_cuda, []
+
+    def began(_grad):
+        if not marked:
+            marked.append(True)
+            try:
+                _queue_callback(lambda: _gradients_computed(cuda))
+            except Exception:  # noqa: BLE001 - nothing raises into the training
+                pass
+
+    for tensor in tensors:
+        tensor.register_hook(began)
 
 
 def _patch_ddp(module):
-    """DDP's reducer gets, when the model is made, DDP's default all-reduce (divide by the world,
-    then sum: the same arithmetic) as a timed hook; a hook the script registers replaces it."""
+    """DDP's forward marks the backward pass that follows it. The all-reduces are DDP's own,
+    untouched: no communication hook, so its arithmetic (the division by the world, or by the
+    ranks not yet joined under Join) and a hook the script registers are as without ddprun."""
     from torch.version import __version__
 
     if int(__version__.split(".")[0]) < 2:  # no global optimizer hook: no step would end
         return
-    import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    import torch
 
-    ddp = module.DistributedDataParallel
-    init, register, builtin = ddp.__init__, ddp.register_comm_hook, ddp._register_builtin_comm_hook
-    builtins = {dist.BuiltinCommHookType.ALLREDUCE: default_hooks.allreduce_hook,
-                dist.BuiltinCommHookType.FP16_COMPRESS: default_hooks.fp16_compress_hook}
+    forward = module.DistributedDataParallel.forward
 
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        reducer = getattr(self, "reducer", None)
-        if getattr(self, "_ddprun_hooked", False) or reducer is None:
-            return
-        try:
-            box = _HookBox(self.process_group, default_hooks.allreduce_hook, True)
-            # The reducer's own, not DDP's list of hooks (which its Python reducer calls with a
-            # gradient instead of a bucket): that one stays DDP's default, untimed.
-            dist._register_comm_hook(reducer, box, _timed_box)
-            self._ddprun_box = box
-        except Exception:  # noqa: BLE001 - an untimed DDP trains as before
-            pass
+    def timed_forward(self, *inputs, **kwargs):
+        output = forward(self, *inputs, **kwargs)
+        if torch.is_grad_enabled() and self.require_backward_grad_sync:
+            try:
+                _watch_backward(output)
+            except Exception:  # noqa: BLE001 - this step untimed, the model's output unchanged
+                pass
+        return output
 
-    def swap(self, state, hook, name):
-        box = self._ddprun_box
-        if not box.default:
-            raise RuntimeError(
-                "register_comm_hook or register_builtin_comm_hook can only be called once.")
-        self.logger._set_comm_hook_name(name)
-        box.state, box.hook, box.default = state, hook, False
-
-    def register_comm_hook(self, state, hook):
-        if getattr(self, "_ddprun_box", None) is None:
-            self._ddprun_hooked = True
-            return register(self, state, _timed_comm_hook(hook))
-        self._check_comm_hook(hook)
-        swap(self, state, hook, hook.__qualname__)
-        self._comm_hooks.append((hook, state))
-        return None
-
-    def register_builtin_comm_hook(self, comm_hook_type):
-        if getattr(self, "_ddprun_box", None) is None or comm_hook_type not in builtins:
-            self._ddprun_hooked = True
-            return builtin(self, comm_hook_type)
-        swap(self, self.process_group, builtins[comm_hook_type], str(comm_hook_type))
-        return None
-
-    __init__.__doc__, __init__.__wrapped__ = init.__doc__, init
-    register_comm_hook.__doc__, register_comm_hook.__wrapped__ = register.__doc__, register
-    ddp.__init__ = __init__
-    ddp.register_comm_hook = register_comm_hook
-    ddp._register_builtin_comm_hook = register_builtin_comm_hook
+    # Dynamo compiles DDP's own forward, as without this frame; this one runs as Python.
+    disable = getattr(torch, "_disable_dynamo", None)
+    if disable is not None:
+        timed_forward = disable(timed_forward, recursive=False)
+    timed_forward.__doc__, timed_forward.__wrapped__ = forward.__doc__, forward
+    module.DistributedDataParallel.forward = timed_forward
 
 
 _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",

@@ -1,89 +1,142 @@
-"""ddprun._step_times without a job, in one process (a world of one, gloo): installed before torch
-is imported, as ddprun's sitecustomize installs it, it leaves DDP's arithmetic as it was (the
-default all-reduce, a hook the script registers before or after its first step, a built-in one),
-refuses a second hook as DDP does, and (torch 2) writes each step's time and wait into the file
-DDPRUN_STEP_TIMES_FILE names, whole, behind an even sequence count; the variable is taken out of
-the environment of what the worker starts. Under torch 1 (no global optimizer hook) nothing is
-written and DDP is left alone.
+"""ddprun._step_times without a job (gloo, on this machine's CPUs): installed before torch is
+imported, as ddprun's sitecustomize installs it, it leaves DDP's arithmetic bit for bit as without
+it, in a world of 3 (not a power of two, where dividing and multiplying by the inverse differ):
+the default all-reduce, gradients as bucket views kept between steps (DDP divides those in place),
+a communication hook the script registers after its first steps, Join over uneven inputs dividing
+by the ranks not yet joined, and a model compiled by torch.compile. (torch 2) It writes each
+step's time and wait into the file DDPRUN_STEP_TIMES_FILE names, whole, behind an even sequence
+count, and takes the variable out of the environment of what the worker starts. Under torch 1 (no
+global optimizer hook) nothing is written. GPU events are read only once they happened.
 
-    step_times_test.py PACKAGE_DIR
+    step_times_test.py PACKAGE_DIR      (a rank: ... PACKAGE_DIR --rank RANK FOLDER TIMED)
 """
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 
+WORLD = 3
+CASES = ("default", "bucket_views", "late_hook", "join_uneven", "compiled")
 
-def main():
-    sys.path.insert(0, sys.argv[1])
-    path = tempfile.mktemp(dir="/dev/shm")
-    with open(path, "wb") as f:
-        f.write(bytes(32))
-    os.environ.update({"DDPRUN_STEP_TIMES_FILE": path, "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1"})
-    from ddprun import _step_times
 
-    _step_times.install()
+def rank_main(package, rank, folder, timed):
+    sys.path.insert(0, package)
+    if timed == "1":
+        from ddprun import _step_times
+
+        _step_times.install()
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.join import Join
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    calls = []
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{folder}/store.{timed}", rank=rank,
+                            world_size=WORLD)
+    torch2 = int(torch.__version__.split(".")[0]) >= 2
 
-    def hook(state, bucket):
-        calls.append(state)
-        return default_hooks.allreduce_hook(dist.group.WORLD, bucket)
-
-    def train(register=None, at=0):
+    def train(case):
         torch.manual_seed(0)
         model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(),
-                                        torch.nn.Linear(64, 1)))
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        for step in range(6):
-            if register and step == at:
-                register(model)
-            x = torch.randn(8, 64, generator=torch.Generator().manual_seed(step))
-            model(x).pow(2).mean().backward()
+                                        torch.nn.Linear(64, 1)),
+                    gradient_as_bucket_view=case == "bucket_views")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        run = model
+        if case == "compiled":
+            if not torch2:
+                return None
+            run = torch.compile(model, backend="eager")
+        steps = 6 + rank if case == "join_uneven" else 6
+
+        def step(i):
+            if case == "late_hook" and i == 3:
+                model.register_comm_hook(None, default_hooks.allreduce_hook)
+            x = torch.randn(8, 64, generator=torch.Generator().manual_seed(100 * rank + i))
+            run(x).pow(2).mean().backward()
             opt.step()
-            opt.zero_grad()
+            opt.zero_grad(set_to_none=case != "bucket_views")
+
+        if case == "join_uneven":
+            with Join([model], divide_by_initial_world_size=False):
+                for i in range(steps):
+                    step(i)
+        else:
+            for i in range(steps):
+                step(i)
         return [p.detach().clone() for p in model.parameters()]
 
-    def identical(a, b):
-        return all(torch.equal(x, y) for x, y in zip(a, b))
+    trained = {case: train(case) for case in CASES}
+    if rank == 0:
+        torch.save(trained, os.path.join(folder, f"params.{timed}"))
+        with open(os.path.join(folder, f"env.{timed}"), "w") as f:
+            f.write(os.environ.get("DDPRUN_STEP_TIMES_FILE", ""))
+    dist.destroy_process_group()
 
-    plain = train()
-    assert identical(plain, train(lambda m: m.register_comm_hook("mine", hook))), "a hook first"
-    assert identical(plain, train(lambda m: m.register_comm_hook("late", hook), at=3)), "a hook late"
-    assert calls.count("mine") == 6 and calls.count("late") == 3, calls
-    builtin = dist.BuiltinCommHookType.ALLREDUCE
-    assert identical(plain, train(lambda m: m._register_builtin_comm_hook(builtin))), "built-in"
-    twice = DDP(torch.nn.Linear(4, 4))
-    twice.register_comm_hook(None, hook)
+
+def run_world(package, folder, timed, record):
+    env = dict(os.environ)
+    env.pop("DDPRUN_STEP_TIMES_FILE", None)
+    ranks = []
+    for rank in range(WORLD):
+        rank_env = dict(env)
+        if timed == "1":
+            rank_env["DDPRUN_STEP_TIMES_FILE"] = record if rank == 0 else record + f".{rank}"
+            with open(rank_env["DDPRUN_STEP_TIMES_FILE"], "wb") as f:
+                f.write(bytes(32))
+        ranks.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), package,
+                                       "--rank", str(rank), folder, timed], env=rank_env))
     try:
-        twice.register_comm_hook(None, hook)
-        raise AssertionError("a second hook was taken")
-    except RuntimeError as e:
-        assert "can only be called once" in str(e), e
+        codes = [p.wait(timeout=200) for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [0] * WORLD, f"ranks exited {codes}"
 
-    assert "DDPRUN_STEP_TIMES_FILE" not in os.environ or torch.__version__ < "2"
-    with open(path, "rb") as f:
-        seq, steps, step_ns, wait_ns = struct.unpack("<QQQQ", f.read())
-    os.unlink(path)
-    if int(torch.__version__.split(".")[0]) < 2:
+
+def main(package):
+    import torch
+
+    folder = tempfile.mkdtemp()
+    record = tempfile.mktemp(dir="/dev/shm")
+    try:
+        for timed in ("0", "1"):
+            run_world(package, folder, timed, record)
+        plain, timed = (torch.load(os.path.join(folder, f"params.{t}")) for t in ("0", "1"))
+        differ = [case for case in CASES if plain[case] is not None and not all(
+            torch.equal(a, b) for a, b in zip(plain[case], timed[case]))]
+        assert not differ, f"DDP trained differently with its steps timed: {', '.join(differ)}"
+        with open(record, "rb") as f:
+            seq, steps, step_ns, wait_ns = struct.unpack("<QQQQ", f.read())
+        with open(os.path.join(folder, "env.1")) as f:
+            left = f.read()
+    finally:
+        for path in [record] + [record + f".{r}" for r in range(1, WORLD)]:
+            if os.path.exists(path):
+                os.unlink(path)
+    torch2 = int(torch.__version__.split(".")[0]) >= 2
+    checked = [c for c in CASES if plain[c] is not None]
+    if not torch2:
         assert (seq, steps, step_ns, wait_ns) == (0, 0, 0, 0), (seq, steps)
-        print("torch 1: DDP's arithmetic as it was, nothing measured: passed")
+        print(f"torch 1: DDP's arithmetic as it was ({', '.join(checked)}), nothing measured: "
+              "passed")
         return
-    # Every optimizer step but the process's first ends a step: 4 runs of 6.
-    assert steps == 23 and seq == 2 * steps, (seq, steps)
+    assert not left, f"the worker's environment kept DDPRUN_STEP_TIMES_FILE={left}"
+    # Rank 0 steps 6 times a case; every optimizer step but the process's first ends a step.
+    assert steps == 6 * len(CASES) - 1 and seq == 2 * steps, (seq, steps)
     assert 0 < wait_ns < step_ns, (wait_ns, step_ns)
+    sys.path.insert(0, package)
+    from ddprun import _step_times
+
     gpu_events_are_read_once_they_happened(_step_times)
     print(f"{steps} steps timed ({step_ns / steps / 1e6:.2f} ms each, "
-          f"{wait_ns / steps / 1e6:.2f} ms of it in the all-reduce); DDP's arithmetic as it was "
-          f"with the default, a hook first, a hook late, a built-in one; GPU events read once "
-          f"they happened: passed")
+          f"{wait_ns / steps / 1e6:.2f} ms of it waiting); DDP's arithmetic bit for bit as without "
+          f"the timing in a world of {WORLD} ({', '.join(checked)}); GPU events read once they "
+          f"happened: passed")
 
 
 class Event:
@@ -111,8 +164,7 @@ def gpu_events_are_read_once_they_happened(module):
 
     def step(ready_ms, done_ms):
         ready, done = Event(ready_ms), Event(done_ms)
-        steps.bucket_ready(ready)
-        steps.bucket_done(done)
+        steps.gradients_reduced(0, ready, done)
         time.sleep(0.01)  # the step's host time (a wait is at most its step's)
         steps.step_ended()
         return ready, done
@@ -133,4 +185,7 @@ def gpu_events_are_read_once_they_happened(module):
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[2] == "--rank":
+        rank_main(sys.argv[1], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    else:
+        main(sys.argv[1])
