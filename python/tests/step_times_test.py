@@ -3,13 +3,15 @@ imported, as ddprun's sitecustomize installs it, it leaves DDP's arithmetic bit 
 it, in a world of 3 (not a power of two, where dividing and multiplying by the inverse differ):
 the default all-reduce, gradients as bucket views kept between steps (DDP divides those in place),
 a communication hook the script registers after its first steps, Join over uneven inputs dividing
-by the ranks not yet joined, and a model compiled by torch.compile. (torch 2) It writes each
-step's time and wait into the file DDPRUN_STEP_TIMES_FILE names, whole, behind an even sequence
-count, and takes the variable out of the environment of what the worker starts. Under torch 1 (no
+by the ranks not yet joined, a static graph, parameters unused on some steps, and a model compiled
+by torch.compile. (torch 2) It writes each step's time and wait into the file
+DDPRUN_STEP_TIMES_FILE names, whole, behind an even sequence count, with a wait in each of those
+ways, and takes the variable out of the environment of what the worker starts. Under torch 1 (no
 global optimizer hook) nothing is written. GPU events are read only once they happened.
 
     step_times_test.py PACKAGE_DIR      (a rank: ... PACKAGE_DIR --rank RANK FOLDER TIMED)
 """
+import json
 import os
 import struct
 import subprocess
@@ -18,10 +20,17 @@ import tempfile
 import time
 
 WORLD = 3
-CASES = ("default", "bucket_views", "late_hook", "join_uneven", "compiled")
+CASES = ("default", "bucket_views", "late_hook", "join_uneven", "static_graph", "find_unused",
+         "compiled")
+
+
+def waited_ns(record):
+    with open(record, "rb") as f:
+        return struct.unpack("<QQQQ", f.read())[3]
 
 
 def rank_main(package, rank, folder, timed):
+    record = os.environ.get("DDPRUN_STEP_TIMES_FILE")
     sys.path.insert(0, package)
     if timed == "1":
         from ddprun import _step_times
@@ -38,11 +47,25 @@ def rank_main(package, rank, folder, timed):
                             world_size=WORLD)
     torch2 = int(torch.__version__.split(".")[0]) >= 2
 
+    class Skipping(torch.nn.Module):
+        """Two layers; where `skip`, a third in the graph on every other step only."""
+
+        def __init__(self, skip):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                            torch.nn.Linear(64, 1))
+            self.tail = torch.nn.Linear(1, 1) if skip else None
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            y = self.body(x)
+            return self.tail(y) if self.tail is not None and self.calls % 2 else y
+
     def train(case):
         torch.manual_seed(0)
-        model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(),
-                                        torch.nn.Linear(64, 1)),
-                    gradient_as_bucket_view=case == "bucket_views")
+        model = DDP(Skipping(case == "find_unused"), gradient_as_bucket_view=case == "bucket_views",
+                    static_graph=case == "static_graph", find_unused_parameters=case == "find_unused")
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         run = model
         if case == "compiled":
@@ -68,8 +91,14 @@ def rank_main(package, rank, folder, timed):
                 step(i)
         return [p.detach().clone() for p in model.parameters()]
 
-    trained = {case: train(case) for case in CASES}
+    trained, waits = {}, {}
+    for case in CASES:
+        before = waited_ns(record) if record else 0
+        trained[case] = train(case)
+        waits[case] = (waited_ns(record) if record else 0) - before
     if rank == 0:
+        with open(os.path.join(folder, f"waits.{timed}"), "w") as f:
+            json.dump(waits, f)
         torch.save(trained, os.path.join(folder, f"params.{timed}"))
         with open(os.path.join(folder, f"env.{timed}"), "w") as f:
             f.write(os.environ.get("DDPRUN_STEP_TIMES_FILE", ""))
@@ -129,6 +158,10 @@ def main(package):
     # Rank 0 steps 6 times a case; every optimizer step but the process's first ends a step.
     assert steps == 6 * len(CASES) - 1 and seq == 2 * steps, (seq, steps)
     assert 0 < wait_ns < step_ns, (wait_ns, step_ns)
+    with open(os.path.join(folder, "waits.1")) as f:
+        waits = json.load(f)
+    unmeasured = [case for case in CASES if waits[case] <= 0]
+    assert not unmeasured, f"no wait measured in DDP's all-reduces: {', '.join(unmeasured)}"
     sys.path.insert(0, package)
     from ddprun import _step_times
 

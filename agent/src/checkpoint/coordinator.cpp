@@ -99,11 +99,12 @@ asio::awaitable<std::optional<CheckpointRestore>> CheckpointCoordinator::restore
                            persister_.get(),
                            round.member(round.node_rank)};
   const RoundRestore restored = co_await restore_round(parts, round);
-  if (restored.disagreed) {
-    throw RestoreDisagreed(restored.round_ended
+  if (restored.outcome != checkpoint_sources::Outcome::kSame) {
+    const bool round_ended = restored.outcome == checkpoint_sources::Outcome::kRoundEnded;
+    throw RestoreDisagreed(round_ended
                                ? "the round ended before its nodes agreed on a checkpoint step"
                                : "the nodes did not decide on the same checkpoint step to restore",
-                           restored.round_ended);
+                           round_ended);
   }
   status_.restored(restored.account);
   // With the restore done (its transfers had the links and the memory to themselves), this

@@ -296,8 +296,7 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
           : checkpoint_sources::Outcome::kSame;
   if (outcome != checkpoint_sources::Outcome::kSame) {
     out.restore.reset();
-    out.disagreed = true;
-    out.round_ended = outcome == checkpoint_sources::Outcome::kRoundEnded;
+    out.outcome = outcome;
     co_return out;
   }
   p.sources.drop_after(step, round.number);

@@ -49,11 +49,10 @@ struct RoundRestore {
   std::vector<checkpoint_sources::NodeCheckpoints> nodes;
   // What the checkpoint_restore event said (null: nothing restored), for `ddprun status`.
   nlohmann::json account;
-  // The round's nodes did not decide the same (checkpoint_sources::same_outcome): no worker may
-  // start in the round, and nothing was dropped (the next round decides again from all held).
-  bool disagreed = false;
-  // Of those: the round ended before every node said (a node left it), which spends no restart.
-  bool round_ended = false;
+  // Whether the round's nodes decided the same (checkpoint_sources::same_outcome). Where not, no
+  // worker may start in the round and nothing was dropped (the next round decides again from all
+  // held); kRoundEnded (a node left the round before every node said) spends no restart.
+  checkpoint_sources::Outcome outcome = checkpoint_sources::Outcome::kSame;
 };
 
 // Agrees with the round's other nodes on what its workers restore and puts it in place; the slots
