@@ -43,6 +43,7 @@ class _Steps:
         self.seq = self.steps = self.step_ns = self.wait_ns = 0
         self.step_began = None  # when the step under way began (the last one's end)
         self.waited = 0  # waits of the step under way measured on the host (ns)
+        self.pass_marked = False  # a DDP backward pass's end is to be marked
         self.gpu_pending = []  # (gradients computed, all-reduced) events not yet read
 
     def _open(self):
@@ -92,7 +93,7 @@ class _Steps:
                 except Exception:  # noqa: BLE001 - a CUDA error is the script's to see
                     self.gpu_pending = []
             began, self.step_began = self.step_began, now
-            self.waited = 0
+            self.waited, self.pass_marked = 0, False  # (a pass that raised marks nothing)
             if began is None:
                 return  # the first step's start is unknown
             if not self.opened:
@@ -146,15 +147,45 @@ def _queue_callback(callback):
 
 def _gradients_computed(cuda):
     ready, ready_event = _now(), _event_now(cuda)
-    _queue_callback(lambda: _steps.gradients_reduced(ready, ready_event, _event_now(cuda)))
+
+    def reduced():
+        _steps.pass_marked = False
+        _steps.gradients_reduced(ready, ready_event, _event_now(cuda))
+
+    _queue_callback(reduced)
+
+
+def _compiling():
+    """Whether Dynamo is tracing the caller (torch 2.3 and later; before, taken as not)."""
+    import torch
+
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return is_compiling is not None and is_compiling()
+
+
+def _backward_began(cuda):
+    """The hook on a DDP output's gradient: the backward pass through the model has begun."""
+
+    def began(_grad):
+        # Traced by Dynamo (compiled autograd), it does nothing: the pass is not measured.
+        if _compiling() or _steps.pass_marked:
+            return
+        _steps.pass_marked = True  # one mark a pass: outputs of several forwards, nested DDP
+        try:
+            _queue_callback(lambda: _gradients_computed(cuda))
+        except Exception:  # noqa: BLE001 - nothing raises into the training
+            _steps.pass_marked = False
+
+    return began
 
 
 def _watch_backward(output):
     """Marks the backward pass through `output`, a DDP model's output: a hook on its first tensors
-    that need a gradient (one is enough; more cover a loss that uses only some) queues, once, a
-    callback that runs when the pass has computed every gradient, before DDP's own callback that
-    waits for the all-reduces (queued later, once the last bucket is ready). It queues the mark of
-    the end of that wait."""
+    made by the forward that need a gradient (one is enough; more cover a loss that uses only
+    some; a tensor the forward did not make, a parameter returned as it is, would keep the hook)
+    queues, once a pass, a callback that runs when the pass has computed every gradient, before
+    DDP's own callback that waits for the all-reduces (queued later, once the last bucket is
+    ready). That callback queues the mark of the end of DDP's wait."""
     import torch
 
     if isinstance(output, torch.Tensor):
@@ -163,21 +194,17 @@ def _watch_backward(output):
         from torch.utils._pytree import tree_leaves
 
         tensors = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor)][:8]
-    tensors = [t for t in tensors if t.requires_grad]
-    if not tensors:
-        return
-    cuda, marked = tensors[0].is_cuda, []
+    tensors = [t for t in tensors if t.requires_grad and t.grad_fn is not None]
+    if tensors:
+        began = _backward_began(tensors[0].is_cuda)
+        for tensor in tensors:
+            tensor.register_hook(began)
 
-    def began(_grad):
-        if not marked:
-            marked.append(True)
-            try:
-                _queue_callback(lambda: _gradients_computed(cuda))
-            except Exception:  # noqa: BLE001 - nothing raises into the training
-                pass
 
-    for tensor in tensors:
-        tensor.register_hook(began)
+def _traced_whole(torch):
+    """Whether Dynamo, tracing now, traces DDP's forward and backward into its graphs (its
+    python_reducer modes), where a frame of ddprun's would split them."""
+    return str(torch._dynamo.config.optimize_ddp).startswith("python_reducer")
 
 
 def _patch_ddp(module):
@@ -192,7 +219,7 @@ def _patch_ddp(module):
 
     forward = module.DistributedDataParallel.forward
 
-    def timed_forward(self, *inputs, **kwargs):
+    def watched_forward(self, *inputs, **kwargs):
         output = forward(self, *inputs, **kwargs)
         if torch.is_grad_enabled() and self.require_backward_grad_sync:
             try:
@@ -201,10 +228,18 @@ def _patch_ddp(module):
                 pass
         return output
 
-    # Dynamo compiles DDP's own forward, as without this frame; this one runs as Python.
+    # Under torch.compile with DDPOptimizer (the default), Dynamo compiles DDP's own forward as
+    # without this frame, which runs as Python; where Dynamo traces DDP whole, it is left to it.
     disable = getattr(torch, "_disable_dynamo", None)
     if disable is not None:
-        timed_forward = disable(timed_forward, recursive=False)
+        watched_forward = disable(watched_forward, recursive=False)
+
+    def timed_forward(self, *inputs, **kwargs):
+        if _compiling() and _traced_whole(torch):
+            return forward(self, *inputs, **kwargs)
+        return watched_forward(self, *inputs, **kwargs)
+
+    timed_forward.__name__, timed_forward.__qualname__ = forward.__name__, forward.__qualname__
     timed_forward.__doc__, timed_forward.__wrapped__ = forward.__doc__, forward
     module.DistributedDataParallel.forward = timed_forward
 

@@ -5,9 +5,11 @@ the default all-reduce, gradients as bucket views kept between steps (DDP divide
 a communication hook the script registers after its first steps, Join over uneven inputs dividing
 by the ranks not yet joined, a static graph, parameters unused on some steps, and a model compiled
 by torch.compile. (torch 2) It writes each step's time and wait into the file
-DDPRUN_STEP_TIMES_FILE names, whole, behind an even sequence count, with a wait in each of those
-ways, and takes the variable out of the environment of what the worker starts. Under torch 1 (no
-global optimizer hook) nothing is written. GPU events are read only once they happened.
+DDPRUN_STEP_TIMES_FILE names, whole, behind an even sequence count; in each of those ways, the wait
+of a rank for a peer that begins its backward pass late is measured; and it takes the variable out
+of the environment of what the worker starts. Under torch 1 (no
+global optimizer hook) nothing is written. Scripts shaped otherwise (shapes_main) are measured once a
+pass, without error. GPU events are read only once they happened.
 
     step_times_test.py PACKAGE_DIR      (a rank: ... PACKAGE_DIR --rank RANK FOLDER TIMED)
 """
@@ -20,6 +22,7 @@ import tempfile
 import time
 
 WORLD = 3
+LATE = 0.05  # the last rank begins each backward pass this late (s): the others wait for it
 CASES = ("default", "bucket_views", "late_hook", "join_uneven", "static_graph", "find_unused",
          "compiled")
 
@@ -78,7 +81,10 @@ def rank_main(package, rank, folder, timed):
             if case == "late_hook" and i == 3:
                 model.register_comm_hook(None, default_hooks.allreduce_hook)
             x = torch.randn(8, 64, generator=torch.Generator().manual_seed(100 * rank + i))
-            run(x).pow(2).mean().backward()
+            loss = run(x).pow(2).mean()
+            if rank == WORLD - 1:
+                time.sleep(LATE)
+            loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=case != "bucket_views")
 
@@ -102,6 +108,60 @@ def rank_main(package, rank, folder, timed):
         torch.save(trained, os.path.join(folder, f"params.{timed}"))
         with open(os.path.join(folder, f"env.{timed}"), "w") as f:
             f.write(os.environ.get("DDPRUN_STEP_TIMES_FILE", ""))
+    dist.destroy_process_group()
+
+
+def shapes_main(package):
+    """Timed, world of one: the passes of scripts shaped otherwise are each marked once, a
+    parameter returned as it is gathers no hooks, and compiled autograd traces the backward pass
+    (with fullgraph, DDP traced whole by Dynamo) without an error."""
+    sys.path.insert(0, package)
+    from ddprun import _step_times
+
+    _step_times.install()
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    marks = []
+    reduced = _step_times._steps.gradients_reduced
+    _step_times._steps.gradients_reduced = lambda *a: (marks.append(1), reduced(*a))
+    model = DDP(torch.nn.Linear(8, 1))
+    x = torch.randn(4, 8)
+    for _ in range(3):  # two forwards, one backward pass (a siamese network)
+        (model(x) - model(-x)).pow(2).mean().backward()
+    assert len(marks) == 3, f"two forwards of one pass marked {len(marks)} times in 3 passes"
+    marks.clear()
+    for _ in range(3):  # a gradient penalty: autograd.grad through the output, then the pass
+        out = model(x.requires_grad_())
+        (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        (out.pow(2).mean() + g.pow(2).sum()).backward()
+    assert len(marks) == 6, f"a grad and a backward pass marked {len(marks)} times in 3 steps"
+
+    class Returns(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, _x):
+            return self.weight
+
+    leaf = DDP(Returns())
+    for _ in range(20):
+        leaf(x).sum().backward()
+    hooks = len(leaf.module.weight._backward_hooks or {})
+    assert hooks == 0, f"a parameter returned by the forward gathered {hooks} hooks"
+
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.config.optimize_ddp = "python_reducer"
+    compiled = torch.compile(DDP(torch.nn.Linear(8, 1)), backend="eager", fullgraph=True)
+    for _ in range(2):
+        loss = compiled(x).pow(2).mean()
+        with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=True)):
+            loss.backward()
     dist.destroy_process_group()
 
 
@@ -160,16 +220,21 @@ def main(package):
     assert 0 < wait_ns < step_ns, (wait_ns, step_ns)
     with open(os.path.join(folder, "waits.1")) as f:
         waits = json.load(f)
-    unmeasured = [case for case in CASES if waits[case] <= 0]
-    assert not unmeasured, f"no wait measured in DDP's all-reduces: {', '.join(unmeasured)}"
+    # Rank 0 waits for the late rank in each of its 6 steps a case; at least 4 of them counted
+    # whole (a case's first step has the others start their model, or compile it, as it does).
+    short = {case: waits[case] / 1e9 for case in CASES if waits[case] < 4 * LATE * 1e9}
+    assert not short, f"DDP's wait for a rank {LATE} s late not measured (s): {short}"
+    subprocess.run([sys.executable, os.path.abspath(__file__), package, "--shapes"], check=True,
+                   timeout=200)
     sys.path.insert(0, package)
     from ddprun import _step_times
 
     gpu_events_are_read_once_they_happened(_step_times)
     print(f"{steps} steps timed ({step_ns / steps / 1e6:.2f} ms each, "
           f"{wait_ns / steps / 1e6:.2f} ms of it waiting); DDP's arithmetic bit for bit as without "
-          f"the timing in a world of {WORLD} ({', '.join(checked)}); GPU events read once they "
-          f"happened: passed")
+          f"the timing in a world of {WORLD} ({', '.join(checked)}), the late rank's wait measured in "
+          f"each; two forwards, a gradient penalty, a parameter returned, compiled autograd; GPU "
+          f"events read once they happened: passed")
 
 
 class Event:
@@ -220,5 +285,7 @@ def gpu_events_are_read_once_they_happened(module):
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "--rank":
         rank_main(sys.argv[1], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif len(sys.argv) > 2 and sys.argv[2] == "--shapes":
+        shapes_main(sys.argv[1])
     else:
         main(sys.argv[1])
