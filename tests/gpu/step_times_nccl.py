@@ -47,7 +47,7 @@ def train(package, out, timed):
     torch.cuda.synchronize()
     per_step = (time.perf_counter() - began) / (STEPS - WARM_UP)
     torch.save([p.detach().cpu() for p in model.parameters()], os.path.join(out, f"p.{timed}"))
-    with open(os.path.join(out, f"median.{timed}"), "a") as f:
+    with open(os.path.join(out, f"per_step.{timed}"), "a") as f:
         f.write(f"{per_step}\n")
     dist.destroy_process_group()
 
@@ -74,7 +74,7 @@ def main():
             seq, steps, step_ns, wait_ns = struct.unpack("<QQQQ", f.read())
         assert steps == STEPS - 1 and seq == 2 * steps, (seq, steps)
         assert 0 < wait_ns <= step_ns, (wait_ns, step_ns)
-    without, with_ = ([float(v) for v in open(os.path.join(out, f"median.{t}")).read().split()]
+    without, with_ = ([float(v) for v in open(os.path.join(out, f"per_step.{t}")).read().split()]
                       for t in ("0", "1"))
     a, b = statistics.median(without), statistics.median(with_)
     print(f"step times over NCCL: {steps} steps timed, {step_ns / steps / 1e6:.2f} ms a step "
