@@ -168,14 +168,17 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
 asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
                                       const std::string& header, std::optional<SlotMac> mac) {
   if (mac) mac->add(header);
-  std::string buffer(std::min<uint64_t>(size, kSendChunk), '\0');
+  const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, kSendChunk));
+  AppendBehind behind(out, chunk);  // the next chunk arrives while this one is written
   for (uint64_t done = 0; done < size;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - done));
-    co_await link.read(buffer.data(), n);
-    out.append(buffer.data(), n);
-    if (mac) mac->add(std::string_view(buffer.data(), n));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, size - done));
+    char* const buffer = behind.buffer();
+    co_await link.read(buffer, n);
+    if (mac) mac->add(std::string_view(buffer, n));
+    behind.append(n);
     done += n;
   }
+  behind.finish();
   if (!mac) co_return true;
   char theirs[SlotMac::kBytes];
   co_await link.read(theirs, sizeof theirs);
@@ -635,7 +638,8 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
         const fs::path file = dir / fmt::format("rank_{}.ddpckpt", rank);
         {
           SlotFileWriter out(file, dir / fmt::format(".rank_{}.tmp", rank), header, file_bytes,
-                             fmt::format("global rank {}'s checkpoint", rank));
+                             fmt::format("global rank {}'s checkpoint", rank),
+                             PayloadSumKind::kCrc32, FileRoom::kAsWritten);
           if (!co_await receive_payload(*link, out, rec->size, header, copy_mac())) {
             report.detail = fmt::format("global rank {}'s step {} from {}: {}", rank, step,
                                         link->peer(), kAlteredCopy);

@@ -112,14 +112,17 @@ asio::awaitable<bool> fetch(const RestoreParts& p, const rendezvous::Round& roun
 }
 
 // Each local rank whose region lacks its global rank's slot of the step gets the one fetched
-// (its region made anew, holding that slot only). False (said) where one could not be.
+// (its region made anew, holding that slot only: the file fetched itself where it can be, else a
+// copy of it). False (said) where one could not be.
 bool install(const RestoreParts& p, const rendezvous::Round& round, const RestorePlan& plan) {
   const std::atomic<bool> never{false};
   for (const auto& [local, global] : round_ranks(p.cfg, round)) {
     if (global >= plan.saved_world) continue;  // no counterpart in the world that saved it
     if (in_region(p.regions, local, global, plan.saved_world, *plan.step)) continue;
     try {
-      read_back(restore_root(p), *plan.step, global, p.regions.path(), local, never);
+      if (!move_back(restore_root(p), *plan.step, global, p.regions.path(), local)) {
+        read_back(restore_root(p), *plan.step, global, p.regions.path(), local, never);
+      }
     } catch (const std::exception& e) {
       spdlog::error(
           "round {}: global rank {}'s step {} could not be put in local rank {}'s "

@@ -1,6 +1,7 @@
 #include "checkpoint/slot_file.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 
@@ -39,10 +40,19 @@ bool SlotReader::unchanged() const {
 }
 
 SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& header,
-                               uint64_t reserve, const std::string& what, PayloadSumKind arriving)
+                               uint64_t reserve, const std::string& what, PayloadSumKind arriving,
+                               FileRoom room)
     : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
-  if (const int e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve)); e != 0) {
+  int e = 0;
+  if (room == FileRoom::kReserved) {
+    e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve));
+  } else if (struct statvfs fs{}; ::fstatvfs(fd_.fd, &fs) != 0) {
+    e = errno;
+  } else if (static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < reserve) {
+    e = ENOSPC;
+  }
+  if (e != 0) {
     errno = e;
     fail_io(
         fmt::format("cannot make {} of {} bytes in {} (a container: enlarge its /dev/shm with "
@@ -76,6 +86,58 @@ bool SlotFileWriter::commit(uint64_t checksum) {
   fs::rename(partial_.path, path_);
   partial_.kept = true;
   return true;
+}
+
+AppendBehind::AppendBehind(SlotFileWriter& out, size_t chunk)
+    : out_(out), buffers_{std::string(chunk, '\0'), std::string(chunk, '\0')} {
+  thread_ = std::thread([this] { run(); });
+}
+
+AppendBehind::~AppendBehind() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void AppendBehind::wait_idle(std::unique_lock<std::mutex>& lock) {
+  changed_.wait(lock, [&] { return !job_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void AppendBehind::append(size_t n) {
+  std::unique_lock lock(mutex_);
+  wait_idle(lock);
+  job_.emplace(next_, n);
+  next_ ^= 1;
+  changed_.notify_all();
+}
+
+void AppendBehind::finish() {
+  std::unique_lock lock(mutex_);
+  wait_idle(lock);
+}
+
+void AppendBehind::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stop_ || job_; });
+    if (!job_) return;  // stopped, nothing handed
+    const auto [index, n] = *job_;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      out_.append(buffers_[index].data(), n);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error && !error_) error_ = error;
+    job_.reset();
+    changed_.notify_all();
+  }
 }
 
 }  // namespace ddprun::agent

@@ -3,11 +3,16 @@
 // worker may save again (SlotReader), and written into a file of the region layout from bytes
 // that arrive in pieces (SlotFileWriter: a region restored, a peer's copy received). Private to
 // the agent.
+#include <array>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/payload_digest.hpp"
@@ -43,17 +48,25 @@ class SlotReader {
   uint64_t save_micros_ = 0;
 };
 
+// How a file written as its bytes arrive gets its memory: all of it reserved first (kReserved:
+// where other copies are sized against the node's budget meanwhile, or the file is mapped later),
+// or the room only checked to be free at the start and taken as the bytes are written
+// (kAsWritten: sooner; a fetch for a round's restore, which the budget does not bound).
+enum class FileRoom { kReserved, kAsWritten };
+
 // A file of the region layout written as its bytes arrive: made under `tmp` with `reserve` bytes
-// reserved first (so that a full /dev/shm fails here, never as a SIGBUS later), the kRegionHeader
-// bytes of `header` at its start and the payload after them, summed as it comes (by `arriving`,
-// the kind of checksum its source has, and by its CRC); renamed to `path` only once complete and
-// matching the checksum, with its CRC as the file's checksum. Removed unless committed.
+// reserved first (so that a full /dev/shm fails here, never as a SIGBUS later; `room`), the
+// kRegionHeader bytes of `header` at its start and the payload after them, summed as it comes (by
+// `arriving`, the kind of checksum its source has, and by its CRC); renamed to `path` only once
+// complete and matching the checksum, with its CRC as the file's checksum. Removed unless
+// committed.
 class SlotFileWriter {
  public:
   // Throws std::system_error; where there is no room, its message names `what` and the size.
   SlotFileWriter(std::filesystem::path path, std::filesystem::path tmp, const std::string& header,
                  uint64_t reserve, const std::string& what,
-                 PayloadSumKind arriving = PayloadSumKind::kCrc32);
+                 PayloadSumKind arriving = PayloadSumKind::kCrc32,
+                 FileRoom room = FileRoom::kReserved);
   SlotFileWriter(const SlotFileWriter&) = delete;
   SlotFileWriter& operator=(const SlotFileWriter&) = delete;
 
@@ -75,6 +88,39 @@ class SlotFileWriter {
   PayloadSum crc_;
   std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
   std::unique_ptr<DigestSum> digest_;   // record_digest()
+};
+
+// Appends to a SlotFileWriter on a thread of its own, one chunk behind its caller, so that the
+// next chunk arrives while this one is written and summed. Never more than two chunks held.
+class AppendBehind {
+ public:
+  // Chunks of at most `chunk` bytes; `out` outlives it.
+  AppendBehind(SlotFileWriter& out, size_t chunk);
+  ~AppendBehind();  // waits for the chunk being appended
+  AppendBehind(const AppendBehind&) = delete;
+  AppendBehind& operator=(const AppendBehind&) = delete;
+
+  // The buffer to fill with the next chunk: not touched by the thread until append().
+  char* buffer() { return buffers_[next_].data(); }
+  // The first `n` bytes of buffer() appended after the chunk before them, which this waits for;
+  // rethrows what appending an earlier chunk threw.
+  void append(size_t n);
+  // Waits until every chunk is appended; rethrows what appending one threw.
+  void finish();
+
+ private:
+  void run();
+  void wait_idle(std::unique_lock<std::mutex>& lock);
+
+  SlotFileWriter& out_;
+  std::array<std::string, 2> buffers_;
+  int next_ = 0;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<std::pair<int, size_t>> job_;  // (buffer, bytes) handed and not yet appended
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
 };
 
 }  // namespace ddprun::agent

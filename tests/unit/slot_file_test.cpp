@@ -1,0 +1,208 @@
+// A slot's file written as its bytes arrive (SlotFileWriter, AppendBehind) and a round's restore
+// putting a fetched file in place as a region (move_back), on real files.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include <catch2/catch.hpp>
+
+#include "checkpoint/region_format.hpp"
+#include "checkpoint/slot_copy.hpp"
+#include "checkpoint/slot_file.hpp"
+
+using namespace ddprun::agent;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Scratch {
+  explicit Scratch(const std::string& name)
+      : base(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))),
+        regions(base / "regions"),
+        restore(base / "restore") {
+    fs::remove_all(base);
+    fs::create_directories(regions);
+    fs::create_directories(restore / "step_5");
+  }
+  ~Scratch() {
+    std::error_code ignored;
+    fs::remove_all(base, ignored);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  const fs::path base, regions, restore;
+};
+
+std::string bytes_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Bytes that differ from one offset to the next (a chunk out of place changes them).
+std::string pattern(size_t n) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>((i * 131 + i / 4096) & 0xff);
+  return out;
+}
+
+// Global rank 3's step 5 of `payload`, as a restore's fetch leaves it in `file`.
+void fetched_file(const fs::path& file, const std::string& payload) {
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = 5;
+  rec.size = payload.size();
+  rec.checksum = payload_crc(payload);
+  rec.sequence = 4;
+  rec.world_size = 4;
+  rec.rank = 3;
+  SlotFileWriter out(file, file.parent_path() / ".rank_3.tmp",
+                     region_header_for(rec, file_slot_size(rec.size), 77), kRegionHeader + rec.size,
+                     "global rank 3's checkpoint", PayloadSumKind::kCrc32, FileRoom::kAsWritten);
+  AppendBehind behind(out, 1 << 20);
+  for (size_t done = 0; done < payload.size();) {
+    const size_t n = std::min<size_t>(1 << 20, payload.size() - done);
+    payload.copy(behind.buffer(), n, done);
+    behind.append(n);
+    done += n;
+  }
+  behind.finish();
+  REQUIRE(out.commit(rec.checksum));
+}
+
+struct stat stat_of(const fs::path& file) {
+  struct stat st {};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "slot files: a fetched file becomes its rank's region without a copy, the second slot "
+    "reserved",
+    "[checkpoint]") {
+  const Scratch scratch("slot-file-move");
+  const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
+  const std::string payload = pattern((3 << 20) + 808);  // ends inside a page
+  fetched_file(file, payload);
+  const ino_t inode = stat_of(file).st_ino;
+
+  const std::optional<PersistReport> r = move_back(scratch.restore, 5, 3, scratch.regions, 0);
+  REQUIRE(r);
+  CHECK(r->kind == PersistReport::Kind::kRestored);
+  CHECK(r->bytes == payload.size());
+  CHECK_FALSE(fs::exists(file));
+  const fs::path region = scratch.regions / "rank0";
+  const struct stat st = stat_of(region);
+  CHECK(st.st_ino == inode);  // the same file: nothing was copied
+  const std::string bytes = bytes_of(region);
+  const std::optional<RegionHeader> h = parse_region_header(bytes);
+  REQUIRE(h);
+  CHECK(h->slot_size == file_slot_size(payload.size()));
+  CHECK(h->slot_of(5) == 0);
+  CHECK(h->slot_of(6) == -1);
+  CHECK(h->slots[0].rank == 3);
+  CHECK(h->slots[0].world_size == 4);
+  CHECK(h->slots[0].checksum == payload_crc(payload));
+  CHECK(h->save_micros[0] == 77);
+  // Two whole slots, every page of them backed (a worker's save through its mapping cannot fault
+  // for want of memory), and the payload as it came.
+  REQUIRE(static_cast<uint64_t>(st.st_size) == kRegionHeader + 2 * h->slot_size);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= kRegionHeader + 2 * h->slot_size);
+  CHECK(bytes.compare(kRegionHeader, payload.size(), payload) == 0);
+}
+
+TEST_CASE(
+    "slot files: a fetched file another name links to, or of another rank, is left for a copy",
+    "[checkpoint]") {
+  const Scratch scratch("slot-file-linked");
+  const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
+  const std::string payload = pattern(100000);
+  fetched_file(file, payload);
+  const std::string before = bytes_of(file);
+
+  // Files named for another rank and step that hold rank 3's step 5.
+  fs::copy_file(file, scratch.restore / "step_5" / "rank_2.ddpckpt");
+  CHECK_FALSE(move_back(scratch.restore, 5, 2, scratch.regions, 0));
+  fs::create_directories(scratch.restore / "step_6");
+  fs::copy_file(file, scratch.restore / "step_6" / "rank_3.ddpckpt");
+  CHECK_FALSE(move_back(scratch.restore, 6, 3, scratch.regions, 0));
+  CHECK_THROWS_AS(move_back(scratch.restore, 5, 1, scratch.regions, 0), std::system_error);
+  fs::create_hard_link(file, scratch.base / "kept");  // a copy kept under another name
+  CHECK_FALSE(move_back(scratch.restore, 5, 3, scratch.regions, 0));
+  CHECK_FALSE(fs::exists(scratch.regions / "rank0"));
+  CHECK(bytes_of(file) == before);
+  CHECK(bytes_of(scratch.base / "kept") == before);
+}
+
+TEST_CASE("slot files: a write that fails behind the receiver is raised to it, no file kept",
+          "[checkpoint]") {
+  const Scratch scratch("slot-file-fails");
+  const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
+  // Files may grow to 1 MiB here (the write past it fails with EFBIG, the signal ignored).
+  struct Limit {
+    rlimit was{};
+    sighandler_t handler;
+    Limit() : handler(::signal(SIGXFSZ, SIG_IGN)) {
+      ::getrlimit(RLIMIT_FSIZE, &was);
+      const rlimit one{1 << 20, was.rlim_max};
+      ::setrlimit(RLIMIT_FSIZE, &one);
+    }
+    ~Limit() {
+      ::setrlimit(RLIMIT_FSIZE, &was);
+      ::signal(SIGXFSZ, handler);
+    }
+  };
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = 5;
+  rec.size = 4 << 20;
+  rec.rank = 3;
+  const std::string chunk = pattern(256 << 10);
+  {
+    const Limit limit;
+    SlotFileWriter out(file, file.parent_path() / ".rank_3.tmp",
+                       region_header_for(rec, rec.size, 0), kRegionHeader + rec.size,
+                       "global rank 3's checkpoint", PayloadSumKind::kCrc32, FileRoom::kAsWritten);
+    const auto receive = [&] {
+      AppendBehind behind(out, chunk.size());
+      for (int i = 0; i < 16; ++i) {
+        chunk.copy(behind.buffer(), chunk.size());
+        behind.append(chunk.size());
+      }
+      behind.finish();
+    };
+    CHECK_THROWS_AS(receive(), std::system_error);
+  }
+  CHECK(fs::is_empty(scratch.restore / "step_5"));
+}
+
+TEST_CASE("slot files: a file the free space cannot hold is refused at once, naming it",
+          "[checkpoint]") {
+  const Scratch scratch("slot-file-room");
+  const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = 5;
+  rec.size = uint64_t{1} << 60;
+  rec.rank = 3;
+  try {
+    SlotFileWriter out(file, file.parent_path() / ".rank_3.tmp",
+                       region_header_for(rec, rec.size, 0), kRegionHeader + rec.size,
+                       "global rank 3's checkpoint", PayloadSumKind::kCrc32, FileRoom::kAsWritten);
+    FAIL("a file of 1 EiB was begun");
+  } catch (const std::system_error& e) {
+    CHECK(e.code().value() == ENOSPC);
+    CHECK_THAT(e.what(), Catch::Contains("global rank 3's checkpoint") &&
+                             Catch::Contains(std::to_string(kRegionHeader + rec.size)));
+  }
+  CHECK(fs::is_empty(scratch.restore / "step_5"));
+}
