@@ -210,7 +210,7 @@ TEST_CASE(
   std::vector<int64_t> kept = kept_steps(a.path / "kept", 0);
   std::sort(kept.begin(), kept.end());
   CHECK(kept == std::vector<int64_t>{7, 8, 9});
-  drop_kept(a.path / "kept", 0, {8, 9});
+  drop_kept(a.path / "kept", 0, {8, 9}, 0);
   kept = kept_steps(a.path / "kept", 0);
   std::sort(kept.begin(), kept.end());
   CHECK(kept == std::vector<int64_t>{8, 9});
@@ -300,7 +300,7 @@ TEST_CASE(
   REQUIRE(h);
   CHECK(h->slots[0].rank == 2);
   // The holder drops its own step: the copy it holds for node-a stays, its memory its own now.
-  drop_kept(b.path / "kept", 0, {});
+  drop_kept(b.path / "kept", 0, {}, 0);
   REQUIRE_FALSE(fs::exists(kept_file));
   node = checkpoint_memory(b.path);
   CHECK(node.peers ==
@@ -328,7 +328,7 @@ TEST_CASE(
   CHECK(holder->drop_oldest_copies(uint64_t{1} << 40) == allocated_for(kRegionHeader + (1 << 20)));
   CHECK(holder->copies().steps() == Steps{{"a", {{3}}}});
   // Once the kept step it links to is gone, its memory is its own, and it goes too.
-  drop_kept(b.path / "kept", 0, {});
+  drop_kept(b.path / "kept", 0, {}, 0);
   CHECK(holder->drop_oldest_copies(uint64_t{1} << 40) == allocated_for(kRegionHeader + (2 << 20)));
   CHECK(holder->copies().steps().empty());
   CHECK(checkpoint_memory(b.path).peers == 0);

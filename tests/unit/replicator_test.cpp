@@ -2,15 +2,19 @@
 // written as a worker writes them: two nodes copy the same steps, the first saved in each window
 // of the job's stride, keep their two newest, skip a window whose first save they missed, and copy
 // the step the workers stopped at.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
@@ -413,4 +417,84 @@ TEST_CASE(
   CHECK(said.size() == 2);
   CHECK(said.back() == std::pair<bool, int64_t>{false, 0});
   CHECK_FALSE(ra.behind());
+}
+
+TEST_CASE(
+    "replicator: the steps a node keeps turn over in the same memory pages, bounded, and room "
+    "for a worker's region takes those pages first",
+    "[replicator]") {
+  asio::io_context io;
+  Node a(0), b(1);
+  auto board = std::make_shared<Board>(1);
+  CheckpointReplicator ra(
+      io, a.service, a.dir.path,
+      [&](const TransferReport& r, const std::string&) { a.reports.push_back(r); });
+  CheckpointReplicator rb(
+      io, b.service, b.dir.path,
+      [&](const TransferReport& r, const std::string&) { b.reports.push_back(r); });
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
+  const auto settle_until = [&](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      io.run_for(std::chrono::milliseconds(20));
+    }
+    return done();
+  };
+  const fs::path kept = a.dir.path / "kept";
+  const auto inode = [](const fs::path& file) {
+    struct stat st {};
+    return ::stat(file.c_str(), &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  // The files a's steps were kept in, step by step. Both nodes save the same bytes (DDP's
+  // state): each holds the other's copy as a link to its own kept step, which is what holds its
+  // pages until the peer's copy goes too.
+  std::map<int64_t, ino_t> files;
+  for (int64_t step = 1; step <= 8; ++step) {
+    a.worker.save(step);
+    b.worker.save(step);
+    const auto newest = [step](const std::vector<int64_t>& steps) {
+      return !steps.empty() && steps.back() == step;
+    };
+    REQUIRE(settle_until([&] {
+      return newest(a.kept()) && newest(b.kept()) && newest(b.held_of("a")) &&
+             newest(a.held_of("b"));
+    }));
+    files[step] = inode(kept / fmt::format("step_{}", step) / "rank_0.ddpckpt");
+    // Each kept step holds the step's bytes, whatever pages it was written over.
+    std::ifstream in(kept / fmt::format("step_{}", step) / "rank_0.ddpckpt", std::ios::binary);
+    const std::string file(std::istreambuf_iterator<char>(in), {});
+    REQUIRE(file.size() == kRegionHeader + (64 << 10));
+    CHECK(file.substr(kRegionHeader) == std::string(64 << 10, static_cast<char>(step)));
+    // Kept: the two newest steps; and at most one rank's spare (one local rank).
+    size_t spares = 0;
+    std::error_code none;  // (no folder before the first drop)
+    for (fs::directory_iterator it(kept / ".spare", none), end; it != end; ++it) ++spares;
+    CHECK(spares <= 1);
+    CHECK(checkpoint_memory(a.dir.path).kept <= 3 * allocated_for(kRegionHeader + (64 << 10)));
+  }
+  // After the first steps, each new step was written over the pages of one dropped before.
+  size_t reused = 0;
+  for (int64_t step = 4; step <= 8; ++step) {
+    for (int64_t before = 1; before + 2 <= step; ++before) {
+      if (files[step] == files[before]) {
+        ++reused;
+        break;
+      }
+    }
+  }
+  CHECK(reused >= 4);
+  for (const auto& r : a.reports) CHECK(r.ok);
+
+  // a's worker asks for room: the spare pages go first, before any copy held for the peer.
+  REQUIRE_FALSE(fs::is_empty(kept / ".spare"));
+  const std::vector<int64_t> held_before = a.held_of("b");
+  const uint64_t spare = allocated_for(kRegionHeader + (64 << 10));
+  std::ofstream(a.dir.path / ".room-0.tmp") << spare << "\n";
+  fs::rename(a.dir.path / ".room-0.tmp", a.dir.path / ".room-0");
+  REQUIRE(settle_until([&] { return !fs::exists(a.dir.path / ".room-0"); }));
+  CHECK(fs::is_empty(kept / ".spare"));
+  CHECK(a.held_of("b") == held_before);
+  ra.stop();
+  rb.stop();
 }

@@ -2,8 +2,9 @@
 // What a node's in-memory checkpoints take of the memory file system holding them (/dev/shm), part
 // by part, and the one budget every part shares (--checkpoint_memory_limit; by default half the
 // size of that file system). Every part counts: the workers' regions, the copies of the node's own
-// steps kept for its peers (kept/), the copies it holds for other nodes (peers/), the steps a
-// restore gathers (restore/) and the staging of a copy to --checkpoint_dir (beside the regions).
+// steps kept for its peers (kept/, with the pages of dropped ones held for the next: kept/.spare,
+// spare_pages.hpp), the copies it holds for other nodes (peers/), the steps a restore gathers
+// (restore/) and the staging of a copy to --checkpoint_dir (beside the regions).
 // Bytes allocated, as df counts them (a region is reserved whole when made). The workers count the
 // same (ddprun/checkpoint.py) before making or growing a region. Private to the agent.
 #include <cstdint>

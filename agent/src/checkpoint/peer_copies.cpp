@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/memory_use.hpp"
+#include "checkpoint/spare_pages.hpp"
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
@@ -40,14 +41,19 @@ fs::path PeerCopies::file_for(const std::string& origin, int local_rank, int64_t
   return dir_ / fmt::format("{}.rank{}.step{}.ddpckpt", hex(origin), local_rank, step);
 }
 
-uint64_t PeerCopies::drop(std::vector<Copy>& copies, size_t i) {
+uint64_t PeerCopies::drop(std::vector<Copy>& copies, size_t i, bool for_room) {
   struct stat st {};
   const bool last_name = ::stat(copies[i].file.c_str(), &st) == 0 && st.st_nlink == 1;
-  std::error_code ignored;
-  fs::remove(copies[i].file, ignored);
+  drop_to_spares(copies[i].file, spares_, for_room ? 0 : spares_most_);
   bytes_ -= copies[i].bytes;
   copies.erase(copies.begin() + static_cast<std::ptrdiff_t>(i));
-  return last_name ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+  return for_room && last_name ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
+void PeerCopies::spare_pages(fs::path spares, uint64_t most) {
+  std::lock_guard lock(mutex_);
+  spares_ = std::move(spares);
+  spares_most_ = most;
 }
 
 void PeerCopies::add_copy(std::vector<Copy>& copies, Copy copy) {
@@ -82,7 +88,7 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
     if (limit_) node = checkpoint_memory(dir_.parent_path());
     const auto over = [&] { return limit_ && node.total() + allocated_for(file_bytes) > *limit_; };
     if (over() && copies.size() > 1) {
-      drop(copies, 0);
+      drop(copies, 0, true);
       node = checkpoint_memory(dir_.parent_path());
     }
     if (over()) {
@@ -190,7 +196,7 @@ uint64_t PeerCopies::drop_oldest(uint64_t bytes) {
       }
     }
     if (!oldest) break;
-    freed += drop(*oldest, at);
+    freed += drop(*oldest, at, true);
   }
   std::erase_if(held_, [](const auto& entry) { return entry.second.empty(); });
   return freed;

@@ -68,6 +68,10 @@ class PeerCopies {
               const PayloadDigest& digest, const std::filesystem::path& same, int round);
   // The writer `begin` gave was not committed (the transfer failed): its room is given back.
   void abandoned(const std::string& origin, int local_rank);
+  // From now on, a copy dropped whose file's name was its last lends its pages to the node's next
+  // stage (spare_pages.hpp: held in `spares`, up to `most` bytes in all), unless it was dropped
+  // for room.
+  void spare_pages(std::filesystem::path spares, uint64_t most);
   // Drops the copies of every origin not in `origins` (nodes that left the job, whose copies the
   // round no longer needs).
   void keep_only(const std::vector<std::string>& origins);
@@ -91,8 +95,9 @@ class PeerCopies {
  private:
   using Key = std::pair<std::string, int>;
   std::filesystem::path file_for(const std::string& origin, int local_rank, int64_t step) const;
-  // Drops copies[i]; returns the bytes of memory that freed.
-  uint64_t drop(std::vector<Copy>& copies, size_t i);
+  // Drops copies[i]. For room (`for_room`): its file removed, returns the bytes of memory that
+  // freed; else its pages may go to the spares (spare_pages()), returns 0.
+  uint64_t drop(std::vector<Copy>& copies, size_t i, bool for_room = false);
   // Adds `copy`, replacing one of the same step; drops that rank's copies beyond the newest two.
   void add_copy(std::vector<Copy>& copies, Copy copy);
 
@@ -103,6 +108,8 @@ class PeerCopies {
   std::map<Key, uint64_t> reserved_;       // copies being received
   uint64_t bytes_ = 0;
   int timeline_ = 0;  // the round whose copies are current (and later rounds')
+  std::filesystem::path spares_;
+  uint64_t spares_most_ = 0;  // none until spare_pages()
 };
 
 }  // namespace ddprun::agent

@@ -1,6 +1,7 @@
 #include "checkpoint/peer_service.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "checkpoint/memory_use.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_copy.hpp"
+#include "checkpoint/spare_pages.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -203,6 +205,12 @@ constexpr std::string_view kEarlierRound =
 constexpr std::string_view kAlteredCopy =
     "the copy fails its MAC (altered on its way, or not sent by a member of this job)";
 
+// What `file` takes of memory (0: none, or gone).
+uint64_t allocated_of(const fs::path& file) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
 struct RankStage {
   uint64_t bytes = 0;
   bool overtaken = false;  // the worker reused the slot before the copy was complete
@@ -223,10 +231,13 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
       return out;
     }
     const SlotRecord& rec = reader->record();
+    const fs::path tmp = kept_step / fmt::format(".rank_{}.tmp", slot.local_rank);
+    const uint64_t wanted = allocated_for(kRegionHeader + rec.size);
+    const bool spare = take_spare(spares_of(kept_step.parent_path()), tmp, wanted);  // else new
     std::optional<BudgetLock> budget;  // until the copy's room is reserved
     if (limit) budget.emplace(regions);
     if (const CheckpointMemory node = checkpoint_memory(regions);
-        limit && node.total() + allocated_for(kRegionHeader + rec.size) > *limit) {
+        limit && node.total() + wanted - std::min(wanted, allocated_of(tmp)) > *limit) {
       out.error = fmt::format(
           "no room for local rank {}'s copy of step {} ({} bytes): the node's checkpoints take {} "
           "bytes (regions {}, kept {}, copies held for peers {}) and its budget is {} bytes "
@@ -235,10 +246,10 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
           node.peers, *limit);
       return out;
     }
-    SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank),
-                        kept_step / fmt::format(".rank_{}.tmp", slot.local_rank),
+    SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank), tmp,
                         reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
-                        fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank));
+                        fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank),
+                        PayloadSumKind::kCrc32, spare ? FileRoom::kOverSpare : FileRoom::kReserved);
     kept.record_digest();  // a peer holding the same bytes is not sent them
     budget.reset();
     std::string buffer(std::min<uint64_t>(rec.size, kSendChunk), '\0');
@@ -278,7 +289,8 @@ std::vector<int64_t> kept_steps(const fs::path& keep, int local_rank) {
   return out;
 }
 
-void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except) {
+void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>& except,
+               uint64_t spares) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(keep, ec)) {
     const std::string name = e.path().filename().string();
@@ -286,7 +298,7 @@ void drop_kept(const fs::path& keep, int local_rank, const std::vector<int64_t>&
     const bool wanted = std::any_of(except.begin(), except.end(),
                                     [&](int64_t s) { return name == fmt::format("step_{}", s); });
     if (wanted) continue;
-    fs::remove(e.path() / fmt::format("rank_{}.ddpckpt", local_rank), ec);
+    drop_to_spares(e.path() / fmt::format("rank_{}.ddpckpt", local_rank), spares_of(keep), spares);
     if (fs::is_empty(e.path(), ec)) fs::remove(e.path(), ec);
   }
 }
@@ -517,6 +529,12 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
         }
         if (!ranks.empty()) stages[0] = stage_rank(regions, ranks[0], step, kept_step, limit);
       }
+      // What this stage wrote is what the next one needs: the pages of copies dropped meanwhile
+      // are held for it up to that (copies held for the peer that it drops too).
+      uint64_t room = 0;
+      for (const RankStage& s : stages) room += allocated_for(kRegionHeader + s.bytes);
+      spare_room_ = room;
+      copies_->spare_pages(spares_of(keep), room);
       for (const RankStage& s : stages) {
         report.bytes += s.bytes;
         report.overtaken = report.overtaken || s.overtaken;

@@ -78,9 +78,10 @@ struct TransferReport {
 // The steps of local rank `local_rank` kept in `keep` (PeerService::stage).
 std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);
 // Removes local rank `local_rank`'s kept copies in `keep` but those of the steps `except` (and
-// step folders left empty).
+// step folders left empty), their pages held for the next stage up to `spares` bytes in all
+// (spare_pages.hpp; 0: none, the memory is wanted).
 void drop_kept(const std::filesystem::path& keep, int local_rank,
-               const std::vector<int64_t>& except);
+               const std::vector<int64_t>& except, uint64_t spares);
 
 class PeerService {
  public:
@@ -106,6 +107,8 @@ class PeerService {
   const SlotSources& sources() const { return *sources_; }
   // PeerCopies::keep_only.
   void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
+  // What the last stage wrote of memory: the spare pages held for the next (spare_pages.hpp).
+  uint64_t spare_room() const { return spare_room_; }
   // PeerCopies::drop_oldest.
   uint64_t drop_oldest_copies(uint64_t bytes) { return copies_->drop_oldest(bytes); }
 
@@ -155,8 +158,9 @@ class PeerService {
   // Before io_: a connection's coroutine, destroyed with io_, may still refer to them.
   std::unique_ptr<PeerCopies> copies_;
   std::unique_ptr<SlotSources> sources_;
-  std::filesystem::path regions_;  // this node's workers' regions
-  std::filesystem::path kept_;     // this node's copies of its own steps (stage()'s `keep`)
+  std::filesystem::path regions_;        // this node's workers' regions
+  std::filesystem::path kept_;           // this node's copies of its own steps (stage()'s `keep`)
+  std::atomic<uint64_t> spare_room_{0};  // set on the stage thread
   static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
   std::atomic<uint64_t> puts_epoch_{0};        // abandon_puts()

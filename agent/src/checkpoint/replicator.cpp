@@ -14,6 +14,7 @@
 #include "checkpoint/memory_use.hpp"
 #include "checkpoint/room_request.hpp"
 #include "checkpoint/slot_copy.hpp"
+#include "checkpoint/spare_pages.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -223,13 +224,14 @@ void CheckpointReplicator::answer_room(int local_rank) {
     const uint64_t now = checkpoint_memory(regions_).total();
     return before > now ? before - now : 0;
   };
-  service_.drop_oldest_copies(*wanted);
+  drop_spares(spares_of(kept()));  // pages held for the next stage: the worker's save comes first
+  if (freed() < *wanted) service_.drop_oldest_copies(*wanted - freed());
   while (freed() < *wanted) {
     const auto oldest =
         std::find_if(staged_.begin(), staged_.end(), [&](int64_t s) { return s != sending_; });
     if (oldest == staged_.end()) break;
     staged_.erase(oldest);
-    for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, staged_);
+    for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, staged_, 0);
     // A copy held for a peer as a link to the step dropped is the only name of its memory now.
     const uint64_t now = freed();
     if (now < *wanted) service_.drop_oldest_copies(*wanted - now);
@@ -333,7 +335,8 @@ void CheckpointReplicator::drop_old_kept() {
                                  return std::find(keep.begin(), keep.end(), s) == keep.end();
                                }),
                 staged_.end());
-  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep);
+  // (Their pages lent to the next stage, up to what it writes.)
+  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep, service_.spare_room());
 }
 
 asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,

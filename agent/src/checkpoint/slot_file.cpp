@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -42,15 +43,23 @@ bool SlotReader::unchanged() const {
 SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& header,
                                uint64_t reserve, const std::string& what, PayloadSumKind arriving,
                                FileRoom room)
-    : path_(std::move(path)), partial_(tmp), fd_(open_or_fail(tmp, O_RDWR | O_CREAT | O_TRUNC)) {
+    : path_(std::move(path)),
+      partial_(tmp),
+      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
   int e = 0;
-  if (room == FileRoom::kReserved) {
+  if (room == FileRoom::kAsWritten) {
+    struct statvfs fs {};
+    if (::fstatvfs(fd_.fd, &fs) != 0) {
+      e = errno;
+    } else if (static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < reserve) {
+      e = ENOSPC;
+    }
+  } else if (room == FileRoom::kOverSpare &&
+             ::ftruncate(fd_.fd, static_cast<off_t>(reserve)) != 0) {
+    e = errno;  // (a spare larger than the reserve gives back the rest)
+  } else {
     e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve));
-  } else if (struct statvfs fs{}; ::fstatvfs(fd_.fd, &fs) != 0) {
-    e = errno;
-  } else if (static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < reserve) {
-    e = ENOSPC;
   }
   if (e != 0) {
     errno = e;

@@ -49,10 +49,12 @@ class SlotReader {
 };
 
 // How a file written as its bytes arrive gets its memory: all of it reserved first (kReserved:
-// where other copies are sized against the node's budget meanwhile, or the file is mapped later),
-// or the room only checked to be free at the start and taken as the bytes are written
-// (kAsWritten: sooner; a fetch for a round's restore, which the budget does not bound).
-enum class FileRoom { kReserved, kAsWritten };
+// where other copies are sized against the node's budget meanwhile, or the file is mapped later);
+// the same over the pages of a file already at its temporary name, every byte of it up to the
+// reserve written anew (kOverSpare: spare_pages.hpp); or the room only checked to be free at the
+// start and taken as the bytes are written (kAsWritten: sooner; a fetch for a round's restore,
+// which the budget does not bound).
+enum class FileRoom { kReserved, kOverSpare, kAsWritten };
 
 // A file of the region layout written as its bytes arrive: made under `tmp` with `reserve` bytes
 // reserved first (so that a full /dev/shm fails here, never as a SIGBUS later; `room`), the

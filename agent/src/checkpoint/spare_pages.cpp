@@ -1,0 +1,78 @@
+#include "checkpoint/spare_pages.hpp"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <iterator>
+#include <map>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+namespace {
+
+// The memory a file takes (0: none, or gone).
+uint64_t allocated(const fs::path& file) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
+// Every spare file by the memory it takes.
+std::multimap<uint64_t, fs::path> spares_in(const fs::path& spares) {
+  std::multimap<uint64_t, fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(spares, ec), end; !ec && it != end; it.increment(ec)) {
+    out.emplace(allocated(it->path()), it->path());
+  }
+  return out;
+}
+
+}  // namespace
+
+fs::path spares_of(const fs::path& keep) { return keep / ".spare"; }
+
+void drop_to_spares(const fs::path& file, const fs::path& spares, uint64_t most) {
+  static std::atomic<uint64_t> named{0};
+  std::error_code ec;
+  struct stat st {};
+  if (most > 0 && ::stat(file.c_str(), &st) == 0 && st.st_nlink == 1) {
+    uint64_t held = static_cast<uint64_t>(st.st_blocks) * 512;
+    for (const auto& [bytes, spare] : spares_in(spares)) held += bytes;
+    if (held <= most) {
+      fs::create_directories(spares, ec);
+      fs::rename(file, spares / fmt::format("{}", named++), ec);
+      if (!ec) return;
+    }
+  }
+  fs::remove(file, ec);
+}
+
+bool take_spare(const fs::path& spares, const fs::path& to, uint64_t bytes) {
+  std::multimap<uint64_t, fs::path> all = spares_in(spares);
+  // The best fit first, then the larger ones, then the smaller ones from the largest down.
+  std::vector<fs::path> order;
+  for (auto it = all.lower_bound(bytes); it != all.end(); ++it) order.push_back(it->second);
+  for (auto it = std::make_reverse_iterator(all.lower_bound(bytes)); it != all.rend(); ++it) {
+    order.push_back(it->second);
+  }
+  for (const fs::path& spare : order) {
+    std::error_code moved;
+    fs::rename(spare, to, moved);  // (another rank's stage may take it first)
+    if (!moved) return true;
+  }
+  return false;
+}
+
+uint64_t drop_spares(const fs::path& spares) {
+  uint64_t freed = 0;
+  for (const auto& [bytes, spare] : spares_in(spares)) {
+    std::error_code ec;
+    if (fs::remove(spare, ec)) freed += bytes;
+  }
+  return freed;
+}
+
+}  // namespace ddprun::agent
