@@ -64,6 +64,11 @@ nlohmann::json CheckpointMemory::to_json() const {
           {"restore", restore}, {"staging", staging}, {"total", total()}};
 }
 
+uint64_t file_memory(const fs::path& file) {
+  Seen none;
+  return allocated(file, none);
+}
+
 CheckpointMemory checkpoint_memory(const fs::path& root) {
   CheckpointMemory m;
   Seen seen;

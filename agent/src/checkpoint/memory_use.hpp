@@ -51,6 +51,9 @@ class BudgetLock {
   bool owns_ = false;
 };
 
+// What `file` takes of memory now, whatever other names it has (0: none, or gone).
+uint64_t file_memory(const std::filesystem::path& file);
+
 // What a file of `bytes` bytes reserved whole takes of a memory file system (whole pages).
 inline uint64_t allocated_for(uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 

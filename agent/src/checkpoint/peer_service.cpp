@@ -1,7 +1,6 @@
 #include "checkpoint/peer_service.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -205,12 +204,6 @@ constexpr std::string_view kEarlierRound =
 constexpr std::string_view kAlteredCopy =
     "the copy fails its MAC (altered on its way, or not sent by a member of this job)";
 
-// What `file` takes of memory (0: none, or gone).
-uint64_t allocated_of(const fs::path& file) {
-  struct stat st {};
-  return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-}
-
 struct RankStage {
   uint64_t bytes = 0;
   bool overtaken = false;  // the worker reused the slot before the copy was complete
@@ -237,7 +230,7 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
     std::optional<BudgetLock> budget;  // until the copy's room is reserved
     if (limit) budget.emplace(regions);
     if (const CheckpointMemory node = checkpoint_memory(regions);
-        limit && node.total() + wanted - std::min(wanted, allocated_of(tmp)) > *limit) {
+        limit && node.total() + wanted - std::min(wanted, file_memory(tmp)) > *limit) {
       out.error = fmt::format(
           "no room for local rank {}'s copy of step {} ({} bytes): the node's checkpoints take {} "
           "bytes (regions {}, kept {}, copies held for peers {}) and its budget is {} bytes "

@@ -10,22 +10,18 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/memory_use.hpp"
+
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
-
-// The memory a file takes (0: none, or gone).
-uint64_t allocated(const fs::path& file) {
-  struct stat st {};
-  return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-}
 
 // Every spare file by the memory it takes.
 std::multimap<uint64_t, fs::path> spares_in(const fs::path& spares) {
   std::multimap<uint64_t, fs::path> out;
   std::error_code ec;
   for (fs::directory_iterator it(spares, ec), end; !ec && it != end; it.increment(ec)) {
-    out.emplace(allocated(it->path()), it->path());
+    out.emplace(file_memory(it->path()), it->path());
   }
   return out;
 }
