@@ -2,9 +2,9 @@
 
 #include <sys/stat.h>
 
-#include <atomic>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <system_error>
 #include <vector>
 
@@ -26,12 +26,17 @@ std::multimap<uint64_t, fs::path> spares_in(const fs::path& spares) {
   return out;
 }
 
+// One drop or take at a time in the process (the agent's loop, the peer service's thread and the
+// stage's threads all drop and take), so that the bound holds.
+std::mutex one_at_a_time;
+
 }  // namespace
 
 fs::path spares_of(const fs::path& keep) { return keep / ".spare"; }
 
 void drop_to_spares(const fs::path& file, const fs::path& spares, uint64_t most) {
-  static std::atomic<uint64_t> named{0};
+  static uint64_t named = 0;
+  const std::lock_guard lock(one_at_a_time);
   std::error_code ec;
   struct stat st {};
   if (most > 0 && ::stat(file.c_str(), &st) == 0 && st.st_nlink == 1) {
@@ -47,6 +52,7 @@ void drop_to_spares(const fs::path& file, const fs::path& spares, uint64_t most)
 }
 
 bool take_spare(const fs::path& spares, const fs::path& to, uint64_t bytes) {
+  const std::lock_guard lock(one_at_a_time);
   std::multimap<uint64_t, fs::path> all = spares_in(spares);
   // The best fit first, then the larger ones, then the smaller ones from the largest down.
   std::vector<fs::path> order;
@@ -56,13 +62,14 @@ bool take_spare(const fs::path& spares, const fs::path& to, uint64_t bytes) {
   }
   for (const fs::path& spare : order) {
     std::error_code moved;
-    fs::rename(spare, to, moved);  // (another rank's stage may take it first)
+    fs::rename(spare, to, moved);
     if (!moved) return true;
   }
   return false;
 }
 
 uint64_t drop_spares(const fs::path& spares) {
+  const std::lock_guard lock(one_at_a_time);
   uint64_t freed = 0;
   for (const auto& [bytes, spare] : spares_in(spares)) {
     std::error_code ec;
