@@ -87,6 +87,10 @@ std::unique_ptr<SlotFileWriter> PeerCopies::begin(const std::string& origin, int
     CheckpointMemory node;
     if (limit_) node = checkpoint_memory(dir_.parent_path());
     const auto over = [&] { return limit_ && node.total() + allocated_for(file_bytes) > *limit_; };
+    if (over() && spares_most_ > 0) {  // pages held for the next stage, before any copy
+      drop_spares(spares_);
+      node = checkpoint_memory(dir_.parent_path());
+    }
     if (over() && copies.size() > 1) {
       drop(copies, 0, true);
       node = checkpoint_memory(dir_.parent_path());

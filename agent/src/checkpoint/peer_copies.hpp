@@ -41,10 +41,11 @@ class PeerCopies {
   PeerCopies& operator=(const PeerCopies&) = delete;
 
   // A writer for a new copy of `file_bytes` bytes (header included) of `origin`'s local rank
-  // `local_rank`, step `step`, with room made for it: the older of that rank's two copies is
-  // dropped first where the limit needs it (never the newest). Throws std::runtime_error naming
-  // the sizes where the limit leaves no room even so (with what the node's checkpoint folder holds
-  // besides), std::system_error where /dev/shm has none.
+  // `local_rank`, step `step`, with room made for it: where the limit needs it, the spare pages
+  // (spare_pages()) are dropped first, then the older of that rank's two copies (never the
+  // newest). Throws std::runtime_error naming the sizes where the limit leaves no room even so
+  // (with what the node's checkpoint folder holds besides), std::system_error where /dev/shm has
+  // none.
   std::unique_ptr<SlotFileWriter> begin(const std::string& origin, int local_rank, int64_t step,
                                         const std::string& header, uint64_t file_bytes);
   // Which timeline a copy is of: the round whose agents sent it (every node of a round has the

@@ -554,6 +554,11 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
   // (The epoch when the put was asked for, not when its coroutine begins on io_.)
   auto run = [this, to, origin, ranks, step, keep, round,
               epoch = puts_epoch_.load()]() -> asio::awaitable<TransferReport> {
+    ++puts_under_way_;
+    const struct Done {
+      std::atomic<int>& count;
+      ~Done() { --count; }
+    } done{puts_under_way_};
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
     report.step = step;

@@ -130,6 +130,8 @@ class PeerService {
   // timeline the next round abandons); a rank's transfer already begun ends, and the peer keeps
   // it only where no restore of a later round came there (PeerCopies::current). Any thread.
   void abandon_puts() { ++puts_epoch_; }
+  // The puts whose coroutines run now (an abandoned one's too, until it ends). Any thread.
+  int puts_under_way() const { return puts_under_way_; }
   // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
   // sources holds it, into `folder`/step_<step>/rank_<rank>.ddpckpt (the persisted layout; a DCP
   // coordinator's slot also gives the folder its .metadata), checked against its checksum.
@@ -164,6 +166,7 @@ class PeerService {
   static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
   std::atomic<uint64_t> puts_epoch_{0};        // abandon_puts()
+  std::atomic<int> puts_under_way_{0};
   // The origin and step whose wait for this node's own copy last came to nothing (on io_).
   std::optional<std::pair<std::string, int64_t>> waited_in_vain_;
   boost::asio::io_context io_;  // the network's, on thread_

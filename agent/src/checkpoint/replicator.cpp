@@ -335,8 +335,11 @@ void CheckpointReplicator::drop_old_kept() {
                                  return std::find(keep.begin(), keep.end(), s) == keep.end();
                                }),
                 staged_.end());
-  // (Their pages lent to the next stage, up to what it writes.)
-  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep, service_.spare_room());
+  // Their pages lent to the next stage, up to what it writes; not while a put this replicator no
+  // longer follows (an earlier round's, abandoned) may still be sending one of them.
+  const uint64_t spares =
+      service_.puts_under_way() > (sending_ ? 1 : 0) ? 0 : service_.spare_room();
+  for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep, spares);
 }
 
 asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,

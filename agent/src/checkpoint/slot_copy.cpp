@@ -278,26 +278,26 @@ PersistReport read_back(const fs::path& dir, int64_t step, int rank, const fs::p
   return r;
 }
 
-std::optional<PersistReport> move_back(const fs::path& dir, int64_t step, int rank,
-                                       const fs::path& regions, int local_rank) {
-  const auto started = std::chrono::steady_clock::now();
+bool move_back(const fs::path& dir, int64_t step, int rank, const fs::path& regions,
+               int local_rank) {
   const fs::path file = dir / fmt::format("step_{}", step) / fmt::format("rank_{}.ddpckpt", rank);
   const Fd fd(open_or_fail(file, O_RDWR));
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) fail_io("cannot stat " + file.string());
-  if (st.st_nlink != 1) return std::nullopt;
+  if (st.st_nlink != 1) return false;
   const std::optional<RegionHeader> h = read_header(fd.fd, file);
   if (!h || h->slot_of(step) != 0 || h->slots[0].rank != rank ||
       h->slots[0].sum_kind != PayloadSumKind::kCrc32 || h->slot_size < h->slots[0].size) {
-    return std::nullopt;
+    return false;
   }
   const SlotRecord& rec = h->slots[0];
   // From the page the payload ends in: the slot's tail and the whole second slot, which the
   // worker's next save writes through its mapping.
   const uint64_t from = (kRegionHeader + rec.size) / 4096 * 4096;
   const uint64_t end = kRegionHeader + 2 * h->slot_size;
-  if (const int e =
-          ::posix_fallocate(fd.fd, static_cast<off_t>(from), static_cast<off_t>(end - from));
+  if (const int e = end > from ? ::posix_fallocate(fd.fd, static_cast<off_t>(from),
+                                                   static_cast<off_t>(end - from))
+                               : 0;
       e != 0) {
     errno = e;
     fail_io(
@@ -308,15 +308,7 @@ std::optional<PersistReport> move_back(const fs::path& dir, int64_t step, int ra
   const std::string header = region_header_for(rec, h->slot_size, h->save_micros[0]);
   write_all(fd.fd, header.data(), header.size(), 0, file);
   fs::rename(file, regions / fmt::format("rank{}", local_rank));
-  PersistReport r;
-  r.kind = PersistReport::Kind::kRestored;
-  r.local_rank = local_rank;
-  r.rank = rank;
-  r.step = step;
-  r.bytes = rec.size;
-  r.detail = file.string();
-  r.took = std::chrono::steady_clock::now() - started;
-  return r;
+  return true;
 }
 
 }  // namespace ddprun::agent

@@ -72,11 +72,11 @@ PersistReport read_back(const std::filesystem::path& dir, int64_t step, int rank
 // without copying its payload: its second slot reserved, a region's header written over its own,
 // renamed into place (replacing the region there). Only for a file this agent wrote and checked
 // against its checksum itself (a copy fetched, or made on this node, for a round's restore):
-// nothing is read back. kRestored; nullopt where the file cannot be moved (another name links to
-// its bytes, which the region's next save would change; it is not global rank `rank`'s step
-// `step` of the current layout): the caller copies it instead (read_back). Throws
-// std::system_error (no such file, no room for the second slot).
-std::optional<PersistReport> move_back(const std::filesystem::path& dir, int64_t step, int rank,
-                                       const std::filesystem::path& regions, int local_rank);
+// nothing is read back. False where the file cannot be moved (another name links to its bytes,
+// which the region's next save would change; it is not global rank `rank`'s step `step` of the
+// current layout): the caller copies it instead (read_back). Throws std::system_error (no such
+// file, no room for the second slot).
+bool move_back(const std::filesystem::path& dir, int64_t step, int rank,
+               const std::filesystem::path& regions, int local_rank);
 
 }  // namespace ddprun::agent

@@ -44,8 +44,12 @@ void drop_to_spares(const fs::path& file, const fs::path& spares, uint64_t most)
     for (const auto& [bytes, spare] : spares_in(spares)) held += bytes;
     if (held <= most) {
       fs::create_directories(spares, ec);
-      fs::rename(file, spares / fmt::format("{}", named++), ec);
-      if (!ec) return;
+      const fs::path spare = spares / fmt::format("{}", named++);
+      fs::rename(file, spare, ec);
+      // Asked again once no one can link the old name: a link made to it meanwhile (a peer's copy
+      // held as a link to a kept step) keeps the bytes, which are then not spare.
+      if (!ec && (::stat(spare.c_str(), &st) != 0 || st.st_nlink == 1)) return;
+      if (!ec) fs::remove(spare, ec);
     }
   }
   fs::remove(file, ec);
