@@ -31,12 +31,14 @@
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_mac.hpp"
+#include "stat_of.hpp"
 #include "temp_folder.hpp"
 #include "test_certificates.hpp"
 
 using namespace ddprun::agent;
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
+using ddprun::test::stat_of;
 
 namespace {
 
@@ -239,12 +241,6 @@ std::unique_ptr<PeerService> service_of_a_job_without_a_token(const fs::path& di
   auto s = service(auth_with(nullptr), dir);
   s->use_secret(ddprun::store::Token("0123456789abcdef-secret"));
   return s;
-}
-
-struct stat stat_of(const fs::path& file) {
-  struct stat st {};
-  REQUIRE(::stat(file.c_str(), &st) == 0);
-  return st;
 }
 
 }  // namespace

@@ -127,6 +127,13 @@ struct Node {
   }
 };
 
+// `node`'s replicator, its reports kept in node.reports.
+CheckpointReplicator replicator_of(asio::io_context& io, Node& node) {
+  return CheckpointReplicator(
+      io, node.service, node.dir.path,
+      [&node](const TransferReport& r, const std::string&) { node.reports.push_back(r); });
+}
+
 // `from`'s step `step` of its one rank staged and put to `to`, as its replicator does.
 TransferReport put_step(Node& from, const Node& to, int64_t step) {
   const auto run = [](auto awaitable) {  // (bounded by the service's own idle limits)
@@ -295,12 +302,8 @@ TEST_CASE(
   asio::io_context io;
   Node a(0), b(1);
   auto board = std::make_shared<Board>(4);  // another node of the round wished a stride of 4
-  CheckpointReplicator ra(
-      io, a.service, a.dir.path,
-      [&](const TransferReport& r, const std::string&) { a.reports.push_back(r); });
-  CheckpointReplicator rb(
-      io, b.service, b.dir.path,
-      [&](const TransferReport& r, const std::string&) { b.reports.push_back(r); });
+  CheckpointReplicator ra = replicator_of(io, a);
+  CheckpointReplicator rb = replicator_of(io, b);
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
@@ -427,12 +430,8 @@ TEST_CASE(
   asio::io_context io;
   Node a(0), b(1);
   auto board = std::make_shared<Board>(1);
-  CheckpointReplicator ra(
-      io, a.service, a.dir.path,
-      [&](const TransferReport& r, const std::string&) { a.reports.push_back(r); });
-  CheckpointReplicator rb(
-      io, b.service, b.dir.path,
-      [&](const TransferReport& r, const std::string&) { b.reports.push_back(r); });
+  CheckpointReplicator ra = replicator_of(io, a);
+  CheckpointReplicator rb = replicator_of(io, b);
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   const auto settle_until = [&](auto done) {

@@ -18,28 +18,22 @@
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_copy.hpp"
 #include "checkpoint/slot_file.hpp"
+#include "stat_of.hpp"
+#include "temp_folder.hpp"
 
 using namespace ddprun::agent;
 namespace fs = std::filesystem;
+using ddprun::test::stat_of;
 
 namespace {
 
-struct Scratch {
+struct Scratch : ddprun::test::TempFolder {
   explicit Scratch(const std::string& name)
-      : base(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))),
-        regions(base / "regions"),
-        restore(base / "restore") {
-    fs::remove_all(base);
+      : TempFolder(name), regions(path / "regions"), restore(path / "restore") {
     fs::create_directories(regions);
     fs::create_directories(restore / "step_5");
   }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(base, ignored);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  const fs::path base, regions, restore;
+  const fs::path regions, restore;
 };
 
 std::string bytes_of(const fs::path& file) {
@@ -77,12 +71,6 @@ void fetched_file(const fs::path& file, const std::string& payload) {
   }
   behind.finish();
   REQUIRE(out.commit(rec.checksum));
-}
-
-struct stat stat_of(const fs::path& file) {
-  struct stat st {};
-  REQUIRE(::stat(file.c_str(), &st) == 0);
-  return st;
 }
 
 }  // namespace
@@ -147,11 +135,11 @@ TEST_CASE(
   fs::copy_file(file, scratch.restore / "step_6" / "rank_3.ddpckpt");
   CHECK_FALSE(move_back(scratch.restore, 6, 3, scratch.regions, 0));
   CHECK_THROWS_AS(move_back(scratch.restore, 5, 1, scratch.regions, 0), std::system_error);
-  fs::create_hard_link(file, scratch.base / "kept");  // a copy kept under another name
+  fs::create_hard_link(file, scratch.path / "kept");  // a copy kept under another name
   CHECK_FALSE(move_back(scratch.restore, 5, 3, scratch.regions, 0));
   CHECK_FALSE(fs::exists(scratch.regions / "rank0"));
   CHECK(bytes_of(file) == before);
-  CHECK(bytes_of(scratch.base / "kept") == before);
+  CHECK(bytes_of(scratch.path / "kept") == before);
 }
 
 TEST_CASE("slot files: a write that fails behind the receiver is raised to it, no file kept",
