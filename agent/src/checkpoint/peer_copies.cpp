@@ -56,6 +56,11 @@ void PeerCopies::spare_pages(fs::path spares, uint64_t most) {
   spares_most_ = most;
 }
 
+uint64_t PeerCopies::spare_room() const {
+  std::lock_guard lock(mutex_);
+  return spares_most_;
+}
+
 void PeerCopies::add_copy(std::vector<Copy>& copies, Copy copy) {
   std::erase_if(copies, [&](const Copy& c) {  // the same step again: its file was replaced
     if (c.step != copy.step) return false;

@@ -73,6 +73,8 @@ class PeerCopies {
   // stage (spare_pages.hpp: held in `spares`, up to `most` bytes in all), unless it was dropped
   // for room.
   void spare_pages(std::filesystem::path spares, uint64_t most);
+  // The `most` spare_pages() was last given (0: none yet). Any thread.
+  uint64_t spare_room() const;
   // Drops the copies of every origin not in `origins` (nodes that left the job, whose copies the
   // round no longer needs).
   void keep_only(const std::vector<std::string>& origins);

@@ -526,7 +526,6 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
       // are held for it up to that (copies held for the peer that it drops too).
       uint64_t room = 0;
       for (const RankStage& s : stages) room += allocated_for(kRegionHeader + s.bytes);
-      spare_room_ = room;
       copies_->spare_pages(spares_of(keep), room);
       for (const RankStage& s : stages) {
         report.bytes += s.bytes;

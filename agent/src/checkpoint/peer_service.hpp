@@ -108,7 +108,7 @@ class PeerService {
   // PeerCopies::keep_only.
   void keep_only(const std::vector<std::string>& origins) { copies_->keep_only(origins); }
   // What the last stage wrote of memory: the spare pages held for the next (spare_pages.hpp).
-  uint64_t spare_room() const { return spare_room_; }
+  uint64_t spare_room() const { return copies_->spare_room(); }
   // PeerCopies::drop_oldest.
   uint64_t drop_oldest_copies(uint64_t bytes) { return copies_->drop_oldest(bytes); }
 
@@ -160,9 +160,8 @@ class PeerService {
   // Before io_: a connection's coroutine, destroyed with io_, may still refer to them.
   std::unique_ptr<PeerCopies> copies_;
   std::unique_ptr<SlotSources> sources_;
-  std::filesystem::path regions_;        // this node's workers' regions
-  std::filesystem::path kept_;           // this node's copies of its own steps (stage()'s `keep`)
-  std::atomic<uint64_t> spare_room_{0};  // set on the stage thread
+  std::filesystem::path regions_;  // this node's workers' regions
+  std::filesystem::path kept_;     // this node's copies of its own steps (stage()'s `keep`)
   static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
   std::atomic<uint64_t> puts_epoch_{0};        // abandon_puts()
