@@ -1,5 +1,6 @@
 #pragma once
-// A fresh folder under the temporary directory, removed with everything in it with the object.
+// A fresh folder under the temporary directory (or another folder), removed with everything in it
+// with the object.
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -9,8 +10,11 @@ namespace ddprun::test {
 
 struct TempFolder {
   std::filesystem::path path;
-  explicit TempFolder(const std::string& prefix = "ddprun-test") {
-    std::string name = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  explicit TempFolder(const std::string& prefix = "ddprun-test")
+      : TempFolder(std::filesystem::temp_directory_path(), prefix) {}
+  // Under `under` (a folder of another file system, say).
+  TempFolder(const std::filesystem::path& under, const std::string& prefix) {
+    std::string name = (under / (prefix + "-XXXXXX")).string();
     if (::mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp " + name);
     path = name;
   }

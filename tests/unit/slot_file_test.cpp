@@ -1,5 +1,7 @@
-// A slot's file written as its bytes arrive (SlotFileWriter, AppendBehind) and a round's restore
-// putting a fetched file in place as a region (move_back), on real files.
+// A slot's file written as its bytes arrive (SlotFileWriter, AppendBehind) or copied out of a
+// region, and a round's restore putting a fetched file in place as a region (move_back), on real
+// files.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -13,7 +15,10 @@
 #include <system_error>
 
 #include <catch2/catch.hpp>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
+#include "checkpoint/file_io.hpp"
 #include "checkpoint/payload_digest.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/slot_copy.hpp"
@@ -204,4 +209,98 @@ TEST_CASE("slot files: a file the free space cannot hold is refused at once, nam
                              Catch::Contains(std::to_string(kRegionHeader + rec.size)));
   }
   CHECK(fs::is_empty(scratch.restore / "step_5"));
+}
+
+namespace {
+
+// `payload` after a page of other bytes, in `file`: a region's slot as a source of copies.
+void source_file(const fs::path& file, const std::string& payload) {
+  std::ofstream out(file, std::ios::binary);
+  out << std::string(4096, '\x5a') << payload;
+}
+
+// The payload of global rank 3's step 5 copied out of `source` (after its first page) into
+// `file`, `piece` bytes at a time, its digest recorded; whether it committed.
+bool copied_file(const fs::path& source, const fs::path& file, size_t size, size_t piece) {
+  SlotRecord rec;
+  rec.state = SlotRecord::kCommitted;
+  rec.step = 5;
+  rec.size = size;
+  rec.rank = 3;
+  SlotFileWriter out(file, file.parent_path() / ".rank_3.tmp",
+                     region_header_for(rec, file_slot_size(size), 0), kRegionHeader + size,
+                     "a copy of local rank 0's checkpoint");
+  out.record_digest();
+  const Fd in(open_or_fail(source, O_RDONLY));
+  std::string scratch(piece, '\0');
+  for (size_t done = 0; done < size;) {
+    const size_t n = std::min(piece, size - done);
+    out.append_from(in.fd, 4096 + done, n, source, scratch.data());
+    done += n;
+  }
+  return out.commit(payload_crc(bytes_of(source).substr(4096, size)));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "slot files: a slot copied out by the kernel, or through the buffer where it cannot, holds "
+    "its bytes and their CRC and XXH3 digest",
+    "[checkpoint]") {
+  const Scratch scratch("slot-file-copy");
+  const std::string payload = pattern((3 << 20) + 808);
+  // The same file system (the kernel copies), and a memory one into this one (it cannot).
+  const ddprun::test::TempFolder shm("/dev/shm", "slot-file-copy-src");
+  for (const fs::path& source : {scratch.path / "region", shm.path / "region"}) {
+    CAPTURE(source);
+    source_file(source, payload);
+    const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
+    REQUIRE(copied_file(source, file, payload.size(), 1 << 20));
+    const std::string bytes = bytes_of(file);
+    CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
+    const std::optional<PayloadDigest> digest = digest_in(bytes);
+    REQUIRE(digest);
+    // (xxhash.h's one-shot XXH3, compiled here for any x86-64: the agent's may run AVX2 code.)
+    const XXH128_hash_t theirs = XXH3_128bits(payload.data(), payload.size());
+    CHECK(*digest == PayloadDigest{theirs.low64, theirs.high64});
+    fs::remove(file);
+  }
+}
+
+TEST_CASE("slot files: a source that ends before the slot's size fails its copy, naming it",
+          "[checkpoint]") {
+  const Scratch scratch("slot-file-short");
+  const ddprun::test::TempFolder shm("/dev/shm", "slot-file-short-src");
+  for (const fs::path& source : {scratch.path / "region", shm.path / "region"}) {
+    CAPTURE(source);
+    source_file(source, pattern(1 << 20));
+    const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
+    CHECK_THROWS_WITH(copied_file(source, file, 2 << 20, 1 << 20),
+                      Catch::Contains(source.string()));
+    CHECK(fs::is_empty(scratch.restore / "step_5"));
+  }
+}
+
+TEST_CASE("slot files: a spare short of the reserve, or with holes, has its missing pages reserved",
+          "[checkpoint]") {
+  const Scratch scratch("slot-file-spare");
+  const fs::path tmp = scratch.restore / "step_5" / ".rank_3.tmp";
+  const uint64_t reserve = kRegionHeader + (2 << 20);
+  for (const uint64_t written : {uint64_t{4096}, uint64_t{0}}) {
+    {
+      std::ofstream out(tmp, std::ios::binary);
+      out << std::string(written, 'x');
+    }
+    fs::resize_file(tmp, reserve / 2);  // the rest a hole
+    SlotRecord rec;
+    rec.state = SlotRecord::kCommitted;
+    rec.step = 5;
+    rec.size = 2 << 20;
+    const SlotFileWriter out(scratch.restore / "step_5" / "rank_3.ddpckpt", tmp,
+                             region_header_for(rec, rec.size, 0), reserve, "a copy",
+                             PayloadSumKind::kCrc32, FileRoom::kOverSpare);
+    const struct stat st = stat_of(tmp);
+    CHECK(static_cast<uint64_t>(st.st_size) == reserve);
+    CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= reserve);
+  }
 }

@@ -53,4 +53,25 @@ void write_all(int fd, const char* p, size_t n, uint64_t at, const fs::path& nam
   }
 }
 
+bool copy_range(int in, uint64_t from, int out, uint64_t to, size_t n, const fs::path& in_name,
+                const fs::path& out_name) {
+  auto at_in = static_cast<loff_t>(from);
+  auto at_out = static_cast<loff_t>(to);
+  for (size_t left = n; left > 0;) {
+    const ssize_t k = ::copy_file_range(in, &at_in, out, &at_out, left, 0);
+    if (k > 0) {
+      left -= static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    const bool unable = k < 0 && left == n &&
+                        (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP ||
+                         errno == ENOSYS || errno == EPERM);
+    if (unable) return false;
+    if (k == 0) errno = EIO;  // the source ended before its size
+    fail_io("cannot copy " + in_name.string() + " into " + out_name.string());
+  }
+  return true;
+}
+
 }  // namespace ddprun::agent

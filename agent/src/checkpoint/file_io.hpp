@@ -37,5 +37,10 @@ int open_or_fail(const std::filesystem::path& p, int flags);
 // Exactly `n` bytes at `at`; throws (end of file included).
 void read_all(int fd, char* p, size_t n, uint64_t at, const std::filesystem::path& name);
 void write_all(int fd, const char* p, size_t n, uint64_t at, const std::filesystem::path& name);
+// Exactly `n` bytes of `in` at `from` written into `out` at `to` by the kernel (copy_file_range(2):
+// no pass through a buffer); false, nothing copied, where the kernel cannot copy between the two
+// files; throws where reading or writing fails (the source's end included).
+bool copy_range(int in, uint64_t from, int out, uint64_t to, size_t n,
+                const std::filesystem::path& in_name, const std::filesystem::path& out_name);
 
 }  // namespace ddprun::agent

@@ -8,6 +8,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "checkpoint/digest_avx2.hpp"
+
 namespace ddprun::agent {
 namespace {
 
@@ -55,7 +57,16 @@ DigestSum::DigestSum() : state_(std::make_unique<State>()) { XXH3_128bits_reset(
 
 DigestSum::~DigestSum() = default;
 
-void DigestSum::add(const char* p, size_t n) { XXH3_128bits_update(&state_->xxh, p, n); }
+void DigestSum::add(const char* p, size_t n) {
+#if defined(DDPRUN_DIGEST_AVX2)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    digest_add_avx2(&state_->xxh, p, n);
+    return;
+  }
+#endif
+  XXH3_128bits_update(&state_->xxh, p, n);
+}
 
 PayloadDigest DigestSum::value() const {
   const XXH128_hash_t h = XXH3_128bits_digest(&state_->xxh);

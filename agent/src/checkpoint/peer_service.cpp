@@ -248,8 +248,7 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
     std::string buffer(std::min<uint64_t>(rec.size, kSendChunk), '\0');
     for (uint64_t done = 0; done < rec.size;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
-      reader->read(done, buffer.data(), n);
-      kept.append(buffer.data(), n);
+      reader->copy_to(kept, done, n, buffer.data());
       done += n;
     }
     if (!kept.commit(rec.checksum) || !reader->unchanged()) {

@@ -1,12 +1,15 @@
 #include "checkpoint/slot_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 #include <fmt/format.h>
+
+#include "checkpoint/memory_use.hpp"
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
@@ -28,8 +31,8 @@ std::string SlotReader::file_header(uint64_t slot_size) const {
   return region_header_for(record_, slot_size, save_micros_);
 }
 
-void SlotReader::read(uint64_t at, char* p, size_t n) const {
-  read_all(fd_.fd, p, n, slot_at_ + at, region_);
+void SlotReader::copy_to(SlotFileWriter& out, uint64_t at, size_t n, char* scratch) const {
+  out.append_from(fd_.fd, slot_at_ + at, n, region_, scratch);
 }
 
 bool SlotReader::unchanged() const {
@@ -55,9 +58,15 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
     } else if (static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < reserve) {
       e = ENOSPC;
     }
-  } else if (room == FileRoom::kOverSpare &&
-             ::ftruncate(fd_.fd, static_cast<off_t>(reserve)) != 0) {
-    e = errno;  // (a spare larger than the reserve gives back the rest)
+  } else if (room == FileRoom::kOverSpare) {
+    // (A spare larger than the reserve gives back the rest; one short of it, or with holes, has
+    // its missing pages reserved. Walking pages already there costs a tenth of a copy.)
+    struct stat st {};
+    if (::ftruncate(fd_.fd, static_cast<off_t>(reserve)) != 0 || ::fstat(fd_.fd, &st) != 0) {
+      e = errno;
+    } else if (static_cast<uint64_t>(st.st_blocks) * 512 < allocated_for(reserve)) {
+      e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve));
+    }
   } else {
     e = ::posix_fallocate(fd_.fd, 0, static_cast<off_t>(reserve));
   }
@@ -75,10 +84,27 @@ void SlotFileWriter::record_digest() { digest_ = std::make_unique<DigestSum>(); 
 
 void SlotFileWriter::append(const char* p, size_t n) {
   write_all(fd_.fd, p, n, kRegionHeader + written_, partial_.path);
+  sum(p, n);
+}
+
+void SlotFileWriter::sum(const char* p, size_t n) {
   crc_.add(p, n);
   if (arriving_) arriving_->add(p, n);
   if (digest_) digest_->add(p, n);
   written_ += n;
+}
+
+void SlotFileWriter::append_from(int in, uint64_t at, size_t n, const fs::path& in_name,
+                                 char* scratch) {
+  const uint64_t to = kRegionHeader + written_;
+  if (copy_in_kernel_ && copy_range(in, at, fd_.fd, to, n, in_name, partial_.path)) {
+    read_all(fd_.fd, scratch, n, to, partial_.path);  // summed as held, from the cache
+    sum(scratch, n);
+    return;
+  }
+  copy_in_kernel_ = false;  // not between these files: through the buffer from now on
+  read_all(in, scratch, n, at, in_name);
+  append(scratch, n);
 }
 
 bool SlotFileWriter::commit(uint64_t checksum) {

@@ -20,6 +20,8 @@
 
 namespace ddprun::agent {
 
+class SlotFileWriter;
+
 // Step `step`'s slot of the region file `region`, read in place. The worker is not locked out:
 // unchanged() says afterwards whether it reused the slot meanwhile.
 class SlotReader {
@@ -33,8 +35,8 @@ class SlotReader {
   // A header of the region layout holding the slot as slot 0 (region_header_for), in a slot of
   // `slot_size` bytes.
   std::string file_header(uint64_t slot_size) const;
-  // `n` payload bytes from `at`.
-  void read(uint64_t at, char* p, size_t n) const;
+  // `n` payload bytes from `at` appended to `out` (SlotFileWriter::append_from).
+  void copy_to(SlotFileWriter& out, uint64_t at, size_t n, char* scratch) const;
   // Whether the slot still holds what it held when opened (same step, same commit).
   bool unchanged() const;
 
@@ -77,6 +79,11 @@ class SlotFileWriter {
   void record_digest();
   // The next `n` payload bytes (whole 8-byte words, except at the end).
   void append(const char* p, size_t n);
+  // The same, read from `in` at `at` (named `in_name`): copied by the kernel where it can, then
+  // read back into `scratch` (at least `n` bytes) to be summed as the file holds them; else
+  // through `scratch`.
+  void append_from(int in, uint64_t at, size_t n, const std::filesystem::path& in_name,
+                   char* scratch);
   uint64_t written() const { return written_; }
   // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
   // (the file removed) if not.
@@ -86,7 +93,10 @@ class SlotFileWriter {
   std::filesystem::path path_;
   Partial partial_;
   Fd fd_;
+  void sum(const char* p, size_t n);
+
   uint64_t written_ = 0;
+  bool copy_in_kernel_ = true;  // append_from: until the kernel says it cannot
   PayloadSum crc_;
   std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
   std::unique_ptr<DigestSum> digest_;   // record_digest()
