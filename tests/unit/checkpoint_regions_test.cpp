@@ -3,6 +3,7 @@
 // reads back, on real files with its real thread.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,9 +16,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/memory_use.hpp"
 #include "checkpoint/persister.hpp"
 #include "checkpoint/region_format.hpp"
 #include "checkpoint/regions.hpp"
+#include "checkpoint/slot_copy.hpp"
+#include "checkpoint/spare_pages.hpp"
 #include "exchanges/checkpoint_agreement.hpp"
 #include "golden_region.hpp"
 
@@ -220,6 +224,29 @@ TEST_CASE(
     CHECK_FALSE(restored);
     CHECK(reports.back().kind == PersistReport::Kind::kFailed);
   }
+}
+
+TEST_CASE(
+    "checkpoint persister: short of room in the node's budget, a copy's stage in memory takes the "
+    "pages of dropped copies held for the next one",
+    "[checkpoint]") {
+  const Scratch scratch("persister-spares");
+  const fs::path &regions = scratch.regions, &dir = scratch.dir;
+  std::string payload(10000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 5 + 1);
+  write_region(regions / "rank0", 5, payload);
+  const fs::path spares = spares_of(regions / "kept");
+  fs::create_directories(spares);
+  std::ofstream(spares / "0", std::ios::binary) << std::string(64 << 10, 's');
+  // Room for the stage only once the spare pages are given back.
+  const uint64_t limit =
+      checkpoint_memory(regions).total() - (64 << 10) + allocated_for(payload.size());
+  const std::atomic<bool> stop{false};
+  const PersistReport r = copy_to_disk(regions, 0, 5, dir, 3, stop, std::nullopt, limit);
+  INFO(r.detail);
+  CHECK(r.kind == PersistReport::Kind::kPersisted);
+  CHECK(fs::is_empty(spares));
+  CHECK(bytes_of(dir / "step_5" / "rank_3.ddpckpt").substr(kRegionHeader) == payload);
 }
 
 TEST_CASE(

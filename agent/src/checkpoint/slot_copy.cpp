@@ -16,6 +16,7 @@
 #include "checkpoint/memory_use.hpp"
 #include "checkpoint/slot_file.hpp"
 #include "checkpoint/slot_mac.hpp"
+#include "checkpoint/spare_pages.hpp"
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
@@ -55,21 +56,32 @@ std::optional<uint64_t> copy_summing(int in, uint64_t from, int out, uint64_t to
 
 // `size` bytes of `in` at `from` copied into a new file `staged` beside the regions (its room
 // reserved first); null when there is no room for it (in the file system, or in the node's
-// checkpoint budget `limit`), or `stop` was set. The caller checks the bytes against the slot.
+// checkpoint budget `limit` once the spare pages of dropped copies are given back), or `stop` was
+// set. The caller checks the bytes against the slot.
 std::unique_ptr<Fd> stage_slot(int in, const fs::path& in_name, uint64_t from, uint64_t size,
                                const fs::path& staged, const std::atomic<bool>& stop,
                                std::optional<uint64_t> limit) {
+  const fs::path regions = staged.parent_path();
   std::optional<BudgetLock> budget;  // until its room is reserved
   if (limit) {
-    budget.emplace(staged.parent_path());
-    if (checkpoint_memory(staged.parent_path()).total() + allocated_for(size) > *limit) {
-      return nullptr;
-    }
+    budget.emplace(regions);
+    const auto fits = [&] {
+      return checkpoint_memory(regions).total() + allocated_for(size) <= *limit;
+    };
+    if (!fits() && (drop_spares(spares_of(regions / "kept")), !fits())) return nullptr;
   }
   auto fd = std::make_unique<Fd>(open_or_fail(staged, O_RDWR | O_CREAT | O_TRUNC));
   if (size > 0 && ::posix_fallocate(fd->fd, 0, static_cast<off_t>(size)) != 0) return nullptr;
   budget.reset();
-  if (!copy_summing(in, from, fd->fd, 0, size, in_name, staged, stop)) return nullptr;
+  for (uint64_t done = 0; done < size; done += kCopyChunk) {  // by the kernel where it can
+    if (stop) return nullptr;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, size - done));
+    if (!copy_range(in, from + done, fd->fd, done, n, in_name, staged)) {
+      return copy_summing(in, from + done, fd->fd, done, size - done, in_name, staged, stop)
+                 ? std::move(fd)
+                 : nullptr;
+    }
+  }
   return fd;
 }
 
