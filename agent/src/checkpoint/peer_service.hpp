@@ -41,6 +41,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "checkpoint/kept_steps.hpp"
 #include "checkpoint/payload_digest.hpp"
 #include "checkpoint/peer_copies.hpp"
 #include "checkpoint/peer_link.hpp"
@@ -52,12 +53,6 @@ namespace ddprun::agent {
 struct PeerAddress {
   std::string host;
   int port = 0;
-};
-
-// One rank's slot to copy: local rank `local_rank` of this node, global rank `rank`.
-struct RankSlot {
-  int local_rank = 0;
-  int rank = 0;
 };
 
 // How a put or a get of one step ended.
@@ -74,14 +69,6 @@ struct TransferReport {
   // wider stride).
   bool overtaken = false;
 };
-
-// The steps of local rank `local_rank` kept in `keep` (PeerService::stage).
-std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);
-// Removes local rank `local_rank`'s kept copies in `keep` but those of the steps `except` (and
-// step folders left empty), their pages held for the next stage up to `spares` bytes in all
-// (spare_pages.hpp; 0: none, the memory is wanted).
-void drop_kept(const std::filesystem::path& keep, int local_rank,
-               const std::vector<int64_t>& except, uint64_t spares);
 
 class PeerService {
  public:
