@@ -228,7 +228,7 @@ TEST_CASE(
 
 TEST_CASE(
     "checkpoint persister: short of room in the node's budget, a copy's stage in memory takes the "
-    "pages of dropped copies held for the next one",
+    "pages of dropped copies held for the next one, where they make the room",
     "[checkpoint]") {
   const Scratch scratch("persister-spares");
   const fs::path &regions = scratch.regions, &dir = scratch.dir;
@@ -238,11 +238,19 @@ TEST_CASE(
   const fs::path spares = spares_of(regions / "kept");
   fs::create_directories(spares);
   std::ofstream(spares / "0", std::ios::binary) << std::string(64 << 10, 's');
-  // Room for the stage only once the spare pages are given back.
-  const uint64_t limit =
-      checkpoint_memory(regions).total() - (64 << 10) + allocated_for(payload.size());
+  const uint64_t without_spares = checkpoint_memory(regions).total() - (64 << 10);
   const std::atomic<bool> stop{false};
-  const PersistReport r = copy_to_disk(regions, 0, 5, dir, 3, stop, std::nullopt, limit);
+  // No room for the stage even without them: they stay (the copy goes straight from the slot).
+  const PersistReport straight =
+      copy_to_disk(regions, 0, 5, dir, 3, stop, std::nullopt,
+                   without_spares + allocated_for(payload.size()) - 4096);
+  INFO(straight.detail);
+  CHECK(straight.kind == PersistReport::Kind::kPersisted);
+  CHECK(fs::exists(spares / "0"));
+  fs::remove_all(dir);
+  // Room for it once they are given back: they go.
+  const PersistReport r = copy_to_disk(regions, 0, 5, dir, 3, stop, std::nullopt,
+                                       without_spares + allocated_for(payload.size()));
   INFO(r.detail);
   CHECK(r.kind == PersistReport::Kind::kPersisted);
   CHECK(fs::is_empty(spares));

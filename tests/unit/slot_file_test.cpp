@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -213,6 +214,15 @@ TEST_CASE("slot files: a file the free space cannot hold is refused at once, nam
 
 namespace {
 
+// Whether two folders are on file systems of one kind.
+bool same_file_system(const fs::path& a, const fs::path& b) {
+  struct statfs x {
+  }, y{};
+  REQUIRE(::statfs(a.c_str(), &x) == 0);
+  REQUIRE(::statfs(b.c_str(), &y) == 0);
+  return x.f_type == y.f_type;
+}
+
 // `payload` after a page of other bytes, in `file`: a region's slot as a source of copies.
 void source_file(const fs::path& file, const std::string& payload) {
   std::ofstream out(file, std::ios::binary);
@@ -220,8 +230,10 @@ void source_file(const fs::path& file, const std::string& payload) {
 }
 
 // The payload of global rank 3's step 5 copied out of `source` (after its first page) into
-// `file`, `piece` bytes at a time, its digest recorded; whether it committed.
-bool copied_file(const fs::path& source, const fs::path& file, size_t size, size_t piece) {
+// `file`, `piece` bytes at a time, its digest recorded; whether it committed, and (`by_kernel`)
+// whether the kernel copied it.
+bool copied_file(const fs::path& source, const fs::path& file, size_t size, size_t piece,
+                 bool* by_kernel = nullptr) {
   SlotRecord rec;
   rec.state = SlotRecord::kCommitted;
   rec.step = 5;
@@ -238,6 +250,7 @@ bool copied_file(const fs::path& source, const fs::path& file, size_t size, size
     out.append_from(in.fd, 4096 + done, n, source, scratch.data());
     done += n;
   }
+  if (by_kernel != nullptr) *by_kernel = out.copies_in_kernel();
   return out.commit(payload_crc(bytes_of(source).substr(4096, size)));
 }
 
@@ -247,15 +260,26 @@ TEST_CASE(
     "slot files: a slot copied out by the kernel, or through the buffer where it cannot, holds "
     "its bytes and their CRC and XXH3 digest",
     "[checkpoint]") {
-  const Scratch scratch("slot-file-copy");
+  // Into a memory file system, as the agent's copies: from the same one (the kernel copies), and
+  // from the temporary folder's where that is another (since Linux 5.19 the kernel copies
+  // between file systems only where both have a copy of their own: the agent copies through its
+  // buffer).
+  const ddprun::test::TempFolder shm("/dev/shm", "slot-file-copy");
+  const ddprun::test::TempFolder other("slot-file-copy-src");
+  const fs::path into = shm.path / "step_5";
+  fs::create_directories(into);
   const std::string payload = pattern((3 << 20) + 808);
-  // The same file system (the kernel copies), and a memory one into this one (it cannot).
-  const ddprun::test::TempFolder shm("/dev/shm", "slot-file-copy-src");
-  for (const fs::path& source : {scratch.path / "region", shm.path / "region"}) {
+  for (const fs::path& source : {shm.path / "region", other.path / "region"}) {
     CAPTURE(source);
     source_file(source, payload);
-    const fs::path file = scratch.restore / "step_5" / "rank_3.ddpckpt";
-    REQUIRE(copied_file(source, file, payload.size(), 1 << 20));
+    const fs::path file = into / "rank_3.ddpckpt";
+    bool by_kernel = false;
+    REQUIRE(copied_file(source, file, payload.size(), 1 << 20, &by_kernel));
+    if (source.parent_path() == shm.path) {
+      CHECK(by_kernel);
+    } else if (!same_file_system(other.path, shm.path)) {
+      CHECK_FALSE(by_kernel);
+    }
     const std::string bytes = bytes_of(file);
     CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
     const std::optional<PayloadDigest> digest = digest_in(bytes);
@@ -283,8 +307,8 @@ TEST_CASE("slot files: a source that ends before the slot's size fails its copy,
 
 TEST_CASE("slot files: a spare short of the reserve, or with holes, has its missing pages reserved",
           "[checkpoint]") {
-  const Scratch scratch("slot-file-spare");
-  const fs::path tmp = scratch.restore / "step_5" / ".rank_3.tmp";
+  const ddprun::test::TempFolder shm("/dev/shm", "slot-file-spare");  // as the agent's kept copies
+  const fs::path tmp = shm.path / ".rank_3.tmp";
   const uint64_t reserve = kRegionHeader + (2 << 20);
   for (const uint64_t written : {uint64_t{4096}, uint64_t{0}}) {
     {
@@ -296,9 +320,8 @@ TEST_CASE("slot files: a spare short of the reserve, or with holes, has its miss
     rec.state = SlotRecord::kCommitted;
     rec.step = 5;
     rec.size = 2 << 20;
-    const SlotFileWriter out(scratch.restore / "step_5" / "rank_3.ddpckpt", tmp,
-                             region_header_for(rec, rec.size, 0), reserve, "a copy",
-                             PayloadSumKind::kCrc32, FileRoom::kOverSpare);
+    const SlotFileWriter out(shm.path / "rank_3.ddpckpt", tmp, region_header_for(rec, rec.size, 0),
+                             reserve, "a copy", PayloadSumKind::kCrc32, FileRoom::kOverSpare);
     const struct stat st = stat_of(tmp);
     CHECK(static_cast<uint64_t>(st.st_size) == reserve);
     CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= reserve);

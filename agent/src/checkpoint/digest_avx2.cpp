@@ -1,5 +1,8 @@
 #include "checkpoint/digest_avx2.hpp"
 
+// Only xxhash.h's own code, all of it static under XXH_INLINE_ALL, belongs here: a function of
+// external linkage, or an inline one the linker may pick for another file, would bring AVX2 code to
+// CPUs without it.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 

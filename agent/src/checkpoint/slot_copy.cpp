@@ -65,10 +65,15 @@ std::unique_ptr<Fd> stage_slot(int in, const fs::path& in_name, uint64_t from, u
   std::optional<BudgetLock> budget;  // until its room is reserved
   if (limit) {
     budget.emplace(regions);
-    const auto fits = [&] {
-      return checkpoint_memory(regions).total() + allocated_for(size) <= *limit;
+    const fs::path spares = spares_of(regions / "kept");
+    const auto fits = [&](uint64_t without) {
+      return checkpoint_memory(regions).total() - without + allocated_for(size) <= *limit;
     };
-    if (!fits() && (drop_spares(spares_of(regions / "kept")), !fits())) return nullptr;
+    if (!fits(0)) {  // the spare pages go only where that makes the room
+      if (!fits(std::min(spare_memory(spares), checkpoint_memory(regions).total()))) return nullptr;
+      drop_spares(spares);
+      if (!fits(0)) return nullptr;
+    }
   }
   auto fd = std::make_unique<Fd>(open_or_fail(staged, O_RDWR | O_CREAT | O_TRUNC));
   if (size > 0 && ::posix_fallocate(fd->fd, 0, static_cast<off_t>(size)) != 0) return nullptr;

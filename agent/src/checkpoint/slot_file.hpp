@@ -1,8 +1,8 @@
 #pragma once
-// One committed slot as a stream of bytes, both ways: read out of a worker's region while the
+// One committed slot as a stream of bytes, both ways: copied out of a worker's region while the
 // worker may save again (SlotReader), and written into a file of the region layout from bytes
-// that arrive in pieces (SlotFileWriter: a region restored, a peer's copy received). Private to
-// the agent.
+// that arrive in pieces or are copied in (SlotFileWriter: a region restored, a peer's copy
+// received, a kept copy staged). Private to the agent.
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -88,13 +88,16 @@ class SlotFileWriter {
   // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
   // (the file removed) if not.
   bool commit(uint64_t checksum);
+  // Whether append_from copies by the kernel (false once the kernel said it cannot between
+  // these files).
+  bool copies_in_kernel() const { return copy_in_kernel_; }
 
  private:
+  void sum(const char* p, size_t n);
+
   std::filesystem::path path_;
   Partial partial_;
   Fd fd_;
-  void sum(const char* p, size_t n);
-
   uint64_t written_ = 0;
   bool copy_in_kernel_ = true;  // append_from: until the kernel says it cannot
   PayloadSum crc_;

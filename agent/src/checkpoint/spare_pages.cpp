@@ -72,6 +72,13 @@ bool take_spare(const fs::path& spares, const fs::path& to, uint64_t bytes) {
   return false;
 }
 
+uint64_t spare_memory(const fs::path& spares) {
+  const std::lock_guard lock(one_at_a_time);
+  uint64_t bytes = 0;
+  for (const auto& [held, spare] : spares_in(spares)) bytes += held;
+  return bytes;
+}
+
 uint64_t drop_spares(const fs::path& spares) {
   const std::lock_guard lock(one_at_a_time);
   uint64_t freed = 0;

@@ -6,7 +6,7 @@
 // dropped was its last (a copy held for a peer as a link to a kept one shares its bytes: it stays
 // whole until its own drop), and only up to what one stage writes. They lie among the kept copies
 // (`keep`/.spare), so the node's budget counts them there, and room for a worker's region or for
-// a peer's copy drops them first. Private to the agent.
+// a peer's copy, or for the persister's staging, drops them first. Private to the agent.
 #include <cstdint>
 #include <filesystem>
 
@@ -25,6 +25,8 @@ void drop_to_spares(const std::filesystem::path& file, const std::filesystem::pa
 bool take_spare(const std::filesystem::path& spares, const std::filesystem::path& to,
                 uint64_t bytes);
 
+// The memory the spare files take, in bytes.
+uint64_t spare_memory(const std::filesystem::path& spares);
 // Removes every spare file; returns the bytes of memory they took.
 uint64_t drop_spares(const std::filesystem::path& spares);
 
