@@ -121,6 +121,13 @@ void write_region(const fs::path& file, int64_t step, const std::string& payload
   std::ofstream(file, std::ios::binary) << region;
 }
 
+// `n` bytes, byte i being i * `step` + `start` (mod 256).
+std::string bytes_stepping(size_t n, size_t step, size_t start) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>(i * step + start);
+  return out;
+}
+
 std::string bytes_of(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -163,8 +170,7 @@ TEST_CASE(
     "[checkpoint]") {
   const Scratch scratch("persister-test");
   const fs::path &regions = scratch.regions, &dir = scratch.dir;
-  std::string payload(10000, '\0');
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 + 3);
+  std::string payload = bytes_stepping(10000, 7, 3);
   write_region(regions / "rank0", 5, payload);
 
   boost::asio::io_context io;
@@ -232,8 +238,7 @@ TEST_CASE(
     "[checkpoint]") {
   const Scratch scratch("persister-spares");
   const fs::path &regions = scratch.regions, &dir = scratch.dir;
-  std::string payload(10000, '\0');
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 5 + 1);
+  std::string payload = bytes_stepping(10000, 5, 1);
   write_region(regions / "rank0", 5, payload);
   const fs::path spares = spares_of(regions / "kept");
   fs::create_directories(spares);
@@ -343,8 +348,7 @@ TEST_CASE(
     "checkpoint persister: two swapped words fail a slot's CRC, and a file of the layout before "
     "is checked by its word sum and comes back with its CRC",
     "[checkpoint]") {
-  std::string payload(4096, '\0');
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 13 + 1);
+  std::string payload = bytes_stepping(4096, 13, 1);
   std::string swapped = payload;
   swapped.replace(0, 8, payload.substr(64, 8));
   swapped.replace(64, 8, payload.substr(0, 8));
@@ -417,8 +421,7 @@ TEST_CASE(
     "[checkpoint]") {
   const Scratch scratch("mac-test");
   const fs::path &regions = scratch.regions, &dir = scratch.dir;
-  std::string payload(20000, '\0');
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 5 + 2);
+  std::string payload = bytes_stepping(20000, 5, 2);
   const ddprun::store::Token token("0123456789abcdef-job"), other("0123456789abcdef-other");
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
