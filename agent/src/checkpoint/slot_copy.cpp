@@ -66,13 +66,13 @@ std::unique_ptr<Fd> stage_slot(int in, const fs::path& in_name, uint64_t from, u
   if (limit) {
     budget.emplace(regions);
     const fs::path spares = spares_of(regions / "kept");
-    const auto fits = [&](uint64_t without) {
-      return checkpoint_memory(regions).total() - without + allocated_for(size) <= *limit;
-    };
-    if (!fits(0)) {  // the spare pages go only where that makes the room
-      if (!fits(std::min(spare_memory(spares), checkpoint_memory(regions).total()))) return nullptr;
+    const uint64_t need = allocated_for(size);
+    uint64_t used = checkpoint_memory(regions).total();  // a walk of the folder: once, if it fits
+    if (used + need > *limit) {  // the spare pages go only where that makes the room
+      if (used - std::min(spare_memory(spares), used) + need > *limit) return nullptr;
       drop_spares(spares);
-      if (!fits(0)) return nullptr;
+      used = checkpoint_memory(regions).total();
+      if (used + need > *limit) return nullptr;
     }
   }
   auto fd = std::make_unique<Fd>(open_or_fail(staged, O_RDWR | O_CREAT | O_TRUNC));
