@@ -351,14 +351,12 @@ class Trial:
         # No split brain: live workers of different rounds never overlap beyond the margin.
         for i, w1 in enumerate(ws):
             for w2 in ws[i + 1:]:
-                lo, hi = max(w1["start"], w2["start"]), min(w1["end"], w2["end"])
-                if w1["round"] == w2["round"]:
-                    # (Workers of one store's port that never ran together may be of two rounds: a
-                    # later round's store can get the port an earlier one's closed store had.)
-                    if w1["world"] != w2["world"] and hi > lo:
-                        self.violations.append(f"split brain: round {w1['round']} has world sizes "
-                                               f"{w1['world']} and {w2['world']}")
+                # Workers of one store's port with different world sizes are of two rounds (a
+                # later round's store can get the port an earlier one's closed store had): they
+                # must not overlap, as any two rounds' workers.
+                if w1["round"] == w2["round"] and w1["world"] == w2["world"]:
                     continue
+                lo, hi = max(w1["start"], w2["start"]), min(w1["end"], w2["end"])
                 if hi - lo <= MARGIN:
                     continue
                 margin = MARGIN

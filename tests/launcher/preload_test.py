@@ -161,7 +161,7 @@ def case_a_warm_workers_collections_leave_the_interpreters_objects_alone():
     all they hold) frozen: its collections never walk them, so their pages are not copied on
     write. Walked, a first full collection took seconds on a 2-core machine, and a restarted job
     under --hang_timeout=5 was declared hung before its first step. A cold worker has nothing
-    frozen."""
+    frozen. (What is checked is the count frozen; the collections' times are printed.)"""
     work = tempfile.mkdtemp()
     script = os.path.join(work, "collect.py")
     with open(script, "w") as f:

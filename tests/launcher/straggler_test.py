@@ -208,7 +208,7 @@ def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
     until = os.path.join(out, "until")
     with Cluster() as c:
         # The job runs until `ddprun status` shows the verdict (then one step more), at most 600
-        # steps after K (about 200 s at the limited pace): the verdict came 10.6-15.2 s after the
+        # steps after K (about 300 s at the limited pace, past the wait below): the verdict came 10.6-15.2 s after the
         # limit in 5 runs by hand, 7.3 s in 2 runs once checkpoint copies stopped crossing the
         # link, but a full suite saw the slowdown 30 s after it, and another none within the 140
         # steps a job of fixed length then ran, early in the suite.

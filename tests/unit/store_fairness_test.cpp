@@ -99,20 +99,19 @@ TEST_CASE("fairness: 8 clients reading a 60 MB value keep small requests and kee
       }
     });
   }
-  // An agent's presence: a 2 s keep-alive pinged every 250 ms must survive the load. (With 1 s,
-  // a suite run on a slower 2-core machine, this test beside another, once lost it: ten busy
-  // threads here and the other test's, and the pinger's own turn on a core is late too.)
+  // An agent's presence, pinged every 250 ms: each ping answered within 1 s, and the presence
+  // kept. (Its keep-alive is 2 s: with 1 s, a suite run on a slower 2-core machine, this test
+  // beside another, once lost it, where the pinger's own turn on a core came late too.)
   StoreClient agent("127.0.0.1", server.port());
   agent.set_owned("presence", "alive");
   agent.keepalive(2000ms);
-  Clock::duration worst_ping{0};  // the longest from one ping's start to the next's
+  Clock::duration slowest_ping{0};  // a ping's round trip
   std::thread pinger([&] {
-    auto last = Clock::now();
     for (uint32_t n = 1; !stop; ++n) {
+      const auto sent = Clock::now();
       agent.ping(n);
+      slowest_ping = std::max(slowest_ping, Clock::now() - sent);
       std::this_thread::sleep_for(250ms);
-      worst_ping = std::max(worst_ping, Clock::now() - last);
-      last = Clock::now();
     }
   });
   std::thread timer([&] {
@@ -128,8 +127,9 @@ TEST_CASE("fairness: 8 clients reading a 60 MB value keep small requests and kee
   // Generous for a loaded 2-core machine (ten busy threads here); scripts/bench/heavy_client.sh
   // measures the figure against torch's server.
   CHECK(p99(lat) < 250ms);
+  INFO("the slowest ping's round trip " << ms(slowest_ping) << " ms");
+  CHECK(slowest_ping < 1000ms);
   StoreClient observer("127.0.0.1", server.port());
-  INFO("the pings' longest interval " << ms(worst_ping) << " ms");
   REQUIRE(observer.check({"presence"}));  // (a get of a key gone would wait for it)
   CHECK(observer.get("presence") == "alive");
 }
