@@ -210,6 +210,50 @@ def case_heartbeats_from_python_cpp_and_a_shell_are_progress():
           "a silent worker alive; when they stop it is hung, its output no longer counting: passed")
 
 
+EXIT_SCRIPT = """import atexit, os, sys, time
+class SlowToTearDown:
+    # (What it uses is bound here: by the time the interpreter clears __main__, it may be gone.)
+    def __del__(self, sleep=time.sleep, open=open,
+                done=os.path.join(os.environ["OUT_DIR"], "torn_down." + os.environ["RANK"])):
+        sleep(3)
+        open(done, "w").close()
+keep = SlowToTearDown()
+if sys.argv[1] == "hung_exit_handler":
+    atexit.register(time.sleep, 3600)
+print("trained", flush=True)
+"""
+
+
+def case_a_warm_workers_exit_is_not_a_hang_but_its_hung_exit_handler_is():
+    """A worker forked from the warm interpreter (--preload) that has finished its work may take
+    longer than the fixed timeout to exit: its interpreter's teardown is not the job. (Tearing
+    torch's modules down copies most of what the worker shares with the warm interpreter: a
+    finished DDP worker was declared hung under --hang_timeout=5 in a loaded suite.) An exit
+    handler of the script's own that hangs is still a hang."""
+    out = tempfile.mkdtemp()
+    script = os.path.join(out, "exits.py")
+    with open(script, "w") as f:
+        f.write(EXIT_SCRIPT)
+    common = ["--standalone", "--nproc_per_node=2", "--max_restarts=0", "--hang_timeout=1",
+              "--preload=json"]
+    # Each worker's teardown takes 3 s, silent: no hang, and it did tear down as `python` would.
+    r = ddprun(*common, script, "slow_teardown", env={"OUT_DIR": out})
+    assert r.returncode == 0, r.stderr
+    assert "workers start from a warm interpreter" in r.stderr, r.stderr
+    assert "is hung" not in r.stderr, r.stderr
+    assert sorted(f for f in os.listdir(out) if f.startswith("torn_down.")) == \
+        ["torn_down.0", "torn_down.1"]
+    # The script's own exit handler blocks: hung after the fixed timeout, as when it trained.
+    start = time.monotonic()
+    r = ddprun(*common, script, "hung_exit_handler", env={"OUT_DIR": out})
+    took = time.monotonic() - start
+    assert r.returncode == 1 and "hung: no progress for" in r.stderr, r.stderr
+    assert "after its program ended" not in r.stderr, r.stderr
+    assert took < 60, took
+    print(f"warm workers that take 3 s to tear down under --hang_timeout=1 end normally; an exit "
+          f"handler of the script's that blocks is a hang, the job ended in {took:.1f} s: passed")
+
+
 def case_a_flood_of_beats_or_a_removed_channel_costs_nothing():
     start = time.monotonic()
     r = ddprun("--standalone", "--nproc_per_node=2", "--hang_timeout=1", "--no_python", PROBE,

@@ -100,3 +100,28 @@ TEST_CASE("progress clock: time spent waiting for a CPU is not silence", "[hang]
   CHECK(c.waited_for_cpu() == 0s);
   CHECK(c.silent(t0 + 10s) == 1s);
 }
+
+TEST_CASE(
+    "progress clock: a worker whose program ended has the start's timeout and teaches nothing",
+    "[hang]") {
+  const Clock::time_point t0{};
+  ProgressClock c({HangPolicy::Mode::kFixed, 5s}, t0);
+  c.progress(t0 + 1s);
+  CHECK(c.hung(t0 + 7s));  // silent past the timeout while the program ran: hung
+  c.ending(t0 + 4s);       // its exit handlers ran at 4 s: the interpreter's exit from there
+  CHECK(c.is_ending());
+  CHECK(c.timeout() == ProgressClock::kStartTimeout);
+  CHECK(c.silent(t0 + 14s) == 10s);
+  CHECK_FALSE(c.hung(t0 + 60s));
+  CHECK(c.hung(t0 + 4s + ProgressClock::kStartTimeout + 1ms));
+  c.ending(t0 + 100s);  // said again: the exit still began at 4 s
+  CHECK(c.silent(t0 + 104s) == 100s);
+
+  // Under auto, output during the exit is not an interval to learn.
+  ProgressClock a({HangPolicy::Mode::kAuto, 0s}, t0);
+  auto t = t0;
+  for (size_t i = 0; i <= ProgressClock::kAutoWarmup; ++i) a.progress(t += 100ms);
+  a.ending(t);
+  a.progress(t + 60s);
+  CHECK(a.slowest() == 100ms);
+}

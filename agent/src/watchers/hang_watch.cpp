@@ -58,7 +58,9 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
     const auto found = workers_.find(w.launch.id.local_rank);
     if (!w.running() || found == workers_.end()) continue;
     Watched& watched = found->second;
-    if (watched.heartbeat->beat()) {
+    const bool beat = watched.heartbeat->beat();
+    if (watched.heartbeat->ended()) watched.clock.ending(now);
+    if (beat) {
       watched.heard_beat = true;
       watched.clock.progress(now);
       a.progress(now);
@@ -81,9 +83,9 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
     const double timeout = clock.timeout().count() / 1000.0;
     const double waited = clock.waited_for_cpu().count() / 1000.0;
     w->ended_because = fmt::format(
-        "hung: no progress for {:.1f} s{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, a "
-        "torch timer{})",
-        silent,
+        "hung: no progress for {:.1f} s{}{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, "
+        "a torch timer{})",
+        silent, clock.is_ending() ? " after its program ended (in the interpreter's exit)" : "",
         waited >= 0.1
             ? fmt::format(", not counting {:.1f} s the node's workers waited for a CPU", waited)
             : "",

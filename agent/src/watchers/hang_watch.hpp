@@ -1,7 +1,8 @@
 #pragma once
 // --hang_timeout: each worker gets a heartbeat file (DDPRUN_HEARTBEAT_FILE) and a progress clock
 // (progress_clock.hpp); a heartbeat, a torch timer request, or while it sends no heartbeat a line
-// of output, is progress. A worker without progress for its timeout is hung: the attempt records
+// of output, is progress; a worker whose heartbeat file says its program ended is in its exit
+// (progress_clock.hpp). A worker without progress for its timeout is hung: the attempt records
 // a `hang` event and each hung worker's reason to fail (how long it was silent, not counting the
 // node's wait for a CPU), and the group collects the stacks and stops the workers. Under auto, what
 // a local rank's clock learned carries over to its next attempt.

@@ -44,9 +44,12 @@ bool HeartbeatFile::beat() {
     mtime_ns_ = mtime_ns(st);
   }
   uint64_t counter = 0;
-  if (::pread(fd_, &counter, sizeof counter, 0) == sizeof counter && counter != counter_) {
+  if (::pread(fd_, &counter, sizeof counter, 0) == sizeof counter) {
+    constexpr uint64_t kEnded = uint64_t{1} << 63;
+    ended_ = ended_ || (counter & kEnded) != 0;
+    counter &= ~kEnded;
+    changed = changed || counter != counter_;
     counter_ = counter;
-    changed = true;
   }
   return changed;
 }

@@ -5,6 +5,9 @@
 // lines of any language: no system call per beat), or by touching it (a shell's `touch`). Which
 // worker beat is which file changed, so a beat carries no claim of identity to trust. The agent
 // reads it on its own schedule; a beat costs the agent nothing.
+//
+// The counter's top bit says the worker's program has ended (its interpreter is exiting): ddprun's
+// warm interpreter sets it in a worker it forked once the script's exit handlers have run.
 #include <cstdint>
 #include <string>
 
@@ -25,11 +28,14 @@ class HeartbeatFile {
   // Whether the worker beat since the last call: the counter, the size or the modification time
   // changed.
   bool beat();
+  // Whether the worker said, by the last call to beat(), that its program has ended.
+  bool ended() const { return ended_; }
 
  private:
   std::string path_;
   int fd_ = -1;
-  uint64_t counter_ = 0;
+  uint64_t counter_ = 0;  // without the top bit
+  bool ended_ = false;
   off_t size_ = 8;
   int64_t mtime_ns_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "ddprun/agent/progress_clock.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace ddprun::agent {
 
@@ -10,12 +11,18 @@ ProgressClock::ProgressClock(HangPolicy policy, Clock::time_point start, Clock::
 void ProgressClock::progress(Clock::time_point now) {
   if (!any_) {
     counted_ = now;
-  } else if (now - counted_ >= kMinInterval) {
+  } else if (!ending_ && now - counted_ >= kMinInterval) {  // nothing is learned from an end
     slowest_ = std::max(slowest_, now - counted_);
     ++intervals_;
     counted_ = now;
   }
   any_ = true;
+  last_ = now;
+  cpu_wait_at_last_ = cpu_wait_;
+}
+
+void ProgressClock::ending(Clock::time_point now) {
+  if (std::exchange(ending_, true)) return;
   last_ = now;
   cpu_wait_at_last_ = cpu_wait_;
 }
@@ -33,7 +40,7 @@ std::chrono::milliseconds ProgressClock::waited_for_cpu() const {
 
 std::chrono::milliseconds ProgressClock::timeout() const {
   const auto start = std::max(kStartTimeout, policy_.timeout);
-  if (!any_) return start;
+  if (!any_ || ending_) return start;
   if (policy_.mode == HangPolicy::Mode::kFixed) return policy_.timeout;
   if (intervals_ < kAutoWarmup) return kStartTimeout;
   return std::max(kAutoFloor,

@@ -16,6 +16,13 @@
 // one: the slow steps a job has, evaluation or checkpoint steps, are not forgotten at a restart)
 // times kAutoFactor, never under kAutoFloor.
 //
+// A worker whose program has ended (its script returned and its exit handlers ran, so the
+// interpreter is tearing itself down) is ending: from then on it has kStartTimeout (or the fixed
+// timeout, if longer) again, and nothing it does is learned. The teardown of torch's modules in a
+// worker forked from the warm interpreter writes to most of the heap it shares with it: about 1 s
+// of copy-on-write faults on a quiet 2-core machine, over 10 s under a suite's load, where the
+// fixed timeout would have called a finished worker hung.
+//
 // Silence is counted in time the node's workers could run: while a worker of the node waited for a
 // CPU (runnable, but the machine busy) since this worker's last progress, this worker's silence
 // does not grow (its peers in a collective wait on that worker too). A worker slowed by an
@@ -46,6 +53,9 @@ class ProgressClock {
   ProgressClock(HangPolicy policy, Clock::time_point start, Clock::duration learned = {});
 
   void progress(Clock::time_point now);
+  // The worker's program ended at `now` (idempotent).
+  void ending(Clock::time_point now);
+  bool is_ending() const { return ending_; }
   // The node's workers' total time waiting for a CPU so far (a counter that only grows).
   void cpu_wait(std::chrono::nanoseconds total);
   // How long it may go without progress now.
@@ -63,6 +73,7 @@ class ProgressClock {
   Clock::time_point last_;     // the last progress
   Clock::time_point counted_;  // the last progress that began an interval
   bool any_ = false;           // progress seen: intervals count from the first one
+  bool ending_ = false;        // its program ended
   size_t intervals_ = 0;       // in this attempt
   Clock::duration slowest_{0};
   std::chrono::nanoseconds cpu_wait_{0};          // the latest reading
