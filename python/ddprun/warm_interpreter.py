@@ -248,7 +248,7 @@ def _say_when_the_program_ends(heartbeat_file):
     runs, so it runs after them), sets the top bit of its heartbeat file's counter: for
     --hang_timeout, what is left is the interpreter's exit, not the job. That exit tears down
     torch's modules, writing to most of the heap this worker shares with the warm interpreter:
-    a copy of each page, about 1 s on a quiet 2-core machine and over 10 s under load, where a
+    a copy of each page, about 1 s on a quiet 2-core machine and about 10 s under load, where a
     fixed timeout called a worker that had finished its work hung."""
     def ended():
         try:

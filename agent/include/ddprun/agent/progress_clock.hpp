@@ -20,7 +20,7 @@
 // interpreter is tearing itself down) is ending: from then on it has kStartTimeout (or the fixed
 // timeout, if longer) again, and nothing it does is learned. The teardown of torch's modules in a
 // worker forked from the warm interpreter writes to most of the heap it shares with it: about 1 s
-// of copy-on-write faults on a quiet 2-core machine, over 10 s under a suite's load, where the
+// of copy-on-write faults on a quiet 2-core machine, about 10 s under a suite's load, where the
 // fixed timeout would have called a finished worker hung.
 //
 // Silence is counted in time the node's workers could run: while a worker of the node waited for a
