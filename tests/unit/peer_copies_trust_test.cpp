@@ -1,0 +1,211 @@
+// Who may reach a node's checkpoint copies (checkpoint/peer_service.hpp), and what a copy must
+// prove: a stranger without the job's token or secret, idle connections from another address, TLS
+// with another job's certificates, a copy altered on its way. Real services on loopback.
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include <catch2/catch.hpp>
+
+#include "checkpoint/slot_mac.hpp"
+#include "peer_service_fixture.hpp"
+#include "test_certificates.hpp"
+
+using namespace ddprun::test::peer;
+
+TEST_CASE("peer copies: a stranger without the job's token gets nothing and changes nothing",
+          "[peer_copies]") {
+  Folder a, b, c;
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto member_ = service(auth_with("0123456789abcdef-job"), a.path);
+  PeerService &holder = *holder_, &member = *member_;
+  make_region(a.path, 0, 0, 3, 1 << 20, 1);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
+  auto stranger = service(auth_with("another-job-token-0000"), c.path);
+  make_region(c.path, 0, 0, 4, 1 << 20, 9);
+  TransferReport sent = put(*stranger, to, "node-a", c.path, {{0, 0}}, 4);
+  CHECK_FALSE(sent.ok);
+  CHECK_THAT(sent.detail, Catch::Contains("refused"));
+  TransferReport get = wait(stranger->get(to, {{0, 4}}, 3, c.path / "restore"));
+  CHECK_FALSE(get.ok);
+  CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));  // nothing was given
+  asio::io_context io;
+  {  // A proof of zeros (what a job without a token once accepted): refused, nothing read.
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+    asio::write(s, asio::buffer("DDPPEER3" + std::string(32, '\0')));
+    char greeting[40];
+    asio::read(s, asio::buffer(greeting));
+    asio::write(s, asio::buffer(std::string(32, '\0')));
+    char answer[33];
+    asio::read(s, asio::buffer(answer));
+    CHECK(answer[0] == 0);
+    CHECK(std::string(answer + 1, 32) == std::string(32, '\0'));
+  }
+  // Garbage on the port: closed, and the service still serves the job.
+  asio::ip::tcp::socket raw(io);
+  raw.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+  const std::string junk(200, '\x7f');
+  asio::write(raw, asio::buffer(junk));
+  char sink[64];
+  boost::system::error_code ec;
+  while (!ec) raw.read_some(asio::buffer(sink), ec);  // until the service closes it
+  CHECK(holder.copies().steps() == Steps{{"node-a", {{3}}}});
+  REQUIRE(put(member, to, "node-a", a.path, {{0, 0}}, 3).ok);
+  // And a member that does not know the holder's token is not given the copy either: the
+  // holder's own proof is checked.
+  auto impostor = service(auth_with("0123456789abcdef-other"), c.path, {}, "peers2");
+  TransferReport fake =
+      wait(member.get({"127.0.0.1", impostor->port()}, {{0, 4}}, 3, a.path / "restore"));
+  CHECK_FALSE(fake.ok);
+}
+
+TEST_CASE(
+    "peer copies: without the job's token or secret a service refuses every connection and makes "
+    "none; given the job's secret it serves the job's members only",
+    "[peer_copies]") {
+  Folder a, b, c;
+  auto holder_ = service(auth_with(nullptr), b.path);
+  auto sender_ = service(auth_with(nullptr), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
+  make_region(a.path, 0, 0, 3, 1 << 20, 1);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  TransferReport early = put(sender, to, "node-a", a.path, {{0, 0}}, 3);
+  CHECK_FALSE(early.ok);
+  CHECK_THAT(early.detail, Catch::Contains("neither the job's token nor its secret"));
+  const std::string secret = ddprun::store::auth::fresh_secret();
+  REQUIRE(secret.size() == 64);
+  sender.use_secret(ddprun::store::Token(secret));
+  TransferReport refused = put(sender, to, "node-a", a.path, {{0, 0}}, 3);
+  CHECK_FALSE(refused.ok);  // the holder has no secret yet: a zero proof, or any, is refused
+  CHECK_THAT(refused.detail, Catch::Contains("refused"));
+  CHECK(holder.copies().steps().empty());
+  holder.use_secret(ddprun::store::Token(secret));
+  REQUIRE(put(sender, to, "node-a", a.path, {{0, 0}}, 3).ok);
+  CHECK(holder.copies().steps() == Steps{{"node-a", {{3}}}});
+  // A stranger with a secret of its own gets nothing.
+  auto stranger = service(auth_with(nullptr), c.path);
+  stranger->use_secret(ddprun::store::Token(ddprun::store::auth::fresh_secret()));
+  TransferReport get = wait(stranger->get(to, {{0, 4}}, 3, c.path / "restore"));
+  CHECK_FALSE(get.ok);
+  CHECK_FALSE(fs::exists(fetched(c.path / "restore", 0, 3)));
+  REQUIRE(wait(sender.get(to, {{0, 4}}, 3, a.path / "restore")).ok);
+}
+
+TEST_CASE(
+    "peer copies: 200 idle connections from a stranger's address leave the job's members served "
+    "at once",
+    "[peer_copies]") {
+  Folder a, b;
+  auto holder_ = service(auth_with("0123456789abcdef-job"), b.path);
+  auto member_ = service(auth_with("0123456789abcdef-job"), a.path);
+  PeerService &holder = *holder_, &member = *member_;
+  make_region(a.path, 0, 0, 3, 1 << 20, 1);
+  asio::io_context io;
+  std::vector<asio::ip::tcp::socket> idle;
+  for (int i = 0; i < 200; ++i) {  // from 127.0.0.2; the member comes from 127.0.0.1
+    asio::ip::tcp::socket& s = idle.emplace_back(io);
+    s.open(asio::ip::tcp::v4());
+    s.bind({asio::ip::make_address("127.0.0.2"), 0});
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
+  }
+  const auto started = std::chrono::steady_clock::now();
+  TransferReport sent = put(member, {"127.0.0.1", holder.port()}, "node-a", a.path, {{0, 0}}, 3);
+  INFO(sent.detail);
+  CHECK(sent.ok);
+  // At once, not once the idle connections time out.
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+}
+
+TEST_CASE(
+    "peer copies: with TLS a copy goes encrypted, and a peer without the job's certificates gets "
+    "nothing",
+    "[peer_copies]") {
+  Folder a, b, c, certs;
+  const auto files = [](const ddprun::testing::TestCertificates& t) {
+    ddprun::store::TlsFiles f;
+    f.enabled = true;
+    f.ca_file = t.ca;
+    f.cert_file = t.cert;
+    f.key_file = t.key;
+    return f;
+  };
+  const auto with_tls = [](PeerAuth auth, const ddprun::store::TlsFiles& f) {
+    auth.client_tls = ddprun::store::client_tls_context(f);
+    auth.server_tls = ddprun::store::server_tls_context(f);
+    return auth;
+  };
+  const auto job = files(ddprun::testing::make_test_certificates(certs.path.string(), "job"));
+  const auto other = files(ddprun::testing::make_test_certificates(certs.path.string(), "other"));
+  auto holder_ = service(with_tls(auth_with("0123456789abcdef-job"), job), b.path);
+  auto sender_ = service(with_tls(auth_with("0123456789abcdef-job"), job), a.path);
+  PeerService &holder = *holder_, &sender = *sender_;
+  const std::string payload = make_region(a.path, 0, 0, 2, 1 << 20, 5);
+  const PeerAddress to{"127.0.0.1", holder.port()};
+  TransferReport sent = put(sender, to, "n", a.path, {{0, 0}}, 2);
+  INFO(sent.detail);
+  REQUIRE(sent.ok);
+  REQUIRE(wait(sender.get(to, {{0, 4}}, 2, c.path / "restore")).ok);
+  CHECK(payload_of_file(fetched(c.path / "restore", 0, 2)) == payload);
+  // In the clear, or with a certificate of another CA (the token right): refused.
+  auto clear = service(auth_with("0123456789abcdef-job"), c.path);
+  CHECK_FALSE(put(*clear, to, "n", a.path, {{0, 0}}, 2).ok);
+  auto stranger = service(with_tls(auth_with("0123456789abcdef-job"), other), c.path, {}, "peers2");
+  CHECK_FALSE(wait(stranger->get(to, {{0, 4}}, 2, c.path / "stranger")).ok);
+  CHECK(holder.copies().steps() == Steps{{"n", {{2}}}});
+}
+
+TEST_CASE(
+    "peer copies: a copy altered on its way, its CRC made to match, fails its MAC and is not "
+    "kept",
+    "[peer_copies]") {
+  Folder b;
+  auto holder = service(auth_with("0123456789abcdef-job"), b.path);
+  const std::string sent = payload_of(1 << 20, 4);
+  std::string altered = sent;
+  altered[12345] ^= 1;
+  // What an attacker on the way can do: change bytes and give the header the new bytes' CRC.
+  const std::string header = region_header_for(record_of(altered, 7), altered.size(), 0);
+  const auto mac_of = [&](const std::string& payload) {
+    SlotMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+    mac.add(header);
+    mac.add(payload);
+    return mac.finish();
+  };
+  // (The header's own MAC goes first: a member's, for the header as it came.)
+  const auto put_by_hand = [&](const std::string& payload, const std::string& mac,
+                               const std::string& header_mac) {
+    asio::io_context io;
+    asio::ip::tcp::socket s = member_socket(io, holder->port());
+    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 0, 1};
+    asio::write(s, asio::buffer(words, sizeof words));
+    asio::write(s, asio::buffer("n" + header));
+    asio::write(s, asio::buffer(header_mac));
+    if (const std::string why = read_status(s); !why.empty()) return why;
+    asio::write(s, asio::buffer(payload));
+    asio::write(s, asio::buffer(mac));
+    return read_status(s);
+  };
+  const auto put_by_member = [&](const std::string& payload, const std::string& mac) {
+    return put_by_hand(payload, mac, mac_of(""));
+  };
+  // A header whose MAC is not a member's is refused before any payload.
+  CHECK_THAT(put_by_hand(altered, mac_of(altered), std::string(SlotMac::kBytes, '\0')),
+             Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // The sender's MAC was of the bytes it sent: the altered ones are refused, nothing kept.
+  CHECK_THAT(put_by_member(altered, mac_of(sent)), Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // A MAC of zeros (what anyone without the token could send) likewise.
+  CHECK_THAT(put_by_member(altered, std::string(SlotMac::kBytes, '\0')),
+             Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // The same bytes with their own MAC, which only a member can make, are kept.
+  CHECK(put_by_member(altered, mac_of(altered)).empty());
+  CHECK(holder->copies().steps() == Steps{{"n", {{7}}}});
+}
