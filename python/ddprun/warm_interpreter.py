@@ -249,8 +249,13 @@ def _say_when_the_program_ends(heartbeat_file):
     --hang_timeout, what is left is the interpreter's exit, not the job. That exit tears down
     torch's modules, writing to most of the heap this worker shares with the warm interpreter:
     a copy of each page, about 1 s on a quiet 2-core machine and about 10 s under load, where a
-    fixed timeout called a worker that had finished its work hung."""
+    fixed timeout called a worker that had finished its work hung. (A process the worker forks
+    inherits the handler, and its exit says nothing.)"""
+    worker = os.getpid()
+
     def ended():
+        if os.getpid() != worker:
+            return
         try:
             fd = os.open(heartbeat_file, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
