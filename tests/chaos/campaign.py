@@ -353,8 +353,10 @@ class Trial:
             for w2 in ws[i + 1:]:
                 # Workers of one store's port with different world sizes are of two rounds (a
                 # later round's store can get the port an earlier one's closed store had): they
-                # must not overlap, as any two rounds' workers.
-                if w1["round"] == w2["round"] and w1["world"] == w2["world"]:
+                # must not overlap, as any two rounds' workers. With one world size they may be
+                # of one round, but never of one RANK: two of those are two rounds too.
+                if w1["round"] == w2["round"] and w1["world"] == w2["world"] and \
+                        w1["rank"] != w2["rank"]:
                     continue
                 lo, hi = max(w1["start"], w2["start"]), min(w1["end"], w2["end"])
                 if hi - lo <= MARGIN:
