@@ -33,6 +33,18 @@ def beat():
     _pack(_map, 0, _count)
 
 
+def _end():
+    """The worker's program has ended: ddprun's warm interpreter calls this at a worker's exit.
+    Sets the counter's top bit, which later beats keep (the agent gives the interpreter's teardown
+    a timeout of its own). Returns whether it wrote: False when no file is mapped."""
+    global _count
+    if _map is None:
+        return False
+    _count |= 1 << 63
+    _pack(_map, 0, _count)
+    return True
+
+
 def _reopen():
     """An in-process restart (ddprun.inprocess): the next beat maps the attempt's new file."""
     global _map

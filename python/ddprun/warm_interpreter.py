@@ -30,6 +30,43 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
 
+_worker = None  # this process's pid once it is a worker forked from here
+
+
+def _say_the_program_ended():
+    """At a worker's exit, once every other exit handler has run (this one is registered before
+    anything is imported, so it runs last: after the script's own and those of the modules it
+    imported or found imported, multiprocessing's joins and logging's flush among them): sets the
+    top bit of its heartbeat file's counter, so that for --hang_timeout what is left is the
+    interpreter's teardown, not the job. That teardown writes to most of the heap the worker
+    shares with this interpreter, a copy of each page: about 1 s for torch 2.14 on a quiet 2-core
+    machine and about 10 s under load, where a fixed timeout called a worker that had finished
+    hung. Nothing in this interpreter, nor in a process a worker forks (which inherits the
+    handler)."""
+    if os.getpid() != _worker:
+        return
+    beats = sys.modules.get("ddprun.heartbeat")
+    end = getattr(beats, "_end", None)
+    if end is not None and end():  # through its mapping: a beat after it keeps the bit
+        return
+    path = os.environ.get("DDPRUN_HEARTBEAT_FILE")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        counter = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
+        os.pwrite(fd, (counter | 1 << 63).to_bytes(8, "little"), 0)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+atexit.register(_say_the_program_ended)
+
 _AUTO = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
          "torch.distributed.algorithms.join", "numpy"]
 _PR_SET_PDEATHSIG = 1
@@ -243,35 +280,9 @@ def _run_module(args):
     runpy._run_module_as_main(args[0], alter_argv=True)
 
 
-def _say_when_the_program_ends(heartbeat_file):
-    """Once the worker's own exit handlers have run (this one is registered before the script
-    runs, so it runs after them), sets the top bit of its heartbeat file's counter: for
-    --hang_timeout, what is left is the interpreter's exit, not the job. That exit tears down
-    torch's modules, writing to most of the heap this worker shares with the warm interpreter:
-    a copy of each page, about 1 s on a quiet 2-core machine and about 10 s under load, where a
-    fixed timeout called a worker that had finished its work hung. (A process the worker forks
-    inherits the handler, and its exit says nothing.)"""
-    worker = os.getpid()
-
-    def ended():
-        if os.getpid() != worker:
-            return
-        try:
-            fd = os.open(heartbeat_file, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return
-        try:
-            counter = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
-            os.pwrite(fd, (counter | 1 << 63).to_bytes(8, "little"), 0)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-    atexit.register(ended)
-
-
 def _become_worker(request, fds, release):
+    global _worker
+    _worker = os.getpid()
     own = set(fds)
     os.setpgid(0, 0)
     if _renamed:
@@ -301,8 +312,6 @@ def _become_worker(request, fds, release):
     _reseed()
     if not sys.stdout.write_through:  # started without -u: line buffered on a terminal only
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
-    if os.environ.get("DDPRUN_HEARTBEAT_FILE"):
-        _say_when_the_program_ends(os.environ["DDPRUN_HEARTBEAT_FILE"])
     args = request["args"]
     if hasattr(sys, "orig_argv"):
         sys.orig_argv = _INTERPRETER_ARGV + list(args)

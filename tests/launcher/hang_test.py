@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from proc_util import finish, free_port
+from proc_util import finish, free_port, left_running
 from job_logs import events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -220,6 +220,9 @@ class SlowToTearDown:
 keep = SlowToTearDown()
 if sys.argv[1] == "hung_exit_handler":
     atexit.register(time.sleep, 3600)
+if sys.argv[1] == "a_process_left_running":  # multiprocessing's exit handler joins it
+    import multiprocessing
+    multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,)).start()
 if sys.argv[1] == "a_child_exits_then_hung":
     child = os.fork()
     if child == 0:
@@ -236,13 +239,14 @@ def case_a_warm_workers_exit_is_not_a_hang_but_its_hung_exit_handler_is():
     longer than the fixed timeout to exit: its interpreter's teardown is not the job. (Tearing
     torch's modules down copies most of what the worker shares with the warm interpreter: a
     finished DDP worker was declared hung under --hang_timeout=5 in a loaded suite.) An exit
-    handler of the script's own that hangs is still a hang."""
+    handler that hangs is still a hang: the script's own, or one a module imported in the warm
+    interpreter registered there (multiprocessing's, which joins the processes left running)."""
     out = tempfile.mkdtemp()
     script = os.path.join(out, "exits.py")
     with open(script, "w") as f:
         f.write(EXIT_SCRIPT)
     common = ["--standalone", "--nproc_per_node=2", "--max_restarts=0", "--hang_timeout=1",
-              "--preload=json"]
+              "--preload=json,multiprocessing.util"]
     # Each worker's teardown takes 3 s, silent: no hang, and it did tear down as `python` would.
     r = ddprun(*common, script, "slow_teardown", env={"OUT_DIR": out})
     assert r.returncode == 0, r.stderr
@@ -250,19 +254,21 @@ def case_a_warm_workers_exit_is_not_a_hang_but_its_hung_exit_handler_is():
     assert "is hung" not in r.stderr, r.stderr
     assert sorted(f for f in os.listdir(out) if f.startswith("torn_down.")) == \
         ["torn_down.0", "torn_down.1"]
-    # The script's own exit handler blocks, or a process it forked exits and then it blocks: hung
-    # after the fixed timeout, as when it trained.
+    # An exit handler blocks (the script's, or multiprocessing's joining a process left running),
+    # or a process the worker forked exits and then it blocks: hung after the fixed timeout, as
+    # when it trained.
     took = {}
-    for case in ("hung_exit_handler", "a_child_exits_then_hung"):
+    for case in ("hung_exit_handler", "a_process_left_running", "a_child_exits_then_hung"):
         start = time.monotonic()
         r = ddprun(*common, script, case, env={"OUT_DIR": out})
         took[case] = round(time.monotonic() - start, 1)
         assert r.returncode == 1 and "hung: no progress for" in r.stderr, (case, r.stderr)
         assert "after its program ended" not in r.stderr, (case, r.stderr)
         assert took[case] < 60, took
+    assert not left_running(out), left_running(out)
     print(f"warm workers that take 3 s to tear down under --hang_timeout=1 end normally; an exit "
-          f"handler of the script's that blocks, or a worker blocked after a process it forked "
-          f"exited, is a hang (the jobs ended in {took} s): passed")
+          f"handler that blocks (the script's, multiprocessing's), or a worker blocked after a "
+          f"process it forked exited, is a hang (the jobs ended in {took} s): passed")
 
 
 def case_a_flood_of_beats_or_a_removed_channel_costs_nothing():

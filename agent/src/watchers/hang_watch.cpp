@@ -83,14 +83,16 @@ AttemptWatcher::Finding HangWatch::poll(Attempt& a, std::chrono::steady_clock::t
     const double timeout = clock.timeout().count() / 1000.0;
     const double waited = clock.waited_for_cpu().count() / 1000.0;
     w->ended_because = fmt::format(
-        "hung: no progress for {:.1f} s{}{} (--hang_timeout {}{:.1f} s; progress is a heartbeat, "
-        "a torch timer{})",
-        silent, clock.is_ending() ? " after its program ended (in the interpreter's exit)" : "",
+        "hung: no progress for {:.1f} s{}{} ({}{:.1f} s; progress is a heartbeat, a torch "
+        "timer{})",
+        silent, clock.is_ending() ? " after its program ended, in its interpreter's exit" : "",
         waited >= 0.1
             ? fmt::format(", not counting {:.1f} s the node's workers waited for a CPU", waited)
             : "",
-        policy_.mode == HangPolicy::Mode::kAuto ? "auto, learned " : "", timeout,
-        watched->heard_beat ? "" : " or a line of output");
+        clock.is_ending()                         ? "an exit may take "
+        : policy_.mode == HangPolicy::Mode::kAuto ? "--hang_timeout auto, learned "
+                                                  : "--hang_timeout ",
+        timeout, watched->heard_beat ? "" : " or a line of output");
     const WorkerIdentity& id = w->launch.id;
     const int pid = w->process->pid();
     spdlog::error("worker local_rank {} (rank {}, pid {}) is hung: no progress for {:.1f} s",

@@ -46,9 +46,11 @@ bool HeartbeatFile::beat() {
   uint64_t counter = 0;
   if (::pread(fd_, &counter, sizeof counter, 0) == sizeof counter) {
     constexpr uint64_t kEnded = uint64_t{1} << 63;
-    ended_ = ended_ || (counter & kEnded) != 0;
+    const bool now_ended = !ended_ && (counter & kEnded) != 0;
+    ended_ = ended_ || now_ended;
     counter &= ~kEnded;
-    changed = changed || counter != counter_;
+    // The mark's own write changes the file's time: not a beat.
+    changed = counter != counter_ || (changed && !now_ended);
     counter_ = counter;
   }
   return changed;

@@ -7,7 +7,8 @@
 // reads it on its own schedule; a beat costs the agent nothing.
 //
 // The counter's top bit says the worker's program has ended (its interpreter is exiting): ddprun's
-// warm interpreter sets it in a worker it forked once the script's exit handlers have run.
+// warm interpreter sets it in a worker it forked once every exit handler has run. Setting it is not
+// a beat. (A counter never reaches it; a worker that writes 8 arbitrary bytes may.)
 #include <cstdint>
 #include <string>
 
