@@ -2,6 +2,7 @@
 
     launcher_process_test.py DDPRUN CASE     (CASE: one of the functions named case_*)
 """
+import errno
 import glob
 import json
 import os
@@ -385,17 +386,35 @@ def case_file_timer_expiry_restarts_the_group_and_names_the_scope():
     p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
                           f"--event_log={events}", script],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def open_for_writing():
+        """The FIFO opened as a client would, once it exists and the agent reads it (a FIFO
+        without a reader refuses a writer that does not wait: ENXIO)."""
+        try:
+            if not stat.S_ISFIFO(os.stat(fifo).st_mode):
+                return None
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                return None
+            raise
+
     try:
         # A stranger writes garbage, an oversized line and a request to kill a process that is
         # not a worker of the job.
-        wait_for(lambda: os.path.exists(fifo) and stat.S_ISFIFO(os.stat(fifo).st_mode),
-                 "the timer FIFO")
+        opened = []
+        wait_for(lambda: opened.append(open_for_writing()) or opened[-1] is not None,
+                 "the timer FIFO, read by the agent")
         evil = json.dumps({"version": 1, "pid": bystander.pid, "scope_id": "evil",
                            "expiration_time": time.time() - 5, "signal": 9})
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        fd = opened[-1]
         os.write(fd, b"garbage\n" * 100 + b"x" * 10000 + b"\n" + evil.encode() + b"\n")
         os.close(fd)
         _, err = p.communicate(timeout=240)
+    except BaseException:
+        bystander.kill()  # (it holds this test's output open: CTest would wait for it)
+        raise
     finally:
         p.kill()
     assert p.returncode == 0, err
