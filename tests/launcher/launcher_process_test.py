@@ -403,12 +403,16 @@ def case_file_timer_expiry_restarts_the_group_and_names_the_scope():
     try:
         # A stranger writes garbage, an oversized line and a request to kill a process that is
         # not a worker of the job.
-        opened = []
-        wait_for(lambda: opened.append(open_for_writing()) or opened[-1] is not None,
-                 "the timer FIFO, read by the agent")
+        fd = None
+
+        def opened():
+            nonlocal fd
+            fd = open_for_writing()
+            return fd is not None
+
+        wait_for(opened, "the timer FIFO, read by the agent")
         evil = json.dumps({"version": 1, "pid": bystander.pid, "scope_id": "evil",
                            "expiration_time": time.time() - 5, "signal": 9})
-        fd = opened[-1]
         os.write(fd, b"garbage\n" * 100 + b"x" * 10000 + b"\n" + evil.encode() + b"\n")
         os.close(fd)
         _, err = p.communicate(timeout=240)
