@@ -1,9 +1,5 @@
 #include "checkpoint/peer_link.hpp"
 
-#include <sys/sendfile.h>
-
-#include <cerrno>
-#include <cstring>
 #include <stdexcept>
 #include <string_view>
 
@@ -24,8 +20,8 @@ namespace {
 
 constexpr std::string_view kPeerMagic = "DDPPEER3";
 constexpr size_t kProof = 32;
-constexpr uint64_t kFileChunk = 8 << 20;  // what one sendfile(2) or TLS write carries at most
-constexpr uint64_t kMacChunk = 1 << 20;   // what is read at once for the MAC, from the cache
+constexpr uint64_t kTlsChunk = 8 << 20;    // what send_file reads and encrypts at once
+constexpr uint64_t kPlainChunk = 1 << 20;  // what it reads and writes at once in the clear
 
 std::string proof_of(const PeerAuth& auth, store::auth::Side side, std::string_view client_nonce,
                      std::string_view server_nonce) {
@@ -86,42 +82,16 @@ asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
 }
 
 asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac) {
-  std::string buffer(std::min<uint64_t>(n, tls_ ? kFileChunk : kMacChunk), '\0');
-  if (tls_) {
-    for (uint64_t done = 0; done < n;) {
-      const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), n - done));
-      read_all(fd, buffer.data(), k, offset + done, "a checkpoint copy");
-      if (mac != nullptr) mac->add(std::string_view(buffer.data(), k));
-      co_await write(buffer.data(), k);
-      done += k;
-    }
-    co_return;
-  }
-  plain_->native_non_blocking(true);
-  auto at = static_cast<off_t>(offset);
-  uint64_t seen = offset;  // what mac has of the file: a chunk ahead of what was sent
-  for (uint64_t left = n; left > 0;) {
-    const uint64_t chunk = std::min<uint64_t>(left, kFileChunk);
-    for (const uint64_t end = static_cast<uint64_t>(at) + chunk; mac != nullptr && seen < end;) {
-      const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - seen));
-      read_all(fd, buffer.data(), k, seen, "a checkpoint copy");
-      mac->add(std::string_view(buffer.data(), k));
-      seen += k;
-    }
-    const ssize_t k = ::sendfile(plain_->native_handle(), fd, &at, chunk);
-    if (k > 0) {
-      left -= static_cast<uint64_t>(k);
-      continue;
-    }
-    if (k == 0) throw std::runtime_error("a checkpoint copy ended before its size");
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN) {
-      throw boost::system::system_error(errno, boost::system::system_category(),
-                                        "sending a checkpoint copy");
-    }
-    arm();
-    co_await plain_->async_wait(asio::ip::tcp::socket::wait_write, asio::use_awaitable);
-    idle_.cancel();
+  // Through a buffer, in the clear as over TLS: a copy out of the page cache and write(2) moved a
+  // 240 MiB copy on loopback in 0.155 s (median of 7) where sendfile(2) took 0.27 s, which splices
+  // each 4 KiB page into the socket on its own (docs/performance.md).
+  std::string buffer(std::min<uint64_t>(n, tls_ ? kTlsChunk : kPlainChunk), '\0');
+  for (uint64_t done = 0; done < n;) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), n - done));
+    read_all(fd, buffer.data(), k, offset + done, "a checkpoint copy");
+    if (mac != nullptr) mac->add(std::string_view(buffer.data(), k));
+    co_await write(buffer.data(), k);
+    done += k;
   }
 }
 

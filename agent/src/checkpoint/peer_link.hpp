@@ -64,9 +64,9 @@ class PeerLink {
   // stays idle past its limit.
   boost::asio::awaitable<void> read(char* p, size_t n);
   boost::asio::awaitable<void> write(const char* p, size_t n);
-  // `n` bytes of the file `fd` from `offset`, each also added to `mac` where there is one: in the
-  // clear with sendfile(2), the file's pages straight to the socket; over TLS read and encrypted
-  // in pieces. Throws as write() does, and std::system_error where the file cannot be read.
+  // `n` bytes of the file `fd` from `offset`, each also added to `mac` where there is one, read
+  // into a buffer piece by piece and written (encrypted over TLS). Throws as write() does, and
+  // std::system_error where the file cannot be read.
   boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac);
   // The other end's address, for messages.
   const std::string& peer() const { return peer_; }
