@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The multi-node, elastic, launcher-kind and stop tests, `ddprun timeline` on real and bad event logs,
-# and the in-process rendezvous, session and TLS tests, against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++,
-# the compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
+# the in-process rendezvous, session and TLS tests, and the unit tests of the checkpoint copies
+# (regions, sources, the peer service and its strangers, the replicator, the signal listener),
+# against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++, the
+# compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
 # reports into one folder; any report fails the run, whatever exit status the test saw.
 # Usage: sanitize-test.sh [build|test] (both when omitted). scripts/test.sh builds while CTest runs,
 # at idle priority, and tests after the suite.
@@ -18,8 +20,8 @@ if [[ $step != test ]]; then
     -DDDPRUN_SANITIZE=ON -DDDPRUN_WITH_CUDA=OFF -DCMAKE_UNITY_BUILD=ON \
     -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 -DCMAKE_CXX_FLAGS_DEBUG=-g1 >/dev/null
   cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
-    rendezvous_exchange_test checkpoint_regions_test \
-    store_session_test store_tls_test
+    rendezvous_exchange_test checkpoint_regions_test checkpoint_sources_test peer_copies_test \
+    peer_copies_trust_test replicator_test signal_listener_test store_session_test store_tls_test
 fi
 [[ $step != build ]] || exit 0
 
@@ -28,9 +30,20 @@ trap 'rm -rf "$reports"' EXIT
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1"
 cd "$build"
+# The unit tests run here by the first words of their names ("PREFIX: ..."), each of a binary the
+# build above makes: a prefix that names no test (its binary not built) fails the run.
+units=("rendezvous" "session" "tls" "checkpoint regions" "checkpoint agreement" "checkpoint persister"
+  "checkpoint sources" "peer copies" "signal listener" "replicator")
+for unit in "${units[@]}"; do
+  if ! ctest -N -R "^$unit: " | grep -q 'Test *#'; then
+    echo "sanitize: no test named '$unit: ...' was built (add its binary to the build above)" >&2
+    exit 1
+  fi
+done
+unit_names=$(IFS='|'; echo "${units[*]}")
 status=0
 ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across|training_job' \
-  -R '^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^(rendezvous|session|tls): |^checkpoint (regions|agreement|persister|sources): |^(peer copies|signal listener|replicator): |^launcher\.peer_checkpoint\.(a_replacement_node_resumes_from_its_peers_copy_bit_identical|a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy)$|^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)$|^launcher\.timeline\.(a_real_two_node_job_becomes_a_trace_on_one_clock|bad_input_is_named_and_the_rest_drawn)$' ||
+  -R "^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^($unit_names): |^launcher\.peer_checkpoint\.(a_replacement_node_resumes_from_its_peers_copy_bit_identical|a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy)\$|^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)\$|^launcher\.timeline\.(a_real_two_node_job_becomes_a_trace_on_one_clock|bad_input_is_named_and_the_rest_drawn)\$" ||
   status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
