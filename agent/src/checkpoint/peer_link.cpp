@@ -83,8 +83,8 @@ asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
 
 asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac) {
   // Through a buffer, in the clear as over TLS: a copy out of the page cache and write(2) moved a
-  // 240 MiB copy on loopback in 0.155 s (median of 7) where sendfile(2) took 0.27 s, which splices
-  // each 4 KiB page into the socket on its own (docs/performance.md).
+  // 240 MiB copy on loopback in 0.153-0.167 s (medians of 7) where sendfile(2) took 0.209-0.270 s,
+  // attaching each 4 KiB page of the file to the socket on its own (docs/performance.md).
   std::string buffer(std::min<uint64_t>(n, tls_ ? kTlsChunk : kPlainChunk), '\0');
   for (uint64_t done = 0; done < n;) {
     const size_t k = static_cast<size_t>(std::min<uint64_t>(buffer.size(), n - done));
