@@ -7,9 +7,8 @@
 # failed (a red CTest must not hide the sanitizers' verdict); the script exits non-zero at the end
 # if any stage failed. Only the install and the build stop it at once: nothing after them could run.
 # What needs only a compiler (clang's warnings, the fuzz build and its fuzzing, the sanitizer build)
-# runs while CTest does (and clang's warnings and fuzzing while the sanitizer tests do), at idle
-# priority: the tests mostly wait on processes and sockets, and a SCHED_IDLE process gets a core
-# only when no test wants one, so the tests' timings stay their own.
+# runs while CTest does, at idle priority: the CTest tests mostly wait on processes and sockets, and a
+# SCHED_IDLE process gets a core only when no test wants one, so the tests' timings stay their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,34 +96,19 @@ fuzzing() {
 sanitizer_build() {
   DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh build
 }
+beside_ctest=(clangs_warnings fuzzing sanitizer_build)
 idle=(chrt --idle 0)
 "${idle[@]}" true 2>/dev/null || idle=(nice -n 19)
-# Runs the stages named, one after another, at idle priority.
-run_beside() {
-  local stage start status
-  for stage in "$@"; do
+(
+  for stage in "${beside_ctest[@]}"; do
     start=$SECONDS
     status=0
     "${idle[@]}" bash -c "set -euo pipefail; $(declare -p build jobs scratch); $(declare -f "$stage"); $stage" \
       >"$scratch/$stage.log" 2>&1 || status=$?
     echo "$status $((SECONDS - start))" >"$scratch/$stage.status"
   done
-}
-# Each stage's outcome and its own time, once its chain has ended.
-report_beside() {  # STAGE NAME
-  local status took
-  read -r status took <"$scratch/$1.status"
-  if [[ $status -ne 0 || $1 == fuzzing ]]; then
-    tail -n 200 "$scratch/$1.log"
-  fi
-  stage_done "$2 (beside the tests)" "$status" "$took"
-}
-# Two chains: the sanitizer build, which the sanitizer tests after CTest wait for, and the rest,
-# which goes on beside those tests too (a chain of all three ran 281-318 s past CTest on 2 cores).
-run_beside sanitizer_build &
-sanitizer_chain=$!
-run_beside clangs_warnings fuzzing &
-other_chain=$!
+) &
+beside=$!
 
 status=0
 if ! wait "$torch2_root"; then
@@ -138,19 +122,22 @@ status=0
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300) || status=$?
 stage_done "every CTest test" "$status"
 
-wait "$sanitizer_chain"
-report_beside sanitizer_build "the sanitizer build"
-stage_done "waiting for the sanitizer build" 0
+# What ran beside CTest: each stage's outcome and its own time (the wait for it is the next line's).
+wait "$beside"
+names=("clang's warnings" "the fuzz build and fuzzing" "the sanitizer build")
+for i in "${!beside_ctest[@]}"; do
+  read -r status took <"$scratch/${beside_ctest[$i]}.status"
+  if [[ $status -ne 0 || ${beside_ctest[$i]} == fuzzing ]]; then
+    tail -n 200 "$scratch/${beside_ctest[$i]}.log"
+  fi
+  stage_done "${names[$i]} (beside CTest)" "$status" "$took"
+done
+stage_done "waiting for the stages beside CTest" 0
 
 # The multi-node and elastic tests again, on the build with ASan and UBSan.
 status=0
 DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh test || status=$?
 stage_done "the sanitizer tests" "$status"
-
-wait "$other_chain"
-report_beside clangs_warnings "clang's warnings"
-report_beside fuzzing "the fuzz build and fuzzing"
-stage_done "waiting for clang's warnings and fuzzing" 0
 
 if [[ $failed -ne 0 ]]; then
   echo "test: FAILED: a stage above failed" >&2
