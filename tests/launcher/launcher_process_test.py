@@ -386,28 +386,23 @@ def case_file_timer_expiry_restarts_the_group_and_names_the_scope():
     p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
                           f"--event_log={events}", script],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    def open_for_writing():
-        """The FIFO opened as a client would, once it exists and the agent reads it (a FIFO
-        without a reader refuses a writer that does not wait: ENXIO)."""
-        try:
-            if not stat.S_ISFIFO(os.stat(fifo).st_mode):
-                return None
-            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            if e.errno == errno.ENXIO:
-                return None
-            raise
-
     try:
         # A stranger writes garbage, an oversized line and a request to kill a process that is
         # not a worker of the job.
         fd = None
 
         def opened():
+            """Whether the FIFO opened as a client's would: once it exists and the agent reads it
+            (a FIFO without a reader refuses a writer that does not wait: ENXIO)."""
             nonlocal fd
-            fd = open_for_writing()
+            try:
+                if stat.S_ISFIFO(os.stat(fifo).st_mode):
+                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.ENXIO:
+                    raise
             return fd is not None
 
         wait_for(opened, "the timer FIFO, read by the agent")
