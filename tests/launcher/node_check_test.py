@@ -154,12 +154,15 @@ def kept_out_job(c, run_id, slow, probe, said="x slower than the round's median"
 
 def case_a_throttled_node_is_kept_out():
     with Cluster() as c:
-        cgroup = c.throttle(30)
+        # 15%, as in the spare case: beside the suite's idle-priority compiles a 30% node measured
+        # 2.35-2.64x slow here (3.1-3.5x on a quiet machine: under that load a free kernel's CPU
+        # time grew 1.5x, a quota-held one's 1.2x), and once in CI under the factor of 2.
+        cgroup = c.throttle(15)
         c.start("throttled", cgroup_of={2: cgroup})
         line, verdict = kept_out_job(c, "throttled", 2, "compute")
         assert verdict["slow"][0]["node_rank"] == [e["node_rank"] for e in
                                                    c.events("throttled", 2, "round_formed")][-1]
-    print(f"4 nodes, one under a 30% CPU quota: '{line}'; the job ran on the other 3: passed")
+    print(f"4 nodes, one under a 15% CPU quota: '{line}'; the job ran on the other 3: passed")
 
 
 def case_a_rate_limited_link_is_kept_out_not_its_partners():
