@@ -1,6 +1,6 @@
 """The straggler check on a real DDP job (torch 2, gloo on CPU, one rank per node) across nodes in
 network namespaces of their own on one bridge (the job's ddprund in another): at step K one node's
-worker is moved into a cgroup with a CPU quota of 40%. Its agent's peers name it within a bounded
+worker is moved into a cgroup with a CPU quota of 20%. Its agent's peers name it within a bounded
 number of steps, with the figure, in the log of the plainest command line and in `ddprun status`;
 with --straggler_action=replace a spare takes its place, the job resumes from the checkpoints in
 memory, its steps after the swap are as fast as before the slowdown, and it ends bit-identical to
@@ -33,6 +33,12 @@ HOSTS = 4
 ADDRS = [f"{NET}.{11 + i}" for i in range(HOSTS)]
 CPU_CGROUP = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller (cpu.cfs_quota_us)
 K = 25  # the step from which the slow node is slow
+# The slow node's quota: 20%, not the 40% of scripts/bench/straggler.sh (a quiet machine). A step
+# here takes 0.18 s, about 0.12 s of it the worker's CPU (0.29 s a step at 40%). Beside the
+# suite's idle-priority compiles every worker's steps took 0.30-0.45 s, so a 40% quota no longer
+# held node 2 back and no verdict came in 65 steps (a CI run named it after 53): the job was not
+# held back. At 20% it is, loaded or not (named after 5 steps twice under those compiles).
+QUOTA = 20
 # Steps after K within which the slow node is named. The target is 10 (scripts/bench/straggler.sh
 # measures it: a median of 6-7). The bound is looser: a node held back only 35-40% must lag
 # beyond the threshold for two steps' time (10-14 steps), and a set in which it happens not to
@@ -66,7 +72,7 @@ class Cluster(BridgedJob):
                           command=[WORKLOAD, str(steps), out],
                           env={"PYTHON_EXEC": PY, **(env or {})})
 
-    def slow_down(self, out, rank=2, quota_percent=40):
+    def slow_down(self, out, rank=2, quota_percent=QUOTA):
         """Once rank `rank` (one rank per node: node `rank`'s) wrote its pid at step K, moves it
         into a new cpu cgroup with that quota (per 100 ms); returns when it did (wall clock)."""
         path = os.path.join(out, f"at.{rank}")
@@ -125,7 +131,7 @@ def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
                      r"\(computing [0-9.]+x the others' median, waiting [0-9.]+x\) for \d+ steps: "
                      r"reported$", status, re.M), status
     assert not left_running(out), left_running(out)
-    print(f"node 2 slowed at step {K} to a 40% CPU quota: named after {len(after)} steps "
+    print(f"node 2 slowed at step {K} to a {QUOTA}% CPU quota: named after {len(after)} steps "
           f"({percent}% held back): passed")
 
 

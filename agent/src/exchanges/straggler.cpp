@@ -182,6 +182,17 @@ Judgement Judge::add(const std::vector<NodeWindow>& windows, int nodes) {
     steps = std::min(steps, w.steps);
   }
   const std::optional<Lagging> l = lagging(set, threshold_);
+  if (spdlog::should_log(spdlog::level::debug)) {
+    std::string figures;
+    for (const NodeWindow& w : set) {
+      figures += fmt::format(" [node {}: {} steps of {:.3f} s, compute {:.3f} s, wait {:.3f} s]",
+                             w.node_rank, w.steps, w.step_s, w.compute_s, w.wait_s);
+    }
+    spdlog::debug(
+        "straggler check: a set of windows{}: {}", figures,
+        l ? fmt::format("node {} lags, {:.0f}% held back", l->node_rank, l->held_back * 100)
+          : std::string("no node lags"));
+  }
   Judgement out;
   out.slowdown = pace_.add(set, l.has_value());
   if (!l) {
