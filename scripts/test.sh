@@ -8,7 +8,9 @@
 # if any stage failed. Only the install and the build stop it at once: nothing after them could run.
 # What needs only a compiler (clang's warnings, the fuzz build and its fuzzing, the sanitizer build)
 # runs while CTest does, at idle priority: the CTest tests mostly wait on processes and sockets, and a
-# SCHED_IDLE process gets a core only when no test wants one, so the tests' timings stay their own.
+# SCHED_IDLE process gets a core only when no test wants one. It still slows the tests' own CPU work
+# on a VM of 2 cores: a kernel of 0.159 s took 0.18-0.30 s of CPU, 0.20-0.34 s of wall time, beside
+# two idle-priority compiles. Tests that compare speeds leave room for that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -148,6 +148,33 @@ TEST_CASE(
   CHECK_FALSE(silent.needs_confirmation());
 }
 
+TEST_CASE(
+    "node check: a confirmation that no node answers keeps out the suspects alone, for what was "
+    "measured of them",
+    "[node_check]") {
+  // Four nodes on one loaded host: the first measurement finds node 2's compute slow; the second,
+  // three times as long, times out on every node.
+  const node_check::Verdict first = node_check::judge(
+      {report(0, 0.006, {{1, 0.004}, {3, 0.004}}), report(1, 0.006, {{0, 0.004}, {2, 0.004}}),
+       report(2, 0.019, {{3, 0.004}, {1, 0.004}}), report(3, 0.006, {{2, 0.004}, {0, 0.004}})},
+      4, 2.0);
+  REQUIRE(first.slow.size() == 1);
+  std::vector<ProbeReport> silent;
+  for (int rank = 0; rank < 4; ++rank) {
+    silent.push_back(ProbeReport::failure(rank, "the probe failed: timed out after 6 s"));
+  }
+  const node_check::Verdict second = node_check::judge(silent, 4, 2.0);
+  REQUIRE(second.slow.size() == 4);
+  const node_check::Verdict v = node_check::confirmed(first, second);
+  REQUIRE(v.slow.size() == 1);
+  CHECK(v.slow[0].node_rank == 2);
+  CHECK(v.slow[0].probe == "compute");
+  CHECK(v.slow[0].ratio == Approx(0.019 / 0.006));
+  CHECK_THAT(
+      v.slow[0].detail,
+      Catch::EndsWith("; measured again: no answer (the probe failed: timed out after 6 s)"));
+}
+
 TEST_CASE("node check: a verdict crosses the exchange as JSON unchanged", "[node_check]") {
   const node_check::Verdict v =
       node_check::judge({report(0, 0.006, {}), report(1, 0.006, {}), report(2, 0.03, {})}, 3, 2.0);

@@ -194,9 +194,20 @@ Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor)
 Verdict confirmed(const Verdict& first, const Verdict& second) {
   Verdict v = second;
   v.slow.clear();
+  // Only the first measurement's suspects are judged again: a node it found fast is not kept out
+  // by a second measurement that was not about it (on a loaded host the confirmation, three times
+  // as long, can time out on every node). A suspect that gives no answer now stays out for what
+  // was measured of it.
   for (const SlowNode& s : second.slow) {
     const SlowNode* before = first.kept_out(s.node_rank);
-    if (s.probe == kNoAnswer || before != nullptr) v.slow.push_back(s);
+    if (before == nullptr) continue;
+    if (s.probe != kNoAnswer || before->probe == kNoAnswer) {
+      v.slow.push_back(s);
+    } else {
+      SlowNode kept = *before;
+      kept.detail += "; measured again: no answer (" + s.detail + ")";
+      v.slow.push_back(std::move(kept));
+    }
   }
   for (const SlowNode& s : first.slow) {
     if (s.probe == kNoAnswer && v.kept_out(s.node_rank) == nullptr) v.slow.push_back(s);

@@ -58,7 +58,9 @@ struct Verdict {
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
 
 // The verdict of a confirmation: `second`'s figures; slow, the nodes that gave no answer in
-// either measurement and those measured slow in both (as `second` measured them).
+// `first`, and those `first` found slow that `second` found slow too (as `second` measured them)
+// or that gave no answer in `second` (as `first` measured them). A node `first` found neither
+// slow nor silent stays in, whatever `second` found of it.
 Verdict confirmed(const Verdict& first, const Verdict& second);
 
 // Whether `r` has a member that has not passed a node check of this job (true where `r` does not
