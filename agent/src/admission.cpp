@@ -82,10 +82,10 @@ asio::awaitable<std::optional<AgentOutcome>> NodeAdmission::unhealthy() {
 }
 
 // The node check's verdict on `round` from measurement `first_pass` on, measured as `when` asks
-// (nullopt: the round ended before it came), with this
-// node's last measurement in `mine`. A verdict naming a node measured
-// slow is measured again, longer, by every node, and only what both measurements found counts;
-// the nodes it no longer names go to `unconfirmed`.
+// (nullopt: the round ended before it came), with this node's last measurement in `mine`. A
+// verdict naming a node measured slow is measured again, longer, by every node, and a suspect
+// stays out only where it was slow or silent again (node_check::confirmed); the suspects it no
+// longer names go to `unconfirmed`.
 asio::awaitable<std::optional<node_check::Verdict>> NodeAdmission::node_check_verdict(
     const rendezvous::Round& round, const rendezvous::WorkerStoreAddress& store, int first_pass,
     When when, ProbeReport& mine, std::vector<int>& unconfirmed) {

@@ -173,25 +173,26 @@ def case_a_rate_limited_link_is_kept_out_not_its_partners():
     print(f"4 nodes, one link limited to 200 Mbit/s: '{line}'; its partners ran: passed")
 
 
-# --node_check_timeout for the cases that wait it out: 12 s, not 6. A suspect is measured again,
+# --node_check_timeout for the cases that wait it out: 12 s, not 6. A suspect (the stalled link;
+# in the frozen case, one the first measurement finds by chance under load) is measured again,
 # three times as long, and four nodes on this host take turns for the compute: beside the suite's
-# idle-priority compiles that measurement timed out at 6 s on every node (both cases failed twice
+# idle-priority compiles that measurement timed out at 6 s on every node (each case failed once
 # that way here).
 SHORT_TIMEOUT = 12
 
 
 def case_a_link_that_never_completes_is_kept_out():
-    # A link at 1 Mbit/s: none of its all-reduces of 4 MiB (34 s) can end within its phase's share
-    # of --node_check_timeout; the node is slow beyond measure, its partners (each with one link that
-    # did complete) are not.
+    # A link at 1 Mbit/s: none of its all-reduces of 4 MiB (34 s) can end within its phase's
+    # share of --node_check_timeout; the node is slow beyond measure, its partners (each with one
+    # link that did complete) are not.
     with Cluster() as c:
         c.rate_limit(3, "1mbit")
         c.start("stalled", extra=[f"--node_check_timeout={SHORT_TIMEOUT}"])
         line, verdict = kept_out_job(c, "stalled", 3, "link",
                                      "link: no all-reduce of 4096 KiB with nodes 2,0 completed",
                                      measured=False)
-    print(f"4 nodes, one link at 1 Mbit/s and --node_check_timeout={SHORT_TIMEOUT}: '{line}': "
-          "passed")
+    print(f"4 nodes, one link at 1 Mbit/s and --node_check_timeout={SHORT_TIMEOUT}: "
+          f"'{line}': passed")
 
 
 def case_a_node_that_never_answers_is_kept_out():

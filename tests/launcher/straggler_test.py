@@ -36,13 +36,15 @@ K = 25  # the step from which the slow node is slow
 # The slow node's quota: 20%, not the 40% of scripts/bench/straggler.sh (a quiet machine). A step
 # here takes 0.18 s, about 0.12 s of it the worker's CPU (0.29 s a step at 40%). Beside the
 # suite's idle-priority compiles every worker's steps took 0.30-0.45 s, so a 40% quota no longer
-# held node 2 back and no verdict came in 65 steps (a CI run named it after 53): the job was not
-# held back. At 20% it is, loaded or not (named after 5 steps twice under those compiles).
+# held node 2 back and no verdict came in 65 steps (a fresh suite's run named it after 53): the
+# job was not held back. At 20% it is, loaded or not (named after 5 steps twice under those
+# compiles).
 QUOTA = 20
 # Steps after K within which the slow node is named. The target is 10 (scripts/bench/straggler.sh
-# measures it: a median of 6-7). The bound is looser: a node held back only 35-40% must lag
+# measures it at 40%: a median of 6-7). The bound is looser: a node held back only 35-40% must lag
 # beyond the threshold for two steps' time (10-14 steps), and a set in which it happens not to
-# lag starts that count again. A full suite run once named it after 26 steps, 40% held back.
+# lag starts that count again (at 40%, a full suite's run once named it after 26 steps, 40% held
+# back).
 VERDICT_WITHIN = 30
 LINE = re.compile(r"^\[([0-9-]+ [0-9:.]+)\] \[ddprun\] \[warning\] straggler check: node (\d+) "
                   r"\((\S+)\) holds every step back by (\d+)%", re.M)

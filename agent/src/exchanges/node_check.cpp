@@ -196,18 +196,9 @@ Verdict confirmed(const Verdict& first, const Verdict& second) {
   v.slow.clear();
   // Only the first measurement's suspects are judged again: a node it found fast is not kept out
   // by a second measurement that was not about it (on a loaded host the confirmation, three times
-  // as long, can time out on every node). A suspect that gives no answer now stays out for what
-  // was measured of it.
+  // as long, can time out on every node).
   for (const SlowNode& s : second.slow) {
-    const SlowNode* before = first.kept_out(s.node_rank);
-    if (before == nullptr) continue;
-    if (s.probe != kNoAnswer || before->probe == kNoAnswer) {
-      v.slow.push_back(s);
-    } else {
-      SlowNode kept = *before;
-      kept.detail += "; measured again: no answer (" + s.detail + ")";
-      v.slow.push_back(std::move(kept));
-    }
+    if (first.kept_out(s.node_rank) != nullptr) v.slow.push_back(s);
   }
   for (const SlowNode& s : first.slow) {
     if (s.probe == kNoAnswer && v.kept_out(s.node_rank) == nullptr) v.slow.push_back(s);
@@ -250,7 +241,16 @@ boost::asio::awaitable<std::optional<Verdict>> exchange(
       }
     }
     Verdict judged = judge(reports, r.num_nodes, factor);
-    if (first) judged = confirmed(*first, judged);
+    if (first) {
+      for (const SlowNode& s : judged.slow) {
+        if (first->kept_out(s.node_rank) != nullptr) continue;
+        spdlog::warn(
+            "node check: node {} measured again: {} ({}); the first measurement found it within "
+            "{:g}x the round's median: it stays in",
+            s.node_rank, s.probe, s.ratio > 0 ? fmt::format("{:.2f}x", s.ratio) : s.detail, factor);
+      }
+      judged = confirmed(*first, judged);
+    }
     std::string verdict = judged.to_json().dump();
     try {
       co_await rdzv->publish(scope, verdict_topic, verdict);

@@ -4,7 +4,8 @@
 // medians and publishes the verdict (topic "node_check_verdict"), so that every node acts on the
 // same one. A verdict that names a node measured slow is a suspicion, not yet a verdict: every node
 // measures again, longer (pass 1, topics suffixed ".pass1"), and a node is kept out only where
-// both measurements found it slow (or its probe gave no answer, which is final); a node that
+// its probe gave no answer the first time (which is final) or the first measurement found it slow
+// and the second slow or silent (a node found fast the first time stays in); a node that
 // passed records itself as checked (topic "node_check_passed", the job's
 // scope), and a round whose members all did needs no check. The verdict also goes to the job's
 // scope (topic rendezvous::kNodeCheckTopic) for `ddprun status`. The straggler check measures the
@@ -58,9 +59,8 @@ struct Verdict {
 Verdict judge(const std::vector<ProbeReport>& reports, int nodes, double factor);
 
 // The verdict of a confirmation: `second`'s figures; slow, the nodes that gave no answer in
-// `first`, and those `first` found slow that `second` found slow too (as `second` measured them)
-// or that gave no answer in `second` (as `first` measured them). A node `first` found neither
-// slow nor silent stays in, whatever `second` found of it.
+// `first`, and those `first` found slow that `second` found slow or silent (as `second` found
+// them). A node `first` found neither slow nor silent stays in, whatever `second` found of it.
 Verdict confirmed(const Verdict& first, const Verdict& second);
 
 // Whether `r` has a member that has not passed a node check of this job (true where `r` does not
@@ -68,8 +68,9 @@ Verdict confirmed(const Verdict& first, const Verdict& second);
 boost::asio::awaitable<bool> needed(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                     rendezvous::Round r);
 // Publishes `mine`, the measurement of pass `pass`; node rank 0 waits (up to `wait`) for every
-// node's, judges them with `factor` (on pass 1, confirmed() against `first`, pass 0's verdict)
-// and publishes the verdict. Returns the verdict, or nullopt where the round ended (or twice
+// node's, judges them with `factor` (given `first`, the previous pass's verdict, confirmed()
+// against it, and a warning for each node it names that `first` did not) and publishes the
+// verdict. Returns the verdict, or nullopt where the round ended (or twice
 // `wait` passed) before it came. Never throws.
 boost::asio::awaitable<std::optional<Verdict>> exchange(
     std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r, int pass, ProbeReport mine,
