@@ -257,8 +257,8 @@ int main(int argc, char** argv) {
     // probe hung in its turn leaves the others time to measure and still meet, at each phase's
     // start, the nodes that did not wait (each waits a quarter of the time left for the first
     // phase's partners). The nodes that share a host take their turns in less: 8 CPU kernels
-    // about 1.7 s, a confirmation's three times as long about 5 s, against 5.4 s of the default
-    // --node_check_timeout's 27.
+    // about 1.7 s, a confirmation's three times as long about 5 s, against 6 s of the default
+    // --node_check_timeout's 30.
     std::string report = a.compute ? compute_line(a, start + a.timeout / 5) : std::string();
     for (int phase = 0; phase < kPhases; ++phase) {
       // Each phase left, and its start, may take an equal share of the time left: a node that
