@@ -122,6 +122,10 @@ stage_done "waiting for the torch 2.14 root" "$status"
 
 status=0
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300) || status=$?
+# A failed test's output comes where it ended, mid-log; its end again here, below the summary.
+if [[ $status -ne 0 ]]; then
+  /usr/bin/python3 scripts/ctest_failures.py "$build" || echo "test: ctest_failures.py failed" >&2
+fi
 stage_done "every CTest test" "$status"
 
 # What ran beside CTest: each stage's outcome and its own time (the wait for it is the next line's).
