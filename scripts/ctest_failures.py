@@ -11,6 +11,7 @@ import re
 import sys
 
 SECTION = re.compile(r"^\d+/\d+ Testing: (.+)$", re.M)
+OUTPUT = re.compile(r"^Output:\n-+\n", re.M)  # the line of dashes under it, whatever its length
 MOST_TESTS = 5
 
 
@@ -19,8 +20,7 @@ def failures(log):
     starts = list(SECTION.finditer(log))
     for i, m in enumerate(starts):
         section = log[m.start():starts[i + 1].start() if i + 1 < len(starts) else len(log)]
-        output = section.split("Output:\n" + "-" * 58 + "\n", 1)[-1]
-        output = output.split("<end of output>", 1)[0]
+        output = OUTPUT.split(section, 1)[-1].split("<end of output>", 1)[0]
         result = re.search(r"^Test time = .*\n-+\n(.*)$", section, re.M)
         verdict = result.group(1).strip() if result else "no result (the run ended first)"
         if verdict != "Test Passed.":
