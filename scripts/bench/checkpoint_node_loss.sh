@@ -5,7 +5,9 @@
 # another). A node (its agent and every worker: all its namespace's processes) is SIGKILLed at a
 # random step; a spare node, waiting since the job began to train (SPARE=0: a replacement node
 # started at the loss), takes its place. ddprun's workers start from a warm interpreter
-# (--preload=auto; PRELOAD=0: cold, as torchrun's).
+# (--preload=auto; PRELOAD=0: cold, as torchrun's) and restart as processes, torchrun's way
+# (RESTART=in_process: the surviving node's ranks keep their processes, model and optimizer, and
+# only the lost node's ranks start anew; the worker runs its training under ddprun.inprocess.run).
 #   ddprun:   ddprun.checkpoint.save every step, copied to the peer node in the background
 #   torchrun: torch 2.14's torchrun (c10d, its store in node 0's agent), rank 0 torch.save()s to a shared
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)
@@ -16,7 +18,8 @@
 # the transfer within 2x of the link, at least 10x sooner than torchrun, the copies keeping at
 # least 90% of the speed).
 #   scripts/bench/checkpoint_node_loss.sh    (WIDTH=2048: 256 MiB of state per rank; 4096: 1 GiB,
-#                                             which needs about 24 GiB of memory; SEED)
+#                                             which needs about 24 GiB of memory; SEED; SPARE;
+#                                             PRELOAD; RESTART)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh
