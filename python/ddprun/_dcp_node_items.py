@@ -39,7 +39,7 @@ def _restarted():
 class Held:
     """What a rank's local plan holds (its storage_data on the way to the coordinator)."""
     rank: int
-    node: int  # the global rank of the node's local rank 0
+    node: int  # the global rank of its agent's local rank 0 (_replica.holder_rank)
     items: tuple  # ((MetadataIndex, bytes), ...)
 
 

@@ -64,15 +64,16 @@ def indices(state, replicated, tensors):
 
 
 def role(shared):
-    """"holder", "referrer" or None (nothing replicated, or the only rank of its node)."""
-    if not shared or int(os.environ.get("LOCAL_WORLD_SIZE", "1")) < 2:
+    """"holder", "referrer" or None (nothing replicated, or the only worker of its agent)."""
+    if not shared or _ckpt._slots() < 2:
         return None
-    return "holder" if int(os.environ.get("LOCAL_RANK", "0")) == 0 else "referrer"
+    return "holder" if _ckpt._slot() == 0 else "referrer"
 
 
 def holder_rank():
-    """The global rank of this node's local rank 0 (a node's ranks are consecutive)."""
-    return _ckpt._my_rank() - int(os.environ.get("LOCAL_RANK", "0"))
+    """The global rank of this agent's local rank 0 (an agent's ranks are consecutive; the only
+    worker of its agent, as under srun or mpirun, is its own)."""
+    return _ckpt._my_rank() - (_ckpt._slot() if _ckpt._slots() > 1 else 0)
 
 
 def layout(tensors, order, start=0):

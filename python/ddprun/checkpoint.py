@@ -174,6 +174,18 @@ def _my_world():
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _slot():
+    """This worker's region's number in its agent's folder (its local rank, which the agent gives
+    as DDPRUN_CHECKPOINT_SLOT: under --virtual_local_rank LOCAL_RANK is 0 in every worker)."""
+    return int(os.environ.get("DDPRUN_CHECKPOINT_SLOT", "0"))
+
+
+def _slots():
+    """How many workers' regions share this worker's folder: its agent's workers (one each under
+    srun or mpirun, however many tasks the node runs)."""
+    return int(os.environ.get("DDPRUN_CHECKPOINT_SLOTS", "1"))
+
+
 class _Region:
     """The local rank's region file, mapped."""
 
@@ -235,7 +247,7 @@ def _human(n):
 
 
 def _needed_for_node(size):
-    return size * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return size * _slots()
 
 
 def _region_dir():
@@ -243,7 +255,7 @@ def _region_dir():
 
 
 def _region_path(folder):
-    return os.path.join(folder, "rank%s" % os.environ.get("LOCAL_RANK", "0"))
+    return os.path.join(folder, "rank%d" % _slot())
 
 
 def _held_elsewhere(folder, own):
@@ -347,7 +359,7 @@ _ROOM_LOOK_EVERY = 0.05
 
 
 def _room_file(folder):
-    return os.path.join(folder, ".room-%s" % os.environ.get("LOCAL_RANK", "0"))
+    return os.path.join(folder, ".room-%d" % _slot())
 
 
 def _take_grant(folder):

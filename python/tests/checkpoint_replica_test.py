@@ -64,7 +64,8 @@ def ranks(package, folder, mode, load=False):
     procs = []
     for r in (0, 1):
         env = {**os.environ, "DDPRUN_CHECKPOINT_DIR": folder, "RANK": str(r), "LOCAL_RANK": str(r),
-               "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "replica-test"}
+               "DDPRUN_CHECKPOINT_SLOT": str(r), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+               "DDPRUN_CHECKPOINT_SLOTS": "2", "TORCHELASTIC_RUN_ID": "replica-test"}
         if load:
             env["DDPRUN_CHECKPOINT_STEP"] = "4"
         procs.append(subprocess.Popen([sys.executable, "-c", RANK, package, mode], env=env,

@@ -26,7 +26,9 @@ def state(fill):
 def rank_main(rank, package, folder, store, phase):
     """One of the two ranks: saves step 3, or loads it back and checks it."""
     os.environ.update({"DDPRUN_CHECKPOINT_DIR": folder, "LOCAL_RANK": str(rank), "RANK": str(rank),
-                       "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job"})
+                       "DDPRUN_CHECKPOINT_SLOT": str(rank), "WORLD_SIZE": "2",
+                       "LOCAL_WORLD_SIZE": "2", "DDPRUN_CHECKPOINT_SLOTS": "2",
+                       "TORCHELASTIC_RUN_ID": "job"})
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -58,7 +60,8 @@ def rank_1_refused(package, folder, why):
     import torch
     import torch.distributed.checkpoint as dcp
     os.environ.update({"DDPRUN_CHECKPOINT_DIR": folder, "LOCAL_RANK": "1", "RANK": "1",
-                       "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job",
+                       "DDPRUN_CHECKPOINT_SLOT": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                       "DDPRUN_CHECKPOINT_SLOTS": "2", "TORCHELASTIC_RUN_ID": "job",
                        "DDPRUN_CHECKPOINT_STEP": "3"})
     ckpt = fresh(package)
     into = state(-7.0)
@@ -78,7 +81,8 @@ def planning(package):
     from ddprun import _dcp_node_items as node_items
     plans = []
     for rank in range(4):
-        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank % 2)})
+        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank % 2),
+                           "DDPRUN_CHECKPOINT_SLOT": str(rank % 2), "DDPRUN_CHECKPOINT_SLOTS": "2"})
         planner = DefaultSavePlanner()
         planner.set_up_planner({k: torch.zeros(n) for k, n in SIZES.items()}, None, rank == 0)
         plans.append(node_items.held(planner.create_local_plan()))

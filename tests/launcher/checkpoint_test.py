@@ -485,6 +485,21 @@ def case_load_into_restores_in_place():
           "rest), and refuses a state of another shape: passed")
 
 
+def case_under_virtual_local_rank_each_rank_restores_its_own():
+    """--virtual_local_rank gives every worker LOCAL_RANK=0: each still saves into a region of its
+    own, and after a kill each rank gets back exactly what it saved."""
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=1", "--virtual_local_rank",
+             os.path.join(WORKLOADS, "checkpoint_ranks.py"), "8", out], env={"KILL_AT": "1:4"})
+    assert r.returncode == 0, r.stderr
+    assert "restore the in-memory checkpoint of step 4" in r.stderr, r.stderr
+    found = {os.path.basename(p): open(p).read() for p in glob.glob(f"{out}/loaded.*")}
+    assert found == {"loaded.0@2": "own 4", "loaded.1@2": "own 4"}, found
+    assert not left_running(out)
+    print("--virtual_local_rank (LOCAL_RANK=0 in every worker), rank 1 SIGKILLed after step 4: "
+          "each rank resumed from its own state of step 4: passed")
+
+
 KILL_IN_SAVE = r'''
 import mmap, os, signal, struct, sys, threading, time
 import torch

@@ -45,7 +45,7 @@ DIFFERENCES = {
 }
 # ddprun's own variables for every worker (docs/cli.md), which torchrun's do not have.
 OWN = {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_MEMORY_LIMIT",
-       "DDPRUN_STEP_TIMES_FILE"}
+       "DDPRUN_CHECKPOINT_SLOT", "DDPRUN_CHECKPOINT_SLOTS", "DDPRUN_STEP_TIMES_FILE"}
 # ddprun's mark, a name unique to each agent (DDPRUN_CONTAINED_<hex>), for its guardian.
 OWN_PREFIX = "DDPRUN_CONTAINED_"
 # Set by the wrapper that runs torch 2.14 from its root (scripts/torch2/python) or by the shell.

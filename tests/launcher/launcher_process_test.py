@@ -39,7 +39,7 @@ DUMP_ENV = ("import os,json,sys; "
 # no longer sets.
 DDPRUN_EXTRAS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
                  "DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_MEMORY_LIMIT",
-                 "DDPRUN_STEP_TIMES_FILE"}
+                 "DDPRUN_CHECKPOINT_SLOT", "DDPRUN_CHECKPOINT_SLOTS", "DDPRUN_STEP_TIMES_FILE"}
 # The agent's own mark, a name unique to it (DDPRUN_CONTAINED_<hex>=<its pid>), by which its guardian
 # finds what the workers left behind.
 DDPRUN_MARK = "DDPRUN_CONTAINED_"

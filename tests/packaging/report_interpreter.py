@@ -10,7 +10,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # What ddprun gives every worker of its own (docs/cli.md): the rest of DDPRUN_* must not reach one.
 WORKER_VARIABLES = {"DDPRUN_CHECKPOINT_DIR", "DDPRUN_CHECKPOINT_STEP",
-                    "DDPRUN_CHECKPOINT_MEMORY_LIMIT", "DDPRUN_HEARTBEAT_FILE"}
+                    "DDPRUN_CHECKPOINT_MEMORY_LIMIT", "DDPRUN_CHECKPOINT_SLOT",
+                    "DDPRUN_CHECKPOINT_SLOTS", "DDPRUN_HEARTBEAT_FILE"}
 dist.init_process_group("gloo", init_method="env://")
 model = DDP(torch.nn.Linear(4, 1))
 model(torch.ones(2, 4)).sum().backward()

@@ -62,10 +62,14 @@ TEST_CASE("worker env: virtual local rank gives each worker one device as local 
           "[agent]") {
   AttemptEnvironment attempt;
   attempt.virtual_local_rank = true;
+  attempt.checkpoint_slots = 4;
   const WorkerIdentity id{2, 2, 4, 4, 0, 1, 2, 4};
   auto env = worker_environment({{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}}, attempt, id, "");
   CHECK(env.at("LOCAL_RANK") == "0");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
+  // Its checkpoint region is still its own local rank's, of the agent's four.
+  CHECK(env.at("DDPRUN_CHECKPOINT_SLOT") == "2");
+  CHECK(env.at("DDPRUN_CHECKPOINT_SLOTS") == "4");
   env = worker_environment({}, attempt, id, "");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "2");
 }

@@ -502,3 +502,16 @@ TEST_CASE(
   CHECK(region_header_for(h->slots[0], g.word("slot_size"), g.word("slot0.save_micros")) ==
         expected);
 }
+
+TEST_CASE(
+    "checkpoint regions: the metrics name each worker's own local rank, one task's under "
+    "srun or mpirun",
+    "[checkpoint]") {
+  const CheckpointRegions regions("metrics-test-" + std::to_string(::getpid()));
+  write_region(fs::path(regions.path()) / "rank3", 5, bytes_stepping(100, 1, 0));
+  const std::string text = regions.metrics({3});
+  CHECK(text.find("ddprun_checkpoint_step{local_rank=\"3\"} 5") != std::string::npos);
+  CHECK(text.find("local_rank=\"0\"") == std::string::npos);
+  CHECK(regions.metrics({0}).find("ddprun_checkpoint_step{local_rank=\"0\"} -1") !=
+        std::string::npos);
+}

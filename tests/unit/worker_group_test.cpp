@@ -294,6 +294,8 @@ TEST_CASE("standby launch: a worker's command line and the node's environment, w
                       {"TORCHELASTIC_ERROR_FILE", (attempt / "3" / "error.json").string()},
                       {"DDPRUN_HEARTBEAT_FILE", "/dev/shm/hb/3"},
                       {"DDPRUN_INPROCESS_FILE", "/dev/shm/ip/inprocess.3"},
+                      {"DDPRUN_CHECKPOINT_SLOT", "3"},
+                      {"DDPRUN_CHECKPOINT_SLOTS", "4"},
                       {"DDPRUN_CHECKPOINT_DIR", "/dev/shm/regions"}};
   worker.spawn.cpus = {6, 7};
   worker.spawn.out = {StreamTarget::Kind::kPipe, {}};

@@ -28,8 +28,8 @@ Layout layout_of(const std::string& folder, int64_t step,
     throw CheckpointError(
         fmt::format("checkpoint: {} buffers named replicated, of {}", replicated, buffers.size()));
   }
-  const int64_t local = env_int("LOCAL_RANK", 0);
-  if (replicated == 0 || env_int("LOCAL_WORLD_SIZE", 1) < 2) return layout;
+  const int64_t local = region_slot();
+  if (replicated == 0 || region_slots() < 2) return layout;
   layout.replicated = replicated;
   // (with the restart count: a save of an earlier attempt is never this one)
   layout.ordinal =
@@ -153,7 +153,7 @@ std::optional<int64_t> load(const std::vector<std::span<std::byte>>& buffers) {
   const std::string agreed = env_or("DDPRUN_CHECKPOINT_STEP", "");
   if (folder.empty() || agreed.empty()) return std::nullopt;
   const int64_t step = std::stoll(agreed);
-  const std::string path = folder + "/rank" + env_or("LOCAL_RANK", "0");
+  const std::string path = region_path(folder);
   const Region* region = own_region(folder);
   if (region == nullptr) {
     throw CheckpointError(

@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<Region> g_region;  // this process's mapping of its rank's region
 
-std::string region_path(const std::string& folder) {
-  return folder + "/rank" + env_or("LOCAL_RANK", "0");
-}
-
 std::unique_ptr<Region> map_region(const std::string& path, size_t slot_size, bool create,
                                    bool writable = true) {
   const int flags = (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
@@ -120,6 +116,14 @@ std::unique_ptr<Region> existing_region(const std::string& path, bool writable) 
   uint64_t slot_size;
   std::memcpy(&slot_size, head + 8, 8);
   return map_region(path, slot_size, false, writable);
+}
+
+int64_t region_slot() { return env_int("DDPRUN_CHECKPOINT_SLOT", 0); }
+
+int64_t region_slots() { return env_int("DDPRUN_CHECKPOINT_SLOTS", 1); }
+
+std::string region_path(const std::string& folder) {
+  return folder + "/rank" + std::to_string(region_slot());
 }
 
 Region* own_region(const std::string& folder) {

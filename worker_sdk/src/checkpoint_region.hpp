@@ -70,8 +70,16 @@ struct Region {
 // where there is none or it is not a region. Throws ddp::CheckpointError where it cannot be mapped.
 std::unique_ptr<Region> existing_region(const std::string& path, bool writable = true);
 
-// This process's rank's region (`folder`/rank<LOCAL_RANK>), mapped once (again where the
-// environment names another since): null until a save made it or a load found it.
+// This worker's region's number in its agent's folder, DDPRUN_CHECKPOINT_SLOT (its local rank:
+// under --virtual_local_rank LOCAL_RANK is 0 in every worker), and how many workers' regions share
+// the folder, DDPRUN_CHECKPOINT_SLOTS (its agent's workers: one each under srun or mpirun).
+int64_t region_slot();
+int64_t region_slots();
+// This worker's region in `folder`: `folder`/rank<region_slot()>.
+std::string region_path(const std::string& folder);
+
+// This process's rank's region (region_path), mapped once (again where the environment names
+// another since): null until a save made it or a load found it.
 Region* own_region(const std::string& folder);
 
 // This rank's region, able to hold `payload` bytes per slot (made, or remade larger, here); the

@@ -50,8 +50,10 @@ std::string as_rank(const fs::path& dir, int rank, const std::function<void()>& 
     ::close(out[0]);
     set_env("DDPRUN_CHECKPOINT_DIR", dir.string());
     set_env("LOCAL_RANK", std::to_string(rank));
+    set_env("DDPRUN_CHECKPOINT_SLOT", std::to_string(rank));
     set_env("RANK", std::to_string(rank));
     set_env("LOCAL_WORLD_SIZE", "2");
+    set_env("DDPRUN_CHECKPOINT_SLOTS", "2");
     set_env("WORLD_SIZE", "2");
     set_env("TORCHELASTIC_RUN_ID", "job");
     std::string said;

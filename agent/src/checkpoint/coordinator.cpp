@@ -73,7 +73,7 @@ void CheckpointCoordinator::say_budget() const {
 }
 
 std::string CheckpointCoordinator::metrics() const {
-  return regions_.metrics(cfg_.rdzv.nproc) +
+  return regions_.metrics(local_ranks(cfg_)) +
          checkpoint_memory_metrics(regions_.path(), cfg_.checkpoint_memory_limit) +
          replication_metrics();
 }

@@ -52,24 +52,26 @@ std::optional<RegionHeader> CheckpointRegions::header(int local_rank) const {
   return read_region_header(fs::path(path_) / ("rank" + std::to_string(local_rank)));
 }
 
-std::string CheckpointRegions::metrics(int nproc) const {
+std::string CheckpointRegions::metrics(const std::vector<int>& local_ranks) const {
   std::string out = store::prometheus_sample(
       "ddprun_checkpoint_bytes", "gauge",
       "Bytes this node's in-memory checkpoint regions take (ddprun.checkpoint).",
       static_cast<double>(bytes_held()));
   std::vector<std::optional<RegionHeader>> headers;
-  for (int i = 0; i < nproc; ++i) headers.push_back(header(i));
-  const auto newest = [&headers](int i) {
+  for (int local : local_ranks) headers.push_back(header(local));
+  const auto newest = [&headers](size_t i) {
     return headers[i] ? headers[i]->newest_committed() : -1;
   };
-  const auto label = [](int i) { return "local_rank=\"" + std::to_string(i) + "\""; };
-  for (int i = 0; i < nproc; ++i) {
+  const auto label = [&local_ranks](size_t i) {
+    return "local_rank=\"" + std::to_string(local_ranks[i]) + "\"";
+  };
+  for (size_t i = 0; i < local_ranks.size(); ++i) {
     out += store::prometheus_sample(
         "ddprun_checkpoint_step", "gauge",
         i == 0 ? "Each local rank's newest committed in-memory checkpoint (-1: none)." : "",
         newest(i) < 0 ? -1.0 : static_cast<double>(headers[i]->slots[newest(i)].step), label(i));
   }
-  for (int i = 0; i < nproc; ++i) {
+  for (size_t i = 0; i < local_ranks.size(); ++i) {
     out += store::prometheus_sample(
         "ddprun_checkpoint_save_seconds", "gauge",
         i == 0 ? "How long each local rank's newest in-memory save took, as the worker saw it."

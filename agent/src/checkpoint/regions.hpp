@@ -32,9 +32,9 @@ class CheckpointRegions {
   std::vector<int64_t> steps_held(int local_rank) const;
   // The bytes the node's regions take.
   uint64_t bytes_held() const;
-  // Prometheus text, read from the regions now: the bytes they take and each of the `nproc` local
-  // ranks' newest committed step (-1: none).
-  std::string metrics(int nproc) const;
+  // Prometheus text, read from the regions now: the bytes they take and each of the agent's
+  // `local_ranks`' newest committed step (-1: none).
+  std::string metrics(const std::vector<int>& local_ranks) const;
 
   // The steps a region's header (its first kRegionHeaderRead bytes or more, as read) says are
   // committed, oldest first.

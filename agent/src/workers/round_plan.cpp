@@ -90,6 +90,7 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
   attempt.max_restarts = cfg.rdzv.max_restarts;
   attempt.run_id = cfg.rdzv.run_id;
   attempt.virtual_local_rank = cfg.virtual_local_rank;
+  attempt.checkpoint_slots = cfg.rdzv.nproc;
   attempt.checkpoint = checkpoint;
 
   fs::create_directories(attempt_dir);
@@ -148,8 +149,15 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg, const fs::path& att
 std::vector<std::pair<int, int>> round_ranks(const AgentConfig& cfg,
                                              const rendezvous::Round& round) {
   std::vector<std::pair<int, int>> out;
+  const std::vector<int> locals = local_ranks(cfg);
+  for (int r = 0; r < cfg.rdzv.nproc; ++r) out.emplace_back(locals[r], round.base_rank + r);
+  return out;
+}
+
+std::vector<int> local_ranks(const AgentConfig& cfg) {
+  std::vector<int> out;
   for (int r = 0; r < cfg.rdzv.nproc; ++r) {
-    out.emplace_back(cfg.placement ? cfg.placement->local_rank : r, round.base_rank + r);
+    out.push_back(cfg.placement ? cfg.placement->local_rank : r);
   }
   return out;
 }

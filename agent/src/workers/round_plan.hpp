@@ -36,6 +36,8 @@ std::vector<WorkerLaunch> plan_round(const AgentConfig& cfg,
 // Each of this node's workers' local rank and global rank in `round`, in the launches' order.
 std::vector<std::pair<int, int>> round_ranks(const AgentConfig& cfg,
                                              const rendezvous::Round& round);
+// The local ranks of the agent's workers, in order (under srun or mpirun its one task's own).
+std::vector<int> local_ranks(const AgentConfig& cfg);
 
 // --numa-binding: the CPUs of each local rank's worker, from its accelerator (the one whose index
 // is its local rank); empty without the flag. Throws std::runtime_error naming the mode and

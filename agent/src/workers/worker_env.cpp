@@ -40,6 +40,8 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
        {"DDPRUN_CHECKPOINT_STEP", "DDPRUN_CHECKPOINT_WORLD", "DDPRUN_CHECKPOINT_RESHARD"}) {
     env.erase(name);
   }
+  env["DDPRUN_CHECKPOINT_SLOT"] = std::to_string(id.local_rank);
+  env["DDPRUN_CHECKPOINT_SLOTS"] = std::to_string(attempt.checkpoint_slots);
   if (attempt.checkpoint) {
     env["DDPRUN_CHECKPOINT_STEP"] = std::to_string(attempt.checkpoint->step);
     env["DDPRUN_CHECKPOINT_WORLD"] = std::to_string(attempt.checkpoint->saved_world);
@@ -68,7 +70,7 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
 }
 
 bool is_per_worker_variable(std::string_view name) {
-  static constexpr std::array<std::string_view, 24> kNames{
+  static constexpr std::array<std::string_view, 26> kNames{
       "RANK",
       "GROUP_RANK",
       "ROLE_RANK",
@@ -90,6 +92,8 @@ bool is_per_worker_variable(std::string_view name) {
       "DDPRUN_STEP_TIMES_FILE",
       "DDPRUN_INPROCESS_FILE",
       "DDPRUN_STANDBY",
+      "DDPRUN_CHECKPOINT_SLOT",
+      "DDPRUN_CHECKPOINT_SLOTS",
       "DDPRUN_CHECKPOINT_STEP",
       "DDPRUN_CHECKPOINT_WORLD",
       "DDPRUN_CHECKPOINT_RESHARD",

@@ -41,6 +41,8 @@ struct AttemptEnvironment {
   std::string run_id = "none";
   bool use_agent_store = true;
   bool virtual_local_rank = false;
+  // The agent's workers, whose checkpoint regions share its folder (DDPRUN_CHECKPOINT_SLOTS).
+  int checkpoint_slots = 1;
   // The in-memory checkpoint the agents agreed the workers restore; nullopt: none.
   std::optional<CheckpointRestore> checkpoint;
 };
@@ -48,6 +50,9 @@ struct AttemptEnvironment {
 // The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, ... , TORCHELASTIC_*, both spellings
 // of the NCCL async error handling switch (TORCH_NCCL_ for torch >= 2.2, NCCL_ for 1.13; the
 // agent's own values win), and CUDA_VISIBLE_DEVICES narrowed to one device with virtual_local_rank.
+// DDPRUN_CHECKPOINT_SLOT names the worker's checkpoint region (rank<N> in the agent's folder, N its
+// local rank: under virtual_local_rank LOCAL_RANK is 0 in every worker, and the region is still
+// its own), and DDPRUN_CHECKPOINT_SLOTS says how many workers' regions share that folder.
 Environment worker_environment(const Environment& agent_env, const AttemptEnvironment& attempt,
                                const WorkerIdentity& id, const std::string& error_file);
 

@@ -4,8 +4,10 @@ rank and the step. Arguments: STEPS OUT_DIR. After its load each rank writes
 OUT_DIR/loaded.<rank>@<world size>:
 "own STEP" where what it got is exactly what it saved at STEP, "fresh" where it got nothing, or
 what was wrong. $HOLD_AT=STEP: after saving STEP the first time, each rank writes
-OUT_DIR/held.<STEP>.<rank> and waits (bounded) for the test to take a node away."""
+OUT_DIR/held.<STEP>.<rank> and waits (bounded) for the test to take a node away.
+$KILL_AT=RANK:STEP: in the first attempt, that rank SIGKILLs itself once every rank saved STEP."""
 import os
+import signal
 import sys
 import time
 
@@ -60,6 +62,9 @@ def main():
         state = advance(state, rank, s)
         checkpoint.save(s, state)
         dist.barrier()
+        if os.environ.get("KILL_AT") == f"{rank}:{s}" and \
+                os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
         marker = os.path.join(out, f"held.{s}.{rank}")
         if hold == str(s) and not os.path.exists(marker):
             open(marker, "w").close()
