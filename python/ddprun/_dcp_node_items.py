@@ -6,15 +6,16 @@ from there. A rank's region must restore from its own node's memory, so each nod
 of every item its ranks hold: the rank DCP chose where it is on the node (the persisted layout's
 .metadata points there), else the node's rank with the fewest bytes kept so far. Every other rank
 of the node keeps a reference instead of the bytes, ("at", the keeper's global rank), so a node of
-LOCAL_WORLD_SIZE DDP ranks holds, sends and persists one replica, not LOCAL_WORLD_SIZE.
+N DDP ranks holds, sends and persists one replica, not N. A "node" here is an agent, whose ranks
+share its folder of regions: under srun or mpirun each task is one of its own.
 
 The coordinator decides in prepare_global_plan, from what each rank said it holds in its local
 plan's storage_data (a planner that drops storage_data leaves every rank keeping everything). Ranks
-are numbered by node, so a rank's node is its global rank less its local rank. A reference names
-the save by (TORCHELASTIC_RESTART_COUNT, this process's count of DCP saves), the same on every rank
-of one dcp.save; the reader takes the keeper's slot of the same step, run, world size and save from
-the node's regions, checks its checksum before a byte is copied and that it was not overwritten
-after, and refuses (naming the rank) where the node does not hold it. As with DCP's own reads, a
+are numbered by agent, so a rank's agent is named by its first rank (_replica.holder_rank). A
+reference names the save by (TORCHELASTIC_RESTART_COUNT, this process's count of DCP saves), the
+same on every rank of one dcp.save; the reader takes the keeper's slot of the same step, run, world
+size and save from the node's regions, checks its checksum before a byte is copied and that it was
+not overwritten after, and refuses (naming the rank) where the node does not hold it. As with DCP's own reads, a
 replicated item is taken to be the same on every rank that holds it.
 """
 import dataclasses

@@ -1,8 +1,9 @@
 """Replicated state held once per node: checkpoint.save(step, state, replicated=...).
 
 Under DDP every rank holds the same parameters and optimizer state; saved rank by rank, a node of
-LOCAL_WORLD_SIZE ranks would hold, persist and send it that many times. With `replicated`, local
-rank 0 (the node's holder) lays the replicated tensors out first in its slot and writes each one's
+N ranks would hold, persist and send it N times. A "node" here is an agent (its workers, as many
+as DDPRUN_CHECKPOINT_SLOTS says, share its folder of regions; under srun or mpirun each task's
+agent has one, which holds its state itself). With `replicated`, local rank 0 (the node's holder) lays the replicated tensors out first in its slot and writes each one's
 CRC (its tile: its bytes and the zeros up to the next 64-byte boundary) in the payload's last bytes.
 Every other local rank (a referrer) takes the CRC of each of its own replicated tensors, waits for
 the holder's slot of the same step and run, and checks that the layout and every CRC match: a

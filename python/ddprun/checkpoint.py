@@ -247,7 +247,9 @@ def _human(n):
 
 
 def _needed_for_node(size):
-    return size * _slots()
+    """What the node's /dev/shm needs for `size` bytes per rank: every rank of the node's, also
+    where each task has an agent of its own (srun, mpirun)."""
+    return size * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def _region_dir():
@@ -732,6 +734,15 @@ def _not_under_ddprun(what):
         _warned = True
 
 
+def _refuse_in_standby(what):
+    """A standby (--standby_workers) has no rank until it takes a failed rank's place: what its
+    warm-up saved or loaded would be local rank 0's region's."""
+    if os.environ.get("DDPRUN_STANDBY") == "1":
+        raise CheckpointError(
+            f"checkpoint.{what}: this process is a standby (--standby_workers), which has no rank "
+            f"yet: {what} in the training inprocess.run() calls, not in its warm-up")
+
+
 def save(step, state, replicated=False):
     """Saves `state` as step `step` of this rank; returns once every byte is in shared memory.
 
@@ -742,6 +753,7 @@ def save(step, state, replicated=False):
     if not _region_dir():
         _not_under_ddprun("save")
         return
+    _refuse_in_standby("save")
     started = time.perf_counter()
     import torch
     from ddprun import _replica

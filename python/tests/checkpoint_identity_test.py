@@ -2,7 +2,8 @@
 restore that put the wrong slot in place would do), is refused before any byte reaches the caller;
 so is one of another world size than the agents agreed; a rank that the saved world did not have
 gets an error naming both sizes, or (None, None) where it asks, unless its process kept an earlier
-in-process attempt's state. With torch 2 the same through MemoryStorageReader.
+in-process attempt's state; a standby's save is refused. With torch 2 the same through
+MemoryStorageReader.
 
     checkpoint_identity_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
@@ -49,6 +50,15 @@ def main():
     os.environ["DDPRUN_CHECKPOINT_STEP"] = "3"
     ckpt = fresh(package)
     os.environ["RANK"] = "0"
+    ckpt = fresh(package)
+    step, state = ckpt.load()
+    assert step == 3 and torch.equal(state["w"], torch.arange(8.0)) and state["position"] == 40
+    # A standby (--standby_workers) has no rank yet: its warm-up saving is refused, and local rank
+    # 0's region keeps what it held.
+    os.environ["DDPRUN_STANDBY"] = "1"
+    ckpt = fresh(package)
+    expect_error(lambda: ckpt.save(3, {"w": torch.zeros(8), "position": 0}), "is a standby")
+    del os.environ["DDPRUN_STANDBY"]
     ckpt = fresh(package)
     step, state = ckpt.load()
     assert step == 3 and torch.equal(state["w"], torch.arange(8.0)) and state["position"] == 40
