@@ -15,8 +15,8 @@ are numbered by agent, so a rank's agent is named by its first rank (_replica.ho
 reference names the save by (TORCHELASTIC_RESTART_COUNT, this process's count of DCP saves), the
 same on every rank of one dcp.save; the reader takes the keeper's slot of the same step, run, world
 size and save from the node's regions, checks its checksum before a byte is copied and that it was
-not overwritten after, and refuses (naming the rank) where the node does not hold it. As with DCP's own reads, a
-replicated item is taken to be the same on every rank that holds it.
+not overwritten after, and refuses (naming the rank) where the node does not hold it. As with DCP's
+own reads, a replicated item is taken to be the same on every rank that holds it.
 """
 import dataclasses
 import mmap

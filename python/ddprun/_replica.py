@@ -1,20 +1,20 @@
 """Replicated state held once per node: checkpoint.save(step, state, replicated=...).
 
-Under DDP every rank holds the same parameters and optimizer state; saved rank by rank, a node of
-N ranks would hold, persist and send it N times. A "node" here is an agent (its workers, as many
-as DDPRUN_CHECKPOINT_SLOTS says, share its folder of regions; under srun or mpirun each task's
-agent has one, which holds its state itself). With `replicated`, local rank 0 (the node's holder) lays the replicated tensors out first in its slot and writes each one's
-CRC (its tile: its bytes and the zeros up to the next 64-byte boundary) in the payload's last bytes.
-Every other local rank (a referrer) takes the CRC of each of its own replicated tensors, waits for
-the holder's slot of the same step and run, and checks that the layout and every CRC match: a
-mismatch is a CheckpointError naming the tensor (the state is not the same on every rank, and
-restoring the holder's would be a silent wrong answer). It then saves only a reference (the
-holder's global rank, the tiles' CRCs) with its other tensors. A holder's and a referrer's saves
-are matched by their place among their process's saves with `replicated` (the same call of the
-training loop), not by step number. Where the holder saved that step without `replicated`, did not
-begin it within START_WAIT seconds or commit it within COMMIT_WAIT, or has saved again since, the
-referrer saves its replicated tensors itself (one warning per process): more memory, never a
-wrong answer.
+Under DDP every rank holds the same parameters and optimizer state; saved rank by rank, a node of N
+ranks would hold, persist and send it N times. A "node" here is an agent (its workers, as many as
+DDPRUN_CHECKPOINT_SLOTS says, share its folder of regions; under srun or mpirun each task's agent
+has one, which holds its state itself). With `replicated`, local rank 0 (the node's holder) lays the
+replicated tensors out first in its slot and writes each one's CRC (its tile: its bytes and the
+zeros up to the next 64-byte boundary) in the payload's last bytes. Every other local rank (a
+referrer) takes the CRC of each of its own replicated tensors, waits for the holder's slot of the
+same step and run, and checks that the layout and every CRC match: a mismatch is a CheckpointError
+naming the tensor (the state is not the same on every rank, and restoring the holder's would be a
+silent wrong answer). It then saves only a reference (the holder's global rank, the tiles' CRCs)
+with its other tensors. A holder's and a referrer's saves are matched by their place among their
+process's saves with `replicated` (the same call of the training loop), not by step number. Where
+the holder saved that step without `replicated`, did not begin it within START_WAIT seconds or
+commit it within COMMIT_WAIT, or has saved again since, the referrer saves its replicated tensors
+itself (one warning per process): more memory, never a wrong answer.
 
 The agents copy, persist and restore slots by global rank as before. The holder's slot at a step is
 its rank's slot at that step, which the agents' agreement on a step requires of every rank; ranks
