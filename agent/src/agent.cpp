@@ -28,6 +28,7 @@
 #include "logs/agent_metrics.hpp"
 #include "logs/event_log.hpp"
 #include "node/containment.hpp"
+#include "node/owned_folders.hpp"
 #include "workers/python_package.hpp"
 #include "workers/round_plan.hpp"
 #include "workers/warm_interpreter.hpp"
@@ -103,6 +104,8 @@ class NodeAgent {
         checkpoints_(io_, cfg_, rdzv_, events_),
         straggler_(io_, cfg_, rdzv_, events_),
         stop_(io_, rdzv_, group_, events_, cfg.rdzv.node_rank) {
+    // What agents SIGKILLed with their guardians left in memory (this one's own folders are not).
+    clean_up_orphaned_folders(memory_folder());
     add_node_environment();
     if (cfg.metrics_port) {
       events_.set_observer(
@@ -117,9 +120,7 @@ class NodeAgent {
     if (cfg.hang.mode != HangPolicy::Mode::kOff) {
       // Heartbeat files are mapped by the workers: in memory (/dev/shm) where there is one, never
       // on a shared log folder.
-      heartbeat_dir_.path =
-          make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-heartbeats-XXXXXX"
-                                               : "/tmp/ddprun-heartbeats-XXXXXX");
+      heartbeat_dir_.path = memory_folder_of("ddprun-heartbeats-");
       group_.watch_hangs(cfg.hang, heartbeat_dir_.path, cfg.python_workers, cfg.native_debugger);
     }
     if (!cfg.preload.modules.empty() && cfg.python_workers) {  // --preload, Python workers only
@@ -128,16 +129,13 @@ class NodeAgent {
     }
     if (straggler_.watched()) {
       // Mapped by the workers, as the heartbeat files.
-      steps_dir_.path = make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-steps-XXXXXX"
-                                                             : "/tmp/ddprun-steps-XXXXXX");
+      steps_dir_.path = memory_folder_of("ddprun-steps-");
       group_.watch_steps(steps_dir_.path, straggler_.samples());
     }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
     if (cfg.restart_mode == RestartMode::kInProcess) {
       // Read by the workers as often as the heartbeats: in memory where there is one.
-      inprocess_dir_.path =
-          make_temp_dir(fs::exists("/dev/shm") ? "/dev/shm/ddprun-inprocess-XXXXXX"
-                                               : "/tmp/ddprun-inprocess-XXXXXX");
+      inprocess_dir_.path = memory_folder_of("ddprun-inprocess-");
       group_.restart_in_process(inprocess_dir_.path);
       group_.keep_standbys(cfg.standby_workers);
     }
@@ -238,6 +236,17 @@ class NodeAgent {
   }
 
  private:
+  // A folder of this agent's in memory (node/owned_folders.hpp) named `kind`XXXXXX, for files the
+  // workers map: removed with the agent, by its guardian after a SIGKILL, and where both were
+  // SIGKILLed by the next agent on the node.
+  std::string memory_folder_of(const std::string& kind) {
+    std::string path = make_owned_folder(memory_folder(), kind);
+    if (!containment_.remove_after_a_kill(path)) {
+      spdlog::warn("{} would be left behind if this agent were SIGKILLed", path);
+    }
+    return path;
+  }
+
   // What every worker of this node gets besides the agent's environment: where its in-memory
   // checkpoint lives and what bounds it, and ddprun's Python modules on the path of a Python one.
   void add_node_environment() {

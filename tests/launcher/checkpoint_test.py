@@ -626,14 +626,18 @@ if how == "hold":
 
 
 def case_no_region_outlives_its_job():
+    """Nor any other folder the agent keeps in memory (the workers' heartbeat files and in-process
+    restart channels here): in a folder of the test's own (DDPRUN_SHM_DIR), nothing is left."""
     outcomes = []
+    shm = tempfile.mkdtemp(dir="/dev/shm")
     for how in ("succeed", "fail", "sigterm", "sigkill"):
         out = tempfile.mkdtemp()
         log = open(os.path.join(out, "ddprun.log"), "w")
         p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=2", "--metrics_port=0",
-                              script(HOLD), out, "hold" if how.startswith("sig") else how],
+                              "--hang_timeout=600", "--restart_mode=in_process", script(HOLD), out,
+                              "hold" if how.startswith("sig") else how],
                              stdout=subprocess.DEVNULL, stderr=log, text=True,
-                             env={**os.environ, "PYTHON_EXEC": PY})
+                             env={**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm})
         marker = os.path.join(out, "dir")
         deadline = time.monotonic() + 60
         while not os.path.exists(marker) and p.poll() is None and time.monotonic() < deadline:
@@ -642,6 +646,9 @@ def case_no_region_outlives_its_job():
         folder = open(marker).read()
         if how.startswith("sig"):
             assert os.listdir(folder), folder  # the regions are there while the job runs
+            made = sorted(name.rsplit("-", 1)[0] for name in os.listdir(shm))
+            assert made == sorted(["ddprun-heartbeats", "ddprun-inprocess", os.path.basename(
+                folder).rsplit("-", 1)[0]]), made
             # Both ranks saved step 0 (one of them has, at least, by now: wait for the other).
             port = int(re.search(r"metrics at http://[^ ]+:(\d+)/metrics",
                                  open(log.name).read()).group(1))
@@ -657,16 +664,17 @@ def case_no_region_outlives_its_job():
             p.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
         p.wait(timeout=60)
         log.close()
-        deadline = time.monotonic() + 10  # after a SIGKILL the guardian removes it
-        while os.path.exists(folder) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10  # after a SIGKILL the guardian removes them
+        while os.listdir(shm) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not os.path.exists(folder), (how, folder, os.listdir(folder))
+        assert not os.listdir(shm), (how, os.listdir(shm))
         assert not left_running(out), (how, left_running(out))
         outcomes.append(f"{how}: exit {p.returncode}")
-    leftover = glob.glob("/dev/shm/ddprun-checkpoints-*")
-    print(f"the metrics give each rank's newest step and the bytes held; the checkpoint folder is "
-          f"gone after every ending ({', '.join(outcomes)}); "
-          f"{len(leftover)} other job(s)' folders in /dev/shm: passed")
+    os.rmdir(shm)
+    leftover = glob.glob("/dev/shm/ddprun-*")
+    print(f"the metrics give each rank's newest step and the bytes held; the checkpoint, "
+          f"heartbeat and in-process folders are gone after every ending "
+          f"({', '.join(outcomes)}); {len(leftover)} other job(s)' folders in /dev/shm: passed")
 
 
 def descendants(pid):
@@ -697,7 +705,10 @@ def owner_line(pid, ticks=None, ns_offset=0):
 def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job():
     out, shm = tempfile.mkdtemp(), tempfile.mkdtemp(dir="/dev/shm")
     env = {**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm}
-    p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out, "hold"],
+    # (With the agent's other folders in memory: the workers' heartbeat files and in-process
+    # restart channels.)
+    p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=1", "--hang_timeout=600",
+                          "--restart_mode=in_process", script(HOLD), out, "hold"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     marker = os.path.join(out, "dir")
     deadline = time.monotonic() + 60
@@ -718,6 +729,10 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
     p.wait(timeout=30)
     assert not left_running(out)
     assert os.path.exists(os.path.join(folder, "rank0")), folder  # nobody left to remove it
+    left = [os.path.join(shm, name) for name in os.listdir(shm)]
+    others = {kind: [f for f in left if os.path.basename(f).startswith(f"ddprun-{kind}-")]
+              for kind in ("heartbeats", "inprocess")}
+    assert all(len(f) == 1 for f in others.values()), left
     # Folders the next agent must leave alone: another pid namespace's (a container sharing
     # /dev/shm), a running agent's (this test stands in for it), one without an owner file, and
     # (as root) another user's whose agent is gone, which it reports.
@@ -740,6 +755,11 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
     assert f"removed {folder}: the checkpoint folder of an agent no longer running" in r.stderr, \
         r.stderr
     assert not os.path.exists(folder), os.listdir(folder)
+    for kind, what in (("heartbeats", "heartbeat folder"), ("inprocess", "in-process restart "
+                                                                         "folder")):
+        gone = others[kind][0]
+        assert f"removed {gone}: the {what} of an agent no longer running" in r.stderr, r.stderr
+        assert not os.path.exists(gone), gone
     assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
     if "other-user" in kept:
         assert f"{kept['other-user']}: the checkpoint folder of an agent no longer running, of " \
@@ -749,9 +769,10 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
         os.listdir(shm)  # and the second job's own folder went with it
     shutil.rmtree(shm)
     assert not left_running(out)
-    print("agent, guardian and worker SIGKILLed together: the checkpoint folder stayed, and the "
-          "next job's agent removed it, leaving another pid namespace's, a running agent's, an "
-          "unowned folder and another user's (reported) alone: passed")
+    print("agent, guardian and worker SIGKILLed together: the checkpoint folder, the heartbeat "
+          "and in-process folders stayed, and the next job's agent removed them, leaving another "
+          "pid namespace's, a running agent's, an unowned folder and another user's (reported) "
+          "alone: passed")
 
 
 OUTSIDE = r'''

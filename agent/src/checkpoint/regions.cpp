@@ -7,35 +7,15 @@
 
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/orphans.hpp"
 #include "checkpoint/slot_copy.hpp"
 #include "ddprun/store/metrics_server.hpp"
+#include "node/owned_folders.hpp"
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 
 CheckpointRegions::CheckpointRegions(const std::string& run_id) {
-  const char* base = std::getenv("DDPRUN_SHM_DIR");
-  const fs::path dir = base != nullptr && *base != '\0' ? fs::path(base)
-                       : fs::exists("/dev/shm")         ? fs::path("/dev/shm")
-                                                        : fs::temp_directory_path();
-  const OrphanedFolders orphans = remove_orphaned_checkpoint_folders(dir);
-  for (const std::string& orphan : orphans.removed) {
-    spdlog::info("removed {}: the checkpoint folder of an agent no longer running", orphan);
-  }
-  for (const auto& [orphan, uid] : orphans.of_other_users) {
-    spdlog::warn(
-        "{}: the checkpoint folder of an agent no longer running, of another user (uid {}), "
-        "holds memory; ddprun removes only its own user's: that user or root can remove it",
-        orphan, uid);
-  }
-  std::string name = (dir / ("ddprun-checkpoints-" + run_id + "-XXXXXX")).string();
-  if (::mkdtemp(name.data()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(),
-                            "cannot make the checkpoint folder " + name);
-  }
-  path_ = std::move(name);  // mkdtemp makes it 0700
-  claim_checkpoint_folder(path_);
+  path_ = make_owned_folder(memory_folder(), "ddprun-checkpoints-" + run_id + "-");
 }
 
 CheckpointRegions::~CheckpointRegions() {

@@ -2,7 +2,7 @@
 // The node's in-memory checkpoints: one folder per agent run, made here at start (mode 0700, in
 // /dev/shm, or $DDPRUN_SHM_DIR where set) and removed with the agent, after a SIGKILL by its
 // guardian; one whose agent and guardian died together is removed by the next agent on the node
-// (checkpoint/orphans.hpp). In it ddprun's Python modules ("python/", workers/python_package.hpp)
+// (node/owned_folders.hpp). In it ddprun's Python modules ("python/", workers/python_package.hpp)
 // and each local rank's region, "rank<L>", which the worker's first save makes
 // (ddprun/checkpoint.py, whose docstring gives the layout) and which outlives the worker: a
 // restarted one finds it. The agent reads the regions' headers only.

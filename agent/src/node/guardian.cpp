@@ -35,7 +35,9 @@ struct Entry {
 // The guardian's table: static, so that nothing is allocated after fork().
 Entry g_entries[kMaxWorkers];
 char g_tree[sizeof(Record::cgroup)];
-char g_folder[sizeof(Record::cgroup)];
+constexpr int kMaxFolders = 4;  // the agent's folders in memory (node/owned_folders.hpp)
+char g_folders[kMaxFolders][sizeof(Record::cgroup)];
+int g_folder_count = 0;
 char g_marker[sizeof(Record::cgroup)];
 // A process's environment, read a piece at a time, with the tail of the piece before.
 char g_environ[1 << 16];
@@ -208,8 +210,8 @@ void unmark_self() {
       quit = true;
     } else if (r.op == 'T') {
       copy_path(g_tree, r.cgroup);
-    } else if (r.op == 'F') {
-      copy_path(g_folder, r.cgroup);
+    } else if (r.op == 'F' && g_folder_count < kMaxFolders) {
+      copy_path(g_folders[g_folder_count++], r.cgroup);
     } else if (r.op == 'E') {
       copy_path(g_marker, r.cgroup);
     } else if (r.op == '+' && count < kMaxWorkers) {
@@ -243,7 +245,7 @@ void unmark_self() {
     ::rmdir(g_entries[i].cgroup);
   }
   if (g_tree[0] != '\0') ::rmdir(g_tree);
-  if (g_folder[0] != '\0') remove_folder(g_folder);
+  for (int i = 0; i < g_folder_count; ++i) remove_folder(g_folders[i]);
   ::_exit(0);
 }
 

@@ -29,7 +29,8 @@ class Guardian {
   void track(pid_t pgid, const std::string& cgroup);
   void untrack(pid_t pgid);
   // `folder` (and what it holds, up to 3 levels of subfolders) is removed too when the agent is
-  // gone; false where it cannot be listed (a path longer than a record holds).
+  // gone (the first 4 folders named); false where it cannot be listed (a path longer than a record
+  // holds).
   bool remove_at_end(const std::string& folder);
   // `entry` ("NAME=value"), in every worker's environment, marks the processes to kill when the
   // agent is gone, wherever they went: /proc/<pid>/environ is what a process began with, which a

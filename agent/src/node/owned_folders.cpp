@@ -1,20 +1,23 @@
-#include "checkpoint/orphans.hpp"
+#include "node/owned_folders.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <system_error>
+
+#include <spdlog/spdlog.h>
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kOwnerFile = ".owner";
-constexpr const char* kPrefix = "ddprun-checkpoints-";
 
 struct Owner {
   long pid = 0;
@@ -54,9 +57,8 @@ bool running(const Owner& o) {
   return ticks && *ticks == o.start_ticks;  // a pid reused by another process does not count
 }
 
-}  // namespace
-
-void claim_checkpoint_folder(const fs::path& folder) {
+// Writes `folder`/.owner for this process.
+void claim(const fs::path& folder) {
   const std::optional<unsigned long long> ticks = start_ticks(::getpid());
   std::ofstream out(folder / kOwnerFile);
   out << ::getpid() << ' ' << ticks.value_or(0) << ' ' << own_pid_namespace() << '\n';
@@ -67,15 +69,31 @@ void claim_checkpoint_folder(const fs::path& folder) {
   }
 }
 
-OrphanedFolders remove_orphaned_checkpoint_folders(const fs::path& dir) {
+}  // namespace
+
+fs::path memory_folder() {
+  const char* base = std::getenv("DDPRUN_SHM_DIR");
+  if (base != nullptr && *base != '\0') return base;
+  return fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+}
+
+std::string make_owned_folder(const fs::path& dir, const std::string& name_prefix) {
+  std::string name = (dir / (name_prefix + "XXXXXX")).string();
+  if (::mkdtemp(name.data()) == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "cannot make the folder " + name);
+  }
+  claim(name);
+  return name;
+}
+
+OrphanedFolders remove_orphaned_folders(const fs::path& dir, std::string_view prefix) {
   OrphanedFolders found;
   const unsigned long long ns = own_pid_namespace();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     struct stat st {};
-    if (name.rfind(kPrefix, 0) != 0 || ::lstat(e.path().c_str(), &st) != 0 ||
-        !S_ISDIR(st.st_mode)) {
+    if (!name.starts_with(prefix) || ::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       continue;
     }
     const std::optional<Owner> owner = read_owner(e.path());
@@ -89,6 +107,27 @@ OrphanedFolders remove_orphaned_checkpoint_folders(const fs::path& dir) {
     if (!gone) found.removed.push_back(e.path().string());
   }
   return found;
+}
+
+void clean_up_orphaned_folders(const fs::path& dir) {
+  constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kKinds{{
+      {"ddprun-checkpoints-", "checkpoint folder"},
+      {"ddprun-heartbeats-", "heartbeat folder"},
+      {"ddprun-steps-", "step times folder"},
+      {"ddprun-inprocess-", "in-process restart folder"},
+  }};
+  for (const auto& [prefix, what] : kKinds) {
+    const OrphanedFolders orphans = remove_orphaned_folders(dir, prefix);
+    for (const std::string& orphan : orphans.removed) {
+      spdlog::info("removed {}: the {} of an agent no longer running", orphan, what);
+    }
+    for (const auto& [orphan, uid] : orphans.of_other_users) {
+      spdlog::warn(
+          "{}: the {} of an agent no longer running, of another user (uid {}), holds memory; "
+          "ddprun removes only its own user's: that user or root can remove it",
+          orphan, what, uid);
+    }
+  }
 }
 
 }  // namespace ddprun::agent

@@ -1,0 +1,44 @@
+#pragma once
+// The folders an agent keeps in memory for its run: its in-memory checkpoints
+// ("ddprun-checkpoints-"), the workers' heartbeat files ("ddprun-heartbeats-"), their step times
+// ("ddprun-steps-") and their in-process restart channels ("ddprun-inprocess-"). An agent removes
+// them when it ends, and its guardian does after a SIGKILL; when both die at once (a batch system
+// SIGKILLing a whole step or cgroup, say) they stay in memory. So each folder names its owner
+// (".owner": the agent's pid, its start time in clock ticks since boot, and its pid namespace), and
+// a new agent removes the folders of each kind it makes whose owner is no longer running. Folders
+// of another user, of another pid namespace (a container sharing /dev/shm) or without an owner
+// file are never touched; another user's whose owner is known to be gone are reported, so that
+// they are not kept forever unseen.
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ddprun::agent {
+
+// Where the agent's folders go: $DDPRUN_SHM_DIR where set, else /dev/shm, else the temp folder.
+std::filesystem::path memory_folder();
+
+// Makes `dir`/`name_prefix`XXXXXX (mode 0700) and writes its .owner for this process; returns its
+// path. Throws std::system_error when it cannot.
+std::string make_owned_folder(const std::filesystem::path& dir, const std::string& name_prefix);
+
+// What remove_orphaned_folders found.
+struct OrphanedFolders {
+  std::vector<std::string> removed;
+  // Another user's folders whose owner is not running (where its owner file can be read): left
+  // as they are, each with that user's id.
+  std::vector<std::pair<std::string, unsigned>> of_other_users;
+};
+
+// Removes each folder "`prefix`*" in `dir` of this user whose owner (as make_owned_folder wrote
+// it) is not running.
+OrphanedFolders remove_orphaned_folders(const std::filesystem::path& dir, std::string_view prefix);
+
+// remove_orphaned_folders for every kind of the agent's folders, saying what it did in the log:
+// each folder removed ("removed P: the checkpoint folder of an agent no longer running") and each
+// of another user's (a warning).
+void clean_up_orphaned_folders(const std::filesystem::path& dir);
+
+}  // namespace ddprun::agent
