@@ -120,7 +120,7 @@ class NodeAgent {
     if (cfg.hang.mode != HangPolicy::Mode::kOff) {
       // Heartbeat files are mapped by the workers: in memory (/dev/shm) where there is one, never
       // on a shared log folder.
-      heartbeat_dir_.path = memory_folder_of("ddprun-heartbeats-");
+      heartbeat_dir_.path = memory_folder_of(kHeartbeatFolders);
       group_.watch_hangs(cfg.hang, heartbeat_dir_.path, cfg.python_workers, cfg.native_debugger);
     }
     if (!cfg.preload.modules.empty() && cfg.python_workers) {  // --preload, Python workers only
@@ -129,13 +129,13 @@ class NodeAgent {
     }
     if (straggler_.watched()) {
       // Mapped by the workers, as the heartbeat files.
-      steps_dir_.path = memory_folder_of("ddprun-steps-");
+      steps_dir_.path = memory_folder_of(kStepTimesFolders);
       group_.watch_steps(steps_dir_.path, straggler_.samples());
     }
     if (!cfg.timer_file.empty()) group_.serve_torch_timers(cfg.timer_file);
     if (cfg.restart_mode == RestartMode::kInProcess) {
       // Read by the workers as often as the heartbeats: in memory where there is one.
-      inprocess_dir_.path = memory_folder_of("ddprun-inprocess-");
+      inprocess_dir_.path = memory_folder_of(kInProcessFolders);
       group_.restart_in_process(inprocess_dir_.path);
       group_.keep_standbys(cfg.standby_workers);
     }
@@ -239,20 +239,23 @@ class NodeAgent {
   // A folder of this agent's in memory (node/owned_folders.hpp) named `kind`XXXXXX, for files the
   // workers map: removed with the agent, by its guardian after a SIGKILL, and where both were
   // SIGKILLed by the next agent on the node.
-  std::string memory_folder_of(const std::string& kind) {
+  std::string memory_folder_of(const char* kind) {
     std::string path = make_owned_folder(memory_folder(), kind);
-    if (!containment_.remove_after_a_kill(path)) {
-      spdlog::warn("{} would be left behind if this agent were SIGKILLed", path);
-    }
+    removed_after_a_kill(path);
     return path;
+  }
+
+  // `folder` goes with the guardian's clean-up after a SIGKILL; a warning where it cannot.
+  void removed_after_a_kill(const std::string& folder) {
+    if (!containment_.remove_after_a_kill(folder)) {
+      spdlog::warn("{} would be left behind if this agent were SIGKILLed", folder);
+    }
   }
 
   // What every worker of this node gets besides the agent's environment: where its in-memory
   // checkpoint lives and what bounds it, and ddprun's Python modules on the path of a Python one.
   void add_node_environment() {
-    if (!containment_.remove_after_a_kill(checkpoints_.path())) {
-      spdlog::warn("{} would be left behind if this agent were SIGKILLed", checkpoints_.path());
-    }
+    removed_after_a_kill(checkpoints_.path());
     checkpoints_.add_worker_environment(cfg_.env);
     if (const auto& marker = containment_.worker_marker()) cfg_.env[marker->first] = marker->second;
     if (!cfg_.python_workers) return;

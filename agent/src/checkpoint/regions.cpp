@@ -1,11 +1,7 @@
 #include "checkpoint/regions.hpp"
 
-#include <cstdlib>
 #include <filesystem>
-#include <system_error>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/slot_copy.hpp"
 #include "ddprun/store/metrics_server.hpp"
@@ -15,7 +11,7 @@ namespace ddprun::agent {
 namespace fs = std::filesystem;
 
 CheckpointRegions::CheckpointRegions(const std::string& run_id) {
-  path_ = make_owned_folder(memory_folder(), "ddprun-checkpoints-" + run_id + "-");
+  path_ = make_owned_folder(memory_folder(), kCheckpointFolders + run_id + "-");
 }
 
 CheckpointRegions::~CheckpointRegions() {

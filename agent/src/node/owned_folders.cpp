@@ -111,10 +111,10 @@ OrphanedFolders remove_orphaned_folders(const fs::path& dir, std::string_view pr
 
 void clean_up_orphaned_folders(const fs::path& dir) {
   constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kKinds{{
-      {"ddprun-checkpoints-", "checkpoint folder"},
-      {"ddprun-heartbeats-", "heartbeat folder"},
-      {"ddprun-steps-", "step times folder"},
-      {"ddprun-inprocess-", "in-process restart folder"},
+      {kCheckpointFolders, "checkpoint folder"},
+      {kHeartbeatFolders, "heartbeat folder"},
+      {kStepTimesFolders, "step times folder"},
+      {kInProcessFolders, "in-process restart folder"},
   }};
   for (const auto& [prefix, what] : kKinds) {
     const OrphanedFolders orphans = remove_orphaned_folders(dir, prefix);

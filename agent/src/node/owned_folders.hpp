@@ -17,6 +17,12 @@
 
 namespace ddprun::agent {
 
+// The kinds of folders, by the start of their names.
+inline constexpr const char* kCheckpointFolders = "ddprun-checkpoints-";
+inline constexpr const char* kHeartbeatFolders = "ddprun-heartbeats-";
+inline constexpr const char* kStepTimesFolders = "ddprun-steps-";
+inline constexpr const char* kInProcessFolders = "ddprun-inprocess-";
+
 // Where the agent's folders go: $DDPRUN_SHM_DIR where set, else /dev/shm, else the temp folder.
 std::filesystem::path memory_folder();
 
