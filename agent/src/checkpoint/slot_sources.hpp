@@ -27,9 +27,6 @@ struct HeldSlot {
   // It holds a torch.distributed.checkpoint save's job metadata (the coordinator's slot): the step
   // can be resharded.
   bool dcp_metadata = false;
-  // Its payload's checksum: two saves of one step with different contents (a step saved again,
-  // the state changed between) are two entries.
-  uint64_t checksum = 0;
 
   auto operator<=>(const HeldSlot&) const = default;
 };
@@ -40,9 +37,7 @@ class SlotSources {
   SlotSources(std::filesystem::path regions, std::filesystem::path kept, PeerCopies* copies,
               uint64_t run_tag);
 
-  // One entry per (rank, world, step, checksum) held, sorted: a step a rank saved twice, its state
-  // changed between, is two (its region may hold both saves, or one while a kept or held copy is
-  // of the other).
+  // One entry per (rank, world, step) held, sorted.
   std::vector<HeldSlot> held() const;
 
   // Where a slot is: in `file` (a region or a file of the persisted layout), its payload at
