@@ -206,6 +206,7 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
             offset = _ckpt._up(offset + blob.length, _ckpt._ALIGN)
         _, local_md = create_default_global_save_plan([type(plan)(self._local_items)])
         meta = pickle.dumps(("dcp", local_md.state_dict_metadata, places, save_id), protocol=4)
+        neutral = pickle.dumps(("dcp", local_md.state_dict_metadata, places, None), protocol=4)
         data_start = _ckpt._up(len(meta), _ckpt._ALIGN)
         data_end = _ckpt._up(data_start + offset, 8)
         # The coordinator's job metadata follows; room for it is estimated from this rank's.
@@ -240,9 +241,9 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
                     storage_data=_StorageInfo(_file_name(), _ckpt.HEADER + data_start + at,
                                               blob.length)))
         checksum = sums.total()
-        self._save, self._sizes = save, (data_end, len(meta), checksum)
+        self._save, self._sizes = save, (data_end, len(meta), checksum, neutral)
         if not self.is_coordinator:
-            save.commit(data_end, len(meta), checksum)
+            save.commit(data_end, len(meta), checksum, neutral=neutral)
         fut = Future()
         fut.set_result(results)
         return fut
@@ -255,7 +256,7 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
             storage.update({r.index: r.storage_data for r in per_rank})
         metadata.storage_data = storage
         blob = pickle.dumps(metadata, protocol=4)
-        data_end, meta_size, checksum = self._sizes
+        data_end, meta_size, checksum, neutral = self._sizes
         size = data_end + _ckpt._up(len(blob), 8)
         if size > self._save.region.slot_size:
             raise _ckpt.CheckpointError(
@@ -264,7 +265,7 @@ class MemoryStorageWriter(StorageWriter, AsyncStager):
         m, base = self._save.map, self._save.base
         m[base + data_end:base + size] = blob + bytes(size - data_end - len(blob))
         checksum = _ckpt._crc(m, base + data_end, size - data_end, checksum)
-        self._save.commit(size, meta_size, checksum, len(blob))
+        self._save.commit(size, meta_size, checksum, len(blob), neutral=neutral)
 
     def storage_meta(self):
         return None

@@ -64,6 +64,7 @@ _RECORD = struct.Struct("<QqQQQQQQ")
 _RANK_AT = 192  # + 8 * slot: the global rank that saved it
 _RUN_AT = 208  # + 8 * slot: its run's tag
 _SAVE_TIME = 256  # + 8 * slot: the save's duration in microseconds
+_DIGEST_AT = 328  # + 8 * slot: the state's digest (state_digest), bit 32 set
 _EMPTY, _WRITING, _COMMITTED = 0, 1, 2
 _ALIGN = 64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -660,10 +661,15 @@ class _Save:
         struct.pack_into("<Q", self.map, _RUN_AT + 8 * self.slot,
                          run_tag(os.environ.get("TORCHELASTIC_RUN_ID", "")))
 
-    def commit(self, size, structure_size, checksum, metadata_size=0):
+    def commit(self, size, structure_size, checksum, metadata_size=0, neutral=None):
         """Commits the slot's first `size` bytes, whose CRC is `checksum` (the caller's, computed as
-        it wrote them, while they were in the cache)."""
+        it wrote them, while they were in the cache). `neutral`: the structure pickled without the
+        save's own bookkeeping, where it has any (None: the structure is that already)."""
         m, at = self.map, _record_offset(self.slot)
+        if neutral is None:
+            neutral = m[self.base:self.base + structure_size]
+        struct.pack_into("<Q", m, _DIGEST_AT + 8 * self.slot,
+                         state_digest(m, self.base, size, structure_size, checksum, neutral))
         _RECORD.pack_into(m, at, _WRITING, self.step, size, checksum, self.sequence, structure_size,
                           metadata_size, _my_world())
         struct.pack_into("<Q", m, _SAVE_TIME + 8 * self.slot,
@@ -677,6 +683,19 @@ class _Save:
             region.replaces = None
             old.close()
         _release(self, self.staged_by)
+
+
+def state_digest(m, base, size, structure_size, checksum, neutral):
+    """The digest of the state a payload holds (at `base` of `m`, `size` bytes, CRC `checksum`, its
+    structure `structure_size` bytes): the CRC-32 of `neutral` (the structure without the save's own
+    bookkeeping: a replicated= holder's ordinal, a DCP save's count) then of the payload's bytes
+    after the structure's padding, with bit 32 set (0 is "none"). Two saves of one state have one
+    digest, whichever their bookkeeping: the agents tell a step saved with two states by it. From
+    the checksum, without a pass over the data: a CRC-32 is linear."""
+    start = min(_up(structure_size, _ALIGN), size)
+    head = _crc(m, base, start)
+    rest = checksum ^ _crc_combine(head, 0, size - start)  # the CRC of the bytes after `start`
+    return (1 << 32) | _crc_combine(zlib.crc32(neutral), rest, size - start)
 
 
 def _copy_tensor(data, offset, t, non_blocking=False):
@@ -746,8 +765,7 @@ def _refuse_in_standby(what):
 def save(step, state, replicated=False):
     """Saves `state` as step `step` of this rank; returns once every byte is in shared memory.
     A step number names one state: after load() returned step S, the next state saved is S+1's
-    (two different states saved as one step can be restored as different saves on different
-    ranks; docs/operations.md).
+    (a step saved with two states is restored by no rank; docs/operations.md).
 
     `replicated`: True where the whole state is the same on every rank (DDP's model and optimizer),
     or the top-level keys of a dict state whose values are: the node then holds, persists and sends
@@ -779,6 +797,8 @@ def save(step, state, replicated=False):
     if role == "holder":
         kept = ("holds", tuple(shared), section, _replica.next_ordinal())
     meta = pickle.dumps(("plain", structure, places, kept), protocol=4)
+    neutral = pickle.dumps(("plain", structure, places, kept[:3] + (None,)), protocol=4) \
+        if role == "holder" else None
     data_start = _up(len(meta), _ALIGN)
     payload = _up(data_start + end, 8)
     if role == "holder":
@@ -812,7 +832,7 @@ def save(step, state, replicated=False):
         checksum = _replica.holder_sums(m, base, data_start, places, shared, section, payload)
     else:
         checksum = sums.total()
-    save.commit(payload, len(meta), checksum)
+    save.commit(payload, len(meta), checksum, neutral=neutral)
 
 
 def agreed_step():

@@ -47,9 +47,10 @@ if os.environ.get("DDPRUN_CHECKPOINT_STEP"):
 with warnings.catch_warnings(record=True) as said:
     warnings.simplefilter("always")
     try:
-        if mode == "twice":  # the same step saved twice, the state changed between: the second
-            checkpoint.save(4, state, replicated=("model",))  # save matches the holder's second
-            shared *= 2
+        if mode in ("twice", "again"):  # the same step saved twice ("twice": the state changed
+            checkpoint.save(4, state, replicated=("model",))  # between: the second save matches
+            if mode == "twice":  # the holder's second)
+                shared *= 2
         checkpoint.save(4, state, replicated=False if mode == "holder_plain" and rank == 0
                         else ("model",))
     except checkpoint.CheckpointError as e:
@@ -91,6 +92,14 @@ def alter_holders_tile(folder):
         region[at] ^= 0x01
 
 
+def digests(folder, local_rank):
+    """The state digests of the committed slots of step 4 in a local rank's region."""
+    with open(os.path.join(folder, f"rank{local_rank}"), "rb") as f:
+        head = f.read(4096)
+    return [struct.unpack_from("<Q", head, 328 + 8 * s)[0] for s in (0, 1)
+            if struct.unpack_from("<Qq", head, 64 + 64 * s) == (2, 4)]
+
+
 def main():
     package = sys.argv[1]
     folder = tempfile.mkdtemp(dir="/dev/shm")
@@ -116,6 +125,23 @@ def main():
         folder = tempfile.mkdtemp(dir="/dev/shm")
         assert ranks(package, folder, "twice") == ["saved", "saved"]
         assert ranks(package, folder, "twice", load=True) == ["loaded 4 exact"] * 2
+        # Two states of step 4: two digests in each rank's region (the agents restore neither).
+        for r in (0, 1):
+            two = digests(folder, r)
+            assert len(two) == 2 and two[0] != two[1] and all(d >> 32 == 1 for d in two), (r, two)
+        shutil.rmtree(folder)
+
+        # One state saved twice as step 4: one digest, though the holder's two payloads (their
+        # ordinals) and so their checksums differ.
+        folder = tempfile.mkdtemp(dir="/dev/shm")
+        assert ranks(package, folder, "again") == ["saved", "saved"]
+        for r in (0, 1):
+            two = digests(folder, r)
+            assert len(two) == 2 and two[0] == two[1] and two[0] >> 32 == 1, (r, two)
+        with open(os.path.join(folder, "rank0"), "rb") as f:
+            head = f.read(4096)
+        assert struct.unpack_from("<Q", head, 64 + 24)[0] != \
+            struct.unpack_from("<Q", head, 128 + 24)[0], "the holder's checksums should differ"
         shutil.rmtree(folder)
 
         folder = tempfile.mkdtemp(dir="/dev/shm")
@@ -134,7 +160,8 @@ def main():
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print("replicated state held once per node (local rank 1's region a reference), loaded exactly "
-          "by both ranks; a differing replicated tensor refused at the save by name; an altered "
+          "by both ranks; a step saved twice has one state digest per state (not per payload); a "
+          "differing replicated tensor refused at the save by name; an altered "
           "or missing holder refused at the load, the caller's tensors untouched; a holder "
           "saving without replicated= leaves the other rank holding its own: passed")
 

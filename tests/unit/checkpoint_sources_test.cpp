@@ -18,7 +18,9 @@ NodeCheckpoints node(int node_rank, int base, int nproc,
   n.node_rank = node_rank;
   n.base_rank = base;
   n.nproc = nproc;
-  for (const auto& [rank, world, step] : held) n.held.push_back(HeldSlot{rank, world, step, 64});
+  for (const auto& [rank, world, step] : held) {
+    n.held.push_back(HeldSlot{rank, world, step, 64, false, 0xc0ffee});
+  }
   n.host = "10.0.0." + std::to_string(node_rank + 1);
   n.port = serves ? 4000 : 0;
   return n;
@@ -30,6 +32,7 @@ TEST_CASE("checkpoint sources: what a node publishes reads back, and anything el
           "[checkpoint_sources]") {
   NodeCheckpoints n = node(2, 4, 2, {{4, 6, 5}, {5, 6, 5}});
   n.held[0].dcp_metadata = true;
+  n.held[1].checksum = 0xfedcba9876543210;
   n.timeline = 7;
   const std::optional<NodeCheckpoints> back = from_text(to_text(n));
   REQUIRE(back);
@@ -106,6 +109,46 @@ TEST_CASE("checkpoint sources: the newest step every rank has wins, older ones a
       {node(0, 0, 1, {{0, 2, 7}, {0, 2, 8}, {1, 2, 8}}), node(1, 1, 1, {{1, 2, 9}})}, 2);
   REQUIRE(p.step == 8);
   CHECK(p.fetches[1] == std::vector<Fetch>{{0, 1, 2}});
+}
+
+TEST_CASE(
+    "checkpoint sources: a step saved twice with different contents is restored by no rank, an "
+    "older one is",
+    "[checkpoint_sources]") {
+  // Every rank saved 5 and 6; rank 0 then saved 6 again (its region holds both saves), and node 1
+  // holds rank 1's copy of the first save of 6, node 0 the second's: 6 names two states.
+  NodeCheckpoints a = node(0, 0, 1, {{0, 2, 5}, {0, 2, 6}, {0, 2, 6}, {1, 2, 5}, {1, 2, 6}});
+  NodeCheckpoints b = node(1, 1, 1, {{1, 2, 5}, {1, 2, 6}, {0, 2, 5}, {0, 2, 6}});
+  a.held[2].checksum = 0x5eed;
+  a.held[4].checksum = 0x5eed;
+  RestorePlan p = plan_restore({a, b}, 2);
+  REQUIRE(p.step == 5);
+  CHECK(p.twice == std::vector<RestorePlan::SavedTwice>{{6, 0}});
+  CHECK(p.fetches[0] == std::vector<Fetch>{{0, 0, 2}});
+  CHECK(p.fetches[1] == std::vector<Fetch>{{1, 1, 2}});
+
+  // Across nodes too: the lost node's copy on node 1 is of the first save, node 0's region of
+  // the second.
+  b.held[3].checksum = 0x5eed;
+  a.held.erase(a.held.begin() + 1);
+  p = plan_restore({a, b}, 2);
+  CHECK(p.step == 5);
+
+  // The same state saved twice under one number is one slot: restored.
+  for (HeldSlot& h : a.held) h.checksum = 0xc0ffee;
+  for (HeldSlot& h : b.held) h.checksum = 0xc0ffee;
+  p = plan_restore({a, b}, 2);
+  CHECK(p.step == 6);
+  CHECK(p.twice.empty());
+
+  // No step left once the only one is ambiguous.
+  p = plan_restore({node(0, 0, 1, {{0, 1, 3}, {0, 1, 3}})}, 1);
+  CHECK(p.step);
+  NodeCheckpoints only = node(0, 0, 1, {{0, 1, 3}, {0, 1, 3}});
+  only.held[1].checksum = 1;
+  p = plan_restore({only}, 1);
+  CHECK_FALSE(p.step);
+  CHECK(p.twice == std::vector<RestorePlan::SavedTwice>{{3, 0}});
 }
 
 TEST_CASE("checkpoint sources: slots lost with their nodes leave no step, naming the ranks",

@@ -13,6 +13,8 @@ constexpr std::string_view kFirstMagic = "DDPCKPT1";    // that, and no rank rec
 constexpr size_t kRanks = 192;                          // slot i's global rank at 192 + 8 * i
 constexpr size_t kRunTags = 208;                        // slot i's run tag at 208 + 8 * i
 constexpr size_t kSaveTimes = 256;                      // slot i's save time at 256 + 8 * i
+constexpr size_t kStateDigests = 328;                   // slot i's state digest at 328 + 8 * i
+static_assert(kStateDigests + 16 <= kRegionHeaderRead);
 
 uint64_t u64_at(std::string_view s, size_t offset) {
   uint64_t v = 0;
@@ -48,6 +50,7 @@ std::optional<RegionHeader> parse_region_header(std::string_view bytes) {
     if (ranked) {
       r.rank = static_cast<int64_t>(u64_at(bytes, kRanks + 8 * i));
       r.run_tag = u64_at(bytes, kRunTags + 8 * i);
+      r.state_digest = u64_at(bytes, kStateDigests + 8 * i);
     }
     h.save_micros[i] = u64_at(bytes, kSaveTimes + 8 * i);
   }
@@ -93,6 +96,7 @@ std::string region_header_for(const SlotRecord& r, uint64_t slot_size, uint64_t 
   put(h, kRanks, static_cast<uint64_t>(r.rank));
   put(h, kRunTags, r.run_tag);
   put(h, kSaveTimes, save_micros);
+  put(h, kStateDigests, r.state_digest);
   return h;
 }
 

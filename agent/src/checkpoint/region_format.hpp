@@ -16,7 +16,7 @@
 namespace ddprun::agent {
 
 inline constexpr size_t kRegionHeader = 4096;     // slot i's payload at 4096 + i * slot size
-inline constexpr size_t kRegionHeaderRead = 272;  // the bytes of the header that say anything
+inline constexpr size_t kRegionHeaderRead = 344;  // the bytes of the header that say anything
 
 // Where slot i's record starts in a region's header (its state, the record's first 8 bytes).
 inline constexpr size_t slot_record_at(size_t i) { return 64 + 64 * i; }
@@ -46,6 +46,14 @@ struct SlotRecord {
   int64_t rank = -1;           // the global rank that saved it (-1: unknown, the first layout)
   uint64_t run_tag = 0;        // its run's tag (run_tag_of)
   PayloadSumKind sum_kind = PayloadSumKind::kCrc32;
+  // The saved state's digest (bit 32 set; 0: the writer recorded none): the CRC-32 of the payload
+  // with the save's own bookkeeping left out of its structure (a replicated= holder's ordinal, a
+  // DCP save's count), so that two saves of one state have one digest and two states two
+  // (docs/region_format.md).
+  uint64_t state_digest = 0;
+
+  // What identifies the state this slot holds: its digest, or its checksum where it has none.
+  uint64_t state_identity() const { return state_digest != 0 ? state_digest : checksum; }
 };
 
 // Where slot 0's checksum lies in a file of the region layout; and, in a file of --checkpoint_dir

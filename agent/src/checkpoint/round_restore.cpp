@@ -276,6 +276,16 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
       for (const NodeCheckpoints& n : agreed->nodes) newest = std::max(newest, n.timeline);
       p.sources.drop_after(std::nullopt, newest);
     }
+    for (const RestorePlan::SavedTwice& t : agreed->plan.twice) {
+      spdlog::warn(
+          "round {}: step {} was saved twice with different contents (global rank {}'s two saves "
+          "are held): one step number names two states, and no rank restores it{}. A loop that "
+          "resumes from load()'s step S saves its next state as step S+1",
+          round.number, t.step, t.rank,
+          agreed->plan.step ? fmt::format(" (step {} is restored)", *agreed->plan.step) : "");
+      p.events.record("checkpoint_step_saved_twice",
+                      {{"round", round.number}, {"step", t.step}, {"rank", t.rank}});
+    }
     out.restore = co_await from_memory(p, round, *agreed, out.account);
     const auto& lost = agreed->plan.ranks_without_copy;
     if (!out.restore && !lost.empty() && static_cast<int>(lost.size()) < round.world_size) {

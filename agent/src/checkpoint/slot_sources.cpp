@@ -75,12 +75,16 @@ SlotSources::SlotSources(fs::path regions, fs::path kept, PeerCopies* copies, ui
     : regions_(std::move(regions)), kept_(std::move(kept)), copies_(copies), run_tag_(run_tag) {}
 
 std::vector<HeldSlot> SlotSources::held() const {
-  std::map<std::tuple<int, int, int64_t>, HeldSlot> by_identity;
+  std::map<std::tuple<int, int, int64_t, uint64_t>, HeldSlot> by_identity;
   each_source(regions_, kept_, copies_, run_tag_, [&](const Found& f) {
     const SlotRecord& r = f.record;
-    HeldSlot slot{static_cast<int>(r.rank), static_cast<int>(r.world_size), r.step, r.size,
-                  r.metadata_size > 0};
-    by_identity.emplace(std::make_tuple(slot.rank, slot.world, slot.step), slot);
+    HeldSlot slot{static_cast<int>(r.rank),
+                  static_cast<int>(r.world_size),
+                  r.step,
+                  r.size,
+                  r.metadata_size > 0,
+                  r.state_identity()};
+    by_identity.emplace(std::make_tuple(slot.rank, slot.world, slot.step, slot.checksum), slot);
   });
   std::vector<HeldSlot> out;
   for (const auto& [_, slot] : by_identity) out.push_back(slot);

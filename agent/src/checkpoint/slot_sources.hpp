@@ -27,6 +27,9 @@ struct HeldSlot {
   // It holds a torch.distributed.checkpoint save's job metadata (the coordinator's slot): the step
   // can be resharded.
   bool dcp_metadata = false;
+  // What identifies its state (SlotRecord::state_identity): two saves of one step with different
+  // states (a step saved again, the state changed between) are two entries; two of one state, one.
+  uint64_t checksum = 0;
 
   auto operator<=>(const HeldSlot&) const = default;
 };
@@ -37,7 +40,9 @@ class SlotSources {
   SlotSources(std::filesystem::path regions, std::filesystem::path kept, PeerCopies* copies,
               uint64_t run_tag);
 
-  // One entry per (rank, world, step) held, sorted.
+  // One entry per (rank, world, step, state) held, sorted: a step a rank saved twice, its state
+  // changed between, is two (its region may hold both saves, or one while a kept or held copy is
+  // of the other).
   std::vector<HeldSlot> held() const;
 
   // Where a slot is: in `file` (a region or a file of the persisted layout), its payload at

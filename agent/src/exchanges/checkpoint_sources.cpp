@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -55,7 +56,7 @@ std::optional<std::vector<std::vector<Fetch>>> fetches_for(
 std::string to_text(const NodeCheckpoints& n) {
   nlohmann::json held = nlohmann::json::array();
   for (const HeldSlot& h : n.held) {
-    held.push_back({h.rank, h.world, h.step, h.bytes, h.dcp_metadata ? 1 : 0});
+    held.push_back({h.rank, h.world, h.step, h.bytes, h.dcp_metadata ? 1 : 0, h.checksum});
   }
   return nlohmann::json{{"id", n.id},       {"node_rank", n.node_rank}, {"base_rank", n.base_rank},
                         {"nproc", n.nproc}, {"held", std::move(held)},  {"host", n.host},
@@ -73,9 +74,9 @@ std::optional<NodeCheckpoints> from_text(const std::string& text) {
     n.base_rank = j.at("base_rank").get<int>();
     n.nproc = j.at("nproc").get<int>();
     for (const auto& h : j.at("held")) {
-      if (!h.is_array() || h.size() != 5) return std::nullopt;
+      if (!h.is_array() || h.size() != 6) return std::nullopt;
       n.held.push_back(HeldSlot{h[0].get<int>(), h[1].get<int>(), h[2].get<int64_t>(),
-                                h[3].get<uint64_t>(), h[4].get<int>() != 0});
+                                h[3].get<uint64_t>(), h[4].get<int>() != 0, h[5].get<uint64_t>()});
     }
     n.host = j.at("host").get<std::string>();
     n.port = j.at("port").get<int>();
@@ -93,6 +94,7 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
   std::set<int64_t, std::greater<>> steps;
   std::map<int64_t, std::set<int>> worlds;      // per step, the world sizes it was saved at
   std::set<std::pair<int64_t, int>> resharded;  // (step, world) with a DCP coordinator's slot
+  std::map<std::tuple<int, int, int64_t>, uint64_t> checksum;  // of each slot, the first seen
   int newest = -1;
   for (const NodeCheckpoints& n : nodes) newest = std::max(newest, n.timeline);
   for (size_t n = 0; n < nodes.size(); ++n) {
@@ -102,6 +104,8 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
     }
     for (const HeldSlot& h : nodes[n].held) {
       if (h.rank < 0 || h.world <= 0 || h.rank >= h.world) continue;
+      const auto [first, added] = checksum.try_emplace({h.rank, h.world, h.step}, h.checksum);
+      if (!added && first->second != h.checksum) plan.twice.push_back({h.step, h.rank});
       auto& who = holders[{h.rank, h.world, h.step}];
       if (who.empty() || who.back() != n) who.push_back(n);
       steps.insert(h.step);
@@ -109,6 +113,11 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
       if (h.dcp_metadata && h.rank == 0) resharded.insert({h.step, h.world});
     }
   }
+  std::sort(plan.twice.begin(), plan.twice.end());
+  plan.twice.erase(std::unique(plan.twice.begin(), plan.twice.end(),
+                               [](const auto& a, const auto& b) { return a.step == b.step; }),
+                   plan.twice.end());
+  for (const RestorePlan::SavedTwice& t : plan.twice) steps.erase(t.step);
   for (int64_t step : steps) {
     if (auto same = fetches_for(nodes, holders, step, world_size, true)) {
       plan.step = step;

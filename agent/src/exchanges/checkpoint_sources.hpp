@@ -8,6 +8,10 @@
 // its slots follow. Slots carry no timeline: a node that was out of the job during a restore (cut
 // off, then back as a spare) may hold steps that restore abandoned, under the same numbers the job
 // saves again. So only the nodes of the newest timeline count; one behind drops what it holds.
+// A step some rank saved twice, its state changed between (a loop that trains the restored step
+// again and saves it under its number), names two states: a rank restored from a copy of the
+// first save beside ranks restoring the second from their regions would resume from states of
+// two timelines, silently. Such a step is restored by no rank; an older one is (the plan names it).
 // Every node computes the same plan from what all published, the newest step first:
 //   - the round's world size unchanged since the step was saved, and every rank's slot of it held
 //     somewhere: each node gets its ranks' own slots, from itself where it holds them, else from
@@ -75,6 +79,14 @@ struct RestorePlan {
   // The nodes (indices) whose slots are of a timeline a later restore abandoned: behind the
   // newest NodeCheckpoints::timeline of the round. Nothing they hold is in the plan.
   std::vector<size_t> behind;
+  // The steps held with two contents for one rank (the first such rank named), in order: none of
+  // them is the plan's step.
+  struct SavedTwice {
+    int64_t step = 0;
+    int rank = 0;
+    auto operator<=>(const SavedTwice&) const = default;
+  };
+  std::vector<SavedTwice> twice;
 };
 
 // The plan for a round of `world_size` ranks whose nodes, in node rank order, published `nodes`;

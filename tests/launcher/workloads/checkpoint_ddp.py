@@ -8,7 +8,8 @@ and waits there (for the test to kill its node); STEP@W holds only at world size
 OUT_DIR/held@W.<rank>; STEP~TAG holds in any attempt, but only where OUT_DIR/held~TAG.<rank> is not
 there yet, and writes it; several are comma-separated. $WIDTH sets the hidden layer's width (64);
 with $CKPT_REPLICATED=1 the saves say that the state is the same on every rank (replicated=True):
-the node holds it once.
+the node holds it once. With $CKPT_TWICE=1 each step's state is saved twice under its number (a
+periodic save and a final one on the same step).
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
 checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
 dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
@@ -78,6 +79,7 @@ def main():
     model(torch.zeros(1, 32)).sum().mul(0).backward()
     opt.zero_grad()
     kill = os.environ.get("KILL_AT", "")
+    twice = os.environ.get("CKPT_TWICE") == "1"
     for s in range(0 if step is None else step + 1, steps):
         gen = torch.Generator().manual_seed(1000 * s + rank)  # the step's data, whatever the attempt
         x = torch.randn(16, 32, generator=gen)
@@ -89,15 +91,17 @@ def main():
             model_sd, optim_sd = get_state_dict(model, opt)
             state = {"model": model_sd, "optim": optim_sd}
             if async_group is None:
-                dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(s))
+                for _ in range(2 if twice else 1):
+                    dcp.save(state, storage_writer=checkpoint.MemoryStorageWriter(s))
             else:
                 if saving is not None:
                     saving.result()
                 saving = dcp.async_save(state, storage_writer=checkpoint.MemoryStorageWriter(s),
                                         process_group=async_group)
         else:
-            checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()},
-                            replicated=replicated)
+            for _ in range(2 if twice else 1):
+                checkpoint.save(s, {"model": model.state_dict(), "optim": opt.state_dict()},
+                                replicated=replicated)
         if rank == 0 and os.environ.get("SAVE_PARAMS"):
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
         if attempt == "0" and kill == f"{rank}:{s}":

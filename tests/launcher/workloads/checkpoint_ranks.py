@@ -5,7 +5,10 @@ OUT_DIR/loaded.<rank>@<world size>:
 "own STEP" where what it got is exactly what it saved at STEP, "fresh" where it got nothing, or
 what was wrong. $HOLD_AT=STEP: after saving STEP the first time, each rank writes
 OUT_DIR/held.<STEP>.<rank> and waits (bounded) for the test to take a node away.
-$KILL_AT=RANK:STEP: in the first attempt, that rank SIGKILLs itself once every rank saved STEP."""
+$KILL_AT=RANK:STEP: in the first attempt, that rank SIGKILLs itself once every rank saved STEP.
+$RESAVE=1: in the second attempt, rank 0 trains the step it restored again, saves it under the same
+number (a loop off by one) and SIGKILLs itself before rank 1 saves it: that step then names two
+states."""
 import os
 import signal
 import sys
@@ -57,6 +60,11 @@ def main():
         first = step + 1
     with open(os.path.join(out, f"loaded.{rank}@{dist.get_world_size()}"), "w") as f:
         f.write(verdict)
+    if os.environ.get("RESAVE") == "1" and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "1":
+        if rank == 0:
+            checkpoint.save(step, advance(state, rank, step))
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.barrier()  # fails once rank 0 is gone
     hold = os.environ.get("HOLD_AT")
     for s in range(first, steps):
         state = advance(state, rank, s)
