@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -126,6 +127,14 @@ bool save(int64_t step, const std::vector<std::span<const std::byte>>& buffers, 
   layout.write(out);
   uint64_t checksum = crc_of(0, out, structure);
   for (const auto& [crc, length] : tiles) checksum = crc_combine(checksum, crc, length);
+  Layout neutral = layout;  // (its ordinal is bookkeeping: not part of the state)
+  neutral.ordinal = 0;
+  std::vector<std::byte> neutral_structure(structure);
+  neutral.write(neutral_structure.data());
+  uint64_t digest = crc_of(0, neutral_structure.data(), structure);
+  for (const auto& [crc, length] : tiles) digest = crc_combine(digest, crc, length);
+  digest |= uint64_t{1} << 32;
+  std::memcpy(region->map + kStateDigestAt + 8 * slot, &digest, 8);
   rec->step = step;
   rec->size = payload;
   rec->checksum = checksum;

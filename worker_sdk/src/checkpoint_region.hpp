@@ -2,7 +2,8 @@
 // A rank's checkpoint region as libddp maps it (docs/region_format.md), as
 // python/ddprun/checkpoint.py writes it (the agent reads the header): magic, slot size;
 // slot i's record at 64 + 64 * i, the global rank that saved it at 192 + 8 * i, its run's tag at
-// 208 + 8 * i, the save's duration at 256 + 8 * i; slot i's payload at 4096 + i * slot size.
+// 208 + 8 * i, the save's duration at 256 + 8 * i, its state's digest at 328 + 8 * i; slot i's
+// payload at 4096 + i * slot size.
 // Private to libddp.
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,9 @@ constexpr size_t kHeader = 4096, kAlign = 64;
 constexpr size_t kRankAt = 192;    // + 8 * slot: the global rank that saved it
 constexpr size_t kRunAt = 208;     // + 8 * slot: its run's tag
 constexpr size_t kSaveTime = 256;  // + 8 * slot: the save's duration in microseconds
+// + 8 * slot: the state's digest, bit 32 set: the CRC-32 of the payload with the structure's
+// ordinal (its save's place among the process's) zeroed, so that two saves of one state have one.
+constexpr size_t kStateDigestAt = 328;
 constexpr uint64_t kWriting = 1, kCommitted = 2;
 
 struct Record {  // 64 bytes at 64 + 64 * slot

@@ -181,3 +181,42 @@ TEST_CASE(
              Catch::Contains("which this node's regions do not hold intact"));
   fs::remove_all(dir);
 }
+
+namespace {
+
+// The checksums and state digests of a region's two slots.
+std::vector<uint64_t> words_of(const fs::path& region, size_t first, size_t stride) {
+  const int fd = ::open(region.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  std::vector<uint64_t> out(2);
+  for (size_t i = 0; i < 2; ++i) {
+    REQUIRE(::pread(fd, &out[i], 8, static_cast<off_t>(first + stride * i)) == 8);
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sdk checkpoint: a state saved twice under one step has one state digest, two states two",
+          "[sdk]") {
+  const fs::path dir = fs::temp_directory_path() / ("ddp-digest-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<std::string> none = {"", ""};
+  // The same state twice: each save's ordinal differs, and so its checksum, not its digest.
+  REQUIRE(both(dir, [](int rank) { save(rank, 1.5), save(rank, 1.5); }) == none);
+  for (const char* region : {"rank0", "rank1"}) {
+    const auto checksums = words_of(dir / region, 64 + 24, 64);
+    const auto digests = words_of(dir / region, 328, 8);
+    CHECK(checksums[0] != checksums[1]);
+    CHECK(digests[0] == digests[1]);
+    CHECK(digests[0] >> 32 == 1);
+  }
+  // Two states under one step: two digests.
+  REQUIRE(both(dir, [](int rank) { save(rank, 2.5), save(rank, 3.5); }) == none);
+  for (const char* region : {"rank0", "rank1"}) {
+    const auto digests = words_of(dir / region, 328, 8);
+    CHECK(digests[0] != digests[1]);
+  }
+  fs::remove_all(dir);
+}
