@@ -765,7 +765,8 @@ def _refuse_in_standby(what):
 def save(step, state, replicated=False):
     """Saves `state` as step `step` of this rank; returns once every byte is in shared memory.
     A step number names one state: after load() returned step S, the next state saved is S+1's
-    (a step saved with two states is restored by no rank; docs/operations.md).
+    (a step saved with two states is restored by no rank while both saves are held; beyond that
+    the agents cannot tell; docs/operations.md).
 
     `replicated`: True where the whole state is the same on every rank (DDP's model and optimizer),
     or the top-level keys of a dict state whose values are: the node then holds, persists and sends

@@ -500,23 +500,27 @@ def case_under_virtual_local_rank_each_rank_restores_its_own():
           "each rank resumed from its own state of step 4: passed")
 
 
-def case_a_step_saved_twice_with_other_contents_is_not_restored():
+def case_a_step_saved_with_two_states_is_not_restored():
     """Rank 0 restores step 4, trains it again, saves it as step 4 and is killed before rank 1
     saves: restored as each rank's newest save of 4, rank 0 would resume from the redone state and
-    rank 1 from the first (two timelines, silently). Step 4 is restored by no rank, said once."""
-    out = tempfile.mkdtemp()
-    r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=2",
-             os.path.join(WORKLOADS, "checkpoint_ranks.py"), "7", out],
-            env={"KILL_AT": "1:4", "RESAVE": "1"})
-    assert r.returncode == 0, r.stderr
-    assert "restore the in-memory checkpoint of step 4" in r.stderr, r.stderr
-    found = {os.path.basename(p): open(p).read() for p in glob.glob(f"{out}/loaded.*")}
-    assert found == {"loaded.0@2": "fresh", "loaded.1@2": "fresh"}, found
-    assert re.search(r"step 4 was saved twice with different contents \(global rank 0's",
-                     r.stderr), r.stderr
-    assert not left_running(out)
+    rank 1 from the first (two timelines, silently). Step 4 is restored by no rank, said once;
+    with --checkpoint_dir, not from the disk either (a rank's file of it may be of either save)."""
+    for extra in ([], ["--checkpoint_dir"]):
+        out = tempfile.mkdtemp()
+        args = [f"--checkpoint_dir={tempfile.mkdtemp()}"] if extra else []
+        r = run(["--standalone", "--nproc_per_node=2", "--max_restarts=2", *args,
+                 os.path.join(WORKLOADS, "checkpoint_ranks.py"), "7", out],
+                env={"KILL_AT": "1:4", "RESAVE": "1"})
+        assert r.returncode == 0, r.stderr
+        assert "restore the in-memory checkpoint of step 4" in r.stderr, r.stderr
+        found = {os.path.basename(p): open(p).read() for p in glob.glob(f"{out}/loaded.*")}
+        assert found == {"loaded.0@2": "fresh", "loaded.1@2": "fresh"}, (extra, found)
+        assert re.search(r"step 4 was saved with two states \(global rank 0's", r.stderr), r.stderr
+        assert "restore step 4 from" not in r.stderr, r.stderr
+        assert not left_running(out)
     print("rank 0 saved its restored step 4 again with other contents and was killed: no rank "
-          "restored step 4 (each would have taken another state of it), one warning: passed")
+          "restored step 4 (each would have taken another state of it), from memory or from "
+          "--checkpoint_dir, one warning: passed")
 
 
 def case_a_step_saved_twice_with_one_state_is_restored():
@@ -533,7 +537,7 @@ def case_a_step_saved_twice_with_one_state_is_restored():
         killed = tempfile.mkdtemp()
         r = ddp_job(killed, 10, env={"KILL_AT": "1:6", "CKPT_TWICE": "1", **api})
         assert r.returncode == 0, r.stderr
-        assert "saved twice" not in r.stderr, r.stderr
+        assert "two states" not in r.stderr, r.stderr
         resumed = {open(p).read() for p in glob.glob(os.path.join(killed, "resumed.1.*"))}
         assert resumed in ({"6"}, {"5"}), (api, resumed, r.stderr)
         assert bit_identical(whole, killed), (api, final_params(whole), final_params(killed))

@@ -32,7 +32,7 @@ TEST_CASE("checkpoint sources: what a node publishes reads back, and anything el
           "[checkpoint_sources]") {
   NodeCheckpoints n = node(2, 4, 2, {{4, 6, 5}, {5, 6, 5}});
   n.held[0].dcp_metadata = true;
-  n.held[1].checksum = 0xfedcba9876543210;
+  n.held[1].state = 0xfedcba9876543210;
   n.timeline = 7;
   const std::optional<NodeCheckpoints> back = from_text(to_text(n));
   REQUIRE(back);
@@ -119,8 +119,8 @@ TEST_CASE(
   // holds rank 1's copy of the first save of 6, node 0 the second's: 6 names two states.
   NodeCheckpoints a = node(0, 0, 1, {{0, 2, 5}, {0, 2, 6}, {0, 2, 6}, {1, 2, 5}, {1, 2, 6}});
   NodeCheckpoints b = node(1, 1, 1, {{1, 2, 5}, {1, 2, 6}, {0, 2, 5}, {0, 2, 6}});
-  a.held[2].checksum = 0x5eed;
-  a.held[4].checksum = 0x5eed;
+  a.held[2].state = 0x5eed;
+  a.held[4].state = 0x5eed;
   RestorePlan p = plan_restore({a, b}, 2);
   REQUIRE(p.step == 5);
   CHECK(p.twice == std::vector<RestorePlan::SavedTwice>{{6, 0}});
@@ -129,14 +129,15 @@ TEST_CASE(
 
   // Across nodes too: the lost node's copy on node 1 is of the first save, node 0's region of
   // the second.
-  b.held[3].checksum = 0x5eed;
+  b.held[3].state = 0x5eed;
   a.held.erase(a.held.begin() + 1);
   p = plan_restore({a, b}, 2);
   CHECK(p.step == 5);
+  CHECK(p.twice == std::vector<RestorePlan::SavedTwice>{{6, 1}});
 
   // The same state saved twice under one number is one slot: restored.
-  for (HeldSlot& h : a.held) h.checksum = 0xc0ffee;
-  for (HeldSlot& h : b.held) h.checksum = 0xc0ffee;
+  for (HeldSlot& h : a.held) h.state = 0xc0ffee;
+  for (HeldSlot& h : b.held) h.state = 0xc0ffee;
   p = plan_restore({a, b}, 2);
   CHECK(p.step == 6);
   CHECK(p.twice.empty());
@@ -145,7 +146,7 @@ TEST_CASE(
   p = plan_restore({node(0, 0, 1, {{0, 1, 3}, {0, 1, 3}})}, 1);
   CHECK(p.step);
   NodeCheckpoints only = node(0, 0, 1, {{0, 1, 3}, {0, 1, 3}});
-  only.held[1].checksum = 1;
+  only.held[1].state = 1;
   p = plan_restore({only}, 1);
   CHECK_FALSE(p.step);
   CHECK(p.twice == std::vector<RestorePlan::SavedTwice>{{3, 0}});

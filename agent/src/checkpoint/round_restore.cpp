@@ -209,14 +209,19 @@ asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts
 }
 
 // The newest step complete in --checkpoint_dir for every rank of the round, copied back into the
-// regions; nullopt where there is none or it could not be.
-asio::awaitable<std::optional<CheckpointRestore>> from_disk(const RestoreParts& p,
-                                                            const rendezvous::Round& round,
-                                                            nlohmann::json& account) {
+// regions; nullopt where there is none or it could not be. None of `two_states` (steps the memory
+// plan found saved with two states: a rank's file of one may be of either save).
+asio::awaitable<std::optional<CheckpointRestore>> from_disk(
+    const RestoreParts& p, const rendezvous::Round& round,
+    const std::vector<RestorePlan::SavedTwice>& two_states, nlohmann::json& account) {
   std::vector<std::vector<int64_t>> held;
   const std::vector<std::pair<int, int>> ranks = round_ranks(p.cfg, round);
   for (const auto& [local, global] : ranks) {
     held.push_back(p.persister->steps_on_disk(global, static_cast<uint64_t>(round.world_size)));
+    std::erase_if(held.back(), [&](int64_t s) {
+      return std::any_of(two_states.begin(), two_states.end(),
+                         [s](const RestorePlan::SavedTwice& t) { return t.step == s; });
+    });
   }
   const std::optional<int64_t> step =
       co_await checkpoint_agreement::agree(p.rdzv, round, held, p.cfg.rdzv.join_timeout);
@@ -278,9 +283,9 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
     }
     for (const RestorePlan::SavedTwice& t : agreed->plan.twice) {
       spdlog::warn(
-          "round {}: step {} was saved twice with different contents (global rank {}'s two saves "
-          "are held): one step number names two states, and no rank restores it{}. A loop that "
-          "resumes from load()'s step S saves its next state as step S+1",
+          "round {}: step {} was saved with two states (global rank {}'s two saves are held): "
+          "one step number names two states, and no rank restores it{}. A loop that resumes "
+          "from load()'s step S saves its next state as step S+1",
           round.number, t.step, t.rank,
           agreed->plan.step ? fmt::format(" (step {} is restored)", *agreed->plan.step) : "");
       p.events.record("checkpoint_step_saved_twice",
@@ -299,7 +304,9 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
     }
   }
   if (!out.restore && p.persister != nullptr) {
-    out.restore = co_await from_disk(p, round, out.account);
+    const std::vector<RestorePlan::SavedTwice> two_states =
+        agreed ? agreed->plan.twice : std::vector<RestorePlan::SavedTwice>{};
+    out.restore = co_await from_disk(p, round, two_states, out.account);
   }
   const std::optional<int64_t> step =
       out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt;

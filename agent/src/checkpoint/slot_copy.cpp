@@ -107,6 +107,12 @@ std::optional<std::string> why_not_copied(const std::optional<RegionHeader>& h, 
   if (rec.sum_kind != PayloadSumKind::kCrc32) {
     return "the slot was written by an earlier ddprun's worker library (no CRC)";
   }
+  if (const SlotRecord& other = h->slots[1 - slot];
+      other.state == SlotRecord::kCommitted && other.step == rec.step &&
+      other.state_identity() != rec.state_identity()) {
+    return fmt::format("step {} is held with two states (saved twice, the state changed between)",
+                       rec.step);
+  }
   return std::nullopt;
 }
 

@@ -84,7 +84,7 @@ std::vector<HeldSlot> SlotSources::held() const {
                   r.size,
                   r.metadata_size > 0,
                   r.state_identity()};
-    by_identity.emplace(std::make_tuple(slot.rank, slot.world, slot.step, slot.checksum), slot);
+    by_identity.emplace(std::make_tuple(slot.rank, slot.world, slot.step, slot.state), slot);
   });
   std::vector<HeldSlot> out;
   for (const auto& [_, slot] : by_identity) out.push_back(slot);

@@ -29,7 +29,7 @@ struct HeldSlot {
   bool dcp_metadata = false;
   // What identifies its state (SlotRecord::state_identity): two saves of one step with different
   // states (a step saved again, the state changed between) are two entries; two of one state, one.
-  uint64_t checksum = 0;
+  uint64_t state = 0;
 
   auto operator<=>(const HeldSlot&) const = default;
 };

@@ -56,7 +56,7 @@ std::optional<std::vector<std::vector<Fetch>>> fetches_for(
 std::string to_text(const NodeCheckpoints& n) {
   nlohmann::json held = nlohmann::json::array();
   for (const HeldSlot& h : n.held) {
-    held.push_back({h.rank, h.world, h.step, h.bytes, h.dcp_metadata ? 1 : 0, h.checksum});
+    held.push_back({h.rank, h.world, h.step, h.bytes, h.dcp_metadata ? 1 : 0, h.state});
   }
   return nlohmann::json{{"id", n.id},       {"node_rank", n.node_rank}, {"base_rank", n.base_rank},
                         {"nproc", n.nproc}, {"held", std::move(held)},  {"host", n.host},
@@ -94,7 +94,7 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
   std::set<int64_t, std::greater<>> steps;
   std::map<int64_t, std::set<int>> worlds;      // per step, the world sizes it was saved at
   std::set<std::pair<int64_t, int>> resharded;  // (step, world) with a DCP coordinator's slot
-  std::map<std::tuple<int, int, int64_t>, uint64_t> checksum;  // of each slot, the first seen
+  std::map<std::tuple<int, int, int64_t>, uint64_t> state_of;  // each slot's, the first seen
   int newest = -1;
   for (const NodeCheckpoints& n : nodes) newest = std::max(newest, n.timeline);
   for (size_t n = 0; n < nodes.size(); ++n) {
@@ -104,8 +104,8 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
     }
     for (const HeldSlot& h : nodes[n].held) {
       if (h.rank < 0 || h.world <= 0 || h.rank >= h.world) continue;
-      const auto [first, added] = checksum.try_emplace({h.rank, h.world, h.step}, h.checksum);
-      if (!added && first->second != h.checksum) plan.twice.push_back({h.step, h.rank});
+      const auto [first, added] = state_of.try_emplace({h.rank, h.world, h.step}, h.state);
+      if (!added && first->second != h.state) plan.twice.push_back({h.step, h.rank});
       auto& who = holders[{h.rank, h.world, h.step}];
       if (who.empty() || who.back() != n) who.push_back(n);
       steps.insert(h.step);
