@@ -113,10 +113,10 @@ TEST_CASE(
   WorkerGroup group(io, 500ms, containment);
   std::vector<WorkerLaunch> l = sleepers(2);
   l[1].spawn.argv = {"/bin/sh", "-c", "trap '' TERM INT; sleep 30 & wait; wait"};
+  const auto started = std::chrono::steady_clock::now();  // (before the timers' 200 ms start)
   boost::asio::steady_timer interrupt(io, 200ms), stop(io, 300ms);
   interrupt.async_wait([&](boost::system::error_code) { group.interrupt(); });
   stop.async_wait([&](boost::system::error_code) { group.stop(SIGINT); });
-  const auto started = std::chrono::steady_clock::now();
   const GroupResult r = run(io, group, std::move(l));
   CHECK(r.state == GroupResult::State::kStopped);
   CHECK(r.stop_signal == SIGINT);

@@ -212,7 +212,10 @@ TEST_CASE("sdk checkpoint: a state saved twice under one step has one state dige
     CHECK(digests[0] == digests[1]);
     CHECK(digests[0] >> 32 == 1);
   }
-  // Two states under one step: two digests.
+  // Two states under one step: two digests. (In a folder of its own: the processes are new, and
+  // their saves' ordinals those of the saves above, which a referrer would take for its holder's.)
+  fs::remove_all(dir);
+  fs::create_directories(dir);
   REQUIRE(both(dir, [](int rank) { save(rank, 2.5), save(rank, 3.5); }) == none);
   for (const char* region : {"rank0", "rank1"}) {
     const auto digests = words_of(dir / region, 328, 8);
