@@ -60,6 +60,11 @@ def main():
         assert data[payload_at:payload_at + value[s + "size"]] == value[s + "payload"]
         for m in (data, bytearray(data)):  # read-only: zlib's CRC; writable: the native one
             assert ckpt._crc(m, payload_at, value[s + "size"]) == value[s + "checksum"], (i, m)
+        structure = data[payload_at:payload_at + value[s + "structure_size"]]
+        assert struct.unpack_from("<Q", data, ckpt._DIGEST_AT + 8 * i)[0] == \
+            value[s + "state_digest"] == ckpt.state_digest(
+                data, payload_at, value[s + "size"], value[s + "structure_size"],
+                value[s + "checksum"], structure), i
     assert ckpt.run_tag("golden-run") == value["slot0.run_tag"]
     assert ckpt._COMMITTED == value["slot0.state"]
 
@@ -79,7 +84,11 @@ def main():
     assert word("slot0.checksum") == ckpt._crc(written, ckpt.HEADER, size)
     assert word("slot0.sequence") >= 1 and 0 < word("slot0.structure_size") <= size
     assert word("slot0.metadata_size") == 0 and word("slot0.save_micros") > 0
-    assert all(word(f"slot1.{n}") == 0 for n in ("state", "size", "sequence", "run_tag"))
+    assert word("slot0.state_digest") == ckpt.state_digest(
+        written, ckpt.HEADER, size, word("slot0.structure_size"), word("slot0.checksum"),
+        written[ckpt.HEADER:ckpt.HEADER + word("slot0.structure_size")])
+    assert all(word(f"slot1.{n}") == 0
+               for n in ("state", "size", "sequence", "run_tag", "state_digest"))
     print("the golden region read field by field, its CRCs and run tag alike; a save writes each "
           "field where the golden puts it: passed")
 

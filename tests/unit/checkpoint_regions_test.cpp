@@ -488,6 +488,8 @@ TEST_CASE(
     CHECK(r.run_tag == g.word(s + "run_tag"));
     CHECK(r.sum_kind == PayloadSumKind::kCrc32);
     CHECK(h->save_micros[i] == g.word(s + "save_micros"));
+    CHECK(r.state_digest == g.word(s + "state_digest"));
+    CHECK(r.state_identity() == r.state_digest);
     CHECK(payload_crc(g.text(s + "payload")) == r.checksum);
   }
   CHECK(run_tag_of("golden-run") == g.word("slot0.run_tag"));
@@ -495,7 +497,7 @@ TEST_CASE(
 
   // A file holding slot 0 alone: the golden header with slot 1's words zero.
   std::string expected = g.bytes.substr(0, kRegionHeader);
-  for (const size_t at : {size_t{200}, size_t{216}, size_t{264}}) {
+  for (const size_t at : {size_t{200}, size_t{216}, size_t{264}, size_t{336}}) {
     std::memset(expected.data() + at, 0, 8);
   }
   std::memset(expected.data() + slot_record_at(1), 0, 64);

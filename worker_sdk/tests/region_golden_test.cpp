@@ -43,6 +43,8 @@ TEST_CASE("sdk checkpoint: the golden region reads field by field", "[checkpoint
     CHECK(region->rank(i) == g.signed_word(s + "rank"));
     CHECK(region->run(i) == g.word(s + "run_tag"));
     CHECK(region->word<uint64_t>(ddp::checkpoint::kSaveTime + 8 * i) == g.word(s + "save_micros"));
+    CHECK(region->word<uint64_t>(ddp::checkpoint::kStateDigestAt + 8 * i) ==
+          g.word(s + "state_digest"));
     const std::string& payload = g.text(s + "payload");
     CHECK(std::string(reinterpret_cast<const char*>(region->payload(i)), payload.size()) ==
           payload);
