@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 
 #define XXH_INLINE_ALL
@@ -42,7 +41,7 @@ std::optional<PayloadDigest> digest_in(std::string_view header) {
 
 bool holds_payload(const std::filesystem::path& file, const SlotRecord& rec,
                    const PayloadDigest& digest) {
-  std::string header(std::max(kDigestFieldEnd, kRegionHeaderRead), '\0');
+  std::string header(kRegionHeaderRead, '\0');  // (the digest field within)
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   const bool read =

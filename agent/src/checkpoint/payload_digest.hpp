@@ -28,6 +28,7 @@ struct PayloadDigest {
 // digest's low and high words (little-endian). Within the header's first kDigestFieldEnd bytes.
 inline constexpr size_t kSlot0DigestAt = 304;
 inline constexpr size_t kDigestFieldEnd = kSlot0DigestAt + 24;
+static_assert(kDigestFieldEnd <= kRegionHeaderRead);
 
 // The digest field's 24 bytes for `digest`.
 std::string digest_field(const PayloadDigest& digest);
