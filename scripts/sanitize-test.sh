@@ -21,7 +21,8 @@ if [[ $step != test ]]; then
     -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 -DCMAKE_CXX_FLAGS_DEBUG=-g1 >/dev/null
   cmake --build "$build" -j "$(nproc)" --target ddprun ddprund rendezvous_elastic_test rendezvous_static_test rendezvous_local_test \
     rendezvous_exchange_test checkpoint_regions_test checkpoint_sources_test peer_copies_test \
-    peer_copies_trust_test replicator_test signal_listener_test store_session_test store_tls_test
+    peer_copies_trust_test replicator_test signal_listener_test store_session_test store_tls_test \
+    reap_killed_test
 fi
 [[ $step != build ]] || exit 0
 
@@ -33,7 +34,7 @@ cd "$build"
 # The unit tests run here by the first words of their names ("PREFIX: ..."), each of a binary the
 # build above makes: a prefix that names no test (its binary not built) fails the run.
 units=("rendezvous" "session" "tls" "checkpoint regions" "checkpoint agreement" "checkpoint persister"
-  "checkpoint sources" "peer copies" "signal listener" "replicator")
+  "checkpoint sources" "peer copies" "signal listener" "replicator" "reap killed")
 for unit in "${units[@]}"; do
   if ! ctest -N -R "^$unit: " | grep 'Test *#' >/dev/null; then  # (not -q: ctest's SIGPIPE)
     echo "sanitize: no test named '$unit: ...' was built (add its binary to the build above)" >&2
@@ -49,6 +50,10 @@ if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
     echo "=== $f"
     head -n 80 "$f"
+  done
+  # Each report's kind and summary once more, last, where a log cut to its tail still shows them.
+  for f in "$reports"/*; do
+    echo "=== $(basename "$f"): $(grep -m 4 -E 'ERROR:|SUMMARY:|runtime error|leak of' "$f" | tr '\n' ' ')"
   done
   echo "sanitize: the sanitizers reported errors (above)" >&2
   exit 1

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -74,4 +75,43 @@ TEST_CASE(
   }
   CHECK(reaped(pid));  // not left a zombie
   CHECK_FALSE(reaped_in_background(pid));
+}
+
+namespace {
+
+// The child a process below hands off, and its release: for that process's exit handler.
+pid_t g_handed_off = -1;
+int g_release = -1;
+
+// Runs after the static destructors of what was first used after it was registered: releases the
+// handed-off child and waits until the background thread has reaped it and said so.
+void release_after_static_destructors() {
+  ::close(g_release);
+  const auto until = steady_clock::now() + std::chrono::seconds(10);
+  while (reaped_in_background(g_handed_off) && steady_clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  if (reaped_in_background(g_handed_off)) ::_exit(3);
+}
+
+}  // namespace
+
+TEST_CASE("reap killed: a child handed off still reaped after the process's static destructors ran",
+          "[containment]") {
+  // The agent ends right after such a hand-off (the warm interpreter slow to die at the job's
+  // end); the background thread then reaps it while, or after, the exit handlers run. In the
+  // sanitizer build a use of what they destroyed is reported and fails the run (status non-zero).
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {
+    g_handed_off = held_child(g_release);
+    std::atexit(release_after_static_destructors);  // before reap_killed's first use of its state
+    reap_killed(g_handed_off, steady_clock::now());
+    std::exit(0);  // not _exit: the exit handlers are the test
+  }
+  int status = 0;
+  while (::waitpid(agent, &status, 0) < 0 && errno == EINTR) {
+  }
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -12,13 +12,15 @@
 namespace ddprun::agent {
 namespace {
 
+// Never destroyed: a thread reaping in the background may outlive the agent's static destructors
+// (the agent ends while a killed child it handed off is still dying).
 std::mutex& handed_off_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* const m = new std::mutex;
+  return *m;
 }
 std::set<pid_t>& handed_off() {  // under handed_off_mutex()
-  static std::set<pid_t> pids;
-  return pids;
+  static auto* const pids = new std::set<pid_t>;
+  return *pids;
 }
 
 }  // namespace
