@@ -9,11 +9,15 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <spdlog/details/os.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
 #include "checkpoint/memory_use.hpp"
@@ -162,6 +166,25 @@ bool run_until(boost::asio::io_context& io, Done done) {
   return done();
 }
 
+// The default logger's lines in `pattern`, for as long as it lives.
+class LogCapture {
+ public:
+  explicit LogCapture(const std::string& pattern) : previous_(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_));
+    logger->set_pattern(pattern);
+    spdlog::set_default_logger(std::move(logger));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -269,6 +292,8 @@ TEST_CASE(
   const Scratch scratch("persister-abandon");
   const fs::path &regions = scratch.regions, &dir = scratch.dir;
   const std::string old_bytes(8192, 'o'), new_bytes(8192, 'n');
+  // The warning that names the steps set aside, with the thread that said it.
+  const LogCapture log("%t %v");
   boost::asio::io_context io;
   std::vector<PersistReport> reports;
   {
@@ -298,6 +323,13 @@ TEST_CASE(
     CHECK(fs::exists(dir / "step_6" / ".rank_3.ddpckpt.abandoned"));
     CHECK(fs::exists(dir / "step_7" / ".rank_3.ddpckpt.abandoned"));
     CHECK(fs::exists(dir / "step_6" / "rank_1.ddpckpt"));
+    // Said on the thread that runs the io_context (the persister's own may outlive the logger).
+    CHECK(run_until(io,
+                    [&] { return log.text().find("timeline the job left") != std::string::npos; }));
+    const std::string said = log.text();
+    INFO(said);
+    CHECK(said.find(fmt::format("{} checkpoint: global rank 3's files of steps 6, 7 in ",
+                                spdlog::details::os::thread_id())) != std::string::npos);
     // The new timeline's step 5 (other bytes) replaces the old one's.
     write_region(regions / "rank0", 5, new_bytes);
     reports.clear();

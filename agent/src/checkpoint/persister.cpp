@@ -37,8 +37,10 @@ std::set<int64_t> common_steps(const std::vector<std::vector<int64_t>>& held) {
 }
 
 // Global rank `rank`'s files of the steps after `step` saved at `world_size`, set aside
-// (CheckpointPersister::abandon_after); one warning names the steps.
-void abandon_rank_after(const fs::path& dir, int rank, int64_t step, uint64_t world_size) {
+// (CheckpointPersister::abandon_after); returns the one warning that names the steps (empty where
+// none was), said on the agent's thread: this thread may outlive the logger (a file system slow at
+// the agent's exit).
+std::string abandon_rank_after(const fs::path& dir, int rank, int64_t step, uint64_t world_size) {
   std::vector<int64_t> abandoned;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -51,9 +53,9 @@ void abandon_rank_after(const fs::path& dir, int rank, int64_t step, uint64_t wo
     fs::rename(file, e.path() / fmt::format(".rank_{}.ddpckpt.abandoned", rank), renamed);
     if (!renamed) abandoned.push_back(h->slots[0].step);
   }
-  if (abandoned.empty()) return;
+  if (abandoned.empty()) return {};
   std::sort(abandoned.begin(), abandoned.end());
-  spdlog::warn(
+  return fmt::format(
       "checkpoint: global rank {}'s files of step{} {} in {} are of a timeline the job left ({}): "
       "renamed .rank_{}.ddpckpt.abandoned, never read again nor mixed with the steps saved from "
       "now on",
@@ -108,6 +110,7 @@ void CheckpointPersister::Shared::run() {
       running = Job{job.kind, job.local_rank, job.rank, job.step, {}, job.world_size};
     }
     PersistReport r;
+    std::string warning;
     try {
       switch (job.kind) {
         case Job::Kind::kPersist:
@@ -120,7 +123,7 @@ void CheckpointPersister::Shared::run() {
           r.kind = PersistReport::Kind::kDropped;  // nothing to report: only its `done`
           break;
         case Job::Kind::kAbandon:
-          abandon_rank_after(dir, job.rank, job.step, job.world_size);
+          warning = abandon_rank_after(dir, job.rank, job.step, job.world_size);
           r.kind = PersistReport::Kind::kDropped;  // said in its own warning
           break;
       }
@@ -136,13 +139,13 @@ void CheckpointPersister::Shared::run() {
     const std::lock_guard lock(mutex);
     running.reset();
     if (stop) return;
-    boost::asio::post(io,
-                      [self = shared_from_this(), r = std::move(r), done = std::move(job.done)] {
-                        if (self->stop) return;
-                        if (!r.detail.empty() || r.kind != PersistReport::Kind::kDropped)
-                          self->report(r);
-                        if (done) done(r);
-                      });
+    boost::asio::post(io, [self = shared_from_this(), r = std::move(r),
+                           warning = std::move(warning), done = std::move(job.done)] {
+      if (self->stop) return;
+      if (!warning.empty()) spdlog::warn("{}", warning);
+      if (!r.detail.empty() || r.kind != PersistReport::Kind::kDropped) self->report(r);
+      if (done) done(r);
+    });
   }
 }
 

@@ -41,8 +41,9 @@ void reap_killed(pid_t pid, std::chrono::steady_clock::time_point until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   spdlog::warn(
-      "process {} did not exit within {} ms of SIGKILL (uninterruptible sleep: a driver or a "
-      "file system holds it): it is reaped in the background whenever the kernel lets it go",
+      "process {} did not exit within {} ms of SIGKILL (in uninterruptible sleep, where a driver "
+      "or a file system holds it, or still freeing its memory on a busy machine): it is reaped "
+      "in the background whenever the kernel lets it go",
       pid,
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                             started)
