@@ -101,6 +101,8 @@ TEST_CASE("reap killed: a child handed off still reaped after the process's stat
   // The agent ends right after such a hand-off (the warm interpreter slow to die at the job's
   // end); the background thread then reaps it while, or after, the exit handlers run. In the
   // sanitizer build a use of what they destroyed is reported and fails the run (status non-zero).
+  // (It tells such a use apart where this case runs in a process of its own, as CTest runs each:
+  // in one with the cases above, the state was first used, its destructor registered, before.)
   const pid_t agent = ::fork();
   REQUIRE(agent >= 0);
   if (agent == 0) {
