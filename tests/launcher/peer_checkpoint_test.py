@@ -254,6 +254,83 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
           f"{replicas} passed")
 
 
+# Fills a checkpoint port's cap of connections from one address (8) with idle ones, opening one
+# again whenever the port closes one (it closes a connection that has not greeted it within 10 s),
+# until its stdin closes or 120 s passed. Prints "ready" once they are open.
+CAP_FILLER = """
+import selectors, socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sel = selectors.DefaultSelector()
+def open_one():
+    sel.register(socket.create_connection((host, port), timeout=10), selectors.EVENT_READ)
+for _ in range(n):
+    open_one()
+sel.register(sys.stdin, selectors.EVENT_READ)
+print("ready", flush=True)
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    for key, _ in sel.select(timeout=1):
+        if key.fileobj is sys.stdin:
+            if not sys.stdin.buffer.read1(64):
+                sys.exit(0)
+            continue
+        try:
+            data = key.fileobj.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+            open_one()
+"""
+
+
+def case_a_fetch_that_fails_is_asked_again_and_the_replacement_resumes_from_memory():
+    """The replacement's fetch of the lost node's copies fails at first: the port of the node
+    holding them has its cap of connections from the replacement's address filled (idle
+    connections, as a stuck client on that host would leave). The replacement asks again until the
+    connections are gone and resumes from step K with the copies; without --checkpoint_dir a
+    failed fetch would otherwise start the whole job afresh."""
+    with Cluster() as cluster:
+        cluster.nnodes, cluster.extra = "3:3", []
+        out = tempfile.mkdtemp()
+        filler = []
+
+        def fill_the_holders_cap():
+            peers = {e["peer"] for e in node_events(out, 1, "checkpoint_replicated")}
+            assert len(peers) == 1, peers
+            host, port = next(iter(peers)).rsplit(":", 1)
+            filler.append(subprocess.Popen(
+                ["ip", "netns", "exec", cluster.hosts[3], PY, "-c", CAP_FILLER, host, port, "8"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            assert filler[0].stdout.readline().strip() == "ready"
+
+        try:
+            lose_nodes(cluster, "again", out, victims=[1], survivors=[0, 2],
+                       before=fill_the_holders_cap)
+            cluster.start("again", 3, out, "3:3")  # the replacement
+            wait_for(lambda: any(not f["ok"] for f in node_events(out, 3, "checkpoint_fetched")),
+                     "the replacement's fetch refused at the holder's cap", 120)
+        finally:
+            for f in filler:
+                f.stdin.close()
+                f.wait(timeout=30)
+        errs = cluster.finish("again", [0, 2, 3])
+        fetched = node_events(out, 3, "checkpoint_fetched")
+        assert not fetched[0]["ok"] and fetched[-1]["ok"] and fetched[-1]["bytes"] > 0, fetched
+        assert "did not arrive" in errs[3] and "asking again" in errs[3], errs[3]
+        restored = node_events(out, 3, "checkpoint_restore")
+        assert restored and restored[-1]["step"] == K and restored[-1]["from"] == "peer", \
+            (restored, errs[3])
+        resumed = sorted(open(p).read() for p in glob.glob(f"{out}/resumed.*"))
+        assert resumed == [str(K)] * 3, resumed
+        assert os.path.exists(os.path.join(out, "final.pt"))
+        assert not left_running(out)
+    print(f"the replacement's fetch of step {K} failed {sum(not f['ok'] for f in fetched)} time(s) "
+          "at the holder's cap of connections, was asked again once they were gone, and the job "
+          f"resumed from step {K}: passed")
+
+
 def case_a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy():
     """After a replacement the round's ring is a new one: the replacement holds a survivor's
     copies. That survivor is lost next, once step K2 is copied in the new ring: a second

@@ -102,6 +102,36 @@ TEST_CASE("checkpoint sources: a slot is fetched only from a node that serves co
   CHECK_FALSE(stuck.step);
 }
 
+TEST_CASE(
+    "checkpoint sources: a fetch that failed is asked of the other serving nodes holding the slot",
+    "[checkpoint_sources]") {
+  // Rank 2's step 4 is held by nodes 0, 1 (not serving) and 3; node 2 (rank 2's) holds none.
+  const std::vector<NodeCheckpoints> nodes = {
+      node(0, 0, 1, {{0, 4, 4}, {2, 4, 4}}), node(1, 1, 1, {{1, 4, 4}, {2, 4, 4}}, false),
+      node(2, 2, 1, {}), node(3, 3, 1, {{3, 4, 4}, {2, 4, 4}, {2, 4, 3}})};
+  const RestorePlan p = plan_restore(nodes, 4);
+  REQUIRE(p.step == 4);
+  REQUIRE(p.fetches[2] == std::vector<Fetch>{{0, 2, 4}});
+  CHECK(other_holders(nodes, p, 2, p.fetches[2][0]) == std::vector<size_t>{3});
+  // Held by its holder alone: no other to ask.
+  CHECK(other_holders(nodes, p, 3, Fetch{3, 3, 4}).empty());
+  // Another step of the slot does not count: node 0 with rank 2's step 3 only.
+  std::vector<NodeCheckpoints> older = nodes;
+  older[0].held[1].step = 3;
+  const RestorePlan o = plan_restore(older, 4);
+  REQUIRE(o.step == 4);
+  REQUIRE(o.fetches[2] == std::vector<Fetch>{{3, 2, 4}});
+  CHECK(other_holders(older, o, 2, o.fetches[2][0]).empty());
+  // A node behind the others' timeline is not asked.
+  std::vector<NodeCheckpoints> later = nodes;
+  for (size_t n : {0, 1, 2}) later[n].timeline = 5;
+  later[0].held.push_back(HeldSlot{3, 4, 4, 64, false, 0xc0ffee});  // rank 3's, beside node 3's
+  const RestorePlan q = plan_restore(later, 4);
+  CHECK(q.behind == std::vector<size_t>{3});
+  REQUIRE(q.step == 4);
+  CHECK(other_holders(later, q, 2, q.fetches[2][0]).empty());
+}
+
 TEST_CASE("checkpoint sources: the newest step every rank has wins, older ones are not mixed in",
           "[checkpoint_sources]") {
   // Rank 1 holds 8 and 9, rank 0 only 7 and 8: step 8, each rank its own.

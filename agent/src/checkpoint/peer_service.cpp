@@ -545,6 +545,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
         co_await send_request(*link, request);
         if (std::string why = (co_await read_answer(*link)).error; !why.empty()) {
           report.detail = fmt::format("{}: {}", link->peer(), why);
+          report.refused = true;
           co_return report;
         }
         char size[8];
@@ -559,6 +560,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
             rec->run_tag != run_tag_) {
           report.detail = fmt::format("{} sent something that is not global rank {}'s step {}",
                                       link->peer(), rank, step);
+          report.refused = true;
           co_return report;
         }
         const fs::path file = dir / fmt::format("rank_{}.ddpckpt", rank);

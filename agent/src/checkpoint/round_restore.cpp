@@ -5,6 +5,10 @@
 #include <map>
 #include <set>
 
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -46,8 +50,98 @@ std::string node_name(const NodeCheckpoints& n) {
   return fmt::format("node {} ({}:{})", n.node_rank, n.host, n.port);
 }
 
+// How long a node keeps asking for the slots whose fetch failed before its round gives up
+// restoring from memory (every node then restores from --checkpoint_dir or starts afresh, and the
+// steps in memory are dropped): a reset connection, a holder at its cap of connections or out of
+// reach for seconds must not cost the job its progress. Between turns, a pause that doubles.
+constexpr std::chrono::seconds kAskAgainFor{30};
+constexpr std::chrono::milliseconds kFirstPause{250};
+constexpr std::chrono::milliseconds kLongestPause{4000};
+
+// Gets step `step` of `wanted` (global rank, world size) from node `holder` into
+// restore/step_<S>; the checkpoint_fetched event says how it went.
+asio::awaitable<TransferReport> get_from(const RestoreParts& p, const rendezvous::Round& round,
+                                         const Agreement& a, size_t holder,
+                                         std::vector<std::pair<int, int>> wanted, int64_t step) {
+  const NodeCheckpoints& h = a.nodes[holder];
+  TransferReport r;
+  std::vector<int> ranks;
+  for (const auto& [rank, world] : wanted) ranks.push_back(rank);
+  if (p.peers == nullptr) {
+    r.detail = "this node cannot fetch copies";
+    r.refused = true;
+  } else {
+    PeerAddress address{h.host, h.port};
+    fs::path folder = restore_root(p);
+    r = co_await p.peers->get(std::move(address), std::move(wanted), step, std::move(folder));
+  }
+  p.events.record("checkpoint_fetched", {{"round", round.number},
+                                         {"step", step},
+                                         {"from", fmt::format("{}:{}", h.host, h.port)},
+                                         {"node", h.id},
+                                         {"ranks", ranks},
+                                         {"ok", r.ok},
+                                         {"bytes", r.bytes},
+                                         {"seconds", r.took.count()}});
+  if (r.ok) {
+    spdlog::info("round {}: got step {} of global rank(s) {} from {} ({} bytes in {:.3f} s)",
+                 round.number, step, fmt::join(ranks, ","), node_name(h), r.bytes, r.took.count());
+  }
+  co_return r;
+}
+
+// Global rank `f.rank`'s slot of the plan's step, whose fetch from `f.holder` failed (`refused`:
+// the holder said it cannot give it), asked of every other node holding it, then of the holder
+// again, in turns until `deadline` or the round's end. False (said) where none gave it.
+asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& round,
+                                const Agreement& a, const Fetch& f, bool refused,
+                                std::chrono::steady_clock::time_point deadline,
+                                std::map<int, std::string>& from) {
+  const int64_t step = *a.plan.step;
+  std::vector<size_t> ask =
+      checkpoint_sources::other_holders(a.nodes, a.plan, static_cast<size_t>(round.node_rank), f);
+  if (!refused) ask.push_back(f.holder);  // the others first
+  const auto started = std::chrono::steady_clock::now();
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  std::chrono::milliseconds pause = kFirstPause;
+  int attempts = 1;
+  std::string last;
+  auto out_of_time = [&] {
+    return std::chrono::steady_clock::now() >= deadline || p.rdzv->round_ended(round);
+  };
+  while (!ask.empty() && !out_of_time()) {
+    for (auto it = ask.begin(); it != ask.end() && !out_of_time();) {
+      // (Named arguments for co_await'ed calls here: g++ 12 destroys a temporary one twice.)
+      std::vector<std::pair<int, int>> wanted{{f.rank, f.world}};
+      const TransferReport r = co_await get_from(p, round, a, *it, std::move(wanted), step);
+      ++attempts;
+      if (r.ok) {
+        from[f.rank] = node_name(a.nodes[*it]);
+        co_return true;
+      }
+      last = fmt::format("{}: {}", node_name(a.nodes[*it]), r.detail);
+      it = r.refused ? ask.erase(it) : it + 1;
+    }
+    if (ask.empty()) break;
+    timer.expires_after(
+        std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::max(deadline - std::chrono::steady_clock::now(),
+                                     std::chrono::steady_clock::duration::zero()))));
+    co_await timer.async_wait(asio::use_awaitable);
+    pause = std::min(pause * 2, kLongestPause);
+  }
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+  spdlog::warn(
+      "round {}: gave up on global rank {}'s step {} after {} attempt(s) over {:.1f} s{}{}",
+      round.number, f.rank, step, attempts, took.count(),
+      ask.empty() ? ": no other node holds it" : "",
+      last.empty() ? "" : fmt::format(" (last: {})", last));
+  co_return false;
+}
+
 // This node's fetches of the plan's step into restore/step_<S>, from itself or the nodes holding
-// them; `from`: per global rank fetched, where it came from. False (said) where one failed.
+// them; `from`: per global rank fetched, where it came from. A failed fetch from another node is
+// asked again (ask_again). False (said) where one failed for good.
 asio::awaitable<bool> fetch(const RestoreParts& p, const rendezvous::Round& round,
                             const Agreement& a, std::map<int, std::string>& from) {
   const RestorePlan& plan = a.plan;
@@ -79,34 +173,25 @@ asio::awaitable<bool> fetch(const RestoreParts& p, const rendezvous::Round& roun
     }
     from[f.rank] = "this node";
   }
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   for (auto& [holder, wanted] : remote) {
-    const NodeCheckpoints& h = a.nodes[holder];
-    TransferReport r;
-    if (p.peers == nullptr) {
-      r.detail = "this node cannot fetch copies";
-    } else {
-      PeerAddress address{h.host, h.port};
-      std::vector<std::pair<int, int>> ranks = wanted;
-      r = co_await p.peers->get(std::move(address), std::move(ranks), step, restore_root(p));
+    const TransferReport r = co_await get_from(p, round, a, holder, wanted, step);
+    if (r.ok) {
+      for (const auto& [rank, world] : wanted) from[rank] = node_name(a.nodes[holder]);
+      continue;
     }
+    if (!deadline) deadline = std::chrono::steady_clock::now() + kAskAgainFor;
     std::vector<int> ranks;
     for (const auto& [rank, world] : wanted) ranks.push_back(rank);
-    p.events.record("checkpoint_fetched", {{"round", round.number},
-                                           {"step", step},
-                                           {"from", fmt::format("{}:{}", h.host, h.port)},
-                                           {"node", h.id},
-                                           {"ranks", ranks},
-                                           {"ok", r.ok},
-                                           {"bytes", r.bytes},
-                                           {"seconds", r.took.count()}});
-    if (!r.ok) {
-      spdlog::warn("round {}: step {} of global rank(s) {} from {} did not arrive: {}",
-                   round.number, step, fmt::join(ranks, ","), node_name(h), r.detail);
-      co_return false;
+    spdlog::warn(
+        "round {}: step {} of global rank(s) {} from {} did not arrive: {}; asking again, for up "
+        "to {} s",
+        round.number, step, fmt::join(ranks, ","), node_name(a.nodes[holder]), r.detail,
+        kAskAgainFor.count());
+    for (const auto& [rank, world] : wanted) {
+      const Fetch failed{holder, rank, world};
+      if (!co_await ask_again(p, round, a, failed, r.refused, *deadline, from)) co_return false;
     }
-    spdlog::info("round {}: got step {} of global rank(s) {} from {} ({} bytes in {:.3f} s)",
-                 round.number, step, fmt::join(ranks, ","), node_name(h), r.bytes, r.took.count());
-    for (int rank : ranks) from[rank] = node_name(h);
   }
   co_return true;
 }

@@ -159,6 +159,25 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
   return plan;
 }
 
+std::vector<size_t> other_holders(const std::vector<NodeCheckpoints>& nodes,
+                                  const RestorePlan& plan, size_t to, const Fetch& f) {
+  std::vector<size_t> out;
+  if (!plan.step) return out;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (n == f.holder || n == to || !serves(nodes[n]) ||
+        std::find(plan.behind.begin(), plan.behind.end(), n) != plan.behind.end()) {
+      continue;
+    }
+    const auto& held = nodes[n].held;
+    if (std::any_of(held.begin(), held.end(), [&](const HeldSlot& h) {
+          return h.rank == f.rank && h.world == f.world && h.step == *plan.step;
+        })) {
+      out.push_back(n);
+    }
+  }
+  return out;
+}
+
 boost::asio::awaitable<std::optional<Agreement>> agree(std::shared_ptr<rendezvous::Rendezvous> rdzv,
                                                        rendezvous::Round r, NodeCheckpoints mine,
                                                        std::chrono::milliseconds wait) {

@@ -93,6 +93,12 @@ struct RestorePlan {
 // what a node behind the others holds is not used.
 RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size);
 
+// The nodes besides `f.holder` that can give node `to` the slot of fetch `f` at the plan's step,
+// asked where its holder could not give it: those holding it that serve copies and are not
+// behind, in node rank order (none is `to`: a node holding the slot itself fetches nothing).
+std::vector<size_t> other_holders(const std::vector<NodeCheckpoints>& nodes,
+                                  const RestorePlan& plan, size_t to, const Fetch& f);
+
 // Publishes `mine` and returns the round's plan and every node's account (in node rank order), or
 // nullopt where the round ended (or `wait` passed) before every node answered: a round that
 // cannot agree restores nothing. Never throws.
