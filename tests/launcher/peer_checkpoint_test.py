@@ -331,6 +331,54 @@ def case_a_fetch_that_fails_is_asked_again_and_the_replacement_resumes_from_memo
           f"resumed from step {K}: passed")
 
 
+def case_a_copy_that_fails_its_checksum_gives_way_to_the_step_before():
+    """The only copy of the lost node's step K, held by its peer, has a byte flipped (memory gone
+    bad): the replacement's fetch fails its checksum, and the round restores step K-1 instead (the
+    peer keeps the newest two steps of each slot, the survivors' regions the newest two of their
+    own), on every node; not a start from step 0."""
+    with Cluster() as cluster:
+        cluster.nnodes, cluster.extra = "3:3", []
+        out = tempfile.mkdtemp()
+        flipped = []
+
+        def flip_a_byte_of_the_copy():
+            pid = node_events(out, 1, "agent_started")[0]["agent_pid"]
+            copies = [p for p in copies_of_step("bad", K)
+                      if bytes.fromhex(os.path.basename(p).split(".")[0]).decode()
+                      .startswith(f"vm_{pid}_")]
+            assert len(copies) == 1, (copies, copies_of_step("bad", K))
+            with open(copies[0], "r+b") as f:  # a byte of the payload (after the 4 KiB header)
+                f.seek(4096 + 100)
+                byte = f.read(1)
+                f.seek(4096 + 100)
+                f.write(bytes([byte[0] ^ 0x5A]))
+            flipped.append(copies[0])
+
+        # Every node pauses 3 s after step K-1: its copies then are of K-1 too, whatever the
+        # stride (a paused job's newest step is copied), and the peer holds K-1 and K of each.
+        pause = {"PAUSE_AT": f"{K - 1}:3"}
+        lose_nodes(cluster, "bad", out, victims=[1], survivors=[0, 2],
+                   env={0: pause, 1: {**pause, "HOLD_AT": str(K)}, 2: pause},
+                   before=flip_a_byte_of_the_copy)
+        cluster.start("bad", 3, out, "3:3")  # the replacement
+        errs = cluster.finish("bad", [0, 2, 3])
+        assert "fails its checksum" in errs[3], errs[3]
+        assert f"the workers restore step {K - 1} instead of step {K}" in errs[3], errs[3]
+        for i in (0, 2, 3):
+            instead = node_events(out, i, "checkpoint_step_unfetched")
+            assert instead and instead[-1]["step"] == K and instead[-1]["instead"] == K - 1, \
+                (i, instead, errs[i])
+            restored = node_events(out, i, "checkpoint_restore")
+            assert restored and restored[-1]["step"] == K - 1, (i, restored, errs[i])
+        assert node_events(out, 3, "checkpoint_restore")[-1]["from"] == "peer"
+        resumed = sorted(open(p).read() for p in glob.glob(f"{out}/resumed.*"))
+        assert resumed == [str(K - 1)] * 3, resumed
+        assert os.path.exists(os.path.join(out, "final.pt"))
+        assert not left_running(out)
+    print(f"the lost node's copy of step {K} failed its checksum at the replacement: every node "
+          f"restored step {K - 1} instead: passed")
+
+
 def case_a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy():
     """After a replacement the round's ring is a new one: the replacement holds a survivor's
     copies. That survivor is lost next, once step K2 is copied in the new ring: a second

@@ -132,6 +132,21 @@ TEST_CASE(
   CHECK(other_holders(later, q, 2, q.fetches[2][0]).empty());
 }
 
+TEST_CASE(
+    "checkpoint sources: a step whose slots could not be fetched gives way to the newest older one",
+    "[checkpoint_sources]") {
+  // Steps 4 and 5 of both ranks; rank 1's step 3 only on node 1.
+  const std::vector<NodeCheckpoints> nodes = {
+      node(0, 0, 1, {{0, 2, 4}, {0, 2, 5}, {1, 2, 4}, {1, 2, 5}}),
+      node(1, 1, 1, {{1, 2, 3}, {1, 2, 4}, {1, 2, 5}, {0, 2, 3}})};
+  CHECK(plan_restore(nodes, 2).step == 5);
+  const RestorePlan p = plan_restore(nodes, 2, 5);
+  REQUIRE(p.step == 4);
+  CHECK(p.fetches[1] == std::vector<Fetch>{{1, 1, 2}});
+  CHECK(plan_restore(nodes, 2, 4).step == 3);
+  CHECK_FALSE(plan_restore(nodes, 2, 3).step);
+}
+
 TEST_CASE("checkpoint sources: the newest step every rank has wins, older ones are not mixed in",
           "[checkpoint_sources]") {
   // Rank 1 holds 8 and 9, rank 0 only 7 and 8: step 8, each rank its own.

@@ -576,6 +576,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
           if (!out.commit(rec->checksum)) {
             report.detail = fmt::format("global rank {}'s step {} from {} fails its checksum", rank,
                                         step, link->peer());
+            report.refused = true;  // its MAC held (where there is one): its copy is not sound
             co_return report;
           }
         }

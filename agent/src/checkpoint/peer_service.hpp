@@ -65,9 +65,11 @@ struct TransferReport {
   uint64_t held = 0;
   std::chrono::duration<double> took{0};
   std::string detail;  // why not, when not ok
-  // A get the peer answered with a refusal (it holds no such slot, or sent another): asking it
-  // again gives the same answer. Not ok without it: the connection failed (the peer unreachable,
-  // at its cap of connections, gone mid-transfer) or the bytes arrived altered.
+  // A get the peer answered with a refusal (it holds no such slot, or sent another), or whose
+  // copy fails its checksum (its MAC, where the job has a token, held: the copy itself is not
+  // sound): asking it again gives the same answer. Not ok without it: the connection failed (the
+  // peer unreachable, at its cap of connections, gone mid-transfer) or the bytes were altered on
+  // their way (the MAC).
   bool refused = false;
   // A stage: the worker's saves reused a slot before its copy was complete (the copies need a
   // wider stride).

@@ -58,6 +58,10 @@ constexpr std::chrono::seconds kAskAgainFor{30};
 constexpr std::chrono::milliseconds kFirstPause{250};
 constexpr std::chrono::milliseconds kLongestPause{4000};
 
+// How many steps a round tries in turn where a step's slots could not be fetched (the nodes keep
+// the newest two steps of each slot).
+constexpr int kPlansPerRound = 2;
+
 // Gets step `step` of `wanted` (global rank, world size) from node `holder` into
 // restore/step_<S>; the checkpoint_fetched event says how it went.
 asio::awaitable<TransferReport> get_from(const RestoreParts& p, const rendezvous::Round& round,
@@ -220,11 +224,15 @@ bool install(const RestoreParts& p, const rendezvous::Round& round, const Restor
 }
 
 // The plan's step, in place on this node once every node's fetches arrived; nullopt where there
-// is no step, or a node's fetches did not arrive (the round then restores as if there were none).
+// is no step, or a node's fetches did not arrive (`unfetched` then set: nothing changed in any
+// node's regions, and an older step may be planned), or a node could not put them in place.
+// `attempt`: the how-manieth plan of the round this is (0: the first), which names its topics.
 asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts& p,
                                                               const rendezvous::Round& round,
-                                                              const Agreement& a,
+                                                              const Agreement& a, int attempt,
+                                                              bool& unfetched,
                                                               nlohmann::json& account) {
+  unfetched = false;
   const RestorePlan& plan = a.plan;
   if (!plan.step) co_return std::nullopt;
   const int64_t step = *plan.step;
@@ -247,16 +255,18 @@ asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts
   }
   std::map<int, std::string> from;
   const bool fetched = co_await fetch(p, round, a, from);
-  std::string topic = "checkpoint_restored";
+  const std::string suffix = attempt == 0 ? "" : fmt::format(".{}", step);
+  std::string topic = "checkpoint_restored" + suffix;
   if (!co_await checkpoint_sources::all_did(p.rdzv, round, topic, fetched, wait)) {
-    spdlog::warn("round {}: not every node got its slots of step {}: not restored from memory",
-                 round.number, step);
+    spdlog::warn("round {}: not every node got its slots of step {}: step {} is not restored",
+                 round.number, step, step);
+    unfetched = true;
     co_return std::nullopt;
   }
   if (plan.reshard) {
     restore.reshard_dir = (restore_root(p) / fmt::format("step_{}", step)).string();
   } else {
-    std::string installed = "checkpoint_installed";
+    std::string installed = "checkpoint_installed" + suffix;
     const bool mine = install(p, round, plan);
     if (!co_await checkpoint_sources::all_did(p.rdzv, round, installed, mine, wait)) {
       spdlog::warn(
@@ -376,7 +386,23 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
       p.events.record("checkpoint_step_saved_twice",
                       {{"round", round.number}, {"step", t.step}, {"rank", t.rank}});
     }
-    out.restore = co_await from_memory(p, round, *agreed, out.account);
+    // A step some node could not gather gives way to the newest older one every rank has (the
+    // nodes keep the newest two of each slot; nothing changed in any region yet).
+    Agreement attempt = *agreed;
+    for (int n = 0; n < kPlansPerRound && attempt.plan.step; ++n) {
+      bool unfetched = false;
+      out.restore = co_await from_memory(p, round, attempt, n, unfetched, out.account);
+      if (out.restore || !unfetched) break;
+      const int64_t failed = *attempt.plan.step;
+      attempt.plan = checkpoint_sources::plan_restore(attempt.nodes, round.world_size, failed);
+      if (attempt.plan.step) {
+        spdlog::warn("round {}: the workers restore step {} instead of step {}", round.number,
+                     *attempt.plan.step, failed);
+        p.events.record(
+            "checkpoint_step_unfetched",
+            {{"round", round.number}, {"step", failed}, {"instead", *attempt.plan.step}});
+      }
+    }
     const auto& lost = agreed->plan.ranks_without_copy;
     if (!out.restore && !lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
       spdlog::warn(

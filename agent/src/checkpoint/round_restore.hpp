@@ -4,8 +4,9 @@
 // (exchanges/checkpoint_sources.hpp: the plan every node computes): each node first fetches what
 // it lacks (from itself or the nodes holding it) into a folder of its own, "restore/step_<S>";
 // a fetch that fails is asked again, of every other node holding the slot and of its holder, in
-// turns for up to 30 s (a reset connection, a holder at its cap of connections); once every node
-// says its fetches arrived, each puts its ranks' slots into their regions (a
+// turns for up to 30 s (a reset connection, a holder at its cap of connections), and where a node
+// still lacks a slot, every node plans the newest older step instead (nothing is in the regions
+// yet); once every node says its fetches arrived, each puts its ranks' slots into their regions (a
 // rank's region then holds that rank's slot only), or, where the world size changed, leaves the
 // gathered slots there for its workers to reshard from. Where memory holds no step every rank can
 // restore, the newest step complete in --checkpoint_dir for every rank (checkpoint_agreement).

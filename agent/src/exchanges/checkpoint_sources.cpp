@@ -88,7 +88,8 @@ std::optional<NodeCheckpoints> from_text(const std::string& text) {
   }
 }
 
-RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size) {
+RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size,
+                         std::optional<int64_t> before) {
   RestorePlan plan;
   Holders holders;
   std::set<int64_t, std::greater<>> steps;
@@ -119,6 +120,7 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
                    plan.twice.end());
   for (const RestorePlan::SavedTwice& t : plan.twice) steps.erase(t.step);
   for (int64_t step : steps) {
+    if (before && step >= *before) continue;
     if (auto same = fetches_for(nodes, holders, step, world_size, true)) {
       plan.step = step;
       plan.saved_world = world_size;

@@ -90,8 +90,10 @@ struct RestorePlan {
 };
 
 // The plan for a round of `world_size` ranks whose nodes, in node rank order, published `nodes`;
-// what a node behind the others holds is not used.
-RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size);
+// what a node behind the others holds is not used. With `before`, of the steps before it only
+// (the plan of step `before` could not be carried out: a slot of it could not be fetched).
+RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_size,
+                         std::optional<int64_t> before = std::nullopt);
 
 // The nodes besides `f.holder` that can give node `to` the slot of fetch `f` at the plan's step,
 // asked where its holder could not give it: those holding it that serve copies and are not

@@ -9,7 +9,8 @@ OUT_DIR/held@W.<rank>; STEP~TAG holds in any attempt, but only where OUT_DIR/hel
 there yet, and writes it; several are comma-separated. $WIDTH sets the hidden layer's width (64);
 with $CKPT_REPLICATED=1 the saves say that the state is the same on every rank (replicated=True):
 the node holds it once. With $CKPT_TWICE=1 each step's state is saved twice under its number (a
-periodic save and a final one on the same step).
+periodic save and a final one on the same step). With $PAUSE_AT=STEP:SECONDS each rank pauses
+that long after saving that step in the first attempt (the agents copy a paused job's newest step).
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
 checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
 dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
@@ -104,6 +105,10 @@ def main():
                                 replicated=replicated)
         if rank == 0 and os.environ.get("SAVE_PARAMS"):
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
+        pause_step, _, pause_seconds = os.environ.get("PAUSE_AT", "").partition(":")
+        if attempt == "0" and pause_step == str(s):
+            import time
+            time.sleep(float(pause_seconds))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
         hold = held_at(s, dist.get_world_size(), attempt, out, rank)
