@@ -585,6 +585,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
           write_dcp_metadata(copied.fd, file, *rec, dir);
         }
         report.bytes += rec->size;
+        ++report.arrived;
       }
       report.ok = true;
     } catch (const std::exception& e) {

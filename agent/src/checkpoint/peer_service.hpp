@@ -71,6 +71,9 @@ struct TransferReport {
   // peer unreachable, at its cap of connections, gone mid-transfer) or the bytes were altered on
   // their way (the MAC).
   bool refused = false;
+  // A get's: how many of the ranks wanted, in their order, arrived; where not ok, the one after
+  // them is the one that failed (and `refused` is of it), and those after it were not asked.
+  size_t arrived = 0;
   // A stage: the worker's saves reused a slot before its copy was complete (the copies need a
   // wider stride).
   bool overtaken = false;

@@ -96,7 +96,8 @@ asio::awaitable<TransferReport> get_from(const RestoreParts& p, const rendezvous
 
 // Global rank `f.rank`'s slot of the plan's step, whose fetch from `f.holder` failed (`refused`:
 // the holder said it cannot give it), asked of every other node holding it, then of the holder
-// again, in turns until `deadline` or the round's end. False (said) where none gave it.
+// again: the first turn whatever the time, then in turns until `deadline`, and never once the
+// round ended. False (said) where none gave it.
 asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& round,
                                 const Agreement& a, const Fetch& f, bool refused,
                                 std::chrono::steady_clock::time_point deadline,
@@ -110,8 +111,10 @@ asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& 
   std::chrono::milliseconds pause = kFirstPause;
   int attempts = 1;
   std::string last;
+  bool first_turn = true;
   auto out_of_time = [&] {
-    return std::chrono::steady_clock::now() >= deadline || p.rdzv->round_ended(round);
+    return p.rdzv->round_ended(round) ||
+           (!first_turn && std::chrono::steady_clock::now() >= deadline);
   };
   while (!ask.empty() && !out_of_time()) {
     for (auto it = ask.begin(); it != ask.end() && !out_of_time();) {
@@ -126,7 +129,8 @@ asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& 
       last = fmt::format("{}: {}", node_name(a.nodes[*it]), r.detail);
       it = r.refused ? ask.erase(it) : it + 1;
     }
-    if (ask.empty()) break;
+    first_turn = false;
+    if (ask.empty() || out_of_time()) break;
     timer.expires_after(
         std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::max(deadline - std::chrono::steady_clock::now(),
@@ -138,7 +142,7 @@ asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& 
   spdlog::warn(
       "round {}: gave up on global rank {}'s step {} after {} attempt(s) over {:.1f} s{}{}",
       round.number, f.rank, step, attempts, took.count(),
-      ask.empty() ? ": no other node holds it" : "",
+      ask.empty() ? ": no node left to ask" : "",
       last.empty() ? "" : fmt::format(" (last: {})", last));
   co_return false;
 }
@@ -186,15 +190,22 @@ asio::awaitable<bool> fetch(const RestoreParts& p, const rendezvous::Round& roun
     }
     if (!deadline) deadline = std::chrono::steady_clock::now() + kAskAgainFor;
     std::vector<int> ranks;
-    for (const auto& [rank, world] : wanted) ranks.push_back(rank);
+    for (size_t i = r.arrived; i < wanted.size(); ++i) ranks.push_back(wanted[i].first);
     spdlog::warn(
         "round {}: step {} of global rank(s) {} from {} did not arrive: {}; asking again, for up "
         "to {} s",
         round.number, step, fmt::join(ranks, ","), node_name(a.nodes[holder]), r.detail,
         kAskAgainFor.count());
-    for (const auto& [rank, world] : wanted) {
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      const auto& [rank, world] = wanted[i];
+      if (i < r.arrived) {
+        from[rank] = node_name(a.nodes[holder]);
+        continue;
+      }
+      // The refusal is of the first rank that did not arrive; those after it were not asked.
+      const bool refused = r.refused && i == r.arrived;
       const Fetch failed{holder, rank, world};
-      if (!co_await ask_again(p, round, a, failed, r.refused, *deadline, from)) co_return false;
+      if (!co_await ask_again(p, round, a, failed, refused, *deadline, from)) co_return false;
     }
   }
   co_return true;
@@ -303,12 +314,12 @@ asio::awaitable<std::optional<CheckpointRestore>> from_memory(const RestoreParts
   co_return restore;
 }
 
-// The newest step complete in --checkpoint_dir for every rank of the round, copied back into the
-// regions; nullopt where there is none or it could not be. None of `two_states` (steps the memory
-// plan found saved with two states: a rank's file of one may be of either save).
-asio::awaitable<std::optional<CheckpointRestore>> from_disk(
+// The newest step complete in --checkpoint_dir for every rank of the round, as the round's nodes
+// agree (one exchange: once a round); none of `two_states` (steps the memory plan found saved with
+// two states: a rank's file of one may be of either save).
+asio::awaitable<std::optional<int64_t>> newest_on_disk(
     const RestoreParts& p, const rendezvous::Round& round,
-    const std::vector<RestorePlan::SavedTwice>& two_states, nlohmann::json& account) {
+    const std::vector<RestorePlan::SavedTwice>& two_states) {
   std::vector<std::vector<int64_t>> held;
   const std::vector<std::pair<int, int>> ranks = round_ranks(p.cfg, round);
   for (const auto& [local, global] : ranks) {
@@ -318,9 +329,17 @@ asio::awaitable<std::optional<CheckpointRestore>> from_disk(
                          [s](const RestorePlan::SavedTwice& t) { return t.step == s; });
     });
   }
-  const std::optional<int64_t> step =
-      co_await checkpoint_agreement::agree(p.rdzv, round, held, p.cfg.rdzv.join_timeout);
+  co_return co_await checkpoint_agreement::agree(p.rdzv, round, held, p.cfg.rdzv.join_timeout);
+}
+
+// Step `step` of --checkpoint_dir (newest_on_disk) copied back into the regions; nullopt where
+// there is none or it could not be.
+asio::awaitable<std::optional<CheckpointRestore>> from_disk(const RestoreParts& p,
+                                                            const rendezvous::Round& round,
+                                                            std::optional<int64_t> step,
+                                                            nlohmann::json& account) {
   if (!step) co_return std::nullopt;
+  const std::vector<std::pair<int, int>> ranks = round_ranks(p.cfg, round);
   if (!co_await p.persister->restore(*step, ranks)) {
     spdlog::error("round {}: step {} could not be read back from {}: the workers start afresh",
                   round.number, *step, p.cfg.checkpoint_dir);
@@ -355,6 +374,10 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
   }
   const std::optional<Agreement> agreed =
       co_await checkpoint_sources::agree(p.rdzv, round, mine, p.cfg.rdzv.join_timeout);
+  const std::vector<RestorePlan::SavedTwice> two_states =
+      agreed ? agreed->plan.twice : std::vector<RestorePlan::SavedTwice>{};
+  // The newest step in --checkpoint_dir, once the round's nodes agreed on it (at most once).
+  std::optional<std::optional<int64_t>> on_disk;
   if (agreed) {
     out.nodes = agreed->nodes;
     const auto& behind = agreed->plan.behind;
@@ -387,21 +410,29 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
                       {{"round", round.number}, {"step", t.step}, {"rank", t.rank}});
     }
     // A step some node could not gather gives way to the newest older one every rank has (the
-    // nodes keep the newest two of each slot; nothing changed in any region yet).
+    // nodes keep the newest two of each slot; nothing changed in any region yet), unless
+    // --checkpoint_dir holds a step at least as new.
     Agreement attempt = *agreed;
-    for (int n = 0; n < kPlansPerRound && attempt.plan.step; ++n) {
+    for (int n = 0; attempt.plan.step; ++n) {
       bool unfetched = false;
       out.restore = co_await from_memory(p, round, attempt, n, unfetched, out.account);
-      if (out.restore || !unfetched) break;
-      const int64_t failed = *attempt.plan.step;
-      attempt.plan = checkpoint_sources::plan_restore(attempt.nodes, round.world_size, failed);
-      if (attempt.plan.step) {
-        spdlog::warn("round {}: the workers restore step {} instead of step {}", round.number,
-                     *attempt.plan.step, failed);
-        p.events.record(
-            "checkpoint_step_unfetched",
-            {{"round", round.number}, {"step", failed}, {"instead", *attempt.plan.step}});
+      if (out.restore || !unfetched || n + 1 == kPlansPerRound || p.rdzv->round_ended(round)) {
+        break;
       }
+      const int64_t failed = *attempt.plan.step;
+      fs::remove_all(restore_root(p) / fmt::format("step_{}", failed), ignored);
+      attempt.plan = checkpoint_sources::plan_restore(attempt.nodes, round.world_size, failed);
+      if (!attempt.plan.step) break;
+      if (p.persister != nullptr) {
+        on_disk = co_await newest_on_disk(p, round, two_states);
+        if (*on_disk && **on_disk >= *attempt.plan.step) break;
+      }
+      spdlog::warn(
+          "round {}: step {} could not be gathered on every node: trying step {}, the newest "
+          "older step every rank has in memory",
+          round.number, failed, *attempt.plan.step);
+      p.events.record("checkpoint_step_unfetched",
+                      {{"round", round.number}, {"step", failed}, {"trying", *attempt.plan.step}});
     }
     const auto& lost = agreed->plan.ranks_without_copy;
     if (!out.restore && !lost.empty() && static_cast<int>(lost.size()) < round.world_size) {
@@ -415,9 +446,8 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
     }
   }
   if (!out.restore && p.persister != nullptr) {
-    const std::vector<RestorePlan::SavedTwice> two_states =
-        agreed ? agreed->plan.twice : std::vector<RestorePlan::SavedTwice>{};
-    out.restore = co_await from_disk(p, round, two_states, out.account);
+    if (!on_disk) on_disk = co_await newest_on_disk(p, round, two_states);
+    out.restore = co_await from_disk(p, round, *on_disk, out.account);
   }
   const std::optional<int64_t> step =
       out.restore ? std::optional<int64_t>(out.restore->step) : std::nullopt;
