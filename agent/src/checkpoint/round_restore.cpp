@@ -96,8 +96,9 @@ asio::awaitable<TransferReport> get_from(const RestoreParts& p, const rendezvous
 
 // Global rank `f.rank`'s slot of the plan's step, whose fetch from `f.holder` failed (`refused`:
 // the holder said it cannot give it), asked of every other node holding it, then of the holder
-// again: the first turn whatever the time, then in turns until `deadline`, and never once the
-// round ended. False (said) where none gave it.
+// again, in turns until `deadline` (one for all the node's fetches: a holder out of reach costs
+// the round at most that, plus the try under way) or the round's end. False (said) where none
+// gave it.
 asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& round,
                                 const Agreement& a, const Fetch& f, bool refused,
                                 std::chrono::steady_clock::time_point deadline,
@@ -111,10 +112,8 @@ asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& 
   std::chrono::milliseconds pause = kFirstPause;
   int attempts = 1;
   std::string last;
-  bool first_turn = true;
   auto out_of_time = [&] {
-    return p.rdzv->round_ended(round) ||
-           (!first_turn && std::chrono::steady_clock::now() >= deadline);
+    return std::chrono::steady_clock::now() >= deadline || p.rdzv->round_ended(round);
   };
   while (!ask.empty() && !out_of_time()) {
     for (auto it = ask.begin(); it != ask.end() && !out_of_time();) {
@@ -129,7 +128,6 @@ asio::awaitable<bool> ask_again(const RestoreParts& p, const rendezvous::Round& 
       last = fmt::format("{}: {}", node_name(a.nodes[*it]), r.detail);
       it = r.refused ? ask.erase(it) : it + 1;
     }
-    first_turn = false;
     if (ask.empty() || out_of_time()) break;
     timer.expires_after(
         std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
