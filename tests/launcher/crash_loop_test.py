@@ -16,7 +16,9 @@ PY = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
 DDPRUN = None
 
 # Rank 1 raises the same exception in every attempt (its step: the checkpoint it resumed from,
-# which a save makes newer in each attempt when SAVE is set).
+# which a save makes newer in each attempt when SAVE is set; rank 1 then raises only once rank 0's
+# save of the attempt's step is done too, else the agent may stop rank 0 mid-save and the step
+# restored stays the same: a crash loop, rightly, on a loaded machine).
 FAILS = r'''
 import os, sys
 out, attempt, rank = sys.argv[1], os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
@@ -26,6 +28,13 @@ if os.environ.get("SAVE"):
     from ddprun import checkpoint
     step, _ = checkpoint.load()
     checkpoint.save(0 if step is None else step + 1, {"w": torch.zeros(4)})
+    open(os.path.join(out, f"saved.{attempt}.{rank}"), "w").close()
+    if rank == "1":  # fails only once rank 0 saved too: the step is complete, the progress real
+        import time
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(out, f"saved.{attempt}.0")):
+            assert time.monotonic() < deadline, "rank 0 did not save within 60 s"
+            time.sleep(0.01)
 def load_batch():
     if rank == "1":
         raise ValueError("bad batch shape" + (attempt if os.environ.get("DIFFER") else ""))
