@@ -18,6 +18,7 @@ torch's documentation has it)."""
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -80,6 +81,7 @@ def main():
     model(torch.zeros(1, 32)).sum().mul(0).backward()
     opt.zero_grad()
     kill = os.environ.get("KILL_AT", "")
+    pause_step, _, pause_seconds = os.environ.get("PAUSE_AT", "").partition(":")
     twice = os.environ.get("CKPT_TWICE") == "1"
     for s in range(0 if step is None else step + 1, steps):
         gen = torch.Generator().manual_seed(1000 * s + rank)  # the step's data, whatever the attempt
@@ -105,9 +107,7 @@ def main():
                                 replicated=replicated)
         if rank == 0 and os.environ.get("SAVE_PARAMS"):
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
-        pause_step, _, pause_seconds = os.environ.get("PAUSE_AT", "").partition(":")
         if attempt == "0" and pause_step == str(s):
-            import time
             time.sleep(float(pause_seconds))
         if attempt == "0" and kill == f"{rank}:{s}":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -115,7 +115,6 @@ def main():
         if hold:
             # This node is about to be lost: it says so and waits (bounded) for the test to kill it.
             open(os.path.join(out, hold + str(rank)), "w").close()
-            import time
             time.sleep(120)
     if saving is not None:
         saving.result()
