@@ -22,7 +22,9 @@ import tempfile
 import time
 
 WORLD = 3
-LATE = 0.05  # the last rank begins each backward pass this late (s): the others wait for it
+# The last rank begins each backward pass this late (s): the others wait for it. On a loaded 2-core
+# machine rank 0's own compute ran late too, by about 60 ms in 5 steps: 0.05 s a step left too little.
+LATE = 0.1
 CASES = ("default", "bucket_views", "late_hook", "join_uneven", "static_graph", "find_unused",
          "compiled")
 
@@ -220,9 +222,10 @@ def main(package):
     assert 0 < wait_ns < step_ns, (wait_ns, step_ns)
     with open(os.path.join(folder, "waits.1")) as f:
         waits = json.load(f)
-    # Rank 0 waits for the late rank in each of its 6 steps a case; at least 4 of them counted
-    # whole (a case's first step has the others start their model, or compile it, as it does).
-    short = {case: waits[case] / 1e9 for case in CASES if waits[case] < 4 * LATE * 1e9}
+    # Rank 0 waits for the late rank in each of its 6 steps a case; at least half of that counted
+    # (a case's first step has the others start their model, or compile it, as it does; a loaded
+    # machine delays rank 0's own compute too). A wait not measured would count none of it.
+    short = {case: waits[case] / 1e9 for case in CASES if waits[case] < 3 * LATE * 1e9}
     assert not short, f"DDP's wait for a rank {LATE} s late not measured (s): {short}"
     subprocess.run([sys.executable, os.path.abspath(__file__), package, "--shapes"], check=True,
                    timeout=200)
