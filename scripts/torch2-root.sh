@@ -13,10 +13,23 @@
 set -euo pipefail
 root=${DDPRUN_TORCH2_ROOT:-/var/cache/ddprun/torch2-forky}
 marker=.ddprun-torch2-root
+complete() {
+  [[ -f $root/$marker && -e $root/usr/lib/x86_64-linux-gnu/libdeflate.so.0 &&
+    -x $root/usr/bin/g++ && -e $root/usr/include/torch/csrc/inductor/cpp_prefix.h ]] &&
+    compgen -G "$root/usr/include/python3*/Python.h" >/dev/null
+}
 # (A root built before libdeflate or g++ was in it is built again: the workers' CRC-32 uses the
 # one, torch.compile the others; forky's python3-torch stopped bringing g++ along.)
-if [[ -f $root/$marker && -e $root/usr/lib/x86_64-linux-gnu/libdeflate.so.0 &&
-  -x $root/usr/bin/g++ && -e $root/usr/include/torch/csrc/inductor/cpp_prefix.h ]] && compgen -G "$root/usr/include/python3*/Python.h" >/dev/null; then
+if complete; then
+  echo "$root"
+  exit 0
+fi
+# One build at a time: a second run (the suite beside a benchmark) waits for the first and uses its
+# root; two mmdebstraps into one ".partial" folder break both.
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock 9
+if complete; then
   echo "$root"
   exit 0
 fi
@@ -36,7 +49,6 @@ fi
 
 echo "torch2-root: building $root (Debian forky with python3-torch, a minute or two)" >&2
 rm -rf "$root.partial"
-mkdir -p "$(dirname "$root")"
 # A mirror's forky Release may be past its Valid-Until (a testing suite's is short); the archive's
 # own keyring still checks its signature.
 mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel,libdeflate0,g++,python3-dev,libtorch-dev \
