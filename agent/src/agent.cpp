@@ -20,6 +20,7 @@
 #include "ddprun/agent/gpu_health.hpp"
 #include "ddprun/agent/signal_listener.hpp"
 #include "ddprun/agent/signals.hpp"
+#include "ddprun/agent/temp_folder.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "ddprun/store/metrics_server.hpp"
@@ -270,8 +271,10 @@ class NodeAgent {
   static fs::path make_run_dir(const AgentConfig& cfg) {
     // Absolute and normal, as torch makes it (os.path.abspath): a worker that changes its working
     // folder still finds its error file.
-    const fs::path base = cfg.log_dir.empty() ? fs::path(make_temp_dir("/tmp/torchelastic_XXXXXX"))
-                                              : fs::absolute(cfg.log_dir).lexically_normal();
+    const fs::path base =
+        cfg.log_dir.empty()
+            ? fs::path(make_temp_dir((temp_folder(cfg.env) / "torchelastic_XXXXXX").string()))
+            : fs::absolute(cfg.log_dir).lexically_normal();
     fs::create_directories(base);
     return make_temp_dir((base / (cfg.rdzv.run_id + "_XXXXXX")).string());
   }

@@ -12,6 +12,7 @@
 
 #include "command_line_parts.hpp"
 #include "ddprun/agent/signals.hpp"
+#include "ddprun/agent/temp_folder.hpp"
 #include "ddprun/store/local_address.hpp"
 #include "option_values.hpp"
 #include "python_interpreter.hpp"
@@ -131,14 +132,11 @@ void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent
   // timers at TORCHELASTIC_TIMER_FILE, or at a fresh path in the temporary folder that every worker
   // is given.
   if (auto it = env.find("TORCHELASTIC_ENABLE_FILE_TIMER"); it != env.end() && it->second == "1") {
-    auto& path = env["TORCHELASTIC_TIMER_FILE"];
-    if (path.empty()) {
-      auto tmp = env.find("TMPDIR");
-      path = fmt::format("{}/watchdog_timer_{}",
-                         tmp == env.end() || tmp->second.empty() ? "/tmp" : tmp->second,
-                         random_run_id());
+    if (env["TORCHELASTIC_TIMER_FILE"].empty()) {
+      env["TORCHELASTIC_TIMER_FILE"] =
+          (agent::temp_folder(env) / ("watchdog_timer_" + random_run_id())).string();
     }
-    a.timer_file = path;
+    a.timer_file = env["TORCHELASTIC_TIMER_FILE"];
   }
   // torch 2.13's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: seconds; unset, non-positive or not a
   // number turns the watch off, as in torch.

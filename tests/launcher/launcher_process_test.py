@@ -443,6 +443,48 @@ def case_file_timer_expiry_restarts_the_group_and_names_the_scope():
           "a foreign pid on the FIFO changed nothing: passed")
 
 
+def case_logs_and_timer_file_go_to_pythons_temporary_folder_as_under_torchrun():
+    """Without --log_dir the logs go to a torchelastic_* folder in the folder Python's
+    tempfile.gettempdir() picks (TMPDIR, TEMP, TMP, /tmp, ...: the first that takes a file), and
+    the watchdog's timer file beside it, under torch 2.14's torchrun and ddprun alike (1.13's
+    torchrun put the timer file in /tmp whatever the variables said; ddprun follows the newest)."""
+    torchrun, version = reference_torchrun()
+    base = tempfile.mkdtemp()
+    try:
+        for variables, expected in (({"TMPDIR": "tmpdir"}, "tmpdir"),
+                                    ({"TMPDIR": "missing", "TEMP": "temp/"}, "temp"),
+                                    ({"TMPDIR": "", "TMP": "tmp"}, "tmp")):
+            for name, launcher in (("torchrun", torchrun), ("ddprun", [DDPRUN])):
+                folder = os.path.join(base, name)
+                os.makedirs(folder)
+                for v in variables.values():
+                    if v and v != "missing":
+                        os.makedirs(os.path.join(folder, v), exist_ok=True)
+                out = os.path.join(folder, "out")
+                os.mkdir(out)
+                env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP")}
+                env.update(variables, PYTHON_EXEC=PY, TORCHELASTIC_ENABLE_FILE_TIMER="1")
+                r = subprocess.run([*launcher, "--nproc_per_node=1", "--monitor_interval=0.1",
+                                    "--no_python", PY, "-c", DUMP_ENV, out], cwd=folder,
+                                   capture_output=True, text=True, timeout=120, env=env)
+                assert r.returncode == 0, (name, variables, r.stderr)
+                with open(os.path.join(out, "0")) as f:
+                    worker = json.load(f)
+                where = os.path.join(folder, expected)
+                logs = glob.glob(os.path.join(where, "torchelastic_*"))
+                assert len(logs) == 1, (name, variables, os.listdir(where))
+                assert worker["TORCHELASTIC_ERROR_FILE"].startswith(logs[0] + "/"), (
+                    name, variables, worker["TORCHELASTIC_ERROR_FILE"])
+                timer = worker["TORCHELASTIC_TIMER_FILE"]
+                assert os.path.dirname(timer) == where and os.path.basename(timer).startswith(
+                    "watchdog_timer_"), (name, variables, timer)
+                os.rename(folder, folder + "." + expected)
+    finally:
+        subprocess.run(["rm", "-rf", base], check=True)
+    print(f"logs and the timer file in TMPDIR, else TEMP (a missing TMPDIR passed over), else TMP "
+          f"(an empty TMPDIR), made absolute, as under torchrun (torch {version}): passed")
+
+
 def case_sigterm_ignoring_worker_is_killed():
     d = tempfile.mkdtemp()
     start = time.monotonic()

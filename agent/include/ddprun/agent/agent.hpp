@@ -39,7 +39,7 @@ struct AgentConfig {
   std::vector<std::string> entrypoint;  // the worker command line, identical for every local rank
   std::string entrypoint_name;          // names the job in the failure summary
   std::string role = "default";
-  std::string log_dir;  // base folder; empty: a fresh /tmp/torchelastic_* folder
+  std::string log_dir;  // base folder; empty: a fresh torchelastic_* in temp_folder(env)
   std::vector<Std> redirects;
   std::vector<Std> tee;
   std::optional<std::set<int>> console_ranks;  // nullopt: every local rank
