@@ -284,11 +284,6 @@ std::pair<std::string, int> parse_endpoint(const std::string& e, int default_por
   return {host, p};
 }
 
-bool is_this_host(const std::string& host) {
-  return host == "localhost" || host.starts_with("127.") || host == "::1" ||
-         host == store::host_name();
-}
-
 std::string nnodes_text(const RendezvousOptions& o) {
   return o.min_nodes == o.max_nodes ? std::to_string(o.max_nodes)
                                     : fmt::format("{}:{}", o.min_nodes, o.max_nodes);
@@ -397,7 +392,8 @@ rendezvous::RendezvousConfig rendezvous_config(const RendezvousOptions& o) {
       r.host_store = HostStore::kNo;
     } else if (conf.is_host) {
       r.host_store = *conf.is_host ? HostStore::kYes : HostStore::kNo;
-    } else if (r.backend == rendezvous::Backend::kC10d && is_this_host(r.endpoint_host)) {
+    } else if (r.backend == rendezvous::Backend::kC10d &&
+               store::names_this_machine(r.endpoint_host)) {
       // torchrun's heuristic: an endpoint naming this machine is hosted by one of its agents (the
       // first to bind); a standalone ddprund there holds the port already and is used instead.
       r.host_store = HostStore::kIfFree;

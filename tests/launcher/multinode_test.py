@@ -159,6 +159,46 @@ def case_an_unreachable_store_is_a_bounded_clear_error():
     print(f"an unreachable store: exit 3 with the address and reason after {elapsed:.1f} s: passed")
 
 
+def case_a_c10d_endpoint_naming_a_node_by_its_address_or_full_name_is_hosted_there():
+    """--rdzv_endpoint=$HEAD_NODE_IP:PORT (PyTorch's Slurm example) or the head's full name: as
+    torchrun decides, the agent on the machine the endpoint names hosts the store. Two nodes in
+    network namespaces, each with a host name of its own (a UTS namespace) and an /etc/hosts that
+    names both (a mount namespace)."""
+    from netns import NamespacePair
+
+    folder = tempfile.mkdtemp()
+    hosts = os.path.join(folder, "hosts")
+    with open(hosts, "w") as f:
+        f.write("127.0.0.1 localhost\n")
+        for i, addr in enumerate(NamespacePair.ADDRS):
+            f.write(f"{addr} node{i}.cluster.test node{i}\n")
+    try:
+        pair = NamespacePair().__enter__()
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        print("network namespaces unavailable here:", e)
+        sys.exit(77)
+    try:
+        for endpoint in (NamespacePair.ADDRS[0], "node0.cluster.test"):
+            port, started, procs = free_port(), time.monotonic(), []
+            for i in (1, 0):
+                own = f"hostname node{i} && mount --bind {hosts} /etc/hosts && exec \"$@\""
+                procs.append(pair.run_in(
+                    i, ["unshare", "--uts", "--mount", "sh", "-c", own, "sh", DDPRUN, "--nnodes=2",
+                        "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}:{port}",
+                        "--rdzv_conf=join_timeout=20", "--nproc_per_node=1", "--no_python",
+                        "/bin/true"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            for status, _, err in finish(procs):
+                assert status == 0, (endpoint, err)
+            took = time.monotonic() - started
+            assert took < 15, (endpoint, took)  # not the join timeout's 20 s
+    finally:
+        pair.__exit__(None, None, None)
+        subprocess.run(["rm", "-rf", folder], check=True)
+    print("c10d endpoint by node 0's address and by its full name: node 0 hosted the store, the job "
+          "ran: passed")
+
+
 def case_torch_ddp_across_two_nodes():
     port = free_port()
     result = tempfile.mktemp(suffix=".json")

@@ -5,11 +5,66 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "ddprun/store/errors.hpp"
 
 namespace ddprun::store {
+
+namespace {
+
+// The numeric form of an address as inet_ntop writes it ("" for a family it has no text of).
+std::string numeric(const sockaddr* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  const void* raw =
+      addr->sa_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr);
+  if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) return "";
+  return ::inet_ntop(addr->sa_family, raw, buf, sizeof buf) ? buf : "";
+}
+
+// `host` as an IP address in its numeric form (nullopt: not an address); `loopback` set.
+std::optional<std::string> as_address(const std::string& host, bool& loopback) {
+  in_addr v4{};
+  in6_addr v6{};
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    loopback = (ntohl(v4.s_addr) >> 24) == 127;
+    return ::inet_ntop(AF_INET, &v4, buf, sizeof buf);
+  }
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6);
+    return ::inet_ntop(AF_INET6, &v6, buf, sizeof buf);
+  }
+  return std::nullopt;
+}
+
+struct Resolved {
+  std::string canonical;  // the first entry's canonical name, as the resolver gives it
+  std::vector<std::string> addresses;
+};
+
+Resolved resolve(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_protocol = IPPROTO_TCP;
+  hints.ai_flags = AI_CANONNAME;
+  addrinfo* res = nullptr;
+  Resolved out;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return out;
+  if (res->ai_canonname != nullptr) out.canonical = res->ai_canonname;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    out.addresses.push_back(numeric(a->ai_addr));
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
 
 std::string local_address_towards(const std::string& host, int port) {
   addrinfo hints{};
@@ -42,6 +97,22 @@ std::string host_name() {
   char buf[256] = {};
   ::gethostname(buf, sizeof buf - 1);
   return buf;
+}
+
+bool names_this_machine(const std::string& host) {
+  if (host == "localhost") return true;
+  bool loopback = false;
+  const std::optional<std::string> address = as_address(host, loopback);
+  if (loopback) return true;
+  const std::string me = host_name();
+  if (host == me) return true;
+  const Resolved theirs = resolve(host), mine = resolve(me);
+  if (!mine.canonical.empty() && mine.canonical == host) return true;
+  return std::any_of(mine.addresses.begin(), mine.addresses.end(), [&](const std::string& a) {
+    return !a.empty() && ((address && a == *address) ||
+                          std::find(theirs.addresses.begin(), theirs.addresses.end(), a) !=
+                              theirs.addresses.end());
+  });
 }
 
 }  // namespace ddprun::store
