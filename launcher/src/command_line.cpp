@@ -68,19 +68,22 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
   return {*min_nodes, *max_nodes};
 }
 
-// The GPUs of this node: Slurm's count for the step where it gives one (and --no_slurm is not
-// given), else what CUDA_VISIBLE_DEVICES leaves of the device nodes.
+// The GPUs of this node, as torch.cuda.device_count() would see them: what CUDA_VISIBLE_DEVICES,
+// where set, leaves of the device nodes (a user who narrowed it inside an allocation gets that
+// many); else Slurm's count for the step where it gives one (and --no_slurm is not given); else
+// the device nodes.
 int visible_gpus(const agent::Environment& env, bool use_slurm) {
+  const int nodes = static_cast<int>(agent::gpu_device_nodes());
+  if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
+    return visible_gpu_count(it->second, nodes, gpu_uuids());
+  }
   if (auto it = env.find("SLURM_GPUS_ON_NODE"); use_slurm && it != env.end()) {
     if (!all_digits(it->second)) {
       throw UsageError(fmt::format("SLURM_GPUS_ON_NODE='{}' is not a number", it->second));
     }
     return parse_int(it->second, "SLURM_GPUS_ON_NODE");
   }
-  const auto it = env.find("CUDA_VISIBLE_DEVICES");
-  const int nodes = static_cast<int>(agent::gpu_device_nodes());
-  if (it == env.end()) return nodes;
-  return visible_gpu_count(it->second, nodes, gpu_uuids());
+  return nodes;
 }
 
 // The CPUs this process may run on (its affinity mask: taskset, a cpuset, a Slurm step), as

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -11,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent_config.hpp"
+#include "ddprun/agent/gpu_health.hpp"
 #include "hostfile.hpp"
 #include "hostlist.hpp"
 #include "launch_config.hpp"
@@ -164,6 +166,21 @@ TEST_CASE("slurm: --nproc_per_node=gpu counts SLURM_GPUS_ON_NODE", "[slurm]") {
   env["SLURM_GPUS_ON_NODE"] = "eight";
   CHECK_THROWS_WITH(parse({"--nproc_per_node=gpu", "train.py"}, env),
                     Catch::Contains("SLURM_GPUS_ON_NODE"));
+}
+
+TEST_CASE("slurm: CUDA_VISIBLE_DEVICES narrowed inside the allocation wins over its GPU count",
+          "[slurm]") {
+  Environment env = slurm_step(0, 1, 0);
+  env["SLURM_GPUS_ON_NODE"] = "8";
+  env["CUDA_VISIBLE_DEVICES"] = "0,1";
+  // As torch.cuda.device_count(): the two named, of the GPUs this machine has (none here: the
+  // launch is refused for want of a GPU, never 8 workers).
+  const int here = static_cast<int>(ddprun::agent::gpu_device_nodes());
+  if (here == 0) {
+    CHECK_THROWS_AS(parse({"--nproc_per_node=gpu", "train.py"}, env), UsageError);
+  } else {
+    CHECK(parse({"--nproc_per_node=gpu", "train.py"}, env).rdzv.nproc == std::min(2, here));
+  }
 }
 
 TEST_CASE("slurm: malformed or contradicting variables are usage errors naming them", "[slurm]") {
