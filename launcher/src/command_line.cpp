@@ -404,10 +404,11 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
 }
 
 // --virtual_local_rank gives local rank L the L-th device of CUDA_VISIBLE_DEVICES: torchrun refuses
-// more workers than it lists (two would share one GPU).
+// more workers than it lists (two would share one GPU). A set but empty one lists one empty entry,
+// as Python splits it: one worker, which sees no GPU (not every GPU the user hid).
 void check_virtual_devices(const agent::Environment& env, int nproc) {
   const auto visible = env.find("CUDA_VISIBLE_DEVICES");
-  if (visible == env.end() || visible->second.empty()) return;
+  if (visible == env.end()) return;
   const size_t devices = agent::split(visible->second).size();
   if (static_cast<size_t>(nproc) > devices) {
     throw RefusedValue(fmt::format(

@@ -72,6 +72,11 @@ TEST_CASE("worker env: virtual local rank gives each worker one device as local 
   CHECK(env.at("DDPRUN_CHECKPOINT_SLOTS") == "4");
   env = worker_environment({}, attempt, id, "");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "2");
+  // Set and empty (the user hid every GPU): local rank 0 sees none, as under torchrun.
+  const WorkerIdentity first{0, 0, 1, 1, 0, 1, 0, 1};
+  attempt.checkpoint_slots = 1;
+  env = worker_environment({{"CUDA_VISIBLE_DEVICES", ""}}, attempt, first, "");
+  CHECK(env.at("CUDA_VISIBLE_DEVICES").empty());
 }
 
 TEST_CASE("error file: torch's @record format and the older flat one are read", "[agent]") {

@@ -341,6 +341,13 @@ TEST_CASE("cli: --virtual_local_rank refuses more workers than CUDA_VISIBLE_DEVI
   CHECK(parse({"--nproc_per_node=2", "--virtual_local_rank", "t.py"},
               {{"CUDA_VISIBLE_DEVICES", "0,1"}})
             .virtual_local_rank);
+  // Set and empty: one worker, no more (torchrun's second worker fails; none sees a hidden GPU).
+  CHECK_THROWS_WITH(
+      parse({"--nproc_per_node=2", "--virtual_local_rank", "t.py"}, {{"CUDA_VISIBLE_DEVICES", ""}}),
+      Catch::Contains("local rank 1 exceeds the devices of CUDA_VISIBLE_DEVICES="));
+  CHECK(
+      parse({"--nproc_per_node=1", "--virtual_local_rank", "t.py"}, {{"CUDA_VISIBLE_DEVICES", ""}})
+          .virtual_local_rank);
 }
 
 TEST_CASE("cli: per-rank stream maps take ranks of any width", "[cli]") {

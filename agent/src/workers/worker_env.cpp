@@ -56,8 +56,9 @@ Environment worker_environment(const Environment& agent_env, const AttemptEnviro
   if (attempt.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";
     auto visible = agent_env.find("CUDA_VISIBLE_DEVICES");
-    if (visible != agent_env.end() && !visible->second.empty()) {
-      // (As many as the workers: the command line checked.)
+    if (visible != agent_env.end()) {
+      // (As many as the workers: the command line checked. An empty one lists one empty device:
+      // local rank 0 sees none, as under torchrun, and a second worker was refused.)
       const auto devices = split(visible->second);
       env["CUDA_VISIBLE_DEVICES"] = std::string(trimmed(devices.at(id.local_rank)));
     } else {
