@@ -32,6 +32,14 @@ std::string node_probe_path() {
   return !ec && ::access(probe.c_str(), X_OK) == 0 ? probe : std::string();
 }
 
+// `text` without the whitespace Python's str.strip() (and float()) reads past at either end.
+std::string python_stripped(const std::string& text) {
+  constexpr const char* kWhitespace = " \t\n\r\f\v";
+  const size_t first = text.find_first_not_of(kWhitespace);
+  if (first == std::string::npos) return {};
+  return text.substr(first, text.find_last_not_of(kWhitespace) - first + 1);
+}
+
 // The workers' command: the script under the chosen interpreter (or the program itself with
 // --no_python), torch.distributed.launch's --local-rank argument, the script's arguments.
 void set_entrypoint(const LaunchConfig& c, const agent::Environment& env, agent::AgentConfig& a) {
@@ -139,11 +147,14 @@ void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent
     a.timer_file = env["TORCHELASTIC_TIMER_FILE"];
   }
   // torch 2.13's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: seconds; unset, non-positive or not a
-  // number turns the watch off, as in torch.
+  // number turns the watch off, as in torch, which reads it with float(): blanks around it
+  // ("30\n" from a file) are read past, a hexadecimal number is no number.
   if (auto it = env.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); it != env.end()) {
+    const std::string value = python_stripped(it->second);
     char* end = nullptr;
-    const double s = std::strtod(it->second.c_str(), &end);
-    if (end != it->second.c_str() && *end == '\0' && s > 0 && std::isfinite(s)) {
+    const double s = std::strtod(value.c_str(), &end);
+    const bool hexadecimal = value.find_first_of("xX") != std::string::npos;
+    if (end != value.c_str() && *end == '\0' && !hexadecimal && s > 0 && std::isfinite(s)) {
       a.uninterruptible_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
     }
   }

@@ -686,6 +686,8 @@ TEST_CASE("cli: TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT is read as torch read
   CHECK(timeout("-3").count() == 0);
   CHECK(timeout("soon").count() == 0);
   CHECK(timeout("").count() == 0);
+  CHECK(timeout(" 30\n") == std::chrono::milliseconds(30000));  // float() reads past blanks
+  CHECK(timeout("0x10").count() == 0);                          // and reads no hexadecimal
   CHECK(make_agent_config(parse({"t.py"}), {}, nullptr).uninterruptible_timeout.count() == 0);
 }
 
