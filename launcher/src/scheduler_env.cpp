@@ -67,8 +67,6 @@ SchedulerPlacement slurm(const agent::Environment& env) {
     // A batch script (sbatch) or salloc's shell: one process on the first node, not an srun step
     // on every node. Taking the allocation's node count would wait for nodes that never come.
     p.in_step = false;
-    p.first_host = "127.0.0.1";
-    p.port = derived_port(p.job_id + ".batch");
     return p;
   }
   p.num_nodes = number(env, {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}, 1);

@@ -40,7 +40,9 @@ void apply_scheduler(const agent::Environment& env, OptionTexts& o, LaunchConfig
   };
   const int nodes = per_process ? p->world_size : p->num_nodes;
   take("nnodes", std::to_string(nodes));
-  if (!o.given.contains("rdzv_backend") || o["rdzv_backend"] == "static") {
+  // Outside an srun step the job is this node's alone, and runs as torchrun runs one node: a store
+  // on a port the OS picks, so that two launches in one batch script do not meet on one port.
+  if (p->in_step && (!o.given.contains("rdzv_backend") || o["rdzv_backend"] == "static")) {
     take("node_rank", std::to_string(per_process ? p->rank : p->node_rank));
     auto addr = env.find("MASTER_ADDR");
     const std::string master = addr != env.end() ? addr->second : p->first_host;
@@ -53,7 +55,7 @@ void apply_scheduler(const agent::Environment& env, OptionTexts& o, LaunchConfig
     auto port = env.find("MASTER_PORT");
     take("master_port", port != env.end() ? port->second : std::to_string(p->port));
   }
-  take("rdzv_id", p->job_id);
+  if (p->in_step) take("rdzv_id", p->job_id);
   std::string what;
   for (const auto& t : taken) what += " " + t;
   c.scheduler_notice = fmt::format(

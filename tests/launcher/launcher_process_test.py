@@ -485,6 +485,33 @@ def case_logs_and_timer_file_go_to_pythons_temporary_folder_as_under_torchrun():
           f"(an empty TMPDIR), made absolute, as under torchrun (torch {version}): passed")
 
 
+# A worker that marks its launch's arrival and waits (60 s at most) for the other launch's.
+MEET = ("import os,sys,time; open(os.path.join(sys.argv[1], sys.argv[2]), 'w').close(); "
+        "other = os.path.join(sys.argv[1], sys.argv[3]); deadline = time.monotonic() + 60\n"
+        "while not os.path.exists(other) and time.monotonic() < deadline: time.sleep(0.05)\n"
+        "sys.exit(0 if os.path.exists(other) else 4)")
+
+
+def case_two_launches_of_one_slurm_batch_script_run_side_by_side():
+    """In a Slurm batch script (Slurm's job variables, no step: this node only), two launches at
+    once run side by side, as torchrun's do: each on a port of its own."""
+    out = tempfile.mkdtemp()
+    env = {**os.environ, "SLURM_JOB_ID": "4711", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
+           "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_PROCID": "0",
+           "MASTER_PORT": str(free_port())}
+    env.pop("SLURM_STEP_ID", None)
+    launches = [subprocess.Popen([DDPRUN, "--nproc_per_node=1", "--no_python", PY, "-c", MEET, out,
+                                  me, other], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+                for me, other in (("a", "b"), ("b", "a"))]
+    for p in launches:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "not an srun step" in err, err
+    subprocess.run(["rm", "-rf", out], check=True)
+    print("two launches of one Slurm batch script at once, each on a port of its own: passed")
+
+
 def case_sigterm_ignoring_worker_is_killed():
     d = tempfile.mkdtemp()
     start = time.monotonic()

@@ -150,9 +150,17 @@ TEST_CASE("slurm: a batch script outside srun is this node only", "[slurm]") {
   const LaunchConfig c = parse({"--nproc_per_node=2", "train.py"}, env);
   CHECK(c.rdzv.max_nodes == 1);
   CHECK(c.rdzv.nproc == 2);
-  CHECK(c.rdzv.run_id == "77");
-  CHECK(c.rdzv.master_addr == "127.0.0.1");
   CHECK_THAT(c.scheduler_notice, Catch::Contains("not an srun step"));
+  // As torchrun runs one node: c10d on a port the OS picks, a fresh run id each launch, so that two
+  // launches of one batch script never meet on one port (MASTER_PORT, which torchrun does not
+  // read, included).
+  env["MASTER_PORT"] = "29500";
+  const LaunchConfig again = parse({"--nproc_per_node=2", "train.py"}, env);
+  for (const LaunchConfig* l : {&c, &again}) {
+    CHECK(l->rdzv.backend == ddprun::rendezvous::Backend::kC10d);
+    CHECK(l->rdzv.store_port == 0);
+  }
+  CHECK(c.rdzv.run_id != again.rdzv.run_id);
   // --standalone is one node by definition: Slurm's variables change nothing.
   const LaunchConfig s = parse({"--standalone", "train.py"}, slurm_step(1, 1, 0));
   CHECK(s.rdzv.max_nodes == 1);
