@@ -28,7 +28,7 @@ fi
 # root; two mmdebstraps into one ".partial" folder break both.
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
-flock 9
+flock -w 1800 9 || { echo "torch2-root: another build held $root.lock for 30 minutes" >&2; exit 1; }
 if complete; then
   echo "$root"
   exit 0
@@ -53,7 +53,7 @@ rm -rf "$root.partial"
 # own keyring still checks its signature.
 mmdebstrap --quiet --variant=apt --include=python3-torch,python3-auditwheel,libdeflate0,g++,python3-dev,libtorch-dev \
   --aptopt='Acquire::Check-Valid-Until "false"' forky "$root.partial" \
-  "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror forky main" >&2
+  "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror forky main" >&2 9>&-
 touch "$root.partial/$marker"
 rm -rf "$root"
 mv "$root.partial" "$root"

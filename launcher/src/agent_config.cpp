@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -30,14 +31,6 @@ std::string node_probe_path() {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::string probe = (self.parent_path() / "ddprun-node-probe").string();
   return !ec && ::access(probe.c_str(), X_OK) == 0 ? probe : std::string();
-}
-
-// `text` without the whitespace Python's str.strip() (and float()) reads past at either end.
-std::string python_stripped(const std::string& text) {
-  constexpr const char* kWhitespace = " \t\n\r\f\v";
-  const size_t first = text.find_first_not_of(kWhitespace);
-  if (first == std::string::npos) return {};
-  return text.substr(first, text.find_last_not_of(kWhitespace) - first + 1);
 }
 
 // The workers' command: the script under the chosen interpreter (or the program itself with
@@ -141,8 +134,12 @@ void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent
   // is given.
   if (auto it = env.find("TORCHELASTIC_ENABLE_FILE_TIMER"); it != env.end() && it->second == "1") {
     if (env["TORCHELASTIC_TIMER_FILE"].empty()) {
-      env["TORCHELASTIC_TIMER_FILE"] =
-          (agent::temp_folder(env) / ("watchdog_timer_" + random_run_id())).string();
+      try {
+        env["TORCHELASTIC_TIMER_FILE"] =
+            (agent::temp_folder(env) / ("watchdog_timer_" + random_run_id())).string();
+      } catch (const std::runtime_error& e) {
+        throw RefusedValue(fmt::format("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", e.what()));
+      }
     }
     a.timer_file = env["TORCHELASTIC_TIMER_FILE"];
   }
@@ -150,12 +147,14 @@ void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent
   // number turns the watch off, as in torch, which reads it with float(): blanks around it
   // ("30\n" from a file) are read past, a hexadecimal number is no number.
   if (auto it = env.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); it != env.end()) {
-    const std::string value = python_stripped(it->second);
+    const std::string value(agent::trimmed(it->second));
     char* end = nullptr;
     const double s = std::strtod(value.c_str(), &end);
     const bool hexadecimal = value.find_first_of("xX") != std::string::npos;
     if (end != value.c_str() && *end == '\0' && !hexadecimal && s > 0 && std::isfinite(s)) {
-      a.uninterruptible_timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+      // (At most a year: a larger number is a watch that never fires, and no overflow.)
+      a.uninterruptible_timeout =
+          std::chrono::milliseconds(static_cast<long long>(std::min(s, 365.0 * 86400) * 1000));
     }
   }
   env.erase(kInstalledInterpreterVariable);

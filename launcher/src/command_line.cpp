@@ -406,14 +406,15 @@ void read_watch_options(const OptionTexts& o, LaunchConfig& c) {
 // --virtual_local_rank gives local rank L the L-th device of CUDA_VISIBLE_DEVICES: torchrun refuses
 // more workers than it lists (two would share one GPU). A set but empty one lists one empty entry,
 // as Python splits it: one worker, which sees no GPU (not every GPU the user hid).
-void check_virtual_devices(const agent::Environment& env, int nproc) {
+// This node's workers are local ranks [first, end).
+void check_virtual_devices(const agent::Environment& env, int first, int end) {
   const auto visible = env.find("CUDA_VISIBLE_DEVICES");
   if (visible == env.end()) return;
-  const size_t devices = agent::split(visible->second).size();
-  if (static_cast<size_t>(nproc) > devices) {
+  const int devices = static_cast<int>(agent::split(visible->second).size());
+  if (end > devices) {
     throw RefusedValue(fmt::format(
         "--virtual_local_rank: local rank {} exceeds the devices of CUDA_VISIBLE_DEVICES={}",
-        devices, visible->second));
+        std::max(first, devices), visible->second));
   }
 }
 
@@ -531,7 +532,14 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const agen
   read_log_options(o, r.nproc, c);
   read_watch_options(o, c);
   read_worker_options(o, env, dialect, c);
-  if (c.virtual_local_rank) check_virtual_devices(env, r.nproc);
+  // (Per process, this task's one worker has the scheduler's local rank on the node.)
+  if (c.virtual_local_rank) {
+    if (c.placement) {
+      check_virtual_devices(env, c.placement->local_rank, c.placement->local_rank + 1);
+    } else {
+      check_virtual_devices(env, 0, r.nproc);
+    }
+  }
   parse_head_node(o, c);
   apply_single_node_default(o, c, r.max_nodes);
   if (!c.hosts.empty()) r.min_nodes = r.max_nodes = static_cast<int>(c.hosts.size());

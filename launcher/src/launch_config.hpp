@@ -63,7 +63,7 @@ struct LaunchConfig {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
-  std::string log_dir;                         // empty: a fresh /tmp/torchelastic_* folder
+  std::string log_dir;                         // empty: a fresh torchelastic_* (temp_folder)
   std::vector<agent::Std> redirects;           // one per local rank
   std::vector<agent::Std> tee;                 // one per local rank
   std::optional<std::set<int>> console_ranks;  // --local_ranks_filter; nullopt: every local rank

@@ -97,9 +97,6 @@ SchedulerPlacement slurm(const agent::Environment& env) {
       throw std::invalid_argument(fmt::format("{}: {}", which, e.what()));
     }
   }
-  if (find(env, "SLURM_GPUS_ON_NODE") != nullptr) {
-    p.gpus_on_node = number(env, {"SLURM_GPUS_ON_NODE"}, 0);
-  }
   p.port = derived_port(p.job_id + "." + *step);
   check_ranks(p, "Slurm");
   return p;

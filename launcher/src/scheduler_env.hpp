@@ -13,14 +13,13 @@ struct SchedulerPlacement {
   std::string job_id;     // names the run: Slurm's job id, mpirun's namespace
   int num_nodes = 1;
   int node_rank = 0;
-  int tasks_on_node = 1;            // 1: ddprun is this node's agent; more: each task is one worker
-  int local_rank = 0;               // the task's index on its node
-  int rank = 0;                     // the task's index in the job
-  int world_size = 1;               // tasks in the job
-  std::string first_host;           // the first node of the step (rank 0's); empty when not told
-  int port = 0;                     // a port derived from the job (and step), in [20000, 30000)
-  std::optional<int> gpus_on_node;  // SLURM_GPUS_ON_NODE
-  bool in_step = true;              // false: Slurm's batch script or salloc shell, this node only
+  int tasks_on_node = 1;   // 1: ddprun is this node's agent; more: each task is one worker
+  int local_rank = 0;      // the task's index on its node
+  int rank = 0;            // the task's index in the job
+  int world_size = 1;      // tasks in the job
+  std::string first_host;  // the first node of the step (rank 0's); empty when not told
+  int port = 0;            // a port derived from the job (and step), in [20000, 30000)
+  bool in_step = true;     // false: Slurm's batch script or salloc shell, this node only
 
   // ddprun runs one worker per task (srun --ntasks-per-node=8, mpirun -np 8) rather than being
   // the node's agent (srun --ntasks-per-node=1).

@@ -142,7 +142,8 @@ def relative(path, work, run_id=None):
     if run_id:
         path = path.replace(f"/{run_id}_", "/<run_id>_")
     path = RUN_DIR.sub("_<rand>", path)
-    return re.sub(r"/tmp/torchelastic_[A-Za-z0-9_]+", "<tmp>", path)
+    # (Both launchers make it in Python's temporary folder: TMPDIR where set.)
+    return re.sub(re.escape(tempfile.gettempdir()) + r"/torchelastic_[A-Za-z0-9_]+", "<tmp>", path)
 
 
 def log_files(work, case, ranks):

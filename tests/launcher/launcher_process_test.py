@@ -504,11 +504,17 @@ def case_two_launches_of_one_slurm_batch_script_run_side_by_side():
                                   me, other], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
                 for me, other in (("a", "b"), ("b", "a"))]
-    for p in launches:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        assert "not an srun step" in err, err
-    subprocess.run(["rm", "-rf", out], check=True)
+    try:
+        for p in launches:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            assert "not an srun step" in err, err
+    finally:
+        for p in launches:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        subprocess.run(["rm", "-rf", out], check=True)
     print("two launches of one Slurm batch script at once, each on a port of its own: passed")
 
 

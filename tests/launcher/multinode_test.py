@@ -166,6 +166,11 @@ def case_a_c10d_endpoint_naming_a_node_by_its_address_or_full_name_is_hosted_the
     names both (a mount namespace)."""
     from netns import NamespacePair
 
+    try:
+        pair = NamespacePair().__enter__()
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        print("network namespaces unavailable here:", e)
+        sys.exit(77)
     folder = tempfile.mkdtemp()
     hosts = os.path.join(folder, "hosts")
     with open(hosts, "w") as f:
@@ -173,13 +178,8 @@ def case_a_c10d_endpoint_naming_a_node_by_its_address_or_full_name_is_hosted_the
         for i, addr in enumerate(NamespacePair.ADDRS):
             f.write(f"{addr} node{i}.cluster.test node{i}\n")
     try:
-        pair = NamespacePair().__enter__()
-    except (subprocess.CalledProcessError, FileNotFoundError) as e:
-        print("network namespaces unavailable here:", e)
-        sys.exit(77)
-    try:
         for endpoint in (NamespacePair.ADDRS[0], "node0.cluster.test"):
-            port, started, procs = free_port(), time.monotonic(), []
+            port, procs = free_port(), []
             for i in (1, 0):
                 own = f"hostname node{i} && mount --bind {hosts} /etc/hosts && exec \"$@\""
                 procs.append(pair.run_in(
@@ -188,10 +188,9 @@ def case_a_c10d_endpoint_naming_a_node_by_its_address_or_full_name_is_hosted_the
                         "--rdzv_conf=join_timeout=20", "--nproc_per_node=1", "--no_python",
                         "/bin/true"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            # (Where no agent hosted the store, both wait out the join timeout and fail.)
             for status, _, err in finish(procs):
                 assert status == 0, (endpoint, err)
-            took = time.monotonic() - started
-            assert took < 15, (endpoint, took)  # not the join timeout's 20 s
     finally:
         pair.__exit__(None, None, None)
         subprocess.run(["rm", "-rf", folder], check=True)

@@ -49,7 +49,8 @@ TEST_CASE("cli: PET_ variables are fallbacks and the command line wins", "[cli]"
 
 TEST_CASE("cli: a c10d endpoint names this machine as torchrun decides it", "[cli]") {
   using ddprun::store::names_this_machine;
-  for (const char* here : {"localhost", "127.0.0.1", "127.3.4.5", "::1", "0:0::1"}) {
+  for (const char* here :
+       {"localhost", "127.0.0.1", "127.3.4.5", "::1", "0:0::1", "::ffff:127.0.0.1"}) {
     CHECK(names_this_machine(here));
   }
   CHECK(names_this_machine(ddprun::store::host_name()));

@@ -176,6 +176,16 @@ TEST_CASE("slurm: --nproc_per_node=gpu counts SLURM_GPUS_ON_NODE", "[slurm]") {
                     Catch::Contains("SLURM_GPUS_ON_NODE"));
 }
 
+TEST_CASE("slurm: per process, --virtual_local_rank needs a device for this task's local rank",
+          "[slurm]") {
+  Environment env = slurm_step(1, 4, 3);  // local rank 3 of the node's 4 tasks
+  env["CUDA_VISIBLE_DEVICES"] = "0";      // srun --gpus-per-task=1
+  CHECK_THROWS_WITH(parse({"--virtual_local_rank", "train.py"}, env),
+                    Catch::Contains("local rank 3 exceeds the devices of CUDA_VISIBLE_DEVICES=0"));
+  env["CUDA_VISIBLE_DEVICES"] = "0,1,2,3";
+  CHECK(parse({"--virtual_local_rank", "train.py"}, env).virtual_local_rank);
+}
+
 TEST_CASE("slurm: CUDA_VISIBLE_DEVICES narrowed inside the allocation wins over its GPU count",
           "[slurm]") {
   Environment env = slurm_step(0, 1, 0);

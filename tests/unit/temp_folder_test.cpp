@@ -39,11 +39,17 @@ TEST_CASE("temp folder: a relative or slash-ended one is made absolute and norma
           "[temp_folder]") {
   ddprun::test::TempFolder base;
   fs::create_directory(base.path / "t");
-  const fs::path before = fs::current_path();
-  fs::current_path(base.path);
-  const fs::path relative = temp_folder({{"TMPDIR", "./x/../t"}});
+  struct InFolder {  // the working folder, restored however the case ends
+    fs::path before = fs::current_path();
+    explicit InFolder(const fs::path& to) { fs::current_path(to); }
+    ~InFolder() { fs::current_path(before); }
+  };
+  fs::path relative;
+  {
+    const InFolder in(base.path);
+    relative = temp_folder({{"TMPDIR", "./x/../t"}});
+  }
   const fs::path slashed = temp_folder({{"TMPDIR", (base.path / "t").string() + "/"}});
-  fs::current_path(before);
   CHECK(relative == base.path / "t");
   CHECK(slashed == base.path / "t");
 }

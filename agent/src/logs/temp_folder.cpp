@@ -1,5 +1,6 @@
 #include "ddprun/agent/temp_folder.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,7 +16,7 @@ namespace {
 // Whether a file can be created in `folder` (and is removed again), as Python checks it.
 bool takes_a_file(const fs::path& folder) {
   std::string name = (folder / "ddprun-tmp-XXXXXX").string();
-  const int fd = ::mkstemp(name.data());
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
   if (fd < 0) return false;
   const bool written = ::write(fd, "blat", 4) == 4;
   ::close(fd);

@@ -20,12 +20,15 @@ namespace {
 // The numeric form of an address as inet_ntop writes it ("" for a family it has no text of).
 std::string numeric(const sockaddr* addr) {
   char buf[INET6_ADDRSTRLEN] = {};
-  const void* raw =
-      addr->sa_family == AF_INET6
-          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr)
-          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr);
-  if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) return "";
-  return ::inet_ntop(addr->sa_family, raw, buf, sizeof buf) ? buf : "";
+  if (addr->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    return ::inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf) ? buf : "";
+  }
+  if (addr->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(addr);
+    return ::inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof buf) ? buf : "";
+  }
+  return "";
 }
 
 // `host` as an IP address in its numeric form (nullopt: not an address); `loopback` set.
@@ -38,7 +41,8 @@ std::optional<std::string> as_address(const std::string& host, bool& loopback) {
     return ::inet_ntop(AF_INET, &v4, buf, sizeof buf);
   }
   if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
-    loopback = IN6_IS_ADDR_LOOPBACK(&v6);
+    // (::ffff:127.x.y.z too, as Python's ipaddress counts it.)
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
     return ::inet_ntop(AF_INET6, &v6, buf, sizeof buf);
   }
   return std::nullopt;

@@ -17,10 +17,11 @@ inline std::vector<std::string_view> split(std::string_view text, char separator
   }
 }
 
-// `text` without the blanks (spaces, tabs) at either end: what Python's str.strip() and int() make
-// of a value torchrun reads (" is_host=1", "0, 1").
+// `text` without the whitespace at either end that Python's str.strip(), int() and float() read
+// past (space, tab, newline, return, form feed, vertical tab): what torchrun makes of a value it
+// reads (" is_host=1", "0, 1", "30\n").
 inline std::string_view trimmed(std::string_view text) {
-  constexpr std::string_view kBlanks = " \t";
+  constexpr std::string_view kBlanks = " \t\n\r\f\v";
   const size_t first = text.find_first_not_of(kBlanks);
   if (first == std::string_view::npos) return {};
   return text.substr(first, text.find_last_not_of(kBlanks) - first + 1);
