@@ -9,6 +9,7 @@ storage_data (a planner of the user's) keeps everything.
     dcp_node_items_test.py PACKAGE_DIR    (the folder holding the ddprun package)
 """
 import os
+import shutil
 import sys
 import tempfile
 
@@ -111,27 +112,30 @@ def main():
         sys.exit(77)
     planning(package)
     folder = tempfile.mkdtemp(dir="/dev/shm")
-    two_ranks(package, folder, "save")
-    replica = 4 * sum(SIZES.values())
-    slots = [os.path.getsize(os.path.join(folder, f"rank{r}")) for r in (0, 1)]
-    # Two slots a region: four slots of the replica's size without the keeping, two with it.
-    assert 2 * replica <= sum(slots) < 3 * replica, (slots, replica)
-    two_ranks(package, folder, "load")
+    try:
+        two_ranks(package, folder, "save")
+        replica = 4 * sum(SIZES.values())
+        slots = [os.path.getsize(os.path.join(folder, f"rank{r}")) for r in (0, 1)]
+        # Two slots a region: four slots of the replica's size without the keeping, two with it.
+        assert 2 * replica <= sum(slots) < 3 * replica, (slots, replica)
+        two_ranks(package, folder, "load")
 
-    path = os.path.join(folder, "rank0")
-    with open(path, "r+b") as f:  # a byte of one of rank 0's tensors (1.0, 2.0 or 3.0 each)
-        data = f.read()
-        at = min(i for i in (data.find(bytes.fromhex(fill) * 16, 4096) for fill in
-                             ("0000803f", "00000040", "00004040")) if i > 0) + 8
-        f.seek(at)
-        f.write(bytes([data[at] ^ 0xFF]))
-    rank_1_refused(package, folder, "which this node's regions do not hold intact")
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(bytes([data[at]]))
-    two_ranks(package, folder, "load")  # put back: read again
-    os.remove(path)
-    rank_1_refused(package, folder, "which this node's regions do not hold intact")
+        path = os.path.join(folder, "rank0")
+        with open(path, "r+b") as f:  # a byte of one of rank 0's tensors (1.0, 2.0 or 3.0 each)
+            data = f.read()
+            at = min(i for i in (data.find(bytes.fromhex(fill) * 16, 4096) for fill in
+                                 ("0000803f", "00000040", "00004040")) if i > 0) + 8
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0xFF]))
+        rank_1_refused(package, folder, "which this node's regions do not hold intact")
+        with open(path, "r+b") as f:
+            f.seek(at)
+            f.write(bytes([data[at]]))
+        two_ranks(package, folder, "load")  # put back: read again
+        os.remove(path)
+        rank_1_refused(package, folder, "which this node's regions do not hold intact")
+    finally:
+        shutil.rmtree(folder)  # (rank 1's region and the budget's lock file, in /dev/shm)
     print(f"two ranks' DCP saves kept one replica of the {replica} bytes between them (regions "
           f"{slots[0]} and {slots[1]} bytes, two slots each), each rank read its own state back "
           f"exactly; the other rank's slot altered or gone was refused, the caller's tensors "
