@@ -82,13 +82,8 @@ std::string local_address_towards(const std::string& host, int port) {
   if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
     sockaddr_storage local{};
     socklen_t len = sizeof local;
-    char buf[INET6_ADDRSTRLEN] = {};
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* addr =
-          local.ss_family == AF_INET6
-              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (::inet_ntop(local.ss_family, addr, buf, sizeof buf)) out = buf;
+      out = numeric(reinterpret_cast<const sockaddr*>(&local));
     }
   }
   if (fd >= 0) ::close(fd);
