@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -139,6 +140,9 @@ class NodeAgent {
       inprocess_dir_.path = memory_folder_of(kInProcessFolders);
       group_.restart_in_process(inprocess_dir_.path);
       group_.keep_standbys(cfg.standby_workers);
+      // A spare node keeps its standbys while it waits: the ranks of a node it replaces then
+      // start in warm processes.
+      if (cfg.standby_workers > 0) rdzv_->on_spare([this] { stand_by_as_spare(); });
     }
     checkpoints_.start();
     const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;
@@ -250,6 +254,26 @@ class NodeAgent {
   void removed_after_a_kill(const std::string& folder) {
     if (!containment_.remove_after_a_kill(folder)) {
       spdlog::warn("{} would be left behind if this agent were SIGKILLed", folder);
+    }
+  }
+
+  // --standby_workers on a spare node: standbys made from this node's launches as if it were the
+  // only node of a round (a standby takes only what every worker shares); their output files, where
+  // the workers' go to files, in <log dir>/spare/standby<N>/.
+  void stand_by_as_spare() {
+    rendezvous::Round round;
+    round.world_size = cfg_.rdzv.nproc;
+    const fs::path dir = run_dir_ / "spare";
+    try {
+      std::vector<WorkerLaunch> sample =
+          plan_round(cfg_, dir, round, {}, bindings_, std::nullopt, RoleRanks{0, cfg_.rdzv.nproc});
+      for (int r = 0; r < cfg_.rdzv.nproc; ++r) {  // (a worker's folders: none runs here)
+        std::error_code ignored;
+        fs::remove(dir / std::to_string(r), ignored);
+      }
+      group_.stand_by_as_spare(std::move(sample));
+    } catch (const std::exception& e) {
+      spdlog::warn("--standby_workers: this spare node starts no standby: {}", e.what());
     }
   }
 

@@ -312,6 +312,64 @@ def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processe
           f"copies on the new node; final parameters bit-identical: passed")
 
 
+def warmed_standbys(out):
+    """{pid: the rank variables it had} of every standby that warmed up."""
+    found = {}
+    for name in os.listdir(out):
+        if name.startswith("warmed."):
+            with open(os.path.join(out, name)) as f:
+                found[int(name.split(".")[1])] = f.read()
+    return found
+
+
+def case_a_spare_nodes_standbys_take_a_lost_nodes_ranks():
+    """As the case above, with the node that takes the lost one's place waiting as a spare
+    (--nnodes=2:2, a third node) with --standby_workers=2: while it waits, its two standbys run the
+    script without a rank up to inprocess.run() and warm up there; the lost node's ranks 2 and 3
+    go to them, not to new processes; the job ends bit-identical to an uninterrupted one."""
+    rank_state_test.DDPRUN, rank_state_test.DDPRUND = DDPRUN, DDPRUND
+    k, in_process = 5, ["--restart_mode=in_process"]
+    with rank_state_test.Cluster(WORKLOAD) as cluster:
+        out = tempfile.mkdtemp()
+        for i in (0, 1):
+            cluster.start("spare", i, out, "2:2", steps=STEPS, env={"LOSE_AT": str(k)},
+                          extra=in_process)
+        wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 2, f"node rank 1's ranks at step {k}",
+                 180)
+        cluster.start("spare", 2, out, "2:2", steps=STEPS,
+                      extra=[*in_process, "--standby_workers=2"])
+        ready = f"{cluster.shm}/host2/ddprun-inprocess-*/standby.*.ready"  # (waiting in run())
+        wait_for(lambda: len(glob.glob(ready)) == 2, "the spare's two standbys ready", 120)
+        warmed = warmed_standbys(out)
+        assert all(v == "" for v in warmed.values()), f"a standby had rank variables: {warmed}"
+        wait_for(lambda: len(cluster.copies_of_step("spare", k)) >= 4,
+                 f"step {k} copied to each peer", 60)
+        victim = next(i for i in (0, 1) if rank_state_test.node_rank_of(out, i) == 1)
+        cluster.kill("spare", victim)
+        cluster.finish("spare", [1 - victim, 2])
+        assert not left_running(out), f"workers left running: {left_running(out)}"
+        begun = {}
+        for rank in range(4):
+            with open(os.path.join(out, f"begun.{rank}")) as f:
+                begun[rank] = [int(pid) for pid in f.read().split()]
+        assert all(len(b) == 2 for b in begun.values()), begun
+        assert begun[0][0] == begun[0][1] and begun[1][0] == begun[1][1], f"not kept: {begun}"
+        assert {begun[2][1], begun[3][1]} == set(warmed), \
+            f"ranks 2 and 3 did not run in the spare's standbys {sorted(warmed)}: {begun}"
+        adopted = node_events(out, 2, "standby_adopted")
+        assert sorted(e["rank"] for e in adopted) == [2, 3], adopted
+        restore = node_events(out, 2, "checkpoint_restore")
+        assert restore and restore[-1]["step"] == k, restore
+        reference = tempfile.mkdtemp()
+        for i in (0, 1):
+            cluster.start("reference", i, reference, "2:2", steps=STEPS)
+        cluster.finish("reference", [0, 1])
+        assert same_parameters(reference, out), "the restarted job's parameters differ"
+    print(f"2 nodes x 2 ranks and a spare with 2 standbys warmed while it waited (pids "
+          f"{sorted(warmed)}): node rank 1 SIGKILLed after step {k}; ranks 2 and 3 ran on in the "
+          f"standbys from the peer's copies, 0 and 1 in their own processes; bit-identical: passed")
+
+
 def case_an_fsdp2_job_sharded_again_in_its_processes_resumes_bit_identical():
     workload = os.path.join(os.path.dirname(WORKLOAD), "checkpoint_fsdp.py")
     outs = []

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +20,8 @@
 #include "logs/log_pump.hpp"
 #include "logs/python_traceback.hpp"
 #include "workers/standby_launch.hpp"
+#include "workers/warm_interpreter.hpp"
+#include "workers/worker_env.hpp"
 #include "workers/worker_group.hpp"
 
 // --standby_workers: the worker group's standby processes (worker_group.hpp, keep_standbys).
@@ -94,27 +98,26 @@ bool WorkerGroup::adopt_standby(size_t i) {
   return true;
 }
 
-// Whether a standby may start beside the attempt now; where it never may, no_standbys_ says why.
-bool WorkerGroup::standby_wanted() {
-  if (standby_count_ == 0 || standby_starting_ || !no_standbys_.empty() || !active_) return false;
-  Attempt& a = *attempt_;
-  const auto running = std::count_if(standbys_.begin(), standbys_.end(),
-                                     [](const RunningWorker& s) { return s.running(); });
-  if (a.phase != AttemptPhase::kRunning || a.workers.empty() || running >= standby_count_) {
-    return false;
+std::vector<const WorkerLaunch*> WorkerGroup::standby_samples() const {
+  std::vector<const WorkerLaunch*> launches;
+  if (active_) {
+    for (const RunningWorker& w : attempt_->workers) launches.push_back(&w.launch);
+  } else {
+    for (const WorkerLaunch& l : spare_sample_) launches.push_back(&l);
   }
-  const WorkerLaunch& first = a.workers.front().launch;
+  return launches;
+}
+
+bool WorkerGroup::standbys_can_follow(const std::vector<const WorkerLaunch*>& launches) {
+  const WorkerLaunch& first = *launches.front();
   const auto devices = [](const WorkerLaunch& l) {
     const auto it = l.spawn.env.find("CUDA_VISIBLE_DEVICES");
     return it == l.spawn.env.end() ? std::optional<std::string>() : it->second;
   };
-  std::vector<const WorkerLaunch*> launches;
-  for (const RunningWorker& w : a.workers) {
-    if (!w.running() || !w.channel || !w.channel->ready()) return false;  // (not yet, or not all)
-    launches.push_back(&w.launch);
-    if (w.launch.spawn.argv != first.spawn.argv) {
+  for (const WorkerLaunch* l : launches) {
+    if (l->spawn.argv != first.spawn.argv) {
       no_standbys_ = "the workers' command lines differ (a ${local_rank} argument)";
-    } else if (devices(w.launch) != devices(first)) {
+    } else if (devices(*l) != devices(first)) {
       no_standbys_ =
           "each worker sees its own CUDA_VISIBLE_DEVICES (--virtual-local-rank), which a "
           "standby could not know before its CUDA set-up";
@@ -127,15 +130,53 @@ bool WorkerGroup::standby_wanted() {
         "some workers' output goes to files and some workers' does not (per-rank --tee or "
         "--redirects), which a standby could not follow";
   }
-  if (!no_standbys_.empty()) {
-    spdlog::warn("--standby_workers: no standby starts: {}", no_standbys_);
-    return false;
+  if (no_standbys_.empty()) return true;
+  spdlog::warn("--standby_workers: no standby starts: {}", no_standbys_);
+  return false;
+}
+
+// Whether a standby may start now; where none ever may, no_standbys_ says why.
+bool WorkerGroup::standby_wanted() {
+  if (standby_count_ == 0 || standby_starting_ || !no_standbys_.empty()) return false;
+  const auto running = std::count_if(standbys_.begin(), standbys_.end(),
+                                     [](const RunningWorker& s) { return s.running(); });
+  if (running >= standby_count_) return false;
+  if (!active_) {  // a spare node: as soon as a standby would start warm
+    return !spare_sample_.empty() && (warm_ == nullptr || warm_->settled()) &&
+           standbys_can_follow(standby_samples());
   }
+  Attempt& a = *attempt_;
+  if (a.phase != AttemptPhase::kRunning || a.workers.empty()) return false;
+  for (const RunningWorker& w : a.workers) {
+    if (!w.running() || !w.channel || !w.channel->ready()) return false;  // (not yet, or not all)
+  }
+  if (!standbys_can_follow(standby_samples())) return false;
   // Every worker runs its training: a while later, so that the standby's start does not compete
   // with theirs.
   const auto now = std::chrono::steady_clock::now();
   if (!a.workers_ready) a.workers_ready = now;
   return now >= *a.workers_ready + kStandbyDelay;
+}
+
+void WorkerGroup::stand_by_as_spare(std::vector<WorkerLaunch> sample) {
+  if (standby_count_ == 0 || inprocess_dir_.empty() || active_ || sample.empty()) return;
+  spare_sample_ = std::move(sample);
+  if (warm_ != nullptr) warm_->prepare(shared_part(spare_sample_.front().spawn.env));
+  stand_by_while_spare();  // (a look already pending is replaced)
+}
+
+void WorkerGroup::stand_by_while_spare() {
+  top_up_standbys();
+  spare_timer_.expires_after(kSparePoll);
+  spare_timer_.async_wait([this](boost::system::error_code ec) {
+    const auto running = std::count_if(standbys_.begin(), standbys_.end(),
+                                       [](const RunningWorker& s) { return s.running(); });
+    if (ec || active_ || spare_sample_.empty() || !no_standbys_.empty() ||
+        (running >= standby_count_ && !standby_starting_)) {
+      return;
+    }
+    stand_by_while_spare();
+  });
 }
 
 void WorkerGroup::top_up_standbys() {
@@ -145,8 +186,7 @@ void WorkerGroup::top_up_standbys() {
   WorkerLaunch launch;
   try {
     channel->standing_by();
-    std::vector<const WorkerLaunch*> launches;
-    for (const RunningWorker& w : attempt_->workers) launches.push_back(&w.launch);
+    const std::vector<const WorkerLaunch*> launches = standby_samples();
     launch = standby_launch(*launches.front(), number, channel->path(),
                             standby_stream(launches, false), standby_stream(launches, true));
   } catch (const std::exception& e) {

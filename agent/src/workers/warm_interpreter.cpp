@@ -236,6 +236,13 @@ asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
   }
 }
 
+bool WarmInterpreter::settled() {
+  if (!ready_ && control_ && given_up_.empty() && take_ready_message() == Heard::kEnded) {
+    go_cold("the warm interpreter ended before it was ready", false);
+  }
+  return ready_ || !control_ || !given_up_.empty();
+}
+
 asio::awaitable<void> WarmInterpreter::answering(std::chrono::milliseconds limit) {
   if (!ready_ || !control_) co_return;
   std::optional<std::string> answer;

@@ -58,6 +58,11 @@ class WarmInterpreter : public ForkServer {
   // warm-up is not taken for a fork that does not answer.
   boost::asio::awaitable<void> answering(std::chrono::milliseconds limit);
 
+  // Whether a start() now finds the imports over: the interpreter is ready, or workers start cold
+  // (warm starts given up, or no interpreter runs). Reads its "ready" without blocking: for a
+  // start that had rather wait for it than start cold (a spare node's standbys), polled.
+  bool settled();
+
   boost::asio::awaitable<std::optional<pid_t>> start(const SpawnSpec& spec, ChildFds fds) override;
   // The attempt began to stop: a start() waiting for its fork's answer ends now, and the
   // interpreter is retired. The interpreter reports a worker before it lets it run: one reported

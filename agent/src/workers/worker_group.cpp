@@ -75,7 +75,8 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds 
       kill_timer_(io),
       state_timer_(io),
       inprocess_timer_(io),
-      stacks_(io, containment, *this) {}
+      stacks_(io, containment, *this),
+      spare_timer_(io) {}
 
 WorkerGroup::~WorkerGroup() {
   if (attempt_) {
@@ -125,6 +126,8 @@ void WorkerGroup::start_workers_from(WarmInterpreter* warm, Environment sample) 
 
 boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> launches) {
   // One use at a time of the warm interpreter: a standby's start may be under way.
+  spare_sample_.clear();  // (a spare no more)
+  spare_timer_.cancel();
   co_await standby_start_ended();
   const bool afresh = std::exchange(afresh_, false);  // (this run()'s, even one ended at once)
   attempt_ = std::make_unique<Attempt>();

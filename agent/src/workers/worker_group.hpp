@@ -121,6 +121,13 @@ class WorkerGroup : private AttemptControl {
   // that ends on its own is not replaced: workers start as new processes from then on, and the log
   // says why.
   void keep_standbys(int count) { standby_count_ = count; }
+  // --standby_workers on a spare node (Rendezvous::on_spare), while no attempt is under way: the
+  // standbys start from `sample` (this node's launches as if it were in a round; only what every
+  // worker shares is used), one after the other and, under --preload, once the warm interpreter
+  // has imported, so that the ranks of a node this one replaces start in warm processes. As
+  // beside an attempt, none starts where the launches' command lines, devices or output routes
+  // differ. The next run() ends it (its standbys stay).
+  void stand_by_as_spare(std::vector<WorkerLaunch> sample);
   // In process, called once a worker of this node failed and the others began to park: for the
   // other nodes to hear of it now rather than once they have (failure_reports::announce). Set for
   // each run().
@@ -151,6 +158,8 @@ class WorkerGroup : private AttemptControl {
   static constexpr std::chrono::seconds kStandbyDelay{2};
   // How often a wait for a standby's start to end looks.
   static constexpr std::chrono::milliseconds kStandbyPoll{10};
+  // How often a spare node looks whether a standby can start.
+  static constexpr std::chrono::milliseconds kSparePoll{100};
 
   // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
   boost::asio::awaitable<bool> start_worker(size_t i);
@@ -169,8 +178,17 @@ class WorkerGroup : private AttemptControl {
   boost::asio::awaitable<void> spawn(RunningWorker& rw, std::function<bool()> wanted);
   // Gives worker `i` of the attempt a ready standby's process, if there is one.
   bool adopt_standby(size_t i);
+  // The launches a standby is made from now: the attempt's, or a spare node's sample (empty:
+  // none yet).
+  std::vector<const WorkerLaunch*> standby_samples() const;
   // Whether a standby may start now (keep_standbys); where none ever may, no_standbys_ says why.
   bool standby_wanted();
+  // Whether standbys can follow the workers `launches` (their command lines, devices and output
+  // routes); where not, no_standbys_ says why (and the log, once).
+  bool standbys_can_follow(const std::vector<const WorkerLaunch*>& launches);
+  // A spare node's standbys: starts one where one is wanted, and looks again a while later until
+  // they all run or an attempt begins.
+  void stand_by_while_spare();
   // Starts a standby where one is wanted now.
   void top_up_standbys();
   // Completes once no standby's start is under way (bounded).
@@ -247,6 +265,8 @@ class WorkerGroup : private AttemptControl {
   uint64_t standbys_started_ = 0;
   bool standby_starting_ = false;
   std::string no_standbys_;
+  std::vector<WorkerLaunch> spare_sample_;  // stand_by_as_spare()'s, until the next run()
+  boost::asio::steady_timer spare_timer_;
   bool woken_ = false;
   bool active_ = false;
   bool interrupt_pending_ = false;  // interrupt() came before run(): for that run()

@@ -435,6 +435,7 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
     const Placement p = place_;
     if (p.spare) {
       spdlog::info("round {} is full: waiting as a spare", n);
+      if (on_spare_) on_spare_();
       co_await wait_until([&] { return closed_ || round_ > n; }, Clock::time_point::max());
       continue;
     }

@@ -26,11 +26,13 @@
 // one record and one placement per node: nothing any agent does grows with the job's size, but
 // the leader's work, which grows linearly.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -64,6 +66,7 @@ class ElasticRendezvous final : public JobSession {
   boost::asio::awaitable<void> leave(bool graceful) override;
   void abandon() override;
   std::string describe() const override;
+  void on_spare(std::function<void()> listener) override { on_spare_ = std::move(listener); }
 
   const std::string& node_id() const { return node_id_; }
 
@@ -145,7 +148,8 @@ class ElasticRendezvous final : public JobSession {
   // The (round, membership_) whose end conditions and placements were last settled.
   std::optional<std::pair<int, uint64_t>> checked_;
   std::optional<std::pair<int, std::chrono::steady_clock::time_point>> last_call_;  // round, end
-  bool ran_ = false;  // this node took part in a round
+  bool ran_ = false;                // this node took part in a round
+  std::function<void()> on_spare_;  // called as next_round() begins to wait as a spare
   JobEnd ending_;
 };
 

@@ -208,6 +208,10 @@ class Rendezvous {
   virtual void watch_membership(std::function<void(const MembershipChange&)> listener) {
     (void)listener;
   }
+  // Calls `listener` on the io_context each time next_round() begins to wait as a spare (the round
+  // is full), before it waits: for what a spare node prepares while it waits (standby workers). A
+  // backend without spares never calls it: the default ignores it.
+  virtual void on_spare(std::function<void()> listener) { (void)listener; }
 };
 
 }  // namespace ddprun::rendezvous
