@@ -106,7 +106,14 @@ def train():
     dist.destroy_process_group()
 
 
+def warm():
+    """A standby's warm-up (--standby_workers): a pass that changes no parameter."""
+    net(torch.zeros(8, width)).sum().mul(0).backward()
+    opt.zero_grad()
+
+
 if mode == "ddprun":
+    inprocess.warm_up(warm)  # (nothing outside a standby)
     inprocess.run(train)  # (a plain call under --restart_mode=process, the default)
 else:
     train()

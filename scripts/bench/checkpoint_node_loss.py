@@ -28,6 +28,9 @@ PRELOAD = os.environ.get("PRELOAD", "1") == "1"  # ddprun's workers start from a
 # ddprun's restart after the loss: "process" (torchrun's way, the default) or "in_process" (the
 # surviving node's ranks keep their processes, model and optimizer; only the lost node's are new)
 RESTART = os.environ.get("RESTART", "process")
+# With RESTART=in_process: --standby_workers=STANDBY on every ddprun agent (the spare's standbys
+# start while it waits, so that the lost node's ranks run on in warm processes)
+STANDBY = int(os.environ.get("STANDBY", "0"))
 
 
 def in_ns(i, cmd, env=None, **kw):
@@ -86,6 +89,7 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
         if kind == "ddprun":
             cmd = [DDPRUN, "--nnodes=2:2", "--nproc_per_node=2", "--max_restarts=3",
                    *(["--preload=auto"] if PRELOAD else []), f"--restart_mode={RESTART}",
+                   *([f"--standby_workers={STANDBY}"] if STANDBY else []),
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{store_port}",
                    "--rdzv_id=loss", "--rdzv_conf=join_timeout=120,heartbeat_timeout=5",
                    f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
@@ -254,7 +258,8 @@ def main():
           f"torch 2.14; node 1 lost after step {kill_after}, " +
           ("a spare waiting from the start takes its place" if SPARE else
            "a replacement started at once") +
-          ("; ddprun --preload=auto" if PRELOAD else "") + f" --restart_mode={RESTART}")
+          ("; ddprun --preload=auto" if PRELOAD else "") + f" --restart_mode={RESTART}" +
+          (f" --standby_workers={STANDBY}" if STANDBY else ""))
     print(f"link: a plain TCP transfer of 1 GiB between two nodes {link / 1e6:.0f} MB/s")
     print(f"calibration: a step {c['step']:.2f} s, torch.save of rank 0's state "
           f"{c['torch_save']:.2f} s -> torchrun saves every K = {K} steps")

@@ -7,7 +7,8 @@
 # started at the loss), takes its place. ddprun's workers start from a warm interpreter
 # (--preload=auto; PRELOAD=0: cold, as torchrun's) and restart as processes, torchrun's way
 # (RESTART=in_process: the surviving node's ranks keep their processes, model and optimizer, and
-# only the lost node's ranks start anew; the worker runs its training under ddprun.inprocess.run).
+# only the lost node's ranks start anew; the worker runs its training under ddprun.inprocess.run;
+# with STANDBY=N too, --standby_workers=N: the spare's standbys warm up while it waits).
 #   ddprun:   ddprun.checkpoint.save every step, copied to the peer node in the background
 #   torchrun: torch 2.14's torchrun (c10d, its store in node 0's agent), rank 0 torch.save()s to a shared
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)
@@ -19,7 +20,7 @@
 # least 90% of the speed).
 #   scripts/bench/checkpoint_node_loss.sh    (WIDTH=2048: 256 MiB of state per rank; 4096: 1 GiB,
 #                                             which needs about 24 GiB of memory; SEED; SPARE;
-#                                             PRELOAD; RESTART)
+#                                             PRELOAD; RESTART; STANDBY)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh

@@ -46,16 +46,22 @@ TEST_CASE("rendezvous: MIN nodes form a round when the last call ends", "[rendez
   CHECK(rounds[0].world_size == 2);
 }
 
-TEST_CASE("rendezvous: a node beyond MAX waits as a spare and replaces a dead node",
-          "[rendezvous]") {
+TEST_CASE(
+    "rendezvous: a node beyond MAX waits as a spare, says so to its agent, and replaces a dead "
+    "node",
+    "[rendezvous]") {
   Job job(2, 2);
   auto a = job.add();
   auto b = job.add();
+  int members_told = 0, spare_told = 0;
+  for (auto& n : {a, b}) n->on_spare([&] { ++members_told; });
   auto r0 = form(job, {a, b});
   auto spare = job.add();
+  spare->on_spare([&] { ++spare_told; });
   auto spare_round = job.start(spare->next_round());
   job.idle_for(200ms);
   CHECK_FALSE(spare_round->done);
+  CHECK(spare_told == 1);  // as it began to wait (its agent starts standbys then)
 
   auto why = job.start(a->interruption(r0[0]));
   b->abandon();  // b's agent dies: its connections close
@@ -71,6 +77,8 @@ TEST_CASE("rendezvous: a node beyond MAX waits as a spare and replaces a dead no
   CHECK(ra.node_rank == 0);      // the survivor keeps its place
   CHECK(rs.node_rank == 1);
   CHECK(rs.num_nodes == 2);
+  CHECK(spare_told == 1);
+  CHECK(members_told == 0);
 }
 
 TEST_CASE(

@@ -114,7 +114,8 @@ class WorkerGroup : private AttemptControl {
   // --standby_workers (with restart_in_process): `count` standby processes beside the workers
   // (standby_launch.hpp), started from the running attempt's first worker's launch kStandbyDelay
   // after every worker was seen running its training under ddprun.inprocess (a standby's start
-  // does not compete with the workers' own). A later attempt gives a worker whose process is gone
+  // does not compete with the workers' own), or on a spare node while it waits
+  // (stand_by_as_spare). A later attempt gives a worker whose process is gone
   // a ready standby's process, with the worker's environment through the channel and its console
   // routing, instead of starting one. Not where the workers' command lines differ (a
   // ${local_rank} argument a standby could not change) or their CUDA_VISIBLE_DEVICES do. A standby
