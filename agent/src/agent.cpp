@@ -261,6 +261,8 @@ class NodeAgent {
   // only node of a round (a standby takes only what every worker shares); their output files, where
   // the workers' go to files, in <log dir>/spare/standby<N>/.
   void stand_by_as_spare() {
+    // Planned once a spare wait (a plan again would truncate the filtered logs the standbys write).
+    if (group_.standing_by_as_spare()) return;
     rendezvous::Round round;
     round.world_size = cfg_.rdzv.nproc;
     const fs::path dir = run_dir_ / "spare";

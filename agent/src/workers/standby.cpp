@@ -161,7 +161,10 @@ bool WorkerGroup::standby_wanted() {
 void WorkerGroup::stand_by_as_spare(std::vector<WorkerLaunch> sample) {
   if (standby_count_ == 0 || inprocess_dir_.empty() || active_ || sample.empty()) return;
   spare_sample_ = std::move(sample);
-  if (warm_ != nullptr) warm_->prepare(shared_part(spare_sample_.front().spawn.env));
+  // (Not while a standby's fork waits for its answer on the interpreter's socket.)
+  if (warm_ != nullptr && !standby_starting_) {
+    warm_->prepare(shared_part(spare_sample_.front().spawn.env));
+  }
   stand_by_while_spare();  // (a look already pending is replaced)
 }
 
@@ -169,9 +172,10 @@ void WorkerGroup::stand_by_while_spare() {
   top_up_standbys();
   spare_timer_.expires_after(kSparePoll);
   spare_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
     const auto running = std::count_if(standbys_.begin(), standbys_.end(),
                                        [](const RunningWorker& s) { return s.running(); });
-    if (ec || active_ || spare_sample_.empty() || !no_standbys_.empty() ||
+    if (active_ || spare_sample_.empty() || !no_standbys_.empty() ||
         (running >= standby_count_ && !standby_starting_)) {
       return;
     }

@@ -129,6 +129,8 @@ class WorkerGroup : private AttemptControl {
   // beside an attempt, none starts where the launches' command lines, devices or output routes
   // differ. The next run() ends it (its standbys stay).
   void stand_by_as_spare(std::vector<WorkerLaunch> sample);
+  // Whether a spare's sample is held (stand_by_as_spare() since the last run()).
+  bool standing_by_as_spare() const { return !spare_sample_.empty(); }
   // In process, called once a worker of this node failed and the others began to park: for the
   // other nodes to hear of it now rather than once they have (failure_reports::announce). Set for
   // each run().
