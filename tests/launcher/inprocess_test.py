@@ -269,6 +269,37 @@ def case_on_two_nodes_a_hang_reports_where_every_rank_waited():
           f"nodes give every rank's frame ({frames}); bit-identical: passed")
 
 
+def two_nodes_losing_one(cluster, run_id, out, k):
+    """Starts hosts 0 and 1 in process, 2 ranks each; returns once node rank 1's ranks hold after
+    step k (to be killed with their node)."""
+    for i in (0, 1):
+        cluster.start(run_id, i, out, "2:2", steps=STEPS, env={"LOSE_AT": str(k)},
+                      extra=["--restart_mode=in_process"])
+    wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 2, f"node rank 1's ranks at step {k}", 180)
+
+
+def begun_twice(out):
+    """{rank: [pid of each training begun]} of a 2-node job's 4 ranks, each begun twice."""
+    begun = {}
+    for rank in range(4):
+        with open(os.path.join(out, f"begun.{rank}")) as f:
+            begun[rank] = [int(pid) for pid in f.read().split()]
+    assert all(len(b) == 2 for b in begun.values()), begun
+    return begun
+
+
+def restored_on_host_2_bit_identical(cluster, out, k):
+    """Host 2 (the new node) restored step k, and the job's parameters are those of an
+    uninterrupted job of 2 nodes."""
+    restore = node_events(out, 2, "checkpoint_restore")
+    assert restore and restore[-1]["step"] == k, restore
+    reference = tempfile.mkdtemp()
+    for i in (0, 1):
+        cluster.start("reference", i, reference, "2:2", steps=STEPS)
+    cluster.finish("reference", [0, 1])
+    assert same_parameters(reference, out), "the restarted job's parameters differ"
+
+
 def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processes():
     """2 nodes x 2 ranks, each node in a network namespace of its own (rank_state_test's cluster):
     node rank 1 (its agent and workers) SIGKILLed once its step K is on its peer, a node started in
@@ -278,11 +309,7 @@ def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processe
     k, in_process = 5, ["--restart_mode=in_process"]
     with rank_state_test.Cluster(WORKLOAD) as cluster:
         out = tempfile.mkdtemp()
-        for i in (0, 1):
-            cluster.start("lost", i, out, "2:2", steps=STEPS, env={"LOSE_AT": str(k)},
-                          extra=in_process)
-        wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 2, f"node rank 1's ranks at step {k}",
-                 180)
+        two_nodes_losing_one(cluster, "lost", out, k)
         wait_for(lambda: len(cluster.copies_of_step("lost", k)) >= 4,
                  f"step {k} copied to each peer", 60)
         victim = next(i for i in (0, 1) if rank_state_test.node_rank_of(out, i) == 1)
@@ -290,23 +317,13 @@ def case_a_lost_nodes_ranks_are_replaced_and_the_other_nodes_keep_their_processe
         cluster.start("lost", 2, out, "2:2", steps=STEPS, extra=in_process)
         cluster.finish("lost", [1 - victim, 2])
         assert not left_running(out), f"workers left running: {left_running(out)}"
-        begun = {}
-        for rank in range(4):
-            with open(os.path.join(out, f"begun.{rank}")) as f:
-                begun[rank] = f.read().split()
-        assert all(len(b) == 2 for b in begun.values()), begun
+        begun = begun_twice(out)
         kept = [r for r in range(4) if begun[r][0] == begun[r][1]]
         assert kept == [0, 1], f"ranks kept: {kept} (expected the surviving node's 0 and 1): {begun}"
         # The survivors' training was aborted for the lost node, not counted as raising.
         raised = node_events(out, 1 - victim, "worker_raised")
         assert not raised, raised
-        restore = node_events(out, 2, "checkpoint_restore")
-        assert restore and restore[-1]["step"] == k, restore
-        reference = tempfile.mkdtemp()
-        for i in (0, 1):
-            cluster.start("reference", i, reference, "2:2", steps=STEPS)
-        cluster.finish("reference", [0, 1])
-        assert same_parameters(reference, out), "the restarted job's parameters differ"
+        restored_on_host_2_bit_identical(cluster, out, k)
     print(f"2 nodes x 2 ranks, node rank 1 SIGKILLed with its workers after step {k} and replaced: "
           f"ranks 0 and 1 ran again in their processes, 2 and 3 restored step {k} from the peer's "
           f"copies on the new node; final parameters bit-identical: passed")
@@ -331,11 +348,7 @@ def case_a_spare_nodes_standbys_take_a_lost_nodes_ranks():
     k, in_process = 5, ["--restart_mode=in_process"]
     with rank_state_test.Cluster(WORKLOAD) as cluster:
         out = tempfile.mkdtemp()
-        for i in (0, 1):
-            cluster.start("spare", i, out, "2:2", steps=STEPS, env={"LOSE_AT": str(k)},
-                          extra=in_process)
-        wait_for(lambda: len(glob.glob(f"{out}/held.*")) == 2, f"node rank 1's ranks at step {k}",
-                 180)
+        two_nodes_losing_one(cluster, "spare", out, k)
         cluster.start("spare", 2, out, "2:2", steps=STEPS,
                       extra=[*in_process, "--standby_workers=2"])
         ready = f"{cluster.shm}/host2/ddprun-inprocess-*/standby.*.ready"  # (waiting in run())
@@ -348,23 +361,13 @@ def case_a_spare_nodes_standbys_take_a_lost_nodes_ranks():
         cluster.kill("spare", victim)
         cluster.finish("spare", [1 - victim, 2])
         assert not left_running(out), f"workers left running: {left_running(out)}"
-        begun = {}
-        for rank in range(4):
-            with open(os.path.join(out, f"begun.{rank}")) as f:
-                begun[rank] = [int(pid) for pid in f.read().split()]
-        assert all(len(b) == 2 for b in begun.values()), begun
+        begun = begun_twice(out)
         assert begun[0][0] == begun[0][1] and begun[1][0] == begun[1][1], f"not kept: {begun}"
         assert {begun[2][1], begun[3][1]} == set(warmed), \
             f"ranks 2 and 3 did not run in the spare's standbys {sorted(warmed)}: {begun}"
         adopted = node_events(out, 2, "standby_adopted")
         assert sorted(e["rank"] for e in adopted) == [2, 3], adopted
-        restore = node_events(out, 2, "checkpoint_restore")
-        assert restore and restore[-1]["step"] == k, restore
-        reference = tempfile.mkdtemp()
-        for i in (0, 1):
-            cluster.start("reference", i, reference, "2:2", steps=STEPS)
-        cluster.finish("reference", [0, 1])
-        assert same_parameters(reference, out), "the restarted job's parameters differ"
+        restored_on_host_2_bit_identical(cluster, out, k)
     print(f"2 nodes x 2 ranks and a spare with 2 standbys warmed while it waited (pids "
           f"{sorted(warmed)}): node rank 1 SIGKILLed after step {k}; ranks 2 and 3 ran on in the "
           f"standbys from the peer's copies, 0 and 1 in their own processes; bit-identical: passed")
