@@ -4,6 +4,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
+
 #include "ddp/errors.hpp"
 #include "ddprun/store/errors.hpp"
 #include "ddprun/store/local_address.hpp"
@@ -43,10 +45,21 @@ std::unique_ptr<ProcessGroup> init_gloo(const WorkerEnv& env, const InitOptions&
   return std::make_unique<GlooProcessGroup>(std::move(context), o.timeout);
 }
 
+// Python starts with SIGPIPE ignored, so a torch worker whose peer died gets an error from its
+// collective; a C++ worker would be killed by the signal instead, silently, and often before the
+// launcher has seen the peer's death that caused it. A handler the program set stays.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEnv& env,
                                                  const InitOptions& options) {
+  ignore_sigpipe_unless_handled();
   try {
     switch (backend) {
       case Backend::kGloo:

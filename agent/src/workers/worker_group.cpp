@@ -430,11 +430,13 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
 }
 
 void WorkerGroup::end_attempt() {
+  if (counting_ended_) return;  // (the call counting them ends the attempt once they are counted)
   Attempt& a = *attempt_;
   switch (a.phase) {
     case AttemptPhase::kStarting:
     case AttemptPhase::kRunning:
     case AttemptPhase::kCapturing:
+      count_workers_already_ended();
       if (all_can_restart_in_process(false)) {
         begin_parking(shutdown_timeout_);
         if (a.reason == StopReason::kFailure && on_failure_in_process_) on_failure_in_process_();
@@ -452,6 +454,14 @@ void WorkerGroup::end_attempt() {
     case AttemptPhase::kEnded:
       return;  // (under way, or nothing left to stop)
   }
+}
+
+void WorkerGroup::count_workers_already_ended() {
+  counting_ended_ = true;
+  for (RunningWorker& w : attempt_->workers) {
+    if (w.running()) w.process->reap_if_exited();
+  }
+  counting_ended_ = false;
 }
 
 void WorkerGroup::begin_stopping(int signo) {

@@ -221,16 +221,18 @@ void WorkerProcess::await_exit() {
   pidfd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                     [this](boost::system::error_code ec) {
                       if (ec || !running_) return;
-                      if (!exited()) {
-                        await_exit();
-                        return;
-                      }
-                      int status = 0;
-                      // The leader is a zombie until reaped, so its group id cannot be reused yet.
-                      ::kill(-pid_, SIGKILL);
-                      if (cgroup_) cgroup_->kill_all();
-                      if (::waitpid(pid_, &status, 0) == pid_) reap(status);
+                      if (!reap_if_exited()) await_exit();
                     });
+}
+
+bool WorkerProcess::reap_if_exited() {
+  if (!running_ || !exited()) return false;
+  int status = 0;
+  // The leader is a zombie until reaped, so its group id cannot be reused yet.
+  ::kill(-pid_, SIGKILL);
+  if (cgroup_) cgroup_->kill_all();
+  if (::waitpid(pid_, &status, 0) == pid_) reap(status);
+  return true;
 }
 
 bool WorkerProcess::exited() const {

@@ -28,7 +28,9 @@ struct InitOptions {
 // Connects to the store at MASTER_ADDR:MASTER_PORT and forms the group with every other rank. Keys
 // are scoped by run id and restart attempt, so a restarted group never reads a dead one's keys.
 // Throws EnvError, TimeoutError (a rank did not arrive in time) or CommError; kNccl throws
-// ddp::Error in a build without CUDA.
+// ddp::Error in a build without CUDA. SIGPIPE is ignored from then on unless the program handles
+// it (as Python ignores it): a peer that died makes the next collective throw CommError instead of
+// killing this process with the signal.
 std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const InitOptions& options = {});
 std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEnv& env,
                                                  const InitOptions& options);

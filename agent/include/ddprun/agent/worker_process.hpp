@@ -101,6 +101,9 @@ class WorkerProcess {
   // Sends `signo` to the worker's process group, and to the processes of its cgroup that left the
   // group; a no-op once it has exited.
   void signal_group(int signo);
+  // Reaps the process now if it has exited (on_exit is called before this returns), without
+  // waiting for its exit to be noticed: whether it had.
+  bool reap_if_exited();
   // Stops watching a process that survived SIGKILL (uninterruptible sleep): running() turns false
   // and it is never waited for (the destructor does not block on it); on_exit is not called.
   void abandon();
