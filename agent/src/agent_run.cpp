@@ -1,5 +1,6 @@
 #include "agent_run.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -154,8 +155,8 @@ struct Run : AgentParts {
 
   // The one round loop, whatever the backend.
   asio::awaitable<AgentOutcome> rounds() {
-    std::string interrupted_by;      // why the last round was stopped from outside, if it was
-    std::optional<int> own_failure;  // this node's first failed worker's exit code, last round
+    std::string interrupted_by;  // why the last round was stopped from outside, if it was
+    std::optional<WorkerFailure> own_failure;  // this node's first failed worker, last round
     for (;;) {
       if (stop.stopping()) co_return stopped_by_signal();
       if (!std::exchange(checked_for_next_round, false)) {
@@ -230,10 +231,10 @@ struct Run : AgentParts {
 
   // The rendezvous has no next round: a crash loop announced, or the job's end.
   asio::awaitable<AgentOutcome> job_over(const std::string& interrupted_by,
-                                         const std::optional<int>& own_failure) {
+                                         const std::optional<WorkerFailure>& own_failure) {
     if (const auto loop = crash_loop::announced(*rdzv)) co_return outcomes.crash_loop(*loop, {});
     AgentOutcome ended = co_await outcomes.job_ended(interrupted_by);
-    if (ended.state == AgentOutcome::State::kFailed) ended.own_worker_exitcode = own_failure;
+    if (ended.state == AgentOutcome::State::kFailed) ended.own_failure = own_failure;
     co_return ended;
   }
 
@@ -263,10 +264,10 @@ struct Run : AgentParts {
   // What the end of `round` (its result `r`) means: the job's outcome where the job ends here
   // (done, failed, this node replaced, a crash loop), else nothing and the restart it starts is
   // timed from its cause. A hang leaves its stacks in the attempt's folder; `own_failure` becomes
-  // this node's first failed worker's exit code.
+  // this node's first failed worker.
   asio::awaitable<std::optional<AgentOutcome>> after_round(
       const rendezvous::Round& round, GroupResult& r, const fs::path& attempt_dir,
-      const std::optional<CheckpointRestore>& restore, std::optional<int>& own_failure) {
+      const std::optional<CheckpointRestore>& restore, std::optional<WorkerFailure>& own_failure) {
     if (!r.stacks.empty()) {
       const fs::path stacks = attempt_dir / "hang_stacks.log";
       std::ofstream(stacks) << r.stacks;
@@ -278,7 +279,8 @@ struct Run : AgentParts {
       co_await admission->gpu_memory_released(r.pids);
     }
     if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
-      own_failure = r.failures.front().exitcode;
+      own_failure = *std::min_element(r.failures.begin(), r.failures.end(),
+                                      [](const auto& a, const auto& b) { return a.time < b.time; });
     }
     // (Not where this node's workers had finished: a job done is not undone by a late verdict.)
     if (std::optional<AgentOutcome> slow = r.state == GroupResult::State::kSucceeded
@@ -290,6 +292,7 @@ struct Run : AgentParts {
     if (std::optional<AgentOutcome> ended = co_await outcomes.settle(r, round)) co_return ended;
     const std::optional<int64_t> resumed = restore ? std::optional(restore->step) : std::nullopt;
     if (std::optional<AgentOutcome> loop = co_await outcomes.crash_looping(round, resumed)) {
+      loop->own_failure = own_failure;
       co_return loop;
     }
     std::string cause = "interrupted";

@@ -18,6 +18,7 @@
 #include "ddprun/store/version.hpp"
 #include "head_node.hpp"
 #include "launch_config.hpp"
+#include "launcher_error_file.hpp"
 #include "log_level.hpp"
 #include "python_interpreter.hpp"
 #include "status_command.hpp"
@@ -49,6 +50,7 @@ struct NodeRun {
   agent::AgentConfig config;
   bool head_control = false;  // started by a head node, which controls it through stdin
   bool per_process = false;   // started per process (srun, mpirun): one worker, its own status
+  std::string error_file;     // the launcher's own TORCHELASTIC_ERROR_FILE ("": none)
   std::optional<PythonWorkers> python_workers;  // for the failure summary's hint, if any
 };
 
@@ -85,6 +87,9 @@ std::variant<NodeRun, int> prepare(const std::vector<std::string>& args,
                  "(LOCAL_RANK is in every worker's environment)\n";
   }
   NodeRun run;
+  if (const auto file = env.find("TORCHELASTIC_ERROR_FILE"); file != env.end()) {
+    run.error_file = file->second;
+  }
   try {
     const launcher::LaunchConfig launch =
         launch_dialect ? launcher::parse_command_line({args.begin() + 1, args.end()}, env,
@@ -123,6 +128,7 @@ std::variant<NodeRun, int> prepare(const std::vector<std::string>& args,
     return launcher::kExitSuccess;
   } catch (const launcher::RefusedValue& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;
+    if (!run.error_file.empty()) launcher::write_refused_value(run.error_file, e.what());
     return launcher::kExitWorkerFailure;
   } catch (const launcher::UsageError& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;
@@ -159,8 +165,8 @@ int exit_status(const agent::AgentOutcome& outcome, const NodeRun& run) {
       if (outcome.crash_loop) return launcher::kExitCrashLoop;  // for the scheduler: no requeue
       // Started per process by srun or mpirun, ddprun is its one worker to the scheduler: the
       // worker's own status, as the scheduler would have seen it without ddprun.
-      if (run.per_process && outcome.own_worker_exitcode) {
-        const int code = *outcome.own_worker_exitcode;
+      if (run.per_process && outcome.own_failure) {
+        const int code = outcome.own_failure->exitcode;
         return code > 0 ? code : 128 - code;
       }
       return launcher::kExitWorkerFailure;
@@ -192,5 +198,7 @@ int main(int argc, char** argv) {
   NodeRun& run = std::get<NodeRun>(prepared);
   store::prepare_server_process();
   if (run.head_control) take_control_channel(run.config);
-  return exit_status(agent::run_agent(run.config), run);
+  const agent::AgentOutcome outcome = agent::run_agent(run.config);
+  if (!run.error_file.empty()) launcher::write_launcher_error_file(run.error_file, outcome);
+  return exit_status(outcome, run);
 }

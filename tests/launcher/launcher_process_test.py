@@ -489,6 +489,75 @@ def case_logs_and_timer_file_go_to_pythons_temporary_folder_as_under_torchrun():
           f"missing TMPDIR passed over), else TMP (an empty TMPDIR), made absolute: passed")
 
 
+def launcher_error_file(launcher, folder, args, stop=False, before=None):
+    """The launcher's own TORCHELASTIC_ERROR_FILE after `args` (its text, or None where there is
+    none), its exit status and pid; `stop`: SIGTERM once the worker runs; `before`: the file's
+    text beforehand."""
+    path = os.path.join(folder, "launcher_error.json")
+    if before is not None:
+        with open(path, "w") as f:
+            f.write(before)
+    env = {**os.environ, "PYTHON_EXEC": PY, "TORCHELASTIC_ERROR_FILE": path}
+    p = subprocess.Popen([*launcher, "--standalone", "--nproc_per_node=2",
+                          f"--log_dir={os.path.join(folder, 'logs')}", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=folder)
+    if stop:
+        wait_for(lambda: os.path.exists(os.path.join(folder, "running")), "the worker to run", 120)
+        p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=180)
+    if not os.path.exists(path):
+        return None, p.returncode, p.pid, err
+    with open(path) as f:
+        return f.read(), p.returncode, p.pid, err
+
+
+def without_timestamp(text):
+    record = json.loads(text)
+    record["message"]["extraInfo"].pop("timestamp")
+    return record
+
+
+def case_the_launchers_own_error_file_is_torchruns():
+    """torchrun's main is @record's: its own TORCHELASTIC_ERROR_FILE (set by whatever started it:
+    TorchX, an outer agent) gets the root cause's error file with its exit status as errorCode, a
+    failure without an error file leaves it as it was, and a SIGTERM is a SignalException. ddprun
+    against torch 2.14's torchrun, text for text (Python's JSON layout) but for pids and times."""
+    torchrun, version = reference_torchrun()
+    raising = os.path.join(WORKLOADS, "record_failure.py")
+    waiting = ["--no_python", "/bin/sh", "-c", "touch running; exec sleep 60"]
+    seen = {}
+    for name, launcher in (("torchrun", torchrun), ("ddprun", [DDPRUN])):
+        folder = tempfile.mkdtemp()
+        text, code, _, err = launcher_error_file(launcher, folder, [raising])
+        assert code == 1 and text is not None, (name, code, err)
+        assert text == json.dumps(json.loads(text)), (name, text)
+        record = without_timestamp(text)
+        assert record["message"]["errorCode"] == 1, (name, record)
+        assert record["message"]["message"] == \
+            "ValueError: learning rate must be positive, got -1", (name, record)
+        seen[name, "raised"] = record
+
+        before = '{"from": "before"}'
+        text, code, _, err = launcher_error_file(launcher, tempfile.mkdtemp(),
+                                                 ["--no_python", "/bin/sh", "-c", "exit 3"],
+                                                 before=before)
+        assert code == 1 and text == before, (name, code, text, err)
+
+        text, code, pid, err = launcher_error_file(launcher, tempfile.mkdtemp(), waiting,
+                                                   stop=True)
+        assert text is not None, (name, code, err)
+        assert text == json.dumps(json.loads(text)), (name, text)
+        message = json.loads(text)["message"]["message"]
+        assert message == f"SignalException: Process {pid} got signal: 15", (name, message)
+        assert set(json.loads(text)["message"]["extraInfo"]) == {"py_callstack", "timestamp"}
+        seen[name, "signal"] = code
+    assert seen["torchrun", "raised"] == seen["ddprun", "raised"], seen
+    print(f"the launcher's own error file: the root cause's record with errorCode 1, untouched "
+          f"without one, a SignalException on SIGTERM, as torch {version}'s torchrun writes it "
+          f"(exit {seen['torchrun', 'signal']} and {seen['ddprun', 'signal']} on SIGTERM): passed")
+
+
 # A worker that marks its launch's arrival and waits (60 s at most) for the other launch's.
 MEET = ("import os,sys,time; open(os.path.join(sys.argv[1], sys.argv[2]), 'w').close(); "
         "other = os.path.join(sys.argv[1], sys.argv[3]); deadline = time.monotonic() + 60\n"

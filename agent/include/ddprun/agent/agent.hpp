@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddprun/agent/environment.hpp"
+#include "ddprun/agent/failure_summary.hpp"
 #include "ddprun/agent/log_spec.hpp"
 #include "ddprun/agent/numa_binding.hpp"
 #include "ddprun/agent/preload_spec.hpp"
@@ -118,9 +119,9 @@ struct AgentOutcome {
   int signal = 0;           // kSignaled
   std::string summary;      // kFailed: the failure summary; kLaunchError, kUnhealthy: the reason
   std::string run_log_dir;  // <log_dir>/<run_id>_<rand>
-  // kFailed: the exit code (< 0: -signal) of this node's first worker to fail in the last round,
-  // when one of its own did.
-  std::optional<int> own_worker_exitcode;
+  // kFailed: this node's first worker to fail in the last round (the earliest), when one of its
+  // own did.
+  std::optional<WorkerFailure> own_failure;
   // kFailed: the job stopped in a crash loop (--crash_loop_attempts), restarts left or not.
   bool crash_loop = false;
 };
