@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +18,7 @@
 #include "ddprun/store/local_address.hpp"
 #include "option_values.hpp"
 #include "python_interpreter.hpp"
+#include "python_number.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -144,17 +146,15 @@ void set_worker_environment(const LaunchConfig& c, agent::Environment env, agent
     a.timer_file = env["TORCHELASTIC_TIMER_FILE"];
   }
   // torch 2.13's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: seconds; unset, non-positive or not a
-  // number turns the watch off, as in torch, which reads it with float(): blanks around it
-  // ("30\n" from a file) are read past, a hexadecimal number is no number.
+  // number turns the watch off, as in torch, which reads it with float() (python_number.hpp:
+  // "30\n" from a file is 30, "1_0" is 10, a hexadecimal number is no number; "inf" and "nan"
+  // never fire there, as off here).
   if (auto it = env.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); it != env.end()) {
-    const std::string value(agent::trimmed(it->second));
-    char* end = nullptr;
-    const double s = std::strtod(value.c_str(), &end);
-    const bool hexadecimal = value.find_first_of("xX") != std::string::npos;
-    if (end != value.c_str() && *end == '\0' && !hexadecimal && s > 0 && std::isfinite(s)) {
+    const std::optional<double> s = python_float(it->second);
+    if (s && *s > 0 && std::isfinite(*s)) {
       // (At most a year: a larger number is a watch that never fires, and no overflow.)
       a.uninterruptible_timeout =
-          std::chrono::milliseconds(static_cast<long long>(std::min(s, 365.0 * 86400) * 1000));
+          std::chrono::milliseconds(static_cast<long long>(std::min(*s, 365.0 * 86400) * 1000));
     }
   }
   env.erase(kInstalledInterpreterVariable);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +11,7 @@
 
 #include "ddprun/agent/split.hpp"
 #include "launch_config.hpp"
+#include "python_number.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -27,23 +28,15 @@ bool all_digits(std::string_view text) {
 }
 
 long parse_integer(std::string_view text, std::string_view what) {
-  long value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) invalid(what, "int", text);
-  return value;
+  const std::optional<long> value = python_int(text);
+  if (!value) invalid(what, "int", text);
+  return *value;
 }
 
 double parse_double(std::string_view text, std::string_view what) {
-  const std::string s(text);
-  try {
-    size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used == s.size() && std::isfinite(v) && !std::isspace(static_cast<unsigned char>(s[0])))
-      return v;
-  } catch (const std::exception&) {
-  }
-  invalid(what, "float", text);
+  const std::optional<double> value = python_float(text);
+  if (!value || !std::isfinite(*value)) invalid(what, "float", text);
+  return *value;
 }
 
 std::string lowered(std::string_view text) {
@@ -56,10 +49,9 @@ bool parse_bool(std::string_view text, std::string_view what) {
   const std::string v = lowered(text);
   if (v == "true" || v == "t" || v == "yes" || v == "y") return true;
   if (v == "false" || v == "f" || v == "no" || v == "n") return false;
-  long n = 0;
-  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) invalid(what, "boolean", text);
-  return n != 0;
+  const std::optional<long> n = python_int(v);
+  if (!n) invalid(what, "boolean", text);
+  return *n != 0;
 }
 
 std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what) {

@@ -18,10 +18,11 @@ std::string lowered(std::string_view text);
 // Whether `text` is one or more decimal digits and nothing else (no sign, no space).
 bool all_digits(std::string_view text);
 
-// A whole decimal integer, nothing before or after it.
+// A whole decimal integer as Python's int() reads it (python_number.hpp: " 7", "+7", "1_000").
 long parse_integer(std::string_view text, std::string_view what);
 
-// A finite decimal number ("0.1", "2", "1e-3").
+// A finite number as Python's float() reads it ("0.1", "2", "1e-3", " 5.", "1_0"); "inf" and
+// "nan", which float() takes, are refused.
 double parse_double(std::string_view text, std::string_view what);
 
 // Non-negative seconds, fractions allowed, as milliseconds.
