@@ -279,8 +279,7 @@ struct Run : AgentParts {
       co_await admission->gpu_memory_released(r.pids);
     }
     if (r.state == GroupResult::State::kFailed && !r.failures.empty()) {
-      own_failure = *std::min_element(r.failures.begin(), r.failures.end(),
-                                      [](const auto& a, const auto& b) { return a.time < b.time; });
+      own_failure = *std::min_element(r.failures.begin(), r.failures.end(), failed_earlier);
     }
     // (Not where this node's workers had finished: a job done is not undone by a late verdict.)
     if (std::optional<AgentOutcome> slow = r.state == GroupResult::State::kSucceeded

@@ -17,6 +17,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;  // (the worker's keys stay in its order, as json.load keeps)
 
+// A JSON scalar with ensure_ascii, as Python's default; bytes that are not UTF-8 (a path, a value
+// given on the command line) become U+FFFD rather than an exception.
+std::string text(const Json& scalar) {
+  return scalar.dump(-1, ' ', true, Json::error_handler_t::replace);
+}
+
 // Python's json.dumps with its default separators (", " and ": "), as torch writes the file.
 std::string python_dumps(const Json& j) {
   if (j.is_object()) {
@@ -25,7 +31,7 @@ std::string python_dumps(const Json& j) {
     for (const auto& [key, value] : j.items()) {
       if (!first) out += ", ";
       first = false;
-      out += Json(key).dump(-1, ' ', true) + ": " + python_dumps(value);
+      out += text(Json(key)) + ": " + python_dumps(value);
     }
     return out + "}";
   }
@@ -34,17 +40,19 @@ std::string python_dumps(const Json& j) {
     for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + python_dumps(j[i]);
     return out + "]";
   }
-  return j.dump(-1, ' ', true);  // (ensure_ascii, as Python's default)
+  return text(j);
 }
 
-void replace_file(const std::string& path, const std::string& text) {
+// Writes `record` to `path`; a file there is replaced (said where `warn`, as torch says it when it
+// copies a worker's record). Never throws.
+void replace_file(const std::string& path, const std::string& record, bool warn) {
   std::error_code ec;
-  if (std::filesystem::exists(path, ec)) {
-    spdlog::warn("{} already exists and is overwritten with this launcher's error", path);
+  if (std::filesystem::is_regular_file(path, ec)) {
+    if (warn) spdlog::warn("{} already exists and is overwritten with this launcher's error", path);
     std::filesystem::remove(path, ec);
   }
   std::ofstream out(path);
-  out << text;
+  out << record;
   out.close();
   if (!out) spdlog::warn("could not write this launcher's error to {}", path);
 }
@@ -81,33 +89,49 @@ std::optional<std::string> child_record(const agent::WorkerFailure& f) {
   return python_dumps(record);
 }
 
-}  // namespace
-
-void write_launcher_error_file(const std::string& path, const agent::AgentOutcome& outcome) {
+void write_outcome(const std::string& path, const agent::AgentOutcome& outcome) {
   using State = agent::AgentOutcome::State;
   switch (outcome.state) {
     case State::kSucceeded:
       return;
     case State::kFailed:
       if (outcome.own_failure && !outcome.own_failure->error_file.empty()) {
-        if (const auto record = child_record(*outcome.own_failure)) replace_file(path, *record);
+        if (const auto record = child_record(*outcome.own_failure)) {
+          replace_file(path, *record, true);
+        }
       }
       return;
     case State::kSignaled:
-      replace_file(path, exception_record(fmt::format("SignalException: Process {} got signal: {}",
-                                                      ::getpid(), outcome.signal)));
+      replace_file(path,
+                   exception_record(fmt::format("SignalException: Process {} got signal: {}",
+                                                ::getpid(), outcome.signal)),
+                   false);
       return;
     case State::kLaunchError:
-      replace_file(path, exception_record("LaunchError: " + outcome.summary));
+      replace_file(path, exception_record("LaunchError: " + outcome.summary), false);
       return;
     case State::kUnhealthy:
-      replace_file(path, exception_record("UnhealthyNode: " + outcome.summary));
+      replace_file(path, exception_record("UnhealthyNode: " + outcome.summary), false);
       return;
   }
 }
 
+}  // namespace
+
+void write_launcher_error_file(const std::string& path, const agent::AgentOutcome& outcome) {
+  try {
+    write_outcome(path, outcome);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write this launcher's error to {}: {}", path, e.what());
+  }
+}
+
 void write_refused_value(const std::string& path, const std::string& what) {
-  replace_file(path, exception_record("ValueError: " + what));
+  try {
+    replace_file(path, exception_record("ValueError: " + what), false);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write this launcher's error to {}: {}", path, e.what());
+  }
 }
 
 }  // namespace ddprun::launcher

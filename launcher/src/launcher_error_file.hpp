@@ -9,8 +9,9 @@
 // - the launch failed, a health check kept the node out, or a value was refused: "<Kind>: <why>"
 //   (LaunchError, UnhealthyNode, ValueError) in torch's layout, with an empty "py_callstack";
 // - success or a usage error (torchrun's SystemExit): nothing.
-// A file that exists is replaced (a warning says so). Failing to write is a warning, never an
-// error: the exit status is the launcher's answer.
+// A file there is replaced (with a warning where a worker's record replaces it, as torch warns).
+// Bytes that are not UTF-8 become U+FFFD. Failing to write is a warning, never an error: the exit
+// status is the launcher's answer.
 #include <string>
 
 #include "ddprun/agent/agent.hpp"

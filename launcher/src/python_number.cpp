@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -68,10 +69,10 @@ std::optional<double> python_float(std::string_view text) {
   if (at != t.size()) return std::nullopt;
   double value = 0;
   const auto [end, ec] = std::from_chars(clean.data(), clean.data() + clean.size(), value);
-  if (ec == std::errc::result_out_of_range) {  // Python: inf beyond the range, 0 below it
-    const size_t e = clean.find_first_of("eE");
-    const bool tiny = e != std::string::npos && clean[e + 1] == '-';
-    return sign * (tiny ? 0.0 : std::numeric_limits<double>::infinity());
+  if (ec == std::errc::result_out_of_range) {
+    // Beyond the range Python gives inf, below it 0 (or the nearest subnormal): strtod rounds so
+    // too, on a text that is plain decimal by now (no hex, no inf or nan; no locale is set).
+    return sign * std::strtod(clean.c_str(), nullptr);
   }
   if (ec != std::errc() || end != clean.data() + clean.size()) return std::nullopt;
   return sign * value;

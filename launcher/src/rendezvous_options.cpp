@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "ddprun/store/local_address.hpp"
 #include "launch_config.hpp"
 #include "option_values.hpp"
+#include "python_number.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -273,15 +275,11 @@ std::pair<std::string, int> parse_endpoint(const std::string& e, int default_por
   if (colon == std::string::npos || bare_ipv6) return {host, default_port};
   if (colon == 0) throw RefusedValue(fmt::format("--rdzv_endpoint '{}': no host", e));
   const std::string port = e.substr(colon + 1);
-  int p = -1;
-  try {
-    size_t used = 0;
-    p = std::stoi(port, &used);
-    if (used != port.size()) p = -1;
-  } catch (const std::exception&) {
+  const std::optional<long> p = python_int(port);  // (torch's int())
+  if (!p || *p < 0 || *p > 65535) {
+    throw RefusedValue(fmt::format("--rdzv_endpoint '{}': bad port", e));
   }
-  if (p < 0 || p > 65535) throw RefusedValue(fmt::format("--rdzv_endpoint '{}': bad port", e));
-  return {host, p};
+  return {host, static_cast<int>(*p)};
 }
 
 std::string nnodes_text(const RendezvousOptions& o) {

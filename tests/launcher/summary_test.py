@@ -6,6 +6,7 @@ terminal. Ranks that ended together are each a failure in it. Real ddprun, real 
     summary_test.py DDPRUN CASE    (CASE: one of the functions named case_*)
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,9 +92,14 @@ def case_ranks_that_ended_together_are_each_a_failure():
         p.send_signal(signal.SIGSTOP)
         open(os.path.join(d, "go"), "w").close()
         wait_for(lambda: all(zombie(pid) for pid in pids), "both ranks to end", timeout=60)
-    finally:
         p.send_signal(signal.SIGCONT)
-    _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:  # (a failed wait above: ddprun and its workers go with the test)
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.communicate(timeout=60)
+        shutil.rmtree(d, ignore_errors=True)
     assert p.returncode == 1, err
     for rank in (0, 1):
         assert f"worker local_rank {rank} (rank {rank}, pid {pids[rank]}) failed: exit code " \

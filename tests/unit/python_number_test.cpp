@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -20,31 +22,78 @@ using ddprun::launcher::python_int;
 
 namespace {
 
-const std::vector<std::string> kTexts = {"0",     "7",      " 7 ",       "\t30\n",
-                                         "+5",    "-5",     "007",       "1_000",
-                                         "1_0",   "1__0",   "_1",        "1_",
-                                         "1_.5",  "1._5",   "1.5_5",     ".5",
-                                         "5.",    ".",      "",          " ",
-                                         "-",     "+.5e3",  "1e3",       "1E-3",
-                                         "1e+3",  "1e",     "1e_3",      "1e1_0",
-                                         "1e999", "1e-999", "0x10",      "0b1",
-                                         "0o7",   "inf",    "-Infinity", "INF",
-                                         "nan",   "-NaN",   "infinit",   "1.5",
-                                         "1,5",   "1 5",    "++1",       "9223372036854775807",
-                                         "1.0",   "٣",      "1\v",       "\f2"};
+const std::vector<std::string> kTexts = {"0",
+                                         "7",
+                                         " 7 ",
+                                         "\t30\n",
+                                         "+5",
+                                         "-5",
+                                         "007",
+                                         "1_000",
+                                         "1_0",
+                                         "1__0",
+                                         "_1",
+                                         "1_",
+                                         "1_.5",
+                                         "1._5",
+                                         "1.5_5",
+                                         ".5",
+                                         "5.",
+                                         ".",
+                                         "",
+                                         " ",
+                                         "-",
+                                         "+.5e3",
+                                         "1e3",
+                                         "1E-3",
+                                         "1e+3",
+                                         "1e",
+                                         "1e_3",
+                                         "1e1_0",
+                                         "1e999",
+                                         "1e-999",
+                                         "0x10",
+                                         "0b1",
+                                         "0o7",
+                                         "inf",
+                                         "-Infinity",
+                                         "INF",
+                                         "nan",
+                                         "-NaN",
+                                         "infinit",
+                                         "1.5",
+                                         "1,5",
+                                         "1 5",
+                                         "++1",
+                                         "9223372036854775807",
+                                         "1.0",
+                                         "٣",
+                                         "1\v",
+                                         "\f2",
+                                         "-0",
+                                         "1e-320",
+                                         "2.5e-324",
+                                         "1e308",
+                                         "1.8e308",
+                                         "0.1",
+                                         "1_0.2_5e-1_0",
+                                         "1" + std::string(400, '0') + "e-10",
+                                         "0." + std::string(400, '0') + "1"};
 
-// Python's answers for each text: {"float": x or null, "int": n or null}, with inf and nan as
-// the strings "inf", "-inf" and "nan".
+// Python's answers for each text: {"float": the bits of x or null, "int": n or null}, with inf
+// and nan as the strings "inf", "-inf" and "nan". (Finite floats compare to the last bit, the sign
+// of zero too.)
 nlohmann::json pythons_answers() {
   nlohmann::json texts = kTexts;
   const std::string program =
-      "import json, math, sys\n"
+      "import json, math, struct, sys\n"
       "def f(t):\n"
       "    try:\n"
       "        x = float(t)\n"
       "    except ValueError:\n"
       "        return None\n"
-      "    return x if math.isfinite(x) else repr(x)\n"
+      "    return struct.unpack(\"<q\", struct.pack(\"<d\", x))[0] if math.isfinite(x) else "
+      "repr(x)\n"
       "def i(t):\n"
       "    try:\n"
       "        return int(t)\n"
@@ -72,13 +121,13 @@ std::string shown(std::optional<double> x) {
   if (!x) return "error";
   if (std::isnan(*x)) return "nan";
   if (std::isinf(*x)) return *x > 0 ? "inf" : "-inf";
-  return std::to_string(*x);
+  return std::to_string(std::bit_cast<int64_t>(*x));
 }
 
 std::string shown(const nlohmann::json& x) {
   if (x.is_null()) return "error";
   if (x.is_string()) return x.get<std::string>();
-  return std::to_string(x.get<double>());
+  return std::to_string(x.get<int64_t>());
 }
 
 }  // namespace

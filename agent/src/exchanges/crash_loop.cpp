@@ -22,9 +22,7 @@ std::string innermost_frame(const std::string& traceback) {
 std::string signature(const std::vector<WorkerFailure>& failures,
                       std::optional<int64_t> resumed_from) {
   if (failures.empty()) return {};
-  const WorkerFailure& root =
-      *std::min_element(failures.begin(), failures.end(),
-                        [](const auto& a, const auto& b) { return a.time < b.time; });
+  const WorkerFailure& root = *std::min_element(failures.begin(), failures.end(), failed_earlier);
   std::string how = root.exitcode < 0 ? fmt::format("signal {}", -root.exitcode)
                                       : fmt::format("exit {}", root.exitcode);
   if (root.error) {

@@ -1,6 +1,8 @@
 #include "ddprun/agent/failure_summary.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <sstream>
 
@@ -74,12 +76,27 @@ std::string describe_failure(const WorkerFailure& f) {
   return f.ended_because + "\n" + describe_exit(f);
 }
 
+namespace {
+
+int64_t failure_second(const WorkerFailure& f) {
+  if (!f.error_file.empty() && f.error && f.error->timestamp) return *f.error->timestamp;
+  return std::chrono::duration_cast<std::chrono::seconds>(f.time.time_since_epoch()).count();
+}
+
+}  // namespace
+
+bool failed_earlier(const WorkerFailure& a, const WorkerFailure& b) {
+  const int64_t sa = failure_second(a), sb = failure_second(b);
+  if (sa != sb) return sa < sb;
+  if (a.time != b.time) return a.time < b.time;
+  return a.rank < b.rank;
+}
+
 std::string format_failure_summary(const std::string& entrypoint, const std::string& host,
                                    const std::vector<WorkerFailure>& failures) {
   if (failures.empty()) return {};
   std::vector<WorkerFailure> sorted = failures;
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) { return a.time < b.time; });
+  std::stable_sort(sorted.begin(), sorted.end(), failed_earlier);
   std::string others;
   for (size_t i = 1; i < sorted.size(); ++i) others += block(i, sorted[i], host) + "\n";
   if (others.empty()) others = "  <NO_OTHER_FAILURES>\n";

@@ -115,6 +115,7 @@ void StackCapture::dump_then_stop(Attempt& attempt) {
     boost::asio::co_spawn(io_, read_native_stacks(attempt.number), boost::asio::detached);
     return;
   }
+  group_.count_ended_workers();
   for (RunningWorker& w : attempt.workers) {
     if (!w.running()) continue;
     w.stopped_by_us = true;

@@ -153,6 +153,10 @@ class AttemptControl {
   // under way: where their stacks were being taken, they stop now; where they were already told to
   // stop or park, nothing changes.
   virtual void stop_workers(uint64_t number) = 0;
+  // Reaps, as failures of their own, the attempt's workers that have ended but whose end was not
+  // noticed yet (a rank killed a moment before its peer died of the broken connection): call it
+  // before marking workers as stopped by ddprun, which would lose the failure that caused the rest.
+  virtual void count_ended_workers() = 0;
   // `worker`, of the attempt under way, made progress (told to the attempt and its watchers).
   virtual void worker_progress(const RunningWorker& worker, WorkerProgress kind) = 0;
 

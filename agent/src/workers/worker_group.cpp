@@ -405,7 +405,10 @@ void WorkerGroup::on_exit(uint64_t serial, const ExitStatus& status) {
     }
     event_log_->record("worker_exited", std::move(exited));
   }
-  if (ended_by_us || (status.code != 0 && !rw.stopped_by_us)) {
+  // (A worker whose training raised in process is a failure already: its exit is not another.)
+  const bool counted = std::any_of(a.failures.begin(), a.failures.end(),
+                                   [&](const WorkerFailure& f) { return f.pid == w.pid(); });
+  if (!counted && (ended_by_us || (status.code != 0 && !rw.stopped_by_us))) {
     WorkerFailure f;
     f.local_rank = l.id.local_rank;
     f.rank = l.id.rank;
@@ -436,7 +439,7 @@ void WorkerGroup::end_attempt() {
     case AttemptPhase::kStarting:
     case AttemptPhase::kRunning:
     case AttemptPhase::kCapturing:
-      count_workers_already_ended();
+      count_ended_workers();
       if (all_can_restart_in_process(false)) {
         begin_parking(shutdown_timeout_);
         if (a.reason == StopReason::kFailure && on_failure_in_process_) on_failure_in_process_();
@@ -456,15 +459,20 @@ void WorkerGroup::end_attempt() {
   }
 }
 
-void WorkerGroup::count_workers_already_ended() {
+void WorkerGroup::count_ended_workers() {
+  if (!active_ || counting_ended_) return;
   counting_ended_ = true;
+  struct Counted {
+    bool& counting;
+    ~Counted() { counting = false; }
+  } counted{counting_ended_};
   for (RunningWorker& w : attempt_->workers) {
     if (w.running()) w.process->reap_if_exited();
   }
-  counting_ended_ = false;
 }
 
 void WorkerGroup::begin_stopping(int signo) {
+  count_ended_workers();
   attempt_->enter(AttemptPhase::kStopping, std::chrono::steady_clock::now());
   // (A standby's start goes on: no worker's is under way beside it.)
   if (warm_ != nullptr && !standby_starting_) warm_->stop_forking();

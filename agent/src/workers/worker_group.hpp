@@ -205,10 +205,6 @@ class WorkerGroup : private AttemptControl {
   // What a failure, a hang or an interruption does: the workers stop, or (in process, where they
   // all can) the failed ones stop and the others abort their attempt.
   void end_attempt();
-  // Reaps, as failures of their own, the workers that have ended but whose end was not noticed yet
-  // (a rank killed a moment before its peer died of a broken connection): stopping them would
-  // count them as stopped by ddprun and lose the failure that caused the others.
-  void count_workers_already_ended();
   // Whether every running worker runs its training under ddprun.inprocess (`hung_too`: the hung
   // ones counted; else they stop anyway).
   bool all_can_restart_in_process(bool hung_too);
@@ -235,6 +231,7 @@ class WorkerGroup : private AttemptControl {
   GroupResult conclude();
   Attempt* running_attempt() override { return active_ ? attempt_.get() : nullptr; }
   void stop_workers(uint64_t number) override;
+  void count_ended_workers() override;
   void worker_progress(const RunningWorker& worker, WorkerProgress kind) override;
 
   boost::asio::io_context& io_;
@@ -243,7 +240,7 @@ class WorkerGroup : private AttemptControl {
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer kill_timer_;
   bool kill_armed_ = false;      // kill_timer_ waits to SIGKILL the survivors of a stop
-  bool counting_ended_ = false;  // count_workers_already_ended() is under way
+  bool counting_ended_ = false;  // count_ended_workers() is under way
   boost::asio::steady_timer state_timer_;
   boost::asio::steady_timer inprocess_timer_;
   // The parts that watch each attempt's workers, polled in this order (set before run()).

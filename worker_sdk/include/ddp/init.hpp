@@ -30,7 +30,9 @@ struct InitOptions {
 // Throws EnvError, TimeoutError (a rank did not arrive in time) or CommError; kNccl throws
 // ddp::Error in a build without CUDA. SIGPIPE is ignored from then on unless the program handles
 // it (as Python ignores it): a peer that died makes the next collective throw CommError instead of
-// killing this process with the signal.
+// killing this process with the signal. (An ignored SIGPIPE is inherited across exec: a program
+// that starts others through system() or posix_spawn restores the default for them, as Python's
+// subprocess does.)
 std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const InitOptions& options = {});
 std::unique_ptr<ProcessGroup> init_process_group(Backend backend, const WorkerEnv& env,
                                                  const InitOptions& options);

@@ -26,7 +26,13 @@ struct WorkerFailure {
   std::string ended_because{};
 };
 
-// The root cause is the earliest failure; the others are listed under "Failures".
+// Whether `a` failed before `b`, as torch orders failures to name the root cause
+// (ChildFailedError.get_first_failure): by its error file's timestamp where it wrote one, else by
+// when it was seen, in whole seconds; within one second, by when each was seen (torch takes the
+// first rank there), then by rank.
+bool failed_earlier(const WorkerFailure& a, const WorkerFailure& b);
+
+// The root cause is the earliest failure (failed_earlier); the others are listed under "Failures".
 std::string format_failure_summary(const std::string& entrypoint, const std::string& host,
                                    const std::vector<WorkerFailure>& failures);
 
