@@ -142,7 +142,7 @@ bool WorkerGroup::standby_wanted() {
                                      [](const RunningWorker& s) { return s.running(); });
   if (running >= standby_count_) return false;
   if (!active_) {  // a spare node: as soon as a standby would start warm
-    return !spare_sample_.empty() && (warm_ == nullptr || warm_->settled()) &&
+    return !spare_sample_.empty() && (warm_ == nullptr || warm_->settled(kWarmReadyLimit)) &&
            standbys_can_follow(standby_samples());
   }
   Attempt& a = *attempt_;

@@ -148,6 +148,7 @@ void WarmInterpreter::launch(const Environment& env) {
   control_ = std::move(ours);
   env_ = env;
   ready_ = false;
+  launched_at_ = std::chrono::steady_clock::now();
   const pid_t pid = process_->pid();
   containment_.started(pid, "");
   process_->watch_exit([this, pid](const ExitStatus& s) {
@@ -236,11 +237,18 @@ asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
   }
 }
 
-bool WarmInterpreter::settled() {
-  if (!ready_ && control_ && given_up_.empty() && take_ready_message() == Heard::kEnded) {
+bool WarmInterpreter::settled(std::chrono::milliseconds limit) {
+  if (ready_ || !control_ || !given_up_.empty()) return true;
+  if (take_ready_message() == Heard::kEnded) {
     go_cold("the warm interpreter ended before it was ready", false);
+    return true;  // (starts are cold until the next round's interpreter)
   }
-  return ready_ || !control_ || !given_up_.empty();
+  if (ready_ || !given_up_.empty()) return true;
+  if (std::chrono::steady_clock::now() - launched_at_ < limit) return false;
+  go_cold(fmt::format("the warm interpreter is not ready after {:g} s; standbys start cold",
+                      std::chrono::duration<double>(limit).count()),
+          false);
+  return true;
 }
 
 asio::awaitable<void> WarmInterpreter::answering(std::chrono::milliseconds limit) {

@@ -59,9 +59,10 @@ class WarmInterpreter : public ForkServer {
   boost::asio::awaitable<void> answering(std::chrono::milliseconds limit);
 
   // Whether a start() now finds the imports over: the interpreter is ready, or workers start cold
-  // (warm starts given up, or no interpreter runs). Reads its "ready" without blocking: for a
-  // start that had rather wait for it than start cold (a spare node's standbys), polled.
-  bool settled();
+  // (warm starts given up, no interpreter runs, or it has imported for longer than `limit`: said
+  // once in the log, and starts are cold until it is ready). Reads its "ready" without blocking:
+  // for a start that had rather wait for it than start cold (a spare node's standbys), polled.
+  bool settled(std::chrono::milliseconds limit);
 
   boost::asio::awaitable<std::optional<pid_t>> start(const SpawnSpec& spec, ChildFds fds) override;
   // The attempt began to stop: a start() waiting for its fork's answer ends now, and the
@@ -93,10 +94,11 @@ class WarmInterpreter : public ForkServer {
   std::unique_ptr<boost::asio::posix::stream_descriptor> control_;
   Environment env_;
   bool ready_ = false;
-  bool forking_ = false;       // a start() waits for its fork's answer
-  bool stop_forking_ = false;  // ... and is to stop waiting
-  std::string given_up_;       // non-empty: workers start cold for the rest of the run, and why
-  std::string last_cold_;      // the last reason logged, so that each is logged once
+  std::chrono::steady_clock::time_point launched_at_;  // when the interpreter now running began
+  bool forking_ = false;                               // a start() waits for its fork's answer
+  bool stop_forking_ = false;                          // ... and is to stop waiting
+  std::string given_up_;   // non-empty: workers start cold for the rest of the run, and why
+  std::string last_cold_;  // the last reason logged, so that each is logged once
 };
 
 }  // namespace ddprun::agent

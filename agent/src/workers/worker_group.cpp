@@ -29,9 +29,6 @@ constexpr auto kPumpDrain = std::chrono::seconds(2);
 constexpr size_t kStackTail = 256 * 1024;
 // ... and otherwise, for the exception it died of.
 constexpr size_t kTracebackTail = 64 * 1024;
-// How long a round's first workers wait for the warm interpreter's imports (--preload); cold
-// starts after that.
-constexpr std::chrono::seconds kWarmReadyLimit{60};
 // In process, how long after a hang the ranks may take to abort their attempt: those that have not
 // by then are the hung ones.
 constexpr std::chrono::milliseconds kHangAbortGrace{2000};

@@ -163,6 +163,9 @@ class WorkerGroup : private AttemptControl {
   static constexpr std::chrono::milliseconds kStandbyPoll{10};
   // How often a spare node looks whether a standby can start.
   static constexpr std::chrono::milliseconds kSparePoll{100};
+  // How long a round's first workers, or a spare node's standbys, wait for the warm interpreter's
+  // imports (--preload); cold starts after that.
+  static constexpr std::chrono::seconds kWarmReadyLimit{60};
 
   // Starts worker `i` of the attempt (its process, its pumps); false if the machine refused it.
   boost::asio::awaitable<bool> start_worker(size_t i);
