@@ -128,6 +128,14 @@ std::string checkpoints_line(const std::string& account) {
       line += fmt::format("; nothing copied to {} yet", r.value("peer", "?"));
     }
     if (r.value("behind", false)) line += " (BEHIND: the safe step is not advancing)";
+    if (r.contains("asks_to_keep") && r["asks_to_keep"].is_number_integer()) {
+      line += fmt::format("; asks every node to keep step {}", r["asks_to_keep"].get<int64_t>());
+    }
+    if (r.contains("kept_for_others") && r["kept_for_others"].is_array() &&
+        !r["kept_for_others"].empty()) {
+      line += fmt::format("; the round's nodes ask to keep step(s) {} (copies behind)",
+                          r["kept_for_others"].dump());
+    }
     if (r.contains("holds") && r["holds"].is_object()) {
       std::vector<std::string> held;
       for (const auto& [origin, steps] : r["holds"].items()) {

@@ -4,6 +4,7 @@
 #include "rendezvous_job.hpp"
 
 #include "exchanges/checkpoint_sources.hpp"
+#include "exchanges/copy_board.hpp"
 
 using namespace rendezvous_test;
 
@@ -212,4 +213,50 @@ TEST_CASE(
   CHECK(r1[0].num_nodes == 2);
   CHECK(r1[0].restart_count == 0);
   CHECK(r1[1].restart_count == 0);
+}
+
+TEST_CASE(
+    "rendezvous: the exchange: every node reads the widest stride and every step a node asks to "
+    "keep, and a node's new word replaces its old",
+    "[rendezvous][exchange]") {
+  using ddprun::agent::CopyBoard;
+  namespace copy_board = ddprun::agent::copy_board;
+  Job job(3, 3);
+  std::vector<std::shared_ptr<Rendezvous>> nodes = {job.add(), job.add(), job.add()};
+  auto r = form(job, nodes);
+  std::vector<std::shared_ptr<CopyBoard>> boards;
+  for (size_t i = 0; i < nodes.size(); ++i) boards.push_back(copy_board::board(nodes[i], r[i]));
+  const auto read_on = [&](size_t i, auto done) {
+    CopyBoard::Read got;
+    REQUIRE(job.run_until([&] {
+      got = job.run(boards[i]->read());
+      return done(got);
+    }));
+    return got;
+  };
+  // Nothing said: stride 1, nothing to keep.
+  const CopyBoard::Read none = job.run(boards[2]->read());
+  CHECK(none.widest == 1);
+  CHECK(none.keep.empty());
+  job.run(completed(boards[0]->say({4, std::nullopt})));
+  job.run(completed(boards[1]->say({2, 17})));
+  const CopyBoard::Read both =
+      read_on(2, [](const CopyBoard::Read& x) { return x.widest == 4 && !x.keep.empty(); });
+  CHECK(both.keep == std::vector<int64_t>{17});
+  // Node 1 caught up; node 0 now asks for step -3 (a step may be negative).
+  job.run(completed(boards[1]->say({1, std::nullopt})));
+  job.run(completed(boards[0]->say({1, -3})));
+  const CopyBoard::Read after = read_on(2, [](const CopyBoard::Read& x) {
+    return x.widest == 1 && x.keep == std::vector<int64_t>{-3};
+  });
+  CHECK(after.keep == std::vector<int64_t>{-3});
+  // What a node publishes, and what is not: read as nothing.
+  CHECK(copy_board::to_text({8, 5}) == "8 5");
+  CHECK(copy_board::to_text({1, std::nullopt}) == "1 -");
+  CHECK(copy_board::from_text("8 5") == CopyBoard::Said{8, 5});
+  CHECK(copy_board::from_text("1 -") == CopyBoard::Said{1, std::nullopt});
+  for (const char* bad : {"", "8", "0 -", "x 5", "8 5x", "8  5", "2097152 -", "4"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(copy_board::from_text(bad));
+  }
 }

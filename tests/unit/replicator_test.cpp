@@ -1,7 +1,7 @@
 // The replicator (checkpoint/replicator.hpp) with real peer services on loopback and regions
 // written as a worker writes them: two nodes copy the same steps, the first saved in each window
-// of the job's stride, keep their two newest, skip a window whose first save they missed, and copy
-// the step the workers stopped at.
+// of the job's stride, keep their two newest and any step another node asks them to keep, skip a
+// window whose first save they missed, and copy the step the workers stopped at.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -78,23 +78,29 @@ class Worker {
   uint64_t sequence_ = 0;
 };
 
-// The round's exchange of wishes, in one process: the widest of the nodes' and `floor`.
-class Board : public StrideBoard {
+// The round's exchange, in one process: the widest of the nodes' strides and `floor`; the steps
+// they ask to keep, and those of `asked` (another node's).
+class Board : public CopyBoard {
  public:
   explicit Board(int64_t floor) : floor_(floor) {}
-  asio::awaitable<void> wish(int64_t stride) override {
-    wishes_.push_back(stride);
+  asio::awaitable<void> say(Said said) override {
+    said_.push_back(said);
     co_return;
   }
-  asio::awaitable<int64_t> widest() override {
-    int64_t w = floor_;
-    for (int64_t s : wishes_) w = std::max(w, s);
-    co_return w;
+  asio::awaitable<Read> read() override {
+    Read r;
+    r.widest = floor_;
+    for (const Said& s : said_) r.widest = std::max(r.widest, s.stride);
+    if (!said_.empty() && said_.back().keep) r.keep.push_back(*said_.back().keep);
+    r.keep.insert(r.keep.end(), asked.begin(), asked.end());
+    std::sort(r.keep.begin(), r.keep.end());
+    co_return r;
   }
+  std::vector<int64_t> asked;
+  std::vector<Said> said_;
 
  private:
   int64_t floor_;
-  std::vector<int64_t> wishes_;
 };
 
 std::vector<int64_t> sorted(std::vector<int64_t> v) {
@@ -478,10 +484,11 @@ TEST_CASE(
     const std::string bytes(std::istreambuf_iterator<char>(in), {});
     REQUIRE(bytes.size() == kRegionHeader + (64 << 10));
     CHECK(bytes.substr(kRegionHeader) == std::string(64 << 10, static_cast<char>(step)));
-    // Kept: the two newest steps, and the spare.
-    CHECK(checkpoint_memory(a.dir.path).kept <= 3 * allocated_for(kRegionHeader + (64 << 10)));
+    // Kept: the two newest steps, the step before them while the board may still ask for it
+    // (kAskedWithin), and the spare.
+    CHECK(checkpoint_memory(a.dir.path).kept <= 4 * allocated_for(kRegionHeader + (64 << 10)));
   }
-  CHECK(reused >= 5);
+  CHECK(reused >= 4);
   for (const auto& r : a.reports) CHECK(r.ok);
 
   // a's worker asks for room: the spare pages go first, before any copy held for the peer.
@@ -495,4 +502,77 @@ TEST_CASE(
   CHECK(a.held_of("b") == held_before);
   ra.stop();
   rb.stop();
+}
+
+TEST_CASE(
+    "replicator: a step another node asks to keep outlives the two newest windows, and goes once "
+    "no node asks for it",
+    "[replicator]") {
+  asio::io_context io;
+  Node a(0), b(1);
+  auto board = std::make_shared<Board>(1);
+  board->asked = {2};  // a node whose copies fell behind: its peer holds its step 2 only
+  CheckpointReplicator ra = replicator_of(io, a);
+  CheckpointReplicator rb = replicator_of(io, b);
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
+  const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
+  for (int64_t step = 1; step <= 6; ++step) {
+    a.worker.save(step);
+    b.worker.save(step);
+    settle();
+  }
+  CHECK(a.kept() == std::vector<int64_t>{2, 5, 6});
+  CHECK(b.kept() == std::vector<int64_t>{2, 5, 6});
+  CHECK(ra.asked() == std::vector<int64_t>{2});
+  // Nobody asks any more (the node caught up): the step goes at the next read.
+  board->asked.clear();
+  io.run_for(CheckpointReplicator::kBoardFollow + std::chrono::milliseconds(200));
+  CHECK(a.kept() == std::vector<int64_t>{5, 6});
+  CHECK(b.kept() == std::vector<int64_t>{5, 6});
+  ra.stop();
+  rb.stop();
+}
+
+TEST_CASE(
+    "replicator: a node whose copies its peer refuses asks every node to keep its safe step, "
+    "and stops asking once a copy gets through",
+    "[replicator]") {
+  Node a(0);
+  const uint64_t copy = copy_size(a);
+  Node b(1, copy + 4096);  // room for one copy of a's: the next is refused until it goes
+  asio::io_context io;
+  auto board = std::make_shared<Board>(1);
+  CheckpointReplicator ra = replicator_of(io, a);
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
+  a.worker.save(1);
+  settle();
+  REQUIRE(ra.safe_step() == 1);
+  CHECK_FALSE(ra.asks());  // caught up: nothing to ask
+  for (int64_t step = 2; step <= 5; ++step) {
+    a.worker.save(step);
+    settle();
+  }
+  CHECK(ra.safe_step() == 1);
+  CHECK(ra.asks() == 1);
+  REQUIRE_FALSE(board->said_.empty());
+  CHECK(board->said_.back().keep == 1);
+  CHECK(ra.asked() == std::vector<int64_t>{1});
+  // Its own step 1 is kept too (a node lost elsewhere restores it everywhere).
+  const std::vector<int64_t> kept = a.kept();
+  CHECK(std::find(kept.begin(), kept.end(), 1) != kept.end());
+  // The peer makes room (its copy of step 1 dropped for a worker there): copies get through again.
+  b.service.drop_oldest_copies(copy);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int64_t step = 6; ra.safe_step() == 1 && std::chrono::steady_clock::now() < deadline;
+       ++step) {
+    a.worker.save(step);
+    settle();
+  }
+  REQUIRE(ra.safe_step() > 1);
+  settle();
+  CHECK_FALSE(ra.asks());
+  CHECK_FALSE(board->said_.back().keep);
+  ra.stop();
 }

@@ -14,7 +14,7 @@
 #include "ddprun/store/local_address.hpp"
 #include "ddprun/store/metrics_server.hpp"
 #include "ddprun/store/tls.hpp"
-#include "exchanges/checkpoint_stride.hpp"
+#include "exchanges/copy_board.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -129,7 +129,7 @@ void CheckpointCoordinator::copy_to_peer(
     if (next.port != 0) peer = PeerAddress{next.host, next.port};
   }
   replicator_->watch(round.number, nodes[static_cast<size_t>(round.node_rank)].id, std::move(ranks),
-                     std::move(peer), checkpoint_stride::board(rdzv_, round));
+                     std::move(peer), copy_board::board(rdzv_, round));
 }
 
 void CheckpointCoordinator::round_started(const rendezvous::Round& round) {
@@ -308,11 +308,14 @@ nlohmann::json CheckpointCoordinator::replica_account() const {
     holds[origin] = ranks.empty() ? std::vector<int64_t>{} : ranks.front();
   }
   if (!safe && holds.empty()) return nullptr;
+  const std::optional<int64_t> asks = replicator_->asks();
   return {{"peer", replicator_->peer()},
           {"safe_step", safe ? nlohmann::json(*safe) : nlohmann::json(nullptr)},
           {"lag", safe && newest ? std::max<int64_t>(0, *newest - *safe) : 0},
           {"stride", replicator_->stride()},
           {"behind", replicator_->behind()},
+          {"asks_to_keep", asks ? nlohmann::json(*asks) : nlohmann::json(nullptr)},
+          {"kept_for_others", replicator_->asked()},
           {"holds", std::move(holds)}};
 }
 

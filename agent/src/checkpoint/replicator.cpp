@@ -21,7 +21,6 @@ namespace asio = boost::asio;
 
 namespace {
 constexpr std::chrono::milliseconds kRoomPoll{20};
-constexpr std::chrono::milliseconds kStrideFollow{500};
 constexpr std::chrono::seconds kPauseAfter{2};
 constexpr int64_t kWidestStride = int64_t{1} << 20;
 constexpr size_t kStagedKept = 2;
@@ -44,12 +43,12 @@ CheckpointReplicator::CheckpointReplicator(asio::io_context& io, PeerService& se
       report_(std::move(report)),
       grant_held_(grant_held),
       timer_(io),
-      stride_timer_(io) {}
+      board_timer_(io) {}
 
 CheckpointReplicator::~CheckpointReplicator() {
   *alive_ = false;
   timer_.cancel();
-  stride_timer_.cancel();
+  board_timer_.cancel();
 }
 
 std::string CheckpointReplicator::peer() const {
@@ -58,7 +57,7 @@ std::string CheckpointReplicator::peer() const {
 
 void CheckpointReplicator::watch(int round, std::string origin, std::vector<RankSlot> ranks,
                                  std::optional<PeerAddress> peer,
-                                 std::shared_ptr<StrideBoard> board) {
+                                 std::shared_ptr<CopyBoard> board) {
   const bool same_peer = peer && peer_ && peer->host == peer_->host && peer->port == peer_->port;
   round_ = round;
   origin_ = std::move(origin);
@@ -77,6 +76,11 @@ void CheckpointReplicator::watch(int round, std::string origin, std::vector<Rank
   sequences_.assign(ranks_.size(), {});
   window_done_.reset();
   pause_staged_.reset();
+  following_ = peer_ && board_ && !ranks_.empty();
+  asked_.clear();
+  read_at_ = {};
+  left_.clear();
+  told_keep_.reset();
   // What an earlier round staged for every rank stays staged.
   staged_.clear();
   if (!ranks_.empty()) {
@@ -90,10 +94,10 @@ void CheckpointReplicator::watch(int round, std::string origin, std::vector<Rank
     std::sort(staged_.begin(), staged_.end());
   }
   timer_.cancel();
-  stride_timer_.cancel();
+  board_timer_.cancel();
   if (ranks_.empty()) return;
   poll();  // (with no peer, for the workers' requests for room alone)
-  if (peer_ && board_) asio::co_spawn(io_, follow_stride(generation_, alive_), asio::detached);
+  if (following_) asio::co_spawn(io_, follow_board(generation_, alive_), asio::detached);
 }
 
 void CheckpointReplicator::restored(std::optional<int64_t> step) {
@@ -105,11 +109,12 @@ void CheckpointReplicator::restored(std::optional<int64_t> step) {
 void CheckpointReplicator::stop() {
   release_grants();  // the round's workers are gone, or going
   ++generation_;
+  following_ = false;
   service_.abandon_puts();
   staging_ = false;
   sending_.reset();
   timer_.cancel();
-  stride_timer_.cancel();
+  board_timer_.cancel();
 }
 
 bool CheckpointReplicator::read_regions() {
@@ -171,6 +176,7 @@ void CheckpointReplicator::poll() {
     newest_since_ = now;
   }
   note_progress();
+  if (following_ && step_to_keep() != told_keep_) board_timer_.cancel();  // said at once
   // (Nor while a copy is on its way: a window's step staged then would be the stride's sign of
   // being too narrow, which the copy's end widens, not a step the link can carry.)
   if (staging_ || sending_) return;
@@ -230,6 +236,7 @@ void CheckpointReplicator::answer_room(int local_rank) {
     const auto oldest =
         std::find_if(staged_.begin(), staged_.end(), [&](int64_t s) { return s != sending_; });
     if (oldest == staged_.end()) break;
+    left_.erase(*oldest);
     staged_.erase(oldest);
     for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, staged_, 0);
     // A copy held for a peer as a link to the step dropped is the only name of its memory now.
@@ -330,6 +337,27 @@ void CheckpointReplicator::drop_old_kept() {
   if (sending_ && std::find(keep.begin(), keep.end(), *sending_) == keep.end()) {
     keep.push_back(*sending_);
   }
+  // A step out of those goes once the board, read kAskedWithin after it left, does not ask for
+  // it; of those not asked for, only the newest waits (the others were asked for by now where
+  // they were to be: a save has come since).
+  if (following_) {
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<int64_t> waits;
+    for (int64_t s : staged_) {
+      if (std::find(keep.begin(), keep.end(), s) != keep.end()) continue;
+      const auto left = left_.try_emplace(s, now).first->second;
+      if (std::find(asked_.begin(), asked_.end(), s) != asked_.end()) {
+        keep.push_back(s);
+      } else if (read_at_ < left + kAskedWithin) {
+        waits = s;  // (staged_ is in order: the newest last)
+      }
+    }
+    if (waits) keep.push_back(*waits);
+    std::erase_if(left_, [&](const auto& l) {
+      return std::find(keep.begin(), keep.end(), l.first) == keep.end();
+    });
+    if (waits) board_timer_.cancel();  // (the board's follower sets its next read by it)
+  }
   staged_.erase(std::remove_if(staged_.begin(), staged_.end(),
                                [&](int64_t s) {
                                  return std::find(keep.begin(), keep.end(), s) == keep.end();
@@ -342,22 +370,43 @@ void CheckpointReplicator::drop_old_kept() {
   for (const RankSlot& r : ranks_) drop_kept(kept(), r.local_rank, keep, spares);
 }
 
-asio::awaitable<void> CheckpointReplicator::follow_stride(uint64_t generation,
-                                                          std::shared_ptr<bool> alive) {
-  std::shared_ptr<StrideBoard> board = board_;
-  std::optional<int64_t> told;
+std::optional<int64_t> CheckpointReplicator::step_to_keep() const {
+  // The safe step, where it is older than the window before the newest save's: the other nodes'
+  // two newest windows no longer hold it once they staged that save's (or a copy failed since).
+  if (!safe_ || !newest_) return std::nullopt;
+  if (failed_since_ || *safe_ < window_of(*newest_, stride_) - stride_) return safe_;
+  return std::nullopt;
+}
+
+asio::awaitable<void> CheckpointReplicator::follow_board(uint64_t generation,
+                                                         std::shared_ptr<bool> alive) {
+  std::shared_ptr<CopyBoard> board = board_;
+  std::optional<CopyBoard::Said> told;
   for (;;) {
-    if (told != wish_ && (told || wish_ > 1)) {
-      told = wish_;
-      co_await board->wish(*told);
+    const CopyBoard::Said now{wish_, step_to_keep()};
+    if (told != now && (told || now.stride > 1 || now.keep)) {
+      told = now;
+      told_keep_ = now.keep;
+      co_await board->say(now);
       if (!*alive || generation != generation_) co_return;
     }
-    const int64_t widest = co_await board->widest();
+    const CopyBoard::Read read = co_await board->read();
     if (!*alive || generation != generation_) co_return;
-    stride_ = std::max(wish_, widest);
-    stride_timer_.expires_after(kStrideFollow);
-    const auto [ec] = co_await stride_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (ec || !*alive || generation != generation_) co_return;
+    stride_ = std::max(wish_, read.widest);
+    asked_ = read.keep;
+    read_at_ = std::chrono::steady_clock::now();
+    if (!staging_) drop_old_kept();
+    // The next read: the period's, or sooner where a step that left waits for it.
+    auto next = read_at_ + kBoardFollow;
+    for (const auto& [step, left] : left_) {
+      if (std::find(asked_.begin(), asked_.end(), step) == asked_.end()) {
+        next = std::min(next, left + kAskedWithin);
+      }
+    }
+    board_timer_.expires_at(next);
+    const auto [ec] = co_await board_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (!*alive || generation != generation_) co_return;
+    (void)ec;  // cancelled: this node's word changed, said now
   }
 }
 

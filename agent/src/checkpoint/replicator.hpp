@@ -15,16 +15,23 @@
 // The newest staged step goes to the round's peer node (node k's is node k+1 mod n) in the
 // background: a worker never waits for it. A copy that falls behind sends the newest staged step
 // when it is done, so the step last copied (the node's safe step) lags. The node keeps its two
-// newest windows' steps (and the step the workers stopped at, and the one being sent): a peer's
-// copy of a lost node is of a step every surviving node kept too, so the round after the loss
-// restores it everywhere. Between rounds (stop() to watch()) nothing is staged or dropped.
+// newest windows' steps (and the step the workers stopped at, and the one being sent), and every
+// step another node of the round asks it to keep: a node whose safe step is older than the window
+// before its newest save (its copies fell behind, or fail), asks every node to keep that step
+// (through the round's CopyBoard). So a peer's copy of a lost node is of a step every surviving
+// node kept too, and the round after the loss restores it everywhere. A step that leaves a node's
+// two newest windows is dropped only where the board, read kAskedWithin or more after it left,
+// does not ask for it: the node that asks saw the save that made the step old at the same time
+// (the workers save in step), and has said so by then (its next poll and the store's push to the
+// others). Between rounds (stop() to watch()) nothing is staged or dropped. A worker's request for
+// room (below) drops kept steps even where asked for.
 //
 // The stride starts at 1 (every step). Each copy sets this node's wish: the smallest power of two
 // above the steps the workers saved while it ran (from its step's save to its end); the agent
-// publishes a wish that changed through the round's exchange (StrideBoard) and every node follows
-// the widest wish now, so the stride narrows again once copies are quick. Powers of two keep
-// nodes that switch a moment apart on common steps (a wider stride's steps are the narrower's).
-// A stage the worker's saves overtook (it reused the slot first) doubles the wish too.
+// publishes a wish that changed through the board and every node follows the widest wish now, so
+// the stride narrows again once copies are quick. Powers of two keep nodes that switch a moment
+// apart on common steps (a wider stride's steps are the narrower's). A stage the worker's saves
+// overtook (it reused the slot first) doubles the wish too.
 //
 // Copies that fall behind say so: once the safe step has not advanced while the workers saved
 // four windows' worth of steps and a copy failed meanwhile (a peer that refuses, cannot be reached
@@ -54,14 +61,23 @@
 
 namespace ddprun::agent {
 
-// Where a round's nodes agree on the stride.
-class StrideBoard {
+// Where a round's nodes agree on the stride and ask each other to keep a step.
+class CopyBoard {
  public:
-  virtual ~StrideBoard() = default;
-  // Tells the other nodes that this one needs `stride` now (replacing what it said before).
-  virtual boost::asio::awaitable<void> wish(int64_t stride) = 0;
-  // The widest stride the round's nodes need now (1: none said). Never throws.
-  virtual boost::asio::awaitable<int64_t> widest() = 0;
+  virtual ~CopyBoard() = default;
+  struct Said {
+    int64_t stride = 1;           // the stride this node's copies need now
+    std::optional<int64_t> keep;  // the step this node asks every node to keep (none: nothing)
+    bool operator==(const Said&) const = default;
+  };
+  // Tells the other nodes `said` (replacing what this one said before). Never throws.
+  virtual boost::asio::awaitable<void> say(Said said) = 0;
+  struct Read {
+    int64_t widest = 1;         // the widest stride the round's nodes need now (1: none said)
+    std::vector<int64_t> keep;  // every step a node asks to keep, in order
+  };
+  // What the round's nodes say now. Never throws.
+  virtual boost::asio::awaitable<Read> read() = 0;
 };
 
 class CheckpointReplicator {
@@ -81,6 +97,11 @@ class CheckpointReplicator {
   // takes the room as soon as it has the budget's lock, which other ranks making their regions
   // (seconds each, for a large one) may hold before it.
   static constexpr std::chrono::milliseconds kGrantHeld{300'000};
+  // How often the round's CopyBoard is read (and this node's word on it renewed where it changed).
+  static constexpr std::chrono::milliseconds kBoardFollow{500};
+  // How long after a save a node whose copies fell behind asks at most for its safe step to be
+  // kept: its next poll of its regions (20 ms), then the store's push to the other nodes.
+  static constexpr std::chrono::milliseconds kAskedWithin{100};
 
   // `service` outlives the replicator. `grant_held`: kGrantHeld (shorter in tests).
   CheckpointReplicator(boost::asio::io_context& io, PeerService& service,
@@ -93,10 +114,10 @@ class CheckpointReplicator {
   // The round now running, number `round`: this node is `origin`, with `ranks`; its peer is
   // `peer` (none: the round has one node; nothing is copied then, but the workers' requests for
   // room are still answered: copies held for an earlier round's peers may take it), and the round
-  // agrees on the stride on `board`. A new peer gets the newest staged step at once, whatever the
-  // last one got.
+  // agrees on the stride and the steps kept on `board`. A new peer gets the newest staged step at
+  // once, whatever the last one got.
   void watch(int round, std::string origin, std::vector<RankSlot> ranks,
-             std::optional<PeerAddress> peer, std::shared_ptr<StrideBoard> board);
+             std::optional<PeerAddress> peer, std::shared_ptr<CopyBoard> board);
   // The round restored `step` (none: nothing) and dropped every step after it, here and at the
   // peer: a step sent or safe beyond it is of an abandoned timeline, no longer at the peer, and
   // counts as neither (a same peer would otherwise not be sent a step up to it again). Before
@@ -123,6 +144,10 @@ class CheckpointReplicator {
   void on_room(Room room) { room_report_ = std::move(room); }
   // Whether the copies are behind now (see on_behind).
   bool behind() const { return behind_; }
+  // The steps the round's nodes ask every node to keep (their safe steps, where their copies fell
+  // behind), as last read; and the one this node asks for.
+  const std::vector<int64_t>& asked() const { return asked_; }
+  std::optional<int64_t> asks() const { return told_keep_; }
 
  private:
   void poll();
@@ -143,7 +168,11 @@ class CheckpointReplicator {
   void stage(int64_t step);
   void send_newest();
   void drop_old_kept();
-  boost::asio::awaitable<void> follow_stride(uint64_t generation, std::shared_ptr<bool> alive);
+  // The step this node asks every node to keep now (CopyBoard::Said::keep).
+  std::optional<int64_t> step_to_keep() const;
+  // Publishes what this node says when it changed and reads what the round's nodes say, every
+  // kBoardFollow (at once where step_to_keep() changed); then drops what may go.
+  boost::asio::awaitable<void> follow_board(uint64_t generation, std::shared_ptr<bool> alive);
   std::filesystem::path kept() const { return regions_ / "kept"; }
 
   struct Held {  // one committed slot of a local rank's region
@@ -159,11 +188,17 @@ class CheckpointReplicator {
   Room room_report_;
   std::map<int, std::chrono::steady_clock::time_point> granted_at_;  // room held, by local rank
   std::chrono::milliseconds grant_held_;
-  boost::asio::steady_timer timer_, stride_timer_;
+  boost::asio::steady_timer timer_, board_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;
   std::optional<PeerAddress> peer_;
-  std::shared_ptr<StrideBoard> board_;
+  std::shared_ptr<CopyBoard> board_;
+  bool following_ = false;      // follow_board() runs for this round
+  std::vector<int64_t> asked_;  // the steps the round's nodes ask to keep, as last read
+  std::chrono::steady_clock::time_point read_at_;  // when they were
+  // Staged steps out of the two newest windows, and when they left them.
+  std::map<int64_t, std::chrono::steady_clock::time_point> left_;
+  std::optional<int64_t> told_keep_;                    // what follow_board() last said
   std::vector<std::vector<Held>> held_;                 // per local rank, now
   std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen
   std::optional<int64_t> safe_, newest_, sent_, window_done_, pause_staged_;
