@@ -285,6 +285,55 @@ while time.monotonic() < end:
 """
 
 
+def case_a_node_whose_copies_stalled_is_restored_at_its_safe_step():
+    """Host 0's copies to its peer stall after step K (its packets to the peer's checkpoint port
+    held back to 8 bit/s by tc in its namespace) while both nodes train on 4 more steps; host 0 asks every node
+    to keep step K, its safe step, and the survivor keeps its own copy of it past its two newest.
+    Host 0 is lost then: its replacement and the survivor resume from step K, from memory (the
+    survivor had dropped step K before: nothing in memory, and the job started afresh)."""
+    with Cluster() as cluster:
+        cluster.nnodes, cluster.extra = "2:2", []
+        out, later = tempfile.mkdtemp(), K + 4
+        for i in (0, 1):
+            cluster.start("stall", i, out, "2:2", env={"WAIT_AT": str(K), "HOLD_AT": f"{later}~a"})
+        wait_for(lambda: len(glob.glob(f"{out}/waited.*")) == 2, f"every rank at step {K}", 120)
+        wait_for(lambda: len(copies_of_step("stall", K)) >= 2, f"step {K} copied to every peer", 60)
+        peer = node_events(out, 0, "checkpoint_replicated")[0]["peer"]
+        host, port = peer.rsplit(":", 1)
+        # Everything else at the link's speed; what goes to the peer's checkpoint port at 8 bit/s.
+        tc = ["ip", "netns", "exec", cluster.hosts[0], "tc"]
+        for args in (["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1"],
+                     ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
+                      "rate", "10gbit", "quantum", "60000"],
+                     ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2", "htb",
+                      "rate", "8bit", "ceil", "8bit", "quantum", "1514"],
+                     ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
+                      "u32", "match", "ip", "dst", f"{host}/32", "match", "ip", "dport", port,
+                      "0xffff", "flowid", "1:2"]):
+            r = subprocess.run([*tc, *args], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0, (args, r.stderr)
+        open(os.path.join(out, "go"), "w").close()
+        wait_for(lambda: len(glob.glob(f"{out}/held~a.*")) == 2, f"every rank at step {later}", 120)
+        # Both nodes hear host 0's request (the survivor's status line says it).
+        status = []
+        wait_for(lambda: status.append(cluster.status("stall")) or
+                 status[-1].count(f"the round's nodes ask to keep step(s) [{K}]") == 2 and
+                 f"asks every node to keep step {K}" in status[-1], "the request heard", 60)
+        cluster.kill("stall", 0)
+        cluster.start("stall", 2, out, "2:2")  # the replacement
+        errs = cluster.finish("stall", [1, 2])
+        for i, source in ((1, "memory"), (2, "peer")):
+            restored = node_events(out, i, "checkpoint_restore")
+            assert restored and restored[-1]["step"] == K and restored[-1]["from"] == source, \
+                (i, restored, errs[i])
+        resumed = sorted(open(p).read() for p in glob.glob(f"{out}/resumed.*"))
+        assert resumed == [str(K)] * 2, resumed
+        assert not left_running(out)
+    print(f"a node whose copies stalled after step {K} while the job trained to step {later}: "
+          f"it asked every node to keep step {K}, and after its loss the job resumed from step "
+          f"{K}, from memory: passed")
+
+
 def case_a_fetch_that_fails_is_asked_again_and_the_replacement_resumes_from_memory():
     """The replacement's fetch of the lost node's copies fails at first: the port of the node
     holding them has its cap of connections from the replacement's address filled (idle

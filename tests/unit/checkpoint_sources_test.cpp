@@ -203,6 +203,24 @@ TEST_CASE("checkpoint sources: slots lost with their nodes leave no step, naming
       plan_restore({node(0, 0, 1, {{0, 3, 5}}), node(1, 1, 1, {{1, 3, 5}}), node(2, 2, 1, {})}, 3);
   CHECK_FALSE(p.step);
   CHECK(p.ranks_without_copy == std::vector<int>{2});
+  CHECK(p.newest_by_rank.empty());
+}
+
+TEST_CASE(
+    "checkpoint sources: every rank held, of no one step, leaves no step, naming each "
+    "rank's newest",
+    "[checkpoint_sources]") {
+  // A lost node's copies stopped at step 5 (node 1 holds them); its survivor kept 8 and 9 only.
+  const RestorePlan p = plan_restore(
+      {node(0, 0, 1, {}), node(1, 1, 1, {{0, 2, 4}, {0, 2, 5}, {1, 2, 8}, {1, 2, 9}})}, 2);
+  CHECK_FALSE(p.step);
+  CHECK(p.ranks_without_copy.empty());
+  CHECK(p.newest_by_rank == std::vector<int64_t>{5, 9});
+  // Where a step all have exists, none of that is said.
+  const RestorePlan q =
+      plan_restore({node(0, 0, 1, {}), node(1, 1, 1, {{0, 2, 5}, {1, 2, 5}, {1, 2, 9}})}, 2);
+  CHECK(q.step == 5);
+  CHECK(q.newest_by_rank.empty());
 }
 
 TEST_CASE("checkpoint sources: a world that shrank reshards a DCP step from every saved rank",

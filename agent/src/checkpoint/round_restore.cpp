@@ -442,6 +442,24 @@ asio::awaitable<RoundRestore> restore_round(const RestoreParts& p, const rendezv
                                  : "with no --checkpoint_dir, the workers start afresh");
       p.events.record("checkpoint_copies_lost", {{"round", round.number}, {"ranks", lost}});
     }
+    const auto& newest = agreed->plan.newest_by_rank;
+    if (!out.restore && !agreed->plan.step && !newest.empty()) {
+      constexpr size_t kNamed = 8;  // ranks named in the line; the rest counted
+      std::vector<std::string> each;
+      for (size_t rank = 0; rank < std::min(newest.size(), kNamed); ++rank) {
+        each.push_back(fmt::format("rank {} step {}", rank, newest[rank]));
+      }
+      if (newest.size() > kNamed) each.push_back(fmt::format("{} more", newest.size() - kNamed));
+      const auto [oldest, latest] = std::minmax_element(newest.begin(), newest.end());
+      spdlog::warn(
+          "round {}: memory holds slots of every global rank but of no one step that every rank "
+          "has (the newest of each: {}): {}",
+          round.number, fmt::join(each, ", "),
+          p.persister != nullptr ? "restoring from --checkpoint_dir"
+                                 : "with no --checkpoint_dir, the workers start afresh");
+      p.events.record("checkpoint_no_common_step",
+                      {{"round", round.number}, {"oldest", *oldest}, {"newest", *latest}});
+    }
   }
   if (!out.restore && p.persister != nullptr) {
     if (!on_disk) on_disk = co_await newest_on_disk(p, round, two_states);

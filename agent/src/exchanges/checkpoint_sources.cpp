@@ -148,13 +148,19 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
       }
     }
   }
-  std::set<int> held_ranks;
+  std::map<int, int64_t> newest_of;  // (the world size's ranks)
   for (const auto& [key, _] : holders) {
-    if (std::get<1>(key) == world_size) held_ranks.insert(std::get<0>(key));
+    const auto [rank, world, step] = key;
+    if (world != world_size) continue;
+    const auto [it, added] = newest_of.try_emplace(rank, step);
+    if (!added) it->second = std::max(it->second, step);
   }
   if (!holders.empty()) {
     for (int rank = 0; rank < world_size; ++rank) {
-      if (!held_ranks.contains(rank)) plan.ranks_without_copy.push_back(rank);
+      if (!newest_of.contains(rank)) plan.ranks_without_copy.push_back(rank);
+    }
+    if (plan.ranks_without_copy.empty()) {
+      for (const auto& [rank, step] : newest_of) plan.newest_by_rank.push_back(step);
     }
   }
   plan.fetches.assign(nodes.size(), {});

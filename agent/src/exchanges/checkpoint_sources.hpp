@@ -74,8 +74,11 @@ struct RestorePlan {
   int saved_world = 0;   // the world size the step was saved at
   bool reshard = false;  // the world changed and the step is DCP's: every node gathers every rank
   std::vector<std::vector<Fetch>> fetches;  // per node of the round
-  // With no step: the global ranks of the round that no node holds any step of, in order.
+  // With no step: the global ranks of the round that no node holds any step of, in order; where
+  // there is none such (every rank's slots held, of no one step), each rank's newest step held
+  // (rank order).
   std::vector<int> ranks_without_copy;
+  std::vector<int64_t> newest_by_rank;
   // The nodes (indices) whose slots are of a timeline a later restore abandoned: behind the
   // newest NodeCheckpoints::timeline of the round. Nothing they hold is in the plan.
   std::vector<size_t> behind;

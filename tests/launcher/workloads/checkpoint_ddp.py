@@ -11,6 +11,8 @@ with $CKPT_REPLICATED=1 the saves say that the state is the same on every rank (
 the node holds it once. With $CKPT_TWICE=1 each step's state is saved twice under its number (a
 periodic save and a final one on the same step). With $PAUSE_AT=STEP:SECONDS each rank pauses
 that long after saving that step in the first attempt (the agents copy a paused job's newest step).
+With $WAIT_AT=STEP each rank, after saving that step where OUT_DIR/waited.<rank> is not there yet,
+writes it and waits (bounded) for OUT_DIR/go.
 With $CKPT_API=dcp (torch 2) the checkpoints go through torch.distributed.checkpoint and
 checkpoint.MemoryStorageWriter/MemoryStorageReader instead; with $CKPT_API=dcp_async through
 dcp.async_save (on a gloo group of its own, each save's future awaited before the next save, as
@@ -107,6 +109,12 @@ def main():
                                 replicated=replicated)
         if rank == 0 and os.environ.get("SAVE_PARAMS"):
             torch.save(model.module.state_dict(), os.path.join(out, f"params.{s}.pt"))
+        waited = os.path.join(out, f"waited.{rank}")
+        if os.environ.get("WAIT_AT") == str(s) and not os.path.exists(waited):
+            open(waited, "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(out, "go")) and time.monotonic() < deadline:
+                time.sleep(0.05)
         if attempt == "0" and pause_step == str(s):
             time.sleep(float(pause_seconds))
         if attempt == "0" and kill == f"{rank}:{s}":
