@@ -120,8 +120,13 @@ if ! wait "$torch2_root"; then
 fi
 stage_done "waiting for the torch 2.14 root" "$status"
 
+# The tests' temporary files (their own, the workers', the launch logs in Python's temporary
+# folder) go into the scratch folder, removed at the end: a run left about 2,300 entries in /tmp.
+test_tmp="$scratch/tmp"
+mkdir "$test_tmp"
 status=0
-(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300) || status=$?
+(cd "$build" && TMPDIR="$test_tmp" ctest --output-on-failure -j "$jobs" --timeout 300) ||
+  status=$?
 # A failed test's output comes where it ended, mid-log; its end again here, below the summary.
 if [[ $status -ne 0 ]]; then
   /usr/bin/python3 scripts/ctest_failures.py "$build" || echo "test: ctest_failures.py failed" >&2
@@ -142,7 +147,8 @@ stage_done "waiting for the stages beside CTest" 0
 
 # The multi-node and elastic tests again, on the build with ASan and UBSan.
 status=0
-DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh test || status=$?
+TMPDIR="$test_tmp" DDPRUN_SANITIZE_BUILD_DIR=${build}-asan bash scripts/sanitize-test.sh test ||
+  status=$?
 stage_done "the sanitizer tests" "$status"
 
 if [[ $failed -ne 0 ]]; then
