@@ -297,7 +297,9 @@ def case_a_node_whose_copies_stalled_is_restored_at_its_safe_step():
         for i in (0, 1):
             cluster.start("stall", i, out, "2:2", env={"WAIT_AT": str(K), "HOLD_AT": f"{later}~a"})
         wait_for(lambda: len(glob.glob(f"{out}/waited.*")) == 2, f"every rank at step {K}", 120)
-        wait_for(lambda: len(copies_of_step("stall", K)) >= 2, f"step {K} copied to every peer", 60)
+        # Both nodes' safe step is K: the peer holds the copy and the sender knows it.
+        wait_for(lambda: cluster.status("stall").count(f"safe up to step {K} ") == 2,
+                 f"step {K} safe on both nodes", 60)
         peer = node_events(out, 0, "checkpoint_replicated")[0]["peer"]
         host, port = peer.rsplit(":", 1)
         # Everything else at the link's speed; what goes to the peer's checkpoint port at 8 bit/s.

@@ -221,6 +221,13 @@ TEST_CASE(
       plan_restore({node(0, 0, 1, {}), node(1, 1, 1, {{0, 2, 5}, {1, 2, 5}, {1, 2, 9}})}, 2);
   CHECK(q.step == 5);
   CHECK(q.newest_by_rank.empty());
+  // A step all have, but saved twice by one rank: the plan says that, not this.
+  NodeCheckpoints twice = node(1, 1, 1, {{0, 2, 5}, {1, 2, 5}, {1, 2, 5}});
+  twice.held[2].state = 1;
+  const RestorePlan t = plan_restore({node(0, 0, 1, {}), twice}, 2);
+  CHECK_FALSE(t.step);
+  CHECK(t.twice == std::vector<RestorePlan::SavedTwice>{{5, 1}});
+  CHECK(t.newest_by_rank.empty());
 }
 
 TEST_CASE("checkpoint sources: a world that shrank reshards a DCP step from every saved rank",

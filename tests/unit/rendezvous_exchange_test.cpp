@@ -238,14 +238,14 @@ TEST_CASE(
   const CopyBoard::Read none = job.run(boards[2]->read());
   CHECK(none.widest == 1);
   CHECK(none.keep.empty());
-  job.run(completed(boards[0]->say({4, std::nullopt})));
-  job.run(completed(boards[1]->say({2, 17})));
+  CHECK(job.run(boards[0]->say({4, std::nullopt})));
+  CHECK(job.run(boards[1]->say({2, 17})));
   const CopyBoard::Read both =
       read_on(2, [](const CopyBoard::Read& x) { return x.widest == 4 && !x.keep.empty(); });
   CHECK(both.keep == std::vector<int64_t>{17});
   // Node 1 caught up; node 0 now asks for step -3 (a step may be negative).
-  job.run(completed(boards[1]->say({1, std::nullopt})));
-  job.run(completed(boards[0]->say({1, -3})));
+  CHECK(job.run(boards[1]->say({1, std::nullopt})));
+  CHECK(job.run(boards[0]->say({1, -3})));
   const CopyBoard::Read after = read_on(2, [](const CopyBoard::Read& x) {
     return x.widest == 1 && x.keep == std::vector<int64_t>{-3};
   });

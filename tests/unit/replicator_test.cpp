@@ -78,29 +78,28 @@ class Worker {
   uint64_t sequence_ = 0;
 };
 
-// The round's exchange, in one process: the widest of the nodes' strides and `floor`; the steps
-// they ask to keep, and those of `asked` (another node's).
+// The round's exchange, in one process: the widest of the nodes' strides and `floor`; the step the
+// node that said last asks to keep (a board per node where that matters), and those of `asked`
+// (other nodes').
 class Board : public CopyBoard {
  public:
-  explicit Board(int64_t floor) : floor_(floor) {}
-  asio::awaitable<void> say(Said said) override {
+  explicit Board(int64_t floor) : floor(floor) {}
+  asio::awaitable<bool> say(Said said) override {
     said_.push_back(said);
-    co_return;
+    co_return true;
   }
   asio::awaitable<Read> read() override {
     Read r;
-    r.widest = floor_;
+    r.widest = floor;
     for (const Said& s : said_) r.widest = std::max(r.widest, s.stride);
     if (!said_.empty() && said_.back().keep) r.keep.push_back(*said_.back().keep);
     r.keep.insert(r.keep.end(), asked.begin(), asked.end());
     std::sort(r.keep.begin(), r.keep.end());
     co_return r;
   }
+  int64_t floor;
   std::vector<int64_t> asked;
   std::vector<Said> said_;
-
- private:
-  int64_t floor_;
 };
 
 std::vector<int64_t> sorted(std::vector<int64_t> v) {
@@ -133,11 +132,29 @@ struct Node {
   }
 };
 
-// `node`'s replicator, its reports kept in node.reports.
-CheckpointReplicator replicator_of(asio::io_context& io, Node& node) {
+// `node`'s replicator, its reports kept in node.reports; a step that leaves its two newest waits
+// `asked_within` for a request to keep it.
+CheckpointReplicator replicator_of(
+    asio::io_context& io, Node& node,
+    std::chrono::milliseconds asked_within = CheckpointReplicator::kAskedWithin) {
   return CheckpointReplicator(
       io, node.service, node.dir.path,
-      [&node](const TransferReport& r, const std::string&) { node.reports.push_back(r); });
+      [&node](const TransferReport& r, const std::string&) { node.reports.push_back(r); },
+      CheckpointReplicator::kGrantHeld, asked_within);
+}
+
+// Runs `io` until `done()` or 10 s passed; whether done.
+template <typename Done>
+bool settle_until(asio::io_context& io, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+bool holds(const std::vector<int64_t>& steps, int64_t step) {
+  return std::find(steps.begin(), steps.end(), step) != steps.end();
 }
 
 // `from`'s step `step` of its one rank staged and put to `to`, as its replicator does.
@@ -436,8 +453,9 @@ TEST_CASE(
   asio::io_context io;
   Node a(0), b(1);
   auto board = std::make_shared<Board>(1);
-  CheckpointReplicator ra = replicator_of(io, a);
-  CheckpointReplicator rb = replicator_of(io, b);
+  // (No step waits for a request to keep it: nobody asks here.)
+  CheckpointReplicator ra = replicator_of(io, a, std::chrono::milliseconds(0));
+  CheckpointReplicator rb = replicator_of(io, b, std::chrono::milliseconds(0));
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   const auto settle_until = [&](auto done) {
@@ -484,11 +502,10 @@ TEST_CASE(
     const std::string bytes(std::istreambuf_iterator<char>(in), {});
     REQUIRE(bytes.size() == kRegionHeader + (64 << 10));
     CHECK(bytes.substr(kRegionHeader) == std::string(64 << 10, static_cast<char>(step)));
-    // Kept: the two newest steps, the step before them while the board may still ask for it
-    // (kAskedWithin), and the spare.
-    CHECK(checkpoint_memory(a.dir.path).kept <= 4 * allocated_for(kRegionHeader + (64 << 10)));
+    // Kept: the two newest steps, and the spare.
+    CHECK(checkpoint_memory(a.dir.path).kept <= 3 * allocated_for(kRegionHeader + (64 << 10)));
   }
-  CHECK(reused >= 4);
+  CHECK(reused >= 5);
   for (const auto& r : a.reports) CHECK(r.ok);
 
   // a's worker asks for room: the spare pages go first, before any copy held for the peer.
@@ -510,28 +527,64 @@ TEST_CASE(
     "[replicator]") {
   asio::io_context io;
   Node a(0), b(1);
-  auto board = std::make_shared<Board>(1);
-  board->asked = {2};  // a node whose copies fell behind: its peer holds its step 2 only
-  CheckpointReplicator ra = replicator_of(io, a);
-  CheckpointReplicator rb = replicator_of(io, b);
-  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
-  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
-  const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
+  // A board each (a node's own request is its own); another node, whose copies fell behind, asks
+  // both to keep step 2: its peer holds its step 2 only.
+  auto board_a = std::make_shared<Board>(1), board_b = std::make_shared<Board>(1);
+  board_a->asked = board_b->asked = {2};
+  CheckpointReplicator ra = replicator_of(io, a, std::chrono::milliseconds(0));
+  CheckpointReplicator rb = replicator_of(io, b, std::chrono::milliseconds(0));
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board_a);
+  rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board_b);
   for (int64_t step = 1; step <= 6; ++step) {
     a.worker.save(step);
     b.worker.save(step);
-    settle();
+    REQUIRE(settle_until(io, [&] { return holds(a.kept(), step) && holds(b.kept(), step); }));
   }
-  CHECK(a.kept() == std::vector<int64_t>{2, 5, 6});
-  CHECK(b.kept() == std::vector<int64_t>{2, 5, 6});
-  CHECK(ra.asked() == std::vector<int64_t>{2});
+  // The two newest and the step asked for; steps 1 and 3 gone (asked for by nobody).
+  for (const Node* n : {&a, &b}) {
+    const std::vector<int64_t> kept = n->kept();
+    CHECK((holds(kept, 2) && holds(kept, 5) && holds(kept, 6)));
+    CHECK_FALSE(holds(kept, 1));
+    CHECK_FALSE(holds(kept, 3));
+  }
+  CHECK(holds(ra.asked(), 2));
   // Nobody asks any more (the node caught up): the step goes at the next read.
-  board->asked.clear();
-  io.run_for(CheckpointReplicator::kBoardFollow + std::chrono::milliseconds(200));
-  CHECK(a.kept() == std::vector<int64_t>{5, 6});
-  CHECK(b.kept() == std::vector<int64_t>{5, 6});
+  board_a->asked.clear();
+  board_b->asked.clear();
+  CHECK(settle_until(io, [&] { return !holds(a.kept(), 2) && !holds(b.kept(), 2); }));
   ra.stop();
   rb.stop();
+}
+
+TEST_CASE(
+    "replicator: a step that leaves the two newest waits for a request to keep it, and goes "
+    "where none comes in time",
+    "[replicator]") {
+  asio::io_context io;
+  Node a(0), b(1);
+  auto board = std::make_shared<Board>(1);
+  const auto wait = std::chrono::milliseconds(1000);  // (kAskedWithin in a job)
+  CheckpointReplicator ra = replicator_of(io, a, wait);
+  ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
+  for (int64_t step = 1; step <= 2; ++step) {
+    a.worker.save(step);
+    REQUIRE(settle_until(io, [&] { return holds(a.kept(), step); }));
+  }
+  // Step 3's stage makes step 1 leave the newest two; a request for it comes at once.
+  a.worker.save(3);
+  REQUIRE(settle_until(io, [&] { return holds(a.kept(), 3); }));
+  CHECK(holds(a.kept(), 1));  // waiting
+  board->asked = {1};
+  // Step 4's makes step 2 leave; no request comes: gone once the wait passed.
+  a.worker.save(4);
+  REQUIRE(settle_until(io, [&] { return holds(a.kept(), 4); }));
+  const auto left = std::chrono::steady_clock::now();
+  CHECK(holds(a.kept(), 2));
+  REQUIRE(settle_until(io, [&] { return !holds(a.kept(), 2); }));
+  CHECK(std::chrono::steady_clock::now() - left >= wait - std::chrono::milliseconds(100));
+  CHECK(holds(a.kept(), 1));  // asked for
+  CHECK(a.kept() == std::vector<int64_t>{1, 3, 4});
+  ra.stop();
 }
 
 TEST_CASE(
@@ -560,8 +613,13 @@ TEST_CASE(
   CHECK(board->said_.back().keep == 1);
   CHECK(ra.asked() == std::vector<int64_t>{1});
   // Its own step 1 is kept too (a node lost elsewhere restores it everywhere).
-  const std::vector<int64_t> kept = a.kept();
-  CHECK(std::find(kept.begin(), kept.end(), 1) != kept.end());
+  CHECK(holds(a.kept(), 1));
+  // The job's stride widens (another node's copies are slow): step 1 is still what the peer
+  // holds of this node, and still asked for.
+  board->floor = 8;
+  CHECK(settle_until(io, [&] { return ra.stride() == 8; }));
+  CHECK(ra.asks() == 1);
+  board->floor = 1;
   // The peer makes room (its copy of step 1 dropped for a worker there): copies get through again.
   b.service.drop_oldest_copies(copy);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -128,6 +128,8 @@ class PeerService {
   void abandon_puts() { ++puts_epoch_; }
   // The puts whose coroutines run now (an abandoned one's too, until it ends). Any thread.
   int puts_under_way() const { return puts_under_way_; }
+  // Whether a stage() is copying into a keep folder now (an abandoned round's too). Any thread.
+  bool staging() const { return staging_ != kNotStaging; }
   // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
   // sources holds it, into `folder`/step_<step>/rank_<rank>.ddpckpt (the persisted layout; a DCP
   // coordinator's slot also gives the folder its .metadata), checked against its checksum.

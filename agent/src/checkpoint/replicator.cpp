@@ -36,12 +36,14 @@ int64_t window_of(int64_t step, int64_t stride) {
 
 CheckpointReplicator::CheckpointReplicator(asio::io_context& io, PeerService& service,
                                            std::filesystem::path regions, Report report,
-                                           std::chrono::milliseconds grant_held)
+                                           std::chrono::milliseconds grant_held,
+                                           std::chrono::milliseconds asked_within)
     : io_(io),
       service_(service),
       regions_(std::move(regions)),
       report_(std::move(report)),
       grant_held_(grant_held),
+      asked_within_(asked_within),
       timer_(io),
       board_timer_(io) {}
 
@@ -79,6 +81,8 @@ void CheckpointReplicator::watch(int round, std::string origin, std::vector<Rank
   following_ = peer_ && board_ && !ranks_.empty();
   asked_.clear();
   read_at_ = {};
+  ask_stride_ = stride_;
+  tried_keep_.reset();
   left_.clear();
   told_keep_.reset();
   // What an earlier round staged for every rank stays staged.
@@ -110,6 +114,9 @@ void CheckpointReplicator::stop() {
   release_grants();  // the round's workers are gone, or going
   ++generation_;
   following_ = false;
+  asked_.clear();  // (of the round that ended; the next one's board says again)
+  told_keep_.reset();
+  tried_keep_.reset();
   service_.abandon_puts();
   staging_ = false;
   sending_.reset();
@@ -176,7 +183,7 @@ void CheckpointReplicator::poll() {
     newest_since_ = now;
   }
   note_progress();
-  if (following_ && step_to_keep() != told_keep_) board_timer_.cancel();  // said at once
+  if (following_ && step_to_keep() != tried_keep_) board_timer_.cancel();  // said at once
   // (Nor while a copy is on its way: a window's step staged then would be the stride's sign of
   // being too narrow, which the copy's end widens, not a step the link can carry.)
   if (staging_ || sending_) return;
@@ -305,6 +312,7 @@ void CheckpointReplicator::send_newest() {
         if (e) return;
         if (r.ok) {
           last_put_ = r.took.count();
+          if (!safe_ || r.step > *safe_) ask_stride_ = stride_;
           safe_ = std::max(safe_.value_or(r.step), r.step);
           since_ = newest_;  // the safe step advanced: steps are counted from here
           failed_since_ = false;
@@ -337,26 +345,22 @@ void CheckpointReplicator::drop_old_kept() {
   if (sending_ && std::find(keep.begin(), keep.end(), *sending_) == keep.end()) {
     keep.push_back(*sending_);
   }
-  // A step out of those goes once the board, read kAskedWithin after it left, does not ask for
-  // it; of those not asked for, only the newest waits (the others were asked for by now where
-  // they were to be: a save has come since).
+  // A step out of those goes once the board, read asked_within_ after it left, does not ask for
+  // it.
   if (following_) {
     const auto now = std::chrono::steady_clock::now();
-    std::optional<int64_t> waits;
     for (int64_t s : staged_) {
       if (std::find(keep.begin(), keep.end(), s) != keep.end()) continue;
       const auto left = left_.try_emplace(s, now).first->second;
-      if (std::find(asked_.begin(), asked_.end(), s) != asked_.end()) {
+      const bool asked = std::find(asked_.begin(), asked_.end(), s) != asked_.end();
+      if (asked || (asked_within_.count() > 0 && read_at_ < left + asked_within_)) {
         keep.push_back(s);
-      } else if (read_at_ < left + kAskedWithin) {
-        waits = s;  // (staged_ is in order: the newest last)
       }
     }
-    if (waits) keep.push_back(*waits);
     std::erase_if(left_, [&](const auto& l) {
       return std::find(keep.begin(), keep.end(), l.first) == keep.end();
     });
-    if (waits) board_timer_.cancel();  // (the board's follower sets its next read by it)
+    board_timer_.cancel();  // (the board's follower sets its next read by what waits)
   }
   staged_.erase(std::remove_if(staged_.begin(), staged_.end(),
                                [&](int64_t s) {
@@ -374,7 +378,8 @@ std::optional<int64_t> CheckpointReplicator::step_to_keep() const {
   // The safe step, where it is older than the window before the newest save's: the other nodes'
   // two newest windows no longer hold it once they staged that save's (or a copy failed since).
   if (!safe_ || !newest_) return std::nullopt;
-  if (failed_since_ || *safe_ < window_of(*newest_, stride_) - stride_) return safe_;
+  if (told_keep_ == safe_) return safe_;  // asked for: until the safe step advances
+  if (failed_since_ || *safe_ < window_of(*newest_, ask_stride_) - ask_stride_) return safe_;
   return std::nullopt;
 }
 
@@ -383,30 +388,39 @@ asio::awaitable<void> CheckpointReplicator::follow_board(uint64_t generation,
   std::shared_ptr<CopyBoard> board = board_;
   std::optional<CopyBoard::Said> told;
   for (;;) {
+    if (!*alive || generation != generation_) co_return;
     const CopyBoard::Said now{wish_, step_to_keep()};
     if (told != now && (told || now.stride > 1 || now.keep)) {
-      told = now;
-      told_keep_ = now.keep;
-      co_await board->say(now);
+      tried_keep_ = now.keep;
+      const bool said = co_await board->say(now);
       if (!*alive || generation != generation_) co_return;
+      if (said) {  // (else said again at the next read)
+        told = now;
+        told_keep_ = now.keep;
+      }
     }
     const CopyBoard::Read read = co_await board->read();
     if (!*alive || generation != generation_) co_return;
     stride_ = std::max(wish_, read.widest);
+    ask_stride_ = std::min(ask_stride_, stride_);
     asked_ = read.keep;
     read_at_ = std::chrono::steady_clock::now();
-    if (!staging_) drop_old_kept();
-    // The next read: the period's, or sooner where a step that left waits for it.
+    // (Not while a stage writes into kept/: this round's, or one a round before began.)
+    const bool staging = staging_ || service_.staging();
+    if (!staging) drop_old_kept();
+    // The next read: the period's, or sooner where a step that left waits for it (while a stage
+    // runs, its end drops what may go).
     auto next = read_at_ + kBoardFollow;
     for (const auto& [step, left] : left_) {
-      if (std::find(asked_.begin(), asked_.end(), step) == asked_.end()) {
-        next = std::min(next, left + kAskedWithin);
+      const auto due = left + asked_within_;
+      if (!staging && due > read_at_ &&
+          std::find(asked_.begin(), asked_.end(), step) == asked_.end()) {
+        next = std::min(next, due);
       }
     }
-    board_timer_.expires_at(next);
+    board_timer_.expires_at(std::max(next, read_at_ + kRoomPoll));
     const auto [ec] = co_await board_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (!*alive || generation != generation_) co_return;
-    (void)ec;  // cancelled: this node's word changed, said now
+    (void)ec;  // cancelled: this node's word changed, or a step left the newest two
   }
 }
 

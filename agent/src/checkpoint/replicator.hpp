@@ -23,8 +23,10 @@
 // two newest windows is dropped only where the board, read kAskedWithin or more after it left,
 // does not ask for it: the node that asks saw the save that made the step old at the same time
 // (the workers save in step), and has said so by then (its next poll and the store's push to the
-// others). Between rounds (stop() to watch()) nothing is staged or dropped. A worker's request for
-// room (below) drops kept steps even where asked for.
+// others). It asks with the narrowest stride the job had since its safe step last advanced (a
+// node that narrowed first drops sooner), and keeps asking for a step until its safe step
+// advances, whatever the stride does meanwhile. Between rounds (stop() to watch()) nothing is
+// staged or dropped. A worker's request for room (below) drops kept steps even where asked for.
 //
 // The stride starts at 1 (every step). Each copy sets this node's wish: the smallest power of two
 // above the steps the workers saved while it ran (from its step's save to its end); the agent
@@ -70,8 +72,9 @@ class CopyBoard {
     std::optional<int64_t> keep;  // the step this node asks every node to keep (none: nothing)
     bool operator==(const Said&) const = default;
   };
-  // Tells the other nodes `said` (replacing what this one said before). Never throws.
-  virtual boost::asio::awaitable<void> say(Said said) = 0;
+  // Tells the other nodes `said` (replacing what this one said before); false where the store
+  // did not take it (said once in the log until it takes one again). Never throws.
+  virtual boost::asio::awaitable<bool> say(Said said) = 0;
   struct Read {
     int64_t widest = 1;         // the widest stride the round's nodes need now (1: none said)
     std::vector<int64_t> keep;  // every step a node asks to keep, in order
@@ -103,10 +106,12 @@ class CheckpointReplicator {
   // kept: its next poll of its regions (20 ms), then the store's push to the other nodes.
   static constexpr std::chrono::milliseconds kAskedWithin{100};
 
-  // `service` outlives the replicator. `grant_held`: kGrantHeld (shorter in tests).
+  // `service` outlives the replicator. `grant_held`: kGrantHeld, `asked_within`: kAskedWithin
+  // (others in tests; 0: a step that leaves the newest two goes at once where not asked for).
   CheckpointReplicator(boost::asio::io_context& io, PeerService& service,
                        std::filesystem::path regions, Report report,
-                       std::chrono::milliseconds grant_held = kGrantHeld);
+                       std::chrono::milliseconds grant_held = kGrantHeld,
+                       std::chrono::milliseconds asked_within = kAskedWithin);
   ~CheckpointReplicator();
   CheckpointReplicator(const CheckpointReplicator&) = delete;
   CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
@@ -187,7 +192,7 @@ class CheckpointReplicator {
   Behind behind_report_;
   Room room_report_;
   std::map<int, std::chrono::steady_clock::time_point> granted_at_;  // room held, by local rank
-  std::chrono::milliseconds grant_held_;
+  std::chrono::milliseconds grant_held_, asked_within_;
   boost::asio::steady_timer timer_, board_timer_;
   std::string origin_;
   std::vector<RankSlot> ranks_;
@@ -198,7 +203,9 @@ class CheckpointReplicator {
   std::chrono::steady_clock::time_point read_at_;  // when they were
   // Staged steps out of the two newest windows, and when they left them.
   std::map<int64_t, std::chrono::steady_clock::time_point> left_;
-  std::optional<int64_t> told_keep_;                    // what follow_board() last said
+  std::optional<int64_t> told_keep_;   // what follow_board() last said (and the board took)
+  std::optional<int64_t> tried_keep_;  // ... and last tried to say
+  int64_t ask_stride_ = 1;  // the narrowest stride since safe_ last advanced (step_to_keep)
   std::vector<std::vector<Held>> held_;                 // per local rank, now
   std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen
   std::optional<int64_t> safe_, newest_, sent_, window_done_, pause_staged_;

@@ -148,18 +148,27 @@ RestorePlan plan_restore(const std::vector<NodeCheckpoints>& nodes, int world_si
       }
     }
   }
-  std::map<int, int64_t> newest_of;  // (the world size's ranks)
+  std::set<int> held_ranks;
+  std::map<int, int64_t> newest_of;  // of the steps saved once (the world size's ranks)
+  std::map<int64_t, int> ranks_of;   // ... and how many ranks each has
   for (const auto& [key, _] : holders) {
     const auto [rank, world, step] = key;
     if (world != world_size) continue;
+    held_ranks.insert(rank);
+    if (!steps.contains(step)) continue;  // (saved twice)
+    ++ranks_of[step];
     const auto [it, added] = newest_of.try_emplace(rank, step);
     if (!added) it->second = std::max(it->second, step);
   }
   if (!holders.empty()) {
     for (int rank = 0; rank < world_size; ++rank) {
-      if (!newest_of.contains(rank)) plan.ranks_without_copy.push_back(rank);
+      if (!held_ranks.contains(rank)) plan.ranks_without_copy.push_back(rank);
     }
-    if (plan.ranks_without_copy.empty()) {
+    // Every rank held, and no step all of them have (not a step no holder could serve).
+    const bool common = std::any_of(ranks_of.begin(), ranks_of.end(),
+                                    [&](const auto& r) { return r.second == world_size; });
+    if (plan.ranks_without_copy.empty() && !common &&
+        static_cast<int>(newest_of.size()) == world_size) {
       for (const auto& [rank, step] : newest_of) plan.newest_by_rank.push_back(step);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -23,17 +24,23 @@ class RoundBoard : public CopyBoard {
   RoundBoard(std::shared_ptr<rendezvous::Rendezvous> rdzv, rendezvous::Round r)
       : rdzv_(std::move(rdzv)), round_(std::move(r)) {}
 
-  boost::asio::awaitable<void> say(Said said) override {
+  boost::asio::awaitable<bool> say(Said said) override {
     rendezvous::Scope scope = rendezvous::Scope::of(round_);
     std::string topic = kTopic;
     std::string text = to_text(said);
     try {
       co_await rdzv_->publish(std::move(scope), std::move(topic), std::move(text));
+      failing_ = false;
+      co_return true;
     } catch (const std::exception& e) {
-      spdlog::warn(
-          "could not tell the other nodes what this node's checkpoint copies need ({}): {}",
-          to_text(said), e.what());
+      if (!std::exchange(failing_, true)) {
+        spdlog::warn(
+            "could not tell the other nodes what this node's checkpoint copies need ({}): {}; "
+            "said again until the store takes it",
+            to_text(said), e.what());
+      }
     }
+    co_return false;
   }
 
   boost::asio::awaitable<Read> read() override {
@@ -56,6 +63,7 @@ class RoundBoard : public CopyBoard {
  private:
   std::shared_ptr<rendezvous::Rendezvous> rdzv_;
   rendezvous::Round round_;
+  bool failing_ = false;  // the last say() failed (logged)
 };
 
 }  // namespace
