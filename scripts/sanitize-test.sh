@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The multi-node, elastic, launcher-kind and stop tests, `ddprun timeline` on real and bad event logs,
 # the in-process rendezvous, session and TLS tests, and the unit tests of the checkpoint copies
-# (regions, sources, the peer service and its strangers, the replicator, the signal listener),
+# (regions, sources, the peer service and its strangers, the replicator, the signal listener; a
+# lost node whose copies stalled),
 # against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++, the
 # compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
 # reports into one folder; any report fails the run, whatever exit status the test saw.
@@ -44,7 +45,7 @@ done
 unit_names=$(IFS='|'; echo "${units[*]}")
 status=0
 ctest --output-on-failure -j "$(nproc)" --timeout 300 -E 'torch2|torch_ddp|ddp_across|training_job' \
-  -R "^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^($unit_names): |^launcher\.peer_checkpoint\.(a_replacement_node_resumes_from_its_peers_copy_bit_identical|a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy)\$|^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)\$|^launcher\.timeline\.(a_real_two_node_job_becomes_a_trace_on_one_clock|bad_input_is_named_and_the_rest_drawn)\$" ||
+  -R "^(multinode|elastic|elastic_etcd|etcd|head_node|slurm|mpirun|operations|auth)\.|^launcher\.a_stop_ends_every_wait|^($unit_names): |^launcher\.peer_checkpoint\.(a_replacement_node_resumes_from_its_peers_copy_bit_identical|a_second_node_lost_after_the_ring_changed_resumes_from_its_new_peers_copy|a_node_whose_copies_stalled_is_restored_at_its_safe_step)\$|^launcher\.checkpoint\.(a_job_started_again_from_nothing_resumes_from_checkpoint_dir|a_full_checkpoint_dir_costs_training_nothing|status_shows_each_ranks_checkpoints)\$|^launcher\.timeline\.(a_real_two_node_job_becomes_a_trace_on_one_clock|bad_input_is_named_and_the_rest_drawn)\$" ||
   status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
