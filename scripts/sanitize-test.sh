@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The multi-node, elastic, launcher-kind and stop tests, `ddprun timeline` on real and bad event logs,
 # the in-process rendezvous, session and TLS tests, and the unit tests of the checkpoint copies
-# (regions, sources, the peer service and its strangers, the replicator, the signal listener; a
-# lost node whose copies stalled),
+# (regions, sources, the peer service and its strangers, the replicator, the signal listener) and
+# three node losses with copies on a peer (one whose copies stalled among them),
 # against ddprun and ddprund built with AddressSanitizer and UndefinedBehaviorSanitizer (g++, the
 # compiler whose coroutine handling the lifetime rules in docs/design.md work around). Every process
 # reports into one folder; any report fails the run, whatever exit status the test saw.
