@@ -103,8 +103,9 @@ class CheckpointReplicator {
   // How often the round's CopyBoard is read (and this node's word on it renewed where it changed).
   static constexpr std::chrono::milliseconds kBoardFollow{500};
   // How long after a save a node whose copies fell behind asks at most for its safe step to be
-  // kept: its next poll of its regions (20 ms), then the store's push to the other nodes.
-  static constexpr std::chrono::milliseconds kAskedWithin{100};
+  // kept: its next poll of its regions (20 ms), then the store's push to the other nodes, with
+  // room for agents that wait for a CPU on a loaded node.
+  static constexpr std::chrono::milliseconds kAskedWithin{300};
 
   // `service` outlives the replicator. `grant_held`: kGrantHeld, `asked_within`: kAskedWithin
   // (others in tests; 0: a step that leaves the newest two goes at once where not asked for).
