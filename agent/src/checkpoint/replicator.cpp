@@ -84,7 +84,7 @@ void CheckpointReplicator::watch(int round, std::string origin, std::vector<Rank
   ask_stride_ = stride_;
   tried_keep_.reset();
   left_.clear();
-  told_keep_.reset();
+  told_.reset();
   // What an earlier round staged for every rank stays staged.
   staged_.clear();
   if (!ranks_.empty()) {
@@ -115,7 +115,7 @@ void CheckpointReplicator::stop() {
   ++generation_;
   following_ = false;
   asked_.clear();  // (of the round that ended; the next one's board says again)
-  told_keep_.reset();
+  told_.reset();
   tried_keep_.reset();
   service_.abandon_puts();
   staging_ = false;
@@ -360,7 +360,7 @@ void CheckpointReplicator::drop_old_kept() {
     std::erase_if(left_, [&](const auto& l) {
       return std::find(keep.begin(), keep.end(), l.first) == keep.end();
     });
-    board_timer_.cancel();  // (the board's follower sets its next read by what waits)
+    if (!left_.empty()) board_timer_.cancel();  // (its follower sets its next read by them)
   }
   staged_.erase(std::remove_if(staged_.begin(), staged_.end(),
                                [&](int64_t s) {
@@ -378,7 +378,7 @@ std::optional<int64_t> CheckpointReplicator::step_to_keep() const {
   // The safe step, where it is older than the window before the newest save's: the other nodes'
   // two newest windows no longer hold it once they staged that save's (or a copy failed since).
   if (!safe_ || !newest_) return std::nullopt;
-  if (told_keep_ == safe_) return safe_;  // asked for: until the safe step advances
+  if (asks() == safe_) return safe_;  // asked for: until the safe step advances
   if (failed_since_ || *safe_ < window_of(*newest_, ask_stride_) - ask_stride_) return safe_;
   return std::nullopt;
 }
@@ -386,18 +386,14 @@ std::optional<int64_t> CheckpointReplicator::step_to_keep() const {
 asio::awaitable<void> CheckpointReplicator::follow_board(uint64_t generation,
                                                          std::shared_ptr<bool> alive) {
   std::shared_ptr<CopyBoard> board = board_;
-  std::optional<CopyBoard::Said> told;
   for (;;) {
     if (!*alive || generation != generation_) co_return;
     const CopyBoard::Said now{wish_, step_to_keep()};
-    if (told != now && (told || now.stride > 1 || now.keep)) {
+    if (told_ != now && (told_ || now.stride > 1 || now.keep)) {
       tried_keep_ = now.keep;
       const bool said = co_await board->say(now);
       if (!*alive || generation != generation_) co_return;
-      if (said) {  // (else said again at the next read)
-        told = now;
-        told_keep_ = now.keep;
-      }
+      if (said) told_ = now;  // (else said again at the next read)
     }
     const CopyBoard::Read read = co_await board->read();
     if (!*alive || generation != generation_) co_return;

@@ -153,7 +153,7 @@ class CheckpointReplicator {
   // The steps the round's nodes ask every node to keep (their safe steps, where their copies fell
   // behind), as last read; and the one this node asks for.
   const std::vector<int64_t>& asked() const { return asked_; }
-  std::optional<int64_t> asks() const { return told_keep_; }
+  std::optional<int64_t> asks() const { return told_ ? told_->keep : std::nullopt; }
 
  private:
   void poll();
@@ -204,8 +204,8 @@ class CheckpointReplicator {
   std::chrono::steady_clock::time_point read_at_;  // when they were
   // Staged steps out of the two newest windows, and when they left them.
   std::map<int64_t, std::chrono::steady_clock::time_point> left_;
-  std::optional<int64_t> told_keep_;   // what follow_board() last said (and the board took)
-  std::optional<int64_t> tried_keep_;  // ... and last tried to say
+  std::optional<CopyBoard::Said> told_;  // what follow_board() last said (and the board took)
+  std::optional<int64_t> tried_keep_;    // ... and last tried to say
   int64_t ask_stride_ = 1;  // the narrowest stride since safe_ last advanced (step_to_keep)
   std::vector<std::vector<Held>> held_;                 // per local rank, now
   std::vector<std::map<uint64_t, int64_t>> sequences_;  // per local rank: the steps of saves seen

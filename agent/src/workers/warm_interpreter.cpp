@@ -238,12 +238,10 @@ asio::awaitable<void> WarmInterpreter::ready(std::chrono::milliseconds limit) {
 }
 
 bool WarmInterpreter::settled(std::chrono::milliseconds limit) {
-  if (ready_ || !control_ || !given_up_.empty()) return true;
-  if (take_ready_message() == Heard::kEnded) {
+  if (!ready_ && control_ && given_up_.empty() && take_ready_message() == Heard::kEnded) {
     go_cold("the warm interpreter ended before it was ready", false);
-    return true;  // (starts are cold until the next round's interpreter)
   }
-  if (ready_ || !given_up_.empty()) return true;
+  if (ready_ || !control_ || !given_up_.empty()) return true;
   if (std::chrono::steady_clock::now() - launched_at_ < limit) return false;
   go_cold(fmt::format("the warm interpreter is not ready after {:g} s; standbys start cold",
                       std::chrono::duration<double>(limit).count()),
