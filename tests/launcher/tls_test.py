@@ -193,8 +193,9 @@ def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
     wait_for(lambda: os.path.exists(f"{out}/held.1"), "the victim at step 5", 120)
     copies = f"/dev/shm/ddprun-checkpoints-{run_id}-*/peers/*.step5.ddpckpt"
     wait_for(lambda: len(glob.glob(copies)) >= 2, "step 5 copied to each peer", 60)
+    # (The peer's file takes its place before the victim hears that the copy went.)
+    wait_for(lambda: events(1, "checkpoint_replicated"), "the victim's word of its copies", 30)
     replicated = events(1, "checkpoint_replicated")
-    assert replicated, "the victim said nothing of its copies"
     host, peer_port = replicated[0]["peer"].rsplit(":", 1)
     # The survivor's checkpoint port answers nothing in the clear (the link's greeting is TLS).
     with socket.create_connection((host, int(peer_port)), timeout=30) as s:
