@@ -31,6 +31,10 @@ RESTART = os.environ.get("RESTART", "process")
 # With RESTART=in_process: --standby_workers=STANDBY on every ddprun agent (the spare's standbys
 # start while it waits, so that the lost node's ranks run on in warm processes)
 STANDBY = int(os.environ.get("STANDBY", "0"))
+# TOKEN=1: ddprund holds a secret and ddprun's job a token of its own (--rdzv_conf
+# auth_token_file), so that every copy between its agents carries its MAC
+TOKEN = os.environ.get("TOKEN", "0") == "1"
+JOB_CONF = "join_timeout=120,heartbeat_timeout=5"
 
 
 def in_ns(i, cmd, env=None, **kw):
@@ -91,7 +95,7 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
                    *(["--preload=auto"] if PRELOAD else []), f"--restart_mode={RESTART}",
                    *([f"--standby_workers={STANDBY}"] if STANDBY else []),
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{store_port}",
-                   "--rdzv_id=loss", "--rdzv_conf=join_timeout=120,heartbeat_timeout=5",
+                   "--rdzv_id=loss", f"--rdzv_conf={JOB_CONF}",
                    f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
         else:
             # torchrun's own way: node 0's agent hosts the store (it cannot tell that the
@@ -164,9 +168,21 @@ def main():
         bridge_hosts(HEAD, HOSTS, NET, ADDRS)
     except subprocess.CalledProcessError as e:
         raise SystemExit(f"network namespaces unavailable here: {e}")
-    store = subprocess.Popen(["ip", "netns", "exec", HEAD, DDPRUND, "--host", f"{NET}.1", "--port",
-                              "0", "--log-level", "error"], stdout=subprocess.PIPE, text=True)
     work = tempfile.mkdtemp()
+    secret = []
+    if TOKEN:
+        global JOB_CONF
+        secret = ["--auth-token-file", os.path.join(work, "secret")]
+        with open(secret[1], "w") as f:
+            f.write(os.urandom(24).hex())
+        token = subprocess.run([DDPRUN, "token", f"--auth-token-file={secret[1]}",
+                                "--rdzv_id=loss"], capture_output=True, text=True, check=True)
+        with open(os.path.join(work, "token"), "w") as f:
+            f.write(token.stdout)
+        JOB_CONF += f",auth_token_file={work}/token"
+    store = subprocess.Popen(["ip", "netns", "exec", HEAD, DDPRUND, "--host", f"{NET}.1", "--port",
+                              "0", "--log-level", "error", *secret], stdout=subprocess.PIPE,
+                             text=True)
     try:
         port = int(store.stdout.readline())
         link = link_speed()

@@ -101,7 +101,7 @@ for rank in range(world):
         sys.exit(0)
     s.settimeout(10)
     try:
-        s.sendall(b"DDPPEER3" + os.urandom(32))
+        s.sendall(b"DDPPEER4" + os.urandom(32))
         greeting = s.recv(40)
         s.sendall(bytes(32))
         answers.append(s.recv(33)[:1].hex())

@@ -199,7 +199,7 @@ def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
     host, peer_port = replicated[0]["peer"].rsplit(":", 1)
     # The survivor's checkpoint port answers nothing in the clear (the link's greeting is TLS).
     with socket.create_connection((host, int(peer_port)), timeout=30) as s:
-        s.sendall(b"DDPPEER3" + bytes(32))
+        s.sendall(b"DDPPEER4" + bytes(32))
         got = b""
         try:
             while len(got) < 40:
@@ -209,7 +209,7 @@ def case_checkpoint_copies_cross_between_agents_with_the_token_over_tls():
                 got += chunk
         except OSError:
             pass
-    assert len(got) < 40 or b"DDPPEER3" not in got, got
+    assert len(got) < 40 or b"DDPPEER4" not in got, got
     victim.kill()
     victim.wait()
     replacement = node(2)

@@ -28,10 +28,10 @@
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/copy_mac.hpp"
 #include "checkpoint/memory_use.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
-#include "checkpoint/slot_mac.hpp"
 #include "peer_service_fixture.hpp"
 #include "stat_of.hpp"
 #include "temp_folder.hpp"
@@ -257,9 +257,10 @@ TEST_CASE(
   const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 0, 1};
   asio::write(s, asio::buffer(words, sizeof words));
   const std::string header = region_header_for(record_of(payload, 7), payload.size(), 0);
-  SlotMac header_mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+  CopyMac header_mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+  const std::string nonce = header_mac.begin_sending();
   header_mac.add(header);
-  asio::write(s, asio::buffer("n" + header + header_mac.finish()));
+  asio::write(s, asio::buffer("n" + header + nonce + header_mac.finish()));
   char status[16];
   asio::read(s, asio::buffer(status));
   asio::write(s, asio::buffer(payload.data(), payload.size() / 2));

@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "checkpoint/slot_mac.hpp"
+#include "checkpoint/copy_mac.hpp"
 #include "peer_service_fixture.hpp"
 #include "test_certificates.hpp"
 
@@ -38,7 +38,7 @@ TEST_CASE("peer copies: a stranger without the job's token gets nothing and chan
   {  // A proof of zeros (what a job without a token once accepted): refused, nothing read.
     asio::ip::tcp::socket s(io);
     s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(holder.port())});
-    asio::write(s, asio::buffer("DDPPEER3" + std::string(32, '\0')));
+    asio::write(s, asio::buffer("DDPPEER4" + std::string(32, '\0')));
     char greeting[40];
     asio::read(s, asio::buffer(greeting));
     asio::write(s, asio::buffer(std::string(32, '\0')));
@@ -171,13 +171,17 @@ TEST_CASE(
   altered[12345] ^= 1;
   // What an attacker on the way can do: change bytes and give the header the new bytes' CRC.
   const std::string header = region_header_for(record_of(altered, 7), altered.size(), 0);
+  // A MAC as a member makes it: its nonce, then the MAC of the header and `payload`.
   const auto mac_of = [&](const std::string& payload) {
-    SlotMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+    CopyMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+    std::string out = mac.begin_sending();
     mac.add(header);
     mac.add(payload);
-    return mac.finish();
+    return out + mac.finish();
   };
-  // (The header's own MAC goes first: a member's, for the header as it came.)
+  const std::string zeros(CopyMac::kNonceBytes + CopyMac::kTagBytes, '\0');
+  // (The header's own MAC goes first: a member's, for the header as it came. The payload's nonce
+  // goes before the payload, its MAC after.)
   const auto put_by_hand = [&](const std::string& payload, const std::string& mac,
                                const std::string& header_mac) {
     asio::io_context io;
@@ -187,25 +191,76 @@ TEST_CASE(
     asio::write(s, asio::buffer("n" + header));
     asio::write(s, asio::buffer(header_mac));
     if (const std::string why = read_status(s); !why.empty()) return why;
+    asio::write(s, asio::buffer(mac.substr(0, CopyMac::kNonceBytes)));
     asio::write(s, asio::buffer(payload));
-    asio::write(s, asio::buffer(mac));
+    asio::write(s, asio::buffer(mac.substr(CopyMac::kNonceBytes)));
     return read_status(s);
   };
   const auto put_by_member = [&](const std::string& payload, const std::string& mac) {
     return put_by_hand(payload, mac, mac_of(""));
   };
   // A header whose MAC is not a member's is refused before any payload.
-  CHECK_THAT(put_by_hand(altered, mac_of(altered), std::string(SlotMac::kBytes, '\0')),
-             Catch::Contains("fails its MAC"));
+  CHECK_THAT(put_by_hand(altered, mac_of(altered), zeros), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // The sender's MAC was of the bytes it sent: the altered ones are refused, nothing kept.
   CHECK_THAT(put_by_member(altered, mac_of(sent)), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // A MAC of zeros (what anyone without the token could send) likewise.
-  CHECK_THAT(put_by_member(altered, std::string(SlotMac::kBytes, '\0')),
-             Catch::Contains("fails its MAC"));
+  CHECK_THAT(put_by_member(altered, zeros), Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // A member's MAC of these bytes under another nonce than the one sent ahead of them likewise.
+  std::string renonced = mac_of(altered);
+  renonced[0] ^= 1;
+  CHECK_THAT(put_by_member(altered, renonced), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // The same bytes with their own MAC, which only a member can make, are kept.
   CHECK(put_by_member(altered, mac_of(altered)).empty());
   CHECK(holder->copies().steps() == Steps{{"n", {{7}}}});
+}
+
+TEST_CASE(
+    "peer copies: a copy's MAC holds only for its bytes, under its nonce, the job's token and its "
+    "purpose, and each send draws another nonce",
+    "[peer_copies]") {
+  const ddprun::store::Token job("0123456789abcdef-job");
+  const std::string bytes = payload_of(1 << 16, 3);
+  const auto sent = [&](const ddprun::store::Token& token, std::string_view purpose) {
+    CopyMac mac(token, purpose);
+    std::string nonce = mac.begin_sending();
+    mac.add(bytes);
+    return std::make_pair(nonce, mac.finish());
+  };
+  const auto holds = [&](const std::pair<std::string, std::string>& m, std::string_view got,
+                         const ddprun::store::Token& token, std::string_view purpose,
+                         size_t split) {
+    CopyMac mac(token, purpose);
+    mac.begin_checking(m.first);
+    mac.add(got.substr(0, split));
+    mac.add(got.substr(split));
+    return mac.matches(m.second);
+  };
+  const auto m = sent(job, "checkpoints/job");
+  CHECK(m.first.size() == CopyMac::kNonceBytes);
+  CHECK(m.second.size() == CopyMac::kTagBytes);
+  // However the bytes came in pieces.
+  CHECK(holds(m, bytes, job, "checkpoints/job", 0));
+  CHECK(holds(m, bytes, job, "checkpoints/job", 12345));
+  // One bit of the bytes, the nonce, the token or the purpose other: refused.
+  std::string flipped = bytes;
+  flipped[777] ^= 4;
+  CHECK_FALSE(holds(m, flipped, job, "checkpoints/job", 0));
+  auto renonced = m;
+  renonced.first[11] ^= 1;
+  CHECK_FALSE(holds(renonced, bytes, job, "checkpoints/job", 0));
+  CHECK_FALSE(holds(m, bytes, ddprun::store::Token("0123456789abcdef-jox"), "checkpoints/job", 0));
+  CHECK_FALSE(holds(m, bytes, job, "checkpoints/other", 0));
+  // The same bytes sent again: another nonce, another MAC (a nonce is never reused on purpose).
+  const auto again = sent(job, "checkpoints/job");
+  CHECK(again.first != m.first);
+  CHECK(again.second != m.second);
+  CHECK(holds(again, bytes, job, "checkpoints/job", 0));
+  // A nonce of another size is refused before anything is summed.
+  CopyMac short_nonce(job, "checkpoints/job");
+  CHECK_THROWS_WITH(short_nonce.begin_checking("12345678"),
+                    Catch::Contains("nonce of another size"));
 }

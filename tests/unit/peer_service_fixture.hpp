@@ -122,7 +122,7 @@ using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
 inline asio::ip::tcp::socket member_socket(asio::io_context& io, int port) {
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)});
-  asio::write(s, asio::buffer("DDPPEER3" + std::string(32, '\0')));
+  asio::write(s, asio::buffer("DDPPEER4" + std::string(32, '\0')));
   char greeting[40];
   asio::read(s, asio::buffer(greeting));
   const std::string proof = ddprun::store::auth::proof(

@@ -18,7 +18,7 @@ using asio::ip::tcp;
 
 namespace {
 
-constexpr std::string_view kPeerMagic = "DDPPEER3";
+constexpr std::string_view kPeerMagic = "DDPPEER4";
 constexpr size_t kProof = 32;
 constexpr uint64_t kTlsChunk = 8 << 20;    // what send_file reads and encrypts at once
 constexpr uint64_t kPlainChunk = 1 << 20;  // what it reads and writes at once in the clear
@@ -81,7 +81,7 @@ asio::awaitable<void> PeerLink::write(const char* p, size_t n) {
   idle_.cancel();
 }
 
-asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac) {
+asio::awaitable<void> PeerLink::send_file(int fd, uint64_t offset, uint64_t n, CopyMac* mac) {
   // Through a buffer, in the clear as over TLS: a copy out of the page cache and write(2) moved a
   // 240 MiB copy on loopback in 0.153-0.167 s (medians of 7) where sendfile(2) took 0.209-0.270 s,
   // attaching each 4 KiB page of the file to the socket on its own (docs/performance.md).

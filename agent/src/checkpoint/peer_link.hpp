@@ -9,7 +9,7 @@
 // longer than its limit is closed (a peer that stalls mid-transfer ends its transfer, not the
 // service).
 //
-// The greeting: the client sends "DDPPEER3" and its nonce, the server the same with its own; the
+// The greeting: the client sends "DDPPEER4" and its nonce, the server the same with its own; the
 // client sends its proof; the server answers one byte (1: accepted, 0: refused) and its own proof
 // (zeros when refused). Private to the agent.
 #include <chrono>
@@ -22,7 +22,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "checkpoint/slot_mac.hpp"
+#include "checkpoint/copy_mac.hpp"
 #include "ddprun/store/auth.hpp"
 #include "ddprun/store/tls.hpp"
 
@@ -35,7 +35,7 @@ namespace ddprun::agent {
 
 struct PeerAuth {
   std::optional<store::Token> token;  // the job's token or secret (none yet: nothing crosses)
-  // Whether each copy carries its MAC under the token (slot_mac.hpp): where the job has a token of
+  // Whether each copy carries its MAC under the token (copy_mac.hpp): where the job has a token of
   // its own, not its secret alone.
   bool mac = false;
   std::string scope;             // "checkpoints/<run id>"
@@ -67,7 +67,7 @@ class PeerLink {
   // `n` bytes of the file `fd` from `offset`, each also added to `mac` where there is one, read
   // into a buffer piece by piece and written (encrypted over TLS). Throws as write() does, and
   // std::system_error where the file cannot be read.
-  boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, SlotMac* mac);
+  boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, CopyMac* mac);
   // The other end's address, for messages.
   const std::string& peer() const { return peer_; }
   void close();

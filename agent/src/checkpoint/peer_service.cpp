@@ -165,11 +165,16 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
   return h->slots[0];
 }
 
-// Receives `size` payload bytes into `out`, then their MAC: whether it is theirs (and `header`'s,
-// the file's header as it came).
+// Receives the nonce of the payload's MAC where there is one, `size` payload bytes into `out`, then
+// their MAC: whether it is theirs (and `header`'s, the file's header as it came).
 asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
-                                      const std::string& header, std::optional<SlotMac> mac) {
-  if (mac) mac->add(header);
+                                      const std::string& header, std::optional<CopyMac> mac) {
+  if (mac) {
+    char nonce[CopyMac::kNonceBytes];
+    co_await link.read(nonce, sizeof nonce);
+    mac->begin_checking(std::string_view(nonce, sizeof nonce));
+    mac->add(header);
+  }
   const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, kSendChunk));
   AppendBehind behind(out, chunk);  // the next chunk arrives while this one is written
   for (uint64_t done = 0; done < size;) {
@@ -182,16 +187,20 @@ asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint6
   }
   behind.finish();
   if (!mac) co_return true;
-  char theirs[SlotMac::kBytes];
+  char theirs[CopyMac::kTagBytes];
   co_await link.read(theirs, sizeof theirs);
   co_return mac->matches(std::string_view(theirs, sizeof theirs));
 }
 
-// Sends the payload of `size` bytes at `at` of `fd`, then their MAC (and `header`'s, the file's
-// header as it was sent).
+// Sends the nonce of the payload's MAC where there is one, the payload of `size` bytes at `at` of
+// `fd`, then their MAC (and `header`'s, the file's header as it was sent).
 asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, int fd, uint64_t at,
-                                   uint64_t size, std::optional<SlotMac> mac) {
-  if (mac) mac->add(header);
+                                   uint64_t size, std::optional<CopyMac> mac) {
+  if (mac) {
+    const std::string nonce = mac->begin_sending();
+    co_await link.write(nonce.data(), nonce.size());
+    mac->add(header);
+  }
   co_await link.send_file(fd, at, size, mac ? &*mac : nullptr);
   if (!mac) co_return;
   const std::string sum = mac->finish();
@@ -239,11 +248,11 @@ PeerService::~PeerService() {
   stage_thread_.join();
 }
 
-std::optional<SlotMac> PeerService::copy_mac() const {
+std::optional<CopyMac> PeerService::copy_mac() const {
   if (!auth_.mac) return std::nullopt;
   if (!auth_.token)
     throw std::runtime_error("this node holds neither the job's token nor its secret");
-  return SlotMac(*auth_.token, auth_.scope);
+  return CopyMac(*auth_.token, auth_.scope);
 }
 
 void PeerService::use_secret(store::Token secret) {
@@ -321,11 +330,12 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     co_await send_status(*link, "not a checkpoint of the step it names");
     co_return;
   }
-  if (std::optional<SlotMac> mac = copy_mac()) {
-    char theirs[SlotMac::kBytes];
+  if (std::optional<CopyMac> mac = copy_mac()) {  // its nonce, then the MAC
+    char theirs[CopyMac::kNonceBytes + CopyMac::kTagBytes];
     co_await link->read(theirs, sizeof theirs);
+    mac->begin_checking(std::string_view(theirs, CopyMac::kNonceBytes));
     mac->add(header);
-    if (!mac->matches(std::string_view(theirs, sizeof theirs))) {
+    if (!mac->matches(std::string_view(theirs + CopyMac::kNonceBytes, CopyMac::kTagBytes))) {
       co_await send_status(*link, std::string(kAlteredCopy));
       co_return;
     }
@@ -495,9 +505,10 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
                         round, origin};
         co_await send_request(*link, request);
         co_await link->write(header.data(), header.size());
-        if (std::optional<SlotMac> mac = copy_mac()) {  // the header's own: it may be all it needs
+        if (std::optional<CopyMac> mac = copy_mac()) {  // the header's own: it may be all it needs
+          std::string sum = mac->begin_sending();
           mac->add(header);
-          const std::string sum = mac->finish();
+          sum += mac->finish();
           co_await link->write(sum.data(), sum.size());
         }
         const Answer answer = co_await read_answer(*link);

@@ -13,10 +13,10 @@
 // size, for a put the round whose agents sent it (a get's 0; a put of a round before the last
 // restore here is refused), the origin id's length, then the id (a get's is unused). The answer: a
 // status word (0 ok), a message's length and the message; a get's answer then carries the file's
-// length and the file. Where the job has a token, a file's payload is followed by its MAC
-// (slot_mac.hpp: under the token, of the header and payload as sent), and a put's header by the
-// header's own: a copy altered on its way is refused, as is a put whose slot names another global
-// rank, or another run.
+// length and the file. Where the job has a token, a file's payload is preceded by the nonce of its
+// MAC and followed by the MAC (copy_mac.hpp: under the token, of the header and payload as sent),
+// and a put's header by the header's own (its nonce, then the MAC): a copy altered on its way is
+// refused, as is a put whose slot names another global rank, or another run.
 //
 // A put whose header carries its payload's digest (payload_digest.hpp: a kept copy's) may be
 // answered "held" (status 2) instead: this node keeps a copy of its own of the same step whose
@@ -41,11 +41,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "checkpoint/copy_mac.hpp"
 #include "checkpoint/kept_steps.hpp"
 #include "checkpoint/payload_digest.hpp"
 #include "checkpoint/peer_copies.hpp"
 #include "checkpoint/peer_link.hpp"
-#include "checkpoint/slot_mac.hpp"
 #include "checkpoint/slot_sources.hpp"
 
 namespace ddprun::agent {
@@ -148,9 +148,9 @@ class PeerService {
                                          const SlotRecord& rec, const PayloadDigest& digest,
                                          int round);
   boost::asio::awaitable<void> answer(boost::asio::ip::tcp::socket socket);
-  // The MAC of a copy crossing between this job's agents, where the job has a token (on io_);
-  // none without one.
-  std::optional<SlotMac> copy_mac() const;
+  // The MAC of a copy crossing between this job's agents, not begun yet, where the job has a token
+  // (on io_); none without one.
+  std::optional<CopyMac> copy_mac() const;
 
   PeerAuth auth_;
   uint64_t run_tag_;
