@@ -263,6 +263,8 @@ TEST_CASE(
   asio::write(s, asio::buffer("n" + header + nonce + header_mac.finish()));
   char status[16];
   asio::read(s, asio::buffer(status));
+  CopyMac payload_mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+  asio::write(s, asio::buffer(payload_mac.begin_sending()));
   asio::write(s, asio::buffer(payload.data(), payload.size() / 2));
   s.close();
   // The holder noticed (its read failed) and gave the room back: a whole copy of 7 goes in.

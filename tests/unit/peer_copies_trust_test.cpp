@@ -1,6 +1,7 @@
 // Who may reach a node's checkpoint copies (checkpoint/peer_service.hpp), and what a copy must
 // prove: a stranger without the job's token or secret, idle connections from another address, TLS
 // with another job's certificates, a copy altered on its way. Real services on loopback.
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <catch2/catch.hpp>
 
 #include "checkpoint/copy_mac.hpp"
@@ -259,8 +262,33 @@ TEST_CASE(
   CHECK(again.first != m.first);
   CHECK(again.second != m.second);
   CHECK(holds(again, bytes, job, "checkpoints/job", 0));
-  // A nonce of another size is refused before anything is summed.
+  // A nonce of another size is refused before anything is summed; a MAC not begun is not used.
   CopyMac short_nonce(job, "checkpoints/job");
   CHECK_THROWS_WITH(short_nonce.begin_checking("12345678"),
                     Catch::Contains("nonce of another size"));
+  CHECK_THROWS_AS(short_nonce.add(bytes), std::logic_error);
+  // The MAC is the construction copy_mac.hpp states, computed here through OpenSSL's cipher API:
+  // AES-256-GCM's tag, over the bytes as additional data, under HMAC-SHA256(the token's key for
+  // the purpose, nonce), with an IV of 12 zero bytes.
+  const std::string scope_key =
+      ddprun::store::scope_token(job, "checkpoint copy mac\ncheckpoints/job").bytes();
+  unsigned char copy_key[32];
+  unsigned int key_bytes = 0;
+  REQUIRE(HMAC(EVP_sha256(), scope_key.data(), static_cast<int>(scope_key.size()),
+               reinterpret_cast<const unsigned char*>(m.first.data()), m.first.size(), copy_key,
+               &key_bytes) != nullptr);
+  REQUIRE(key_bytes == sizeof copy_key);
+  EVP_CIPHER_CTX* gcm = EVP_CIPHER_CTX_new();
+  const unsigned char iv[12] = {};
+  int n = 0;
+  REQUIRE(EVP_EncryptInit_ex(gcm, EVP_aes_256_gcm(), nullptr, copy_key, iv) == 1);
+  REQUIRE(EVP_EncryptUpdate(gcm, nullptr, &n, reinterpret_cast<const unsigned char*>(bytes.data()),
+                            static_cast<int>(bytes.size())) == 1);
+  unsigned char none[16];
+  REQUIRE(EVP_EncryptFinal_ex(gcm, none, &n) == 1);
+  std::string tag(CopyMac::kTagBytes, '\0');
+  REQUIRE(EVP_CIPHER_CTX_ctrl(gcm, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag.size()),
+                              tag.data()) == 1);
+  EVP_CIPHER_CTX_free(gcm);
+  CHECK(tag == m.second);
 }

@@ -1,6 +1,8 @@
 #include "checkpoint/copy_mac.hpp"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
@@ -11,20 +13,12 @@ namespace ddprun::agent {
 
 namespace {
 
-// The 32 bytes of a key whose 64 hex digits scope_token gives.
-std::string key_of(const store::Token& token, std::string_view purpose) {
-  std::string scope = "checkpoint copy mac\n";
-  scope.append(purpose);
-  const std::string hex = store::scope_token(token, scope).bytes();
-  const auto digit = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  std::string key;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    key.push_back(static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1])));
-  }
-  return key;
-}
+constexpr size_t kCopyKeyBytes = 32;  // AES-256's, and SHA-256's output
 
-[[noreturn]] void fail() { throw std::runtime_error("AES-256-GCM (GMAC) failed"); }
+[[noreturn]] void fail() {
+  ERR_clear_error();  // (the thread's queue is its TLS links' too)
+  throw std::runtime_error("AES-256-GCM (GMAC) failed");
+}
 
 }  // namespace
 
@@ -34,14 +28,20 @@ struct CopyMac::Context {
 };
 
 CopyMac::CopyMac(const store::Token& token, std::string_view purpose)
-    : key_(key_of(token, purpose)), ctx_(std::make_unique<Context>()) {
+    : ctx_(std::make_unique<Context>()) {
+  std::string scope = "checkpoint copy mac\n";
+  scope.append(purpose);
+  key_ = store::scope_token(token, scope).bytes();
   static EVP_MAC* const gmac = EVP_MAC_fetch(nullptr, "GMAC", nullptr);
   if (gmac == nullptr || (ctx_->ctx = EVP_MAC_CTX_new(gmac)) == nullptr) {
+    ERR_clear_error();
     throw std::runtime_error("AES-256-GCM (GMAC) is not available");
   }
 }
 
-CopyMac::~CopyMac() = default;
+CopyMac::~CopyMac() {
+  if (!key_.empty()) OPENSSL_cleanse(key_.data(), key_.size());
+}
 CopyMac::CopyMac(CopyMac&&) noexcept = default;
 CopyMac& CopyMac::operator=(CopyMac&&) noexcept = default;
 
@@ -49,6 +49,7 @@ std::string CopyMac::begin_sending() {
   std::string nonce(kNonceBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), static_cast<int>(kNonceBytes)) !=
       1) {
+    ERR_clear_error();
     throw std::runtime_error("the system has no randomness for a checkpoint copy's MAC");
   }
   begin(nonce);
@@ -61,19 +62,32 @@ void CopyMac::begin_checking(std::string_view nonce) {
 }
 
 void CopyMac::begin(std::string_view nonce) {
-  char cipher[] = "AES-256-GCM";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, cipher, 0),
-      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_IV, const_cast<char*>(nonce.data()),
-                                        nonce.size()),
-      OSSL_PARAM_END};
-  if (EVP_MAC_init(ctx_->ctx, reinterpret_cast<const unsigned char*>(key_.data()), key_.size(),
-                   params) != 1) {
+  unsigned char copy_key[kCopyKeyBytes];
+  size_t n = 0;
+  char digest[] = "SHA256";
+  if (EVP_Q_mac(nullptr, "HMAC", nullptr, digest, nullptr, key_.data(), key_.size(),
+                reinterpret_cast<const unsigned char*>(nonce.data()), nonce.size(), copy_key,
+                sizeof copy_key, &n) == nullptr ||
+      n != kCopyKeyBytes) {
     fail();
   }
+  char cipher[] = "AES-256-GCM";
+  unsigned char iv[12] = {};  // (each copy's key MACs once)
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, cipher, 0),
+                               OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_IV, iv, sizeof iv),
+                               OSSL_PARAM_END};
+  const bool ok = EVP_MAC_init(ctx_->ctx, copy_key, sizeof copy_key, params) == 1;
+  OPENSSL_cleanse(copy_key, sizeof copy_key);
+  if (!ok) fail();
+  begun_ = true;
+}
+
+void CopyMac::check_begun() const {
+  if (!begun_) throw std::logic_error("a copy's MAC used before it began");
 }
 
 void CopyMac::add(std::string_view bytes) {
+  check_begun();
   if (EVP_MAC_update(ctx_->ctx, reinterpret_cast<const unsigned char*>(bytes.data()),
                      bytes.size()) != 1) {
     fail();
@@ -81,6 +95,7 @@ void CopyMac::add(std::string_view bytes) {
 }
 
 std::string CopyMac::finish() {
+  check_begun();
   std::string out(kTagBytes, '\0');
   size_t n = 0;
   if (EVP_MAC_final(ctx_->ctx, reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) != 1 ||

@@ -1,13 +1,15 @@
 #pragma once
 // The MAC that goes with a checkpoint copy between two agents where the job has a token of its own
-// (peer_service.hpp): GMAC (AES-256-GCM over additional data only) under a key derived from the
-// token and a purpose, with a 96-bit nonce the sender draws at random for each MAC and sends ahead
-// of the bytes it covers. A copy altered on its way, or one sent by someone without the token, is
-// refused before it counts. GMAC rather than HMAC-SHA256 (slot_mac.hpp, which the files of
-// --checkpoint_dir keep): a copy crosses at the link's speed, and SHA-256 ran at about 1-2 GB/s on
-// one core at each end where GHASH runs at about 11-14 GB/s (measured in docs/performance.md).
-// Random nonces: a key sees far fewer than 2^32 MACs in a job's life, so a nonce repeats with
-// negligible probability. Private to the agent.
+// (peer_service.hpp), so that a copy altered on its way, or sent by someone without the token, is
+// refused before it counts. The sender draws a 128-bit nonce at random for each MAC and sends it
+// ahead of the bytes it covers; the MAC is GMAC (AES-256-GCM over additional data only, an IV of
+// 12 zero bytes) under the copy's own key, HMAC-SHA256(key of the token for a purpose, nonce).
+// A key per copy: one key of the run, used by every agent in every round, would see more MACs in
+// a long job of many nodes than random 96-bit IVs allow (2^32); nonces of 128 bits repeat with
+// negligible probability (2^-55 after 2^37 copies). GMAC rather than HMAC-SHA256 over the bytes
+// (slot_mac.hpp, which the files of --checkpoint_dir keep): a copy crosses at the link's speed,
+// and SHA-256 runs at 1-2 GB/s on one core at each end where GHASH runs at several times that
+// (scripts/bench/copy_mac.sh). Private to the agent.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,12 +20,12 @@ namespace ddprun::agent {
 
 class CopyMac {
  public:
-  static constexpr size_t kNonceBytes = 12;
+  static constexpr size_t kNonceBytes = 16;
   static constexpr size_t kTagBytes = 16;
 
   // Under the key of `token` for `purpose` (the copies of one run, say); begun by one of the two
-  // begin_ calls before the first add(). Throws std::runtime_error where AES-256-GCM is not
-  // available.
+  // begin_ calls before add(), finish() or matches(), which throw std::logic_error otherwise.
+  // Throws std::runtime_error where AES-256-GCM is not available.
   CopyMac(const store::Token& token, std::string_view purpose);
   ~CopyMac();
   CopyMac(CopyMac&&) noexcept;
@@ -44,8 +46,10 @@ class CopyMac {
 
  private:
   void begin(std::string_view nonce);
+  void check_begun() const;
 
-  std::string key_;
+  std::string key_;  // of the token for the purpose: the HMAC key of each copy's own
+  bool begun_ = false;
   struct Context;
   std::unique_ptr<Context> ctx_;
 };

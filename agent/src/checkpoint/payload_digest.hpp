@@ -2,7 +2,7 @@
 // A slot payload's content digest: XXH3's 128-bit hash of its bytes. Two agents holding the same
 // step compare digests to tell that a copy need not cross the network (peer_service.hpp: a copy
 // the peer holds already is linked, not sent). It says which bytes, not who wrote them: it is no
-// MAC (slot_mac.hpp), and a copy's header that carries it is MAC'd where the job has a token. A
+// MAC (copy_mac.hpp), and a copy's header that carries it is MAC'd where the job has a token. A
 // file of the persisted layout whose bytes were digested as they were written (a kept copy,
 // SlotFileWriter::record_digest) has it in its header at kSlot0DigestAt, after a marker; anything
 // else there is no digest. Private to the agent.
