@@ -3,6 +3,7 @@
 // with another job's certificates, a copy altered on its way. Real services on loopback.
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -291,4 +292,56 @@ TEST_CASE(
                               tag.data()) == 1);
   EVP_CIPHER_CTX_free(gcm);
   CHECK(tag == m.second);
+}
+
+TEST_CASE(
+    "peer copies: a copy fetched whose bytes were altered on their way fails its MAC and is not "
+    "restored",
+    "[peer_copies]") {
+  Folder c;
+  const ddprun::store::Token token("0123456789abcdef-job");
+  auto fetcher = service(auth_with("0123456789abcdef-job"), c.path);
+  const std::string kept = payload_of(1 << 20, 6);
+  std::string altered = kept;
+  altered[4242] ^= 8;
+  SlotRecord rec = record_of(altered, 9);  // (its CRC made to match, as anyone on the way can)
+  rec.world_size = 2;
+  const std::string header = region_header_for(rec, altered.size(), 0);
+  // A holder that proves the token and serves step 9 with the MAC of the bytes it kept, and the
+  // bytes changed on the way: what the fetcher gets is not what the holder's MAC is of.
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  std::thread holder([&] {
+    asio::ip::tcp::socket s = acceptor.accept();
+    char hello[40];
+    asio::read(s, asio::buffer(hello));
+    const std::string server_nonce(32, '\7');
+    asio::write(s, asio::buffer("DDPPEER4" + server_nonce));
+    char proof[32];
+    asio::read(s, asio::buffer(proof));
+    asio::write(
+        s, asio::buffer('\1' + ddprun::store::auth::proof(
+                                   token, ddprun::store::auth::Side::kServer, "checkpoints/job",
+                                   std::string(hello + 8, 32), server_nonce)));
+    uint64_t words[7];
+    asio::read(s, asio::buffer(words, sizeof words));
+    std::string origin(words[6], '\0');
+    asio::read(s, asio::buffer(origin));
+    const uint64_t answer[] = {0, 0, kRegionHeader + altered.size()};
+    asio::write(s, asio::buffer(answer, sizeof answer));
+    CopyMac mac(token, "checkpoints/job");
+    const std::string nonce = mac.begin_sending();
+    mac.add(header);
+    mac.add(kept);
+    boost::system::error_code closed;  // (by the fetcher, once it has what it refuses)
+    asio::write(s, asio::buffer(header + nonce + altered + mac.finish()), closed);
+    char rest[1];
+    asio::read(s, asio::buffer(rest), closed);  // until the fetcher is done with it
+  });
+  const PeerAddress from{"127.0.0.1", acceptor.local_endpoint().port()};
+  const TransferReport got = wait(fetcher->get(from, {{0, 2}}, 9, c.path / "restore"));
+  holder.join();
+  CHECK_FALSE(got.ok);
+  CHECK_THAT(got.detail, Catch::Contains("fails its MAC"));
+  CHECK_FALSE(fs::exists(c.path / "restore" / "step_9" / "rank_0.ddpckpt"));
 }
