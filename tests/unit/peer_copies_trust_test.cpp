@@ -184,15 +184,26 @@ TEST_CASE(
     return out + mac.finish();
   };
   const std::string zeros(CopyMac::kNonceBytes + CopyMac::kTagBytes, '\0');
-  // (The header's own MAC goes first: a member's, for the header as it came. The payload's nonce
-  // goes before the payload, its MAC after.)
+  // A put's request of origin "n", rank 0, step 7, in round `round`; and a member's MAC of a
+  // request and the header (its nonce, then the MAC).
+  const auto request_of = [&](uint64_t round, const std::string& payload) {
+    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), round, 1};
+    return std::string(reinterpret_cast<const char*>(words), sizeof words) + "n";
+  };
+  const auto header_mac_of = [&](const std::string& request) {
+    CopyMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+    std::string out = mac.begin_sending();
+    mac.add(request);
+    mac.add(header);
+    return out + mac.finish();
+  };
+  // (The header's MAC goes first: a member's, for the request and header as they came. The
+  // payload's nonce goes before the payload, its MAC after.)
   const auto put_by_hand = [&](const std::string& payload, const std::string& mac,
-                               const std::string& header_mac) {
+                               const std::string& header_mac, uint64_t round = 0) {
     asio::io_context io;
     asio::ip::tcp::socket s = member_socket(io, holder->port());
-    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 0, 1};
-    asio::write(s, asio::buffer(words, sizeof words));
-    asio::write(s, asio::buffer("n" + header));
+    asio::write(s, asio::buffer(request_of(round, payload) + header));
     asio::write(s, asio::buffer(header_mac));
     if (const std::string why = read_status(s); !why.empty()) return why;
     asio::write(s, asio::buffer(mac.substr(0, CopyMac::kNonceBytes)));
@@ -201,10 +212,15 @@ TEST_CASE(
     return read_status(s);
   };
   const auto put_by_member = [&](const std::string& payload, const std::string& mac) {
-    return put_by_hand(payload, mac, mac_of(""));
+    return put_by_hand(payload, mac, header_mac_of(request_of(0, payload)));
   };
   // A header whose MAC is not a member's is refused before any payload.
   CHECK_THAT(put_by_hand(altered, mac_of(altered), zeros), Catch::Contains("fails its MAC"));
+  CHECK(holder->copies().steps().empty());
+  // So is a member's header MAC whose request was changed on the way (another round: a copy
+  // replayed into a later round's timeline).
+  CHECK_THAT(put_by_hand(altered, mac_of(altered), header_mac_of(request_of(0, altered)), 1),
+             Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // The sender's MAC was of the bytes it sent: the altered ones are refused, nothing kept.
   CHECK_THAT(put_by_member(altered, mac_of(sent)), Catch::Contains("fails its MAC"));

@@ -74,11 +74,18 @@ uint64_t word_at(const char* p, size_t i) {
   return v;
 }
 
-asio::awaitable<void> send_request(PeerLink& link, const Request& r) {
+// The request as it crosses the wire (a put's header MAC covers it too: which origin, rank and
+// round a copy is filed under is the sender's word).
+std::string encoded(const Request& r) {
   std::string out = words({r.op, static_cast<uint64_t>(r.local_rank), static_cast<uint64_t>(r.rank),
                            static_cast<uint64_t>(r.step), r.bytes, static_cast<uint64_t>(r.round),
                            r.origin.size()});
   out += r.origin;
+  return out;
+}
+
+asio::awaitable<void> send_request(PeerLink& link, const Request& r) {
+  const std::string out = encoded(r);
   co_await link.write(out.data(), out.size());
 }
 
@@ -334,6 +341,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     char theirs[CopyMac::kNonceBytes + CopyMac::kTagBytes];
     co_await link->read(theirs, sizeof theirs);
     mac->begin_checking(std::string_view(theirs, CopyMac::kNonceBytes));
+    mac->add(encoded(*r));
     mac->add(header);
     if (!mac->matches(std::string_view(theirs + CopyMac::kNonceBytes, CopyMac::kTagBytes))) {
       co_await send_status(*link, std::string(kAlteredCopy));
@@ -507,6 +515,7 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
         co_await link->write(header.data(), header.size());
         if (std::optional<CopyMac> mac = copy_mac()) {  // the header's own: it may be all it needs
           std::string sum = mac->begin_sending();
+          mac->add(encoded(request));
           mac->add(header);
           sum += mac->finish();
           co_await link->write(sum.data(), sum.size());
