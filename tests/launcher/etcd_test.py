@@ -59,9 +59,11 @@ def worker_pids(d):
 def finish_without_restart(procs, d):
     for pid in worker_pids(d):
         os.kill(pid, signal.SIGTERM)
-    for status, _, err in finish(procs):
-        assert status == 0, err
-        assert "stopping this node's workers" not in err and "restarting" not in err, err
+    results = finish(procs)
+    said = "\n--- the next agent:\n".join(err for _, _, err in results)  # (every node's view)
+    for status, _, err in results:
+        assert status == 0, said
+        assert "stopping this node's workers" not in err and "restarting" not in err, said
     assert count(d, "ran.") == 0, os.listdir(d)  # no second round ran
 
 
