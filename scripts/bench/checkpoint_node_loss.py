@@ -173,11 +173,11 @@ def main():
     if TOKEN:
         global JOB_CONF
         secret = ["--auth-token-file", os.path.join(work, "secret")]
-        with open(secret[1], "w") as f:
+        with open(os.open(secret[1], os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(os.urandom(24).hex())
         token = subprocess.run([DDPRUN, "token", f"--auth-token-file={secret[1]}",
                                 "--rdzv_id=loss"], capture_output=True, text=True, check=True)
-        with open(os.path.join(work, "token"), "w") as f:
+        with open(os.open(os.path.join(work, "token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(token.stdout)
         JOB_CONF += f",auth_token_file={work}/token"
     store = subprocess.Popen(["ip", "netns", "exec", HEAD, DDPRUND, "--host", f"{NET}.1", "--port",

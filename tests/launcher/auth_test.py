@@ -271,6 +271,18 @@ def impostor_store():
     return listener.getsockname()[1]
 
 
+def case_a_secret_file_others_can_read_is_warned_of_on_stderr_after_the_port():
+    """ddprund prints its port alone on stdout (what scripts read) even where reading its options
+    has something to say: a secret others can read is a warning on stderr."""
+    secret = secret_file()
+    os.chmod(secret, 0o644)
+    _, port, dlog = PROCS.ddprund(DDPRUND, "--auth-token-file", secret)  # (the port: stdout's line)
+    assert 0 < port < 65536, port
+    wait_for(lambda: "can be read by others than its owner" in open(dlog).read(),
+             "the warning on stderr", 30)
+    print("a secret readable by others: the port alone on stdout, the warning on stderr: passed")
+
+
 def case_a_store_that_cannot_prove_the_token_is_refused():
     token = secret_file()
     port = impostor_store()

@@ -151,10 +151,12 @@ int main(int argc, char** argv) {
     std::cerr << "ddprund: " << e.what() << '\n';
     return 2;
   }
-  if (const std::optional<int> unusable = complete_options(flags)) return *unusable;
+  // (Before the options are completed: what reading them says goes to stderr, never before the
+  // port on stdout.)
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprund"));
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprund] [%l] %v");
+  if (const std::optional<int> unusable = complete_options(flags)) return *unusable;
   ddprun::store::prepare_server_process();
   return serve(flags);
 }
