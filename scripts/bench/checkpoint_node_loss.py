@@ -34,7 +34,21 @@ STANDBY = int(os.environ.get("STANDBY", "0"))
 # TOKEN=1: ddprund holds a secret and ddprun's job a token of its own (--rdzv_conf
 # auth_token_file), so that every copy between its agents carries its MAC
 TOKEN = os.environ.get("TOKEN", "0") == "1"
-JOB_CONF = "join_timeout=120,heartbeat_timeout=5"
+SECRET = []  # with TOKEN: ddprund's --auth-token-file and its path, once written
+
+
+def auth_conf(run_id):
+    """With TOKEN, the rdzv_conf setting of job `run_id`'s token (written on first use); else
+    none."""
+    if not SECRET:
+        return []
+    path = f"{SECRET[1]}.{run_id}"
+    if not os.path.exists(path):
+        token = subprocess.run([DDPRUN, "token", f"--auth-token-file={SECRET[1]}",
+                                f"--rdzv_id={run_id}"], capture_output=True, text=True, check=True)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(token.stdout)
+    return [f"auth_token_file={path}"]
 
 
 def in_ns(i, cmd, env=None, **kw):
@@ -95,7 +109,9 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
                    *(["--preload=auto"] if PRELOAD else []), f"--restart_mode={RESTART}",
                    *([f"--standby_workers={STANDBY}"] if STANDBY else []),
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{store_port}",
-                   "--rdzv_id=loss", f"--rdzv_conf={JOB_CONF}",
+                   "--rdzv_id=loss",
+                   "--rdzv_conf=" + ",".join(["join_timeout=120,heartbeat_timeout=5",
+                                              *auth_conf("loss")]),
                    f"--event_log={out}/events.{i}.jsonl", WORKER, "ddprun", str(steps), out]
         else:
             # torchrun's own way: node 0's agent hosts the store (it cannot tell that the
@@ -169,19 +185,12 @@ def main():
     except subprocess.CalledProcessError as e:
         raise SystemExit(f"network namespaces unavailable here: {e}")
     work = tempfile.mkdtemp()
-    secret = []
     if TOKEN:
-        global JOB_CONF
-        secret = ["--auth-token-file", os.path.join(work, "secret")]
-        with open(os.open(secret[1], os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        SECRET.extend(["--auth-token-file", os.path.join(work, "secret")])
+        with open(os.open(SECRET[1], os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(os.urandom(24).hex())
-        token = subprocess.run([DDPRUN, "token", f"--auth-token-file={secret[1]}",
-                                "--rdzv_id=loss"], capture_output=True, text=True, check=True)
-        with open(os.open(os.path.join(work, "token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(token.stdout)
-        JOB_CONF += f",auth_token_file={work}/token"
     store = subprocess.Popen(["ip", "netns", "exec", HEAD, DDPRUND, "--host", f"{NET}.1", "--port",
-                              "0", "--log-level", "error", *secret], stdout=subprocess.PIPE,
+                              "0", "--log-level", "error", *SECRET], stdout=subprocess.PIPE,
                              text=True)
     try:
         port = int(store.stdout.readline())
@@ -241,6 +250,7 @@ def main():
             os.makedirs(out)
             agents = [in_ns(i, [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                                 f"--rdzv_endpoint={NET}.1:{port}", f"--rdzv_id=speed_{mode}",
+                                *[f"--rdzv_conf={c}" for c in auth_conf(f"speed_{mode}")],
                                 f"--event_log={out}/events.{i}.jsonl", *flags, WORKER, worker,
                                 "40", out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
