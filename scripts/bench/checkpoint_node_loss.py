@@ -317,7 +317,9 @@ def main():
     d, t = rows["ddprun"], rows["torchrun"]
     versus = ("torchrun never got back" if t is None else
               f"torchrun's {t[0]}, back at the failed step {t[1] / d[1]:.1f}x sooner (target 10x)")
-    print(f"checkpoint node loss: ddprun redid {d[0] if d else 'all'} step(s) (target at most 1) "
+    macd = " (a token: every copy MAC'd)" if TOKEN else ""
+    print(f"checkpoint node loss{macd}: ddprun redid {d[0] if d else 'all'} step(s) "
+          f"(target at most 1) "
           f"against {versus}; the restore moved "
           f"{link / rate if rate else float('inf'):.2f}x slower than the link (target 2x); the "
           f"copies kept {speed['save'] / speed['copy'] * 100:.1f}% of the speed of saving alone "

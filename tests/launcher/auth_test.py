@@ -174,7 +174,10 @@ def case_strangers_cannot_touch_a_job_and_jobs_cannot_touch_each_other():
         return "\n".join(f"{path}:\n" + open(path).read()[-3000:] for path in logs)
 
     for job in tokens:
-        wait_for(lambda: started(works[job]) == 4, f"job {job}'s 4 workers", 60)
+        try:
+            wait_for(lambda: started(works[job]) == 4, f"job {job}'s 4 workers", 60)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {said()}") from None
     scope = {job: f"/ddprun/{job}/".encode() for job in tokens}
     token = {job: open(tokens[job], "rb").read().strip() for job in tokens}
     closed_key = b"/ddprun/ja/closed"
@@ -218,7 +221,10 @@ def case_strangers_cannot_touch_a_job_and_jobs_cannot_touch_each_other():
     for job in tokens:
         open(os.path.join(works[job], "go"), "w").close()
     for a in agents:
-        assert a.wait(60) == 0, said()
+        try:
+            assert a.wait(60) == 0, said()
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"an agent still ran after 60 s: {said()}") from None
     for job in tokens:  # nothing restarted: one start per worker
         assert started(works[job]) == 4, (os.listdir(works[job]), said())
     log = open(dlog).read()

@@ -252,14 +252,15 @@ TEST_CASE(
 
   // A sender that dies half way through its payload.
   asio::io_context io;
-  asio::ip::tcp::socket s = member_socket(io, holder.port());
+  std::string session;
+  asio::ip::tcp::socket s = member_socket(io, holder.port(), &session);
   const std::string payload = payload_of(1 << 20, 3);
   const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), 0, 1};
   const std::string request = std::string(reinterpret_cast<const char*>(words), sizeof words) + "n";
   const std::string header = region_header_for(record_of(payload, 7), payload.size(), 0);
   CopyMac header_mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
   const std::string nonce = header_mac.begin_sending();
-  header_mac.add(request);
+  header_mac.add(session + request);
   header_mac.add(header);
   asio::write(s, asio::buffer(request + header + nonce + header_mac.finish()));
   char status[16];

@@ -1,9 +1,13 @@
 // Who may reach a node's checkpoint copies (checkpoint/peer_service.hpp), and what a copy must
 // prove: a stranger without the job's token or secret, idle connections from another address, TLS
 // with another job's certificates, a copy altered on its way. Real services on loopback.
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -175,66 +179,71 @@ TEST_CASE(
   altered[12345] ^= 1;
   // What an attacker on the way can do: change bytes and give the header the new bytes' CRC.
   const std::string header = region_header_for(record_of(altered, 7), altered.size(), 0);
-  // A MAC as a member makes it: its nonce, then the MAC of the header and `payload`.
-  const auto mac_of = [&](const std::string& payload) {
-    CopyMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
-    std::string out = mac.begin_sending();
-    mac.add(header);
-    mac.add(payload);
-    return out + mac.finish();
-  };
-  const std::string zeros(CopyMac::kNonceBytes + CopyMac::kTagBytes, '\0');
-  // A put's request of origin "n", rank 0, step 7, in round `round`; and a member's MAC of a
-  // request and the header (its nonce, then the MAC).
-  const auto request_of = [&](uint64_t round, const std::string& payload) {
-    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + payload.size(), round, 1};
+  // A put's request of origin "n", rank 0, step 7, in round `round`.
+  const auto request_of = [&](uint64_t round) {
+    const uint64_t words[] = {1, 0, 0, 7, kRegionHeader + altered.size(), round, 1};
     return std::string(reinterpret_cast<const char*>(words), sizeof words) + "n";
   };
-  const auto header_mac_of = [&](const std::string& request) {
-    CopyMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
-    std::string out = mac.begin_sending();
-    mac.add(request);
-    mac.add(header);
-    return out + mac.finish();
+  // A MAC as a member makes it (peer_service.hpp): its nonce, then the MAC of the connection's
+  // session, the request of round `round`, the header and `payload` (none: the header's MAC).
+  using MacOf = std::function<std::string(const std::string& session)>;
+  const auto member = [&](uint64_t round, const std::string& payload) -> MacOf {
+    return [&, round, payload](const std::string& session) {
+      CopyMac mac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job");
+      std::string out = mac.begin_sending();
+      mac.add(session + request_of(round));
+      mac.add(header);
+      mac.add(payload);
+      return out + mac.finish();
+    };
   };
-  // (The header's MAC goes first: a member's, for the request and header as they came. The
-  // payload's nonce goes before the payload, its MAC after.)
-  const auto put_by_hand = [&](const std::string& payload, const std::string& mac,
-                               const std::string& header_mac, uint64_t round = 0) {
+  const MacOf zeros = [](const std::string&) {
+    return std::string(CopyMac::kNonceBytes + CopyMac::kTagBytes, '\0');
+  };
+  // A put of `payload` in round `round` with these MACs: the header's first, then the payload's
+  // nonce before the payload and its MAC after.
+  const auto put_by_hand = [&](const std::string& payload, uint64_t round, const MacOf& header_mac,
+                               const MacOf& payload_mac) {
     asio::io_context io;
-    asio::ip::tcp::socket s = member_socket(io, holder->port());
-    asio::write(s, asio::buffer(request_of(round, payload) + header));
-    asio::write(s, asio::buffer(header_mac));
+    std::string session;
+    asio::ip::tcp::socket s = member_socket(io, holder->port(), &session);
+    asio::write(s, asio::buffer(request_of(round) + header));
+    asio::write(s, asio::buffer(header_mac(session)));
     if (const std::string why = read_status(s); !why.empty()) return why;
+    const std::string mac = payload_mac(session);
     asio::write(s, asio::buffer(mac.substr(0, CopyMac::kNonceBytes)));
     asio::write(s, asio::buffer(payload));
     asio::write(s, asio::buffer(mac.substr(CopyMac::kNonceBytes)));
     return read_status(s);
   };
-  const auto put_by_member = [&](const std::string& payload, const std::string& mac) {
-    return put_by_hand(payload, mac, header_mac_of(request_of(0, payload)));
-  };
   // A header whose MAC is not a member's is refused before any payload.
-  CHECK_THAT(put_by_hand(altered, mac_of(altered), zeros), Catch::Contains("fails its MAC"));
+  CHECK_THAT(put_by_hand(altered, 0, zeros, member(0, altered)), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // So is a member's header MAC whose request was changed on the way (another round: a copy
-  // replayed into a later round's timeline).
-  CHECK_THAT(put_by_hand(altered, mac_of(altered), header_mac_of(request_of(0, altered)), 1),
+  // replayed into a later round's timeline), and one made on another connection (a replay).
+  CHECK_THAT(put_by_hand(altered, 1, member(0, ""), member(1, altered)),
+             Catch::Contains("fails its MAC"));
+  const MacOf recorded = [&](const std::string&) { return member(0, "")(std::string(64, 'r')); };
+  CHECK_THAT(put_by_hand(altered, 0, recorded, member(0, altered)),
              Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // The sender's MAC was of the bytes it sent: the altered ones are refused, nothing kept.
-  CHECK_THAT(put_by_member(altered, mac_of(sent)), Catch::Contains("fails its MAC"));
+  CHECK_THAT(put_by_hand(altered, 0, member(0, ""), member(0, sent)),
+             Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // A MAC of zeros (what anyone without the token could send) likewise.
-  CHECK_THAT(put_by_member(altered, zeros), Catch::Contains("fails its MAC"));
+  CHECK_THAT(put_by_hand(altered, 0, member(0, ""), zeros), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // A member's MAC of these bytes under another nonce than the one sent ahead of them likewise.
-  std::string renonced = mac_of(altered);
-  renonced[0] ^= 1;
-  CHECK_THAT(put_by_member(altered, renonced), Catch::Contains("fails its MAC"));
+  const MacOf renonced = [&](const std::string& session) {
+    std::string mac = member(0, altered)(session);
+    mac[0] ^= 1;
+    return mac;
+  };
+  CHECK_THAT(put_by_hand(altered, 0, member(0, ""), renonced), Catch::Contains("fails its MAC"));
   CHECK(holder->copies().steps().empty());
   // The same bytes with their own MAC, which only a member can make, are kept.
-  CHECK(put_by_member(altered, mac_of(altered)).empty());
+  CHECK(put_by_hand(altered, 0, member(0, ""), member(0, altered)).empty());
   CHECK(holder->copies().steps() == Steps{{"n", {{7}}}});
 }
 
@@ -295,7 +304,9 @@ TEST_CASE(
                reinterpret_cast<const unsigned char*>(m.first.data()), m.first.size(), copy_key,
                &key_bytes) != nullptr);
   REQUIRE(key_bytes == sizeof copy_key);
-  EVP_CIPHER_CTX* gcm = EVP_CIPHER_CTX_new();
+  const std::unique_ptr<EVP_CIPHER_CTX, void (*)(EVP_CIPHER_CTX*)> owned(EVP_CIPHER_CTX_new(),
+                                                                         EVP_CIPHER_CTX_free);
+  EVP_CIPHER_CTX* const gcm = owned.get();
   const unsigned char iv[12] = {};
   int n = 0;
   REQUIRE(EVP_EncryptInit_ex(gcm, EVP_aes_256_gcm(), nullptr, copy_key, iv) == 1);
@@ -306,7 +317,6 @@ TEST_CASE(
   std::string tag(CopyMac::kTagBytes, '\0');
   REQUIRE(EVP_CIPHER_CTX_ctrl(gcm, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag.size()),
                               tag.data()) == 1);
-  EVP_CIPHER_CTX_free(gcm);
   CHECK(tag == m.second);
 }
 
@@ -323,41 +333,65 @@ TEST_CASE(
   SlotRecord rec = record_of(altered, 9);  // (its CRC made to match, as anyone on the way can)
   rec.world_size = 2;
   const std::string header = region_header_for(rec, altered.size(), 0);
-  // A holder that proves the token and serves step 9 with the MAC of the bytes it kept, and the
-  // bytes changed on the way: what the fetcher gets is not what the holder's MAC is of.
-  asio::io_context io;
-  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-  std::thread holder([&] {
-    asio::ip::tcp::socket s = acceptor.accept();
-    char hello[40];
-    asio::read(s, asio::buffer(hello));
-    const std::string server_nonce(32, '\7');
-    asio::write(s, asio::buffer("DDPPEER4" + server_nonce));
-    char proof[32];
-    asio::read(s, asio::buffer(proof));
-    asio::write(
-        s, asio::buffer('\1' + ddprun::store::auth::proof(
-                                   token, ddprun::store::auth::Side::kServer, "checkpoints/job",
-                                   std::string(hello + 8, 32), server_nonce)));
-    uint64_t words[7];
-    asio::read(s, asio::buffer(words, sizeof words));
-    std::string origin(words[6], '\0');
-    asio::read(s, asio::buffer(origin));
-    const uint64_t answer[] = {0, 0, kRegionHeader + altered.size()};
-    asio::write(s, asio::buffer(answer, sizeof answer));
-    CopyMac mac(token, "checkpoints/job");
-    const std::string nonce = mac.begin_sending();
-    mac.add(header);
-    mac.add(kept);
-    boost::system::error_code closed;  // (by the fetcher, once it has what it refuses)
-    asio::write(s, asio::buffer(header + nonce + altered + mac.finish()), closed);
-    char rest[1];
-    asio::read(s, asio::buffer(rest), closed);  // until the fetcher is done with it
-  });
-  const PeerAddress from{"127.0.0.1", acceptor.local_endpoint().port()};
-  const TransferReport got = wait(fetcher->get(from, {{0, 2}}, 9, c.path / "restore"));
-  holder.join();
-  CHECK_FALSE(got.ok);
-  CHECK_THAT(got.detail, Catch::Contains("fails its MAC"));
+  // A holder that proves the token and serves step 9 with a member's MAC (peer_service.hpp: of
+  // the session, the request, the header and `macd`) over the bytes `sent`; the fetch's report.
+  const auto fetch_from_holder = [&](const std::string& macd, const std::string& sent) {
+    asio::io_context io;
+    asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+    acceptor.non_blocking(true);
+    std::thread holder([&] {
+      boost::system::error_code ec;  // (any failure: the fetcher's report says it)
+      asio::ip::tcp::socket s(io);
+      for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+           std::chrono::steady_clock::now() < until;) {
+        acceptor.accept(s, ec);
+        if (ec != asio::error::would_block && ec != asio::error::try_again) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (ec) return;
+      s.non_blocking(false, ec);
+      char hello[40];
+      asio::read(s, asio::buffer(hello), ec);
+      const std::string server_nonce(32, '\7');
+      asio::write(s, asio::buffer("DDPPEER4" + server_nonce), ec);
+      char proof[32];
+      asio::read(s, asio::buffer(proof), ec);
+      const std::string client_nonce(hello + 8, 32);
+      asio::write(s,
+                  asio::buffer('\1' + ddprun::store::auth::proof(
+                                          token, ddprun::store::auth::Side::kServer,
+                                          "checkpoints/job", client_nonce, server_nonce)),
+                  ec);
+      uint64_t words[7] = {};
+      asio::read(s, asio::buffer(words, sizeof words), ec);
+      std::string origin(std::min<uint64_t>(words[6], 64), '\0');
+      asio::read(s, asio::buffer(origin), ec);
+      const std::string request =
+          std::string(reinterpret_cast<const char*>(words), sizeof words) + origin;
+      const uint64_t answer[] = {0, 0, kRegionHeader + sent.size()};
+      asio::write(s, asio::buffer(answer, sizeof answer), ec);
+      CopyMac mac(token, "checkpoints/job");
+      const std::string nonce = mac.begin_sending();
+      mac.add(client_nonce + server_nonce + request);
+      mac.add(header);
+      mac.add(macd);
+      asio::write(s, asio::buffer(header + nonce + sent + mac.finish()), ec);
+      char rest[1];
+      asio::read(s, asio::buffer(rest), ec);  // until the fetcher is done with it
+    });
+    const PeerAddress from{"127.0.0.1", acceptor.local_endpoint().port()};
+    const TransferReport got = wait(fetcher->get(from, {{0, 2}}, 9, c.path / "restore"));
+    holder.join();
+    return got;
+  };
+  // The bytes changed on the way: not what the holder's MAC is of.
+  const TransferReport forged = fetch_from_holder(kept, altered);
+  CHECK_FALSE(forged.ok);
+  CHECK_THAT(forged.detail, Catch::Contains("fails its MAC"));
   CHECK_FALSE(fs::exists(c.path / "restore" / "step_9" / "rank_0.ddpckpt"));
+  // The same holder with the MAC of the bytes it sends (the hand-made protocol is right): taken.
+  const TransferReport honest = fetch_from_holder(altered, altered);
+  INFO(honest.detail);
+  CHECK(honest.ok);
+  CHECK(payload_of_file(fetched(c.path / "restore", 0, 9)) == altered);
 }

@@ -118,13 +118,16 @@ inline TransferReport put(PeerService& from, const PeerAddress& to, const std::s
 using Steps = std::map<std::string, std::vector<std::vector<int64_t>>>;
 
 // A connection to the service at `port` on loopback that has proved the job's token (as a member
-// speaking the protocol by hand).
-inline asio::ip::tcp::socket member_socket(asio::io_context& io, int port) {
+// speaking the protocol by hand); its session (PeerLink::session: the two nonces) into `session`
+// where given.
+inline asio::ip::tcp::socket member_socket(asio::io_context& io, int port,
+                                           std::string* session = nullptr) {
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)});
   asio::write(s, asio::buffer("DDPPEER4" + std::string(32, '\0')));
   char greeting[40];
   asio::read(s, asio::buffer(greeting));
+  if (session != nullptr) *session = std::string(32, '\0') + std::string(greeting + 8, 32);
   const std::string proof = ddprun::store::auth::proof(
       ddprun::store::Token("0123456789abcdef-job"), ddprun::store::auth::Side::kClient,
       "checkpoints/job", std::string(32, '\0'), std::string(greeting + 8, 32));

@@ -156,6 +156,7 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::connect(asio::any_io_execut
             proof_of(auth, store::auth::Side::kServer, client_nonce, server_nonce))) {
       throw std::runtime_error("it could not prove that it holds the job's token");
     }
+    link->session_ = client_nonce + server_nonce;
     co_return link;
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(
@@ -190,6 +191,7 @@ asio::awaitable<std::unique_ptr<PeerLink>> PeerLink::accept(tcp::socket socket,
                  : std::string(kProof, '\0');
     co_await link->write(answer.data(), answer.size());
     if (!ok) co_return nullptr;
+    link->session_ = client_nonce + server_nonce;
     co_return link;
   } catch (const std::exception&) {
     co_return nullptr;

@@ -70,6 +70,9 @@ class PeerLink {
   boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, CopyMac* mac);
   // The other end's address, for messages.
   const std::string& peer() const { return peer_; }
+  // The greeting's two nonces (the client's, then the server's): fresh on every connection, so
+  // that a MAC that covers them (peer_service.hpp) holds on this connection only.
+  const std::string& session() const { return session_; }
   void close();
 
  private:
@@ -85,6 +88,7 @@ class PeerLink {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::chrono::milliseconds idle_limit_;
   std::string peer_;
+  std::string session_;
 };
 
 }  // namespace ddprun::agent

@@ -74,8 +74,7 @@ uint64_t word_at(const char* p, size_t i) {
   return v;
 }
 
-// The request as it crosses the wire (a put's header MAC covers it too: which origin, rank and
-// round a copy is filed under is the sender's word).
+// The request as it crosses the wire.
 std::string encoded(const Request& r) {
   std::string out = words({r.op, static_cast<uint64_t>(r.local_rank), static_cast<uint64_t>(r.rank),
                            static_cast<uint64_t>(r.step), r.bytes, static_cast<uint64_t>(r.round),
@@ -88,6 +87,10 @@ asio::awaitable<void> send_request(PeerLink& link, const Request& r) {
   const std::string out = encoded(r);
   co_await link.write(out.data(), out.size());
 }
+
+// What every MAC of a transfer covers before its header: the connection's session and the request
+// (a MAC recorded on one connection, or for another request, holds for nothing else).
+std::string bound(const PeerLink& link, const Request& r) { return link.session() + encoded(r); }
 
 // nullopt: not a request of this protocol.
 asio::awaitable<std::optional<Request>> read_request(PeerLink& link) {
@@ -173,13 +176,15 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
 }
 
 // Receives the nonce of the payload's MAC where there is one, `size` payload bytes into `out`, then
-// their MAC: whether it is theirs (and `header`'s, the file's header as it came).
+// their MAC: whether it is theirs (and `bound`'s, then `header`'s, the file's header as it came).
 asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
-                                      const std::string& header, std::optional<CopyMac> mac) {
+                                      const std::string& bound, const std::string& header,
+                                      std::optional<CopyMac> mac) {
   if (mac) {
     char nonce[CopyMac::kNonceBytes];
     co_await link.read(nonce, sizeof nonce);
     mac->begin_checking(std::string_view(nonce, sizeof nonce));
+    mac->add(bound);
     mac->add(header);
   }
   const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, kSendChunk));
@@ -200,12 +205,14 @@ asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint6
 }
 
 // Sends the nonce of the payload's MAC where there is one, the payload of `size` bytes at `at` of
-// `fd`, then their MAC (and `header`'s, the file's header as it was sent).
-asio::awaitable<void> send_payload(PeerLink& link, const std::string& header, int fd, uint64_t at,
-                                   uint64_t size, std::optional<CopyMac> mac) {
+// `fd`, then their MAC (and `bound`'s, then `header`'s, the file's header as it was sent).
+asio::awaitable<void> send_payload(PeerLink& link, const std::string& bound,
+                                   const std::string& header, int fd, uint64_t at, uint64_t size,
+                                   std::optional<CopyMac> mac) {
   if (mac) {
     const std::string nonce = mac->begin_sending();
     co_await link.write(nonce.data(), nonce.size());
+    mac->add(bound);
     mac->add(header);
   }
   co_await link.send_file(fd, at, size, mac ? &*mac : nullptr);
@@ -324,7 +331,8 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     const std::string header = file_header_for(*found);
     co_await link->write(size.data(), size.size());
     co_await link->write(header.data(), header.size());
-    co_await send_payload(*link, header, in->fd, found->payload_at, found->record.size, copy_mac());
+    co_await send_payload(*link, bound(*link, *r), header, in->fd, found->payload_at,
+                          found->record.size, copy_mac());
     co_return;
   }
   // A put: the file's header, then (once there is room) its payload. Of the timeline of the round
@@ -341,7 +349,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     char theirs[CopyMac::kNonceBytes + CopyMac::kTagBytes];
     co_await link->read(theirs, sizeof theirs);
     mac->begin_checking(std::string_view(theirs, CopyMac::kNonceBytes));
-    mac->add(encoded(*r));
+    mac->add(bound(*link, *r));
     mac->add(header);
     if (!mac->matches(std::string_view(theirs + CopyMac::kNonceBytes, CopyMac::kTagBytes))) {
       co_await send_status(*link, std::string(kAlteredCopy));
@@ -381,7 +389,7 @@ asio::awaitable<void> PeerService::answer(tcp::socket socket) {
     }
   } reservation{*copies_, *r};
   co_await send_status(*link, "");
-  if (!co_await receive_payload(*link, *out, rec->size, header, copy_mac())) {
+  if (!co_await receive_payload(*link, *out, rec->size, bound(*link, *r), header, copy_mac())) {
     co_await send_status(*link, std::string(kAlteredCopy));
     co_return;
   }
@@ -515,7 +523,7 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
         co_await link->write(header.data(), header.size());
         if (std::optional<CopyMac> mac = copy_mac()) {  // the header's own: it may be all it needs
           std::string sum = mac->begin_sending();
-          mac->add(encoded(request));
+          mac->add(bound(*link, request));
           mac->add(header);
           sum += mac->finish();
           co_await link->write(sum.data(), sum.size());
@@ -530,7 +538,8 @@ asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string ori
           report.held += rec.size;
           continue;
         }
-        co_await send_payload(*link, header, in.fd, kRegionHeader, rec.size, copy_mac());
+        co_await send_payload(*link, bound(*link, request), header, in.fd, kRegionHeader, rec.size,
+                              copy_mac());
         if (std::string why = (co_await read_answer(*link)).error; !why.empty()) {
           report.detail = fmt::format("{} did not keep local rank {}'s copy: {}", link->peer(),
                                       slot.local_rank, why);
@@ -588,7 +597,8 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
           SlotFileWriter out(file, dir / fmt::format(".rank_{}.tmp", rank), header, file_bytes,
                              fmt::format("global rank {}'s checkpoint", rank),
                              PayloadSumKind::kCrc32, FileRoom::kAsWritten);
-          if (!co_await receive_payload(*link, out, rec->size, header, copy_mac())) {
+          if (!co_await receive_payload(*link, out, rec->size, bound(*link, request), header,
+                                        copy_mac())) {
             report.detail = fmt::format("global rank {}'s step {} from {}: {}", rank, step,
                                         link->peer(), kAlteredCopy);
             co_return report;

@@ -14,10 +14,12 @@
 // restore here is refused), the origin id's length, then the id (a get's is unused). The answer: a
 // status word (0 ok), a message's length and the message; a get's answer then carries the file's
 // length and the file. Where the job has a token, a file's payload is preceded by the nonce of its
-// MAC and followed by the MAC (copy_mac.hpp: under the token, of the header and payload as sent),
-// and a put's header by the MAC of its request and header (its nonce, then the MAC): a copy
-// altered on its way, or filed under another origin, rank or round than its sender's, is refused,
-// as is a put whose slot names another global rank, or another run.
+// MAC and followed by the MAC, and a put's header by its own MAC (its nonce, then the MAC); each
+// (copy_mac.hpp: under the token) covers the connection's session (PeerLink::session), the
+// request, the header and, for a payload's, the payload as sent: a copy altered on its way, filed
+// under another origin, rank or round than its sender's, or replayed from another connection (a
+// get's answer from an abandoned timeline) is refused, as is a put whose slot names another
+// global rank, or another run.
 //
 // A put whose header carries its payload's digest (payload_digest.hpp: a kept copy's) may be
 // answered "held" (status 2) instead: this node keeps a copy of its own of the same step whose

@@ -1,9 +1,9 @@
 #pragma once
-// The MAC that goes with a checkpoint copy where only the job's members can make it: HMAC-SHA256
-// of a file of the region layout (its header as sent, then its payload) under a key derived from
-// the job's token or secret and a purpose, so that a copy altered on its way between agents, or a
-// file put in --checkpoint_dir by someone without the job's token, is refused before it counts.
-// The CRC (region_format.hpp) catches accidents; this, forgeries. Private to the agent.
+// The MAC of a file of --checkpoint_dir where only the job's members can make it: HMAC-SHA256 of a
+// file of the region layout (its header, then its payload) under a key derived from the job's
+// token and a purpose, so that a file put there by someone without the job's token, or altered
+// since, is refused before it counts (the copies between agents carry copy_mac.hpp's). The CRC
+// (region_format.hpp) catches accidents; this, forgeries. Private to the agent.
 #include <memory>
 #include <string>
 #include <string_view>
