@@ -425,11 +425,21 @@ asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {
         co_await wait_until([&] { return closed_ || round_ != n || place_.round == n; },
                             Clock::now() + config_.join_timeout);
     if (!placed) {
-      throw store::StoreTimeout(
-          leading() ? fmt::format("only {} of at least {} nodes joined within {} s", nodes_.size(),
-                                  config_.min_nodes, config_.join_timeout.count() / 1000)
-                    : fmt::format("no round formed within {} s (the job needs at least {} nodes)",
-                                  config_.join_timeout.count() / 1000, config_.min_nodes));
+      const auto seconds = config_.join_timeout.count() / 1000;
+      if (!leading()) {
+        throw store::StoreTimeout(
+            fmt::format("no round formed within {} s (the job needs at least {} nodes)", seconds,
+                        config_.min_nodes));
+      }
+      if (nodes_.size() < static_cast<size_t>(config_.min_nodes)) {
+        throw store::StoreTimeout(fmt::format("only {} of at least {} nodes joined within {} s",
+                                              nodes_.size(), config_.min_nodes, seconds));
+      }
+      // (Enough nodes: the round was not formed, or this node's own part in it never came.)
+      throw store::StoreTimeout(fmt::format(
+          "round {} did not form or reach this node within {} s though {} nodes joined (the job "
+          "needs at least {})",
+          n, seconds, nodes_.size(), config_.min_nodes));
     }
     if (closed_ || round_ != n) continue;
     const Placement p = place_;
