@@ -41,6 +41,17 @@ bool runs_in(const std::filesystem::path& dir) {
   return false;
 }
 
+// Whether a process names `dir` within 5 s (a process forked a moment ago may not have exec'd
+// yet: it still shows its parent's command line).
+bool one_runs_in(const std::filesystem::path& dir) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!runs_in(dir)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
 // Whether no process names `dir` within 5 s (a killed one may take a moment to end).
 bool none_runs_in(const std::filesystem::path& dir) {
   const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -75,12 +86,12 @@ TEST_CASE("warm interpreter: a wait for imports that never end is given up at it
                          PreloadSpec{{"slow_import"}});
     const auto began = std::chrono::steady_clock::now();
     warm.prepare(current_environment());
-    CHECK(runs_in(folder.dir));
-    CHECK_FALSE(warm.settled(5s));  // importing, and well within its limit
+    CHECK(one_runs_in(folder.dir));
+    CHECK_FALSE(warm.settled(30s));  // importing, and well within its limit
     until_settled(io, warm, 500ms, 10s);
     const auto took = std::chrono::steady_clock::now() - began;
     CHECK(took >= 500ms);
-    CHECK(took < 5s);  // not the 60 s the import takes: starts are cold from here on
+    CHECK(took < 10s);  // not the 60 s the import takes: starts are cold from here on
   }
   CHECK(none_runs_in(folder.dir));  // the interpreter ended with its owner
 }
