@@ -176,15 +176,15 @@ std::optional<SlotRecord> slot_of_file(const std::string& header, int64_t step, 
 }
 
 // Receives the nonce of the payload's MAC where there is one, `size` payload bytes into `out`, then
-// their MAC: whether it is theirs (and `bound`'s, then `header`'s, the file's header as it came).
+// their MAC: whether it is theirs (and `context`'s, then `header`'s, the file's header as it came).
 asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint64_t size,
-                                      const std::string& bound, const std::string& header,
+                                      const std::string& context, const std::string& header,
                                       std::optional<CopyMac> mac) {
   if (mac) {
     char nonce[CopyMac::kNonceBytes];
     co_await link.read(nonce, sizeof nonce);
     mac->begin_checking(std::string_view(nonce, sizeof nonce));
-    mac->add(bound);
+    mac->add(context);
     mac->add(header);
   }
   const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, kSendChunk));
@@ -205,14 +205,14 @@ asio::awaitable<bool> receive_payload(PeerLink& link, SlotFileWriter& out, uint6
 }
 
 // Sends the nonce of the payload's MAC where there is one, the payload of `size` bytes at `at` of
-// `fd`, then their MAC (and `bound`'s, then `header`'s, the file's header as it was sent).
-asio::awaitable<void> send_payload(PeerLink& link, const std::string& bound,
+// `fd`, then their MAC (and `context`'s, then `header`'s, the file's header as it was sent).
+asio::awaitable<void> send_payload(PeerLink& link, const std::string& context,
                                    const std::string& header, int fd, uint64_t at, uint64_t size,
                                    std::optional<CopyMac> mac) {
   if (mac) {
     const std::string nonce = mac->begin_sending();
     co_await link.write(nonce.data(), nonce.size());
-    mac->add(bound);
+    mac->add(context);
     mac->add(header);
   }
   co_await link.send_file(fd, at, size, mac ? &*mac : nullptr);
