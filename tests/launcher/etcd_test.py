@@ -16,6 +16,7 @@ from agents import agent_command
 from elastic_test import count, workload  # the elastic cases' workers
 from etcd_cluster import EtcdCluster, have_etcd, make_certificates
 from proc_util import alive, finish, free_port, wait_for
+from relay import Relay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workloads", "signal_probe.py")
@@ -141,6 +142,50 @@ def case_a_stalled_member_holding_the_watch_is_left_behind():
         assert ran == [["2", "0"], ["2", "0"]], ran
         print(f"an etcd member SIGSTOPped under every agent's watch, then an agent SIGKILLed: the "
               f"survivors moved their watches and re-formed {took:.1f} s later (heartbeat 2 s): passed")
+
+
+def case_a_watch_gone_silent_on_a_member_that_still_serves_is_moved():
+    with EtcdCluster() as cluster:
+        relays = [Relay(port) for port in cluster.client]
+        endpoint = ",".join(f"127.0.0.1:{r.port}" for r in relays)
+        d = tempfile.mkdtemp()
+        procs = []
+        try:
+            for i in range(3):
+                os.makedirs(f"{d}/w{i}")
+                procs.append(subprocess.Popen(
+                    agent_command(DDPRUN, nnodes="2:3", nproc=1, endpoint=endpoint, run_id="job",
+                                  backend="etcd", conf="last_call_timeout=1,heartbeat_timeout=2",
+                                  command=["--no_python", "/bin/sh", "-c", workload(3), d,
+                                           str(i)]),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            wait_for(lambda: sum(count(f"{d}/w{i}", "ready.") for i in range(3)) == 3, "3 workers")
+            # Every agent's watch stays open and brings nothing more, while its member goes on
+            # answering renewals and requests on other connections.
+            silenced = sum(r.silence(b"POST /v3/watch") for r in relays)
+            assert silenced == 3, silenced
+            procs[2].kill()
+            killed = time.monotonic()
+            # Nobody writes before the survivors learn that the third node left: they can only
+            # learn it by finding their watches behind.
+            took = wait_for(lambda: count(d, "ran.") == 2, "the survivors re-formed",
+                            timeout=30) - killed
+            for status, _, err in finish(procs[:2]):
+                assert status == 0, err
+                assert "has not brought the job's changes through this node's watch" in err, err
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for r in relays:
+                r.close()
+        ran = sorted(f.split(".")[3:] for f in os.listdir(d) if f.startswith("ran."))
+        assert ran == [["2", "0"], ["2", "0"]], ran
+        assert took < 15, took
+        print(f"every agent's watch silenced (its member still serving), then an agent SIGKILLed: "
+              f"the survivors found their watches behind, moved them and re-formed {took:.1f} s "
+              "later (heartbeat 2 s): passed")
 
 
 def live_worker(d, i):

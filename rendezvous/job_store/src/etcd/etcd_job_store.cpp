@@ -238,6 +238,8 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
         spdlog::warn("etcd member {}:{} did not answer in time; moving this node's watch off it",
                      e.host, e.port);
         watch_->drop_member();
+      } else {
+        co_await check_watch(renewal.revision);
       }
       continue;
     }
@@ -280,7 +282,9 @@ asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point giv
     if (out.sent < try_until) {
       try {
         const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, try_until);
-        out.ttl = int_field(reply.value("result", json::object()), "TTL");
+        const json result = reply.value("result", json::object());
+        out.ttl = int_field(result, "TTL");
+        out.revision = int_field(result.value("header", json::object()), "revision");
         out.answered = true;
         co_return out;
       } catch (const std::exception& e) {
@@ -304,6 +308,50 @@ asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point giv
     }
     give_up = asked + lease_ttl_;
   }
+}
+
+asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
+  if (reopen_by_ || member_revision <= std::max(revision_, quiet_through_)) {
+    watch_behind_since_.reset();
+    co_return;
+  }
+  // The job's newest key by revision, and how many there are (a deletion leaves no key to date).
+  json range;
+  range["key"] = base64_encode(base_);
+  range["range_end"] = base64_encode(etcd::prefix_end(base_));
+  range["limit"] = "1";
+  range["sort_order"] = "DESCEND";
+  range["sort_target"] = "MOD";
+  range["keys_only"] = true;
+  json reply;
+  try {
+    reply = co_await lease_client_->call("/v3/kv/range", range,
+                                         Clock::now() + attempt_timeout(spec_.heartbeat_timeout));
+  } catch (const std::exception& e) {
+    spdlog::debug("etcd range of the job's newest key: {}", e.what());
+    co_return;  // the next renewal asks again
+  }
+  if (!broken_.empty() || reopen_by_) co_return;
+  const json kvs = reply.value("kvs", json::array());
+  const int64_t newest = kvs.empty() ? 0 : int_field(kvs[0], "mod_revision");
+  const int64_t keys = int_field(reply, "count");
+  if (newest <= revision_ && keys == static_cast<int64_t>(mirror_.size())) {
+    quiet_through_ = int_field(reply.value("header", json::object()), "revision");
+    watch_behind_since_.reset();
+    co_return;
+  }
+  const auto now = Clock::now();
+  if (!watch_behind_since_) watch_behind_since_ = now;
+  if (now - *watch_behind_since_ < spec_.heartbeat_timeout) co_return;
+  const EtcdEndpoint& e = spec_.endpoints[watch_->member()];
+  spdlog::warn(
+      "etcd member {}:{} has not brought the job's changes through this node's watch for {:.1f} s "
+      "(etcd has {} job keys as of revision {}, the watch {} as of revision {}); moving this "
+      "node's watch off it",
+      e.host, e.port, std::chrono::duration<double>(now - *watch_behind_since_).count(), keys,
+      newest, mirror_.size(), revision_);
+  watch_behind_since_.reset();
+  watch_->drop_member();
 }
 
 asio::awaitable<void> EtcdJobStore::rejoin(std::string why) {

@@ -97,12 +97,20 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
     int64_t ttl = 0;                             // > 0: renewed for that many seconds
     bool answered = false;                       // a member answered (ttl 0: the lease is gone)
     std::chrono::steady_clock::time_point sent;  // when the last try was sent
+    int64_t revision = 0;                        // the answering member's revision
   };
   boost::asio::awaitable<Renewal> renew(std::chrono::steady_clock::time_point give_up,
                                         bool waiting_for_etcd);
   // This node's lease lapsed (`why`): tells the session its presence is gone, revokes the lease and
   // puts the presence on a new one, within the reconnect timeout, or gives the store up for lost.
   boost::asio::awaitable<void> rejoin(std::string why);
+  // Whether the watch keeps up with the job's keys on the member it is open on, which answered a
+  // renewal at `member_revision`: a watch can stay open and silent on a member that still serves
+  // (a stream a middlebox stopped relaying, a member whose watch stalled), and a node that writes
+  // nothing would never learn of it. When the member has a revision this node has not seen, one
+  // small range of the job's keys (the newest key and the count) tells whether the job changed
+  // unseen; unseen for a heartbeat timeout, the watch moves to another member.
+  boost::asio::awaitable<void> check_watch(int64_t member_revision);
   // Grants a lease of the heartbeat timeout through `client`: this node's lease from now on.
   boost::asio::awaitable<void> grant_lease(etcd::Client& client,
                                            std::chrono::steady_clock::time_point deadline);
@@ -135,6 +143,11 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // Set while the watch is to be opened again, to when that must have happened.
   std::optional<std::chrono::steady_clock::time_point> reopen_by_;
   int64_t revision_ = 0;  // the last revision of the job's keys this node has seen
+  // The revision through which a range found nothing of the job's keys that the watch had not
+  // brought (other jobs' changes move etcd's revision, not this job's keys).
+  int64_t quiet_through_ = 0;
+  // Since when a range has found the job's keys ahead of what the watch brought.
+  std::optional<std::chrono::steady_clock::time_point> watch_behind_since_;
   std::deque<KeyEvent> pending_;
   std::string broken_;
   WatchSet watched_;
