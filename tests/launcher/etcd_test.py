@@ -65,6 +65,7 @@ def finish_without_restart(procs, d):
     for status, _, err in results:
         assert status == 0, said
         assert "stopping this node's workers" not in err and "restarting" not in err, said
+        assert "has not brought the job's changes" not in err, said  # no watch found behind
     assert count(d, "ran.") == 0, os.listdir(d)  # no second round ran
 
 

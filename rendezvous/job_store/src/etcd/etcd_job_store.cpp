@@ -311,10 +311,31 @@ asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point giv
 }
 
 asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
-  if (reopen_by_ || member_revision <= std::max(revision_, quiet_through_)) {
-    watch_behind_since_.reset();
+  if (reopen_by_) {
+    watch_lag_.reset();
     co_return;
   }
+  const auto now = Clock::now();
+  if (watch_lag_) {
+    // A watch that keeps up brings what a range found within milliseconds, however busy the job.
+    if (revision_ >= watch_lag_->target) {
+      watch_lag_.reset();
+    } else if (now - watch_lag_->since >= spec_.heartbeat_timeout) {
+      const EtcdEndpoint& e = spec_.endpoints[watch_->member()];
+      spdlog::warn(
+          "etcd member {}:{} has not brought the job's changes through this node's watch for "
+          "{:.1f} s (etcd had {} job keys, the newest of revision {}; the watch has brought {}, "
+          "up to revision {}); moving this node's watch off it",
+          e.host, e.port, std::chrono::duration<double>(now - watch_lag_->since).count(),
+          watch_lag_->keys, watch_lag_->newest, mirror_.size(), revision_);
+      watch_lag_.reset();
+      watch_->drop_member();
+      co_return;
+    } else {
+      co_return;
+    }
+  }
+  if (member_revision <= std::max(revision_, quiet_through_)) co_return;
   // The job's newest key by revision, and how many there are (a deletion leaves no key to date).
   json range;
   range["key"] = base64_encode(base_);
@@ -337,21 +358,10 @@ asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
   const int64_t keys = int_field(reply, "count");
   if (newest <= revision_ && keys == static_cast<int64_t>(mirror_.size())) {
     quiet_through_ = int_field(reply.value("header", json::object()), "revision");
-    watch_behind_since_.reset();
     co_return;
   }
-  const auto now = Clock::now();
-  if (!watch_behind_since_) watch_behind_since_ = now;
-  if (now - *watch_behind_since_ < spec_.heartbeat_timeout) co_return;
-  const EtcdEndpoint& e = spec_.endpoints[watch_->member()];
-  spdlog::warn(
-      "etcd member {}:{} has not brought the job's changes through this node's watch for {:.1f} s "
-      "(etcd has {} job keys as of revision {}, the watch {} as of revision {}); moving this "
-      "node's watch off it",
-      e.host, e.port, std::chrono::duration<double>(now - *watch_behind_since_).count(), keys,
-      newest, mirror_.size(), revision_);
-  watch_behind_since_.reset();
-  watch_->drop_member();
+  // Unseen: a newer key, or a deletion (which the watch brings at a revision past its own).
+  watch_lag_ = WatchLag{Clock::now(), std::max(newest, revision_ + 1), keys, newest};
 }
 
 asio::awaitable<void> EtcdJobStore::rejoin(std::string why) {

@@ -109,7 +109,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // (a stream a middlebox stopped relaying, a member whose watch stalled), and a node that writes
   // nothing would never learn of it. When the member has a revision this node has not seen, one
   // small range of the job's keys (the newest key and the count) tells whether the job changed
-  // unseen; unseen for a heartbeat timeout, the watch moves to another member.
+  // unseen; the watch not past that change a heartbeat timeout later, it moves to another member.
   boost::asio::awaitable<void> check_watch(int64_t member_revision);
   // Grants a lease of the heartbeat timeout through `client`: this node's lease from now on.
   boost::asio::awaitable<void> grant_lease(etcd::Client& client,
@@ -146,8 +146,15 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // The revision through which a range found nothing of the job's keys that the watch had not
   // brought (other jobs' changes move etcd's revision, not this job's keys).
   int64_t quiet_through_ = 0;
-  // Since when a range has found the job's keys ahead of what the watch brought.
-  std::optional<std::chrono::steady_clock::time_point> watch_behind_since_;
+  // A range found the job's keys ahead of what the watch had brought: the watch is to reach
+  // `target` within a heartbeat timeout of `since`.
+  struct WatchLag {
+    std::chrono::steady_clock::time_point since;
+    int64_t target = 0;
+    int64_t keys = 0;    // what the range found: how many job keys
+    int64_t newest = 0;  // and the newest one's revision
+  };
+  std::optional<WatchLag> watch_lag_;
   std::deque<KeyEvent> pending_;
   std::string broken_;
   WatchSet watched_;
