@@ -346,8 +346,9 @@ asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
   range["keys_only"] = true;
   json reply;
   try {
+    // (Within half the renewals' interval, so that the next renewal is not held up.)
     reply = co_await lease_client_->call("/v3/kv/range", range,
-                                         Clock::now() + attempt_timeout(spec_.heartbeat_timeout));
+                                         Clock::now() + spec_.heartbeat_timeout / 6);
   } catch (const std::exception& e) {
     spdlog::debug("etcd range of the job's newest key: {}", e.what());
     co_return;  // the next renewal asks again
