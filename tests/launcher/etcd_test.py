@@ -189,6 +189,21 @@ def case_a_watch_gone_silent_on_a_member_that_still_serves_is_moved():
               "later (heartbeat 2 s): passed")
 
 
+def case_another_jobs_changes_on_the_same_etcd_move_no_watch():
+    with EtcdCluster() as cluster:
+        d = tempfile.mkdtemp()
+        # Every renewal finds the members' revision ahead of the job's keys: the other job's.
+        procs = job_of_two_waiting_workers(cluster, d, "last_call_timeout=1,heartbeat_timeout=2")
+        ends = time.monotonic() + 8  # four heartbeats: a range backs off, then another
+        puts = 0
+        while time.monotonic() < ends:
+            cluster.etcdctl("put", f"/ddprun/other-job/beat{puts % 5}", str(puts))
+            puts += 1
+        finish_without_restart(procs, d)
+        print(f"another job wrote {puts} times on the same etcd while a job of two ran: no watch "
+              "was found behind, no restart, exit 0: passed")
+
+
 def live_worker(d, i):
     for f in os.listdir(f"{d}/w{i}"):
         pid = int(open(f"{d}/w{i}/{f}").read()) if f.startswith("ready.") else 0
@@ -235,6 +250,8 @@ def case_a_node_paused_past_its_lease_rejoins_past_a_silent_member():
         for status, _, err in results:
             assert status == 0, err
         assert "rejoins the job as a new node" in results[0][2], results[0][2]
+        for _, _, err in results:  # the rejoin's change to the keys is not a watch left behind
+            assert "has not brought the job's changes" not in err, err
         assert gone < 1.0, gone
         print(f"an agent paused past its lease woke with the member under its watch silent: its "
               f"stale worker stopped {gone * 1000:.0f} ms after it woke, it rejoined through another "

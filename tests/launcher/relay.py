@@ -14,7 +14,7 @@ class Relay:
         self.listener = socket.create_server((host, 0))
         self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
-        self.streams = []  # [first bytes from the client, silenced (an Event), the sockets]
+        self.streams = []  # open: [first bytes from the client, silenced (an Event), sockets]
         threading.Thread(target=self._accept, daemon=True).start()
 
     def silence(self, request):
@@ -29,12 +29,13 @@ class Relay:
         return silenced
 
     def close(self):
-        self.listener.close()
-        with self.lock:
-            for _, quiet, sockets in self.streams:
-                quiet.set()
-                for s in sockets:
-                    s.close()
+        """Ends the relay and every connection through it (their threads wake and end)."""
+        for sock in [self.listener] + [s for stream in self.streams for s in stream[2]]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
     def _accept(self):
         while True:
@@ -46,13 +47,13 @@ class Relay:
             stream = [[b""], threading.Event(), (client, upstream)]
             with self.lock:
                 self.streams.append(stream)
-            threading.Thread(target=self._up, args=(client, upstream, stream[0]),
+            threading.Thread(target=self._up, args=(client, upstream, stream),
                              daemon=True).start()
             threading.Thread(target=self._down, args=(upstream, client, stream[1]),
                              daemon=True).start()
 
-    @staticmethod
-    def _up(src, dst, first):
+    def _up(self, src, dst, stream):
+        first = stream[0]
         try:
             while data := src.recv(65536):
                 if not first[0]:
@@ -60,6 +61,9 @@ class Relay:
                 dst.sendall(data)
         except OSError:
             pass
+        with self.lock:  # the client is done with it: no longer open
+            if stream in self.streams:
+                self.streams.remove(stream)
         Relay._end(dst)
 
     @staticmethod

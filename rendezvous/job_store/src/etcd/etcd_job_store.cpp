@@ -70,6 +70,15 @@ std::optional<std::string> value_read(const json& reply) {
   return base64_decode(kvs[0].value("value", ""));
 }
 
+// The revision in a reply's header; 0 where it has none that reads as one.
+int64_t revision_in(const json& reply) {
+  try {
+    return int_field(reply.value("header", json::object()), "revision");
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 // One transaction of unconditional puts (keys and values base64).
 json puts_txn(const std::vector<std::pair<std::string, std::string>>& entries, size_t from,
               size_t to) {
@@ -207,10 +216,14 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
   // Since when every member has been down (refusing connections): nobody can change the job then,
   // so this node's workers wait for etcd, within the reconnect timeout.
   std::optional<Clock::time_point> down_since;
+  // After an answered renewal: a third of the heartbeat after it was sent, however long the check
+  // of the watch after it took.
+  std::optional<Clock::time_point> next_renewal;
   while (broken_.empty()) {
     // (At the lease's end at the latest: a renewal that was answered too late counts for nothing.)
+    const auto at = std::exchange(next_renewal, std::nullopt).value_or(Clock::now() + interval);
     keep_alive_timer_.expires_at(down_since ? Clock::now() + interval
-                                            : std::min(Clock::now() + interval, lease_expiry_));
+                                            : std::min(at, lease_expiry_));
     co_await keep_alive_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!broken_.empty()) break;
     // Renewed through the member that holds this node's watch when it can be: a member that no
@@ -231,13 +244,14 @@ asio::awaitable<void> EtcdJobStore::keep_alive() {
     const bool answered = renewal.answered;
     if (ttl > 0) {
       lease_expiry_ = renewal.sent + std::chrono::seconds(ttl);
+      next_renewal = renewal.sent + interval;
       if (down_since) spdlog::warn("etcd is back; this node's lease held");
       down_since.reset();
       if (lease_client_->member() != watch_member) {
         const EtcdEndpoint& e = spec_.endpoints[watch_member];
         spdlog::warn("etcd member {}:{} did not answer in time; moving this node's watch off it",
                      e.host, e.port);
-        watch_->drop_member();
+        move_watch();
       } else {
         co_await check_watch(renewal.revision);
       }
@@ -284,7 +298,7 @@ asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point giv
         const json reply = co_await lease_client_->call("/v3/lease/keepalive", body, try_until);
         const json result = reply.value("result", json::object());
         out.ttl = int_field(result, "TTL");
-        out.revision = int_field(result.value("header", json::object()), "revision");
+        out.revision = revision_in(result);
         out.answered = true;
         co_return out;
       } catch (const std::exception& e) {
@@ -310,9 +324,16 @@ asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point giv
   }
 }
 
+void EtcdJobStore::move_watch() {
+  watch_lag_.reset();
+  member_ahead_.reset();
+  watch_->drop_member();
+}
+
 asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
   if (reopen_by_) {
     watch_lag_.reset();
+    member_ahead_.reset();
     co_return;
   }
   const auto now = Clock::now();
@@ -328,14 +349,23 @@ asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
           "up to revision {}); moving this node's watch off it",
           e.host, e.port, std::chrono::duration<double>(now - watch_lag_->since).count(),
           watch_lag_->keys, watch_lag_->newest, mirror_.size(), revision_);
-      watch_lag_.reset();
-      watch_->drop_member();
-      co_return;
-    } else {
-      co_return;
+      move_watch();
     }
+    co_return;
   }
-  if (member_revision <= std::max(revision_, quiet_through_)) co_return;
+  if (member_revision <= std::max(revision_, quiet_through_)) {
+    member_ahead_.reset();
+    co_return;
+  }
+  // The member's revision may be a change under way to the watch: looked into only when the watch
+  // has not reached, a renewal later, what the member had then. In an etcd of this job alone
+  // that is a watch left behind; where other jobs write, their changes, and the range that tells
+  // them apart from this job's reads every job key: it backs off while it finds none of this job's.
+  if (!member_ahead_ || revision_ >= *member_ahead_) {
+    member_ahead_ = member_revision;
+    co_return;
+  }
+  if (now < next_range_) co_return;
   // The job's newest key by revision, and how many there are (a deletion leaves no key to date).
   json range;
   range["key"] = base64_encode(base_);
@@ -344,24 +374,32 @@ asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
   range["sort_order"] = "DESCEND";
   range["sort_target"] = "MOD";
   range["keys_only"] = true;
-  json reply;
+  int64_t newest = 0;
+  int64_t keys = 0;
+  int64_t as_of = 0;
   try {
-    // (Within half the renewals' interval, so that the next renewal is not held up.)
-    reply = co_await lease_client_->call("/v3/kv/range", range,
-                                         Clock::now() + spec_.heartbeat_timeout / 6);
+    // (Within half the renewals' interval.)
+    const json reply = co_await lease_client_->call("/v3/kv/range", range,
+                                                    Clock::now() + spec_.heartbeat_timeout / 6);
+    const json kvs = reply.value("kvs", json::array());
+    newest = kvs.empty() ? 0 : int_field(kvs[0], "mod_revision");
+    keys = int_field(reply, "count");
+    as_of = revision_in(reply);
   } catch (const std::exception& e) {
     spdlog::debug("etcd range of the job's newest key: {}", e.what());
     co_return;  // the next renewal asks again
   }
   if (!broken_.empty() || reopen_by_) co_return;
-  const json kvs = reply.value("kvs", json::array());
-  const int64_t newest = kvs.empty() ? 0 : int_field(kvs[0], "mod_revision");
-  const int64_t keys = int_field(reply, "count");
+  member_ahead_.reset();
   if (newest <= revision_ && keys == static_cast<int64_t>(mirror_.size())) {
-    quiet_through_ = int_field(reply.value("header", json::object()), "revision");
+    quiet_through_ = std::max(quiet_through_, as_of);
+    range_pause_ = std::min<std::chrono::milliseconds>(range_pause_ * 2, kLongestRangePause);
+    next_range_ = Clock::now() + range_pause_;
     co_return;
   }
   // Unseen: a newer key, or a deletion (which the watch brings at a revision past its own).
+  range_pause_ = spec_.heartbeat_timeout;
+  next_range_ = Clock::now();
   watch_lag_ = WatchLag{Clock::now(), std::max(newest, revision_ + 1), keys, newest};
 }
 
@@ -375,7 +413,7 @@ asio::awaitable<void> EtcdJobStore::rejoin(std::string why) {
   // a member that stopped answering).
   if (mirror_.erase(presence_key_) > 0 && follows(presence_key_)) {
     pending_.push_back(KeyEvent{presence_key_, "", true});
-    watch_->drop_member();
+    move_watch();
   }
   // The old lease is revoked, so that its keys (presence, claims) go for every peer too, even when
   // it is still alive; then the presence comes back on a new one. The new lease comes first: a

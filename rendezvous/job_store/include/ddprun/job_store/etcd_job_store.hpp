@@ -107,10 +107,14 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // Whether the watch keeps up with the job's keys on the member it is open on, which answered a
   // renewal at `member_revision`: a watch can stay open and silent on a member that still serves
   // (a stream a middlebox stopped relaying, a member whose watch stalled), and a node that writes
-  // nothing would never learn of it. When the member has a revision this node has not seen, one
-  // small range of the job's keys (the newest key and the count) tells whether the job changed
-  // unseen; the watch not past that change a heartbeat timeout later, it moves to another member.
+  // nothing would never learn of it. When the watch has not reached, a renewal later, the revision
+  // the member had then, one small range of the job's keys (the newest key and the count; etcd
+  // reads every job key for it) tells whether the job changed unseen; the watch not past that
+  // change a heartbeat timeout later, it moves to another member. Ranges that find the watch in
+  // step (other jobs' changes) come less and less often, up to a minute apart.
   boost::asio::awaitable<void> check_watch(int64_t member_revision);
+  // Breaks the watch so that it opens again on another member, from where it stood.
+  void move_watch();
   // Grants a lease of the heartbeat timeout through `client`: this node's lease from now on.
   boost::asio::awaitable<void> grant_lease(etcd::Client& client,
                                            std::chrono::steady_clock::time_point deadline);
@@ -155,6 +159,13 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
     int64_t newest = 0;  // and the newest one's revision
   };
   std::optional<WatchLag> watch_lag_;
+  // The revision of the watch's member at a renewal where it was ahead of the watch.
+  std::optional<int64_t> member_ahead_;
+  // The check's ranges: not before next_range_; range_pause_ apart, doubling up to
+  // kLongestRangePause while they find the watch in step (other jobs' changes).
+  static constexpr std::chrono::seconds kLongestRangePause{60};
+  std::chrono::steady_clock::time_point next_range_;
+  std::chrono::milliseconds range_pause_ = spec_.heartbeat_timeout;
   std::deque<KeyEvent> pending_;
   std::string broken_;
   WatchSet watched_;
