@@ -30,7 +30,9 @@ class Relay:
 
     def close(self):
         """Ends the relay and every connection through it (their threads wake and end)."""
-        for sock in [self.listener] + [s for stream in self.streams for s in stream[2]]:
+        with self.lock:
+            sockets = [s for stream in self.streams for s in stream[2]]
+        for sock in [self.listener, *sockets]:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
