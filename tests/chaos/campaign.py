@@ -28,8 +28,8 @@ Invariants, checked after every trial:
   wrote job_end last;
 - restart accounting: the restarts the job counted never exceed the workers killed, nor the budget.
 
-It prints one line per trial and, for a failing one, its seed, what failed and where its logs are
-kept; then a summary table. Exits 1 if any trial failed.
+It prints one line per trial and, for a failing one, its seed, what failed, where its logs are
+kept and the end of every agent's log; then a summary table. Exits 1 if any trial failed.
 """
 import argparse
 import json
@@ -554,8 +554,20 @@ def main():
             for v in trial.violations:
                 print(f"    {v}", flush=True)
             print(f"    logs: {kept}", flush=True)
+            print_log_tails(kept)
     summarize(results)
     return 0 if all(r[2] for r in results) else 1
+
+
+def print_log_tails(folder, lines=40, width=300):
+    """The end of every agent's log of a failed trial: the folder kept may not outlive the run (a
+    suite's scratch folder), the test's output does."""
+    for name in sorted(f for f in os.listdir(folder) if f.startswith("agent.") and f.endswith(".log")):
+        with open(os.path.join(folder, name), errors="replace") as f:
+            tail = f.read().splitlines()[-lines:]
+        print(f"    --- the last {len(tail)} lines of {name}:", flush=True)
+        for line in tail:
+            print(f"    {line[:width]}", flush=True)
 
 
 def summarize(results):
