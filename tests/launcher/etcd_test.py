@@ -25,9 +25,10 @@ DDPRUN = None
 
 
 def agent(cluster, nnodes, script, *args, conf="last_call_timeout=1,heartbeat_timeout=3",
-          order=None):
+          order=None, endpoint=None):
+    """An agent of job "job" on `cluster` (its members in `order`, or at `endpoint`)."""
     return subprocess.Popen(
-        agent_command(DDPRUN, nnodes=nnodes, nproc=1, endpoint=cluster.endpoints(order),
+        agent_command(DDPRUN, nnodes=nnodes, nproc=1, endpoint=endpoint or cluster.endpoints(order),
                       run_id="job", backend="etcd", conf=conf,
                       command=["--no_python", "/bin/sh", "-c", script, *args]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -154,12 +155,8 @@ def case_a_watch_gone_silent_on_a_member_that_still_serves_is_moved():
         try:
             for i in range(3):
                 os.makedirs(f"{d}/w{i}")
-                procs.append(subprocess.Popen(
-                    agent_command(DDPRUN, nnodes="2:3", nproc=1, endpoint=endpoint, run_id="job",
-                                  backend="etcd", conf="last_call_timeout=1,heartbeat_timeout=2",
-                                  command=["--no_python", "/bin/sh", "-c", workload(3), d,
-                                           str(i)]),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                procs.append(agent(cluster, "2:3", workload(3), d, str(i), endpoint=endpoint,
+                                   conf="last_call_timeout=1,heartbeat_timeout=2"))
             wait_for(lambda: sum(count(f"{d}/w{i}", "ready.") for i in range(3)) == 3, "3 workers")
             # Every agent's watch stays open and brings nothing more, while its member goes on
             # answering renewals and requests on other connections.
