@@ -562,7 +562,8 @@ def main():
 def print_log_tails(folder, lines=40, width=300):
     """The end of every agent's log of a failed trial: the folder kept may not outlive the run (a
     suite's scratch folder), the test's output does."""
-    for name in sorted(f for f in os.listdir(folder) if f.startswith("agent.") and f.endswith(".log")):
+    logs = [f for f in os.listdir(folder) if f.startswith("agent.") and f.endswith(".log")]
+    for name in sorted(logs):
         with open(os.path.join(folder, name), errors="replace") as f:
             tail = f.read().splitlines()[-lines:]
         print(f"    --- the last {len(tail)} lines of {name}:", flush=True)

@@ -166,8 +166,14 @@ def case_a_watch_gone_silent_on_a_member_that_still_serves_is_moved():
             killed = time.monotonic()
             # Nobody writes before the survivors learn that the third node left: they can only
             # learn it by finding their watches behind.
-            took = wait_for(lambda: count(d, "ran.") == 2, "the survivors re-formed",
-                            timeout=30) - killed
+            try:
+                took = wait_for(lambda: count(d, "ran.") == 2, "the survivors re-formed",
+                                timeout=30) - killed
+            except AssertionError:
+                for p in procs:
+                    p.kill()
+                raise AssertionError("the survivors did not re-form: " + " | ".join(
+                    p.communicate()[1][-3000:] for p in procs[:2]))
             for status, _, err in finish(procs[:2]):
                 assert status == 0, err
                 assert "has not brought the job's changes through this node's watch" in err, err

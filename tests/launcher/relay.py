@@ -8,13 +8,33 @@ import socket
 import threading
 
 
+class _Stream:
+    """One relayed connection: the client's first bytes, whether it is silenced, its two sockets;
+    closed once both directions have ended."""
+
+    def __init__(self, client, upstream):
+        self.first = b""
+        self.quiet = threading.Event()
+        self.sockets = (client, upstream)
+        self.lock = threading.Lock()
+        self.ended = 0
+
+    def direction_ended(self):
+        with self.lock:
+            self.ended += 1
+            last = self.ended == 2
+        if last:
+            for s in self.sockets:
+                s.close()
+
+
 class Relay:
     def __init__(self, backend_port, host="127.0.0.1"):
         self.backend = (host, backend_port)
         self.listener = socket.create_server((host, 0))
         self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
-        self.streams = []  # open: [first bytes from the client, silenced (an Event), sockets]
+        self.streams = []  # the open ones (the client has not ended its side)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def silence(self, request):
@@ -22,22 +42,22 @@ class Relay:
         `request` (bytes); returns how many it silenced."""
         silenced = 0
         with self.lock:
-            for first, quiet, _ in self.streams:
-                if first[0].startswith(request) and not quiet.is_set():
-                    quiet.set()
+            for stream in self.streams:
+                if stream.first.startswith(request) and not stream.quiet.is_set():
+                    stream.quiet.set()
                     silenced += 1
         return silenced
 
     def close(self):
         """Ends the relay and every connection through it (their threads wake and end)."""
         with self.lock:
-            sockets = [s for stream in self.streams for s in stream[2]]
+            sockets = [s for stream in self.streams for s in stream.sockets]
         for sock in [self.listener, *sockets]:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            sock.close()
+        self.listener.close()
 
     def _accept(self):
         while True:
@@ -46,42 +66,42 @@ class Relay:
                 upstream = socket.create_connection(self.backend)
             except OSError:
                 return
-            stream = [[b""], threading.Event(), (client, upstream)]
+            stream = _Stream(client, upstream)
             with self.lock:
                 self.streams.append(stream)
-            threading.Thread(target=self._up, args=(client, upstream, stream),
-                             daemon=True).start()
-            threading.Thread(target=self._down, args=(upstream, client, stream[1]),
-                             daemon=True).start()
+            threading.Thread(target=self._up, args=(stream,), daemon=True).start()
+            threading.Thread(target=self._down, args=(stream,), daemon=True).start()
 
-    def _up(self, src, dst, stream):
-        first = stream[0]
+    def _up(self, stream):
+        client, upstream = stream.sockets
         try:
-            while data := src.recv(65536):
-                if not first[0]:
-                    first[0] = data
-                dst.sendall(data)
+            while data := client.recv(65536):
+                if not stream.first:
+                    stream.first = data
+                upstream.sendall(data)
         except OSError:
             pass
         with self.lock:  # the client is done with it: no longer open
-            if stream in self.streams:
-                self.streams.remove(stream)
-        Relay._end(dst)
+            self.streams.remove(stream)
+        _end(upstream)
+        stream.direction_ended()
 
     @staticmethod
-    def _down(src, dst, quiet):
+    def _down(stream):
+        client, upstream = stream.sockets
         try:
-            while data := src.recv(65536):
-                if not quiet.is_set():
-                    dst.sendall(data)
+            while data := upstream.recv(65536):
+                if not stream.quiet.is_set():
+                    client.sendall(data)
         except OSError:
             pass
-        if not quiet.is_set():
-            Relay._end(dst)
+        if not stream.quiet.is_set():
+            _end(client)
+        stream.direction_ended()
 
-    @staticmethod
-    def _end(sock):
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+
+def _end(sock):
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass

@@ -386,12 +386,26 @@ asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
     keys = int_field(reply, "count");
     as_of = revision_in(reply);
   } catch (const std::exception& e) {
-    spdlog::debug("etcd range of the job's newest key: {}", e.what());
-    co_return;  // the next renewal asks again
+    // (Asked again after the pause, not at every renewal: a member too slow for the bound would
+    // cost a failed range and a new connection each time.)
+    next_range_ = Clock::now() + range_pause_;
+    if (std::exchange(range_failure_said_, true)) {
+      spdlog::debug("etcd range of the job's newest key: {}", e.what());
+    } else {
+      spdlog::info(
+          "etcd did not answer a range of the job's newest key within {} ms ({}): this node's "
+          "watch is checked again {:.1f} s from now, and so on",
+          (spec_.heartbeat_timeout / 6).count(), e.what(),
+          std::chrono::duration<double>(range_pause_).count());
+    }
+    co_return;
   }
   if (!broken_.empty() || reopen_by_) co_return;
   member_ahead_.reset();
-  if (newest <= revision_ && keys == static_cast<int64_t>(mirror_.size())) {
+  // In step: the watch has brought a change at the range's revision or later (its events come in
+  // revision order, and some may have come while the range was asked), or what the range found.
+  if ((as_of > 0 && revision_ >= as_of) ||
+      (newest <= revision_ && keys == static_cast<int64_t>(mirror_.size()))) {
     quiet_through_ = std::max(quiet_through_, as_of);
     range_pause_ = std::min<std::chrono::milliseconds>(range_pause_ * 2, kLongestRangePause);
     next_range_ = Clock::now() + range_pause_;

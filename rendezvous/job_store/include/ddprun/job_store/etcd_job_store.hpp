@@ -166,6 +166,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   static constexpr std::chrono::seconds kLongestRangePause{60};
   std::chrono::steady_clock::time_point next_range_;
   std::chrono::milliseconds range_pause_ = spec_.heartbeat_timeout;
+  bool range_failure_said_ = false;  // a range that failed is said once, then only in debug
   std::deque<KeyEvent> pending_;
   std::string broken_;
   WatchSet watched_;
