@@ -16,6 +16,7 @@
 #include "etcd_client.hpp"
 #include "etcd_leadership.hpp"
 #include "etcd_login.hpp"
+#include "etcd_watch_check.hpp"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
@@ -113,7 +114,8 @@ EtcdJobStore::EtcdJobStore(asio::any_io_executor ex, EtcdJobStoreSpec spec)
           ex, spec_.endpoints, attempt_timeout(spec_.heartbeat_timeout), tls_, login_)),
       watch_(std::make_unique<etcd::WatchStream>(ex, spec_.endpoints, tls_, login_)),
       leadership_(std::make_unique<etcd::LeadershipProbe>(ex, spec_.endpoints, tls_)),
-      keep_alive_timer_(ex) {}
+      keep_alive_timer_(ex),
+      watch_check_(std::make_unique<etcd::WatchCheck>(spec_.heartbeat_timeout)) {}
 
 EtcdJobStore::~EtcdJobStore() = default;
 
@@ -325,47 +327,33 @@ asio::awaitable<EtcdJobStore::Renewal> EtcdJobStore::renew(Clock::time_point giv
 }
 
 void EtcdJobStore::move_watch() {
-  watch_lag_.reset();
-  member_ahead_.reset();
+  watch_check_->reset();
   watch_->drop_member();
 }
 
 asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
   if (reopen_by_) {
-    watch_lag_.reset();
-    member_ahead_.reset();
+    watch_check_->reset();
     co_return;
   }
-  const auto now = Clock::now();
-  if (watch_lag_) {
-    // A watch that keeps up brings what a range found within milliseconds, however busy the job.
-    if (revision_ >= watch_lag_->target) {
-      watch_lag_.reset();
-    } else if (now - watch_lag_->since >= spec_.heartbeat_timeout) {
+  switch (watch_check_->renewed(member_revision, revision_, Clock::now())) {
+    case etcd::WatchCheck::Next::kNothing:
+      co_return;
+    case etcd::WatchCheck::Next::kMove: {
+      const etcd::WatchCheck::Lag& lag = *watch_check_->lag();
       const EtcdEndpoint& e = spec_.endpoints[watch_->member()];
       spdlog::warn(
           "etcd member {}:{} has not brought the job's changes through this node's watch for "
           "{:.1f} s (etcd had {} job keys, the newest of revision {}; the watch has brought {}, "
           "up to revision {}); moving this node's watch off it",
-          e.host, e.port, std::chrono::duration<double>(now - watch_lag_->since).count(),
-          watch_lag_->keys, watch_lag_->newest, mirror_.size(), revision_);
+          e.host, e.port, std::chrono::duration<double>(Clock::now() - lag.since).count(), lag.keys,
+          lag.newest, mirror_.size(), revision_);
       move_watch();
+      co_return;
     }
-    co_return;
+    case etcd::WatchCheck::Next::kRange:
+      break;
   }
-  if (member_revision <= std::max(revision_, quiet_through_)) {
-    member_ahead_.reset();
-    co_return;
-  }
-  // The member's revision may be a change under way to the watch: looked into only when the watch
-  // has not reached, a renewal later, what the member had then. In an etcd of this job alone
-  // that is a watch left behind; where other jobs write, their changes, and the range that tells
-  // them apart from this job's reads every job key: it backs off while it finds none of this job's.
-  if (!member_ahead_ || revision_ >= *member_ahead_) {
-    member_ahead_ = member_revision;
-    co_return;
-  }
-  if (now < next_range_) co_return;
   // The job's newest key by revision, and how many there are (a deletion leaves no key to date).
   json range;
   range["key"] = base64_encode(base_);
@@ -377,44 +365,29 @@ asio::awaitable<void> EtcdJobStore::check_watch(int64_t member_revision) {
   int64_t newest = 0;
   int64_t keys = 0;
   int64_t as_of = 0;
+  const auto bound = spec_.heartbeat_timeout / 6;  // half the renewals' interval
   try {
-    // (Within half the renewals' interval.)
-    const json reply = co_await lease_client_->call("/v3/kv/range", range,
-                                                    Clock::now() + spec_.heartbeat_timeout / 6);
+    const json reply = co_await lease_client_->call("/v3/kv/range", range, Clock::now() + bound);
     const json kvs = reply.value("kvs", json::array());
     newest = kvs.empty() ? 0 : int_field(kvs[0], "mod_revision");
     keys = int_field(reply, "count");
     as_of = revision_in(reply);
   } catch (const std::exception& e) {
-    // (Asked again after the pause, not at every renewal: a member too slow for the bound would
-    // cost a failed range and a new connection each time.)
-    next_range_ = Clock::now() + range_pause_;
+    watch_check_->failed(Clock::now());
     if (std::exchange(range_failure_said_, true)) {
       spdlog::debug("etcd range of the job's newest key: {}", e.what());
     } else {
       spdlog::info(
           "etcd did not answer a range of the job's newest key within {} ms ({}): this node's "
           "watch is checked again {:.1f} s from now, and so on",
-          (spec_.heartbeat_timeout / 6).count(), e.what(),
-          std::chrono::duration<double>(range_pause_).count());
+          bound.count(), e.what(),
+          std::chrono::duration<double>(watch_check_->range_pause()).count());
     }
     co_return;
   }
   if (!broken_.empty() || reopen_by_) co_return;
-  member_ahead_.reset();
-  // In step: the watch has brought a change at the range's revision or later (its events come in
-  // revision order, and some may have come while the range was asked), or what the range found.
-  if ((as_of > 0 && revision_ >= as_of) ||
-      (newest <= revision_ && keys == static_cast<int64_t>(mirror_.size()))) {
-    quiet_through_ = std::max(quiet_through_, as_of);
-    range_pause_ = std::min<std::chrono::milliseconds>(range_pause_ * 2, kLongestRangePause);
-    next_range_ = Clock::now() + range_pause_;
-    co_return;
-  }
-  // Unseen: a newer key, or a deletion (which the watch brings at a revision past its own).
-  range_pause_ = spec_.heartbeat_timeout;
-  next_range_ = Clock::now();
-  watch_lag_ = WatchLag{Clock::now(), std::max(newest, revision_ + 1), keys, newest};
+  watch_check_->found(newest, keys, as_of, revision_, static_cast<int64_t>(mirror_.size()),
+                      Clock::now());
 }
 
 asio::awaitable<void> EtcdJobStore::rejoin(std::string why) {

@@ -45,6 +45,7 @@ namespace etcd {
 class Client;
 class Login;
 class LeadershipProbe;
+class WatchCheck;
 class WatchStream;
 }  // namespace etcd
 
@@ -105,13 +106,8 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // puts the presence on a new one, within the reconnect timeout, or gives the store up for lost.
   boost::asio::awaitable<void> rejoin(std::string why);
   // Whether the watch keeps up with the job's keys on the member it is open on, which answered a
-  // renewal at `member_revision`: a watch can stay open and silent on a member that still serves
-  // (a stream a middlebox stopped relaying, a member whose watch stalled), and a node that writes
-  // nothing would never learn of it. When the watch has not reached, a renewal later, the revision
-  // the member had then, one small range of the job's keys (the newest key and the count; etcd
-  // reads every job key for it) tells whether the job changed unseen; the watch not past that
-  // change a heartbeat timeout later, it moves to another member. Ranges that find the watch in
-  // step (other jobs' changes) come less and less often, up to a minute apart.
+  // renewal at `member_revision` (etcd_watch_check.hpp): ranges the job's keys where the check
+  // asks, and moves the watch where it is left behind.
   boost::asio::awaitable<void> check_watch(int64_t member_revision);
   // Breaks the watch so that it opens again on another member, from where it stood.
   void move_watch();
@@ -147,25 +143,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   // Set while the watch is to be opened again, to when that must have happened.
   std::optional<std::chrono::steady_clock::time_point> reopen_by_;
   int64_t revision_ = 0;  // the last revision of the job's keys this node has seen
-  // The revision through which a range found nothing of the job's keys that the watch had not
-  // brought (other jobs' changes move etcd's revision, not this job's keys).
-  int64_t quiet_through_ = 0;
-  // A range found the job's keys ahead of what the watch had brought: the watch is to reach
-  // `target` within a heartbeat timeout of `since`.
-  struct WatchLag {
-    std::chrono::steady_clock::time_point since;
-    int64_t target = 0;
-    int64_t keys = 0;    // what the range found: how many job keys
-    int64_t newest = 0;  // and the newest one's revision
-  };
-  std::optional<WatchLag> watch_lag_;
-  // The revision of the watch's member at a renewal where it was ahead of the watch.
-  std::optional<int64_t> member_ahead_;
-  // The check's ranges: not before next_range_; range_pause_ apart, doubling up to
-  // kLongestRangePause while they find the watch in step (other jobs' changes).
-  static constexpr std::chrono::seconds kLongestRangePause{60};
-  std::chrono::steady_clock::time_point next_range_;
-  std::chrono::milliseconds range_pause_ = spec_.heartbeat_timeout;
+  std::unique_ptr<etcd::WatchCheck> watch_check_;  // whether the watch keeps up
   bool range_failure_said_ = false;  // a range that failed is said once, then only in debug
   std::deque<KeyEvent> pending_;
   std::string broken_;
