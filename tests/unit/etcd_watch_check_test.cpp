@@ -9,6 +9,12 @@ using namespace std::chrono_literals;
 namespace {
 const auto t0 = WatchCheck::Clock::time_point{} + 1h;
 constexpr auto kHeartbeat = 2000ms;
+
+// A member at revision 45 at two renewals while the watch stays at 40: the second asks for a range.
+void two_renewals_behind(WatchCheck& check) {
+  check.renewed(45, 40, t0);
+  check.renewed(45, 40, t0 + 700ms);
+}
 }  // namespace
 
 TEST_CASE("watch check: a watch that has what its member has is never ranged for",
@@ -51,8 +57,7 @@ TEST_CASE("watch check: a newer key the watch does not bring within a heartbeat 
 
 TEST_CASE("watch check: a lag the watch makes up in time moves nothing", "[etcd_watch_check]") {
   WatchCheck check(kHeartbeat);
-  check.renewed(45, 40, t0);
-  check.renewed(45, 40, t0 + 700ms);
+  two_renewals_behind(check);
   check.found(45, 7, 45, 40, 7, t0 + 710ms);
   CHECK(check.renewed(46, 45, t0 + 1400ms) == Next::kNothing);
   CHECK_FALSE(check.lag());
@@ -62,8 +67,7 @@ TEST_CASE("watch check: a lag the watch makes up in time moves nothing", "[etcd_
 TEST_CASE("watch check: a deletion the watch does not bring is a lag past its own revision",
           "[etcd_watch_check]") {
   WatchCheck check(kHeartbeat);
-  check.renewed(45, 40, t0);
-  check.renewed(45, 40, t0 + 700ms);
+  two_renewals_behind(check);
   // The newest key is one the watch brought; one key fewer than it holds: a deletion unseen.
   check.found(/*newest=*/38, /*keys=*/6, /*as_of=*/45, /*seen=*/40, /*held=*/7, t0 + 710ms);
   REQUIRE(check.lag());
@@ -74,8 +78,7 @@ TEST_CASE("watch check: a deletion the watch does not bring is a lag past its ow
 TEST_CASE("watch check: changes the watch brought while the range was asked are in step",
           "[etcd_watch_check]") {
   WatchCheck check(kHeartbeat);
-  check.renewed(45, 40, t0);
-  check.renewed(45, 40, t0 + 700ms);
+  two_renewals_behind(check);
   // At revision 46 a key was deleted; the watch brought it (seen 46) before the answer came, so
   // its count no longer matches the range's.
   check.found(/*newest=*/45, /*keys=*/7, /*as_of=*/45, /*seen=*/46, /*held=*/6, t0 + 710ms);
@@ -116,8 +119,7 @@ TEST_CASE("watch check: a range that failed is asked again after the pause, not 
 
 TEST_CASE("watch check: a watch that moved starts afresh", "[etcd_watch_check]") {
   WatchCheck check(kHeartbeat);
-  check.renewed(45, 40, t0);
-  check.renewed(45, 40, t0 + 700ms);
+  two_renewals_behind(check);
   check.found(45, 7, 45, 40, 7, t0 + 710ms);
   check.reset();
   CHECK_FALSE(check.lag());
