@@ -610,6 +610,11 @@ TEST_CASE(
     a.worker.save(step);
     settle();
   }
+  // (The newest step's copy refused too: none is on its way when the peer makes room below.)
+  REQUIRE(settle_until(io, [&] {
+    return std::any_of(a.reports.begin(), a.reports.end(),
+                       [](const TransferReport& r) { return r.step == 5 && !r.ok; });
+  }));
   CHECK(ra.safe_step() == 1);
   CHECK(ra.asks() == 1);
   REQUIRE_FALSE(board->said_.empty());
@@ -623,17 +628,15 @@ TEST_CASE(
   CHECK(settle_until(io, [&] { return ra.stride() == 8; }));
   CHECK(ra.asks() == 1);
   board->floor = 1;
-  // The peer makes room (its copy of step 1 dropped for a worker there): copies get through again.
+  // The peer makes room (its copy of step 1 dropped for a worker there) for one copy: the next
+  // save's gets through (as the window's step, or as the step the workers stopped at). One save
+  // only: the peer has no room for a second copy while it holds this one.
   b.service.drop_oldest_copies(copy);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (int64_t step = 6; ra.safe_step() == 1 && std::chrono::steady_clock::now() < deadline;
-       ++step) {
-    a.worker.save(step);
-    settle();
-  }
-  REQUIRE(ra.safe_step() > 1);
-  // Step 1 is asked for no more; once the copies have caught up (the workers stopped saving),
-  // nothing is.
+  a.worker.save(6);
+  REQUIRE(settle_until(io, [&] { return ra.safe_step() > 1; }));
+  CHECK(ra.safe_step() == 6);
+  // Step 1 is asked for no more; the copies have caught up (the workers stopped saving): nothing
+  // is.
   CHECK(settle_until(io, [&] { return ra.asks() != 1; }));
   CHECK(settle_until(io, [&] { return !ra.asks() && !board->said_.back().keep; }));
   ra.stop();
