@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -214,15 +213,6 @@ TEST_CASE("slot files: a file the free space cannot hold is refused at once, nam
 
 namespace {
 
-// Whether two folders are on file systems of one kind.
-bool same_file_system(const fs::path& a, const fs::path& b) {
-  struct statfs x {
-  }, y{};
-  REQUIRE(::statfs(a.c_str(), &x) == 0);
-  REQUIRE(::statfs(b.c_str(), &y) == 0);
-  return x.f_type == y.f_type;
-}
-
 // `payload` after a page of other bytes, in `file`: a region's slot as a source of copies.
 void source_file(const fs::path& file, const std::string& payload) {
   std::ofstream out(file, std::ios::binary);
@@ -230,10 +220,10 @@ void source_file(const fs::path& file, const std::string& payload) {
 }
 
 // The payload of global rank 3's step 5 copied out of `source` (after its first page) into
-// `file`, `piece` bytes at a time, its digest recorded; whether it committed, and (`by_kernel`)
-// whether the kernel copied it.
+// `file`, its room `room`, `piece` bytes at a time, its digest recorded; whether it committed, and
+// (`into_pages`) whether it was read into the file's mapped pages.
 bool copied_file(const fs::path& source, const fs::path& file, size_t size, size_t piece,
-                 bool* by_kernel = nullptr) {
+                 FileRoom room = FileRoom::kReserved, bool* into_pages = nullptr) {
   SlotRecord rec;
   rec.state = SlotRecord::kCommitted;
   rec.step = 5;
@@ -241,7 +231,7 @@ bool copied_file(const fs::path& source, const fs::path& file, size_t size, size
   rec.rank = 3;
   SlotFileWriter out(file, file.parent_path() / ".rank_3.tmp",
                      region_header_for(rec, file_slot_size(size), 0), kRegionHeader + size,
-                     "a copy of local rank 0's checkpoint");
+                     "a copy of local rank 0's checkpoint", PayloadSumKind::kCrc32, room);
   out.record_digest();
   const Fd in(open_or_fail(source, O_RDONLY));
   std::string scratch(piece, '\0');
@@ -250,44 +240,41 @@ bool copied_file(const fs::path& source, const fs::path& file, size_t size, size
     out.append_from(in.fd, 4096 + done, n, source, scratch.data());
     done += n;
   }
-  if (by_kernel != nullptr) *by_kernel = out.copies_in_kernel();
+  if (into_pages != nullptr) *into_pages = out.reads_into_pages();
   return out.commit(payload_crc(bytes_of(source).substr(4096, size)));
 }
 
 }  // namespace
 
 TEST_CASE(
-    "slot files: a slot copied out by the kernel, or through the buffer where it cannot, holds "
-    "its bytes and their CRC and XXH3 digest",
+    "slot files: a slot copied out into the file's pages where its memory is reserved, or "
+    "through the buffer where it is taken as written, holds its bytes and their CRC and XXH3 "
+    "digest",
     "[checkpoint]") {
-  // Into a memory file system, as the agent's copies: from the same one (the kernel copies), and
-  // from the temporary folder's where that is another (since Linux 5.19 the kernel copies
-  // between file systems only where both have a copy of their own: the agent copies through its
-  // buffer).
+  // Into a memory file system, as the agent's copies, from the same one and from the temporary
+  // folder's (another, where it is a disk's).
   const ddprun::test::TempFolder shm("/dev/shm", "slot-file-copy");
   const ddprun::test::TempFolder other("slot-file-copy-src");
   const fs::path into = shm.path / "step_5";
   fs::create_directories(into);
   const std::string payload = pattern((3 << 20) + 808);
   for (const fs::path& source : {shm.path / "region", other.path / "region"}) {
-    CAPTURE(source);
     source_file(source, payload);
-    const fs::path file = into / "rank_3.ddpckpt";
-    bool by_kernel = false;
-    REQUIRE(copied_file(source, file, payload.size(), 1 << 20, &by_kernel));
-    if (source.parent_path() == shm.path) {
-      CHECK(by_kernel);
-    } else if (!same_file_system(other.path, shm.path)) {
-      CHECK_FALSE(by_kernel);
+    for (const FileRoom room : {FileRoom::kReserved, FileRoom::kAsWritten}) {
+      CAPTURE(source, room == FileRoom::kReserved);
+      const fs::path file = into / "rank_3.ddpckpt";
+      bool into_pages = false;
+      REQUIRE(copied_file(source, file, payload.size(), 1 << 20, room, &into_pages));
+      CHECK(into_pages == (room == FileRoom::kReserved));
+      const std::string bytes = bytes_of(file);
+      CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
+      const std::optional<PayloadDigest> digest = digest_in(bytes);
+      REQUIRE(digest);
+      // (xxhash.h's one-shot XXH3, compiled here for any x86-64: the agent's may run AVX2 code.)
+      const XXH128_hash_t theirs = XXH3_128bits(payload.data(), payload.size());
+      CHECK(*digest == PayloadDigest{theirs.low64, theirs.high64});
+      fs::remove(file);
     }
-    const std::string bytes = bytes_of(file);
-    CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
-    const std::optional<PayloadDigest> digest = digest_in(bytes);
-    REQUIRE(digest);
-    // (xxhash.h's one-shot XXH3, compiled here for any x86-64: the agent's may run AVX2 code.)
-    const XXH128_hash_t theirs = XXH3_128bits(payload.data(), payload.size());
-    CHECK(*digest == PayloadDigest{theirs.low64, theirs.high64});
-    fs::remove(file);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "checkpoint/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,15 @@ void fail_io(const std::string& what) {
 
 Fd::~Fd() {
   if (fd >= 0) ::close(fd);
+}
+
+Mapping::Mapping(int fd, uint64_t bytes) : bytes_(bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+}
+
+Mapping::~Mapping() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
 }
 
 Partial::~Partial() {

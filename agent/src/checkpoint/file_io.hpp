@@ -32,6 +32,24 @@ struct Partial {
   Partial& operator=(const Partial&) = delete;
 };
 
+// A file's first `bytes` bytes mapped shared, readable and writable, every page mapped at once;
+// unmapped on scope exit. Null where it cannot be mapped. The caller sees to it that the file
+// keeps those bytes' memory while mapped (reserved, never truncated): else a write faults.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(int fd, uint64_t bytes);
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  char* get() const { return base_; }
+  uint64_t size() const { return bytes_; }
+
+ private:
+  char* base_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
 // open(2) with O_CLOEXEC and mode 0600; throws when it fails.
 int open_or_fail(const std::filesystem::path& p, int flags);
 // Exactly `n` bytes at `at`; throws (end of file included).

@@ -48,7 +48,9 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
                                FileRoom room)
     : path_(std::move(path)),
       partial_(tmp),
-      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))) {
+      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))),
+      mappable_(room != FileRoom::kAsWritten),
+      reserve_(reserve) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
   int e = 0;
   if (room == FileRoom::kAsWritten) {
@@ -97,12 +99,13 @@ void SlotFileWriter::sum(const char* p, size_t n) {
 void SlotFileWriter::append_from(int in, uint64_t at, size_t n, const fs::path& in_name,
                                  char* scratch) {
   const uint64_t to = kRegionHeader + written_;
-  if (copy_in_kernel_ && copy_range(in, at, fd_.fd, to, n, in_name, partial_.path)) {
-    read_all(fd_.fd, scratch, n, to, partial_.path);  // summed as held, from the cache
-    sum(scratch, n);
+  if (mappable_ && !pages_) pages_.emplace(fd_.fd, reserve_);
+  if (reads_into_pages() && to + n <= pages_->size()) {
+    char* into = pages_->get() + to;
+    read_all(in, into, n, at, in_name);
+    sum(into, n);
     return;
   }
-  copy_in_kernel_ = false;  // not between these files: through the buffer from now on
   read_all(in, scratch, n, at, in_name);
   append(scratch, n);
 }

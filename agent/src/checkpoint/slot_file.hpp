@@ -79,18 +79,20 @@ class SlotFileWriter {
   void record_digest();
   // The next `n` payload bytes (whole 8-byte words, except at the end).
   void append(const char* p, size_t n);
-  // The same, read from `in` at `at` (named `in_name`): copied by the kernel where it can, then
-  // read back into `scratch` (at least `n` bytes) to be summed as the file holds them; else
-  // through `scratch`.
+  // The same, read from `in` at `at` (named `in_name`): where the file's memory is reserved
+  // (kReserved, kOverSpare), read by the kernel straight into the file's pages, mapped, and
+  // summed there while they are in the cache (one copy; a copy by the kernel between the files
+  // and a read back to sum them cost twice that, a read into `scratch` and a write from it too);
+  // else through `scratch` (at least `n` bytes).
   void append_from(int in, uint64_t at, size_t n, const std::filesystem::path& in_name,
                    char* scratch);
   uint64_t written() const { return written_; }
   // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
   // (the file removed) if not.
   bool commit(uint64_t checksum);
-  // Whether append_from copies by the kernel (false once the kernel said it cannot between
-  // these files).
-  bool copies_in_kernel() const { return copy_in_kernel_; }
+  // Whether append_from read into the file's mapped pages (false where its room is taken as
+  // written, whose pages a full /dev/shm would fail as SIGBUS, or the file could not be mapped).
+  bool reads_into_pages() const { return pages_ && pages_->get() != nullptr; }
 
  private:
   void sum(const char* p, size_t n);
@@ -99,7 +101,9 @@ class SlotFileWriter {
   Partial partial_;
   Fd fd_;
   uint64_t written_ = 0;
-  bool copy_in_kernel_ = true;  // append_from: until the kernel says it cannot
+  bool mappable_;  // its memory reserved: append_from maps it
+  uint64_t reserve_;
+  std::optional<Mapping> pages_;  // the whole reserve, from the first append_from
   PayloadSum crc_;
   std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
   std::unique_ptr<DigestSum> digest_;   // record_digest()
