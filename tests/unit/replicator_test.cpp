@@ -603,8 +603,7 @@ TEST_CASE(
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
   a.worker.save(1);
-  settle();
-  REQUIRE(ra.safe_step() == 1);
+  REQUIRE(settle_until(io, [&] { return ra.safe_step() == 1; }));
   CHECK_FALSE(ra.asks());  // caught up: nothing to ask
   for (int64_t step = 2; step <= 5; ++step) {
     a.worker.save(step);

@@ -247,9 +247,9 @@ bool copied_file(const fs::path& source, const fs::path& file, size_t size, size
 }  // namespace
 
 TEST_CASE(
-    "slot files: a slot copied out into the file's pages where its memory is reserved, or "
-    "through the buffer where it is taken as written, holds its bytes and their CRC and XXH3 "
-    "digest",
+    "slot files: a slot copied out into the file's pages where its memory is reserved (fresh "
+    "or a spare's), or through the buffer where it is taken as written, holds its bytes and "
+    "their CRC and XXH3 digest",
     "[checkpoint]") {
   // Into a memory file system, as the agent's copies, from the same one and from the temporary
   // folder's (another, where it is a disk's).
@@ -260,12 +260,17 @@ TEST_CASE(
   const std::string payload = pattern((3 << 20) + 808);
   for (const fs::path& source : {shm.path / "region", other.path / "region"}) {
     source_file(source, payload);
-    for (const FileRoom room : {FileRoom::kReserved, FileRoom::kAsWritten}) {
-      CAPTURE(source, room == FileRoom::kReserved);
+    for (const FileRoom room : {FileRoom::kReserved, FileRoom::kOverSpare, FileRoom::kAsWritten}) {
+      CAPTURE(source, static_cast<int>(room));
       const fs::path file = into / "rank_3.ddpckpt";
+      if (room == FileRoom::kOverSpare) {  // a dropped copy's pages, longer, other bytes
+        std::ofstream(into / ".rank_3.tmp", std::ios::binary)
+            << std::string(kRegionHeader + payload.size() + (1 << 20), '\x77');
+      }
       bool into_pages = false;
       REQUIRE(copied_file(source, file, payload.size(), 1 << 20, room, &into_pages));
-      CHECK(into_pages == (room == FileRoom::kReserved));
+      CHECK(into_pages == (room != FileRoom::kAsWritten));
+      CHECK(fs::file_size(file) == kRegionHeader + payload.size());
       const std::string bytes = bytes_of(file);
       CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
       const std::optional<PayloadDigest> digest = digest_in(bytes);

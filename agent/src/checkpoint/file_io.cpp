@@ -18,9 +18,11 @@ Fd::~Fd() {
   if (fd >= 0) ::close(fd);
 }
 
-Mapping::Mapping(int fd, uint64_t bytes) : bytes_(bytes) {
+Mapping::Mapping(int fd, uint64_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+  if (p == MAP_FAILED) return;
+  base_ = static_cast<char*>(p);
+  bytes_ = bytes;
 }
 
 Mapping::~Mapping() {

@@ -1,6 +1,7 @@
 #pragma once
 // The checkpoint copies' file I/O: whole reads and writes at an offset that throw
-// std::system_error naming the file, and descriptors and partial files released on scope exit.
+// std::system_error naming the file, and descriptors, partial files and mappings released on
+// scope exit.
 // Private to the agent.
 #include <cstdint>
 #include <filesystem>
@@ -33,8 +34,8 @@ struct Partial {
 };
 
 // A file's first `bytes` bytes mapped shared, readable and writable, every page mapped at once;
-// unmapped on scope exit. Null where it cannot be mapped. The caller sees to it that the file
-// keeps those bytes' memory while mapped (reserved, never truncated): else a write faults.
+// unmapped on scope exit. Null, of size 0, where it cannot be mapped. The caller sees to it that
+// the file keeps those bytes' memory while mapped (reserved, never truncated): else a write faults.
 class Mapping {
  public:
   Mapping() = default;
