@@ -38,7 +38,6 @@ struct Partial {
 // the file keeps those bytes' memory while mapped (reserved, never truncated): else a write faults.
 class Mapping {
  public:
-  Mapping() = default;
   Mapping(int fd, uint64_t bytes);
   ~Mapping();
   Mapping(const Mapping&) = delete;

@@ -16,8 +16,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // What is copied at once: a multiple of 8 (the payload is summed in whole words), small enough to
-// sum from the cache once read into the copy (a kernel copy of 240 MiB, each piece read back and
-// summed, took the same at 256 KiB to 1 MiB here, and 5-10% longer at 4 MiB).
+// sum from the cache once read into the copy (measured the way before, a kernel copy of 240 MiB
+// with each piece read back and summed: the same at 256 KiB to 1 MiB here, 5-10% longer at 4 MiB).
 constexpr size_t kStageChunk = 1 << 20;
 
 }  // namespace
