@@ -31,6 +31,8 @@ RESTART = os.environ.get("RESTART", "process")
 # With RESTART=in_process: --standby_workers=STANDBY on every ddprun agent (the spare's standbys
 # start while it waits, so that the lost node's ranks run on in warm processes)
 STANDBY = int(os.environ.get("STANDBY", "0"))
+# How many times the speed runs (no checkpoints, saves alone, saves and copies) take turns
+SPEED_RUNS = int(os.environ.get("SPEED_RUNS", "3"))
 # TOKEN=1: ddprund holds a secret and ddprun's job a token of its own (--rdzv_conf
 # auth_token_file), so that every copy between its agents carries its MAC
 TOKEN = os.environ.get("TOKEN", "0") == "1"
@@ -242,37 +244,47 @@ def main():
                    for e in events(os.path.join(work, "ddprun"), i, "checkpoint_restore")[-1:]
                    for r in e.get("ranks", [])}
         speed, stride = {}, None
-        # (The workers' saves alone: the same job with the copies turned off.)
-        for mode, worker, flags in (("none", "none", []),
-                                    ("save", "ddprun", ["--no_checkpoint_peer_copies"]),
-                                    ("copy", "ddprun", [])):
-            out = os.path.join(work, f"speed_{mode}")
-            os.makedirs(out)
-            agents = [in_ns(i, [DDPRUN, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                                f"--rdzv_endpoint={NET}.1:{port}", f"--rdzv_id=speed_{mode}",
-                                *[f"--rdzv_conf={c}" for c in auth_conf(f"speed_{mode}")],
-                                f"--event_log={out}/events.{i}.jsonl", *flags, WORKER, worker,
-                                "40", out], stdout=subprocess.DEVNULL,
+        # (The workers' saves alone: the same job with the copies turned off.) The three ways
+        # take turns, SPEED_RUNS times, so that the machine's drift falls on each alike; each
+        # way's step time is the median of its runs' medians, the copies' share the median of
+        # the runs' pairs (save / copy of one turn).
+        times = {"none": [], "save": [], "copy": []}
+        memory = [0, 0]
+        for turn in range(SPEED_RUNS):
+            for mode, worker, flags in (("none", "none", []),
+                                        ("save", "ddprun", ["--no_checkpoint_peer_copies"]),
+                                        ("copy", "ddprun", [])):
+                out = os.path.join(work, f"speed_{mode}{turn}")
+                os.makedirs(out)
+                run_id = f"speed_{mode}{turn}"
+                agents = [in_ns(i, [DDPRUN, "--nnodes=2", "--nproc_per_node=2",
+                                    "--rdzv_backend=c10d", f"--rdzv_endpoint={NET}.1:{port}",
+                                    f"--rdzv_id={run_id}",
+                                    *[f"--rdzv_conf={c}" for c in auth_conf(run_id)],
+                                    f"--event_log={out}/events.{i}.jsonl", *flags, WORKER,
+                                    worker, "40", out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
-            most, ends = {}, time.monotonic() + 900
-            while any(a.poll() is None for a in agents):
-                if time.monotonic() > ends:
-                    raise SystemExit(f"the speed run '{mode}' did not end in 900 s")
-                if mode == "copy":  # what each node's checkpoint folder holds, all along
-                    for folder in glob.glob("/dev/shm/ddprun-checkpoints-speed_copy-*"):
-                        most[folder] = max(most.get(folder, 0), allocated_under(folder))
-                time.sleep(0.05)
-            speed[mode] = step_time(out)
-            if mode == "copy":
-                memory = sorted(most.values())
-            if mode == "copy":
-                held = events(out, 0, "checkpoints_held")
-                stride = held[-1].get("stride") if held else None
-                # What the copies sent, and what the peer held already (the same bytes).
-                ends = [events(out, i, "checkpoints_held")[-1:] for i in (0, 1)]
-                copied = [sum(e[0].get(k, 0) for e in ends if e)
-                          for k in ("copy_bytes_sent", "copy_bytes_held")]
-                staged = [e[0].get("last_stage_seconds") for e in ends if e]
+                most, ends = {}, time.monotonic() + 900
+                while any(a.poll() is None for a in agents):
+                    if time.monotonic() > ends:
+                        raise SystemExit(f"the speed run '{mode}' did not end in 900 s")
+                    if mode == "copy":  # what each node's checkpoint folder holds, all along
+                        for folder in glob.glob(f"/dev/shm/ddprun-checkpoints-{run_id}-*"):
+                            most[folder] = max(most.get(folder, 0), allocated_under(folder))
+                    time.sleep(0.05)
+                times[mode].append(step_time(out))
+                if mode == "copy":
+                    memory = [max(a, b) for a, b in
+                              zip(memory, sorted(most.values()) + [0] * (2 - len(most)))]
+                    held = events(out, 0, "checkpoints_held")
+                    stride = held[-1].get("stride") if held else None
+                    # What the copies sent, and what the peer held already (the same bytes).
+                    ends = [events(out, i, "checkpoints_held")[-1:] for i in (0, 1)]
+                    copied = [sum(e[0].get(k, 0) for e in ends if e)
+                              for k in ("copy_bytes_sent", "copy_bytes_held")]
+                    staged = [e[0].get("last_stage_seconds") for e in ends if e]
+        speed = {mode: statistics.median(t) for mode, t in times.items()}
+        kept = statistics.median(a / b for a, b in zip(times["save"], times["copy"]))
     finally:
         for i in range(3):
             kill_node(i)
@@ -307,7 +319,8 @@ def main():
           f"{' and '.join(f'{m / (1 << 20):.0f}' for m in memory)} MiB, "
           f"{' and '.join(f'{m / (1 << 20) / state_mib:.1f}' for m in memory)}x one rank's state "
           f"(a node of 2 ranks, replicated=True: one replica per step; its regions hold 2 steps)")
-    print(f"step time without checkpoints {speed['none']:.3f} s, with a save every step "
+    print(f"step time (median of {SPEED_RUNS} turns) without checkpoints {speed['none']:.3f} s, "
+          f"with a save every step "
           f"{speed['save']:.3f} s, with a save every step and the copies to the peer "
           f"{speed['copy']:.3f} s (the copies' stride at the end: {stride} step(s); of the "
           f"copies' {(copied[0] + copied[1]) / (1 << 20):.0f} MiB, {copied[0] / (1 << 20):.0f} "
@@ -322,8 +335,9 @@ def main():
           f"(target at most 1) "
           f"against {versus}; the restore moved "
           f"{link / rate if rate else float('inf'):.2f}x slower than the link (target 2x); the "
-          f"copies kept {speed['save'] / speed['copy'] * 100:.1f}% of the speed of saving alone "
-          f"(target 90%), saving and copying every step "
+          f"copies kept {kept * 100:.1f}% of the speed of saving alone (target 90%; per turn "
+          f"{', '.join(f'{a / b * 100:.1f}' for a, b in zip(times['save'], times['copy']))}), "
+          f"saving and copying every step "
           f"{speed['none'] / speed['copy'] * 100:.1f}% of no checkpoints")
 
 

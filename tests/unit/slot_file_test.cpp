@@ -221,7 +221,7 @@ void source_file(const fs::path& file, const std::string& payload) {
 
 // The payload of global rank 3's step 5 copied out of `source` (after its first page) into
 // `file`, its room `room`, `piece` bytes at a time, its digest recorded; whether it committed, and
-// (`into_pages`) whether it was read into the file's mapped pages.
+// (`into_pages`) whether it was stored into the file's mapped pages.
 bool copied_file(const fs::path& source, const fs::path& file, size_t size, size_t piece,
                  FileRoom room = FileRoom::kReserved, bool* into_pages = nullptr) {
   SlotRecord rec;
@@ -240,7 +240,7 @@ bool copied_file(const fs::path& source, const fs::path& file, size_t size, size
     out.append_from(in.fd, 4096 + done, n, source, scratch.data());
     done += n;
   }
-  if (into_pages != nullptr) *into_pages = out.reads_into_pages();
+  if (into_pages != nullptr) *into_pages = out.stores_into_pages();
   return out.commit(payload_crc(bytes_of(source).substr(4096, size)));
 }
 
@@ -263,22 +263,26 @@ TEST_CASE(
     for (const FileRoom room : {FileRoom::kReserved, FileRoom::kOverSpare, FileRoom::kAsWritten}) {
       CAPTURE(source, static_cast<int>(room));
       const fs::path file = into / "rank_3.ddpckpt";
-      if (room == FileRoom::kOverSpare) {  // a dropped copy's pages, longer, other bytes
-        std::ofstream(into / ".rank_3.tmp", std::ios::binary)
-            << std::string(kRegionHeader + payload.size() + (1 << 20), '\x77');
+      // (Pieces of 1000 bytes: whole words, but stores that begin off the 16 bytes' alignment.)
+      for (const size_t piece : {size_t{1} << 20, size_t{1000}}) {
+        CAPTURE(piece);
+        if (room == FileRoom::kOverSpare) {  // a dropped copy's pages, longer, other bytes
+          std::ofstream(into / ".rank_3.tmp", std::ios::binary)
+              << std::string(kRegionHeader + payload.size() + (1 << 20), '\x77');
+        }
+        bool into_pages = false;
+        REQUIRE(copied_file(source, file, payload.size(), piece, room, &into_pages));
+        CHECK(into_pages == (room != FileRoom::kAsWritten));
+        CHECK(fs::file_size(file) == kRegionHeader + payload.size());
+        const std::string bytes = bytes_of(file);
+        CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
+        const std::optional<PayloadDigest> digest = digest_in(bytes);
+        REQUIRE(digest);
+        // (xxhash.h's one-shot XXH3, compiled here for any x86-64: the agent's may run AVX2.)
+        const XXH128_hash_t theirs = XXH3_128bits(payload.data(), payload.size());
+        CHECK(*digest == PayloadDigest{theirs.low64, theirs.high64});
+        fs::remove(file);
       }
-      bool into_pages = false;
-      REQUIRE(copied_file(source, file, payload.size(), 1 << 20, room, &into_pages));
-      CHECK(into_pages == (room != FileRoom::kAsWritten));
-      CHECK(fs::file_size(file) == kRegionHeader + payload.size());
-      const std::string bytes = bytes_of(file);
-      CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);
-      const std::optional<PayloadDigest> digest = digest_in(bytes);
-      REQUIRE(digest);
-      // (xxhash.h's one-shot XXH3, compiled here for any x86-64: the agent's may run AVX2 code.)
-      const XXH128_hash_t theirs = XXH3_128bits(payload.data(), payload.size());
-      CHECK(*digest == PayloadDigest{theirs.low64, theirs.high64});
-      fs::remove(file);
     }
   }
 }

@@ -15,10 +15,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What is copied at once: a multiple of 8 (the payload is summed in whole words), small enough to
-// sum from the cache once read into the copy (measured the way before, a kernel copy of 240 MiB
-// with each piece read back and summed: the same at 256 KiB to 1 MiB here, 5-10% longer at 4 MiB).
-constexpr size_t kStageChunk = 1 << 20;
+// What is copied at once: a multiple of 8 (the payload is summed in whole words), read into a
+// buffer that stays in the cache to be summed and stored on (measured here, 240 MiB: 512 KiB and
+// 256 KiB the same, 1 MiB 10% more CPU).
+constexpr size_t kStageChunk = 512 << 10;
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/cold_copy.hpp"
 #include "checkpoint/memory_use.hpp"
 
 namespace ddprun::agent {
@@ -100,13 +101,12 @@ void SlotFileWriter::append_from(int in, uint64_t at, size_t n, const fs::path& 
                                  char* scratch) {
   const uint64_t to = kRegionHeader + written_;
   if (mappable_ && !pages_) pages_.emplace(fd_.fd, reserve_);
-  if (reads_into_pages() && to + n <= pages_->size()) {
-    char* into = pages_->get() + to;
-    read_all(in, into, n, at, in_name);
-    sum(into, n);
+  read_all(in, scratch, n, at, in_name);
+  if (stores_into_pages() && to + n <= pages_->size()) {
+    sum(scratch, n);  // (the bytes stored are those summed: the source may change meanwhile)
+    cold_copy(pages_->get() + to, scratch, n);
     return;
   }
-  read_all(in, scratch, n, at, in_name);
   append(scratch, n);
 }
 

@@ -79,21 +79,21 @@ class SlotFileWriter {
   void record_digest();
   // The next `n` payload bytes (whole 8-byte words, except at the end).
   void append(const char* p, size_t n);
-  // The same, read from `in` at `at` (named `in_name`): where the file's memory is reserved
-  // (kReserved, kOverSpare), read by the kernel straight into the file's pages, mapped, and
-  // summed there while they are in the cache (one copy, where a copy by the kernel between the
-  // files and a read back to sum them made two; over fresh pages, kReserved, the mapping zeroes
-  // each first, as a spare's, kOverSpare, are not); else through `scratch` (at least `n` bytes).
+  // The same, read from `in` at `at` (named `in_name`) into `scratch` (at least `n` bytes: small
+  // enough to stay in the cache) and summed there; then, where the file's memory is reserved
+  // (kReserved, kOverSpare), stored into the file's pages, mapped, past the cache (cold_copy.hpp:
+  // over fresh pages, kReserved, the mapping zeroes each first, as a spare's, kOverSpare, are
+  // not), else written to the file.
   void append_from(int in, uint64_t at, size_t n, const std::filesystem::path& in_name,
                    char* scratch);
   uint64_t written() const { return written_; }
   // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
   // (the file removed) if not.
   bool commit(uint64_t checksum);
-  // Whether append_from has the file's pages mapped to read into (false where its room is taken
+  // Whether append_from has the file's pages mapped to store into (false where its room is taken
   // as written, whose pages a full /dev/shm would fail as SIGBUS, or the file could not be
-  // mapped; bytes past the reserve go through the buffer even so).
-  bool reads_into_pages() const { return pages_ && pages_->get() != nullptr; }
+  // mapped; bytes past the reserve are written even so).
+  bool stores_into_pages() const { return pages_ && pages_->get() != nullptr; }
 
  private:
   void sum(const char* p, size_t n);

@@ -10,9 +10,9 @@
 namespace ddprun::agent {
 namespace {
 
-using Record = std::array<uint64_t, 4>;  // seq, steps, step_ns, wait_ns (little-endian hosts)
+using StepRecord = std::array<uint64_t, 4>;  // seq, steps, step_ns, wait_ns (little-endian hosts)
 
-bool read_record(int fd, Record& r) {
+bool read_record(int fd, StepRecord& r) {
   return ::pread(fd, r.data(), sizeof r, 0) == static_cast<ssize_t>(sizeof r);
 }
 
@@ -21,7 +21,7 @@ bool read_record(int fd, Record& r) {
 StepTimesFile::StepTimesFile(std::string path) : path_(std::move(path)) {
   ::unlink(path_.c_str());
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  const Record zero{};
+  const StepRecord zero{};
   if (fd_ < 0 || ::pwrite(fd_, zero.data(), sizeof zero, 0) != static_cast<ssize_t>(sizeof zero)) {
     const int e = errno;
     if (fd_ >= 0) ::close(fd_);
@@ -38,8 +38,8 @@ std::optional<StepTotals> StepTimesFile::read() const {
   // A sequence lock: a record read whole, with an even count, twice the same, was not being
   // written.
   for (int tries = 0; tries < 3; ++tries) {
-    Record first{};
-    Record second{};
+    StepRecord first{};
+    StepRecord second{};
     if (!read_record(fd_, first) || !read_record(fd_, second)) return std::nullopt;
     if (first != second || first[0] % 2 != 0) continue;
     if (first[3] > first[2]) return std::nullopt;
