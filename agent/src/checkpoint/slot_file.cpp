@@ -86,7 +86,13 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
 void SlotFileWriter::record_digest() { digest_ = std::make_unique<DigestSum>(); }
 
 void SlotFileWriter::append(const char* p, size_t n) {
-  write_all(fd_.fd, p, n, kRegionHeader + written_, partial_.path);
+  const uint64_t to = kRegionHeader + written_;
+  if (mappable_ && !pages_) pages_.emplace(fd_.fd, reserve_);
+  if (stores_into_pages() && to + n <= pages_->size()) {
+    cold_copy(pages_->get() + to, p, n);
+  } else {
+    write_all(fd_.fd, p, n, to, partial_.path);
+  }
   sum(p, n);
 }
 
@@ -99,14 +105,7 @@ void SlotFileWriter::sum(const char* p, size_t n) {
 
 void SlotFileWriter::append_from(int in, uint64_t at, size_t n, const fs::path& in_name,
                                  char* scratch) {
-  const uint64_t to = kRegionHeader + written_;
-  if (mappable_ && !pages_) pages_.emplace(fd_.fd, reserve_);
   read_all(in, scratch, n, at, in_name);
-  if (stores_into_pages() && to + n <= pages_->size()) {
-    sum(scratch, n);  // (the bytes stored are those summed: the source may change meanwhile)
-    cold_copy(pages_->get() + to, scratch, n);
-    return;
-  }
   append(scratch, n);
 }
 

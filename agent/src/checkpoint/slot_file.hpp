@@ -77,22 +77,22 @@ class SlotFileWriter {
   // From now on, the payload's digest (payload_digest.hpp) is summed as it comes too, and
   // written into the file's header at commit. Before the first append.
   void record_digest();
-  // The next `n` payload bytes (whole 8-byte words, except at the end).
+  // The next `n` payload bytes (whole 8-byte words, except at the end). Where the file's memory
+  // is reserved (kReserved, kOverSpare), stored into its pages, mapped once, past the cache
+  // (cold_copy.hpp: over fresh pages, kReserved, the mapping zeroes each first, as a spare's,
+  // kOverSpare, are not); else written to the file.
   void append(const char* p, size_t n);
   // The same, read from `in` at `at` (named `in_name`) into `scratch` (at least `n` bytes: small
-  // enough to stay in the cache) and summed there; then, where the file's memory is reserved
-  // (kReserved, kOverSpare), stored into the file's pages, mapped, past the cache (cold_copy.hpp:
-  // over fresh pages, kReserved, the mapping zeroes each first, as a spare's, kOverSpare, are
-  // not), else written to the file.
+  // enough to stay in the cache while they are summed and stored).
   void append_from(int in, uint64_t at, size_t n, const std::filesystem::path& in_name,
                    char* scratch);
   uint64_t written() const { return written_; }
   // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
   // (the file removed) if not.
   bool commit(uint64_t checksum);
-  // Whether append_from has the file's pages mapped to store into (false where its room is taken
-  // as written, whose pages a full /dev/shm would fail as SIGBUS, or the file could not be
-  // mapped; bytes past the reserve are written even so).
+  // Whether append stores into the file's mapped pages (false where its room is taken as
+  // written, whose pages a full /dev/shm would fail as SIGBUS, or the file could not be mapped;
+  // bytes past the reserve are written even so).
   bool stores_into_pages() const { return pages_ && pages_->get() != nullptr; }
 
  private:
@@ -102,9 +102,9 @@ class SlotFileWriter {
   Partial partial_;
   Fd fd_;
   uint64_t written_ = 0;
-  bool mappable_;  // its memory reserved: append_from maps it
+  bool mappable_;  // its memory reserved: append maps it
   uint64_t reserve_;
-  std::optional<Mapping> pages_;  // the whole reserve, from the first append_from
+  std::optional<Mapping> pages_;  // the whole reserve, from the first append
   PayloadSum crc_;
   std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
   std::unique_ptr<DigestSum> digest_;   // record_digest()
