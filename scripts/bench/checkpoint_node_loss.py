@@ -171,6 +171,16 @@ def run_loss(kind, out, store_port, steps, kill_after, K):
     return failed - first + 1, back - lost_at
 
 
+def cpu_seconds(pid):
+    """The CPU time (user and system, every thread's; not its children's) of process `pid` so
+    far, or None once it is gone."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def step_time(out):
     times = [t for t, _ in steps_of(out)]
     return statistics.median(b - a for a, b in zip(times[1:], times[2:]))
@@ -249,6 +259,9 @@ def main():
         # way's step time is the median of its runs' medians, the copies' share the median of
         # the runs' pairs (save / copy of one turn).
         times = {"none": [], "save": [], "copy": []}
+        # Both agents' CPU seconds per step of the job (their own threads: the copies' work, not
+        # the workers'), from their last look before they exit.
+        agent_cpu = {"none": [], "save": [], "copy": []}
         memory = [0, 0]
         for turn in range(SPEED_RUNS):
             for mode, worker, flags in (("none", "none", []),
@@ -264,8 +277,10 @@ def main():
                                     f"--event_log={out}/events.{i}.jsonl", *flags, WORKER,
                                     worker, "40", out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
-                most, ends = {}, time.monotonic() + 900
+                most, ends, cpu = {}, time.monotonic() + 900, [0.0, 0.0]
                 while any(a.poll() is None for a in agents):
+                    for i, a in enumerate(agents):
+                        cpu[i] = cpu_seconds(a.pid) or cpu[i]
                     if time.monotonic() > ends:
                         raise SystemExit(f"the speed run '{mode}' did not end in 900 s")
                     if mode == "copy":  # what each node's checkpoint folder holds, all along
@@ -273,6 +288,7 @@ def main():
                             most[folder] = max(most.get(folder, 0), allocated_under(folder))
                     time.sleep(0.05)
                 times[mode].append(step_time(out))
+                agent_cpu[mode].append(sum(cpu) / 40)
                 if mode == "copy":
                     memory = [max(a, b) for a, b in
                               zip(memory, sorted(most.values()) + [0] * (2 - len(most)))]
@@ -285,6 +301,7 @@ def main():
                     staged = [e[0].get("last_stage_seconds") for e in ends if e]
         speed = {mode: statistics.median(t) for mode, t in times.items()}
         kept = statistics.median(a / b for a, b in zip(times["save"], times["copy"]))
+        agents_cpu = {mode: statistics.median(t) for mode, t in agent_cpu.items()}
     finally:
         for i in range(3):
             kill_node(i)
@@ -327,6 +344,9 @@ def main():
           f"MiB sent and {copied[1] / (1 << 20):.0f} MiB held by the peer already; each node's "
           f"last copy of its own step at memory speed took "
           f"{' and '.join(f'{t:.3f}' if t is not None else '?' for t in staged)} s)")
+    print(f"the agents' CPU per step (both nodes, median of {SPEED_RUNS} turns; the machine has "
+          f"{os.cpu_count()} cores): saves alone {agents_cpu['save']:.3f} s, saves and copies "
+          f"{agents_cpu['copy']:.3f} s")
     d, t = rows["ddprun"], rows["torchrun"]
     versus = ("torchrun never got back" if t is None else
               f"torchrun's {t[0]}, back at the failed step {t[1] / d[1]:.1f}x sooner (target 10x)")
