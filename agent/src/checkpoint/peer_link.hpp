@@ -65,8 +65,8 @@ class PeerLink {
   boost::asio::awaitable<void> read(char* p, size_t n);
   boost::asio::awaitable<void> write(const char* p, size_t n);
   // `n` bytes of the file `fd` from `offset`, each also added to `mac` where there is one, read
-  // into a buffer piece by piece and written (encrypted over TLS). Throws as write() does, and
-  // std::system_error where the file cannot be read.
+  // into a buffer piece by piece, the next while this one is written (read_ahead.hpp; encrypted
+  // over TLS). Throws as write() does, and std::system_error where the file cannot be read.
   boost::asio::awaitable<void> send_file(int fd, uint64_t offset, uint64_t n, CopyMac* mac);
   // The other end's address, for messages.
   const std::string& peer() const { return peer_; }
