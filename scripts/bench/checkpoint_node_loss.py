@@ -33,6 +33,7 @@ RESTART = os.environ.get("RESTART", "process")
 STANDBY = int(os.environ.get("STANDBY", "0"))
 # How many times the speed runs (no checkpoints, saves alone, saves and copies) take turns
 SPEED_RUNS = int(os.environ.get("SPEED_RUNS", "3"))
+SPEED_STEPS = 40  # each speed run's steps
 # TOKEN=1: ddprund holds a secret and ddprun's job a token of its own (--rdzv_conf
 # auth_token_file), so that every copy between its agents carries its MAC
 TOKEN = os.environ.get("TOKEN", "0") == "1"
@@ -275,7 +276,7 @@ def main():
                                     f"--rdzv_id={run_id}",
                                     *[f"--rdzv_conf={c}" for c in auth_conf(run_id)],
                                     f"--event_log={out}/events.{i}.jsonl", *flags, WORKER,
-                                    worker, "40", out], stdout=subprocess.DEVNULL,
+                                    worker, str(SPEED_STEPS), out], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for i in (0, 1)]
                 most, ends, cpu = {}, time.monotonic() + 900, [0.0, 0.0]
                 while any(a.poll() is None for a in agents):
@@ -288,7 +289,7 @@ def main():
                             most[folder] = max(most.get(folder, 0), allocated_under(folder))
                     time.sleep(0.05)
                 times[mode].append(step_time(out))
-                agent_cpu[mode].append(sum(cpu) / 40)
+                agent_cpu[mode].append(sum(cpu) / SPEED_STEPS)
                 if mode == "copy":
                     memory = [max(a, b) for a, b in
                               zip(memory, sorted(most.values()) + [0] * (2 - len(most)))]

@@ -17,8 +17,8 @@
 # speed with no checkpoints, with a save every step (--no_checkpoint_peer_copies) and with a save
 # every step copied to the peer, the three taking turns SPEED_RUNS times (3; medians). The last
 # line gives the ratios (targets: at most one step redone, the transfer within 2x of the link, at
-# least 10x sooner than torchrun, the copies keeping at least 90% of the speed). TOKEN=1: ddprun's job has a token of its own, so that every copy
-# between its agents carries its MAC.
+# least 10x sooner than torchrun, the copies keeping at least 90% of the speed). TOKEN=1: ddprun's
+# job has a token of its own, so that every copy between its agents carries its MAC.
 #   scripts/bench/checkpoint_node_loss.sh    (WIDTH=2048: 256 MiB of state per rank; 4096: 1 GiB,
 #                                             which needs about 24 GiB of memory; SEED; SPARE;
 #                                             PRELOAD; RESTART; STANDBY; TOKEN;

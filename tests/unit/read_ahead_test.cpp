@@ -2,9 +2,11 @@
 // MAC of them all, a read that fails raised to the caller in its place, and a stop mid-way.
 #include <fcntl.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -24,9 +26,17 @@ std::string pattern(size_t n) {
   return out;
 }
 
-void write_file(const fs::path& file, const std::string& bytes) {
-  std::ofstream(file, std::ios::binary) << bytes;
-}
+// A file holding `bytes`, open to read, in a folder of its own.
+struct CopyFile {
+  ddprun::test::TempFolder folder;
+  fs::path file;
+  Fd fd;
+  CopyFile(const std::string& name, const std::string& bytes)
+      : folder(name), file(folder.path / "copy"), fd(-1) {
+    std::ofstream(file, std::ios::binary) << bytes;
+    fd.fd = open_or_fail(file, O_RDONLY);
+  }
+};
 
 CopyMac mac() { return CopyMac(ddprun::store::Token("0123456789abcdef-job"), "checkpoints/job"); }
 
@@ -34,11 +44,10 @@ CopyMac mac() { return CopyMac(ddprun::store::Token("0123456789abcdef-job"), "ch
 
 TEST_CASE("read ahead: every byte comes out in order, in chunks, and the MAC is of them all",
           "[checkpoint]") {
-  const ddprun::test::TempFolder folder("read-ahead");
-  const fs::path file = folder.path / "copy";
   const std::string bytes = pattern((3 << 20) + 808);
-  write_file(file, "header" + bytes);
-  const Fd fd(open_or_fail(file, O_RDONLY));
+  const CopyFile copy("read-ahead", "header" + bytes);
+  const fs::path& file = copy.file;
+  const Fd& fd = copy.fd;
   for (const size_t chunk : {size_t{1} << 20, size_t{4096}, size_t{8} << 20}) {
     CAPTURE(chunk);
     CopyMac sending = mac();
@@ -49,6 +58,12 @@ TEST_CASE("read ahead: every byte comes out in order, in chunks, and the MAC is 
       ReadAhead pieces(fd.fd, 6, bytes.size(), chunk, &sending, file);
       for (std::string_view piece = pieces.next(); !piece.empty(); piece = pieces.next()) {
         CHECK(piece.size() <= chunk);
+        // (Held a moment, as a slow network holds it, while the thread reads on: a piece written
+        // over while held differs from the file.)
+        const std::string first(piece);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        CHECK(piece == first);
+        CHECK(piece == std::string_view(bytes).substr(got.size(), piece.size()));
         got += piece;
         ++chunks;
       }
@@ -67,25 +82,19 @@ TEST_CASE("read ahead: every byte comes out in order, in chunks, and the MAC is 
 
 TEST_CASE("read ahead: a file that ends early hands out what it has, then raises, naming it",
           "[checkpoint]") {
-  const ddprun::test::TempFolder folder("read-ahead-short");
-  const fs::path file = folder.path / "copy";
-  write_file(file, pattern(2 << 20));
-  const Fd fd(open_or_fail(file, O_RDONLY));
-  ReadAhead pieces(fd.fd, 0, 5 << 20, 1 << 20, nullptr, file);
+  const CopyFile copy("read-ahead-short", pattern(2 << 20));
+  ReadAhead pieces(copy.fd.fd, 0, 5 << 20, 1 << 20, nullptr, copy.file);
   CHECK(pieces.next().size() == 1 << 20);
   CHECK(pieces.next().size() == 1 << 20);
-  CHECK_THROWS_WITH(pieces.next(), Catch::Contains(file.string()));
+  CHECK_THROWS_WITH(pieces.next(), Catch::Contains(copy.file.string()));
 }
 
 TEST_CASE("read ahead: one left mid-way stops, its thread waiting for a buffer released",
           "[checkpoint]") {
   // (A thread that did not stop would wait for its next buffer for ever: the case would hang.)
-  const ddprun::test::TempFolder folder("read-ahead-stop");
-  const fs::path file = folder.path / "copy";
-  write_file(file, pattern(8 << 20));
-  const Fd fd(open_or_fail(file, O_RDONLY));
+  const CopyFile copy("read-ahead-stop", pattern(8 << 20));
   for (int taken = 0; taken < 3; ++taken) {
-    ReadAhead pieces(fd.fd, 0, 8 << 20, 1 << 20, nullptr, file);
+    ReadAhead pieces(copy.fd.fd, 0, 8 << 20, 1 << 20, nullptr, copy.file);
     for (int i = 0; i < taken; ++i) CHECK(pieces.next().size() == 1 << 20);
   }
 }

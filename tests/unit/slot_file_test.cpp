@@ -272,7 +272,7 @@ TEST_CASE(
         }
         bool into_pages = false;
         REQUIRE(copied_file(source, file, payload.size(), piece, room, &into_pages));
-        CHECK(into_pages == (room != FileRoom::kAsWritten));
+        CHECK(into_pages == (room == FileRoom::kOverSpare));
         CHECK(fs::file_size(file) == kRegionHeader + payload.size());
         const std::string bytes = bytes_of(file);
         CHECK(bytes.compare(kRegionHeader, std::string::npos, payload) == 0);

@@ -12,9 +12,9 @@ namespace ddprun::agent {
 
 void cold_copy(char* to, const char* from, size_t n) {
 #if defined(__x86_64__)
-  // Up to the first 16-byte boundary of the destination (the stores' alignment) and the tail
-  // through the cache; the rest 64 bytes (a cache line) at a time.
-  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(to) % 16) % 16);
+  // Up to the first 64-byte boundary of the destination (a cache line: whole lines are streamed)
+  // and the tail through the cache; the rest a line at a time.
+  const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(to) % 64) % 64);
   std::memcpy(to, from, head);
   to += head, from += head, n -= head;
   const size_t body = n / 64 * 64;

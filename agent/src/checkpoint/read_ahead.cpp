@@ -15,8 +15,9 @@ ReadAhead::ReadAhead(int fd, uint64_t offset, uint64_t n, size_t chunk, CopyMac*
       n_(n),
       chunk_(std::max<size_t>(chunk, 1)),
       mac_(mac),
-      name_(std::move(name)),
-      thread_([this] { run(); }) {}
+      name_(std::move(name)) {
+  if (n_ > 0) thread_ = std::thread([this] { run(); });
+}
 
 ReadAhead::~ReadAhead() {
   {
@@ -24,7 +25,7 @@ ReadAhead::~ReadAhead() {
     stop_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void ReadAhead::run() {

@@ -2,7 +2,8 @@
 // A file's bytes read one chunk ahead of whoever sends them, on a thread of its own, so that the
 // next chunk is read (and added to the copy's MAC) while this one goes out: a copy's sender
 // (peer_link.hpp) then moves bytes at the network's pace, not at the network's plus the reads'.
-// Never more than two chunks held. Private to the agent.
+// Never more than two chunks held (as AppendBehind, slot_file.hpp, on the receiving side). Private
+// to the agent.
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -48,7 +49,7 @@ class ReadAhead {
   std::exception_ptr error_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::thread thread_;  // (last: it starts once the rest is built)
+  std::thread thread_;  // (none where there is nothing to read)
 };
 
 }  // namespace ddprun::agent

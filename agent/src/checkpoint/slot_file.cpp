@@ -50,7 +50,7 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
     : path_(std::move(path)),
       partial_(tmp),
       fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))),
-      mappable_(room != FileRoom::kAsWritten),
+      mappable_(room == FileRoom::kOverSpare),
       reserve_(reserve) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
   int e = 0;
