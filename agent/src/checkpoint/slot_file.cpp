@@ -49,9 +49,7 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
                                FileRoom room)
     : path_(std::move(path)),
       partial_(tmp),
-      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))),
-      mappable_(room == FileRoom::kOverSpare),
-      reserve_(reserve) {
+      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
   int e = 0;
   if (room == FileRoom::kAsWritten) {
@@ -81,13 +79,13 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
                     what, reserve, tmp.parent_path().string()));
   }
   write_all(fd_.fd, header.data(), header.size(), 0, tmp);
+  if (room == FileRoom::kOverSpare) pages_.emplace(fd_.fd, reserve);  // (its room made above)
 }
 
 void SlotFileWriter::record_digest() { digest_ = std::make_unique<DigestSum>(); }
 
 void SlotFileWriter::append(const char* p, size_t n) {
   const uint64_t to = kRegionHeader + written_;
-  if (mappable_ && !pages_) pages_.emplace(fd_.fd, reserve_);
   if (stores_into_pages() && to + n <= pages_->size()) {
     cold_copy(pages_->get() + to, p, n);
   } else {

@@ -51,11 +51,11 @@ class SlotReader {
 };
 
 // How a file written as its bytes arrive gets its memory: all of it reserved first (kReserved:
-// where other copies are sized against the node's budget meanwhile);
-// the same over the pages of a file already at its temporary name, every byte of it up to the
-// reserve written anew (kOverSpare: spare_pages.hpp); or the room only checked to be free at the
-// start and taken as the bytes are written (kAsWritten: sooner; a fetch for a round's restore,
-// which the budget does not bound).
+// where other copies are sized against the node's budget meanwhile); the same over the pages of a
+// file already at its temporary name, every byte of it up to the reserve written anew
+// (kOverSpare: spare_pages.hpp); or the room only checked to be free at the start and taken as
+// the bytes are written (kAsWritten: sooner; a fetch for a round's restore, which the budget does
+// not bound).
 enum class FileRoom { kReserved, kOverSpare, kAsWritten };
 
 // A file of the region layout written as its bytes arrive: made under `tmp` with `reserve` bytes
@@ -102,9 +102,7 @@ class SlotFileWriter {
   Partial partial_;
   Fd fd_;
   uint64_t written_ = 0;
-  bool mappable_;  // over a spare's pages: append maps them
-  uint64_t reserve_;
-  std::optional<Mapping> pages_;  // the whole reserve, from the first append
+  std::optional<Mapping> pages_;  // over a spare's pages: the whole reserve
   PayloadSum crc_;
   std::optional<PayloadSum> arriving_;  // where the source's checksum is not a CRC
   std::unique_ptr<DigestSum> digest_;   // record_digest()
