@@ -158,6 +158,12 @@ bool holds(const std::vector<int64_t>& steps, int64_t step) {
   return std::find(steps.begin(), steps.end(), step) != steps.end();
 }
 
+// Whether `node` has a report of step `step`'s copy (it got to the peer, or did not).
+bool reported(const Node& node, int64_t step) {
+  return std::any_of(node.reports.begin(), node.reports.end(),
+                     [step](const TransferReport& r) { return r.step == step; });
+}
+
 // `from`'s step `step` of its one rank staged and put to `to`, as its replicator does.
 TransferReport put_step(Node& from, const Node& to, int64_t step) {
   const auto run = [](auto awaitable) {  // (bounded by the service's own idle limits)
@@ -222,11 +228,7 @@ TEST_CASE(
     CHECK(fs::exists(b.dir.path / ".room-0"));
     CHECK(made.empty());
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (fs::exists(b.dir.path / ".room-0") && std::chrono::steady_clock::now() < deadline) {
-    io.run_for(std::chrono::milliseconds(20));
-  }
-  REQUIRE_FALSE(fs::exists(b.dir.path / ".room-0"));
+  REQUIRE(settle_until(io, [&] { return !fs::exists(b.dir.path / ".room-0"); }));
   CHECK(made == std::vector<std::pair<uint64_t, uint64_t>>{{copy, copy}});
   CHECK(b.held_of("a") == std::vector<int64_t>{2});
   // Answered, the room is held: a's next copy, which would fit in the room freed, is refused
@@ -264,13 +266,9 @@ TEST_CASE(
     std::ofstream(request.string() + ".tmp") << copy << "\n";
     fs::rename(request.string() + ".tmp", request);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((fs::exists(b.dir.path / ".room-0") || fs::exists(b.dir.path / ".room-1")) &&
-         std::chrono::steady_clock::now() < deadline) {
-    io.run_for(std::chrono::milliseconds(20));
-  }
-  REQUIRE_FALSE(fs::exists(b.dir.path / ".room-0"));
-  REQUIRE_FALSE(fs::exists(b.dir.path / ".room-1"));
+  REQUIRE(settle_until(io, [&] {
+    return !fs::exists(b.dir.path / ".room-0") && !fs::exists(b.dir.path / ".room-1");
+  }));
   // Each dropped one copy and holds what it freed for its own worker.
   CHECK(made == std::vector<std::pair<uint64_t, uint64_t>>{{copy, copy}, {copy, copy}});
   CHECK(b.held_of("a").empty());
@@ -293,26 +291,19 @@ TEST_CASE("replicator: room held for a worker that never takes it is released af
   Node b(1, 2 * copy + 4096);  // room for two copies, and nothing of its own yet
   holds_two_copies(a, b);
   asio::io_context io;
-  const auto hold = std::chrono::milliseconds(300);  // (kGrantHeld in a job)
+  const auto hold = std::chrono::milliseconds(1000);  // (kGrantHeld in a job)
   CheckpointReplicator rb(
       io, b.service, b.dir.path, [](const TransferReport&, const std::string&) {}, hold);
   rb.watch(0, "b", {{0, 1}}, std::nullopt, std::make_shared<Board>(1));
+  const auto asked = std::chrono::steady_clock::now();  // (the grant comes after)
   std::ofstream(b.dir.path / ".room-0.tmp") << copy << "\n";
   fs::rename(b.dir.path / ".room-0.tmp", b.dir.path / ".room-0");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (fs::exists(b.dir.path / ".room-0") && std::chrono::steady_clock::now() < deadline) {
-    io.run_for(std::chrono::milliseconds(20));
-  }
+  REQUIRE(settle_until(io, [&] { return !fs::exists(b.dir.path / ".room-0"); }));
   REQUIRE(fs::exists(b.dir.path / ".room-0.granted"));
-  const auto granted = std::chrono::steady_clock::now();
-  io.run_for(hold / 2);
+  io.run_for(hold / 10);
   CHECK(fs::exists(b.dir.path / ".room-0.granted"));  // held while the worker may still come
-  while (fs::exists(b.dir.path / ".room-0.granted") &&
-         std::chrono::steady_clock::now() < granted + std::chrono::seconds(10)) {
-    io.run_for(std::chrono::milliseconds(20));
-  }
-  CHECK_FALSE(fs::exists(b.dir.path / ".room-0.granted"));
-  CHECK(std::chrono::steady_clock::now() - granted >= hold);
+  CHECK(settle_until(io, [&] { return !fs::exists(b.dir.path / ".room-0.granted"); }));
+  CHECK(std::chrono::steady_clock::now() - asked >= hold);
   // The room is the copies' again.
   a.worker.save(3);
   CHECK(put_step(a, b, 3).ok);
@@ -330,13 +321,17 @@ TEST_CASE(
   CheckpointReplicator rb = replicator_of(io, b, std::chrono::milliseconds(0));
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
-  const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
-  settle();
-  CHECK(ra.stride() == 4);
+  REQUIRE(settle_until(io, [&] { return ra.stride() == 4 && rb.stride() == 4; }));
+  // Both nodes' polls see each save before the next, and a window's first step is copied first.
   for (int64_t step = 1; step <= 10; ++step) {
+    INFO("step " << step);
     a.worker.save(step);
     b.worker.save(step);
-    settle();
+    const bool windows_first = step == 1 || step % 4 == 0;
+    REQUIRE(settle_until(io, [&] {
+      return ra.newest_local() == step && rb.newest_local() == step &&
+             (!windows_first || (reported(a, step) && reported(b, step)));
+    }));
   }
   // Windows [0, 4), [4, 8), [8, 12): steps 1, 4 and 8 staged on both, the newest two kept and
   // held by the peer.
@@ -350,24 +345,24 @@ TEST_CASE(
   // Node b misses saves 11 and 12 (they come between two of its polls): it cannot tell which
   // step was the first of window [12, 16), and skips it rather than stage 13.
   a.worker.save(11);
-  settle();
+  REQUIRE(settle_until(io, [&] { return ra.newest_local() == 11; }));
   a.worker.save(12);
-  settle();
+  // (Staged; its copy waits at b for b's own step 12 until b's saves pass it.)
+  REQUIRE(settle_until(io, [&] { return holds(a.kept(), 12); }));
   b.worker.save(11);
   b.worker.save(12);
   b.worker.save(13);
   a.worker.save(13);
-  settle();
+  REQUIRE(settle_until(io, [&] { return ra.newest_local() == 13 && rb.newest_local() == 13; }));
   CHECK(a.kept() == std::vector<int64_t>{8, 12});
   CHECK(b.kept() == std::vector<int64_t>{4, 8});
 
   // The workers stop at step 13: after 2 s without a save both nodes copy it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((a.held_of("b") != std::vector<int64_t>{8, 13} ||
-          b.held_of("a") != std::vector<int64_t>{12, 13}) &&
-         std::chrono::steady_clock::now() < deadline) {
-    settle();
-  }
+  CHECK(settle_until(io, [&] {
+    return a.held_of("b") == std::vector<int64_t>{8, 13} &&
+           b.held_of("a") == std::vector<int64_t>{12, 13} && ra.safe_step() == 13 &&
+           rb.safe_step() == 13;
+  }));
   CHECK(a.held_of("b") == std::vector<int64_t>{8, 13});
   CHECK(b.held_of("a") == std::vector<int64_t>{12, 13});
   // Each keeps its two newest windows' steps beside it.
@@ -391,12 +386,7 @@ TEST_CASE(
   rb.watch(1, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   a.worker.save(13);
   b.worker.save(13);
-  const auto again = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (b.held_of("a") != std::vector<int64_t>{12, 13} &&
-         std::chrono::steady_clock::now() < again) {
-    settle();
-  }
-  CHECK(b.held_of("a") == std::vector<int64_t>{12, 13});
+  CHECK(settle_until(io, [&] { return b.held_of("a") == std::vector<int64_t>{12, 13}; }));
   CHECK(ra.safe_step() == 13);
 }
 
@@ -418,18 +408,15 @@ TEST_CASE(
     unreachable = gone.local_endpoint().port();
   }
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", unreachable}, board);
-  const auto settle = [&] { io.run_for(std::chrono::milliseconds(100)); };
-  settle();
-  for (int64_t step = 1; step <= 4; ++step) {
+  // Each save's copy tried before the next.
+  const auto save = [&](int64_t step) {
     a.worker.save(step);
-    settle();
-  }
+    return settle_until(io, [&] { return reported(a, step); });
+  };
+  for (int64_t step = 1; step <= 4; ++step) REQUIRE(save(step));
   CHECK(said.empty());  // three steps since the first: not yet four windows of the stride (1)
   CHECK_FALSE(ra.behind());
-  for (int64_t step = 5; step <= 8; ++step) {
-    a.worker.save(step);
-    settle();
-  }
+  for (int64_t step = 5; step <= 8; ++step) REQUIRE(save(step));
   CHECK(said == std::vector<std::pair<bool, int64_t>>{{true, 4}});  // once, at step 5
   CHECK(ra.behind());
   CHECK_FALSE(ra.safe_step());
@@ -438,8 +425,7 @@ TEST_CASE(
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (int64_t step = 9; !ra.safe_step() && std::chrono::steady_clock::now() < deadline; ++step) {
-    a.worker.save(step);
-    settle();
+    save(step);
   }
   REQUIRE(ra.safe_step());
   CHECK(said.size() == 2);
@@ -459,13 +445,6 @@ TEST_CASE(
   CheckpointReplicator rb = replicator_of(io, b, std::chrono::milliseconds(0));
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   rb.watch(0, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
-  const auto settle_until = [&](auto done) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done() && std::chrono::steady_clock::now() < deadline) {
-      io.run_for(std::chrono::milliseconds(20));
-    }
-    return done();
-  };
   const fs::path kept = a.dir.path / "kept";
   const auto inode = [](const fs::path& file) {
     struct stat st {};
@@ -492,7 +471,7 @@ TEST_CASE(
     const auto newest = [step](const std::vector<int64_t>& steps) {
       return !steps.empty() && steps.back() == step;
     };
-    REQUIRE(settle_until([&] {
+    REQUIRE(settle_until(io, [&] {
       return newest(a.kept()) && newest(b.kept()) && newest(b.held_of("a")) &&
              newest(a.held_of("b"));
     }));
@@ -515,7 +494,7 @@ TEST_CASE(
   const uint64_t spare = allocated_for(kRegionHeader + (64 << 10));
   std::ofstream(a.dir.path / ".room-0.tmp") << spare << "\n";
   fs::rename(a.dir.path / ".room-0.tmp", a.dir.path / ".room-0");
-  REQUIRE(settle_until([&] { return !fs::exists(a.dir.path / ".room-0"); }));
+  REQUIRE(settle_until(io, [&] { return !fs::exists(a.dir.path / ".room-0"); }));
   CHECK(spares_now().empty());
   CHECK(a.held_of("b") == held_before);
   ra.stop();
@@ -601,13 +580,12 @@ TEST_CASE(
   auto board = std::make_shared<Board>(1);
   CheckpointReplicator ra = replicator_of(io, a);
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
-  const auto settle = [&] { io.run_for(std::chrono::milliseconds(150)); };
   a.worker.save(1);
   REQUIRE(settle_until(io, [&] { return ra.safe_step() == 1; }));
-  CHECK_FALSE(ra.asks());  // caught up: nothing to ask
-  for (int64_t step = 2; step <= 5; ++step) {
+  CHECK_FALSE(ra.asks());                      // caught up: nothing to ask
+  for (int64_t step = 2; step <= 5; ++step) {  // each save's copy tried before the next
     a.worker.save(step);
-    settle();
+    REQUIRE(settle_until(io, [&] { return reported(a, step); }));
   }
   // (The newest step's copy refused too: none is on its way when the peer makes room below.)
   REQUIRE(settle_until(io, [&] {
