@@ -582,8 +582,9 @@ TEST_CASE(
   ra.watch(0, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()}, board);
   a.worker.save(1);
   REQUIRE(settle_until(io, [&] { return ra.safe_step() == 1; }));
-  CHECK_FALSE(ra.asks());                      // caught up: nothing to ask
-  for (int64_t step = 2; step <= 5; ++step) {  // each save's copy tried before the next
+  CHECK_FALSE(ra.asks());  // caught up: nothing to ask
+  // Each save's copy tried (and refused) before the next.
+  for (int64_t step = 2; step <= 5; ++step) {
     a.worker.save(step);
     REQUIRE(settle_until(io, [&] { return reported(a, step); }));
   }
