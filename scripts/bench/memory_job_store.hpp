@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -98,10 +99,15 @@ class MemoryJobStore final : public rendezvous::JobStore,
     kv_->set(base_ + key, std::move(value));
   }
 
-  boost::asio::awaitable<void> set_all(
-      std::vector<std::pair<std::string, std::string>> entries) override {
+  // The claim is held while the key holds this agent's value (a presence here never lapses).
+  boost::asio::awaitable<bool> set_all_holding(
+      std::string claim, std::vector<std::pair<std::string, std::string>> entries) override {
     co_await turn();
+    const auto held = claims_.find(claim);
+    const std::string* now = kv_->get(base_ + claim);
+    if (held == claims_.end() || now == nullptr || *now != held->second) co_return false;
     for (auto& [k, v] : entries) kv_->set(base_ + k, std::move(v));
+    co_return true;
   }
 
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override {
@@ -119,8 +125,9 @@ class MemoryJobStore final : public rendezvous::JobStore,
 
   boost::asio::awaitable<std::string> claim(std::string key, std::string value) override {
     co_await turn();
-    std::string now = kv_->compare_set(base_ + key, "", std::move(value), &presence_);
+    std::string now = kv_->compare_set(base_ + key, "", value, &presence_);
     traffic_->bytes_sent += 8 + now.size();
+    if (now == value) claims_[key] = value;
     co_return now;
   }
 
@@ -200,6 +207,7 @@ class MemoryJobStore final : public rendezvous::JobStore,
   std::deque<KeyEvent> pending_;
   std::vector<KeyEvent>* snapshot_ = nullptr;
   std::vector<std::string> prefixes_;
+  std::map<std::string, std::string> claims_;  // the claims this agent took, with its values
   bool left_ = false;
 };
 

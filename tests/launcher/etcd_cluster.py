@@ -2,6 +2,7 @@
 for the tests of the etcd backend: members can be killed, paused and restarted; clients can be given
 TLS (a CA, server and client certificates made with the openssl tool) or an auth-enabled cluster.
 """
+import base64
 import json
 import os
 import shutil
@@ -116,16 +117,28 @@ class EtcdCluster:
         ports = [self.client[self.names.index(n)] for n in order] if order else self.client
         return ",".join(f"{self.host}:{c}" for c in ports)
 
-    def etcdctl(self, *args, user=None):
+    def etcdctl_command(self, *args, user=None, member=None):
+        ports = [self.client[self.names.index(member)]] if member else self.client
         cmd = [*self.inside, "etcdctl", "--endpoints",
-               ",".join(f"{self.scheme}://{self.host}:{c}" for c in self.client), *args]
+               ",".join(f"{self.scheme}://{self.host}:{c}" for c in ports), *args]
         if self.tls:
             cmd += ["--cacert", self.certs["ca"], "--cert", self.certs["cert"],
                     "--key", self.certs["key"]]
         if user:
             cmd += ["--user", user]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20,
-                              env={**os.environ, "ETCDCTL_API": "3"})
+        return cmd
+
+    def etcdctl(self, *args, user=None):
+        return subprocess.run(self.etcdctl_command(*args, user=user), capture_output=True,
+                              text=True, timeout=20, env={**os.environ, "ETCDCTL_API": "3"})
+
+    def history(self, prefix, member):
+        """A watch of every change under `prefix` from now on, through `member` (etcdctl, JSON lines
+        on its stdout): terminate() it, then changes() its output."""
+        return subprocess.Popen(self.etcdctl_command("watch", "--prefix", prefix, "-w", "json",
+                                                     member=member),
+                                stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "ETCDCTL_API": "3"})
 
     def status(self):
         r = self.etcdctl("endpoint", "status", "-w", "json")
@@ -147,3 +160,17 @@ class EtcdCluster:
     def __exit__(self, *exc):
         self.stop_all()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def changes(watch_output):
+    """(revision, key, value or None for a deletion) of each event in an etcdctl JSON watch's
+    output, in the order etcd made them."""
+    out = []
+    for line in watch_output.splitlines():
+        if not line.strip().startswith("{"):
+            continue
+        for ev in json.loads(line).get("Events") or []:
+            kv = ev["kv"]
+            value = None if ev.get("type") == 1 else base64.b64decode(kv.get("value", "")).decode()
+            out.append((kv["mod_revision"], base64.b64decode(kv["key"]).decode(), value))
+    return out

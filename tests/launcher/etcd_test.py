@@ -5,6 +5,7 @@ behaviour shared with c10d runs against both backends in elastic_test.py.
 
     etcd_test.py DDPRUN CASE     (CASE: one of the functions named case_*; exits 77 without etcd)
 """
+import json
 import os
 import signal
 import socket
@@ -14,7 +15,7 @@ import tempfile
 import time
 from agents import agent_command
 from elastic_test import count, workload  # the elastic cases' workers
-from etcd_cluster import EtcdCluster, have_etcd, make_certificates
+from etcd_cluster import EtcdCluster, changes, have_etcd, make_certificates
 from proc_util import alive, finish, free_port, wait_for
 from relay import Relay
 
@@ -259,6 +260,85 @@ def case_a_node_paused_past_its_lease_rejoins_past_a_silent_member():
         print(f"an agent paused past its lease woke with the member under its watch silent: its "
               f"stale worker stopped {gone * 1000:.0f} ms after it woke, it rejoined through another "
               "member, and the job finished: passed")
+
+
+def fresh_worker(d, i, before):
+    """Agent i's live worker if it is not `before` (a worker of a later round), else None."""
+    pid = live_worker(d, i)
+    return pid if pid not in (None, before) else None
+
+
+def case_a_leader_paused_past_its_lease_writes_nothing_as_leader_when_it_wakes():
+    """The leader SIGSTOPped past its lease, and the etcd member under its watch with it (so that
+    its socket holds none of what happened meanwhile): another node leads and re-forms the job
+    without it. Woken, it believes it leads until its watch, moved, says otherwise, and the store
+    refuses what it writes as the leader meanwhile. (It used to rewrite, from its stale view, the
+    end of the round it last knew and the survivors' placements in it: a placement landing after
+    the next round's left a node waiting for a round that never reached it, for the whole join
+    timeout.)"""
+    with EtcdCluster() as cluster:
+        silent, order = follower_under_every_watch(cluster)  # the paused leader's watch on it
+        others = [order[0], order[2], order[1]]  # the other agents' watches elsewhere
+        d = tempfile.mkdtemp()
+        conf = "last_call_timeout=1,heartbeat_timeout=2"
+        hold = f'exec {PY} {PROBE} "$0/w$1"'  # every round's workers wait for SIGTERM
+        procs = []
+        for i in range(3):
+            os.makedirs(f"{d}/w{i}")
+            procs.append(agent(cluster, "2:3", hold, d, str(i), conf=conf,
+                               order=order if i == 0 else others))
+            if i == 0:  # the first to join leads
+                wait_for(lambda: cluster.etcdctl("get", "/ddprun/job/leader").stdout.strip(),
+                         "the first agent leading", timeout=30)
+        leader = cluster.etcdctl("get", "/ddprun/job/leader", "--print-value-only").stdout.strip()
+        assert f"_{procs[0].pid}_" in leader, (leader, procs[0].pid)
+        wait_for(lambda: all(live_worker(d, i) for i in range(3)), "a round of three",
+                 timeout=60)
+        first = [live_worker(d, i) for i in range(3)]
+        history = cluster.history("/ddprun/job/", order[0])  # (not through the member paused)
+        procs[0].send_signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        cluster.procs[silent].send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: fresh_worker(d, 1, first[1]) and fresh_worker(d, 2, first[2]),
+                     "the round of two without the paused leader", timeout=30)
+            second = [first[0], live_worker(d, 1), live_worker(d, 2)]
+            time.sleep(max(0.0, 4.5 - (time.monotonic() - paused)))  # past twice its lease
+            procs[0].send_signal(signal.SIGCONT)
+            wait_for(lambda: all(fresh_worker(d, i, second[i]) for i in range(3)),
+                     "the round of three with the woken node", timeout=30)
+        finally:
+            procs[0].send_signal(signal.SIGCONT)
+            cluster.procs[silent].send_signal(signal.SIGCONT)
+            for i in range(3):
+                if live_worker(d, i):
+                    os.kill(live_worker(d, i), signal.SIGTERM)
+            results = finish(procs)
+            history.terminate()
+            made = changes(history.communicate()[0])
+        said = "\n--- the next agent:\n".join(err for _, _, err in results)
+        for status, _, _ in results:
+            assert status == 0, said
+        # What a deposed leader wrote would rewrite a key with the value it already had (the
+        # round's end for the same reason, a placement in the same round), or take a placement
+        # back to an older round. The leaders' own writes do neither.
+        last = {}
+        for revision, key, value in made:
+            name = key[len("/ddprun/job/"):]
+            before = last.get(name)
+            last[name] = value
+            if value is None or not (name == "interrupt" or name.startswith("place/")):
+                continue
+            assert value != before, (revision, name, value, made)
+            if name != "interrupt" and before is not None:
+                assert json.loads(value)["round"] >= json.loads(before)["round"], \
+                    (revision, name, value, made)
+        refused = "no longer holds the job's leadership" in results[0][2]
+        print(f"a leader paused 4.5 s (its lease 2 s) with the member under its watch: the others "
+              f"re-formed without it; woken, "
+              f"{'its writes as the leader were refused' if refused else 'it wrote nothing as the leader'}; "
+              f"no key of the {len(made)} changes went back or was written again; the job of three "
+              "ran again and finished: passed")
 
 
 def case_all_members_down_for_less_than_the_heartbeat_costs_no_restart():

@@ -305,29 +305,49 @@ std::string ElasticRendezvous::reason_to_end(int n, const records::Round& rec) c
   return "";
 }
 
-asio::awaitable<void> ElasticRendezvous::end_led_round(int n, std::string why, int restarts) {
+asio::awaitable<bool> ElasticRendezvous::write_as_leader(
+    std::vector<std::pair<std::string, std::string>> entries) {
+  const bool written =
+      co_await store().set_all_holding(std::string(keys::kLeader), std::move(entries));
+  if (!written && !std::exchange(deposed_, true)) {
+    spdlog::warn(
+        "this node no longer holds the job's leadership (its presence lapsed while it was paused "
+        "or cut off, or another node took it): it writes nothing for the job as its leader until "
+        "the store says who leads");
+  }
+  if (written) deposed_ = false;
+  co_return written;
+}
+
+asio::awaitable<bool> ElasticRendezvous::end_led_round(int n, std::string why, int restarts) {
   if (interrupt_.round != n) {
-    const std::string value = fmt::format("{} {}", n, why);
-    co_await store().set(std::string(keys::kInterrupt), value);
+    std::vector<std::pair<std::string, std::string>> interrupt;
+    interrupt.emplace_back(keys::kInterrupt, fmt::format("{} {}", n, why));
+    if (!co_await write_as_leader(std::move(interrupt))) co_return false;
   }
   // A round a node flagged (a hang, a slow node replaced) spends a restart even where the leader
   // ends it first, for the flagged node leaving: its next round's restart count is the same
   // whichever comes first.
   co_await advance_round(n, round_flagged(n), restarts);
+  co_return true;
 }
 
 asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   const auto now = Clock::now();
   if (closed_) co_return Clock::time_point::max();
+  // A write refused for a lapsed leadership is looked at again after this, or on the next event
+  // (the watch brings the leader key's change meanwhile, and this node stops leading).
+  const auto refused = now + config_.heartbeat_timeout / 4;
   const int n = round_;
   if (!rounds_.contains(n) && (place_.round == n || master_.round == n)) {
     // Round n formed, and its record is gone: the store restarted and the leader that knew it did
     // not come back. Nobody can tell its participants now; it ends, and the next round re-forms.
-    co_await end_led_round(n,
-                           "the job's leader did not come back after the store restarted, and "
-                           "the round's record went with it",
-                           restarts_);
-    co_return now;
+    const bool ended = co_await end_led_round(
+        n,
+        "the job's leader did not come back after the store restarted, and the round's record "
+        "went with it",
+        restarts_);
+    co_return ended ? now : refused;
   }
   if (!rounds_.contains(n)) co_return co_await form_round(n, now);
   const records::Round& rec =
@@ -337,20 +357,18 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
     if (done != done_.end() && done->second.size() >= rec.participants.size() &&
         std::all_of(rec.participants.begin(), rec.participants.end(),
                     [&](const std::string& id) { return done->second.contains(id); })) {
-      const std::string number = std::to_string(n);
-      co_await store().set(std::string(keys::kFinished), number);
-      co_return now;
+      std::vector<std::pair<std::string, std::string>> finished;
+      finished.emplace_back(keys::kFinished, std::to_string(n));
+      co_return co_await write_as_leader(std::move(finished)) ? now : refused;
     }
   }
   // What follows depends on the membership and the round only: an exit barrier's stream of done/
   // events does not redo it, O(N) each.
   if (checked_ == std::make_pair(n, membership_)) co_return Clock::time_point::max();
   if (const std::string why = reason_to_end(n, rec); !why.empty()) {
-    co_await end_led_round(n, why, rec.restarts);
-    co_return now;
+    co_return co_await end_led_round(n, why, rec.restarts) ? now : refused;
   }
-  co_await place_nodes(n, rec);
-  co_return Clock::time_point::max();
+  co_return co_await place_nodes(n, rec) ? Clock::time_point::max() : refused;
 }
 
 // Round n, not formed yet: its record proposed once enough nodes are here and none is only
@@ -388,7 +406,7 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::form_round(int n, Clock::t
 }
 
 // Every present node learns its part in round n (`rec`): participants, and spares (a full round).
-asio::awaitable<void> ElasticRendezvous::place_nodes(int n, const records::Round& rec) {
+asio::awaitable<bool> ElasticRendezvous::place_nodes(int n, const records::Round& rec) {
   const uint64_t membership = membership_;
   std::vector<std::string> unplaced;
   for (const auto& [id, _] : nodes_) {
@@ -398,7 +416,7 @@ asio::awaitable<void> ElasticRendezvous::place_nodes(int n, const records::Round
   std::vector<std::pair<std::string, std::string>> placements;
   for (const auto& id : unplaced)
     placements.emplace_back(keys::key(keys::kPlace, id), placement_record(rec, n, id));
-  co_await store().set_all(std::move(placements));
+  if (!co_await write_as_leader(std::move(placements))) co_return false;
   for (const auto& id : unplaced) placed_[id] = n;
   checked_ = std::make_pair(n, membership);
   if (unplaced.size() > 1) {
@@ -407,6 +425,7 @@ asio::awaitable<void> ElasticRendezvous::place_nodes(int n, const records::Round
         rec.participants.size(),
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - placing).count());
   }
+  co_return true;
 }
 
 asio::awaitable<std::optional<Round>> ElasticRendezvous::next_round() {

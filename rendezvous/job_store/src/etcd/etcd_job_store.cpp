@@ -80,10 +80,17 @@ int64_t revision_in(const json& reply) {
   }
 }
 
-// One transaction of unconditional puts (keys and values base64).
-json puts_txn(const std::vector<std::pair<std::string, std::string>>& entries, size_t from,
-              size_t to) {
+// One transaction of puts (keys and values base64), made only if `key` holds `value` (both raw).
+json puts_txn_if(const std::string& key, const std::string& value,
+                 const std::vector<std::pair<std::string, std::string>>& entries, size_t from,
+                 size_t to) {
+  json compare;
+  compare["key"] = base64_encode(key);
+  compare["result"] = "EQUAL";
+  compare["target"] = "VALUE";
+  compare["value"] = base64_encode(value);
   json txn;
+  txn["compare"] = json::array({compare});
   txn["success"] = json::array();
   for (size_t i = from; i < to; ++i) {
     json put;
@@ -517,8 +524,10 @@ asio::awaitable<std::string> EtcdJobStore::claim(std::string key, std::string va
   const json txn =
       compare_and_put_txn(base64_encode(base_ + key), none, base64_encode(value), lease_);
   const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
-  if (reply.value("succeeded", false)) co_return value;
-  co_return value_read(reply).value_or(std::string());  // deleted meanwhile: not held
+  const std::string now =
+      reply.value("succeeded", false) ? value : value_read(reply).value_or(std::string());
+  if (now == value) claims_[key] = value;  // (held already: asked again after the key's event)
+  co_return now;                           // deleted meanwhile: not held
 }
 
 asio::awaitable<std::string> EtcdJobStore::compare_set(std::string key, std::string expected,
@@ -541,18 +550,24 @@ asio::awaitable<void> EtcdJobStore::set(std::string key, std::string value) {
   co_await call("/v3/kv/put", put, request_deadline());
 }
 
-asio::awaitable<void> EtcdJobStore::set_all(
-    std::vector<std::pair<std::string, std::string>> entries) {
+asio::awaitable<bool> EtcdJobStore::set_all_holding(
+    std::string claim, std::vector<std::pair<std::string, std::string>> entries) {
   check_open();
+  const auto held = claims_.find(claim);
+  if (held == claims_.end()) co_return false;
+  const std::string holder = held->second;
   constexpr size_t kPerTxn = 128;  // etcd's default --max-txn-ops
   for (auto& [k, v] : entries) {
     k = base64_encode(base_ + k);
     v = base64_encode(v);
   }
   for (size_t from = 0; from < entries.size(); from += kPerTxn) {
-    const json txn = puts_txn(entries, from, std::min(entries.size(), from + kPerTxn));
-    co_await call("/v3/kv/txn", txn, request_deadline());
+    const json txn =
+        puts_txn_if(base_ + claim, holder, entries, from, std::min(entries.size(), from + kPerTxn));
+    const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
+    if (!reply.value("succeeded", false)) co_return false;
   }
+  co_return true;
 }
 
 asio::awaitable<std::vector<KeyEvent>> EtcdJobStore::read_prefix(std::string prefix) {

@@ -400,8 +400,15 @@ asio::awaitable<void> TcpJobStore::set(std::string key, std::string value) {
   }
 }
 
-asio::awaitable<void> TcpJobStore::set_all(
-    std::vector<std::pair<std::string, std::string>> entries) {
+bool TcpJobStore::holds(const std::string& claim) const {
+  // The server drops the presence, and the claims with it, a heartbeat timeout after the last
+  // heartbeat it got, which is after lease_start_.
+  return claims_.contains(claim) && presence_ok_ &&
+         Clock::now() - lease_start_ < spec_.heartbeat_timeout;
+}
+
+asio::awaitable<bool> TcpJobStore::set_all_holding(
+    std::string claim, std::vector<std::pair<std::string, std::string>> entries) {
   constexpr size_t kPerRequest = 4096;  // well within the server's keys per request
   const auto turn = co_await requests_->lock();
   for (size_t from = 0; from < entries.size(); from += kPerRequest) {
@@ -412,6 +419,7 @@ asio::awaitable<void> TcpJobStore::set_all(
     }
     for (;;) {
       const auto client = co_await usable_client();
+      if (!holds(claim)) co_return false;
       try {
         co_await client->multi_set(keys, values);
         break;
@@ -420,6 +428,7 @@ asio::awaitable<void> TcpJobStore::set_all(
       }
     }
   }
+  co_return true;
 }
 
 asio::awaitable<std::vector<KeyEvent>> TcpJobStore::read_prefix(std::string prefix) {

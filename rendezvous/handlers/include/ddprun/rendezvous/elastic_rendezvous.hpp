@@ -106,13 +106,19 @@ class ElasticRendezvous final : public JobSession {
   // One pass of the leader's work on the current round; returns when it next needs a look
   // without any event (the last call's end), or time_point::max().
   boost::asio::awaitable<std::chrono::steady_clock::time_point> lead_step();
-  // Ends round `n` as its leader: says why (once), then advances the round.
-  boost::asio::awaitable<void> end_led_round(int n, std::string why, int restarts);
+  // The leader's writes: made only while this agent holds the leader key (JobStore::
+  // set_all_holding); false, said once, where it no longer does.
+  boost::asio::awaitable<bool> write_as_leader(
+      std::vector<std::pair<std::string, std::string>> entries);
+  // Ends round `n` as its leader: says why (once), then advances the round; false where the
+  // leadership had lapsed (nothing done).
+  boost::asio::awaitable<bool> end_led_round(int n, std::string why, int restarts);
   // lead_step's parts: round `n` proposed once it may form (returns as lead_step does), and every
-  // present node told its part in formed round `n` (record `rec`).
+  // present node told its part in formed round `n` (record `rec`; false where the leadership had
+  // lapsed).
   boost::asio::awaitable<std::chrono::steady_clock::time_point> form_round(
       int n, std::chrono::steady_clock::time_point now);
-  boost::asio::awaitable<void> place_nodes(int n, const records::Round& rec);
+  boost::asio::awaitable<bool> place_nodes(int n, const records::Round& rec);
   // Why round `n` (record `rec`) must end now, or "".
   std::string reason_to_end(int n, const records::Round& rec) const;
 
@@ -145,6 +151,7 @@ class ElasticRendezvous final : public JobSession {
   bool follows_ready_ = false;
   // The leader's own bookkeeping.
   std::map<std::string, int> placed_;  // id -> the round its placement was written for
+  bool deposed_ = false;               // the last write as the leader was refused (and said)
   // The (round, membership_) whose end conditions and placements were last settled.
   std::optional<std::pair<int, uint64_t>> checked_;
   std::optional<std::pair<int, std::chrono::steady_clock::time_point>> last_call_;  // round, end

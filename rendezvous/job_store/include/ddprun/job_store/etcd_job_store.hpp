@@ -76,9 +76,10 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
-  // Transactions of up to 128 puts (etcd's default --max-txn-ops).
-  boost::asio::awaitable<void> set_all(
-      std::vector<std::pair<std::string, std::string>> entries) override;
+  // Transactions of up to 128 puts (etcd's default --max-txn-ops), each on the condition that the
+  // claim's key still holds this agent's value (a lapsed lease took the key with it).
+  boost::asio::awaitable<bool> set_all_holding(
+      std::string claim, std::vector<std::pair<std::string, std::string>> entries) override;
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
   // etcd keeps its keys: every presence is its holder's lease.
   bool unconfirmed(const std::string&) const override { return false; }
@@ -149,6 +150,7 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   std::string broken_;
   WatchSet watched_;
   std::map<std::string, std::string> mirror_;  // every job key as the watch has reported it
+  std::map<std::string, std::string> claims_;  // the claims this agent took, with its values
 };
 
 }  // namespace ddprun::rendezvous

@@ -74,9 +74,15 @@ class JobStore {
   virtual boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                           std::string desired) = 0;
   virtual boost::asio::awaitable<void> set(std::string key, std::string value) = 0;
-  // set() of every (key, value), in as few requests as the backend allows; not atomic as a whole.
-  virtual boost::asio::awaitable<void> set_all(
-      std::vector<std::pair<std::string, std::string>> entries) = 0;
+  // set() of every (key, value), in as few requests as the backend allows (not atomic as a whole),
+  // made only while this agent holds `claim` (a key its claim() took): the writes of a role that
+  // one agent holds at a time (the leader's). Returns false, having written nothing more, where the
+  // agent no longer holds it: its presence lapsed, if only while it was paused or cut off (it may
+  // not have heard yet), or another agent holds the key now. etcd checks the claim in each write's
+  // own transaction; ddprund's backend checks this agent's lease on its own clock just before each
+  // request (a pause between that check and the send is the window it leaves).
+  virtual boost::asio::awaitable<bool> set_all_holding(
+      std::string claim, std::vector<std::pair<std::string, std::string>> entries) = 0;
   // Every key under `prefix` with its value, in key order.
   virtual boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) = 0;
   // Whether `key`, another agent's presence that this session was told of, is only kept for its

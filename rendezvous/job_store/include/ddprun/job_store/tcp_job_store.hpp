@@ -89,9 +89,10 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
-  // MULTI_SET, up to 4096 keys a request.
-  boost::asio::awaitable<void> set_all(
-      std::vector<std::pair<std::string, std::string>> entries) override;
+  // MULTI_SET, up to 4096 keys a request, each sent only while this agent holds the claim and its
+  // last acknowledged heartbeat is less than a heartbeat timeout old.
+  boost::asio::awaitable<bool> set_all_holding(
+      std::string claim, std::vector<std::pair<std::string, std::string>> entries) override;
   boost::asio::awaitable<std::vector<KeyEvent>> read_prefix(std::string prefix) override;
   bool unconfirmed(const std::string& key) const override { return withheld_.contains(key); }
   void leave() override;
@@ -114,6 +115,9 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // After a request failed with `e`: rethrows it (before join(), or once the session ended), or
   // starts a reconnection for the request to wait out and retry.
   void request_failed(const std::exception& e);
+  // Whether this agent holds `claim` now, as far as it can tell without asking: taken, and its
+  // presence not lapsed by its own clock.
+  bool holds(const std::string& claim) const;
   // Starts a reconnection unless one is under way or the session ended.
   void connection_lost(const std::string& why);
   boost::asio::awaitable<void> reconnect(uint64_t outage);
