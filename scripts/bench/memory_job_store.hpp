@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,6 +95,15 @@ class MemoryJobStore final : public rendezvous::JobStore,
     co_return now;
   }
 
+  boost::asio::awaitable<std::optional<std::string>> compare_set_holding(
+      std::string claim, std::string key, std::string expected, std::string desired) override {
+    co_await turn();
+    if (!held(claim)) co_return std::nullopt;
+    std::string now = kv_->compare_set(base_ + key, expected, std::move(desired));
+    traffic_->bytes_sent += 8 + now.size();
+    co_return now;
+  }
+
   boost::asio::awaitable<void> set(std::string key, std::string value) override {
     co_await turn();
     kv_->set(base_ + key, std::move(value));
@@ -103,9 +113,7 @@ class MemoryJobStore final : public rendezvous::JobStore,
   boost::asio::awaitable<bool> set_all_holding(
       std::string claim, std::vector<std::pair<std::string, std::string>> entries) override {
     co_await turn();
-    const auto held = claims_.find(claim);
-    const std::string* now = kv_->get(base_ + claim);
-    if (held == claims_.end() || now == nullptr || *now != held->second) co_return false;
+    if (!held(claim)) co_return false;
     for (auto& [k, v] : entries) kv_->set(base_ + k, std::move(v));
     co_return true;
   }
@@ -141,6 +149,12 @@ class MemoryJobStore final : public rendezvous::JobStore,
   }
 
  private:
+  bool held(const std::string& claim) const {
+    const auto mine = claims_.find(claim);
+    const std::string* now = kv_->get(base_ + claim);
+    return mine != claims_.end() && now != nullptr && *now == mine->second;
+  }
+
   struct Peer final : store::StorePeer {
     explicit Peer(MemoryJobStore* s) : store(s) {}
     void deliver(std::string_view bytes) override { store->delivered(this, bytes); }

@@ -4,6 +4,7 @@
 // the other agent go on.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -65,14 +66,20 @@ struct Agent {
     entries.emplace_back("place/x", value);
     return run_on(io, store->set_all_holding("leader", std::move(entries)));
   }
+  std::optional<std::string> create(const std::string& key, const std::string& value) {
+    return run_on(io, store->compare_set_holding("leader", key, "", value));
+  }
   // Runs this agent alone for `d`: its heartbeats go on.
   void run_for(std::chrono::milliseconds d) { io.run_for(d); }
 };
 
+// The job key's value in the store, "" where it is absent.
 std::string value_of(uint16_t port, const std::string& key) {
   asio::io_context io;
   auto client = run_on(io, AsyncStoreClient::connect(io.get_executor(), "127.0.0.1", port));
-  std::string v = run_on(io, client->get(TcpJobStore::job_key("job", key)));
+  const std::string full = TcpJobStore::job_key("job", key);
+  std::vector<std::string> keys{full};
+  std::string v = run_on(io, client->check(keys)) ? run_on(io, client->get(full)) : "";
   client->close();
   return v;
 }
@@ -94,6 +101,10 @@ TEST_CASE("job store: only the claim's holder writes as its holder", "[job_store
   CHECK(a.write("from a"));
   CHECK_FALSE(b.write("from b"));
   CHECK(value_of(server.port(), "place/x") == "from a");
+  CHECK_FALSE(b.create("rounds/0", "b's").has_value());
+  CHECK(a.create("rounds/0", "a's") == "a's");
+  CHECK(a.create("rounds/0", "a's again") == "a's");  // compare_set's answer: the value there
+  CHECK(value_of(server.port(), "rounds/0") == "a's");
 }
 
 TEST_CASE("job store: a holder paused past its lease writes nothing as the holder once woken",
@@ -115,5 +126,7 @@ TEST_CASE("job store: a holder paused past its lease writes nothing as the holde
   CHECK(b.write("from b"));
   // Woken, a has not heard that it lost the claim; its write as the holder is refused.
   CHECK_FALSE(a.write("stale, from a"));
+  CHECK_FALSE(a.create("rounds/1", "stale, a's").has_value());
   CHECK(value_of(server.port(), "place/x") == "from b");
+  CHECK(value_of(server.port(), "rounds/1").empty());
 }

@@ -305,18 +305,21 @@ std::string ElasticRendezvous::reason_to_end(int n, const records::Round& rec) c
   return "";
 }
 
-asio::awaitable<bool> ElasticRendezvous::write_as_leader(
-    std::vector<std::pair<std::string, std::string>> entries) {
-  const bool written =
-      co_await store().set_all_holding(std::string(keys::kLeader), std::move(entries));
-  if (!written && !std::exchange(deposed_, true)) {
+bool ElasticRendezvous::held_leadership(bool held) {
+  if (!held && !std::exchange(deposed_, true)) {
     spdlog::warn(
         "this node no longer holds the job's leadership (its presence lapsed while it was paused "
         "or cut off, or another node took it): it writes nothing for the job as its leader until "
         "the store says who leads");
   }
-  if (written) deposed_ = false;
-  co_return written;
+  if (held) deposed_ = false;
+  return held;
+}
+
+asio::awaitable<bool> ElasticRendezvous::write_as_leader(
+    std::vector<std::pair<std::string, std::string>> entries) {
+  co_return held_leadership(
+      co_await store().set_all_holding(std::string(keys::kLeader), std::move(entries)));
 }
 
 asio::awaitable<bool> ElasticRendezvous::end_led_round(int n, std::string why, int restarts) {
@@ -336,7 +339,8 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   const auto now = Clock::now();
   if (closed_) co_return Clock::time_point::max();
   // A write refused for a lapsed leadership is looked at again after this, or on the next event
-  // (the watch brings the leader key's change meanwhile, and this node stops leading).
+  // (the watch brings the leader key's change meanwhile, and this node stops leading); form_round
+  // likewise.
   const auto refused = now + config_.heartbeat_timeout / 4;
   const int n = round_;
   if (!rounds_.contains(n) && (place_.round == n || master_.round == n)) {
@@ -400,8 +404,10 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::form_round(int n, Clock::t
   if (in_grace) co_return Clock::time_point::max();
   const std::string key = keys::key(keys::kRounds, n);
   const std::string proposal = propose(n);
-  const std::string decided = co_await store().compare_set(key, "", proposal);
-  rounds_[n] = parse_record(decided);
+  const std::optional<std::string> decided =
+      co_await store().compare_set_holding(std::string(keys::kLeader), key, "", proposal);
+  if (!held_leadership(decided.has_value())) co_return now + config_.heartbeat_timeout / 4;
+  rounds_[n] = parse_record(*decided);
   co_return now;  // look again: the world may have moved meanwhile
 }
 

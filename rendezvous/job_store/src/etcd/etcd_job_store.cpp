@@ -62,11 +62,12 @@ json compare_and_put_txn(const std::string& key, const std::string& expected,
   return txn;
 }
 
-// The value a failed compare_and_put_txn read, if the key was there.
-std::optional<std::string> value_read(const json& reply) {
+// The value the `at`th range of a failed transaction read, if the key was there.
+std::optional<std::string> value_read(const json& reply, size_t at = 0) {
   const json responses = reply.value("responses", json::array());
-  if (responses.empty()) return std::nullopt;
-  const json kvs = responses[0].value("response_range", json::object()).value("kvs", json::array());
+  if (responses.size() <= at) return std::nullopt;
+  const json kvs =
+      responses[at].value("response_range", json::object()).value("kvs", json::array());
   if (kvs.empty()) return std::nullopt;
   return base64_decode(kvs[0].value("value", ""));
 }
@@ -80,17 +81,22 @@ int64_t revision_in(const json& reply) {
   }
 }
 
-// One transaction of puts (keys and values base64), made only if `key` holds `value` (both raw).
-json puts_txn_if(const std::string& key, const std::string& value,
-                 const std::vector<std::pair<std::string, std::string>>& entries, size_t from,
-                 size_t to) {
+// The condition that `key` holds `value` (both raw).
+json holds_value(const std::string& key, const std::string& value) {
   json compare;
   compare["key"] = base64_encode(key);
   compare["result"] = "EQUAL";
   compare["target"] = "VALUE";
   compare["value"] = base64_encode(value);
+  return compare;
+}
+
+// One transaction of puts (keys and values base64), made only if `key` holds `value` (both raw).
+json puts_txn_if(const std::string& key, const std::string& value,
+                 const std::vector<std::pair<std::string, std::string>>& entries, size_t from,
+                 size_t to) {
   json txn;
-  txn["compare"] = json::array({compare});
+  txn["compare"] = json::array({holds_value(key, value)});
   txn["success"] = json::array();
   for (size_t i = from; i < to; ++i) {
     json put;
@@ -540,6 +546,29 @@ asio::awaitable<std::string> EtcdJobStore::compare_set(std::string key, std::str
   if (reply.value("succeeded", false)) co_return desired;
   // torch's rules: the current value, or `expected` itself when the key is missing.
   co_return value_read(reply).value_or(expected);
+}
+
+asio::awaitable<std::optional<std::string>> EtcdJobStore::compare_set_holding(std::string claim,
+                                                                              std::string key,
+                                                                              std::string expected,
+                                                                              std::string desired) {
+  check_open();
+  const auto held = claims_.find(claim);
+  if (held == claims_.end()) co_return std::nullopt;
+  const std::string holder = held->second;
+  const std::string no_lease;
+  json txn =
+      compare_and_put_txn(base64_encode(base_ + key), expected, base64_encode(desired), no_lease);
+  txn["compare"].push_back(holds_value(base_ + claim, holder));
+  json claim_range;
+  claim_range["key"] = base64_encode(base_ + claim);
+  json read_claim;
+  read_claim["request_range"] = claim_range;
+  txn["failure"].push_back(read_claim);
+  const json reply = co_await call("/v3/kv/txn", txn, request_deadline());
+  if (reply.value("succeeded", false)) co_return desired;
+  if (value_read(reply, 1) != holder) co_return std::nullopt;
+  co_return value_read(reply).value_or(expected);  // as compare_set()
 }
 
 asio::awaitable<void> EtcdJobStore::set(std::string key, std::string value) {

@@ -386,6 +386,23 @@ asio::awaitable<std::string> TcpJobStore::compare_set(std::string key, std::stri
   }
 }
 
+asio::awaitable<std::optional<std::string>> TcpJobStore::compare_set_holding(std::string claim,
+                                                                             std::string key,
+                                                                             std::string expected,
+                                                                             std::string desired) {
+  const std::string full_key = base_ + key;
+  const auto turn = co_await requests_->lock();
+  for (;;) {
+    const auto client = co_await usable_client();
+    if (!holds(claim)) co_return std::nullopt;
+    try {
+      co_return co_await client->compare_set(full_key, expected, desired);
+    } catch (const std::exception& e) {
+      request_failed(e);
+    }
+  }
+}
+
 asio::awaitable<void> TcpJobStore::set(std::string key, std::string value) {
   const std::string full_key = base_ + key;
   const auto turn = co_await requests_->lock();

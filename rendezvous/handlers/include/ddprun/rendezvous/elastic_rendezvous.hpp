@@ -107,9 +107,12 @@ class ElasticRendezvous final : public JobSession {
   // without any event (the last call's end), or time_point::max().
   boost::asio::awaitable<std::chrono::steady_clock::time_point> lead_step();
   // The leader's writes: made only while this agent holds the leader key (JobStore::
-  // set_all_holding); false, said once, where it no longer does.
+  // set_all_holding, and compare_set_holding for a round's record); false, said once, where it no
+  // longer does.
   boost::asio::awaitable<bool> write_as_leader(
       std::vector<std::pair<std::string, std::string>> entries);
+  // Returns `held`; says once that the leadership lapsed where it is false.
+  bool held_leadership(bool held);
   // Ends round `n` as its leader: says why (once), then advances the round; false where the
   // leadership had lapsed (nothing done).
   boost::asio::awaitable<bool> end_led_round(int n, std::string why, int restarts);

@@ -75,6 +75,9 @@ class EtcdJobStore final : public JobStore, public std::enable_shared_from_this<
   boost::asio::awaitable<std::string> claim(std::string key, std::string value) override;
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
+  // One transaction: the compare-and-set's condition and the claim's.
+  boost::asio::awaitable<std::optional<std::string>> compare_set_holding(
+      std::string claim, std::string key, std::string expected, std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
   // Transactions of up to 128 puts (etcd's default --max-txn-ops), each on the condition that the
   // claim's key still holds this agent's value (a lapsed lease took the key with it).

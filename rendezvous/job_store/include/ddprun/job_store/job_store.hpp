@@ -73,6 +73,10 @@ class JobStore {
   // the operation (`expected` itself when the key is missing and `expected` is not empty).
   virtual boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                           std::string desired) = 0;
+  // compare_set(), made only while this agent holds `claim`, as set_all_holding(): nullopt, having
+  // written nothing, where it no longer does.
+  virtual boost::asio::awaitable<std::optional<std::string>> compare_set_holding(
+      std::string claim, std::string key, std::string expected, std::string desired) = 0;
   virtual boost::asio::awaitable<void> set(std::string key, std::string value) = 0;
   // set() of every (key, value), in as few requests as the backend allows (not atomic as a whole),
   // made only while this agent holds `claim` (a key its claim() took): the writes of a role that

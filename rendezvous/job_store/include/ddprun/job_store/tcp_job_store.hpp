@@ -88,6 +88,8 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   boost::asio::awaitable<std::string> claim(std::string key, std::string value) override;
   boost::asio::awaitable<std::string> compare_set(std::string key, std::string expected,
                                                   std::string desired) override;
+  boost::asio::awaitable<std::optional<std::string>> compare_set_holding(
+      std::string claim, std::string key, std::string expected, std::string desired) override;
   boost::asio::awaitable<void> set(std::string key, std::string value) override;
   // MULTI_SET, up to 4096 keys a request, each sent only while this agent holds the claim and its
   // last acknowledged heartbeat is less than a heartbeat timeout old.
