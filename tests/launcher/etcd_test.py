@@ -283,23 +283,24 @@ def case_a_leader_paused_past_its_lease_writes_nothing_as_leader_when_it_wakes()
         conf = "last_call_timeout=1,heartbeat_timeout=2"
         hold = f'exec {PY} {PROBE} "$0/w$1"'  # every round's workers wait for SIGTERM
         procs = []
-        for i in range(3):
-            os.makedirs(f"{d}/w{i}")
-            procs.append(agent(cluster, "2:3", hold, d, str(i), conf=conf,
-                               order=order if i == 0 else others))
-            if i == 0:  # the first to join leads
-                wait_for(lambda: cluster.etcdctl("get", "/ddprun/job/leader").stdout.strip(),
-                         "the first agent leading", timeout=30)
-        leader = cluster.etcdctl("get", "/ddprun/job/leader", "--print-value-only").stdout.strip()
-        assert f"_{procs[0].pid}_" in leader, (leader, procs[0].pid)
-        wait_for(lambda: all(live_worker(d, i) for i in range(3)), "a round of three",
-                 timeout=60)
-        first = [live_worker(d, i) for i in range(3)]
         history = cluster.history("/ddprun/job/", order[0])  # (not through the member paused)
-        procs[0].send_signal(signal.SIGSTOP)
-        paused = time.monotonic()
-        cluster.procs[silent].send_signal(signal.SIGSTOP)
         try:
+            for i in range(3):
+                os.makedirs(f"{d}/w{i}")
+                procs.append(agent(cluster, "2:3", hold, d, str(i), conf=conf,
+                                   order=order if i == 0 else others))
+                if i == 0:  # the first to join leads
+                    wait_for(lambda: cluster.etcdctl("get", "/ddprun/job/leader").stdout.strip(),
+                             "the first agent leading", timeout=30)
+            leader = cluster.etcdctl("get", "/ddprun/job/leader",
+                                     "--print-value-only").stdout.strip()
+            assert f"_{procs[0].pid}_" in leader, (leader, procs[0].pid)
+            wait_for(lambda: all(live_worker(d, i) for i in range(3)), "a round of three",
+                     timeout=60)
+            first = [live_worker(d, i) for i in range(3)]
+            procs[0].send_signal(signal.SIGSTOP)
+            paused = time.monotonic()
+            cluster.procs[silent].send_signal(signal.SIGSTOP)
             wait_for(lambda: fresh_worker(d, 1, first[1]) and fresh_worker(d, 2, first[2]),
                      "the round of two without the paused leader", timeout=30)
             second = [first[0], live_worker(d, 1), live_worker(d, 2)]
@@ -308,14 +309,25 @@ def case_a_leader_paused_past_its_lease_writes_nothing_as_leader_when_it_wakes()
             wait_for(lambda: all(fresh_worker(d, i, second[i]) for i in range(3)),
                      "the round of three with the woken node", timeout=30)
         finally:
-            procs[0].send_signal(signal.SIGCONT)
             cluster.procs[silent].send_signal(signal.SIGCONT)
+            for p in procs:
+                p.send_signal(signal.SIGCONT)
             for i in range(3):
-                if live_worker(d, i):
-                    os.kill(live_worker(d, i), signal.SIGTERM)
-            results = finish(procs)
-            history.terminate()
-            made = changes(history.communicate()[0])
+                pid = live_worker(d, i) if os.path.isdir(f"{d}/w{i}") else None
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            try:
+                results = finish(procs, timeout=60)
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                history.terminate()
+                made = changes(history.communicate()[0])
         said = "\n--- the next agent:\n".join(err for _, _, err in results)
         for status, _, _ in results:
             assert status == 0, said

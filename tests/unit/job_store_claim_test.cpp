@@ -52,7 +52,7 @@ struct Agent {
     spec.run_id = "job";
     spec.host = "127.0.0.1";
     spec.port = port;
-    spec.heartbeat_timeout = 600ms;
+    spec.heartbeat_timeout = 1s;
     spec.join_timeout = 5s;
     store = std::make_shared<TcpJobStore>(io.get_executor(), spec);
     run_on(io, store->join("nodes/" + name, name, WatchSet{}));
@@ -116,7 +116,7 @@ TEST_CASE("job store: a holder paused past its lease writes nothing as the holde
   CHECK(a.write("from a"));
   // a is paused (its io_context does not run): the store drops its presence and its claim after
   // the heartbeat timeout, and b takes the claim.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  const auto deadline = std::chrono::steady_clock::now() + 8s;
   std::string holder;
   while (holder != "b" && std::chrono::steady_clock::now() < deadline) {
     b.run_for(100ms);

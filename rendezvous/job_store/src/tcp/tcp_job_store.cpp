@@ -253,6 +253,16 @@ asio::awaitable<std::vector<KeyEvent>> TcpJobStore::watch_prefixes(
   }
 }
 
+asio::awaitable<std::string> TcpJobStore::claim_on(store::AsyncStoreClient& presence,
+                                                   const std::string& full_key,
+                                                   const std::string& value) {
+  std::string now = co_await presence.compare_set_owned(full_key, "", value);
+  // This agent's value there may be held by an earlier presence of its own that the store has not
+  // dropped yet (cut off, then back): bound to this one, so that it lasts as long as this one.
+  if (now == value) now = co_await presence.compare_set_owned(full_key, value, value);
+  co_return now;
+}
+
 asio::awaitable<std::string> TcpJobStore::claim(std::string key, std::string value) {
   const auto self = shared_from_this();
   claimable_.insert(key);
@@ -264,7 +274,7 @@ asio::awaitable<std::string> TcpJobStore::claim(std::string key, std::string val
     const auto presence = presence_;
     std::string now;
     try {
-      now = co_await presence->compare_set_owned(full_key, "", value);
+      now = co_await claim_on(*presence, full_key, value);
     } catch (const std::exception& e) {
       check_open();
       if (presence == presence_) {
@@ -274,7 +284,11 @@ asio::awaitable<std::string> TcpJobStore::claim(std::string key, std::string val
       continue;
     }
     if (presence != presence_) continue;  // replaced meanwhile: claim on the new one
-    if (now == value) claims_[key] = value;
+    if (now == value) {
+      claims_[key] = value;
+    } else {
+      claims_.erase(key);  // another agent's: what this one held before is gone
+    }
     co_return now;
   }
 }

@@ -158,7 +158,7 @@ asio::awaitable<std::shared_ptr<store::AsyncStoreClient>> TcpJobStore::present_a
     co_await presence->set_owned(full_key, presence_value_);
     for (auto it = claims.begin(); it != claims.end();) {
       const std::string claimed_key = base_ + it->first;
-      const std::string now = co_await presence->compare_set_owned(claimed_key, "", it->second);
+      const std::string now = co_await claim_on(*presence, claimed_key, it->second);
       it = now == it->second ? std::next(it) : claims.erase(it);
     }
     co_await presence->ping(0);
@@ -192,7 +192,10 @@ asio::awaitable<bool> TcpJobStore::try_reconnect(uint64_t outage, Clock::time_po
     o.timeout = std::max<Ms>(spec_.heartbeat_timeout, Ms(1000));  // the store answers: let it work
     client = co_await store::AsyncStoreClient::connect(ex_, spec_.host, port, o);
     if (restarted) restored = co_await put_back_keys(*client);
-    if (restarted || !presence_ok_) presence = co_await present_again(o, claims);
+    // A presence not heard from for the heartbeat timeout (no heartbeats go out meanwhile) is
+    // gone at the store, with its claims, though its connection may still stand.
+    const bool lapsed = Clock::now() - lease_start_ >= spec_.heartbeat_timeout;
+    if (restarted || !presence_ok_ || lapsed) presence = co_await present_again(o, claims);
     watch = co_await open_watch(o, watched_.keys, watched_.prefixes, now_there);
     if (!extra_prefixes_.empty()) {
       const std::vector<std::string> no_keys;
@@ -266,15 +269,16 @@ void TcpJobStore::resume(Reconnection r) {
     report_expelled("it was not heard from for longer than the heartbeat timeout");
   }
   if (r.presence) {
+    if (presence_) presence_->close();  // (its keepalive would hold the old presence's lease)
     presence_ = std::move(r.presence);
     claims_ = std::move(r.claims);
+    lease_start_ = now;
   }
   client_ = std::move(r.client);
   watch_ = std::move(r.watch);
   extra_watch_ = std::move(r.extra_watch);
   server_ = r.info;
   presence_ok_ = true;
-  lease_start_ = now;
   catch_up(
       r.now_there, [](const std::string&) { return true; }, r.restarted);
   asio::co_spawn(ex_, read_events(watch_), asio::detached);

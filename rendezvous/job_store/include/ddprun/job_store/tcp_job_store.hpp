@@ -117,6 +117,11 @@ class TcpJobStore final : public JobStore, public std::enable_shared_from_this<T
   // After a request failed with `e`: rethrows it (before join(), or once the session ended), or
   // starts a reconnection for the request to wait out and retry.
   void request_failed(const std::exception& e);
+  // Claims `full_key` = `value` on `presence`, bound to it even where this agent's value is there
+  // already (held by an earlier presence of its own); returns the key's value after.
+  static boost::asio::awaitable<std::string> claim_on(store::AsyncStoreClient& presence,
+                                                      const std::string& full_key,
+                                                      const std::string& value);
   // Whether this agent holds `claim` now, as far as it can tell without asking: taken, and its
   // presence not lapsed by its own clock.
   bool holds(const std::string& claim) const;
