@@ -386,7 +386,11 @@ TEST_CASE(
   rb.watch(1, "b", {{0, 1}}, PeerAddress{"127.0.0.1", a.service.port()}, board);
   a.worker.save(13);
   b.worker.save(13);
-  CHECK(settle_until(io, [&] { return b.held_of("a") == std::vector<int64_t>{12, 13}; }));
+  // (a's safe step needs b's copy at a too, which may come after a's at b.)
+  CHECK(settle_until(io, [&] {
+    return b.held_of("a") == std::vector<int64_t>{12, 13} && ra.safe_step() == 13;
+  }));
+  CHECK(b.held_of("a") == std::vector<int64_t>{12, 13});
   CHECK(ra.safe_step() == 13);
 }
 
