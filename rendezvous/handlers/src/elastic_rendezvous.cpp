@@ -316,6 +316,10 @@ bool ElasticRendezvous::held_leadership(bool held) {
   return held;
 }
 
+Clock::time_point ElasticRendezvous::after_refusal(Clock::time_point now) const {
+  return now + config_.heartbeat_timeout / 4;
+}
+
 asio::awaitable<bool> ElasticRendezvous::write_as_leader(
     std::vector<std::pair<std::string, std::string>> entries) {
   co_return held_leadership(
@@ -338,10 +342,7 @@ asio::awaitable<bool> ElasticRendezvous::end_led_round(int n, std::string why, i
 asio::awaitable<Clock::time_point> ElasticRendezvous::lead_step() {
   const auto now = Clock::now();
   if (closed_) co_return Clock::time_point::max();
-  // A write refused for a lapsed leadership is looked at again after this, or on the next event
-  // (the watch brings the leader key's change meanwhile, and this node stops leading); form_round
-  // likewise.
-  const auto refused = now + config_.heartbeat_timeout / 4;
+  const auto refused = after_refusal(now);
   const int n = round_;
   if (!rounds_.contains(n) && (place_.round == n || master_.round == n)) {
     // Round n formed, and its record is gone: the store restarted and the leader that knew it did
@@ -406,7 +407,7 @@ asio::awaitable<Clock::time_point> ElasticRendezvous::form_round(int n, Clock::t
   const std::string proposal = propose(n);
   const std::optional<std::string> decided =
       co_await store().compare_set_holding(std::string(keys::kLeader), key, "", proposal);
-  if (!held_leadership(decided.has_value())) co_return now + config_.heartbeat_timeout / 4;
+  if (!held_leadership(decided.has_value())) co_return after_refusal(now);
   rounds_[n] = parse_record(*decided);
   co_return now;  // look again: the world may have moved meanwhile
 }

@@ -113,6 +113,10 @@ class ElasticRendezvous final : public JobSession {
       std::vector<std::pair<std::string, std::string>> entries);
   // Returns `held`; says once that the leadership lapsed where it is false.
   bool held_leadership(bool held);
+  // When lead_step looks again after a write refused at `now` (or at the next event: the watch
+  // brings the leader key's change meanwhile, and this node stops leading).
+  std::chrono::steady_clock::time_point after_refusal(
+      std::chrono::steady_clock::time_point now) const;
   // Ends round `n` as its leader: says why (once), then advances the round; false where the
   // leadership had lapsed (nothing done).
   boost::asio::awaitable<bool> end_led_round(int n, std::string why, int restarts);
