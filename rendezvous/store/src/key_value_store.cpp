@@ -50,8 +50,17 @@ void KeyValueStore::changed(const std::string& key, const std::string* old_value
   notify_watchers(key, old_value, new_value);
 }
 
+template <typename F>
+void KeyValueStore::for_each_with_prefix(std::string_view prefix, F&& f) const {
+  for (auto k = ordered_.lower_bound(prefix); k != ordered_.end() && k->first.starts_with(prefix);
+       ++k) {
+    f(k->first, *k->second);
+  }
+}
+
 void KeyValueStore::set(const std::string& key, std::string value, StorePeer* owner) {
   auto [it, inserted] = data_.try_emplace(key);
+  if (inserted) ordered_.emplace(it->first, &it->second);
   const bool watched = has_watchers(key);
   Value old =
       std::exchange(it->second.value, std::make_shared<const std::string>(std::move(value)));
@@ -118,6 +127,7 @@ bool KeyValueStore::erase(const std::string& key) {
   if (it == data_.end()) return false;
   set_owner(key, it->second, nullptr);
   Value old = std::move(it->second.value);
+  ordered_.erase(it->first);
   data_.erase(it);
   notify_watchers(key, old.get(), nullptr);
   return true;
@@ -138,10 +148,9 @@ std::vector<std::string> KeyValueStore::keys() const {
 std::vector<std::pair<std::string, std::string>> KeyValueStore::with_prefix(
     std::string_view prefix) const {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [k, e] : data_) {
-    if (k.starts_with(prefix)) out.emplace_back(k, *e.value);
-  }
-  std::sort(out.begin(), out.end());
+  for_each_with_prefix(prefix, [&](std::string_view k, const Entry& e) {
+    out.emplace_back(std::string(k), *e.value);
+  });
   return out;
 }
 
@@ -261,15 +270,9 @@ void KeyValueStore::watch(StorePeer& peer, wire::WatchMode mode, const std::stri
     }
     key_watchers_[key].insert(&peer);
   } else {
-    std::vector<const std::pair<const std::string, Entry>*> matching;
-    for (const auto& kv : data_) {
-      if (kv.first.starts_with(key)) matching.push_back(&kv);
-    }
-    std::sort(matching.begin(), matching.end(),
-              [](const auto* a, const auto* b) { return a->first < b->first; });
-    for (const auto* kv : matching) {
-      wire::put_watch_frame(frames, wire::WatchEvent::kExisting, kv->first, {}, *kv->second.value);
-    }
+    for_each_with_prefix(key, [&](std::string_view k, const Entry& e) {
+      wire::put_watch_frame(frames, wire::WatchEvent::kExisting, k, {}, *e.value);
+    });
     prefix_watchers_[key].insert(&peer);
   }
   wire::put_watch_frame(frames, wire::WatchEvent::kRegistered, key, {}, {});
@@ -325,6 +328,7 @@ void KeyValueStore::drop_peer(StorePeer& peer) {
     auto it = data_.find(k);
     if (it == data_.end() || it->second.owner != &peer) continue;
     Value old = std::move(it->second.value);
+    ordered_.erase(it->first);
     data_.erase(it);
     notify_watchers(k, old.get(), nullptr);
   }

@@ -7,6 +7,7 @@
 // job.
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,8 +112,16 @@ class KeyValueStore {
   bool has_watchers(const std::string& key) const;
   void set_owner(const std::string& key, Entry& entry, StorePeer* owner);
   bool exists(const std::string& key) const;
+  // Calls `f(key, entry)` for every key that starts with `prefix`, in key order.
+  template <typename F>
+  void for_each_with_prefix(std::string_view prefix, F&& f) const;
 
   std::unordered_map<std::string, Entry> data_;
+  // Every key of data_ and its entry, in key order (views of data_'s own keys and pointers to
+  // their entries, which stay put until erased): a prefix read, or a prefix watch's first answer,
+  // costs the keys under the prefix, not a pass over every key (10,000 agents each watching a
+  // prefix as they joined had cost 10,000 passes over the job's 20,000 keys).
+  std::map<std::string_view, const Entry*> ordered_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::string, std::vector<StorePeer*>> waiting_;  // key -> waiting peers
   std::unordered_map<StorePeer*, Waiter> waiters_;
