@@ -46,6 +46,8 @@ QUOTA = 20
 # lag starts that count again (at 40%, a full suite's run once named it after 26 steps, 40% held
 # back).
 VERDICT_WITHIN = 30
+# The replacement case's steps: room for a verdict as late as VERDICT_WITHIN and 20 steps after it.
+STEPS_REPLACED = K + VERDICT_WITHIN + 20
 LINE = re.compile(r"^\[([0-9-]+ [0-9:.]+)\] \[ddprun\] \[warning\] straggler check: node (\d+) "
                   r"\((\S+)\) holds every step back by (\d+)%", re.M)
 
@@ -98,6 +100,23 @@ class Cluster(BridgedJob):
         return time.time()
 
 
+def end_once_named(c, run_id, until, timeout=240):
+    """Polls `ddprun status` of job `run_id` (at most once a second) until it shows a verdict, then
+    has the job end after its next step (the workload's UNTIL_FILE, at `until`): the steps a slowed
+    node would run on after its verdict prove nothing more. Returns once the job was told, or at
+    once where node 0's agent ended first (the case's assertions then say what it lacked)."""
+    while True:
+        began = time.monotonic()
+        if "straggler in round" in c.status(run_id):
+            open(until, "w").close()
+            return
+        if c.agents[(run_id, 0)].poll() is not None:
+            return
+        timeout -= max(1.0, time.monotonic() - began)
+        assert timeout > 0, "timed out waiting for the verdict in `ddprun status`"
+        time.sleep(max(0.0, 1 - (time.monotonic() - began)))
+
+
 def step_times(out, attempt):
     """Rank 0's steps of `attempt`: [(step, when it ended, wall clock)]."""
     with open(os.path.join(out, f"steps.{attempt}")) as f:
@@ -110,12 +129,15 @@ def durations(times):
 
 def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
     """No --event_log, no action: node 0's log names the slow node with its figure within
-    VERDICT_WITHIN steps of K; `ddprun status` says it; the job runs to its end."""
+    VERDICT_WITHIN steps of K; `ddprun status` says it; the job runs to its end (the step after
+    the verdict, or its 90th)."""
     out = tempfile.mkdtemp()
+    until = os.path.join(out, "until")
     with Cluster() as c:
         for i in range(3):
-            c.start("named", i, out, 90, env={"MARK_AT": str(K)})
+            c.start("named", i, out, 90, env={"MARK_AT": str(K), "UNTIL_FILE": until})
         slowed = c.slow_down(out)
+        end_once_named(c, "named", until)
         errs = c.finish("named", {0: 0, 1: 0, 2: 0})
         status = c.status("named")
     found = LINE.findall(errs[0])
@@ -140,14 +162,18 @@ def case_a_node_slowed_while_training_is_named_with_the_plainest_command_line():
 def case_with_replace_and_no_restart_left_the_slow_node_is_reported_and_the_job_ends_well():
     """--straggler_action=replace where the round could re-form without the slow node (3 nodes of
     --nnodes=2:3) but --max_restarts=0 (torchrun's default): a replacement would spend a restart
-    and end the job, so the verdict is reported, saying why, and the job runs to its end."""
+    and end the job, so the verdict is reported, saying why, and the job runs to its end (the step
+    after the verdict, or its 60th)."""
     out = tempfile.mkdtemp()
+    until = os.path.join(out, "until")
     with Cluster() as c:
         for i in range(3):
-            c.start("norestart", i, out, 60, nnodes="2:3", env={"MARK_AT": str(K)},
+            c.start("norestart", i, out, 60, nnodes="2:3",
+                    env={"MARK_AT": str(K), "UNTIL_FILE": until},
                     extra=["--straggler_action=replace", "--max_restarts=0",
                            f"--event_log={out}/events.{i}.jsonl"])
         c.slow_down(out)
+        end_once_named(c, "norestart", until)
         errs = c.finish("norestart", {0: 0, 1: 0, 2: 0})
     verdicts = [e for i in range(3) for e in node_events(out, i, "straggler")]
     assert len(verdicts) == 1 and verdicts[0]["node_rank"] == 2, verdicts
@@ -168,14 +194,14 @@ def case_with_replace_a_spare_takes_the_slow_nodes_place_bit_identical():
     extra = ["--straggler_action=replace"]
     with Cluster() as c:
         for i in range(3):
-            c.start("whole", i, whole, 100, nnodes="3:3",
+            c.start("whole", i, whole, STEPS_REPLACED, nnodes="3:3",
                     extra=[*extra, f"--event_log={whole}/events.{i}.jsonl"])
         c.finish("whole", {0: 0, 1: 0, 2: 0})
         for i in range(3):
-            c.start("swap", i, out, 100, nnodes="3:3", env={"MARK_AT": str(K)},
+            c.start("swap", i, out, STEPS_REPLACED, nnodes="3:3", env={"MARK_AT": str(K)},
                     extra=[*extra, f"--event_log={out}/events.{i}.jsonl"])
         wait_for(lambda: os.path.exists(os.path.join(out, "steps.0")), "the first step", 180)
-        c.start("swap", 3, out, 100, nnodes="3:3",
+        c.start("swap", 3, out, STEPS_REPLACED, nnodes="3:3",
                 extra=[*extra, f"--event_log={out}/events.3.jsonl"])  # the spare
         c.slow_down(out)
         errs = c.finish("swap", {0: 0, 1: 0, 2: 4, 3: 0})
@@ -223,15 +249,7 @@ def case_a_link_slowed_while_training_is_named_as_the_link_not_the_compute():
         for i in range(3):
             c.start("link", i, out, K + 600, env={"MARK_AT": str(K), "UNTIL_FILE": until})
         limited = c.rate_limit(out)
-        asked = [0.0]
-
-        def named():  # `ddprun status` at most once a second
-            if time.monotonic() - asked[0] < 1:
-                return False
-            asked[0] = time.monotonic()
-            return "straggler in round" in c.status("link")
-        wait_for(named, "the verdict in `ddprun status`", 240)
-        open(until, "w").close()
+        end_once_named(c, "link", until)
         errs = c.finish("link", {0: 0, 1: 0, 2: 0})
         status = c.status("link")
     found = LINK_LINE.findall(errs[0])
