@@ -59,7 +59,8 @@ AgentOutcome launch_error(std::string why) {
   return out;
 }
 
-// A folder made for the agent's run and removed with it (empty path: none).
+// A folder of the agent's (make_owned_folder) removed with it, its owner file last (empty path:
+// none).
 struct OwnedDir {
   std::string path;
   OwnedDir() = default;
@@ -67,8 +68,7 @@ struct OwnedDir {
   OwnedDir(const OwnedDir&) = delete;
   OwnedDir& operator=(const OwnedDir&) = delete;
   ~OwnedDir() {
-    std::error_code ignored;
-    if (!path.empty()) fs::remove_all(path, ignored);
+    if (!path.empty()) remove_owned_folder(path);
   }
 };
 

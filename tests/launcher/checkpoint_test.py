@@ -796,6 +796,11 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
                 f.write(owner)
         if name == "other-user":
             os.chown(kept[name], 12345, 12345)
+    # An empty one without an owner file, unchanged for two minutes (an agent killed between making
+    # it and writing the owner file): removed. (The one just made above may be an agent's about to.)
+    unowned_old = os.path.join(shm, "ddprun-checkpoints-unowned-old-XXXXXX")
+    os.makedirs(unowned_old)
+    os.utime(unowned_old, (time.time() - 120, time.time() - 120))
     r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out,
                         "succeed"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
@@ -807,6 +812,8 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
         gone = others[kind][0]
         assert f"removed {gone}: the {what} of an agent no longer running" in r.stderr, r.stderr
         assert not os.path.exists(gone), gone
+    assert not os.path.exists(unowned_old), unowned_old
+    assert f"removed {unowned_old}: the checkpoint folder" in r.stderr, r.stderr
     assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
     if "other-user" in kept:
         assert f"{kept['other-user']}: the checkpoint folder of an agent no longer running, of " \
@@ -817,9 +824,9 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
     shutil.rmtree(shm)
     assert not left_running(out)
     print("agent, guardian and worker SIGKILLed together: the checkpoint folder, the heartbeat "
-          "and in-process folders stayed, and the next job's agent removed them, leaving another "
-          "pid namespace's, a running agent's, an unowned folder and another user's (reported) "
-          "alone: passed")
+          "and in-process folders stayed, and the next job's agent removed them and an empty "
+          "unowned folder two minutes old, leaving another pid namespace's, a running agent's, a "
+          "fresh unowned folder and another user's (reported) alone: passed")
 
 
 OUTSIDE = r'''

@@ -14,10 +14,7 @@ CheckpointRegions::CheckpointRegions(const std::string& run_id) {
   path_ = make_owned_folder(memory_folder(), kCheckpointFolders + run_id + "-");
 }
 
-CheckpointRegions::~CheckpointRegions() {
-  std::error_code ignored;
-  fs::remove_all(path_, ignored);
-}
+CheckpointRegions::~CheckpointRegions() { remove_owned_folder(path_); }
 
 std::vector<int64_t> CheckpointRegions::committed_steps(const std::string& header) {
   const std::optional<RegionHeader> h = parse_region_header(header);

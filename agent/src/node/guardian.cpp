@@ -14,6 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "node/owned_folders.hpp"
+
 namespace ddprun::agent {
 namespace {
 
@@ -159,27 +161,36 @@ void kill_marked() {
   }
 }
 
-// Removes what the folder open as `dir` holds, subfolders `depth` levels down, and closes it.
-void empty_folder(int dir, int depth) {
+// Removes what the folder open as `dir` holds but the entry named `keep` (null: none),
+// subfolders `depth` levels down; returns whether all of it went.
+bool empty_folder(int dir, int depth, const char* keep = nullptr) {
+  bool emptied = true;
   for_each_entry(dir, [&](const char* name, unsigned char type) {
     if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) return;
+    if (keep != nullptr && std::strcmp(name, keep) == 0) return;
     if (type == DT_DIR) {
       const int sub = depth > 0 ? ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-      if (sub >= 0) empty_folder(sub, depth - 1);
-      ::unlinkat(dir, name, AT_REMOVEDIR);
+      if (sub >= 0) {
+        empty_folder(sub, depth - 1);
+        ::close(sub);
+      }
+      emptied = ::unlinkat(dir, name, AT_REMOVEDIR) == 0 && emptied;
     } else {
-      ::unlinkat(dir, name, 0);
+      emptied = ::unlinkat(dir, name, 0) == 0 && emptied;
     }
   });
-  ::close(dir);
+  return emptied;
 }
 
-// Removes `folder` and what it holds (up to 3 levels of subfolders).
+// Removes `folder` and what it holds (up to 3 levels of subfolders), its owner file last: where
+// anything else stays, so do the owner file and the folder (node/owned_folders.hpp).
 void remove_folder(const char* folder) {
   const int dir = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return;
-  empty_folder(dir, 3);
-  ::rmdir(folder);
+  const bool emptied = empty_folder(dir, 3, kOwnerFile);
+  if (emptied) ::unlinkat(dir, kOwnerFile, 0);
+  ::close(dir);
+  if (emptied) ::rmdir(folder);
 }
 
 // Makes every DDPRUN_CONTAINED_ entry of this process's own environment (the bytes

@@ -17,8 +17,6 @@ namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kOwnerFile = ".owner";
-
 struct Owner {
   long pid = 0;
   unsigned long long start_ticks = 0;
@@ -82,8 +80,32 @@ std::string make_owned_folder(const fs::path& dir, const std::string& name_prefi
   if (::mkdtemp(name.data()) == nullptr) {
     throw std::system_error(errno, std::generic_category(), "cannot make the folder " + name);
   }
-  claim(name);
+  try {
+    claim(name);
+  } catch (const std::system_error&) {
+    std::error_code ignored;
+    fs::remove_all(name, ignored);  // (nothing in it names an owner)
+    throw;
+  }
   return name;
+}
+
+bool remove_owned_folder(const fs::path& folder) {
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    if (e.path().filename() != kOwnerFile) entries.push_back(e.path());
+  }
+  if (ec) return !fs::exists(folder, ec);
+  bool emptied = true;
+  for (const fs::path& entry : entries) {
+    std::error_code failed;
+    fs::remove_all(entry, failed);
+    emptied = emptied && !failed;
+  }
+  if (!emptied) return false;
+  fs::remove(folder / kOwnerFile, ec);
+  return fs::remove(folder, ec) && !ec;
 }
 
 OrphanedFolders remove_orphaned_folders(const fs::path& dir, std::string_view prefix) {
@@ -96,15 +118,24 @@ OrphanedFolders remove_orphaned_folders(const fs::path& dir, std::string_view pr
     if (!name.starts_with(prefix) || ::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       continue;
     }
+    if (!fs::exists(e.path() / kOwnerFile, ec)) {
+      // Unowned: removed where it is this user's, empty (rmdir refuses one that holds anything,
+      // also one an agent wrote its owner file into since) and unchanged for the age.
+      const auto changed = std::chrono::seconds(st.st_mtim.tv_sec);
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      if (st.st_uid == ::geteuid() && now - changed >= kUnownedFolderAge &&
+          ::rmdir(e.path().c_str()) == 0) {
+        found.removed.push_back(e.path().string());
+      }
+      continue;
+    }
     const std::optional<Owner> owner = read_owner(e.path());
     if (!owner || owner->pid_namespace != ns || ns == 0 || running(*owner)) continue;
     if (st.st_uid != ::geteuid()) {
       found.of_other_users.emplace_back(e.path().string(), st.st_uid);
       continue;
     }
-    std::error_code gone;
-    fs::remove_all(e.path(), gone);
-    if (!gone) found.removed.push_back(e.path().string());
+    if (remove_owned_folder(e.path())) found.removed.push_back(e.path().string());
   }
   return found;
 }

@@ -5,10 +5,14 @@
 // them when it ends, and its guardian does after a SIGKILL; when both die at once (a batch system
 // SIGKILLing a whole step or cgroup, say) they stay in memory. So each folder names its owner
 // (".owner": the agent's pid, its start time in clock ticks since boot, and its pid namespace), and
-// a new agent removes the folders of each kind it makes whose owner is no longer running. Folders
-// of another user, of another pid namespace (a container sharing /dev/shm) or without an owner
-// file are never touched; another user's whose owner is known to be gone are reported, so that
-// they are not kept forever unseen.
+// a new agent removes the folders of each kind it makes whose owner is no longer running. Whoever
+// removes a folder removes its owner file last (remove_owned_folder, and the guardian's own
+// clean-up), so that one left half-removed still names its owner. Folders of another user or of
+// another pid namespace (a container sharing /dev/shm) are never touched, nor is one without an
+// owner file that holds anything; an empty one without (its agent killed between making it and
+// writing the owner file) is removed once a minute old. Another user's whose owner is known to be
+// gone are reported, so that they are not kept forever unseen.
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -23,12 +27,24 @@ inline constexpr const char* kHeartbeatFolders = "ddprun-heartbeats-";
 inline constexpr const char* kStepTimesFolders = "ddprun-steps-";
 inline constexpr const char* kInProcessFolders = "ddprun-inprocess-";
 
+// The file in each folder naming its owner.
+inline constexpr const char* kOwnerFile = ".owner";
+
+// How old an empty folder without an owner file must be to be removed: an agent writes its owner
+// file at once after making it, so that one younger may be an agent's about to.
+inline constexpr std::chrono::seconds kUnownedFolderAge{60};
+
 // Where the agent's folders go: $DDPRUN_SHM_DIR where set, else /dev/shm, else the temp folder.
 std::filesystem::path memory_folder();
 
 // Makes `dir`/`name_prefix`XXXXXX (mode 0700) and writes its .owner for this process; returns its
 // path. Throws std::system_error when it cannot.
 std::string make_owned_folder(const std::filesystem::path& dir, const std::string& name_prefix);
+
+// Removes `folder` and what it holds, its owner file last: where anything else cannot be removed,
+// the owner file and the folder stay (with what could not go), for the next agent to try again.
+// Returns whether the folder is gone.
+bool remove_owned_folder(const std::filesystem::path& folder);
 
 // What remove_orphaned_folders found.
 struct OrphanedFolders {
@@ -39,7 +55,8 @@ struct OrphanedFolders {
 };
 
 // Removes each folder "`prefix`*" in `dir` of this user whose owner (as make_owned_folder wrote
-// it) is not running.
+// it) is not running, and each empty one of this user without an owner file, unchanged for
+// kUnownedFolderAge.
 OrphanedFolders remove_orphaned_folders(const std::filesystem::path& dir, std::string_view prefix);
 
 // remove_orphaned_folders for every kind of the agent's folders, saying what it did in the log:
