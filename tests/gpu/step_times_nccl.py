@@ -22,6 +22,7 @@ import time
 STEPS = 200
 WARM_UP = 20
 RUNS = 3
+INPUTS = 20
 CASES = {"DDP, host-bound": ("ddp", 256), "DDP, GPU-bound": ("ddp", 8192),
          "FSDP2, GPU-bound": ("fsdp2", 8192)}
 
@@ -50,15 +51,16 @@ def train(package, out, timed, wrap, batch):
             fully_shard(layer)
         fully_shard(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    # Made before, on the GPU: the steps are the GPU's, not the host's.
+    # Made before, on the GPU: the steps are the GPU's, not the host's (a ring of INPUTS, 1.3 GiB
+    # at the larger batch, so that a card of 16 GB holds them).
     inputs = [torch.randn(int(batch), 2048, device="cuda",
-                          generator=torch.Generator("cuda").manual_seed(step))
-              for step in range(STEPS)]
+                          generator=torch.Generator("cuda").manual_seed(i))
+              for i in range(INPUTS)]
     for step in range(STEPS):
         if step == WARM_UP:
             torch.cuda.synchronize()
             began = time.perf_counter()
-        model(inputs[step]).pow(2).mean().backward()
+        model(inputs[step % INPUTS]).pow(2).mean().backward()
         opt.step()
         opt.zero_grad()
     torch.cuda.synchronize()
@@ -87,7 +89,7 @@ def measure(package, kind, wrap, batch):
                             str(batch)], env=env, check=True, timeout=300)
         plain, timed = (torch.load(os.path.join(out, f"p.{t}")) for t in ("0", "1"))
         same = all(torch.equal(a, b) for a, b in zip(plain, timed))
-        assert same, f"DDP over NCCL trained differently with its steps timed ({kind})"
+        assert same, f"{kind} over NCCL trained differently with its steps timed"
         with open(path, "rb") as f:
             seq, steps, step_ns, wait_ns = struct.unpack("<QQQQ", f.read())
         assert steps == STEPS - 1 and seq == 2 * steps, (seq, steps)

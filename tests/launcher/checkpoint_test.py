@@ -813,7 +813,8 @@ def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job
         assert f"removed {gone}: the {what} of an agent no longer running" in r.stderr, r.stderr
         assert not os.path.exists(gone), gone
     assert not os.path.exists(unowned_old), unowned_old
-    assert f"removed {unowned_old}: the checkpoint folder" in r.stderr, r.stderr
+    assert f"removed {unowned_old}: an empty checkpoint folder without an owner" in r.stderr, \
+        r.stderr
     assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
     if "other-user" in kept:
         assert f"{kept['other-user']}: the checkpoint folder of an agent no longer running, of " \

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -50,6 +52,16 @@ bool set_immutable(const fs::path& path, bool on) {
   return done;
 }
 
+// The immutable flag set on a file for the guard's life, where it can be (else set() is false).
+struct Immutable {
+  fs::path path;
+  bool set = false;
+  explicit Immutable(fs::path p) : path(std::move(p)), set(set_immutable(path, true)) {}
+  ~Immutable() {
+    if (set) set_immutable(path, false);
+  }
+};
+
 // Sets the time `path` last changed to `seconds` ago.
 void age(const fs::path& path, int seconds) {
   const timespec then{::time(nullptr) - seconds, 0};
@@ -73,9 +85,8 @@ void write(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-bool has(const OrphanedFolders& found, const fs::path& folder) {
-  return std::find(found.removed.begin(), found.removed.end(), folder.string()) !=
-         found.removed.end();
+bool has(const std::vector<std::string>& removed, const fs::path& folder) {
+  return std::find(removed.begin(), removed.end(), folder.string()) != removed.end();
 }
 
 }  // namespace
@@ -90,15 +101,17 @@ TEST_CASE(
   write(folder / "restore" / "step_3" / "rank0", "x");
   write(folder / "rank0", "x");
   write(folder / "rank1", "x");
-  if (!set_immutable(folder / "rank1", true)) {
-    WARN("the immutable flag cannot be set here: the half-removed folder is not checked");
-  } else {
-    CHECK_FALSE(remove_owned_folder(folder));
-    CHECK(fs::exists(folder / kOwnerFile));  // the folder left still names its owner
-    CHECK(fs::exists(folder / "rank1"));
-    CHECK_FALSE(fs::exists(folder / "rank0"));
-    CHECK_FALSE(fs::exists(folder / "restore"));
-    REQUIRE(set_immutable(folder / "rank1", false));
+  {
+    const Immutable stuck(folder / "rank1");
+    if (!stuck.set) {
+      WARN("the immutable flag cannot be set here: the half-removed folder is not checked");
+    } else {
+      CHECK_FALSE(remove_owned_folder(folder));
+      CHECK(fs::exists(folder / kOwnerFile));  // the folder left still names its owner
+      CHECK(fs::exists(folder / "rank1"));
+      CHECK_FALSE(fs::exists(folder / "rank0"));
+      CHECK_FALSE(fs::exists(folder / "restore"));
+    }
   }
   CHECK(remove_owned_folder(folder));
   CHECK_FALSE(fs::exists(folder));
@@ -107,7 +120,7 @@ TEST_CASE(
 
 TEST_CASE(
     "owned folders: the next agent removes an ended owner's folder and an empty unowned one "
-    "a minute old, and leaves the rest") {
+    "a minute old, also one whose owner file does not read, and leaves the rest") {
   Scratch scratch;
   const fs::path orphan = scratch.dir / "ddprun-checkpoints-orphan";
   fs::create_directories(orphan / "kept");
@@ -118,19 +131,32 @@ TEST_CASE(
   const fs::path empty_young = scratch.dir / "ddprun-checkpoints-emptyyoung";
   const fs::path full_old = scratch.dir / "ddprun-checkpoints-fullold";
   const fs::path other_kind = scratch.dir / "something-else-emptyold";
-  for (const fs::path& f : {empty_old, empty_young, full_old, other_kind}) fs::create_directory(f);
+  // An agent killed as it wrote its owner file: an empty .owner, old, and one just written.
+  const fs::path torn_old = scratch.dir / "ddprun-checkpoints-tornold";
+  const fs::path torn_young = scratch.dir / "ddprun-checkpoints-tornyoung";
+  for (const fs::path& f : {empty_old, empty_young, full_old, other_kind, torn_old, torn_young}) {
+    fs::create_directory(f);
+  }
   write(full_old / "rank0", "x");
-  for (const fs::path& f : {empty_old, full_old, other_kind}) age(f, 2 * kUnownedFolderAge.count());
+  write(torn_old / kOwnerFile, "");
+  write(torn_young / kOwnerFile, "");
+  for (const fs::path& f :
+       {empty_old, full_old, other_kind, torn_old, torn_old / kOwnerFile, torn_young}) {
+    age(f, 2 * kUnownedFolderAge.count());
+  }
   age(empty_young, kUnownedFolderAge.count() / 2);
 
   const OrphanedFolders found = remove_orphaned_folders(scratch.dir, kCheckpointFolders);
-  CHECK(has(found, orphan));
+  CHECK(has(found.removed, orphan));
   CHECK_FALSE(fs::exists(orphan));
-  CHECK(has(found, empty_old));
+  CHECK(found.removed.size() == 1);
+  CHECK(has(found.unowned, empty_old));
   CHECK_FALSE(fs::exists(empty_old));
-  CHECK(found.removed.size() == 2);
+  CHECK(has(found.unowned, torn_old));
+  CHECK_FALSE(fs::exists(torn_old));
+  CHECK(found.unowned.size() == 2);
   CHECK(found.of_other_users.empty());
-  for (const fs::path& f : {running, empty_young, full_old, other_kind}) {
+  for (const fs::path& f : {running, empty_young, full_old, other_kind, torn_young}) {
     INFO(f);
     CHECK(fs::exists(f));
   }

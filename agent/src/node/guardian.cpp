@@ -114,13 +114,13 @@ bool marked(const char* pid) {
 }
 
 // Calls visit(name, type) for each entry of the folder open as `dir`, "." and ".." too (getdents64
-// into a buffer on the stack: nothing allocated).
+// into a buffer on the stack: nothing allocated); returns whether it could list them all.
 template <typename Visit>
-void for_each_entry(int dir, Visit visit) {
+bool for_each_entry(int dir, Visit visit) {
   alignas(8) char buffer[4096];
   for (;;) {
     const long n = ::syscall(SYS_getdents64, dir, buffer, sizeof buffer);
-    if (n <= 0) return;
+    if (n <= 0) return n == 0;
     for (long at = 0; at < n;) {
       struct Entry64 {
         uint64_t ino;
@@ -161,11 +161,14 @@ void kill_marked() {
   }
 }
 
+// Whether an unlink went, or something else removed the entry first (another agent's clean-up).
+bool gone(int result) { return result == 0 || errno == ENOENT; }
+
 // Removes what the folder open as `dir` holds but the entry named `keep` (null: none),
 // subfolders `depth` levels down; returns whether all of it went.
 bool empty_folder(int dir, int depth, const char* keep = nullptr) {
   bool emptied = true;
-  for_each_entry(dir, [&](const char* name, unsigned char type) {
+  const bool listed = for_each_entry(dir, [&](const char* name, unsigned char type) {
     if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) return;
     if (keep != nullptr && std::strcmp(name, keep) == 0) return;
     if (type == DT_DIR) {
@@ -174,23 +177,39 @@ bool empty_folder(int dir, int depth, const char* keep = nullptr) {
         empty_folder(sub, depth - 1);
         ::close(sub);
       }
-      emptied = ::unlinkat(dir, name, AT_REMOVEDIR) == 0 && emptied;
+      emptied = gone(::unlinkat(dir, name, AT_REMOVEDIR)) && emptied;
     } else {
-      emptied = ::unlinkat(dir, name, 0) == 0 && emptied;
+      emptied = gone(::unlinkat(dir, name, 0)) && emptied;
     }
   });
-  return emptied;
+  return listed && emptied;
 }
 
 // Removes `folder` and what it holds (up to 3 levels of subfolders), its owner file last: where
-// anything else stays, so do the owner file and the folder (node/owned_folders.hpp).
+// anything else stays, so do the owner file and the folder, and where something came into it
+// meanwhile, the owner file is written back (node/owned_folders.hpp).
 void remove_folder(const char* folder) {
   const int dir = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return;
-  const bool emptied = empty_folder(dir, 3, kOwnerFile);
-  if (emptied) ::unlinkat(dir, kOwnerFile, 0);
+  if (!empty_folder(dir, 3, kOwnerFile)) {
+    ::close(dir);
+    return;
+  }
+  char owner[256];
+  long owner_bytes = -1;
+  if (const int fd = ::openat(dir, kOwnerFile, O_RDONLY | O_CLOEXEC); fd >= 0) {
+    owner_bytes = ::read(fd, owner, sizeof owner);
+    ::close(fd);
+  }
+  ::unlinkat(dir, kOwnerFile, 0);
+  if (::rmdir(folder) != 0 && errno == ENOTEMPTY && owner_bytes > 0) {
+    const int fd = ::openat(dir, kOwnerFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      [[maybe_unused]] const ssize_t written = ::write(fd, owner, owner_bytes);
+      ::close(fd);
+    }
+  }
   ::close(dir);
-  if (emptied) ::rmdir(folder);
 }
 
 // Makes every DDPRUN_CONTAINED_ entry of this process's own environment (the bytes

@@ -67,6 +67,49 @@ void claim(const fs::path& folder) {
   }
 }
 
+// The names of what `folder` holds; nullopt where it cannot be listed whole.
+std::optional<std::vector<std::string>> names_in(const fs::path& folder) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) return std::nullopt;
+  return names;
+}
+
+std::string read_all(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Seconds since `path` last changed; nullopt where it cannot be read.
+std::optional<std::chrono::seconds> unchanged_for(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch()) -
+         std::chrono::seconds(st.st_mtim.tv_sec);
+}
+
+// Removes `folder` if it is unowned (no owner file, or one that does not read: an agent killed
+// between making the folder and writing it), holds nothing else, and neither it nor its owner
+// file changed for kUnownedFolderAge. rmdir refuses a folder that took anything since.
+bool remove_if_unowned_and_empty(const fs::path& folder) {
+  const std::optional<std::vector<std::string>> names = names_in(folder);
+  if (!names || names->size() > 1 || (names->size() == 1 && names->front() != kOwnerFile)) {
+    return false;
+  }
+  for (const fs::path& p : {folder, folder / kOwnerFile}) {
+    const std::optional<std::chrono::seconds> age = unchanged_for(p);
+    if (p == folder && !age) return false;
+    if (age && *age < kUnownedFolderAge) return false;
+  }
+  std::error_code ignored;
+  fs::remove(folder / kOwnerFile, ignored);
+  return ::rmdir(folder.c_str()) == 0;
+}
+
 }  // namespace
 
 fs::path memory_folder() {
@@ -76,66 +119,76 @@ fs::path memory_folder() {
 }
 
 std::string make_owned_folder(const fs::path& dir, const std::string& name_prefix) {
-  std::string name = (dir / (name_prefix + "XXXXXX")).string();
-  if (::mkdtemp(name.data()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "cannot make the folder " + name);
+  for (int attempt = 0;; ++attempt) {
+    std::string name = (dir / (name_prefix + "XXXXXX")).string();
+    if (::mkdtemp(name.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "cannot make the folder " + name);
+    }
+    try {
+      claim(name);
+      return name;
+    } catch (const std::system_error& e) {
+      std::error_code ignored;
+      fs::remove_all(name, ignored);  // (nothing in it names an owner)
+      // Removed as unowned by another agent while this one stood still for a minute between
+      // making it and claiming it (stopped, frozen): once more.
+      if (attempt > 0 || e.code() != std::errc::no_such_file_or_directory) throw;
+    }
   }
-  try {
-    claim(name);
-  } catch (const std::system_error&) {
-    std::error_code ignored;
-    fs::remove_all(name, ignored);  // (nothing in it names an owner)
-    throw;
-  }
-  return name;
 }
 
-bool remove_owned_folder(const fs::path& folder) {
-  std::error_code ec;
-  std::vector<fs::path> entries;
-  for (const auto& e : fs::directory_iterator(folder, ec)) {
-    if (e.path().filename() != kOwnerFile) entries.push_back(e.path());
+bool remove_owned_folder(const fs::path& folder) noexcept {
+  try {
+    const std::optional<std::vector<std::string>> names = names_in(folder);
+    if (!names) {
+      std::error_code ec;
+      return !fs::exists(folder, ec) && !ec;
+    }
+    bool emptied = true;
+    for (const std::string& name : *names) {
+      if (name == kOwnerFile) continue;
+      std::error_code failed;
+      fs::remove_all(folder / name, failed);
+      emptied = emptied && !failed;
+    }
+    if (!emptied) return false;
+    const fs::path owner_file = folder / kOwnerFile;
+    const std::string owner = read_all(owner_file);
+    std::error_code ignored;
+    fs::remove(owner_file, ignored);
+    if (::rmdir(folder.c_str()) == 0 || errno == ENOENT) return true;
+    // Something came into it since (a worker still running): its owner file goes back.
+    if (!owner.empty()) {
+      std::ofstream(owner_file) << owner;
+    }
+    return false;
+  } catch (...) {
+    return false;
   }
-  if (ec) return !fs::exists(folder, ec);
-  bool emptied = true;
-  for (const fs::path& entry : entries) {
-    std::error_code failed;
-    fs::remove_all(entry, failed);
-    emptied = emptied && !failed;
-  }
-  if (!emptied) return false;
-  fs::remove(folder / kOwnerFile, ec);
-  return fs::remove(folder, ec) && !ec;
 }
 
 OrphanedFolders remove_orphaned_folders(const fs::path& dir, std::string_view prefix) {
   OrphanedFolders found;
   const unsigned long long ns = own_pid_namespace();
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+  const std::optional<std::vector<std::string>> names = names_in(dir);
+  for (const std::string& name : names.value_or(std::vector<std::string>{})) {
+    const fs::path path = dir / name;
     struct stat st {};
-    if (!name.starts_with(prefix) || ::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (!name.starts_with(prefix) || ::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       continue;
     }
-    if (!fs::exists(e.path() / kOwnerFile, ec)) {
-      // Unowned: removed where it is this user's, empty (rmdir refuses one that holds anything,
-      // also one an agent wrote its owner file into since) and unchanged for the age.
-      const auto changed = std::chrono::seconds(st.st_mtim.tv_sec);
-      const auto now = std::chrono::system_clock::now().time_since_epoch();
-      if (st.st_uid == ::geteuid() && now - changed >= kUnownedFolderAge &&
-          ::rmdir(e.path().c_str()) == 0) {
-        found.removed.push_back(e.path().string());
-      }
+    const bool ours = st.st_uid == ::geteuid();
+    const std::optional<Owner> owner = read_owner(path);
+    if (!owner) {
+      if (ours && remove_if_unowned_and_empty(path)) found.unowned.push_back(path.string());
       continue;
     }
-    const std::optional<Owner> owner = read_owner(e.path());
-    if (!owner || owner->pid_namespace != ns || ns == 0 || running(*owner)) continue;
-    if (st.st_uid != ::geteuid()) {
-      found.of_other_users.emplace_back(e.path().string(), st.st_uid);
+    if (owner->pid_namespace != ns || ns == 0 || running(*owner)) continue;
+    if (!ours) {
+      found.of_other_users.emplace_back(path.string(), st.st_uid);
       continue;
     }
-    if (remove_owned_folder(e.path())) found.removed.push_back(e.path().string());
+    if (remove_owned_folder(path)) found.removed.push_back(path.string());
   }
   return found;
 }
@@ -151,6 +204,10 @@ void clean_up_orphaned_folders(const fs::path& dir) {
     const OrphanedFolders orphans = remove_orphaned_folders(dir, prefix);
     for (const std::string& orphan : orphans.removed) {
       spdlog::info("removed {}: the {} of an agent no longer running", orphan, what);
+    }
+    for (const std::string& orphan : orphans.unowned) {
+      spdlog::info("removed {}: an empty {} without an owner, unchanged for {} s", orphan, what,
+                   kUnownedFolderAge.count());
     }
     for (const auto& [orphan, uid] : orphans.of_other_users) {
       spdlog::warn(
