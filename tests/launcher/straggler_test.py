@@ -116,13 +116,22 @@ def end_once_named(c, run_id, out, until, timeout=240):
     while c.agents[(run_id, 0)].poll() is None:
         began = time.monotonic()
         assert began < deadline, "timed out waiting for the verdict and the steps after it"
-        steps = len(step_times(out, 0)) if os.path.exists(os.path.join(out, "steps.0")) else 0
+        steps = steps_done(out)
         if named_at is None and "straggler in round" in c.status(run_id):
             named_at = steps
         if named_at is not None and steps >= named_at + AFTER_VERDICT:
             open(until, "w").close()
             return
         time.sleep(max(0.0, 1 - (time.monotonic() - began)))
+
+
+def steps_done(out):
+    """How many steps rank 0 has written of attempt 0 (whole lines: it may be writing one)."""
+    try:
+        with open(os.path.join(out, "steps.0"), "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
 
 
 def step_times(out, attempt):
