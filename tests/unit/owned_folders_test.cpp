@@ -17,25 +17,13 @@
 #include <catch2/catch.hpp>
 
 #include "node/owned_folders.hpp"
+#include "temp_folder.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddprun::agent;
+using ddprun::test::TempFolder;
 
 namespace {
-
-// A temporary folder standing in for /dev/shm, removed after the test.
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    std::string name = (fs::temp_directory_path() / "owned-folders-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(name.data()) != nullptr);
-    dir = name;
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
-  }
-};
 
 // Sets or clears the immutable flag of `path` (chattr +i); false where the file system or the
 // user cannot.
@@ -94,8 +82,8 @@ bool has(const std::vector<std::string>& removed, const fs::path& folder) {
 TEST_CASE(
     "owned folders: a folder is removed with its owner file last, and one it cannot empty "
     "still names its owner") {
-  Scratch scratch;
-  const fs::path folder = make_owned_folder(scratch.dir, kCheckpointFolders);
+  const TempFolder scratch("owned-folders-test");  // standing in for /dev/shm
+  const fs::path folder = make_owned_folder(scratch.path, kCheckpointFolders);
   REQUIRE(fs::exists(folder / kOwnerFile));
   fs::create_directories(folder / "restore" / "step_3");
   write(folder / "restore" / "step_3" / "rank0", "x");
@@ -121,19 +109,19 @@ TEST_CASE(
 TEST_CASE(
     "owned folders: the next agent removes an ended owner's folder and an empty unowned one "
     "a minute old, also one whose owner file does not read, and leaves the rest") {
-  Scratch scratch;
-  const fs::path orphan = scratch.dir / "ddprun-checkpoints-orphan";
+  const TempFolder scratch("owned-folders-test");  // standing in for /dev/shm
+  const fs::path orphan = scratch.path / "ddprun-checkpoints-orphan";
   fs::create_directories(orphan / "kept");
   write(orphan / "rank0", "x");
   write(orphan / kOwnerFile, gone_owner());
-  const fs::path running = make_owned_folder(scratch.dir, kCheckpointFolders);  // this process's
-  const fs::path empty_old = scratch.dir / "ddprun-checkpoints-emptyold";
-  const fs::path empty_young = scratch.dir / "ddprun-checkpoints-emptyyoung";
-  const fs::path full_old = scratch.dir / "ddprun-checkpoints-fullold";
-  const fs::path other_kind = scratch.dir / "something-else-emptyold";
+  const fs::path running = make_owned_folder(scratch.path, kCheckpointFolders);  // this process's
+  const fs::path empty_old = scratch.path / "ddprun-checkpoints-emptyold";
+  const fs::path empty_young = scratch.path / "ddprun-checkpoints-emptyyoung";
+  const fs::path full_old = scratch.path / "ddprun-checkpoints-fullold";
+  const fs::path other_kind = scratch.path / "something-else-emptyold";
   // An agent killed as it wrote its owner file: an empty .owner, old, and one just written.
-  const fs::path torn_old = scratch.dir / "ddprun-checkpoints-tornold";
-  const fs::path torn_young = scratch.dir / "ddprun-checkpoints-tornyoung";
+  const fs::path torn_old = scratch.path / "ddprun-checkpoints-tornold";
+  const fs::path torn_young = scratch.path / "ddprun-checkpoints-tornyoung";
   for (const fs::path& f : {empty_old, empty_young, full_old, other_kind, torn_old, torn_young}) {
     fs::create_directory(f);
   }
@@ -146,7 +134,7 @@ TEST_CASE(
   }
   age(empty_young, kUnownedFolderAge.count() / 2);
 
-  const OrphanedFolders found = remove_orphaned_folders(scratch.dir, kCheckpointFolders);
+  const OrphanedFolders found = remove_orphaned_folders(scratch.path, kCheckpointFolders);
   CHECK(has(found.removed, orphan));
   CHECK_FALSE(fs::exists(orphan));
   CHECK(found.removed.size() == 1);

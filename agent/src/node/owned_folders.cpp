@@ -100,10 +100,11 @@ bool remove_if_unowned_and_empty(const fs::path& folder) {
   if (!names || names->size() > 1 || (names->size() == 1 && names->front() != kOwnerFile)) {
     return false;
   }
-  for (const fs::path& p : {folder, folder / kOwnerFile}) {
-    const std::optional<std::chrono::seconds> age = unchanged_for(p);
-    if (p == folder && !age) return false;
-    if (age && *age < kUnownedFolderAge) return false;
+  const std::optional<std::chrono::seconds> folder_age = unchanged_for(folder);
+  const std::optional<std::chrono::seconds> owner_age = unchanged_for(folder / kOwnerFile);
+  if (!folder_age || *folder_age < kUnownedFolderAge ||
+      (owner_age && *owner_age < kUnownedFolderAge)) {
+    return false;
   }
   std::error_code ignored;
   fs::remove(folder / kOwnerFile, ignored);
