@@ -491,8 +491,10 @@ def case_logs_and_timer_file_go_to_pythons_temporary_folder_as_under_torchrun():
 
 def launcher_error_file(launcher, folder, args, stop=False, before=None):
     """The launcher's own TORCHELASTIC_ERROR_FILE after `args` (its text, or None where there is
-    none), its exit status and pid; `stop`: SIGTERM once the worker runs; `before`: the file's
-    text beforehand."""
+    none), its exit status and pid; `stop`: SIGTERM once both workers run (each touches
+    running.<LOCAL_RANK>: torch 2.14's torchrun, stopped while it still starts its second worker,
+    leaves that worker running, and its output pipes with it, for as long as it lives);
+    `before`: the file's text beforehand."""
     path = os.path.join(folder, "launcher_error.json")
     if before is not None:
         with open(path, "w") as f:
@@ -503,7 +505,8 @@ def launcher_error_file(launcher, folder, args, stop=False, before=None):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          cwd=folder)
     if stop:
-        wait_for(lambda: os.path.exists(os.path.join(folder, "running")), "the worker to run", 120)
+        wait_for(lambda: all(os.path.exists(os.path.join(folder, f"running.{i}")) for i in (0, 1)),
+                 "both workers to run", 120)
         p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=180)
     if not os.path.exists(path):
@@ -525,7 +528,7 @@ def case_the_launchers_own_error_file_is_torchruns():
     against torch 2.14's torchrun, text for text (Python's JSON layout) but for pids and times."""
     torchrun, version = reference_torchrun()
     raising = os.path.join(WORKLOADS, "record_failure.py")
-    waiting = ["--no_python", "/bin/sh", "-c", "touch running; exec sleep 60"]
+    waiting = ["--no_python", "/bin/sh", "-c", "touch running.$LOCAL_RANK; exec sleep 60"]
     seen = {}
     for name, launcher in (("torchrun", torchrun), ("ddprun", [DDPRUN])):
         folder = tempfile.mkdtemp()
