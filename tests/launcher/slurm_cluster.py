@@ -147,14 +147,17 @@ PartitionName=main Nodes=node[1-{len(self.nodes)}] Default=YES MaxTime=INFINITE 
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
     def __exit__(self, *exc):
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        # The nodes' slurmd first, the controller last: a slurmd stopped after slurmctld retries
+        # telling it that a cancelled job's epilog completed, for 9 s, before it exits.
+        for group in (self.procs[1:], self.procs[:1]):
+            for p in group:
+                p.terminate()
+            for p in group:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         try:
             with open(os.path.join(self.dir, "munged.pid")) as f:
                 os.kill(int(f.read().strip()), 15)
