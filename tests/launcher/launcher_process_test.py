@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from proc_util import alive, free_port, wait_for
+from proc_util import alive, free_port, left_running, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -631,6 +631,56 @@ def case_signals_reach_workers():
     signal_case(signal.SIGUSR1, "SIGUSR1", ["--signals_to_handle=SIGTERM,SIGUSR1"])
     print("SIGTERM, SIGINT and a requested SIGUSR1 to ddprun reach every worker; exit status 128+N: "
           "passed")
+
+
+SLEEPER = "import time; time.sleep(60)"
+
+
+def workers_with(marker):
+    """The pids of processes that run /usr/bin/python3 -c SLEEPER `marker`, now (not a launcher,
+    whose arguments hold them too, nor its children before they exec)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args[:4] == [b"/usr/bin/python3", b"-c", SLEEPER.encode(), marker.encode()]:
+            found.append(int(pid))
+    return found
+
+
+def case_a_sigterm_while_workers_start_leaves_none_running():
+    """A SIGTERM that comes while ddprun still starts its workers ends every one of them, those
+    that had not started yet too: none outlives ddprun or holds its output pipes open. (torch
+    2.14's torchrun, stopped while it started its second worker, left it running: the error-file
+    case above.) The signal comes as soon as the first of 8 workers runs, 10 times over."""
+    marker = f"ddprun-stopped-while-starting-{os.getpid()}"
+    worker = ["--no_python", "/usr/bin/python3", "-c", SLEEPER, marker]
+    counts = []
+    for attempt in range(10):
+        p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=8", "--shutdown_timeout=2",
+                              *worker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not workers_with(marker):  # (a tight look: the window is milliseconds wide)
+                assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            counts.append(len(workers_with(marker)))
+            start = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=30)  # (EOF: no worker holds the pipes)
+            took = time.monotonic() - start
+            left = left_running(marker, seconds=5)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        assert p.returncode == 128 + signal.SIGTERM, (attempt, p.returncode, err)
+        assert took < 2 + 3, (attempt, took, err)
+        assert not left, (attempt, left, err)
+    print(f"a SIGTERM while 8 workers start (when the first runs; workers running then: "
+          f"{sorted(counts)}) ends every one, within the shutdown timeout: passed")
 
 
 def case_sigkill_of_ddprun_leaves_no_worker():
