@@ -207,7 +207,9 @@ def main():
                              text=True)
     try:
         port = int(store.stdout.readline())
-        link = link_speed()
+        # (This machine's figure moved by 60% between runs of one day: the median of three.)
+        links = [link_speed() for _ in range(3)]
+        link = statistics.median(links)
         cal = os.path.join(work, "cal")
         os.makedirs(cal)
         subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -316,7 +318,8 @@ def main():
            "a replacement started at once") +
           ("; ddprun --preload=auto" if PRELOAD else "") + f" --restart_mode={RESTART}" +
           (f" --standby_workers={STANDBY}" if STANDBY else ""))
-    print(f"link: a plain TCP transfer of 1 GiB between two nodes {link / 1e6:.0f} MB/s")
+    print(f"link: a plain TCP transfer of 1 GiB between two nodes {link / 1e6:.0f} MB/s (the median "
+          f"of {', '.join(f'{x / 1e6:.0f}' for x in links)})")
     print(f"calibration: a step {c['step']:.2f} s, torch.save of rank 0's state "
           f"{c['torch_save']:.2f} s -> torchrun saves every K = {K} steps")
     for kind, row in rows.items():

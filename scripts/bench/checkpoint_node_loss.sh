@@ -13,9 +13,10 @@
 #   torchrun: torch 2.14's torchrun (c10d, its store in node 0's agent), rank 0 torch.save()s to a shared
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)
 # For each: the steps redone and the time from the loss until the job is back at the step where it
-# failed; ddprun's restore transfer against a plain TCP transfer over the same link; and the job's
-# speed with no checkpoints, with a save every step (--no_checkpoint_peer_copies) and with a save
-# every step copied to the peer, the three taking turns SPEED_RUNS times (3; medians). The last
+# failed; ddprun's restore transfer against a plain TCP transfer over the same link (the median of
+# three); and the job's speed with no checkpoints, with a save every step
+# (--no_checkpoint_peer_copies) and with a save every step copied to the peer, the three taking
+# turns SPEED_RUNS times (3; medians). The last
 # line gives the ratios (targets: at most one step redone, the transfer within 2x of the link, at
 # least 10x sooner than torchrun, the copies keeping at least 90% of the speed). TOKEN=1: ddprun's
 # job has a token of its own, so that every copy between its agents carries its MAC.
