@@ -5,10 +5,10 @@
 # beforehand (scripts/bench/peer_fetch_bench.cpp). checkpoint_node_loss.sh measures the same
 # fetch inside a real job's restore. The last line gives the ratios (target: the fetch within 2x
 # of the link).
-#   scripts/bench/peer_fetch.sh    (MIB=240; ROUNDS=7; MAC=1: the copy carries its MAC)
+#   scripts/bench/peer_fetch.sh    (MIB=240; ROUNDS=9; MAC=1: the copy carries its MAC)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target peer_fetch_bench >/dev/null
-build/scripts/bench/peer_fetch_bench "${MIB:-240}" "${ROUNDS:-7}" "$([ "${MAC:-0}" = 1 ] && echo mac || echo plain)"
+build/scripts/bench/peer_fetch_bench "${MIB:-240}" "${ROUNDS:-9}" "$([ "${MAC:-0}" = 1 ] && echo mac || echo plain)"

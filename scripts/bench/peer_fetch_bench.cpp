@@ -2,10 +2,12 @@
 // default 240) fetched by one agent's checkpoint service from another's (PeerService::get, on
 // loopback, in one process: the bytes read out of the sender's /dev/shm file, sent, received,
 // summed and written into a new /dev/shm file), against plain TCP transfers of the same bytes
-// between two threads: into one reused buffer (the link, as checkpoint_node_loss.sh measures it),
-// written into a new /dev/shm file, and written into a /dev/shm file whose pages were allocated
-// beforehand. Medians of ROUNDS (argv[2], default 7), the ways taking turns. `mac` (argv[3])
-// gives the job a token, so that the copy carries its MAC. The last line gives the ratios.
+// between two threads: into one reused buffer (the link), written into a new /dev/shm file, and
+// written into a /dev/shm file whose pages were allocated beforehand. Each is timed from its
+// connect to its last byte kept (the fetch's time also holds its greeting and its commit, which
+// the plain ones have not). Medians of ROUNDS (argv[2], default 9), the ways taking turns. `mac`
+// (argv[3]) gives the job a token, so that the copy carries its MAC. The last line gives the
+// ratios. (A run that is killed leaves its folder, /dev/shm/ddprun-fetch-bench-<pid>.)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -79,67 +82,80 @@ void make_region(const fs::path& dir, size_t bytes) {
 // How a plain transfer's receiver keeps the bytes.
 enum class Into { kBuffer, kNewFile, kAllocatedFile };
 
-// Seconds of one plain TCP transfer of `bytes` on loopback, from the first byte received.
+// A descriptor closed when it goes (or by close()).
+struct Descriptor {
+  int fd = -1;
+  ~Descriptor() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+// Seconds of one plain TCP transfer of `bytes` on loopback, from the connect to the last byte
+// kept (as the fetch's time runs from its connect to its commit); `file` is removed afterwards.
 double plain_transfer(size_t bytes, Into into, const fs::path& file) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  Descriptor listener{::socket(AF_INET, SOCK_STREAM, 0)};
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof a;
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::listen(listener, 1) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &length) != 0) {
+  if (listener.fd < 0 || ::bind(listener.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(listener.fd, 1) != 0 ||
+      ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&a), &length) != 0) {
     fail("a listening socket");
   }
-  std::thread sender([&] {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-      const std::string piece(kPiece, '\1');
-      for (size_t sent = 0; sent < bytes;) {
-        const ssize_t n = ::write(s, piece.data(), std::min(kPiece, bytes - sent));
-        if (n <= 0) break;
-        sent += static_cast<size_t>(n);
+  struct RemovedFile {
+    const fs::path& path;
+    ~RemovedFile() {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+  } removed{file};
+  Descriptor out;
+  if (into != Into::kBuffer) {
+    out.fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (out.fd < 0) fail(file.string());
+    if (into == Into::kAllocatedFile) {
+      if (const int e = ::posix_fallocate(out.fd, 0, static_cast<off_t>(bytes)); e != 0) {
+        errno = e;
+        fail("posix_fallocate " + file.string());
       }
     }
-    ::close(s);
-  });
-  const int c = ::accept(listener, nullptr, nullptr);
-  int out = -1;
-  if (into != Into::kBuffer) {
-    out = ::open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (out < 0) fail(file.string());
-    if (into == Into::kAllocatedFile && ::posix_fallocate(out, 0, static_cast<off_t>(bytes)) != 0) {
-      fail("posix_fallocate");
-    }
   }
+  // (Nothing throws from here until the sender is joined.)
+  const Clock::time_point start = Clock::now();
+  std::thread sender([&] {
+    Descriptor s{::socket(AF_INET, SOCK_STREAM, 0)};
+    const int one = 1;
+    ::setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+    std::string piece(kPiece, '\1');
+    for (size_t sent = 0; sent < bytes;) {
+      const ssize_t n = ::write(s.fd, piece.data(), std::min(kPiece, bytes - sent));
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+  });
+  Descriptor c{::accept(listener.fd, nullptr, nullptr)};
+  const char* error = c.fd < 0 ? "accept" : nullptr;
   std::string buffer(kPiece, '\0');
-  Clock::time_point first{};
-  size_t got = 0;
-  std::string error;
-  while (got < bytes && error.empty()) {
-    const ssize_t n = ::read(c, buffer.data(), std::min(kPiece, bytes - got));
+  for (size_t got = 0; error == nullptr && got < bytes;) {
+    const ssize_t n = ::read(c.fd, buffer.data(), std::min(kPiece, bytes - got));
     if (n <= 0) {
       error = "a plain transfer ended early";
-      break;
+    } else if (out.fd >= 0 && ::pwrite(out.fd, buffer.data(), static_cast<size_t>(n),
+                                       static_cast<off_t>(got)) != n) {
+      error = "pwrite";
+    } else {
+      got += static_cast<size_t>(n);
     }
-    if (got == 0) first = Clock::now();
-    if (out >= 0 &&
-        ::pwrite(out, buffer.data(), static_cast<size_t>(n), static_cast<off_t>(got)) != n) {
-      error = "pwrite into " + file.string();
-    }
-    got += static_cast<size_t>(n);
   }
-  const std::chrono::duration<double> took = Clock::now() - first;
-  ::close(c);  // (a sender still writing fails, and ends)
+  const std::chrono::duration<double> took = Clock::now() - start;
+  c.close();         // (a sender still writing fails, and ends)
+  listener.close();  // (a connection never accepted is reset: its sender ends)
   sender.join();
-  ::close(listener);
-  if (out >= 0) {
-    ::close(out);
-    fs::remove(file);
-  }
-  if (!error.empty()) fail(error);
+  if (error != nullptr) throw std::runtime_error(error);
   return took.count();
 }
 
@@ -147,7 +163,7 @@ double plain_transfer(size_t bytes, Into into, const fs::path& file) {
 
 int main(int argc, char** argv) try {
   const size_t mib = argc > 1 ? std::max(1, std::atoi(argv[1])) : 240;
-  const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 7;
+  const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 9;
   const bool mac = argc > 3 && std::string(argv[3]) == "mac";
   const size_t bytes = mib << 20;
   const fs::path root = fs::path("/dev/shm") / ("ddprun-fetch-bench-" + std::to_string(getpid()));
@@ -178,7 +194,10 @@ int main(int argc, char** argv) try {
     const fs::path folder = root / "receiver" / ("restore" + std::to_string(r));
     asio::io_context io;
     auto done = asio::co_spawn(io, receiver.get(from, {{0, 1}}, 1, folder), asio::use_future);
-    io.run();
+    io.run_for(std::chrono::seconds(120));
+    if (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      throw std::runtime_error("the fetch did not end in 120 s");
+    }
     const ddprun::agent::TransferReport report = done.get();
     if (!report.ok || report.bytes != bytes) {
       throw std::runtime_error("the fetch failed: " + report.detail);
