@@ -751,79 +751,82 @@ def owner_line(pid, ticks=None, ns_offset=0):
 
 def case_a_folder_left_by_a_killed_agent_and_guardian_is_removed_by_the_next_job():
     out, shm = tempfile.mkdtemp(), tempfile.mkdtemp(dir="/dev/shm")
-    env = {**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm}
-    # (With the agent's other folders in memory: the workers' heartbeat files and in-process
-    # restart channels.)
-    p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=1", "--hang_timeout=600",
-                          "--restart_mode=in_process", script(HOLD), out, "hold"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    marker = os.path.join(out, "dir")
-    deadline = time.monotonic() + 60
-    while not os.path.exists(marker) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert os.path.exists(marker), p.stderr.read() if p.poll() is not None else "no save"
-    folder = open(marker).read()
-    # The agent, its guardian and the worker SIGKILLed together, as a batch system kills a step:
-    # all stopped first, so that none sees another die.
-    tree = descendants(p.pid)
-    assert len(tree) >= 3, tree
-    for pid in tree:
-        os.kill(pid, signal.SIGSTOP)
-    # The agent last: once it is dead, the guardian's process group is orphaned, and the kernel
-    # sends a stopped member of such a group SIGCONT, which would let the guardian act first.
-    for pid in [*[x for x in tree if x != p.pid], p.pid]:
-        os.kill(pid, signal.SIGKILL)
-    p.wait(timeout=30)
-    assert not left_running(out)
-    assert os.path.exists(os.path.join(folder, "rank0")), folder  # nobody left to remove it
-    left = [os.path.join(shm, name) for name in os.listdir(shm)]
-    others = {kind: [f for f in left if os.path.basename(f).startswith(f"ddprun-{kind}-")]
-              for kind in ("heartbeats", "inprocess")}
-    assert all(len(f) == 1 for f in others.values()), left
-    # Folders the next agent must leave alone: another pid namespace's (a container sharing
-    # /dev/shm), a running agent's (this test stands in for it), one without an owner file, and
-    # (as root) another user's whose agent is gone, which it reports.
-    kept = {}
-    for name, owner in (("other-ns", owner_line(p.pid, ticks=1, ns_offset=1)),  # dead there
-                        ("running", owner_line(os.getpid())), ("unowned", None),
-                        ("other-user", owner_line(p.pid, ticks=1))):
-        if name == "other-user" and os.geteuid() != 0:
-            continue
-        kept[name] = os.path.join(shm, f"ddprun-checkpoints-{name}-XXXXXX")
-        os.makedirs(kept[name])
-        if owner:
-            with open(os.path.join(kept[name], ".owner"), "w") as f:
-                f.write(owner)
-        if name == "other-user":
-            os.chown(kept[name], 12345, 12345)
-    # An empty one without an owner file, unchanged for two minutes (an agent killed between making
-    # it and writing the owner file): removed. (The one just made above may be an agent's about to.)
-    unowned_old = os.path.join(shm, "ddprun-checkpoints-unowned-old-XXXXXX")
-    os.makedirs(unowned_old)
-    os.utime(unowned_old, (time.time() - 120, time.time() - 120))
-    r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out,
-                        "succeed"], capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0, r.stderr
-    assert f"removed {folder}: the checkpoint folder of an agent no longer running" in r.stderr, \
-        r.stderr
-    assert not os.path.exists(folder), os.listdir(folder)
-    for kind, what in (("heartbeats", "heartbeat folder"), ("inprocess", "in-process restart "
-                                                                         "folder")):
-        gone = others[kind][0]
-        assert f"removed {gone}: the {what} of an agent no longer running" in r.stderr, r.stderr
-        assert not os.path.exists(gone), gone
-    assert not os.path.exists(unowned_old), unowned_old
-    assert f"removed {unowned_old}: an empty checkpoint folder without an owner" in r.stderr, \
-        r.stderr
-    assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
-    if "other-user" in kept:
-        assert f"{kept['other-user']}: the checkpoint folder of an agent no longer running, of " \
-            "another user (uid 12345)" in r.stderr, r.stderr
-        assert r.stderr.count("of another user") == 1, r.stderr
-    assert sorted(os.listdir(shm)) == sorted(os.path.basename(k) for k in kept.values()), \
-        os.listdir(shm)  # and the second job's own folder went with it
-    shutil.rmtree(shm)
-    assert not left_running(out)
+    try:
+        env = {**os.environ, "PYTHON_EXEC": PY, "DDPRUN_SHM_DIR": shm}
+        # (With the agent's other folders in memory: the workers' heartbeat files and in-process
+        # restart channels.)
+        p = subprocess.Popen([DDPRUN, "--standalone", "--nproc_per_node=1", "--hang_timeout=600",
+                              "--restart_mode=in_process", script(HOLD), out, "hold"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        marker = os.path.join(out, "dir")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(marker), p.stderr.read() if p.poll() is not None else "no save"
+        folder = open(marker).read()
+        # The agent, its guardian and the worker SIGKILLed together, as a batch system kills a step:
+        # all stopped first, so that none sees another die.
+        tree = descendants(p.pid)
+        assert len(tree) >= 3, tree
+        for pid in tree:
+            os.kill(pid, signal.SIGSTOP)
+        # The agent last: once it is dead, the guardian's process group is orphaned, and the kernel
+        # sends a stopped member of such a group SIGCONT, which would let the guardian act first.
+        for pid in [*[x for x in tree if x != p.pid], p.pid]:
+            os.kill(pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        assert not left_running(out)
+        assert os.path.exists(os.path.join(folder, "rank0")), folder  # nobody left to remove it
+        left = [os.path.join(shm, name) for name in os.listdir(shm)]
+        others = {kind: [f for f in left if os.path.basename(f).startswith(f"ddprun-{kind}-")]
+                  for kind in ("heartbeats", "inprocess")}
+        assert all(len(f) == 1 for f in others.values()), left
+        # Folders the next agent must leave alone: another pid namespace's (a container sharing
+        # /dev/shm), a running agent's (this test stands in for it), one without an owner file, and
+        # (as root) another user's whose agent is gone, which it reports.
+        kept = {}
+        for name, owner in (("other-ns", owner_line(p.pid, ticks=1, ns_offset=1)),  # dead there
+                            ("running", owner_line(os.getpid())), ("unowned", None),
+                            ("other-user", owner_line(p.pid, ticks=1))):
+            if name == "other-user" and os.geteuid() != 0:
+                continue
+            kept[name] = os.path.join(shm, f"ddprun-checkpoints-{name}-XXXXXX")
+            os.makedirs(kept[name])
+            if owner:
+                with open(os.path.join(kept[name], ".owner"), "w") as f:
+                    f.write(owner)
+            if name == "other-user":
+                os.chown(kept[name], 12345, 12345)
+        # An empty one without an owner file, unchanged for two minutes (an agent killed between
+        # making it and writing the owner file): removed. (The one just made above may be an
+        # agent's about to.)
+        unowned_old = os.path.join(shm, "ddprun-checkpoints-unowned-old-XXXXXX")
+        os.makedirs(unowned_old)
+        os.utime(unowned_old, (time.time() - 120, time.time() - 120))
+        r = subprocess.run([DDPRUN, "--standalone", "--nproc_per_node=1", script(HOLD), out,
+                            "succeed"], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        assert f"removed {folder}: the checkpoint folder of an agent no longer running" in \
+            r.stderr, r.stderr
+        assert not os.path.exists(folder), os.listdir(folder)
+        for kind, what in (("heartbeats", "heartbeat folder"), ("inprocess", "in-process restart "
+                                                                             "folder")):
+            gone = others[kind][0]
+            assert f"removed {gone}: the {what} of an agent no longer running" in r.stderr, r.stderr
+            assert not os.path.exists(gone), gone
+        assert not os.path.exists(unowned_old), unowned_old
+        assert f"removed {unowned_old}: an empty checkpoint folder without an owner" in r.stderr, \
+            r.stderr
+        assert all(os.path.exists(k) for k in kept.values()), os.listdir(shm)
+        if "other-user" in kept:
+            assert f"{kept['other-user']}: the checkpoint folder of an agent no longer running, " \
+                "of another user (uid 12345)" in r.stderr, r.stderr
+            assert r.stderr.count("of another user") == 1, r.stderr
+        assert sorted(os.listdir(shm)) == sorted(os.path.basename(k) for k in kept.values()), \
+            os.listdir(shm)  # and the second job's own folder went with it
+        assert not left_running(out)
+    finally:  # (whatever failed: nothing of the test stays in /dev/shm)
+        shutil.rmtree(shm, ignore_errors=True)
     print("agent, guardian and worker SIGKILLed together: the checkpoint folder, the heartbeat "
           "and in-process folders stayed, and the next job's agent removed them and an empty "
           "unowned folder two minutes old, leaving another pid namespace's, a running agent's, a "
