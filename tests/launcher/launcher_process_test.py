@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from proc_util import alive, free_port, left_running, wait_for
+from proc_util import alive, free_port, left_running, left_where, running_where, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
@@ -647,19 +647,11 @@ def case_signals_reach_workers():
 SLEEPER = "import time; time.sleep(60)"
 
 
-def workers_with(marker):
-    """The pids of processes that run /usr/bin/python3 -c SLEEPER `marker` (that exact argv: not a
-    launcher, whose arguments hold the same words, nor its forks before they exec), now."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if args[:4] == [b"/usr/bin/python3", b"-c", SLEEPER.encode(), marker.encode()]:
-            found.append(int(pid))
-    return found
+def sleepers(marker):
+    """Whether a command line (proc_util's match) is /usr/bin/python3 -c SLEEPER `marker`, exactly:
+    not a launcher, whose arguments hold the same words, nor its forks before they exec."""
+    argv = [b"/usr/bin/python3", b"-c", SLEEPER.encode(), marker.encode()]
+    return lambda cmdline: cmdline.split(b"\0")[:4] == argv
 
 
 def case_a_sigterm_while_workers_start_leaves_none_running():
@@ -668,7 +660,7 @@ def case_a_sigterm_while_workers_start_leaves_none_running():
     2.14's torchrun, stopped while it started its second worker, left it running: the error-file
     case above.) The signal comes as soon as the first of 8 workers runs, 10 times over."""
     marker = f"ddprun-stopped-while-starting-{os.getpid()}"
-    # (/usr/bin/python3 itself, not PY: workers_with matches the exact argv.)
+    # (/usr/bin/python3 itself, not PY: sleepers matches the exact argv.)
     worker = ["--no_python", "/usr/bin/python3", "-c", SLEEPER, marker]
     counts = []
     for attempt in range(10):
@@ -677,7 +669,7 @@ def case_a_sigterm_while_workers_start_leaves_none_running():
         try:
             deadline = time.monotonic() + 60
             # (Looked for without a pause: the window is milliseconds wide.)
-            while not (running := workers_with(marker)):
+            while not (running := running_where(sleepers(marker))):
                 if p.poll() is not None or time.monotonic() > deadline:
                     p.kill()
                     raise AssertionError((attempt, "no worker ran", p.communicate(timeout=30)))
@@ -686,11 +678,7 @@ def case_a_sigterm_while_workers_start_leaves_none_running():
             p.send_signal(signal.SIGTERM)
             _, err = p.communicate(timeout=30)  # (EOF: no worker holds the pipes)
             took = time.monotonic() - start
-            left = workers_with(marker)
-            gone_by = time.monotonic() + 5
-            while left and time.monotonic() < gone_by:
-                time.sleep(0.05)
-                left = workers_with(marker)
+            left = left_where(sleepers(marker), seconds=5)
         finally:
             if p.poll() is None:
                 p.kill()

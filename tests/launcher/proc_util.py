@@ -87,23 +87,33 @@ def script(text):
     return path
 
 
+def running_where(match):
+    """The pids (text) of processes but this one whose command line (bytes, NUL-separated)
+    satisfies `match`, now."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():  # a test names what it looks for too
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if match(f.read()):
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def left_where(match, seconds=10):
+    """running_where(match), once none is left or `seconds` passed."""
+    deadline = time.monotonic() + seconds
+    while (found := running_where(match)) and time.monotonic() <= deadline:
+        time.sleep(0.05)
+    return found
+
+
 def left_running(text, seconds=10):
     """Processes whose command line contains `text`, once none is left or `seconds` passed."""
-    deadline = time.monotonic() + seconds
-    while True:
-        found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            if int(pid) == os.getpid():  # this test names it too
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        found.append(pid)
-            except OSError:
-                pass
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+    return left_where(lambda cmdline: text.encode() in cmdline, seconds)
 
 
 def static_job_status(ddprun, port, *extra):
