@@ -28,12 +28,14 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include "checkpoint/file_io.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
 
@@ -41,6 +43,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
+using ddprun::agent::Fd;
 
 constexpr size_t kPiece = 1 << 20;  // what the plain transfers move at once
 
@@ -82,20 +85,10 @@ void make_region(const fs::path& dir, size_t bytes) {
 // How a plain transfer's receiver keeps the bytes.
 enum class Into { kBuffer, kNewFile, kAllocatedFile };
 
-// A descriptor closed when it goes (or by close()).
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() { close(); }
-  void close() {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-};
-
 // Seconds of one plain TCP transfer of `bytes` on loopback, from the connect to the last byte
 // kept (as the fetch's time runs from its connect to its commit); `file` is removed afterwards.
 double plain_transfer(size_t bytes, Into into, const fs::path& file) {
-  Descriptor listener{::socket(AF_INET, SOCK_STREAM, 0)};
+  Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -112,7 +105,7 @@ double plain_transfer(size_t bytes, Into into, const fs::path& file) {
       fs::remove(path, ignored);
     }
   } removed{file};
-  Descriptor out;
+  Fd out(-1);
   if (into != Into::kBuffer) {
     out.fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (out.fd < 0) fail(file.string());
@@ -126,7 +119,7 @@ double plain_transfer(size_t bytes, Into into, const fs::path& file) {
   // (Nothing throws from here until the sender is joined.)
   const Clock::time_point start = Clock::now();
   std::thread sender([&] {
-    Descriptor s{::socket(AF_INET, SOCK_STREAM, 0)};
+    Fd s(::socket(AF_INET, SOCK_STREAM, 0));
     const int one = 1;
     ::setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
@@ -137,7 +130,7 @@ double plain_transfer(size_t bytes, Into into, const fs::path& file) {
       sent += static_cast<size_t>(n);
     }
   });
-  Descriptor c{::accept(listener.fd, nullptr, nullptr)};
+  Fd c(::accept(listener.fd, nullptr, nullptr));
   const char* error = c.fd < 0 ? "accept" : nullptr;
   std::string buffer(kPiece, '\0');
   for (size_t got = 0; error == nullptr && got < bytes;) {
@@ -152,8 +145,8 @@ double plain_transfer(size_t bytes, Into into, const fs::path& file) {
     }
   }
   const std::chrono::duration<double> took = Clock::now() - start;
-  c.close();         // (a sender still writing fails, and ends)
-  listener.close();  // (a connection never accepted is reset: its sender ends)
+  ::close(std::exchange(c.fd, -1));         // (a sender still writing fails, and ends)
+  ::close(std::exchange(listener.fd, -1));  // (one never accepted is reset: its sender ends)
   sender.join();
   if (error != nullptr) throw std::runtime_error(error);
   return took.count();
