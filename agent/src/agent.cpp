@@ -140,11 +140,15 @@ class NodeAgent {
       inprocess_dir_.path = memory_folder_of(kInProcessFolders);
       group_.restart_in_process(inprocess_dir_.path);
       group_.keep_standbys(cfg.standby_workers);
-      // A spare node keeps its standbys while it waits: the ranks of a node it replaces then
-      // start in warm processes.
-      if (cfg.standby_workers > 0) rdzv_->on_spare([this] { stand_by_as_spare(); });
     }
     checkpoints_.start();
+    // A spare node holds memory for the checkpoints it would restore, and keeps its standbys
+    // while it waits: the ranks of a node it replaces then start in warm processes.
+    rdzv_->on_spare(
+        [this, standbys = cfg.restart_mode == RestartMode::kInProcess && cfg.standby_workers > 0] {
+          checkpoints_.waiting_as_spare();
+          if (standbys) stand_by_as_spare();
+        });
     const bool reports = !cfg.event_log.empty() || cfg.events_to_console || cfg.metrics_port;
     // The node check and the checkpoints' restore plan tell a round's nodes apart by their ids
     // (without them the node check never ran unless an event log was asked for).

@@ -172,6 +172,7 @@ struct Run : AgentParts {
       if (!round) co_return co_await job_over(interrupted_by, own_failure);
       own_failure.reset();
       report.formed(*round);
+      checkpoints.round_formed();
       const std::optional<rendezvous::WorkerStoreAddress> master =
           co_await rdzv->worker_store(*round);
       if (!master) {  // the round ended before its store was known: no worker starts in it

@@ -1,10 +1,11 @@
 // A lost node's restore transfer on its own: one rank's committed slot of MIB MiB (argv[1],
 // default 240) fetched by one agent's checkpoint service from another's (PeerService::get, on
 // loopback, in one process: the bytes read out of the sender's /dev/shm file, sent, received,
-// summed and written into a new /dev/shm file), against plain TCP transfers of the same bytes
-// between two threads: into one reused buffer (the link), written into a new /dev/shm file, and
-// written into a /dev/shm file whose pages were allocated beforehand. Each is timed from its
-// connect to its last byte kept (the fetch's time also holds its greeting and its commit, which
+// summed and written into a new /dev/shm file, or over a spare file whose pages were allocated
+// beforehand as a waiting spare holds them, restore_room.hpp), against plain TCP transfers of the
+// same bytes between two threads: into one reused buffer (the link), written into a new /dev/shm
+// file, and written into a /dev/shm file whose pages were allocated beforehand. Each is timed from
+// its connect to its last byte kept (the fetch's time also holds its greeting and its commit, which
 // the plain ones have not). Medians of ROUNDS (argv[2], default 9), the ways taking turns. `mac`
 // (argv[3]) gives the job a token, so that the copy carries its MAC. The last line gives the
 // ratios. (A run that is killed leaves its folder, /dev/shm/ddprun-fetch-bench-<pid>.)
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +40,7 @@
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
+#include "checkpoint/spare_pages.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -182,9 +185,9 @@ int main(int argc, char** argv) try {
                                       root / "receiver", tag);
   const ddprun::agent::PeerAddress from{"127.0.0.1", sender.port()};
 
-  std::vector<double> fetch, link, new_file, allocated;
-  for (int r = 0; r < rounds; ++r) {
-    const fs::path folder = root / "receiver" / ("restore" + std::to_string(r));
+  // Seconds of one fetch into a folder of the receiver's; `over_spare`: whether its payload is to
+  // go over the receiver's spare pages.
+  const auto fetch_once = [&](const fs::path& folder, bool over_spare) {
     asio::io_context io;
     auto done = asio::co_spawn(io, receiver.get(from, {{0, 1}}, 1, folder), asio::use_future);
     io.run_for(std::chrono::seconds(120));
@@ -195,23 +198,42 @@ int main(int argc, char** argv) try {
     if (!report.ok || report.bytes != bytes) {
       throw std::runtime_error("the fetch failed: " + report.detail);
     }
-    fetch.push_back(report.took.count());
+    if (report.over_held_pages != (over_spare ? bytes : 0)) {
+      throw std::runtime_error("the fetch did not write where it was meant to");
+    }
     fs::remove_all(folder);
+    return report.took.count();
+  };
+  // The receiver's spare pages, as a spare holds them for a restore (restore_room.hpp).
+  const fs::path spares = ddprun::agent::spares_of(root / "receiver" / "kept");
+  fs::create_directories(root / "receiver" / "kept");
+  const std::atomic<bool> go{false};
+  std::vector<double> fetch, over_spare, link, new_file, allocated;
+  for (int r = 0; r < rounds; ++r) {
+    fetch.push_back(fetch_once(root / "receiver" / ("restore" + std::to_string(r)), false));
+    if (!ddprun::agent::make_spare(spares, root / "receiver" / "kept" / ".room.tmp",
+                                   ddprun::agent::kRegionHeader + bytes, go)) {
+      throw std::runtime_error("no room in /dev/shm for a spare file of the slot's size");
+    }
+    over_spare.push_back(fetch_once(root / "receiver" / ("spare" + std::to_string(r)), true));
     link.push_back(plain_transfer(bytes, Into::kBuffer, {}));
     new_file.push_back(plain_transfer(bytes, Into::kNewFile, root / "plain"));
     allocated.push_back(plain_transfer(bytes, Into::kAllocatedFile, root / "plain"));
   }
-  const double f = median(fetch), l = median(link), n = median(new_file), a = median(allocated);
+  const double f = median(fetch), s = median(over_spare), l = median(link), n = median(new_file),
+               a = median(allocated);
   std::printf("%zu MiB, medians of %d%s:\n", mib, rounds, mac ? " (the copy MAC'd)" : "");
-  std::printf("  the fetch (PeerService::get)                      %s\n", spread(fetch).c_str());
+  std::printf("  the fetch (PeerService::get) into new pages       %s\n", spread(fetch).c_str());
+  std::printf("  the fetch over a spare's pages held beforehand    %s\n",
+              spread(over_spare).c_str());
   std::printf("  a plain transfer into one buffer (the link)       %s\n", spread(link).c_str());
   std::printf("  a plain transfer written into a new /dev/shm file %s\n", spread(new_file).c_str());
   std::printf("  the same into pages allocated beforehand          %s\n",
               spread(allocated).c_str());
   std::printf(
-      "peer fetch: %.2fx the link (target 2x); a plain transfer into new pages %.2fx, into pages "
-      "allocated beforehand %.2fx\n",
-      f / l, n / l, a / l);
+      "peer fetch: over a spare's pages %.2fx the link (target 2x), into new pages %.2fx; a "
+      "plain transfer into new pages %.2fx, into pages allocated beforehand %.2fx\n",
+      s / l, f / l, n / l, a / l);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "peer_fetch_bench: %s\n", e.what());

@@ -136,6 +136,19 @@ void CheckpointCoordinator::round_started(const rendezvous::Round& round) {
   const auto ranks = round_ranks(cfg_, round);
   if (persister_) persister_->watch(ranks);
   status_.watch(ranks);
+  if (restore_room_) {
+    std::vector<int> locals;
+    for (const auto& [local, global] : ranks) locals.push_back(local);
+    restore_room_->tell(std::move(locals));
+  }
+}
+
+void CheckpointCoordinator::waiting_as_spare() {
+  if (restore_room_) restore_room_->hold();
+}
+
+void CheckpointCoordinator::round_formed() {
+  if (restore_room_) restore_room_->pause();
 }
 
 void CheckpointCoordinator::round_ended(const rendezvous::Round& round, bool workers_failed) {
@@ -154,6 +167,7 @@ void CheckpointCoordinator::stop() {
   status_.stop();
   persister_.reset();   // its poll would keep the io_context busy; a copy ends at its next chunk
   replicator_.reset();  // and a copy to a peer under way: abandoned with the service
+  restore_room_.reset();
   peer_service_.reset();
 }
 
@@ -247,6 +261,10 @@ void CheckpointCoordinator::start_peer_copies() {
     events_.record("checkpoint_room_made", {{"wanted", wanted}, {"freed", freed}});
   });
   status_.replica([this] { return replica_account(); });
+  if (!rdzv_->membership_fixed()) {  // spares may wait
+    restore_room_ =
+        std::make_unique<RestoreRoom>(io_, rdzv_, regions_, cfg_.checkpoint_memory_limit, events_);
+  }
 }
 
 // The copies fell behind, or caught up again: a warning (a line) and an event, once each time.

@@ -22,6 +22,7 @@
 #include "checkpoint/persister.hpp"
 #include "checkpoint/regions.hpp"
 #include "checkpoint/replicator.hpp"
+#include "checkpoint/restore_room.hpp"
 #include "checkpoint/slot_sources.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
@@ -77,6 +78,12 @@ class CheckpointCoordinator {
       const rendezvous::Round& round);
   // `round`'s workers start.
   void round_started(const rendezvous::Round& round);
+  // The node waits as a spare (Rendezvous::on_spare): it holds memory for the restore it would
+  // make in a lost node's place (restore_room.hpp) until a round forms with it.
+  void waiting_as_spare();
+  // A round formed with this node in it: a spare holds no more (what it holds stays for the
+  // restore), so that its node check and its restore run on a quiet node.
+  void round_formed();
   // `round`'s workers ended: the copies stop (what the next round restores stays put), the event
   // log says what the node holds, and where workers failed the newest step goes to disk.
   void round_ended(const rendezvous::Round& round, bool workers_failed);
@@ -106,6 +113,7 @@ class CheckpointCoordinator {
   CheckpointStatus status_;    // for `ddprun status`
   std::unique_ptr<CheckpointPersister> persister_;  // --checkpoint_dir
   std::unique_ptr<PeerService> peer_service_;       // several nodes: copies to and from peers
+  std::unique_ptr<RestoreRoom> restore_room_;       // with a peer service, where spares may wait
   // Without a peer service: the slots this node holds (its regions and kept copies).
   SlotSources local_sources_;
   std::unique_ptr<CheckpointReplicator> replicator_;

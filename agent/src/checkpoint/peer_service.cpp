@@ -593,10 +593,14 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
           co_return report;
         }
         const fs::path file = dir / fmt::format("rank_{}.ddpckpt", rank);
+        const fs::path tmp = dir / fmt::format(".rank_{}.tmp", rank);
+        // Over pages held beforehand where the node has them (a spare's restore room, a dropped
+        // copy's): allocating new ones costs about as much as the transfer itself.
+        const bool spare = take_spare(spares_of(kept_), tmp, allocated_for(file_bytes));
         {
-          SlotFileWriter out(file, dir / fmt::format(".rank_{}.tmp", rank), header, file_bytes,
-                             fmt::format("global rank {}'s checkpoint", rank),
-                             PayloadSumKind::kCrc32, FileRoom::kAsWritten);
+          SlotFileWriter out(
+              file, tmp, header, file_bytes, fmt::format("global rank {}'s checkpoint", rank),
+              PayloadSumKind::kCrc32, spare ? FileRoom::kRestoreOverSpare : FileRoom::kAsWritten);
           if (!co_await receive_payload(*link, out, rec->size, bound(*link, request), header,
                                         copy_mac())) {
             report.detail = fmt::format("global rank {}'s step {} from {}: {}", rank, step,
@@ -615,6 +619,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
           write_dcp_metadata(copied.fd, file, *rec, dir);
         }
         report.bytes += rec->size;
+        if (spare) report.over_held_pages += rec->size;
         ++report.arrived;
       }
       report.ok = true;

@@ -80,6 +80,9 @@ struct TransferReport {
   // A stage: the worker's saves reused a slot before its copy was complete (the copies need a
   // wider stride).
   bool overtaken = false;
+  // A get's: the payload bytes written over pages the node held beforehand (spare_pages.hpp: a
+  // spare's restore room, a dropped copy's), not into pages allocated as they came.
+  uint64_t over_held_pages = 0;
 };
 
 class PeerService {
@@ -135,7 +138,8 @@ class PeerService {
   bool staging() const { return staging_ != kNotStaging; }
   // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
   // sources holds it, into `folder`/step_<step>/rank_<rank>.ddpckpt (the persisted layout; a DCP
-  // coordinator's slot also gives the folder its .metadata), checked against its checksum.
+  // coordinator's slot also gives the folder its .metadata), checked against its checksum; over
+  // the node's spare pages where it holds some (`folder` on the regions' file system).
   boost::asio::awaitable<TransferReport> get(PeerAddress from,
                                              std::vector<std::pair<int, int>> wanted, int64_t step,
                                              std::filesystem::path folder);

@@ -86,10 +86,14 @@ asio::awaitable<TransferReport> get_from(const RestoreParts& p, const rendezvous
                                          {"ranks", ranks},
                                          {"ok", r.ok},
                                          {"bytes", r.bytes},
+                                         {"over_held_pages", r.over_held_pages},
                                          {"seconds", r.took.count()}});
   if (r.ok) {
-    spdlog::info("round {}: got step {} of global rank(s) {} from {} ({} bytes in {:.3f} s)",
-                 round.number, step, fmt::join(ranks, ","), node_name(h), r.bytes, r.took.count());
+    spdlog::info("round {}: got step {} of global rank(s) {} from {} ({} bytes in {:.3f} s{})",
+                 round.number, step, fmt::join(ranks, ","), node_name(h), r.bytes, r.took.count(),
+                 r.over_held_pages == 0
+                     ? std::string()
+                     : fmt::format(", {} of them into memory held beforehand", r.over_held_pages));
   }
   co_return r;
 }

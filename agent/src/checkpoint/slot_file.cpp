@@ -14,6 +14,13 @@
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
+namespace {
+
+bool over_spare(FileRoom room) {
+  return room == FileRoom::kOverSpare || room == FileRoom::kRestoreOverSpare;
+}
+
+}  // namespace
 
 std::optional<SlotReader> SlotReader::open(const fs::path& region, int64_t step) {
   SlotReader r(region, open_or_fail(region, O_RDONLY));
@@ -49,7 +56,7 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
                                FileRoom room)
     : path_(std::move(path)),
       partial_(tmp),
-      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (room == FileRoom::kOverSpare ? 0 : O_TRUNC))) {
+      fd_(open_or_fail(tmp, O_RDWR | O_CREAT | (over_spare(room) ? 0 : O_TRUNC))) {
   if (arriving != PayloadSumKind::kCrc32) arriving_.emplace(arriving);
   int e = 0;
   if (room == FileRoom::kAsWritten) {
@@ -59,7 +66,7 @@ SlotFileWriter::SlotFileWriter(fs::path path, fs::path tmp, const std::string& h
     } else if (static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < reserve) {
       e = ENOSPC;
     }
-  } else if (room == FileRoom::kOverSpare) {
+  } else if (over_spare(room)) {
     // (A spare larger than the reserve gives back the rest; one short of it, or with holes, has
     // its missing pages reserved. Walking pages already there costs a tenth of a copy.)
     struct stat st {};

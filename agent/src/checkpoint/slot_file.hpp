@@ -52,11 +52,14 @@ class SlotReader {
 
 // How a file written as its bytes arrive gets its memory: all of it reserved first (kReserved:
 // where other copies are sized against the node's budget meanwhile); the same over the pages of a
-// file already at its temporary name, every byte of it up to the reserve written anew
-// (kOverSpare: spare_pages.hpp); or the room only checked to be free at the start and taken as
-// the bytes are written (kAsWritten: sooner; a fetch for a round's restore, which the budget does
-// not bound).
-enum class FileRoom { kReserved, kOverSpare, kAsWritten };
+// file already at its temporary name, every byte of it up to the reserve written anew (spare
+// pages, spare_pages.hpp), stored past the CPU's cache (kOverSpare: a stage, beside the training
+// whose cache it spares) or written through the file (kRestoreOverSpare: a round's restore, with
+// nothing beside it: 240 MiB fetched over pages allocated beforehand in 0.130 s written, 0.251 s
+// stored through a mapping, scripts/bench/peer_fetch.sh); or the room only checked to be free at
+// the start and taken as the bytes are written (kAsWritten: a fetch for a round's restore, which
+// the budget does not bound).
+enum class FileRoom { kReserved, kOverSpare, kRestoreOverSpare, kAsWritten };
 
 // A file of the region layout written as its bytes arrive: made under `tmp` with `reserve` bytes
 // reserved first (so that a full /dev/shm fails here, never as a SIGBUS later; `room`), the
@@ -79,9 +82,9 @@ class SlotFileWriter {
   void record_digest();
   // The next `n` payload bytes (whole 8-byte words, except at the end). Over a spare's pages
   // (kOverSpare: written before, and reserved) stored into them, mapped once, past the cache
-  // (cold_copy.hpp); else written to the file (fresh pages: a mapping would have the kernel zero
-  // each first, which a write of whole pages does not; 240 MiB cost 0.117 s of CPU mapped against
-  // 0.066 s written, docs/performance.md).
+  // (cold_copy.hpp); else written to the file (fresh pages, or pages only allocated: a mapping
+  // would have the kernel zero each first, which a write of whole pages does not; 240 MiB cost
+  // 0.117 s of CPU mapped against 0.066 s written, docs/performance.md).
   void append(const char* p, size_t n);
   // The same, read from `in` at `at` (named `in_name`) into `scratch` (at least `n` bytes: small
   // enough to stay in the cache while they are summed and stored).

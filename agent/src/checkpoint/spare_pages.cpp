@@ -1,10 +1,15 @@
 #include "checkpoint/spare_pages.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -30,12 +35,24 @@ std::multimap<uint64_t, fs::path> spares_in(const fs::path& spares) {
 // stage's threads all drop and take), so that the bound holds.
 std::mutex one_at_a_time;
 
+// A name no spare file in `spares` has (under one_at_a_time).
+fs::path fresh_name(const fs::path& spares) {
+  static uint64_t named = 0;
+  for (;;) {
+    fs::path name = spares / fmt::format("{}", named++);
+    std::error_code ec;
+    if (!fs::exists(name, ec) && !ec) return name;
+  }
+}
+
+// What posix_fallocate reserves at once in make_spare: a stop waits for at most one piece.
+constexpr uint64_t kMakePiece = 64 << 20;
+
 }  // namespace
 
 fs::path spares_of(const fs::path& keep) { return keep / ".spare"; }
 
 void drop_to_spares(const fs::path& file, const fs::path& spares, uint64_t most) {
-  static uint64_t named = 0;
   const std::lock_guard lock(one_at_a_time);
   std::error_code ec;
   struct stat st {};
@@ -44,7 +61,7 @@ void drop_to_spares(const fs::path& file, const fs::path& spares, uint64_t most)
     for (const auto& [bytes, spare] : spares_in(spares)) held += bytes;
     if (held <= most) {
       fs::create_directories(spares, ec);
-      const fs::path spare = spares / fmt::format("{}", named++);
+      const fs::path spare = fresh_name(spares);
       fs::rename(file, spare, ec);
       // Asked again once no one can link the old name: a link made to it meanwhile (a peer's copy
       // held as a link to a kept step) keeps the bytes, which are then not spare.
@@ -70,6 +87,40 @@ bool take_spare(const fs::path& spares, const fs::path& to, uint64_t bytes) {
     if (!moved) return true;
   }
   return false;
+}
+
+bool make_spare(const fs::path& spares, const fs::path& tmp, uint64_t bytes,
+                const std::atomic<bool>& stop) {
+  std::error_code ec;
+  // Never the file system's last pages: what it cannot hold whole is not begun.
+  struct statvfs fs {};
+  if (::statvfs(tmp.parent_path().c_str(), &fs) != 0 ||
+      static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < bytes) {
+    return false;
+  }
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool made = fd >= 0;
+  for (uint64_t at = 0; made && at < bytes; at += kMakePiece) {
+    made = !stop && ::posix_fallocate(fd, static_cast<off_t>(at),
+                                      static_cast<off_t>(std::min(kMakePiece, bytes - at))) == 0;
+  }
+  if (fd >= 0) ::close(fd);
+  if (made) {
+    const std::lock_guard lock(one_at_a_time);
+    fs::create_directories(spares, ec);
+    fs::rename(tmp, fresh_name(spares), ec);
+    made = !ec;
+  }
+  if (!made) fs::remove(tmp, ec);
+  return made;
+}
+
+std::vector<uint64_t> spare_sizes(const fs::path& spares) {
+  const std::lock_guard lock(one_at_a_time);
+  std::vector<uint64_t> sizes;
+  for (const auto& [bytes, spare] : spares_in(spares)) sizes.push_back(bytes);
+  std::reverse(sizes.begin(), sizes.end());
+  return sizes;
 }
 
 uint64_t spare_memory(const fs::path& spares) {

@@ -7,8 +7,10 @@
 // whole until its own drop), and only up to what one stage writes. They lie among the kept copies
 // (`keep`/.spare), so the node's budget counts them there, and room for a worker's region or for
 // a peer's copy, or for the persister's staging, drops them first. Private to the agent.
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 namespace ddprun::agent {
 
@@ -25,6 +27,15 @@ void drop_to_spares(const std::filesystem::path& file, const std::filesystem::pa
 bool take_spare(const std::filesystem::path& spares, const std::filesystem::path& to,
                 uint64_t bytes);
 
+// Makes a spare file taking at least `bytes` of memory, its pages allocated (not written) under
+// `tmp` (on the spares' file system) and renamed into `spares` once whole: a waiting spare's
+// restore room (restore_room.hpp). False, nothing left, where the file system has not that much
+// free (looked at first: it is never filled) or `stop` was set meanwhile. Never throws.
+bool make_spare(const std::filesystem::path& spares, const std::filesystem::path& tmp,
+                uint64_t bytes, const std::atomic<bool>& stop);
+
+// The memory each spare file takes, in bytes, largest first.
+std::vector<uint64_t> spare_sizes(const std::filesystem::path& spares);
 // The memory the spare files take, in bytes.
 uint64_t spare_memory(const std::filesystem::path& spares);
 // Removes every spare file; returns the bytes of memory they took.
