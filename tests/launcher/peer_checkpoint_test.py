@@ -140,8 +140,11 @@ def stranger_gets_nothing(cluster, out, survivors):
 def case_a_replacement_node_resumes_from_its_peers_copy_bit_identical():
     """Two ranks per node whose DDP state is saved as replicated: each node holds, sends and keeps
     one replica of it per step (local rank 0's slot; rank 1's slot refers to it), and the
-    replacement's two ranks restore from the one fetched."""
-    replacement_resumes_from_its_peers_copy({"CKPT_REPLICATED": "1", "WIDTH": "16384"}, nproc=2)
+    replacement's two ranks restore from the one fetched. The replacement waits as a spare from
+    before the loss: meanwhile it holds memory of the size of a node's newest slots (the nodes say
+    them), and its fetches write over that memory."""
+    replacement_resumes_from_its_peers_copy({"CKPT_REPLICATED": "1", "WIDTH": "16384"}, nproc=2,
+                                            spare_waits=True)
 
 
 def case_a_replacement_node_resumes_a_dcp_checkpoint_from_its_peers_copy():
@@ -176,7 +179,16 @@ def one_replica_per_node(run_id, state, shared_out):
     return held
 
 
-def replacement_resumes_from_its_peers_copy(api, nproc=1):
+def spare_holds_room(cluster, out, api):
+    """Starts host 3 as a spare of the job "lost" (every node's workers holding after step K);
+    returns what it says it holds for a restore, once it holds some."""
+    cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)
+    wait_for(lambda: any(e["held"] > 0 for e in node_events(out, 3, "restore_room_held")),
+             "the spare holding memory for a restore", 60)
+    return node_events(out, 3, "restore_room_held")[-1]
+
+
+def replacement_resumes_from_its_peers_copy(api, nproc=1, spare_waits=False):
     with Cluster() as cluster:
         cluster.nnodes, cluster.extra, cluster.nproc = "3:3", [], nproc
         whole = tempfile.mkdtemp()
@@ -188,15 +200,22 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         cluster.extra = [f"--checkpoint_dir={disk}", "--checkpoint_persist_every=1000"]
         status = []
         # The model's state and Adam's, the same on every rank: 3 x (32 x W + 2 x W + 1) floats.
-        state, held = 3 * 4 * (34 * int(api.get("WIDTH", 64)) + 1), []
+        state, held, room = 3 * 4 * (34 * int(api.get("WIDTH", 64)) + 1), [], []
+
+        def before():
+            if "WIDTH" in api:
+                held.extend(one_replica_per_node("lost", state,
+                                                 shared_out=api.get("CKPT_API") == "dcp"))
+            if spare_waits:  # (after the look at each node's folder: the spare has one too)
+                room.append(spare_holds_room(cluster, out, api))
+
         lose_nodes(cluster, "lost", out, victims=[1], survivors=[0, 2], status=status,
                    env={0: api, 1: {**api, "HOLD_AT": str(K)}, 2: api}, copies=3 * nproc,
-                   before=lambda: held.extend(one_replica_per_node(
-                       "lost", state, shared_out=api.get("CKPT_API") == "dcp"))
-                   if "WIDTH" in api else None)
+                   before=before)
         assert status[0].count("holds copies of node") == 3, status[0]
         stranger_gets_nothing(cluster, out, survivors=[0, 2])
-        cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
+        if not spare_waits:
+            cluster.start("lost", 3, out, "3:3", env=api, extra=cluster.extra)  # the replacement
         errs = cluster.finish("lost", [0, 2, 3])
         restored = node_events(out, 3, "checkpoint_restore")
         assert restored and restored[-1]["step"] == K and restored[-1]["from"] == "peer", \
@@ -210,6 +229,14 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
         assert all(r["from"].startswith("node ") for r in restored[-1]["ranks"]), restored
         fetched = node_events(out, 3, "checkpoint_fetched")
         assert fetched and all(f["ok"] for f in fetched) and fetched[-1]["bytes"] > 0, fetched
+        if spare_waits:
+            # A file of each of a node's slots held (the replica and its referrer), and every
+            # byte fetched written over them.
+            assert room[0]["files"] == nproc and room[0]["held"] == room[0]["wanted"] and \
+                room[0]["short_by"] is None, room
+            assert all(f["over_held_pages"] == f["bytes"] for f in fetched), fetched
+            assert room[0]["held"] >= sum(f["bytes"] for f in fetched), (room, fetched)
+            assert "of them into memory held beforehand" in errs[3], errs[3]
         for i in (0, 2):
             mine = node_events(out, i, "checkpoint_restore")
             assert mine and mine[-1]["step"] == K and mine[-1]["from"] == "memory", mine
@@ -249,6 +276,9 @@ def replacement_resumes_from_its_peers_copy(api, nproc=1):
             f"step {K} {'+'.join(map(mib, copies))}" for total, regions, copies in held)
         replicas = (f" Each node held one replica of the {mib(state)} MiB state per step "
                     f"({per_node}).")
+    if spare_waits:
+        replicas += (f" The replacement, a spare since before the loss, held "
+                     f"{room[0]['held'] / 2**20:.2f} MiB for the restore and fetched over it.")
     print(f"a node SIGKILLed after step {K}: its replacement resumed from the copies its peer held "
           "(not from --checkpoint_dir), and the job ended bit-identical to an uninterrupted run."
           f"{replicas} passed")
