@@ -13,8 +13,9 @@
 #   torchrun: torch 2.14's torchrun (c10d, its store in node 0's agent), rank 0 torch.save()s to a shared
 #             folder every K steps (K as in checkpoint_e2e.sh: saving costs 5% of the step time)
 # For each: the steps redone and the time from the loss until the job is back at the step where it
-# failed; ddprun's restore transfer against a plain TCP transfer over the same link (the median of
-# three); and the job's speed with no checkpoints, with a save every step
+# failed (ddprun's loss LOSS_RUNS times, 3: medians; torchrun's once); ddprun's restore transfer
+# against a plain TCP transfer over the same link just before it (the median of three); and the
+# job's speed with no checkpoints, with a save every step
 # (--no_checkpoint_peer_copies) and with a save every step copied to the peer, the three taking
 # turns SPEED_RUNS times (3; medians). The last
 # line gives the ratios (targets: at most one step redone, the transfer within 2x of the link, at
@@ -23,7 +24,7 @@
 #   scripts/bench/checkpoint_node_loss.sh    (WIDTH=2048: 256 MiB of state per rank; 4096: 1 GiB,
 #                                             which needs about 24 GiB of memory; SEED; SPARE;
 #                                             PRELOAD; RESTART; STANDBY; TOKEN;
-#                                             SPEED_RUNS)
+#                                             SPEED_RUNS; LOSS_RUNS)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh
