@@ -205,6 +205,10 @@ def loss_of(out, row, links):
     print("ddprun after the loss: " + ", ".join(
         f"{t / 1000:.2f} s node {i} {name}" for t, i, name in marks
         if name not in ("checkpoint_replicated", "checkpoints_held")))
+    resumed = os.path.join(out, "resumed.0")
+    print(f"ddprun: rank 0 of the round after the loss loaded its state at "
+          f"{open(resumed).read().split()[1] if os.path.exists(resumed) else '?'} "
+          f"(wall clock; the loss at {lost_ms / 1000:.2f})")
     if not row or row[0] > 1:
         # Why more than a step was redone: what each node restored, and what it said.
         for i in (0, 2):

@@ -445,34 +445,42 @@ TEST_CASE("peer copies: room for a worker's save drops the copies held, the olde
 
 TEST_CASE(
     "peer copies: a get writes over the pages a node holds beforehand, the best fitting first, "
-    "and into new pages once there are none",
+    "whatever they held, and into new pages once there are none",
     "[peer]") {
   Folder a, c;
   auto sender_ = service(auth_with("0123456789abcdef-job"), a.path);
   auto newcomer_ = service(auth_with("0123456789abcdef-job"), c.path);
   const std::string p0 = make_region(a.path, 0, 4, 7, 3 << 20, 1);
   const std::string p1 = make_region(a.path, 1, 5, 7, 1 << 20, 2);
-  // A spare's restore room: one file of each slot's size, and one far too large.
+  const PeerAddress from{"127.0.0.1", sender_->port()};
+  // A spare's restore room, a file of rank 4's size, and a dropped copy's pages far larger than
+  // rank 5's, full of other bytes.
   const std::atomic<bool> go{false};
   const fs::path spares = spares_of(c.path / "kept");
   fs::create_directories(c.path / "kept");
-  for (const uint64_t bytes : {uint64_t{3} << 20, uint64_t{16} << 20}) {
-    REQUIRE(make_spare(spares, c.path / "kept" / ".room.tmp", kRegionHeader + bytes, go));
-  }
-  const TransferReport got =
-      wait(newcomer_->get({"127.0.0.1", sender_->port()}, {{4, 4}, {5, 4}}, 7, c.path / "restore"));
+  REQUIRE(make_spare(spares, c.path / "kept" / ".room.tmp", kRegionHeader + (3 << 20), go));
+  std::ofstream(spares / "old", std::ios::binary) << std::string(16 << 20, '\xff');
+  const TransferReport got = wait(newcomer_->get(from, {{4, 4}, {5, 4}}, 7, c.path / "restore"));
   INFO(got.detail);
   REQUIRE(got.ok);
   // Rank 4's 3 MiB into the file of its size, rank 5's MiB into the large one (given back down
-  // to its size); the checksums held and the bytes are the slots'.
+  // to its size): each file exactly a header and its payload, the checksums held.
   CHECK(got.over_held_pages == (3u << 20) + (1u << 20));
   CHECK(spare_sizes(spares).empty());
   CHECK(payload_of_file(fetched(c.path / "restore", 4, 7)) == p0);
   CHECK(payload_of_file(fetched(c.path / "restore", 5, 7)) == p1);
+  CHECK(fs::file_size(fetched(c.path / "restore", 4, 7)) == kRegionHeader + (3 << 20));
+  CHECK(fs::file_size(fetched(c.path / "restore", 5, 7)) == kRegionHeader + (1 << 20));
   CHECK(file_memory(fetched(c.path / "restore", 5, 7)) == allocated_for(kRegionHeader + (1 << 20)));
+  // A spare short of the file: its pages written over, the rest taken as the bytes come; only
+  // what it held counts as held.
+  REQUIRE(make_spare(spares, c.path / "kept" / ".room.tmp", 512 << 10, go));
+  const TransferReport short_one = wait(newcomer_->get(from, {{5, 4}}, 7, c.path / "short"));
+  REQUIRE(short_one.ok);
+  CHECK(short_one.over_held_pages == (512 << 10) - kRegionHeader);
+  CHECK(payload_of_file(fetched(c.path / "short", 5, 7)) == p1);
   // No spare left: new pages.
-  const TransferReport again =
-      wait(newcomer_->get({"127.0.0.1", sender_->port()}, {{5, 4}}, 7, c.path / "again"));
+  const TransferReport again = wait(newcomer_->get(from, {{5, 4}}, 7, c.path / "again"));
   REQUIRE(again.ok);
   CHECK(again.over_held_pages == 0);
   CHECK(payload_of_file(fetched(c.path / "again", 5, 7)) == p1);

@@ -597,6 +597,8 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
         // Over pages held beforehand where the node has them (a spare's restore room, a dropped
         // copy's): allocating new ones costs about as much as the transfer itself.
         const bool spare = take_spare(spares_of(kept_), tmp, allocated_for(file_bytes));
+        // (A spare short of the file has the rest of its pages taken as they are written.)
+        const uint64_t held = spare ? file_memory(tmp) : 0;
         {
           SlotFileWriter out(
               file, tmp, header, file_bytes, fmt::format("global rank {}'s checkpoint", rank),
@@ -619,7 +621,7 @@ asio::awaitable<TransferReport> PeerService::get(PeerAddress from,
           write_dcp_metadata(copied.fd, file, *rec, dir);
         }
         report.bytes += rec->size;
-        if (spare) report.over_held_pages += rec->size;
+        report.over_held_pages += std::min(rec->size, held - std::min(held, kRegionHeader));
         ++report.arrived;
       }
       report.ok = true;

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <limits>
-#include <set>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -25,8 +25,14 @@ namespace {
 // How often a node looks at its slots' sizes, and a spare at what the nodes said: a store write
 // per node only when a size changed; a spare's look reads what the store pushed to it.
 constexpr auto kLook = std::chrono::seconds(1);
-// The most files a node's saying may name (its local ranks).
+// How long a spare that could not hold all it was asked for waits before it tries again (what
+// took the room meanwhile may have given it back).
+constexpr auto kRetryShort = std::chrono::seconds(15);
+// How often the maker looks again for the budget's lock, which a worker may hold.
+constexpr auto kLockRetry = std::chrono::milliseconds(10);
+// The most files a node's saying may name (its local ranks), and the largest file (256 TiB).
 constexpr size_t kMostFiles = 4096;
+constexpr uint64_t kMostBytes = uint64_t{1} << 48;
 
 uint64_t memory_of(const std::vector<uint64_t>& files) {
   uint64_t bytes = 0;
@@ -48,7 +54,9 @@ std::optional<std::vector<uint64_t>> room_from_text(const std::string& text) {
     uint64_t bytes = 0;
     const char* const end = text.data() + space;
     const auto [next, ec] = std::from_chars(text.data() + at, end, bytes);
-    if (ec != std::errc() || next != end || files.size() == kMostFiles) return std::nullopt;
+    if (ec != std::errc() || next != end || files.size() == kMostFiles || bytes > kMostBytes) {
+      return std::nullopt;
+    }
     files.push_back(bytes);
     at = space + 1;
   }
@@ -73,28 +81,23 @@ RoomHeld hold_room(const fs::path& regions, const std::vector<uint64_t>& files,
     const fs::path spares = spares_of(kept);
     std::vector<uint64_t> wanted;
     for (const uint64_t f : files) wanted.push_back(allocated_for(f));
-    std::sort(wanted.rbegin(), wanted.rend());
     r.wanted = memory_of(wanted);
     r.count = wanted.size();
-    const std::vector<uint64_t> have = spare_sizes(spares);
-    std::multiset<uint64_t> unused(have.begin(), have.end());
-    std::vector<uint64_t> missing;
-    for (const uint64_t need : wanted) {  // each the smallest spare that holds it
-      if (const auto it = unused.lower_bound(need); it != unused.end()) {
-        r.held += *it;
-        ++r.files;
-        unused.erase(it);
-      } else {
-        missing.push_back(need);
-      }
-    }
+    const std::vector<uint64_t> missing = keep_spares_for(spares, wanted, r.held);
+    r.files = wanted.size() - missing.size();
     fs::create_directories(kept);
-    for (const uint64_t need : missing) {
+    for (const uint64_t need : missing) {  // (largest first)
       if (stop) break;
       std::optional<BudgetLock> budget;  // until the file is made: a worker's region waits
       if (limit) {
-        budget.emplace(regions);
-        if (const uint64_t used = checkpoint_memory(regions).total(); used + need > *limit) {
+        // Never a wait on the lock that a stop cannot end (a worker stopped holding it).
+        while (!stop && !budget.emplace(regions, std::try_to_lock).owns()) {
+          budget.reset();
+          std::this_thread::sleep_for(kLockRetry);
+        }
+        if (stop) break;
+        if (const uint64_t used = checkpoint_memory(regions).total();
+            need > *limit - std::min(used, *limit)) {
           r.short_by = fmt::format(
               "the node's checkpoints take {} bytes and its budget is {} bytes "
               "(--checkpoint_memory_limit): a file of {} bytes more does not fit",
@@ -104,8 +107,9 @@ RoomHeld hold_room(const fs::path& regions, const std::vector<uint64_t>& files,
       }
       if (!make_spare(spares, kept / ".room.tmp", need, stop)) {
         if (!stop) {
-          r.short_by = fmt::format("the file system holding {} has no room for {} bytes more",
-                                   regions.string(), need);
+          r.short_by = fmt::format(
+              "the file system holding {} has not {} bytes free beside a twentieth of its size",
+              regions.string(), need);
         }
         break;
       }
@@ -174,18 +178,23 @@ void RestoreRoom::tick() {
     for (const int local : local_ranks_) {
       const std::optional<RegionHeader> h = regions_.header(local);
       const int newest = h ? h->newest_committed() : -1;
-      if (newest >= 0) files.push_back(kRegionHeader + h->slots[newest].size);
+      // (Rounded up as a region's slots are, to 1 MiB: a payload that changes by a few bytes
+      // between saves is not said again; a fetch gives back what its file does not take.)
+      if (newest >= 0) files.push_back(kRegionHeader + file_slot_size(h->slots[newest].size));
     }
     if (std::string text = room_text(files); !files.empty() && text != said_) {
       said_ = text;
       asio::co_spawn(
           io_,
-          [rdzv = rdzv_, text = std::move(text)]() mutable -> asio::awaitable<void> {
+          [this, rdzv = rdzv_, alive = alive_,
+           text = std::move(text)]() mutable -> asio::awaitable<void> {
+            bool said = true;
             try {
               co_await rdzv->publish(rendezvous::Scope::job(), kRestoreRoomTopic, std::move(text));
             } catch (const std::exception&) {
-              // The store is gone or the job ended: no spare to tell.
+              said = false;  // the store is gone, or the job ended
             }
+            if (!said && *alive) said_.clear();  // said again at the next look
           },
           asio::detached);
     }
@@ -201,9 +210,19 @@ void RestoreRoom::tick() {
 }
 
 void RestoreRoom::look_as_spare() {
+  std::optional<RoomHeld> done;
   {
     const std::lock_guard lock(mutex_);
-    if (done_) report(*std::exchange(done_, std::nullopt));
+    done = std::exchange(done_, std::nullopt);
+  }
+  if (done) {
+    report(*done);
+    // What could not be held is asked again after a while, the sizes unchanged or not.
+    retry_at_ = done->short_by ? std::optional(Clock::now() + kRetryShort) : std::nullopt;
+  }
+  if (retry_at_ && Clock::now() >= *retry_at_) {
+    retry_at_.reset();
+    asked_.clear();
   }
   if (gathering_) return;  // (the first gather follows the topic in the store first)
   gathering_ = true;

@@ -11,6 +11,7 @@
 // as spare pages for the node's next stages, and room for a worker's region drops them first.
 // Private to the agent.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -32,8 +33,9 @@ namespace ddprun::agent {
 
 inline constexpr const char* kRestoreRoomTopic = "restore_room";
 
-// What a node says: its ranks' file sizes, "B1 B2 ..." ("" where none has saved); and back
-// (nullopt: not what a node says).
+// What a node says: its ranks' file sizes (each slot rounded up to 1 MiB, as a region's are),
+// "B1 B2 ..." ("" where none has saved); and back (nullopt: not what a node says, more than 4096
+// files, a file over 256 TiB).
 std::string room_text(const std::vector<uint64_t>& files);
 std::optional<std::vector<uint64_t>> room_from_text(const std::string& text);
 
@@ -53,9 +55,10 @@ struct RoomHeld {
 };
 
 // Makes the spare pages of the node's checkpoint folder `regions` hold a file of each size of
-// `files` (file bytes): each has a spare file taking at least its memory, those already there
-// matched first (each once), the others made (make_spare), the largest first, each only while the
-// node's checkpoints stay within `limit` with it. Stops between pieces once `stop` is set. Never
+// `files` (file bytes) and nothing else: each has a spare file taking at least its memory, those
+// already there kept first (each for one; keep_spares_for drops the rest), the others made
+// (make_spare), the largest first, each only while the node's checkpoints stay within `limit` with
+// it. Stops between pieces, and while it waits for the budget's lock, once `stop` is set. Never
 // throws.
 RoomHeld hold_room(const std::filesystem::path& regions, const std::vector<uint64_t>& files,
                    std::optional<uint64_t> limit, const std::atomic<bool>& stop);
@@ -77,8 +80,9 @@ class RestoreRoom {
   // The node waits as a spare: holds the room the nodes' sayings ask for, looked at every second,
   // and says what it holds (a line, the restore_room_held event) whenever that changed.
   void hold();
-  // A round begins on this node: neither says nor holds (what is held stays), once a file being
-  // made is whole or removed (at most one piece of it: make_spare).
+  // A round begins on this node: neither says nor holds (what is held stays). Blocks its caller
+  // until a file being made is whole or removed (at most one piece of 64 MiB: make_spare; the
+  // maker never waits on the budget's lock past a stop).
   void pause();
 
  private:
@@ -100,6 +104,8 @@ class RestoreRoom {
   std::string said_;             // what this node last said
   std::vector<uint64_t> asked_;  // what the thread was last asked to hold
   bool gathering_ = false;       // a look at what the nodes said under way
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> retry_at_;  // when what could not be held is asked again
 
   std::mutex mutex_;  // the fields below, shared with the thread
   std::condition_variable changed_;

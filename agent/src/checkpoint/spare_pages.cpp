@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -35,15 +36,20 @@ std::multimap<uint64_t, fs::path> spares_in(const fs::path& spares) {
 // stage's threads all drop and take), so that the bound holds.
 std::mutex one_at_a_time;
 
-// A name no spare file in `spares` has (under one_at_a_time).
+// A name no spare file in `spares` has (under one_at_a_time); where the folder cannot be looked
+// at, the next name (a rename to it then fails, and says so).
 fs::path fresh_name(const fs::path& spares) {
   static uint64_t named = 0;
   for (;;) {
     fs::path name = spares / fmt::format("{}", named++);
     std::error_code ec;
-    if (!fs::exists(name, ec) && !ec) return name;
+    if (!fs::exists(name, ec) || ec) return name;
   }
 }
+
+// What make_spare leaves free of a file system of `total` bytes: a twentieth of it, so that the
+// data loaders' and NCCL's shared memory beside the checkpoints never find it full.
+uint64_t left_free(uint64_t total) { return total / 20; }
 
 // What posix_fallocate reserves at once in make_spare: a stop waits for at most one piece.
 constexpr uint64_t kMakePiece = 64 << 20;
@@ -92,17 +98,24 @@ bool take_spare(const fs::path& spares, const fs::path& to, uint64_t bytes) {
 bool make_spare(const fs::path& spares, const fs::path& tmp, uint64_t bytes,
                 const std::atomic<bool>& stop) {
   std::error_code ec;
-  // Never the file system's last pages: what it cannot hold whole is not begun.
+  // Never the file system's last pages: what it cannot hold whole, with a twentieth of it left
+  // free, is not begun.
   struct statvfs fs {};
-  if (::statvfs(tmp.parent_path().c_str(), &fs) != 0 ||
-      static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize < bytes) {
+  if (::statvfs(tmp.parent_path().c_str(), &fs) != 0) return false;
+  const auto free = static_cast<unsigned __int128>(fs.f_bavail) * fs.f_frsize;
+  const auto total = static_cast<unsigned __int128>(fs.f_blocks) * fs.f_frsize;
+  if (free < static_cast<unsigned __int128>(bytes) + left_free(static_cast<uint64_t>(total))) {
     return false;
   }
   const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   bool made = fd >= 0;
   for (uint64_t at = 0; made && at < bytes; at += kMakePiece) {
-    made = !stop && ::posix_fallocate(fd, static_cast<off_t>(at),
-                                      static_cast<off_t>(std::min(kMakePiece, bytes - at))) == 0;
+    const auto piece = static_cast<off_t>(std::min(kMakePiece, bytes - at));
+    int e = EINTR;
+    for (int tries = 0; e == EINTR && tries < 100 && !stop; ++tries) {  // (a signal meanwhile)
+      e = ::posix_fallocate(fd, static_cast<off_t>(at), piece);
+    }
+    made = e == 0 && !stop;
   }
   if (fd >= 0) ::close(fd);
   if (made) {
@@ -113,6 +126,27 @@ bool make_spare(const fs::path& spares, const fs::path& tmp, uint64_t bytes,
   }
   if (!made) fs::remove(tmp, ec);
   return made;
+}
+
+std::vector<uint64_t> keep_spares_for(const fs::path& spares, const std::vector<uint64_t>& wanted,
+                                      uint64_t& held) {
+  const std::lock_guard lock(one_at_a_time);
+  std::multimap<uint64_t, fs::path> unused = spares_in(spares);
+  std::vector<uint64_t> largest_first = wanted, missing;
+  std::sort(largest_first.rbegin(), largest_first.rend());
+  for (const uint64_t need : largest_first) {
+    if (const auto it = unused.lower_bound(need); it != unused.end()) {
+      held += it->first;
+      unused.erase(it);
+    } else {
+      missing.push_back(need);
+    }
+  }
+  for (const auto& [bytes, spare] : unused) {
+    std::error_code ec;
+    fs::remove(spare, ec);
+  }
+  return missing;
 }
 
 std::vector<uint64_t> spare_sizes(const fs::path& spares) {
