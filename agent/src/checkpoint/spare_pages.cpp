@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/file_io.hpp"
 #include "checkpoint/memory_use.hpp"
 
 namespace ddprun::agent {
@@ -107,17 +107,19 @@ bool make_spare(const fs::path& spares, const fs::path& tmp, uint64_t bytes,
   if (free < static_cast<unsigned __int128>(bytes) + left_free(static_cast<uint64_t>(total))) {
     return false;
   }
-  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool made = fd >= 0;
-  for (uint64_t at = 0; made && at < bytes; at += kMakePiece) {
-    const auto piece = static_cast<off_t>(std::min(kMakePiece, bytes - at));
-    int e = EINTR;
-    for (int tries = 0; e == EINTR && tries < 100 && !stop; ++tries) {  // (a signal meanwhile)
-      e = ::posix_fallocate(fd, static_cast<off_t>(at), piece);
+  bool made = false;
+  {
+    const Fd file(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    made = file.fd >= 0;
+    for (uint64_t at = 0; made && at < bytes; at += kMakePiece) {
+      const auto piece = static_cast<off_t>(std::min(kMakePiece, bytes - at));
+      int e = EINTR;
+      for (int tries = 0; e == EINTR && tries < 100 && !stop; ++tries) {  // (a signal meanwhile)
+        e = ::posix_fallocate(file.fd, static_cast<off_t>(at), piece);
+      }
+      made = e == 0 && !stop;
     }
-    made = e == 0 && !stop;
   }
-  if (fd >= 0) ::close(fd);
   if (made) {
     const std::lock_guard lock(one_at_a_time);
     fs::create_directories(spares, ec);
