@@ -63,8 +63,8 @@ struct Run : AgentParts {
       std::string why;
     };
     auto watch = std::make_shared<Watch>();
-    stop.spawn([watch, rdzv = rdzv, round, &group = group, &events = events,
-                &stop = stop]() mutable -> asio::awaitable<void> {
+    stop.spawn([watch, rdzv = rdzv, round, &group = group, &events = events, &stop = stop,
+                &checkpoints = checkpoints]() mutable -> asio::awaitable<void> {
       std::string why;
       try {
         why = co_await rdzv->interruption(round);
@@ -81,6 +81,7 @@ struct Run : AgentParts {
         spdlog::warn("stopping this node's workers: {}", why);
         events.record("workers_interrupted", {{"reason", why}});
         watch->why = why;
+        checkpoints.round_interrupted();
         if (hang_exchange::peer_hang(*rdzv, round)) {
           group.interrupt_for_stacks();
         } else {

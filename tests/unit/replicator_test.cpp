@@ -22,6 +22,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/kept_steps.hpp"
 #include "checkpoint/memory_use.hpp"
 #include "checkpoint/peer_service.hpp"
 #include "checkpoint/region_format.hpp"
@@ -621,5 +622,89 @@ TEST_CASE(
   // is.
   CHECK(settle_until(io, [&] { return ra.asks() != 1; }));
   CHECK(settle_until(io, [&] { return !ra.asks() && !board->said_.back().keep; }));
+  ra.stop();
+}
+
+TEST_CASE(
+    "replicator: a stage asked for before its round was interrupted keeps nothing, even where it "
+    "begins after, and is no sign of a narrow stride; one asked for after keeps its step",
+    "[replicator]") {
+  Node a(0);
+  a.worker.save(1);
+  const fs::path kept = a.dir.path / "kept";
+  const auto run = [](auto awaitable) {
+    asio::io_context io;
+    auto done = asio::co_spawn(io, std::move(awaitable), asio::use_future);
+    io.run();
+    return done.get();
+  };
+  auto asked = a.service.stage(a.dir.path, {{0, 0}}, 1, kept);  // (begins once awaited)
+  a.service.abandon_stages();
+  const TransferReport abandoned = run(std::move(asked));
+  CHECK_FALSE(abandoned.ok);
+  CHECK_FALSE(abandoned.overtaken);
+  CHECK_THAT(abandoned.detail, Catch::Contains("abandoned"));
+  CHECK(a.kept().empty());
+  CHECK_FALSE(fs::exists(kept / "step_1"));
+  const TransferReport after = run(a.service.stage(a.dir.path, {{0, 0}}, 1, kept));
+  CHECK(after.ok);
+  CHECK(a.kept() == std::vector<int64_t>{1});
+}
+
+TEST_CASE(
+    "replicator: a stage's copy is never committed once abandon() returned, and abandon() waits "
+    "for a commit under way",
+    "[replicator]") {
+  StageEpochs epochs;
+  const uint64_t began = epochs.current();
+  std::promise<void> entered, release;
+  std::future<bool> committing = std::async(std::launch::async, [&] {
+    return epochs.commit_unless_abandoned(began, [&] {
+      entered.set_value();
+      release.get_future().wait();
+    });
+  });
+  entered.get_future().wait();
+  std::future<void> abandoning = std::async(std::launch::async, [&] { epochs.abandon(); });
+  // (Bounded: the commit holds the lock until released.)
+  CHECK(abandoning.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+  release.set_value();
+  CHECK(committing.get());  // begun before the abandon: it completes
+  abandoning.get();
+  CHECK(epochs.abandoned(began));
+  bool ran = false;
+  CHECK_FALSE(epochs.commit_unless_abandoned(began, [&] { ran = true; }));
+  CHECK_FALSE(ran);
+  CHECK(epochs.commit_unless_abandoned(epochs.current(), [&] { ran = true; }));
+  CHECK(ran);
+}
+
+TEST_CASE(
+    "replicator: a step kept already (the one a round restored) goes to the new peer as it is, "
+    "not copied again",
+    "[replicator]") {
+  asio::io_context io;
+  Node a(0), b(1);
+  a.worker.save(1);
+  {  // the round before staged it
+    asio::io_context once;
+    auto done = asio::co_spawn(once, a.service.stage(a.dir.path, {{0, 0}}, 1, a.dir.path / "kept"),
+                               asio::use_future);
+    once.run();
+    REQUIRE(done.get().ok);
+  }
+  const fs::path file = a.dir.path / "kept" / "step_1" / "rank_0.ddpckpt";
+  struct stat before {};
+  REQUIRE(::stat(file.c_str(), &before) == 0);
+  CheckpointReplicator ra = replicator_of(io, a);
+  ra.watch(1, "a", {{0, 0}}, PeerAddress{"127.0.0.1", b.service.port()},
+           std::make_shared<Board>(1));
+  REQUIRE(settle_until(io, [&] { return reported(a, 1); }));
+  CHECK(a.reports.back().ok);
+  CHECK(b.held_of("a") == std::vector<int64_t>{1});
+  struct stat after {};
+  REQUIRE(::stat(file.c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);  // a stage writes a file of its own and renames it
+  CHECK(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
   ra.stop();
 }

@@ -151,6 +151,10 @@ void CheckpointCoordinator::round_formed() {
   if (restore_room_) restore_room_->pause();
 }
 
+void CheckpointCoordinator::round_interrupted() {
+  if (replicator_) replicator_->stop();
+}
+
 void CheckpointCoordinator::round_ended(const rendezvous::Round& round, bool workers_failed) {
   if (replicator_) replicator_->stop();  // what the next round restores stays put
   record_held(round);

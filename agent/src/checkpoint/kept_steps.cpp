@@ -22,9 +22,20 @@ constexpr size_t kStageChunk = 512 << 10;
 
 }  // namespace
 
+void StageEpochs::abandon() {
+  std::lock_guard lock(committing_);
+  ++epoch_;
+}
+
 RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step,
-                     const fs::path& kept_step, std::optional<uint64_t> limit) {
+                     const fs::path& kept_step, std::optional<uint64_t> limit, StageEpochs& epochs,
+                     uint64_t began) {
   RankStage out;
+  const auto abandoned = [&] {
+    out.error = fmt::format("local rank {}'s copy of step {} was abandoned (its round is over)",
+                            slot.local_rank, step);
+    return out;
+  };
   try {
     const fs::path region = regions / fmt::format("rank{}", slot.local_rank);
     std::optional<SlotReader> reader = SlotReader::open(region, step);
@@ -50,6 +61,7 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
           node.peers, *limit);
       return out;
     }
+    if (epochs.abandoned(began)) return abandoned();  // (before its pages are reserved)
     SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank), tmp,
                         reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
                         fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank),
@@ -58,11 +70,16 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
     budget.reset();
     std::string buffer(std::min<uint64_t>(rec.size, kStageChunk), '\0');
     for (uint64_t done = 0; done < rec.size;) {
+      if (epochs.abandoned(began)) return abandoned();
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
       reader->copy_to(kept, done, n, buffer.data());
       done += n;
     }
-    if (!kept.commit(rec.checksum) || !reader->unchanged()) {
+    bool sound = false;
+    if (!epochs.commit_unless_abandoned(began, [&] { sound = kept.commit(rec.checksum); })) {
+      return abandoned();
+    }
+    if (!sound || !reader->unchanged()) {
       out.overtaken = true;
       out.error = fmt::format("local rank {} reused its slot of step {} during the copy",
                               slot.local_rank, step);

@@ -439,8 +439,17 @@ asio::awaitable<bool> PeerService::hold_same(const std::string& origin, int loca
 
 asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector<RankSlot> ranks,
                                                    int64_t step, fs::path keep) {
-  auto run = [this, regions, ranks, step, keep,
-              limit = limit_]() -> asio::awaitable<TransferReport> {
+  // (Not a coroutine itself: the epoch is the one when the stage was asked for, not when the
+  // caller's executor begins it.)
+  return stage_from(std::move(regions), std::move(ranks), step, std::move(keep),
+                    stage_epochs_.current());
+}
+
+asio::awaitable<TransferReport> PeerService::stage_from(fs::path regions,
+                                                        std::vector<RankSlot> ranks, int64_t step,
+                                                        fs::path keep, uint64_t began) {
+  auto run = [this, regions, ranks, step, keep, limit = limit_,
+              began]() -> asio::awaitable<TransferReport> {
     staging_ = step;
     const auto started = std::chrono::steady_clock::now();
     TransferReport report;
@@ -451,13 +460,15 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
       // The ranks side by side (each its own memory copy; the first on this thread): a node of 8
       // GPUs stages 8 slots in the time of about one where memory bandwidth allows.
       std::vector<RankStage> stages(ranks.size());
+      const auto stage_one = [&](size_t i) {
+        return stage_rank(regions, ranks[i], step, kept_step, limit, stage_epochs_, began);
+      };
       {
         std::vector<std::jthread> others;  // joined when they go, even if one cannot start
         for (size_t i = 1; i < ranks.size(); ++i) {
-          others.emplace_back(
-              [&, i] { stages[i] = stage_rank(regions, ranks[i], step, kept_step, limit); });
+          others.emplace_back([&, i] { stages[i] = stage_one(i); });
         }
-        if (!ranks.empty()) stages[0] = stage_rank(regions, ranks[0], step, kept_step, limit);
+        if (!ranks.empty()) stages[0] = stage_one(0);
       }
       // What this stage wrote is what the next one needs: the pages of copies dropped meanwhile
       // are held for it up to that (copies held for the peer that it drops too).
@@ -487,9 +498,17 @@ asio::awaitable<TransferReport> PeerService::stage(fs::path regions, std::vector
 asio::awaitable<TransferReport> PeerService::put(PeerAddress to, std::string origin,
                                                  std::vector<RankSlot> ranks, int64_t step,
                                                  fs::path keep, int round) {
-  // (The epoch when the put was asked for, not when its coroutine begins on io_.)
+  // (Not a coroutine itself: the epoch is the one when the put was asked for, not when the
+  // caller's executor begins it.)
+  return put_from(std::move(to), std::move(origin), std::move(ranks), step, std::move(keep), round,
+                  puts_epoch_.load());
+}
+
+asio::awaitable<TransferReport> PeerService::put_from(PeerAddress to, std::string origin,
+                                                      std::vector<RankSlot> ranks, int64_t step,
+                                                      fs::path keep, int round, uint64_t epoch) {
   auto run = [this, to, origin, ranks, step, keep, round,
-              epoch = puts_epoch_.load()]() -> asio::awaitable<TransferReport> {
+              epoch]() -> asio::awaitable<TransferReport> {
     ++puts_under_way_;
     const struct Done {
       std::atomic<int>& count;

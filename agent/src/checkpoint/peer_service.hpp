@@ -117,8 +117,9 @@ class PeerService {
   // Copies step `step` of each of `ranks` (their slots in the regions of `regions`) at memory
   // speed into `keep`/step_<S>/rank_<L>.ddpckpt (the persisted layout), checked against its
   // checksum and its slot's sequence: the worker's next save but one reuses the slot, and a
-  // network is slower than that. A slot the worker reused meanwhile fails it, and a step that
-  // fails leaves nothing in `keep`. `bytes`: the payload copied.
+  // network is slower than that. A slot the worker reused meanwhile fails it, as does
+  // abandon_stages() called after this, and a step that fails leaves nothing in `keep`. `bytes`:
+  // the payload copied.
   boost::asio::awaitable<TransferReport> stage(std::filesystem::path regions,
                                                std::vector<RankSlot> ranks, int64_t step,
                                                std::filesystem::path keep);
@@ -134,6 +135,10 @@ class PeerService {
   void abandon_puts() { ++puts_epoch_; }
   // The puts whose coroutines run now (an abandoned one's too, until it ends). Any thread.
   int puts_under_way() const { return puts_under_way_; }
+  // The stages under way keep nothing (the round ended: they copy a step of a timeline the next
+  // round may leave, and the machine's cores and memory are the restore's now); once it returns,
+  // none of them commits a copy. Any thread.
+  void abandon_stages() { stage_epochs_.abandon(); }
   // Whether a stage() is copying into a keep folder now (an abandoned round's too). Any thread.
   bool staging() const { return staging_ != kNotStaging; }
   // Gets step `step` of each (global rank, world size) of `wanted` from `from`, whichever of its
@@ -145,6 +150,15 @@ class PeerService {
                                              std::filesystem::path folder);
 
  private:
+  // stage() and put() begun in the epoch of abandon_stages() and abandon_puts() they were asked
+  // in.
+  boost::asio::awaitable<TransferReport> stage_from(std::filesystem::path regions,
+                                                    std::vector<RankSlot> ranks, int64_t step,
+                                                    std::filesystem::path keep, uint64_t began);
+  boost::asio::awaitable<TransferReport> put_from(PeerAddress to, std::string origin,
+                                                  std::vector<RankSlot> ranks, int64_t step,
+                                                  std::filesystem::path keep, int round,
+                                                  uint64_t epoch);
   boost::asio::awaitable<void> serve();
   // Whether `origin`'s local rank `local_rank`'s slot `rec`, with `digest`, is now held as a link
   // to a kept copy of this node's own with the same payload (waiting up to kSameWait for this
@@ -170,6 +184,7 @@ class PeerService {
   static constexpr int64_t kNotStaging = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> staging_{kNotStaging};  // the step stage() is copying
   std::atomic<uint64_t> puts_epoch_{0};        // abandon_puts()
+  StageEpochs stage_epochs_;                   // abandon_stages()
   std::atomic<int> puts_under_way_{0};
   // The origin and step whose wait for this node's own copy last came to nothing (on io_).
   std::optional<std::pair<std::string, int64_t>> waited_in_vain_;

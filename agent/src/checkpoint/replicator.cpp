@@ -118,6 +118,7 @@ void CheckpointReplicator::stop() {
   told_.reset();
   tried_keep_.reset();
   service_.abandon_puts();
+  service_.abandon_stages();
   staging_ = false;
   sending_.reset();
   timer_.cancel();
@@ -191,7 +192,13 @@ void CheckpointReplicator::poll() {
   if (!window_done_ || *window_done_ < window) {
     window_done_ = window;  // staged now, or skipped: the same step as every node's, or none
     if (const std::optional<int64_t> first = window_first(window)) {
-      stage(*first);
+      // A step kept already (a round's restored step, which the round before staged) is not
+      // copied again at memory speed while the workers start: it goes to the peer as it is.
+      if (std::find(staged_.begin(), staged_.end(), *first) != staged_.end()) {
+        send_newest();
+      } else {
+        stage(*first);
+      }
       return;
     }
   }

@@ -8,7 +8,8 @@
 // speed into the regions' folder ("kept", PeerService::stage) before the worker's saves reuse the
 // slot. Where it cannot tell that a step is its window's first (it missed a save), or the slot
 // is gone, or a copy is still on its way (the stride is too narrow: the copy's end widens it), it
-// skips the window rather than pick a step the other nodes did not. Where the workers
+// skips the window rather than pick a step the other nodes did not. A window's step kept already
+// (a round's restored step, staged in the round before) is sent as it is. Where the workers
 // stop saving (a pause, a hang, the last step: no new step for 2 s and four times the last gap
 // between saves), their newest step is staged too: every node's workers stopped at the same one.
 //
@@ -131,7 +132,8 @@ class CheckpointReplicator {
   void restored(std::optional<int64_t> step);
   // Stops staging, sending and dropping until the next watch() (a round ended: the next one's
   // restore reads the kept steps); the room held for the round's workers is released and their
-  // requests for room withdrawn. A transfer under way finishes unheeded.
+  // requests for room withdrawn. A stage under way is abandoned (PeerService::abandon_stages: it
+  // keeps nothing); a put under way finishes its rank's transfer unheeded.
   void stop();
   // The step every local rank's copy is on the peer of (none yet this round).
   std::optional<int64_t> safe_step() const { return safe_; }
