@@ -539,6 +539,42 @@ def _native_crc32():
 _crc32_at = _native_crc32()
 
 
+# A load's copy into the tensors it makes is mostly the first touch of their new memory: 240 MiB
+# copied into new tensors took 0.18 s on 4 KiB pages and 0.06-0.08 s where the memory had been
+# advised to take 2 MiB ones (torch 1.13, one thread, this project's 2-core machine). Only each
+# tensor's 2 MiB-aligned interior is advised, so that no page holds anything but the tensor's
+# bytes; the tensors stay torch's own (freed, resized and shared as any). Where the kernel's
+# transparent huge pages are off ("never"), the advice changes nothing.
+_HUGE_PAGE = 2 << 20
+
+
+def _huge_page_advice():
+    """madvise(start, size, MADV_HUGEPAGE) through libc, or None where there is none."""
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+        advice = mmap.MADV_HUGEPAGE
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return lambda start, size: fn(start, size, advice)
+
+
+_advise_huge_pages = _huge_page_advice()
+
+
+def _on_huge_pages(t):
+    """Advises the 2 MiB-aligned interior of the memory of `t`, a CPU tensor not touched yet, to
+    take huge pages (a refusal leaves it on small ones)."""
+    if _advise_huge_pages is None or t.device.type != "cpu":
+        return
+    start = t.data_ptr()
+    first = (start + _HUGE_PAGE - 1) & ~(_HUGE_PAGE - 1)
+    end = (start + t.numel() * t.element_size()) & ~(_HUGE_PAGE - 1)
+    if end > first:
+        _advise_huge_pages(first, end - first)
+
+
 def _crc(m, start, size, crc=0):
     """zlib's CRC-32 of `size` bytes at `start` of `m`, continued from `crc` (the CRC of the bytes
     before them): a slot's checksum is its payload's. Large ones in pieces on threads."""
@@ -913,7 +949,9 @@ def load(into=None, new_rank="raise"):
     state dicts as they are after building them, say), each tensor is restored into the tensor at
     its place in `into`, and the state returned holds those very tensors (and the saved values of
     everything else): no memory is allocated for the tensors, as with
-    torch.distributed.checkpoint.load. Without it, new tensors on the devices they were saved from.
+    torch.distributed.checkpoint.load. Without it, new tensors on the devices they were saved from
+    (on the CPU, advised to take huge pages where they are 4 MiB or more: their first touch is most
+    of a load's time).
 
     A plain checkpoint is one rank's opaque state. Where the job's world size changed since the
     step was saved (an elastic job that lost a node with no spare, or gained one; see
@@ -972,6 +1010,8 @@ def load(into=None, new_rank="raise"):
         for i, p in enumerate(places):
             out = targets[i] if targets is not None else torch.empty(p.shape, dtype=p.dtype,
                                                                      device=p.device)
+            if targets is None and p.nbytes >= 2 * _HUGE_PAGE:
+                _on_huge_pages(out)
             if p.nbytes:
                 theirs = i in shared
                 src = torch.frombuffer(holder.map if theirs else m, dtype=torch.uint8,

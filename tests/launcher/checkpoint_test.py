@@ -485,6 +485,49 @@ def case_load_into_restores_in_place():
           "rest), and refuses a state of another shape: passed")
 
 
+HUGE = r'''
+import os, sys, torch
+from ddprun import checkpoint
+out, attempt = sys.argv[1], os.environ["TORCHELASTIC_RESTART_COUNT"]
+big = torch.arange(8 << 20, dtype=torch.float32)  # 32 MiB
+if attempt == "0":
+    checkpoint.save(3, {"big": big, "small": torch.ones(3)})
+    sys.exit(1)
+step, got = checkpoint.load()
+t = got["big"]
+middle = t.data_ptr() + t.numel() * t.element_size() // 2
+flags, here = [], False
+with open("/proc/self/smaps") as f:  # the flags of the mapping holding the tensor's middle
+    for line in f:
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            low, high = (int(x, 16) for x in head.split("-"))
+            here = low <= middle < high
+        elif head == "VmFlags:" and here:
+            flags = line.split()[1:]
+equal = torch.equal(t, big) and torch.equal(got["small"], torch.ones(3))
+t.resize_(10)  # torch's own storage still: resizable
+open(os.path.join(out, "huge"), "w").write(f"{step} {equal} {'hg' in flags}")
+'''
+
+
+def case_a_loaded_state_takes_huge_pages_where_the_kernel_has_them():
+    """load() makes new tensors whose first touch is most of its time: a large one's memory is
+    advised to take 2 MiB pages (VmFlags "hg"), unless the kernel's transparent huge pages are
+    off, and its values and storage are as any tensor's."""
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        mode = "[never]"
+    out = tempfile.mkdtemp()
+    r = run(["--standalone", "--nproc_per_node=1", "--max_restarts=1", script(HUGE), out])
+    assert r.returncode == 0, r.stderr
+    huge = "[never]" not in mode
+    assert open(os.path.join(out, "huge")).read() == f"3 True {huge}", (mode, r.stderr)
+    print(f"a 32 MiB tensor loaded: its values, a resizable storage, and advised to take huge "
+          f"pages ({huge}; the kernel's mode: {mode.strip()}): passed")
+
+
 def case_under_virtual_local_rank_each_rank_restores_its_own():
     """--virtual_local_rank gives every worker LOCAL_RANK=0: each still saves into a region of its
     own, and after a kill each rank gets back exactly what it saved."""
