@@ -284,6 +284,30 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "rendezvous: a node outside the round saying under its number that its workers stopped does "
+    "not start the round's workers",
+    "[rendezvous]") {
+  Job job(2, 2);
+  auto a = job.add();
+  auto b = job.add();
+  const auto r0 = form(job, {a, b});
+  const auto [zero, other] = node_zero_first(r0);
+  const std::vector<std::shared_ptr<Rendezvous>> nodes = {a, b};
+  // A node of another membership numbered 0 (put back after a store restart) said so.
+  auto stale = job.client();
+  const std::string key = TcpJobStore::job_key("job", "ready/0/stale");
+  job.run(completed(stale->set(key, "")));
+  auto first = job.start(nodes[zero]->worker_store(r0[zero]));
+  job.idle_for(300ms);
+  CHECK_FALSE(first->done);  // the other member has not said so
+  auto second = job.start(nodes[other]->worker_store(r0[other]));
+  REQUIRE(job.run_until([&] { return first->done && second->done; }));
+  CHECK(first->get().has_value());
+  CHECK(second->get().has_value());
+  stale->close();
+}
+
 TEST_CASE("rendezvous: a restarted store is refilled; a peer that does not come back is gone",
           "[rendezvous]") {
   Job job(2, 3);

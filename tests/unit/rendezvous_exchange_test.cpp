@@ -3,6 +3,8 @@
 // waits, what a flag does to the round on the other nodes.
 #include "rendezvous_job.hpp"
 
+#include "ddprun/rendezvous/exchange_book.hpp"
+
 #include "exchanges/checkpoint_sources.hpp"
 #include "exchanges/copy_board.hpp"
 
@@ -188,6 +190,43 @@ TEST_CASE(
     CHECK(job.run(same_outcome(nodes[0], r[0], 12, 200ms)) == Outcome::kNotSame);
     CHECK(nodes[0]->raised(Scope::of(r[0]), "checkpoint_outcome").has_value());
   }
+}
+
+TEST_CASE(
+    "rendezvous: the exchange: what a node outside the round said under its number (another "
+    "membership's, put back after a store restart) neither counts nor interrupts it",
+    "[rendezvous][exchange]") {
+  using ddprun::agent::checkpoint_sources::Outcome;
+  using ddprun::agent::checkpoint_sources::same_outcome;
+  Job job(2, 2);
+  auto nodes = elastic_nodes(job);
+  for (auto& n : nodes) n->want_members();  // (as the agent of a job of several nodes does)
+  auto r = form(job, nodes);
+  const Scope scope = Scope::of(r[0]);
+  // A node of the other membership said "none" and raised a flag in round r's scope.
+  auto stale = job.client();
+  const std::string value =
+      TcpJobStore::job_key("job", ExchangeBook::value_key(scope, "checkpoint_outcome", "stale"));
+  job.run(completed(stale->set(value, "none")));
+  const std::string flag = TcpJobStore::job_key("job", ExchangeBook::flag_key(scope, "hang"));
+  const std::string raised = ExchangeBook::flag_text(Flag{"stale", "a hang over there", "", false});
+  job.run(completed(stale->set(flag, raised)));
+  auto why = job.start(nodes[1]->interruption(r[1]));
+  auto first = job.start(same_outcome(nodes[0], r[0], std::nullopt, 30s));
+  auto second = job.start(same_outcome(nodes[1], r[1], std::nullopt, 30s));
+  REQUIRE(job.run_until([&] { return first->done && second->done; }));
+  CHECK(first->get() == Outcome::kSame);
+  CHECK(second->get() == Outcome::kSame);
+  CHECK(job.run(nodes[1]->gather(scope, "checkpoint_outcome", 2, 0ms)) ==
+        std::vector<std::string>{"none", "none"});
+  CHECK_FALSE(nodes[1]->raised(scope, "hang").has_value());
+  CHECK_FALSE(why->done);
+  // A member's raise takes the flag's place, and interrupts the round on the other member.
+  job.run(completed(nodes[0]->raise(scope, "hang", "a rank of this round is hung", "")));
+  REQUIRE(job.run_until([&] { return why->done; }));
+  CHECK(why->get() == "a rank of this round is hung");
+  CHECK(nodes[0]->raised(scope, "hang")->mine);
+  stale->close();
 }
 
 TEST_CASE(

@@ -508,9 +508,22 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
       prefixes.emplace_back(keys::kReady);
       co_await follow(std::move(prefixes));
     }
-    const bool all = co_await wait_until(
-        [&] { return static_cast<int>(ready_[r.number].size()) >= r.num_nodes || over(); },
-        Clock::now() + config_.join_timeout);
+    if (r.members.empty()) {  // (next_round() read them for an agent that wants them)
+      const std::string round_key = keys::key(keys::kRounds, r.number);
+      for (auto& e : co_await store().read_prefix(round_key)) {
+        if (e.key == round_key) r.members = parse_record(e.value).participants;
+      }
+    }
+    // Of the members only: a node of another membership of this number (put back after a store
+    // restart) says nothing of this round's workers.
+    const Scope round = Scope::of(r);
+    const auto ready = [&] {
+      const std::set<std::string>& said = ready_[r.number];
+      return std::count_if(said.begin(), said.end(),
+                           [&](const std::string& id) { return round.counts(id); });
+    };
+    const bool all = co_await wait_until([&] { return ready() >= r.num_nodes || over(); },
+                                         Clock::now() + config_.join_timeout);
     ready_.erase(ready_.begin(), ready_.lower_bound(r.number));
     if (over()) co_return std::nullopt;
     if (!all) {
@@ -521,12 +534,6 @@ asio::awaitable<std::optional<WorkerStoreAddress>> ElasticRendezvous::worker_sto
     }
     // Every round gets a fresh worker store on a live node: no stale MASTER_ADDR, no stale keys;
     // open to the round's nodes only.
-    if (r.members.empty()) {  // (next_round() read them for an agent that wants them)
-      const std::string round_key = keys::key(keys::kRounds, r.number);
-      for (auto& e : co_await store().read_prefix(round_key)) {
-        if (e.key == round_key) r.members = parse_record(e.value).participants;
-      }
-    }
     const std::vector<KeyEvent> records = co_await store().read_prefix(std::string(keys::kNodes));
     round_server_.reset();
     round_server_ = worker_store_server(r, members_addresses(r, records));

@@ -1,5 +1,6 @@
 #include "ddprun/rendezvous/exchange_book.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -53,7 +54,7 @@ bool ExchangeBook::apply(std::string_view key, const std::string& value, bool de
     const auto j = nlohmann::json::parse(value);
     Flag f{j.at("node").get<std::string>(), j.at("reason").get<std::string>(),
            j.value("detail", std::string())};
-    flags_[scope].try_emplace(topic, std::move(f));
+    flags_[scope].insert_or_assign(topic, std::move(f));  // the store's is the first raise
     return true;
   }
   return false;
@@ -74,14 +75,18 @@ const ExchangeBook::ByNode* ExchangeBook::find(const Scope& scope, std::string_v
 std::vector<std::string> ExchangeBook::values(const Scope& scope, std::string_view topic) const {
   std::vector<std::string> out;
   if (const ByNode* by_node = find(scope, topic)) {
-    for (const auto& [node, v] : *by_node) out.push_back(v);
+    for (const auto& [node, v] : *by_node) {
+      if (scope.counts(node)) out.push_back(v);
+    }
   }
   return out;
 }
 
 std::size_t ExchangeBook::count(const Scope& scope, std::string_view topic) const {
   const ByNode* by_node = find(scope, topic);
-  return by_node == nullptr ? 0 : by_node->size();
+  if (by_node == nullptr) return 0;
+  return static_cast<std::size_t>(std::count_if(
+      by_node->begin(), by_node->end(), [&](const auto& v) { return scope.counts(v.first); }));
 }
 
 void ExchangeBook::put_flag(const Scope& scope, std::string_view topic, Flag f) {
@@ -92,7 +97,7 @@ std::optional<Flag> ExchangeBook::flag(const Scope& scope, std::string_view topi
   const auto s = flags_.find(scope.text());
   if (s == flags_.end()) return std::nullopt;
   const auto t = s->second.find(topic);
-  if (t == s->second.end()) return std::nullopt;
+  if (t == s->second.end() || !scope.counts(t->second.node)) return std::nullopt;
   return t->second;
 }
 
@@ -100,7 +105,7 @@ std::optional<Flag> ExchangeBook::peer_flag(const Scope& scope, std::string_view
   const auto s = flags_.find(scope.text());
   if (s == flags_.end()) return std::nullopt;
   for (const auto& [topic, f] : s->second) {
-    if (f.node != self) return f;
+    if (f.node != self && scope.counts(f.node)) return f;
   }
   return std::nullopt;
 }

@@ -239,8 +239,13 @@ asio::awaitable<void> JobSession::raise(Scope scope, std::string topic, std::str
   try {
     const std::string key = ExchangeBook::flag_key(scope, topic);
     const std::string text = ExchangeBook::flag_text(mine);
-    const std::string first = co_await store_->compare_set(key, "", text);
+    std::string first = co_await store_->compare_set(key, "", text);
     book_.apply(key, first, false);  // the first raise, this one or another node's
+    if (!book_.flag(scope, topic)) {
+      // Raised by a node of another membership that had this round's number: not this round's.
+      first = co_await store_->compare_set(key, first, text);
+      book_.apply(key, first, false);
+    }
   } catch (const std::exception& e) {
     spdlog::warn("could not tell the other nodes ({}): {}", mine.reason, e.what());
     book_.put_flag(scope, topic, std::move(mine));

@@ -27,13 +27,16 @@ class ExchangeBook {
   bool apply(std::string_view key, const std::string& value, bool deleted);
   void put_value(const Scope& scope, std::string_view topic, std::string_view node,
                  std::string value);
-  // The values of `topic` in `scope`, in node id order.
+  // The values of `topic` in `scope` of the nodes that count there (Scope::counts), in node id
+  // order, and how many.
   std::vector<std::string> values(const Scope& scope, std::string_view topic) const;
   std::size_t count(const Scope& scope, std::string_view topic) const;
   // Records `f` unless the flag is raised already (the first raise stays).
   void put_flag(const Scope& scope, std::string_view topic, Flag f);
+  // The flag `topic` in `scope`, where a node that counts there raised it.
   std::optional<Flag> flag(const Scope& scope, std::string_view topic) const;
-  // A flag in `scope` raised by a node other than `self`, if any (the first by topic).
+  // A flag in `scope` raised by a node other than `self` that counts there, if any (the first by
+  // topic).
   std::optional<Flag> peer_flag(const Scope& scope, std::string_view self) const;
   // Whether any node raised a flag in `scope`.
   bool flagged(const Scope& scope) const;

@@ -15,10 +15,12 @@
 // static backend and none on the elastic one), and where each round's workers find their store.
 // Coroutine parameters are taken by value (the callee owns them); the caller keeps the object alive
 // (shared_ptr) while any of its coroutines runs.
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -60,12 +62,18 @@ struct WorkerStoreAddress {
 
 // Where a value or a flag of the round-scoped exchange (Rendezvous::publish, raise) lives: one
 // round, the round that had a given restart count (the one that failed with it), or the job.
+//
+// A round's scope is its number's, and counts only the round's members where the round names them
+// (Round::members): two memberships can carry one number (after a store restart a node puts back
+// the values of the round it knew while others form a new round of that number), and what a node
+// of the other said there is not this round's.
 class Scope {
  public:
   static Scope job() { return Scope("job"); }
   static Scope of(const Round& r) {
     Scope s("round/" + std::to_string(r.number));
     s.round_ = r.number;
+    s.members_ = r.members;
     return s;
   }
   static Scope restart(int restart_count) {
@@ -75,12 +83,18 @@ class Scope {
   const std::string& text() const { return text_; }
   // The round's number, for a round's scope.
   std::optional<int> round() const { return round_; }
+  // Whether node `id`'s values and flags count in this scope: those of the round's members where
+  // it names them, every node's otherwise.
+  bool counts(std::string_view id) const {
+    return members_.empty() || std::find(members_.begin(), members_.end(), id) != members_.end();
+  }
   bool operator==(const Scope& o) const { return text_ == o.text_; }
 
  private:
   explicit Scope(std::string text) : text_(std::move(text)) {}
   std::string text_;
   std::optional<int> round_;
+  std::vector<std::string> members_;
 };
 
 // A flag raised in the exchange: by which node, what its peers are told, and data for the feature.
