@@ -152,7 +152,7 @@ void CheckpointCoordinator::round_formed() {
 }
 
 void CheckpointCoordinator::round_interrupted() {
-  if (replicator_) replicator_->stop();
+  if (replicator_) replicator_->interrupt();
 }
 
 void CheckpointCoordinator::round_ended(const rendezvous::Round& round, bool workers_failed) {

@@ -87,7 +87,7 @@ class CheckpointCoordinator {
   // The round's workers are being stopped for another node's event (it left, failed, joined):
   // the copies stop now rather than once they ended, so that a stage of a step the next round
   // does not need leaves the machine to the workers' exit and the restore (a lost node's copies
-  // are fetched from here).
+  // are fetched from here). The workers' requests for room are still answered until they ended.
   void round_interrupted();
   // `round`'s workers ended: the copies stop (what the next round restores stays put), the event
   // log says what the node holds, and where workers failed the newest step goes to disk.

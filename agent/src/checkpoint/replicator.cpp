@@ -79,6 +79,7 @@ void CheckpointReplicator::watch(int round, std::string origin, std::vector<Rank
   window_done_.reset();
   pause_staged_.reset();
   following_ = peer_ && board_ && !ranks_.empty();
+  copying_ = true;
   asked_.clear();
   read_at_ = {};
   ask_stride_ = stride_;
@@ -111,12 +112,22 @@ void CheckpointReplicator::restored(std::optional<int64_t> step) {
 }
 
 void CheckpointReplicator::stop() {
-  release_grants();  // the round's workers are gone, or going
-  ++generation_;
-  following_ = false;
+  release_grants();  // the round's workers are gone
+  halt_copies();
   asked_.clear();  // (of the round that ended; the next one's board says again)
   told_.reset();
   tried_keep_.reset();
+}
+
+void CheckpointReplicator::interrupt() {
+  halt_copies();
+  if (!ranks_.empty()) poll();  // (answering room alone)
+}
+
+void CheckpointReplicator::halt_copies() {
+  ++generation_;  // (the polls and the board's follower of before end)
+  following_ = false;
+  copying_ = false;
   service_.abandon_puts();
   service_.abandon_stages();
   staging_ = false;
@@ -175,7 +186,7 @@ void CheckpointReplicator::poll() {
     poll();
   });
   make_room();
-  if (!peer_) return;  // copies held for others' earlier rounds may still take room
+  if (!peer_ || !copying_) return;  // copies held for others' earlier rounds may still take room
   const std::optional<int64_t> before = newest_;
   if (!read_regions()) return;
   const auto now = std::chrono::steady_clock::now();
