@@ -63,8 +63,8 @@ struct Run : AgentParts {
       std::string why;
     };
     auto watch = std::make_shared<Watch>();
-    stop.spawn([watch, rdzv = rdzv, round, &group = group, &events = events, &stop = stop,
-                &checkpoints = checkpoints]() mutable -> asio::awaitable<void> {
+    stop.spawn([watch, rdzv = rdzv, round, &group = group, &events = events,
+                &stop = stop]() mutable -> asio::awaitable<void> {
       std::string why;
       try {
         why = co_await rdzv->interruption(round);
@@ -81,7 +81,6 @@ struct Run : AgentParts {
         spdlog::warn("stopping this node's workers: {}", why);
         events.record("workers_interrupted", {{"reason", why}});
         watch->why = why;
-        checkpoints.round_interrupted();
         if (hang_exchange::peer_hang(*rdzv, round)) {
           group.interrupt_for_stacks();
         } else {
@@ -105,6 +104,7 @@ struct Run : AgentParts {
       };
     }
     group.coordinate_hangs_with(hangs);
+    group.on_stopping([&checkpoints = checkpoints] { checkpoints.workers_stopping(); });
     group.on_failure_in_process([this, round] {
       if (round.num_nodes == 1) return;
       stop.spawn([rdzv = rdzv, round]() -> asio::awaitable<void> {

@@ -74,6 +74,42 @@ TEST_CASE("worker group: an interruption before the workers start is kept, and n
   CHECK(std::chrono::steady_clock::now() - started >= 200ms);
 }
 
+TEST_CASE(
+    "worker group: that its workers begin to stop is told once per run, when the stop begins, and "
+    "not where they all ended on their own",
+    "[agent]") {
+  boost::asio::io_context io;
+  Containment containment(io, false);
+  WorkerGroup group(io, 1s, containment);
+  int told = 0;
+  std::chrono::steady_clock::time_point told_at;
+  group.on_stopping([&] {
+    ++told;
+    told_at = std::chrono::steady_clock::now();
+  });
+  // Rank 0 fails at once; rank 1 ignores SIGTERM, so the stop lasts the shutdown timeout (1 s).
+  std::vector<WorkerLaunch> failing = sleepers(2);
+  failing[0].spawn.argv = {"/bin/sh", "-c", "exit 3"};
+  failing[1].spawn.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 30"};
+  const auto started = std::chrono::steady_clock::now();
+  const GroupResult failed = run(io, group, std::move(failing));
+  const auto ended = std::chrono::steady_clock::now();
+  CHECK(failed.state == GroupResult::State::kFailed);
+  CHECK(told == 1);
+  CHECK(ended - started >= 1s);
+  CHECK(told_at - started < ended - started - 500ms);  // at the stop's start, not its end
+  // Workers that all succeed begin no stop.
+  std::vector<WorkerLaunch> done = sleepers(2);
+  for (WorkerLaunch& l : done) l.spawn.argv = {"/bin/true"};
+  CHECK(run(io, group, std::move(done)).state == GroupResult::State::kSucceeded);
+  CHECK(told == 1);
+  // An interruption of the next run's workers is told once more.
+  boost::asio::steady_timer later(io, 200ms);
+  later.async_wait([&](boost::system::error_code) { group.interrupt(); });
+  CHECK(run(io, group, sleepers(2)).state == GroupResult::State::kInterrupted);
+  CHECK(told == 2);
+}
+
 TEST_CASE("attempt: its phase only moves forward, and the first of a stop's phases is its start",
           "[agent]") {
   const AttemptTimes::Time t0{std::chrono::seconds(100)};

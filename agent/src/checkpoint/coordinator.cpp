@@ -151,7 +151,7 @@ void CheckpointCoordinator::round_formed() {
   if (restore_room_) restore_room_->pause();
 }
 
-void CheckpointCoordinator::round_interrupted() {
+void CheckpointCoordinator::workers_stopping() {
   if (replicator_) replicator_->interrupt();
 }
 

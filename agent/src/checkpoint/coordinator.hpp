@@ -84,11 +84,12 @@ class CheckpointCoordinator {
   // A round formed with this node in it: a spare holds no more (what it holds stays for the
   // restore), so that its node check and its restore run on a quiet node.
   void round_formed();
-  // The round's workers are being stopped for another node's event (it left, failed, joined):
-  // the copies stop now rather than once they ended, so that a stage of a step the next round
-  // does not need leaves the machine to the workers' exit and the restore (a lost node's copies
-  // are fetched from here). The workers' requests for room are still answered until they ended.
-  void round_interrupted();
+  // The round's workers begin to stop before they ended on their own (a failure here or on
+  // another node, a node that left or joined, a hang, a signal): the copies stop now rather than
+  // once they ended, so that a stage of a step the next round does not need leaves the machine to
+  // the workers' exit and the restore (a lost node's copies are fetched from here). The workers'
+  // requests for room are still answered until they ended.
+  void workers_stopping();
   // `round`'s workers ended: the copies stop (what the next round restores stays put), the event
   // log says what the node holds, and where workers failed the newest step goes to disk.
   void round_ended(const rendezvous::Round& round, bool workers_failed);

@@ -86,6 +86,7 @@ void WorkerGroup::begin_parking(std::chrono::milliseconds limit) {
   // each writes its stacks before it aborts.
   if (hang && stacks_.captures()) a.stacks_wanted = true;
   a.enter(AttemptPhase::kParking, now);
+  stopping_began();
   // (A standby's start goes on: no worker's is under way beside it.)
   if (warm_ != nullptr && !standby_starting_) warm_->stop_forking();
   bool to_stop = false;

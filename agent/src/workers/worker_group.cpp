@@ -129,6 +129,7 @@ boost::asio::awaitable<GroupResult> WorkerGroup::run(std::vector<WorkerLaunch> l
   const bool afresh = std::exchange(afresh_, false);  // (this run()'s, even one ended at once)
   attempt_ = std::make_unique<Attempt>();
   attempt_->number = ++attempts_;
+  stopping_told_ = false;
   attempt_->on_first_progress = on_first_progress_;
   for (WorkerLaunch& l : launches) attempt_->workers.emplace_back(std::move(l));
   for (auto& watcher : watchers_) watcher->prepare(*attempt_);
@@ -468,9 +469,14 @@ void WorkerGroup::count_ended_workers() {
   }
 }
 
+void WorkerGroup::stopping_began() {
+  if (!std::exchange(stopping_told_, true) && on_stopping_) on_stopping_();
+}
+
 void WorkerGroup::begin_stopping(int signo) {
   count_ended_workers();
   attempt_->enter(AttemptPhase::kStopping, std::chrono::steady_clock::now());
+  stopping_began();
   // (A standby's start goes on: no worker's is under way beside it.)
   if (warm_ != nullptr && !standby_starting_) warm_->stop_forking();
   for (RunningWorker& w : attempt_->workers) {

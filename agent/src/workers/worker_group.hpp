@@ -135,6 +135,10 @@ class WorkerGroup : private AttemptControl {
   // other nodes to hear of it now rather than once they have (failure_reports::announce). Set for
   // each run().
   void on_failure_in_process(std::function<void()> f) { on_failure_in_process_ = std::move(f); }
+  // Called once per run(), when its workers begin to stop or park before all ended on their own
+  // (a failure, a hang, an interruption, a signal): for what should leave the machine to their
+  // exit and the restart (the checkpoint copies). Kept across run()s.
+  void on_stopping(std::function<void()> f) { on_stopping_ = std::move(f); }
   // Whether a standby's start is under way (it may be using the warm interpreter).
   bool standby_starting() const { return standby_starting_; }
   // Ends the workers kept for a next attempt that will not come (the job ends here), and the
@@ -213,6 +217,8 @@ class WorkerGroup : private AttemptControl {
   bool all_can_restart_in_process(bool hung_too);
   // Asks the workers to abort their attempt, and gives them `limit` to do so.
   void begin_parking(std::chrono::milliseconds limit);
+  // on_stopping's call, once per run().
+  void stopping_began();
   // While workers are asked to abort (or may say their training raised): who did.
   void watch_in_process();
   void poll_in_process();
@@ -266,6 +272,8 @@ class WorkerGroup : private AttemptControl {
   bool said_not_in_process_ = false;
   bool afresh_ = false;  // start_afresh(): the next run() adopts no standby
   std::function<void()> on_failure_in_process_;
+  std::function<void()> on_stopping_;
+  bool stopping_told_ = false;  // on_stopping_ was called in this run()
   // --standby_workers: how many, those started (running or not), whether one is starting, and
   // why no more start ("" they do).
   int standby_count_ = 0;
