@@ -23,6 +23,7 @@
 #include <catch2/catch.hpp>
 
 #include "node/containment.hpp"
+#include "temp_folder.hpp"
 #include "workers/standby_launch.hpp"
 #include "workers/worker_group.hpp"
 
@@ -87,10 +88,15 @@ TEST_CASE(
     ++told;
     told_at = std::chrono::steady_clock::now();
   });
-  // Rank 0 fails at once; rank 1 ignores SIGTERM, so the stop lasts the shutdown timeout (1 s).
+  // Rank 1 ignores SIGTERM, so the stop lasts the shutdown timeout (1 s); rank 0 fails once rank
+  // 1 says so (within 10 s; a rank 0 failing before rank 1 started would start no rank 1).
+  const ddprun::test::TempFolder dir("ddprun-worker-group-test");
+  const std::string ready = (dir.path / "ready").string();
   std::vector<WorkerLaunch> failing = sleepers(2);
-  failing[0].spawn.argv = {"/bin/sh", "-c", "exit 3"};
-  failing[1].spawn.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 30"};
+  failing[0].spawn.argv = {"/bin/sh", "-c",
+                           "i=0; while [ ! -e " + ready +
+                               " ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; exit 3"};
+  failing[1].spawn.argv = {"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; sleep 30"};
   const auto started = std::chrono::steady_clock::now();
   const GroupResult failed = run(io, group, std::move(failing));
   const auto ended = std::chrono::steady_clock::now();
