@@ -37,11 +37,13 @@ struct Folder : ddprun::test::TempFolder {
 // number newer.
 class Worker {
  public:
-  Worker(fs::path region, int rank) : region_(std::move(region)), rank_(rank) {}
+  // Slots of `slot` bytes.
+  Worker(fs::path region, int rank, size_t slot = 64 << 10)
+      : region_(std::move(region)), rank_(rank), slot_(slot) {}
 
   void save(int64_t step) {
     const int slot = static_cast<int>(sequence_ % 2);
-    const std::string payload(kSlot, static_cast<char>(step));
+    const std::string payload(slot_, static_cast<char>(step));
     SlotRecord& r = records_[slot];
     r.state = SlotRecord::kCommitted;
     r.step = step;
@@ -52,23 +54,23 @@ class Worker {
     r.rank = rank_;
     r.run_tag = run_tag_of("job");
     // Slot 0's record, rank and run tag where region_header_for puts them, slot 1's after them.
-    std::string header = region_header_for(records_[0], kSlot, 0);
-    const std::string second = region_header_for(records_[1], kSlot, 0);
+    std::string header = region_header_for(records_[0], slot_, 0);
+    const std::string second = region_header_for(records_[1], slot_, 0);
     header.replace(128, 64, second, 64, 64);
     header.replace(200, 8, second, 192, 8);
     header.replace(216, 8, second, 208, 8);
     std::fstream f(region_, std::ios::in | std::ios::out | std::ios::binary);
     if (!f) f.open(region_, std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(kRegionHeader + slot * kSlot));
+    f.seekp(static_cast<std::streamoff>(kRegionHeader + slot * slot_));
     f << payload;
     f.seekp(0);
     f << header;
   }
 
  private:
-  static constexpr size_t kSlot = 64 << 10;
   fs::path region_;
   int rank_;
+  size_t slot_;
   SlotRecord records_[2];
   uint64_t sequence_ = 0;
 };

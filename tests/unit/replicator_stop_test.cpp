@@ -1,6 +1,7 @@
 // How the replicator's copies stop (checkpoint/replicator.hpp, PeerService::abandon_stages, the
 // StageEpochs under them): a stage of a round whose workers are interrupted keeps nothing, and the
 // workers' requests for room are answered until they ended.
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/spare_pages.hpp"
 #include "replicator_nodes.hpp"
 
 using namespace replicator_test;
@@ -92,4 +94,51 @@ TEST_CASE(
   // The workers ended: their room is released.
   rb.stop();
   CHECK_FALSE(fs::exists(b.dir.path / ".room-0.granted"));
+}
+
+TEST_CASE(
+    "replicator: a stage abandoned while it writes over a spare's pages gives them back to the "
+    "spares",
+    "[replicator]") {
+  // A slot of 32 MiB, long enough to copy that the abandonment lands while its bytes go over the
+  // spare's pages (once the spare is taken); where the stage was quicker, it is tried again.
+  constexpr size_t kBig = 32 << 20;
+  Folder dir;
+  Worker worker(dir.path / "rank0", 0, kBig);
+  worker.save(1);
+  const fs::path keep = dir.path / "kept";
+  const fs::path spares = spares_of(keep);
+  const fs::path kept_step = keep / "step_1";
+  const fs::path tmp = kept_step / ".rank_0.tmp";
+  const std::atomic<bool> never{false};
+  StageEpochs epochs;
+  int abandoned_over_spare = 0;
+  for (int attempt = 0; attempt < 20 && abandoned_over_spare == 0; ++attempt) {
+    fs::remove_all(keep);
+    REQUIRE(make_spare(spares, dir.path / "spare.tmp", kBig + (1 << 20), never));
+    const uint64_t held = spare_memory(spares);
+    fs::create_directories(kept_step);
+    const uint64_t began = epochs.current();
+    std::future<RankStage> stage = std::async(std::launch::async, [&] {
+      return stage_rank(dir.path, RankSlot{0, 0}, 1, kept_step, std::nullopt, epochs, began,
+                        2 * held);
+    });
+    // The spare taken (renamed to the stage's file): abandoned now, before the copy is done.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!fs::exists(tmp) &&
+           stage.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
+           std::chrono::steady_clock::now() < deadline) {
+    }
+    epochs.abandon();
+    const RankStage r = stage.get();
+    if (r.error.empty()) continue;  // copied before the abandonment: again
+    CHECK_THAT(r.error, Catch::Contains("abandoned"));
+    CHECK_FALSE(fs::exists(kept_step / "rank_0.ddpckpt"));
+    CHECK_FALSE(fs::exists(tmp));
+    // The pages the stage wrote over (a spare larger than a copy gives the rest back) are spare
+    // again.
+    CHECK(spare_memory(spares) >= kRegionHeader + kBig);
+    ++abandoned_over_spare;
+  }
+  CHECK(abandoned_over_spare == 1);
 }

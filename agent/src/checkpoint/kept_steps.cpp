@@ -29,7 +29,7 @@ void StageEpochs::abandon() {
 
 RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step,
                      const fs::path& kept_step, std::optional<uint64_t> limit, StageEpochs& epochs,
-                     uint64_t began) {
+                     uint64_t began, uint64_t spares_most) {
   RankStage out;
   const auto abandoned = [&] {
     out.error = fmt::format("local rank {}'s copy of step {} was abandoned (its round is over)",
@@ -48,8 +48,10 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
     const SlotRecord& rec = reader->record();
     const fs::path tmp = kept_step / fmt::format(".rank_{}.tmp", slot.local_rank);
     const uint64_t wanted = allocated_for(kRegionHeader + rec.size);
-    const bool spare = take_spare(spares_of(kept_step.parent_path()), tmp, wanted);  // else new
-    std::optional<BudgetLock> budget;  // until the copy's room is reserved
+    if (epochs.abandoned(began)) return abandoned();  // (before a spare is taken)
+    const fs::path spares = spares_of(kept_step.parent_path());
+    const bool spare = take_spare(spares, tmp, wanted);  // else new
+    std::optional<BudgetLock> budget;                    // until the copy's room is reserved
     if (limit) budget.emplace(regions);
     if (const CheckpointMemory node = checkpoint_memory(regions);
         limit && node.total() + wanted - std::min(wanted, file_memory(tmp)) > *limit) {
@@ -61,23 +63,30 @@ RankStage stage_rank(const fs::path& regions, const RankSlot& slot, int64_t step
           node.peers, *limit);
       return out;
     }
-    if (epochs.abandoned(began)) return abandoned();  // (before its pages are reserved)
+    if (epochs.abandoned(began)) {  // (before its pages are reserved)
+      if (spare) drop_to_spares(tmp, spares, spares_most);
+      return abandoned();
+    }
     SlotFileWriter kept(kept_step / fmt::format("rank_{}.ddpckpt", slot.local_rank), tmp,
                         reader->file_header(file_slot_size(rec.size)), kRegionHeader + rec.size,
                         fmt::format("a copy of local rank {}'s checkpoint", slot.local_rank),
                         PayloadSumKind::kCrc32, spare ? FileRoom::kOverSpare : FileRoom::kReserved);
     kept.record_digest();  // a peer holding the same bytes is not sent them
     budget.reset();
+    const auto abandoned_over_spare = [&] {
+      if (spare) drop_to_spares(kept.release(), spares, spares_most);
+      return abandoned();
+    };
     std::string buffer(std::min<uint64_t>(rec.size, kStageChunk), '\0');
     for (uint64_t done = 0; done < rec.size;) {
-      if (epochs.abandoned(began)) return abandoned();
+      if (epochs.abandoned(began)) return abandoned_over_spare();
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), rec.size - done));
       reader->copy_to(kept, done, n, buffer.data());
       done += n;
     }
     bool sound = false;
     if (!epochs.commit_unless_abandoned(began, [&] { sound = kept.commit(rec.checksum); })) {
-      return abandoned();
+      return abandoned_over_spare();
     }
     if (!sound || !reader->unchanged()) {
       out.overtaken = true;

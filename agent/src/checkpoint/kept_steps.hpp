@@ -54,10 +54,12 @@ class StageEpochs {
 // `slot`'s committed slot of `step` in its region in `regions` copied into `kept_step` (over a
 // spare's pages where there is one), checked against its CRC, its digest recorded; within the
 // node's budget `limit`; nothing kept where the stage begun in epoch `began` of `epochs` is
-// abandoned meanwhile (`error` says so). Never throws.
+// abandoned meanwhile (`error` says so): a spare's pages it was writing over go back to the spares
+// (held up to `spares_most` bytes, spare_pages.hpp), not to the kernel, which would take the time
+// the workers' exit and the restore need. Never throws.
 RankStage stage_rank(const std::filesystem::path& regions, const RankSlot& slot, int64_t step,
                      const std::filesystem::path& kept_step, std::optional<uint64_t> limit,
-                     StageEpochs& epochs, uint64_t began);
+                     StageEpochs& epochs, uint64_t began, uint64_t spares_most);
 
 // The steps of local rank `local_rank` kept in `keep`.
 std::vector<int64_t> kept_steps(const std::filesystem::path& keep, int local_rank);

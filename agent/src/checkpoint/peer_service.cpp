@@ -461,7 +461,8 @@ asio::awaitable<TransferReport> PeerService::stage_from(fs::path regions,
       // GPUs stages 8 slots in the time of about one where memory bandwidth allows.
       std::vector<RankStage> stages(ranks.size());
       const auto stage_one = [&](size_t i) {
-        return stage_rank(regions, ranks[i], step, kept_step, limit, stage_epochs_, began);
+        return stage_rank(regions, ranks[i], step, kept_step, limit, stage_epochs_, began,
+                          copies_->spare_room());
       };
       {
         std::vector<std::jthread> others;  // joined when they go, even if one cannot start
@@ -470,15 +471,18 @@ asio::awaitable<TransferReport> PeerService::stage_from(fs::path regions,
         }
         if (!ranks.empty()) stages[0] = stage_one(0);
       }
-      // What this stage wrote is what the next one needs: the pages of copies dropped meanwhile
-      // are held for it up to that (copies held for the peer that it drops too).
-      uint64_t room = 0;
-      for (const RankStage& s : stages) room += allocated_for(kRegionHeader + s.bytes);
-      copies_->spare_pages(spares_of(keep), room);
       for (const RankStage& s : stages) {
         report.bytes += s.bytes;
         report.overtaken = report.overtaken || s.overtaken;
         if (report.detail.empty()) report.detail = s.error;
+      }
+      // What this stage wrote is what the next one needs: the pages of copies dropped meanwhile
+      // are held for it up to that (copies held for the peer that it drops too). A stage that
+      // failed wrote nothing that says so.
+      if (report.detail.empty()) {
+        uint64_t room = 0;
+        for (const RankStage& s : stages) room += allocated_for(kRegionHeader + s.bytes);
+        copies_->spare_pages(spares_of(keep), room);
       }
     } catch (const std::exception& e) {
       report.detail = e.what();

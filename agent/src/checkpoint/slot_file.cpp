@@ -130,6 +130,12 @@ bool SlotFileWriter::commit(uint64_t checksum) {
   return true;
 }
 
+fs::path SlotFileWriter::release() {
+  pages_.reset();
+  partial_.kept = true;
+  return partial_.path;
+}
+
 AppendBehind::AppendBehind(SlotFileWriter& out, size_t chunk)
     : out_(out), buffers_{std::string(chunk, '\0'), std::string(chunk, '\0')} {
   thread_ = std::thread([this] { run(); });

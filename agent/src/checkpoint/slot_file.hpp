@@ -94,6 +94,9 @@ class SlotFileWriter {
   // Renames the file into place if its payload sums to `checksum` (of the arriving kind); false
   // (the file removed) if not.
   bool commit(uint64_t checksum);
+  // Ends the writing without a commit and leaves the file under `tmp` to the caller (not removed,
+  // its bytes partial): its path.
+  std::filesystem::path release();
   // Whether append stores into the file's mapped pages (false but over a spare's pages, or where
   // the file could not be mapped; bytes past the reserve are written even so).
   bool stores_into_pages() const { return pages_ && pages_->get() != nullptr; }
