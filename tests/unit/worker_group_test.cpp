@@ -1,5 +1,5 @@
-// One attempt of the worker group with real processes: what interrupt() does before and during it;
-// what a standby starts with.
+// One attempt of the worker group with real processes: what interrupt() does before and during it,
+// when on_stopping() is told; what a standby starts with.
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>

@@ -135,10 +135,10 @@ class CheckpointReplicator {
   // requests for room withdrawn. A stage under way is abandoned (PeerService::abandon_stages: it
   // keeps nothing); a put under way finishes its rank's transfer unheeded.
   void stop();
-  // The round's workers are being stopped (interrupted: a peer failed, left or raised a flag):
-  // the copies stop as in stop(), a stage under way abandoned, but the workers' requests for room
-  // are still answered and the room held: a worker may save while it is stopped (in its SIGTERM
-  // handler) into a region that grows. stop() follows once they ended.
+  // The round's workers begin to stop (a failure here or elsewhere, a node that left or joined, a
+  // hang, a signal): the copies stop as in stop(), a stage under way abandoned, but the workers'
+  // requests for room are still answered and the room held: a worker may save while it is stopped
+  // (in its SIGTERM handler) into a region that grows. stop() follows once they ended.
   void interrupt();
   // The step every local rank's copy is on the peer of (none yet this round).
   std::optional<int64_t> safe_step() const { return safe_; }
@@ -209,7 +209,7 @@ class CheckpointReplicator {
   std::optional<PeerAddress> peer_;
   std::shared_ptr<CopyBoard> board_;
   bool following_ = false;      // follow_board() runs for this round
-  bool copying_ = false;        // watch() to interrupt(): the polls stage and send
+  bool copying_ = false;        // watch() to interrupt() or stop(): the polls stage and send
   std::vector<int64_t> asked_;  // the steps the round's nodes ask to keep, as last read
   std::chrono::steady_clock::time_point read_at_;  // when they were
   // Staged steps out of the two newest windows, and when they left them.
